@@ -1,0 +1,298 @@
+"""Every exception bkspark raises, in one place.
+
+Bookie return codes map to one class each, registered by their v2 ``rc`` and
+v3 ``StatusCode`` (as kazoo registers ZooKeeper codes).  Each class also
+carries the Java client's ``BKException.Code`` so messages and logs line up
+with what a BookKeeper user already knows, and a ``retriable`` flag that the
+retry policy reads instead of matching on types.
+
+Errors say whose fault it was (as h11 does): :class:`ProtocolError` means a
+peer sent bytes that break the protocol; :class:`LocalProtocolError` means our
+own caller asked for something the protocol cannot express.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "BKError",
+    "ProtocolError",
+    "FrameTooLargeError",
+    "MalformedFrameError",
+    "UnknownOpcodeError",
+    "LocalProtocolError",
+    "BookieError",
+    "NoSuchLedgerError",
+    "NoSuchEntryError",
+    "BadRequestError",
+    "BookieIOError",
+    "UnauthorizedAccessError",
+    "ProtocolVersionError",
+    "LedgerFencedError",
+    "WriteOnReadOnlyBookieError",
+    "TooManyRequestsError",
+    "DataUnknownError",
+    "DigestMismatchError",
+    "IllegalOpError",
+    "NotEnoughBookiesError",
+    "LedgerClosedError",
+    "LedgerExistsError",
+    "MetadataError",
+    "MetadataVersionError",
+    "NoSuchLedgerMetadataError",
+    "BadMetadataError",
+    "BookieUnavailableError",
+    "BookieTimeoutError",
+    "InvalidBookieIdError",
+    "CookieMismatchError",
+    "InvalidOptionError",
+    "ClientClosedError",
+    "error_for_rc",
+    "error_for_status",
+    "rc_for_error",
+    "status_for_error",
+]
+
+
+class BKError(Exception):
+    """Base of every bkspark error.
+
+    ``code`` is the Java client's ``BKException.Code`` for the same condition
+    (0 where Java has none); ``retriable`` says whether trying again (on the
+    same or another bookie) can succeed.
+    """
+
+    code: ClassVar[int] = -999  # BKException.Code.UnexpectedConditionException
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str = "", **context: object) -> None:
+        self.context = context
+        if context:
+            details = ", ".join(f"{k}={v!r}" for k, v in context.items())
+            message = f"{message} ({details})" if message else details
+        super().__init__(message or self.__class__.__doc__.strip().splitlines()[0])
+
+
+# --------------------------------------------------------------------------
+# Bytes that break the protocol (the peer's fault) or a request the protocol
+# cannot express (our caller's fault).
+
+
+class ProtocolError(BKError):
+    """A peer sent bytes that do not follow the BookKeeper wire protocol."""
+
+    code = -2  # ReadException-like: the connection is no longer usable
+
+
+class FrameTooLargeError(ProtocolError):
+    """A frame is larger than nettyMaxFrameSizeBytes allows."""
+
+
+class MalformedFrameError(ProtocolError):
+    """A frame body could not be decoded (truncated, bad field, bad protobuf)."""
+
+
+class UnknownOpcodeError(ProtocolError):
+    """A v2 packet names an opcode the codec does not handle."""
+
+
+class LocalProtocolError(BKError):
+    """Our caller asked for something the protocol cannot express."""
+
+
+# --------------------------------------------------------------------------
+# Bookie return codes.  v2 sends an int32 ``rc``; v3 a ``StatusCode``.
+
+_BY_V2_RC: dict[int, type["BookieError"]] = {}
+_BY_V3_STATUS: dict[int, type["BookieError"]] = {}
+
+
+class BookieError(BKError):
+    """A bookie answered a request with a non-OK return code."""
+
+    v2_rc: ClassVar[int | None] = None
+    v3_status: ClassVar[int | None] = None
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.v2_rc is not None:
+            _BY_V2_RC[cls.v2_rc] = cls
+        if cls.v3_status is not None:
+            _BY_V3_STATUS[cls.v3_status] = cls
+
+
+class NoSuchLedgerError(BookieError):
+    """The bookie has no such ledger (ENOLEDGER)."""
+
+    v2_rc, v3_status, code = 1, 402, -7
+
+
+class NoSuchEntryError(BookieError):
+    """The bookie has no such entry (ENOENTRY)."""
+
+    v2_rc, v3_status, code = 2, 403, -13
+
+
+class BadRequestError(BookieError):
+    """The bookie rejected the request as malformed or unsupported (EBADREQ)."""
+
+    v2_rc, v3_status, code = 100, 404, -1
+
+
+class BookieIOError(BookieError):
+    """The bookie hit an I/O error (EIO)."""
+
+    v2_rc, v3_status, code, retriable = 101, 501, -1, True
+
+
+class UnauthorizedAccessError(BookieError):
+    """Wrong ledger password / master key, or an unauthenticated connection (EUA)."""
+
+    v2_rc, v3_status, code = 102, 502, -102
+
+
+class ProtocolVersionError(BookieError):
+    """The bookie does not speak this protocol version (EBADVERSION)."""
+
+    v2_rc, v3_status, code = 103, 503, -16
+
+
+class LedgerFencedError(BookieError):
+    """The ledger is fenced: a recovery took it over, adds are refused (EFENCED)."""
+
+    v2_rc, v3_status, code = 104, 504, -101
+
+
+class WriteOnReadOnlyBookieError(BookieError):
+    """The bookie is read-only and refuses adds (EREADONLY)."""
+
+    v2_rc, v3_status, code, retriable = 105, 505, -104, True
+
+
+class TooManyRequestsError(BookieError):
+    """The bookie is overloaded (ETOOMANYREQUESTS)."""
+
+    v2_rc, v3_status, code, retriable = 106, 506, -105, True
+
+
+class DataUnknownError(BookieError):
+    """The bookie does not know whether it has the ledger (EUNKNOWNLEDGERSTATE)."""
+
+    v2_rc, v3_status, code, retriable = 107, 507, -108, True
+
+
+def error_for_rc(rc: int) -> type[BookieError]:
+    """The exception class for a v2 ``rc`` (unknown codes map to BookieError)."""
+    return _BY_V2_RC.get(rc, BookieError)
+
+
+def error_for_status(status: int) -> type[BookieError]:
+    """The exception class for a v3 ``StatusCode`` (unknown codes map to BookieError)."""
+    return _BY_V3_STATUS.get(status, BookieError)
+
+
+def rc_for_error(error: BaseException) -> int:
+    """The v2 ``rc`` a bookie sends for ``error`` (EBADREQ where none fits)."""
+    rc = getattr(error, "v2_rc", None)
+    return rc if isinstance(rc, int) else BadRequestError.v2_rc  # type: ignore[return-value]
+
+
+def status_for_error(error: BaseException) -> int:
+    """The v3 ``StatusCode`` a bookie sends for ``error`` (EBADREQ where none fits)."""
+    status = getattr(error, "v3_status", None)
+    return status if isinstance(status, int) else BadRequestError.v3_status  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------
+# Client-side conditions (no bookie return code).
+
+
+class DigestMismatchError(BKError):
+    """An entry's digest, ledger id or entry id does not match what was asked for."""
+
+    code, retriable = -5, True
+
+
+class IllegalOpError(BKError):
+    """The operation is not allowed here (e.g. a scope id != 0 over the v2 protocol)."""
+
+    code = -100
+
+
+class NotEnoughBookiesError(BKError):
+    """Not enough writable bookies to form or repair the ensemble."""
+
+    code, retriable = -6, True
+
+
+class LedgerClosedError(BKError):
+    """The ledger is closed (or this handle was closed) and takes no more adds."""
+
+    code = -11
+
+
+class LedgerExistsError(BKError):
+    """A ledger with this id already exists."""
+
+    code = -20
+
+
+class MetadataError(BKError):
+    """The metadata store (ZooKeeper) failed or holds something unexpected."""
+
+    code, retriable = -9, True
+
+
+class MetadataVersionError(MetadataError):
+    """Compare-and-set on ledger metadata lost against a concurrent update."""
+
+    code, retriable = -17, True
+
+
+class NoSuchLedgerMetadataError(MetadataError):
+    """No ledger metadata exists for this ledger id."""
+
+    code, retriable = -25, False
+
+
+class BadMetadataError(MetadataError):
+    """Stored metadata (ledger, cookie, layout, service info) cannot be parsed."""
+
+    code, retriable = -999, False
+
+
+class BookieUnavailableError(BKError):
+    """The bookie cannot be reached or its BookieId cannot be resolved."""
+
+    code, retriable = -8, True
+
+
+class BookieTimeoutError(BookieUnavailableError):
+    """The bookie did not answer in time."""
+
+    code, retriable = -23, True
+
+
+class InvalidBookieIdError(BKError):
+    """A string is not a valid BookieId (BP-41 rules)."""
+
+    code = -999
+
+
+class CookieMismatchError(BKError):
+    """The bookie's cookie in ZooKeeper or its directories does not match its config."""
+
+    code = -999
+
+
+class InvalidOptionError(BKError, ValueError):
+    """A configuration or data source option has a bad value."""
+
+    code = -999
+
+
+class ClientClosedError(BKError):
+    """The client was closed and can do no more work."""
+
+    code = -19

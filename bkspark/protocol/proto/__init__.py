@@ -1,0 +1,1 @@
+"""Protobuf schemas (BookKeeper field numbers plus bkspark extensions) and their generated modules."""
