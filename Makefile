@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 CACHE := $(CURDIR)/.cache
 BK_VERSIONS ?= 4.16.6 4.17.3 4.18.2
 BK_JARS := $(foreach v,$(BK_VERSIONS),$(CACHE)/bookkeeper/$(v)/.ok)
-JAVA_TOOLS := $(wildcard tools/java/src/main/java/bkspark/tools/*.java)
+JAVA_TOOLS := $(shell find tools/java/src -name '*.java' 2>/dev/null | LC_ALL=C sort)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
@@ -42,12 +42,40 @@ zookeeper: java
 	else echo "bkspark: installing Debian's zookeeper package"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends zookeeper >/dev/null; fi
 
+# Per version: lib/ (Maven, only when the pom changes) and classes/ (our tools/java programs,
+# recompiled when any of them changes, or when one is added or removed: see java-tools.list).
 jars: java $(BK_JARS)
-$(CACHE)/bookkeeper/%/.ok: tools/java/pom.xml $(JAVA_TOOLS)
-	mvn -q -B -f tools/java/pom.xml -Dbk.version=$* dependency:copy-dependencies -DoutputDirectory=$(CACHE)/bookkeeper/$*/lib
-	rm -rf $(CACHE)/bookkeeper/$*/classes && mkdir -p $(CACHE)/bookkeeper/$*/classes
-	javac -nowarn -d $(CACHE)/bookkeeper/$*/classes -cp "$(CACHE)/bookkeeper/$*/lib/*" $(JAVA_TOOLS)
+$(CACHE)/bookkeeper/%/.ok: $(CACHE)/bookkeeper/%/lib/.ok $(CACHE)/java-tools.list $(JAVA_TOOLS)
+	rm -rf $(CACHE)/bookkeeper/$*/classes.new && mkdir -p $(CACHE)/bookkeeper/$*/classes.new
+	@if [ -n "$(strip $(JAVA_TOOLS))" ]; then \
+	  echo "javac tools/java -> .cache/bookkeeper/$*/classes"; \
+	  javac -nowarn -encoding UTF-8 -d $(CACHE)/bookkeeper/$*/classes.new -cp "$(CACHE)/bookkeeper/$*/lib/*" $(JAVA_TOOLS) \
+	  || { echo "bkspark: tools/java does not compile against BookKeeper $*"; exit 1; }; fi
+	rm -rf $(CACHE)/bookkeeper/$*/classes && mv $(CACHE)/bookkeeper/$*/classes.new $(CACHE)/bookkeeper/$*/classes
 	touch $@
+# Apache BookKeeper 4.18.2's parent pom (org.apache.bookkeeper:bookkeeper:4.18.2:pom) is missing from Maven
+# Central, so nothing that depends on 4.18.2 resolves. When a parent is missing, install the x.y.0 parent under
+# version x.y.z in ~/.m2 (the BookKeeper modules stay x.y.z; only the managed third-party versions are x.y.0's).
+$(CACHE)/bookkeeper/%/lib/.ok: tools/java/pom.xml
+	@mvn -q -B dependency:get -Dartifact=org.apache.bookkeeper:bookkeeper:$*:pom >/dev/null 2>&1 || { \
+	  base=$$(echo $* | sed 's/\.[0-9]*$$/.0/'); echo "bkspark: no parent pom for BookKeeper $* on Maven Central, using $$base's"; \
+	  mvn -q -B dependency:get -Dartifact=org.apache.bookkeeper:bookkeeper:$$base:pom >/dev/null && \
+	  mkdir -p $(CACHE)/tmp && \
+	  sed "0,/<version>$$base<\/version>/s//<version>$*<\/version>/" \
+	    $$HOME/.m2/repository/org/apache/bookkeeper/bookkeeper/$$base/bookkeeper-$$base.pom > $(CACHE)/tmp/bookkeeper-$*.pom && \
+	  mvn -q -B install:install-file -Dfile=$(CACHE)/tmp/bookkeeper-$*.pom -DpomFile=$(CACHE)/tmp/bookkeeper-$*.pom -Dpackaging=pom \
+	  || { echo "bkspark: could not provide the parent pom of BookKeeper $*"; exit 1; }; }
+	rm -rf $(CACHE)/bookkeeper/$*/lib.new
+	mvn -q -B -f tools/java/pom.xml -Dbk.version=$* dependency:copy-dependencies -DoutputDirectory=$(CACHE)/bookkeeper/$*/lib.new \
+	  || { echo "bkspark: Maven could not resolve Apache BookKeeper $* (network? ~/.m2/settings.xml?)"; exit 1; }
+	rm -rf $(CACHE)/bookkeeper/$*/lib && mv $(CACHE)/bookkeeper/$*/lib.new $(CACHE)/bookkeeper/$*/lib
+	touch $@
+# Rewritten only when the set of tools/java sources changes, so that a removed file triggers a rebuild.
+$(CACHE)/java-tools.list: FORCE
+	@mkdir -p $(CACHE)
+	@echo "$(JAVA_TOOLS)" | cmp -s - $@ || echo "$(JAVA_TOOLS)" > $@
+FORCE:
+.PRECIOUS: $(CACHE)/bookkeeper/%/lib/.ok
 
 # Regenerate the committed protobuf modules from bkspark/protocol/proto/*.proto.
 proto: venv

@@ -47,6 +47,7 @@ __all__ = [
     "InvalidBookieIdError",
     "CookieMismatchError",
     "InvalidOptionError",
+    "InvalidTopologyError",
     "ClientClosedError",
     "error_for_rc",
     "error_for_status",
@@ -288,6 +289,12 @@ class CookieMismatchError(BKError):
 
 class InvalidOptionError(BKError, ValueError):
     """A configuration or data source option has a bad value."""
+
+    code = -999
+
+
+class InvalidTopologyError(BKError, ValueError):
+    """A network location is malformed or at another depth than the topology's leaves."""
 
     code = -999
 

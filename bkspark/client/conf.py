@@ -1,0 +1,121 @@
+"""Client configuration, under BookKeeper's own key names where an equivalent exists.
+
+``ClientConf.from_mapping`` accepts Java keys (``addEntryTimeoutSec``), their
+snake_case spellings (``add_entry_timeout_sec``) and a few Pythonic aliases
+(``batch_read_enabled``), so a Spark option map and a BookKeeper
+``client.conf`` both work.  Unknown keys are kept in ``extra`` and handed to
+the placement policy, which reads its own (``minNumRacksPerWriteQuorum``...).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from bkspark.errors import InvalidOptionError
+from bkspark.protocol.framing import DEFAULT_MAX_FRAME_SIZE
+
+__all__ = ["ClientConf"]
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower().replace("v2_", "v2_")
+
+
+@dataclass
+class ClientConf:
+    """Every knob of the client, with BookKeeper's defaults unless noted."""
+
+    #: v2 protocol for adds and reads (as Pulsar runs it); v3 for the rest. Java's default is False.
+    useV2WireProtocol: bool = True
+    addEntryTimeoutSec: float = 5.0
+    readEntryTimeoutSec: float = 5.0
+    #: Milliseconds before a read is also sent to the next replica (0 disables).
+    speculativeReadTimeout: int = 2000
+    speculativeReadTimeoutBackoffMultiplier: float = 2.0
+    batchReadEnabled: bool = True
+    nettyMaxFrameSizeBytes: int = DEFAULT_MAX_FRAME_SIZE
+    #: Adds in flight per ledger handle before ``append`` blocks (Java's ``throttle`` is per client).
+    maxPendingAdds: int = 2000
+    #: Single reads in flight per read call (pipelining window).
+    readPipelineDepth: int = 256
+    ensemblePlacementPolicy: str | None = None
+    bookieAddressResolverEnabled: bool = True
+    enableBookieAddressTracking: bool = True
+    zkTimeout: float = 10.0
+    connectTimeoutMillis: int = 10000
+    ledgerMetadataVersion: int = 3
+    storeSystemTimeAsLedgerCreationTime: bool = False
+    enableDigestTypeAutodetection: bool = True
+    recoveryReadBatchSize: int = 1
+    maxNumEnsembleChanges: int = 2**31 - 1
+    bookieFailureHistoryExpirationMSec: int = 60000
+    reorderReadSequenceEnabled: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    _ALIASES = {
+        "batch_read_enabled": "batchReadEnabled",
+        "use_v2_wire_protocol": "useV2WireProtocol",
+        "throttle": "maxPendingAdds",
+        "max_pending_adds": "maxPendingAdds",
+        "enableBookieAddressResolver": "bookieAddressResolverEnabled",
+        "enable_bookie_address_resolver": "bookieAddressResolverEnabled",
+        "zkTimeoutMs": "zkTimeout",
+    }
+
+    @classmethod
+    def from_mapping(cls, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> "ClientConf":
+        """Build from a BookKeeper-style mapping plus keyword overrides; values may be strings."""
+        merged: dict[str, Any] = dict(conf or {})
+        merged.update(kwargs)
+        names = {f.name: f for f in fields(cls) if f.name != "extra"}
+        snake = {_snake(n): n for n in names}
+        out = cls()
+        for key, value in merged.items():
+            name = cls._ALIASES.get(key) or (key if key in names else snake.get(key))
+            if name is None:
+                out.extra[key] = value
+                continue
+            setattr(out, name, cls._coerce(name, names[name].type, value))
+        if "zkTimeoutMs" in merged or "zk_timeout_ms" in merged:
+            out.zkTimeout = float(out.zkTimeout) / 1000.0
+        out._validate()
+        return out
+
+    @staticmethod
+    def _coerce(name: str, typ: Any, value: Any) -> Any:
+        t = str(typ)
+        try:
+            if t.startswith("bool"):
+                if isinstance(value, str):
+                    low = value.strip().lower()
+                    if low not in ("true", "false", "1", "0", "yes", "no"):
+                        raise ValueError(value)
+                    return low in ("true", "1", "yes")
+                return bool(value)
+            if t.startswith("int"):
+                return int(value)
+            if t.startswith("float"):
+                return float(value)
+            return None if value is None else str(value)
+        except (TypeError, ValueError):
+            raise InvalidOptionError("bad value for client option", key=name, value=value) from None
+
+    def _validate(self) -> None:
+        if self.addEntryTimeoutSec <= 0 or self.readEntryTimeoutSec <= 0:
+            raise InvalidOptionError("timeouts must be positive")
+        if self.maxPendingAdds < 1 or self.readPipelineDepth < 1:
+            raise InvalidOptionError("maxPendingAdds and readPipelineDepth must be >= 1")
+        if self.nettyMaxFrameSizeBytes < 1024:
+            raise InvalidOptionError("nettyMaxFrameSizeBytes too small", value=self.nettyMaxFrameSizeBytes)
+        if self.ledgerMetadataVersion not in (-1, 2, 3):
+            raise InvalidOptionError("ledgerMetadataVersion must be 2 or 3", value=self.ledgerMetadataVersion)
+        if self.ledgerMetadataVersion == -1:
+            self.ledgerMetadataVersion = 3
+
+    def placement_conf(self) -> dict[str, Any]:
+        """The mapping handed to ``policy_from_conf``: our keys plus every unknown one."""
+        conf = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        conf.update(self.extra)
+        return conf

@@ -1,0 +1,282 @@
+"""One TCP connection to one bookie, speaking either v2 or v3 (never both: spec §1.4).
+
+An ``asyncio.Protocol``: bytes in go through the sans-IO ``FrameSplitter`` and
+the v2/v3 decoders; every request waits in a table until its response comes
+back, matched the way the Java client matches them (``PerChannelBookieClient``):
+
+* v2 add/read: by ``(ledger id, entry id as sent, opcode)``; several requests
+  may share a key, any response completes one of them;
+* v2 batch read: by ``(request id, BATCH_READ_ENTRY)``;
+* v3: by ``txnId`` (unique per connection).
+
+A periodic sweep fails requests that outlived their timeout with
+:class:`BookieTimeoutError`; a lost connection fails everything still waiting
+with :class:`BookieUnavailableError`.  Writes are coalesced: frames queued in
+one loop iteration leave in one ``transport.write``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections import deque
+from typing import Any, Callable
+
+from bkspark.errors import (
+    BKError,
+    BookieTimeoutError,
+    BookieUnavailableError,
+    ProtocolError,
+)
+from bkspark.protocol import v2, v3
+from bkspark.protocol.framing import FrameSplitter
+
+__all__ = ["BookieConnection", "Callback", "V2", "V3"]
+
+log = logging.getLogger(__name__)
+
+V2 = "v2"
+V3 = "v3"
+
+#: ``callback(response, error)``: exactly one of the two is None.
+Callback = Callable[[Any, BaseException | None], None]
+
+OP_ADD = 1
+OP_READ = 2
+OP_BATCH_READ = 7
+
+
+class _Op:
+    __slots__ = ("key", "deadline", "callback")
+
+    def __init__(self, key: Any, deadline: float, callback: Callback) -> None:
+        self.key = key
+        self.deadline = deadline
+        self.callback = callback
+
+
+class BookieConnection(asyncio.Protocol):
+    """A pipelined request/response channel to one bookie."""
+
+    def __init__(
+        self,
+        bookie_id: str,
+        version: str,
+        *,
+        max_frame_size: int,
+        on_lost: Callable[["BookieConnection", BaseException | None], None] | None = None,
+        sweep_interval: float = 0.2,
+    ) -> None:
+        self.bookie_id = bookie_id
+        self.version = version
+        self.transport: asyncio.Transport | None = None
+        self._splitter = FrameSplitter(max_frame_size)
+        self._on_lost = on_lost
+        self._ops: dict[Any, _Op] = {}  # first op per key (v2) or per txnId (v3)
+        self._conflicts: dict[Any, deque[_Op]] = {}  # further v2 ops sharing a key
+        self._count = 0
+        self._txn = itertools.count(1)
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._sweep_interval = sweep_interval
+        self.closed = False
+        self.lost_error: BaseException | None = None
+        self.connected = asyncio.get_running_loop().create_future()
+        #: Set when a batch read was outstanding when the bookie hung up (pre-4.17 bookie).
+        self.lost_during_batch_read = False
+
+    # -- asyncio.Protocol -----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        loop = asyncio.get_running_loop()
+        self._sweeper = loop.call_later(self._sweep_interval, self._sweep)
+        if not self.connected.done():
+            self.connected.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            bodies = self._splitter.feed(data)
+            if self.version == V2:
+                for body in bodies:
+                    self._dispatch_v2(v2.decode_response(body))
+            else:
+                for body in bodies:
+                    self._dispatch_v3(v3.decode_response(body))
+        except ProtocolError as exc:
+            log.warning("bookie %s broke the protocol: %s", self.bookie_id, exc)
+            self.abort(exc)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        error = self.lost_error or BookieUnavailableError(
+            "connection to bookie lost", bookie_id=self.bookie_id, error=str(exc) if exc else "closed by peer"
+        )
+        self.lost_error = error
+        if any(isinstance(k, tuple) and len(k) == 2 and k[1] == OP_BATCH_READ for k in self._ops):
+            self.lost_during_batch_read = True
+        if not self.connected.done():
+            self.connected.set_exception(error)
+        self._fail_all(error)
+        if self._on_lost is not None:
+            self._on_lost(self, exc)
+
+    # -- sending ------------------------------------------------------------------
+
+    def _write(self, frame: bytes) -> None:
+        self._out.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if self.transport is None or self.closed or not out:
+            return
+        if len(out) == 1:
+            self.transport.write(out[0])
+        else:
+            self.transport.writelines(out)
+
+    def _register(self, key: Any, timeout: float, callback: Callback) -> None:
+        op = _Op(key, time.monotonic() + timeout, callback)
+        if key in self._ops:
+            self._conflicts.setdefault(key, deque()).append(op)
+        else:
+            self._ops[key] = op
+        self._count += 1
+
+    def _check_open(self, callback: Callback) -> bool:
+        if self.closed:
+            callback(None, self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id))
+            return False
+        return True
+
+    def send_v2(self, key: tuple[int, int, int], frame: bytes, timeout: float, callback: Callback) -> None:
+        """Send a whole v2 frame; ``key`` is (ledger, entry, opcode) or (request id, 7)."""
+        if not self._check_open(callback):
+            return
+        self._register(key, timeout, callback)
+        self._write(frame)
+
+    def next_txn_id(self) -> int:
+        return next(self._txn)
+
+    def send_v3(self, request: "v3.pb.Request", timeout: float, callback: Callback) -> None:
+        """Send a v3 request (its header's txnId must come from :meth:`next_txn_id`)."""
+        if not self._check_open(callback):
+            return
+        self._register(request.header.txnId, timeout, callback)
+        self._write(v3.encode_request(request))
+
+    @property
+    def pending(self) -> int:
+        """Requests waiting for an answer."""
+        return self._count
+
+    # -- receiving ------------------------------------------------------------------
+
+    def _pop(self, key: Any) -> _Op | None:
+        op = self._ops.pop(key, None)
+        if op is None:
+            return None
+        more = self._conflicts.get(key)
+        if more:
+            self._ops[key] = more.popleft()
+            if not more:
+                del self._conflicts[key]
+        self._count -= 1
+        return op
+
+    def _dispatch_v2(self, response: Any) -> None:
+        op_code = _V2_OPCODES.get(type(response))
+        if op_code == OP_BATCH_READ:
+            key: Any = (response.request_id, OP_BATCH_READ)
+        elif op_code is not None:
+            key = (response.ledger_id, response.entry_id, op_code)
+        else:
+            return  # AUTH responses: auth is disabled on the bookies we talk to
+        op = self._pop(key)
+        if op is None:
+            log.debug("unmatched v2 response from %s: %r", self.bookie_id, key)
+            return
+        self._complete(op, response, None)
+
+    def _dispatch_v3(self, response: "v3.pb.Response") -> None:
+        op = self._pop(response.header.txnId)
+        if op is None:
+            log.debug("unmatched v3 response from %s: txn %s", self.bookie_id, response.header.txnId)
+            return
+        self._complete(op, response, None)
+
+    @staticmethod
+    def _complete(op: _Op, response: Any, error: BaseException | None) -> None:
+        try:
+            op.callback(response, error)
+        except Exception:
+            log.exception("bookie response callback failed")
+
+    # -- timeouts and failure ---------------------------------------------------------
+
+    def _sweep(self) -> None:
+        if self.closed:
+            return
+        now = time.monotonic()
+        expired = [key for key, op in self._ops.items() if op.deadline <= now]
+        for key in list(self._conflicts):
+            for op in list(self._conflicts.get(key, ())):
+                if op.deadline <= now:
+                    self._conflicts[key].remove(op)
+                    self._count -= 1
+                    self._complete(op, None, BookieTimeoutError("bookie did not answer in time", bookie_id=self.bookie_id))
+            if key in self._conflicts and not self._conflicts[key]:
+                del self._conflicts[key]
+        for key in expired:
+            op = self._ops.get(key)
+            if op is not None and op.deadline <= now:
+                op = self._pop(key)
+                if op is not None:
+                    self._complete(
+                        op, None, BookieTimeoutError("bookie did not answer in time", bookie_id=self.bookie_id)
+                    )
+        self._sweeper = asyncio.get_running_loop().call_later(self._sweep_interval, self._sweep)
+
+    def _fail_all(self, error: BaseException) -> None:
+        ops = list(self._ops.values())
+        for more in self._conflicts.values():
+            ops.extend(more)
+        self._ops.clear()
+        self._conflicts.clear()
+        self._count = 0
+        for op in ops:
+            self._complete(op, None, error)
+
+    def abort(self, error: BKError | None = None) -> None:
+        """Drop the connection now; everything waiting fails with ``error``."""
+        if error is not None and self.lost_error is None:
+            self.lost_error = error if isinstance(error, BookieUnavailableError) else BookieUnavailableError(
+                str(error), bookie_id=self.bookie_id
+            )
+        if self.transport is not None:
+            self.transport.abort()
+        else:
+            self.connection_lost(None)
+
+    def close(self) -> None:
+        """Close gracefully (queued frames are flushed first)."""
+        self._flush()
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+
+
+_V2_OPCODES: dict[type, int] = {
+    v2.AddResponse: OP_ADD,
+    v2.ReadResponse: OP_READ,
+    v2.BatchReadResponse: OP_BATCH_READ,
+}

@@ -1,0 +1,157 @@
+"""Connections to every bookie the client talks to, opened on demand and reopened after loss.
+
+One v2 connection per bookie for data (adds, reads, batch reads) and one v3
+connection per bookie for what v2 cannot express (READ_LAC, WRITE_LAC,
+FORCE_LEDGER, GET_BOOKIE_INFO, GET_LIST_OF_ENTRIES) and for scope ids != 0,
+as the Java client keeps its "v3 enforced" pool beside the v2 one.  With
+``useV2WireProtocol=false`` everything goes over the v3 connection.
+
+Addresses come from the :class:`BookieRegistry` (BP-41); a connection that
+fails makes the registry forget the cached address so the next attempt
+re-reads the bookie's registration.  The pool also remembers which bookies hung
+up on a v2 batch read (pre-4.17 bookies close the connection on opcode 7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Protocol
+
+from bkspark.client.connection import V2, V3, BookieConnection
+from bkspark.errors import BookieUnavailableError, ClientClosedError
+
+__all__ = ["AddressResolver", "BookiePool"]
+
+log = logging.getLogger(__name__)
+
+
+class AddressResolver(Protocol):
+    """What the pool needs from the registry (so tests can pass a dict-backed fake)."""
+
+    def resolve(self, bookie_id: str) -> tuple[str, int]: ...
+
+    def forget(self, bookie_id: str) -> None: ...
+
+    def extensions(self, bookie_id: str) -> frozenset[str]: ...
+
+
+class BookiePool:
+    """Per-bookie v2 / v3 connections, owned by the client's event loop."""
+
+    def __init__(
+        self,
+        resolver: AddressResolver,
+        *,
+        max_frame_size: int,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.resolver = resolver
+        self.max_frame_size = max_frame_size
+        self.connect_timeout = connect_timeout
+        self._conns: dict[tuple[str, str], BookieConnection] = {}
+        self._connecting: dict[tuple[str, str], asyncio.Future[BookieConnection]] = {}
+        self.batch_unsupported: set[str] = set()
+        #: bookie id -> monotonic time of its last failure (read ordering, quarantine-like hints).
+        self.failure_history: dict[str, float] = {}
+        self._closed = False
+
+    def ready(self, bookie_id: str, version: str) -> BookieConnection | None:
+        """The open connection, if there is one (hot path: no await)."""
+        conn = self._conns.get((bookie_id, version))
+        if conn is not None and not conn.closed:
+            return conn
+        return None
+
+    async def get(self, bookie_id: str, version: str) -> BookieConnection:
+        """An open connection of the given version; raises :class:`BookieUnavailableError`."""
+        if self._closed:
+            raise ClientClosedError("client is closed")
+        key = (bookie_id, version)
+        conn = self._conns.get(key)
+        if conn is not None and not conn.closed:
+            return conn
+        pending = self._connecting.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._connect(bookie_id, version))
+            self._connecting[key] = pending
+            pending.add_done_callback(lambda _f, k=key: self._connecting.pop(k, None))
+        return await asyncio.shield(pending)
+
+    async def _connect(self, bookie_id: str, version: str) -> BookieConnection:
+        loop = asyncio.get_running_loop()
+        try:
+            host, port = await loop.run_in_executor(None, self.resolver.resolve, bookie_id)
+        except BookieUnavailableError:
+            self.note_failure(bookie_id)
+            raise
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: BookieConnection(
+                        bookie_id, version, max_frame_size=self.max_frame_size, on_lost=self._lost
+                    ),
+                    host,
+                    port,
+                ),
+                self.connect_timeout,
+            )
+        except (OSError, asyncio.TimeoutError) as exc:
+            self.resolver.forget(bookie_id)
+            self.note_failure(bookie_id)
+            raise BookieUnavailableError(
+                "cannot connect to bookie", bookie_id=bookie_id, address=f"{host}:{port}", error=str(exc) or type(exc).__name__
+            ) from None
+        if self._closed:
+            conn.close()
+            raise ClientClosedError("client is closed")
+        self._conns[(bookie_id, version)] = conn
+        return conn
+
+    def _lost(self, conn: BookieConnection, exc: BaseException | None) -> None:
+        key = (conn.bookie_id, conn.version)
+        if self._conns.get(key) is conn:
+            del self._conns[key]
+        if conn.lost_during_batch_read:
+            # A pre-4.17 bookie closes the connection on v2 opcode 7 (spec §2.2, §7.1).
+            log.info("bookie %s hung up on a batch read: using single reads with it", conn.bookie_id)
+            self.batch_unsupported.add(conn.bookie_id)
+        self.resolver.forget(conn.bookie_id)
+
+    def note_failure(self, bookie_id: str) -> None:
+        self.failure_history[bookie_id] = time.monotonic()
+
+    def failures_since(self, window_s: float) -> dict[str, int]:
+        """Recent failures as the placement policy expects them (bookie -> ordinal, older first)."""
+        now = time.monotonic()
+        recent = sorted((t, b) for b, t in self.failure_history.items() if now - t <= window_s)
+        return {b: i for i, (_, b) in enumerate(recent)}
+
+    def supports_batch_read(self, bookie_id: str) -> bool:
+        return bookie_id not in self.batch_unsupported
+
+    def extensions(self, bookie_id: str) -> frozenset[str]:
+        try:
+            return self.resolver.extensions(bookie_id)
+        except Exception:
+            return frozenset()
+
+    def drop(self, bookie_id: str) -> None:
+        """Close both connections to a bookie (its registration changed)."""
+        for version in (V2, V3):
+            conn = self._conns.pop((bookie_id, version), None)
+            if conn is not None:
+                conn.close()
+
+    async def close(self) -> None:
+        """Close every connection; requests still waiting fail."""
+        self._closed = True
+        for fut in list(self._connecting.values()):
+            fut.cancel()
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for conn in conns:
+            conn.close()
+        if conns:
+            await asyncio.sleep(0)

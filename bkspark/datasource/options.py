@@ -1,0 +1,256 @@
+"""Options of the ``bookkeeper`` Spark data source, parsed and validated once.
+
+Spark hands a Python data source its options as a case-insensitive dict of
+strings (keys arrive lower-cased).  Everything is parsed here, into frozen and
+picklable dataclasses, so that the reader and writer never look at raw
+strings, and every mistake is reported with the option's name and the fix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from bkspark.errors import InvalidOptionError
+
+__all__ = [
+    "ReadOptions",
+    "WriteOptions",
+    "parse_read_options",
+    "parse_write_options",
+    "parse_ledger_list",
+    "DIGEST_TYPES",
+]
+
+#: Digest names accepted by the ``digestType`` option (BookKeeper's API names and metadata names).
+DIGEST_TYPES = ("CRC32", "CRC32C", "MAC", "HMAC", "DUMMY")
+
+_CLIENT_PREFIX = "bookkeeper."
+_DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+_INT64_MAX = (1 << 63) - 1
+
+_READ_KEYS = {
+    "metadataserviceuri", "ledgers", "scopeid", "dataset", "startentry", "endentry",
+    "includeopenledgers", "maxentriesperpartition", "batchreadenabled", "batchmaxcount",
+    "batchmaxsize", "digesttype", "password", "failondataloss", "path",
+}
+_WRITE_KEYS = {
+    "metadataserviceuri", "dataset", "scopeid", "ensemblesize", "writequorumsize",
+    "ackquorumsize", "digesttype", "password", "path",
+}
+
+
+def _lower(options: Mapping[str, str | None]) -> dict[str, str]:
+    return {str(k).lower(): v for k, v in options.items() if v is not None}
+
+
+def _bad(option: str, value: object, fix: str) -> InvalidOptionError:
+    return InvalidOptionError(f"[BOOKKEEPER_INVALID_OPTION] option '{option}'={value!r} is invalid: {fix}")
+
+
+def _int(opts: Mapping[str, str], option: str, default: int, *, minimum: int, maximum: int = _INT64_MAX) -> int:
+    raw = opts.get(option.lower())
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise _bad(option, raw, f"expected a whole number between {minimum} and {maximum}") from None
+    if not minimum <= value <= maximum:
+        raise _bad(option, raw, f"expected a whole number between {minimum} and {maximum}")
+    return value
+
+
+def _bool(opts: Mapping[str, str], option: str, default: bool) -> bool:
+    raw = opts.get(option.lower())
+    if raw is None or raw == "":
+        return default
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise _bad(option, raw, "expected 'true' or 'false'")
+
+
+def _digest(opts: Mapping[str, str], default: str | None) -> str | None:
+    raw = opts.get("digesttype")
+    if raw is None or raw == "":
+        return default
+    name = str(raw).strip().upper()
+    if name not in DIGEST_TYPES:
+        raise _bad("digestType", raw, f"expected one of {', '.join(DIGEST_TYPES)}")
+    return "HMAC" if name == "MAC" else name
+
+
+def _uri(opts: Mapping[str, str]) -> str:
+    uri = (opts.get("metadataserviceuri") or "").strip()
+    if not uri:
+        raise InvalidOptionError(
+            "[BOOKKEEPER_MISSING_OPTION] option 'metadataServiceUri' is required, e.g. "
+            ".option('metadataServiceUri', 'zk+hierarchical://127.0.0.1:2181/ledgers')"
+        )
+    if "://" not in uri or not uri.split("://", 1)[0].startswith("zk"):
+        raise _bad("metadataServiceUri", uri, "expected zk+hierarchical://host:port/ledgers-root (or zk://, zk+longhierarchical://)")
+    return uri
+
+
+def _client_conf(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """``bookkeeper.*`` options, passed to the client with the prefix removed.
+
+    Spark lower-cases option keys; BookKeeper's keys are camelCase, so the client
+    matches them case-insensitively.
+    """
+    return tuple(sorted((k[len(_CLIENT_PREFIX):], v) for k, v in opts.items() if k.startswith(_CLIENT_PREFIX)))
+
+
+def _check_unknown(opts: Mapping[str, str], known: set[str], kind: str) -> None:
+    for key in opts:
+        if key not in known and not key.startswith(_CLIENT_PREFIX):
+            raise _bad(key, opts[key], f"not a {kind} option of the bookkeeper data source (see docs/connector.md); "
+                       "client settings go in 'bookkeeper.<key>'")
+
+
+def _dataset(opts: Mapping[str, str], required: bool) -> str | None:
+    name = opts.get("dataset") or opts.get("path")
+    if not name:
+        if required:
+            raise InvalidOptionError(
+                "[BOOKKEEPER_MISSING_OPTION] option 'dataset' is required for writes: it names the set of "
+                "ledgers the job writes, e.g. .option('dataset', 'events')"
+            )
+        return None
+    if not _DATASET_NAME.match(name):
+        raise _bad("dataset", name, "use 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    return name
+
+
+def parse_ledger_list(text: str) -> tuple[tuple[int, int], ...]:
+    """Parse ``"7,9,12"`` or ``"10-20,31"`` into sorted, merged inclusive ranges."""
+    ranges: list[tuple[int, int]] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        match = re.fullmatch(r"(\d+)\s*(?:-\s*(\d+))?", part)
+        if not match:
+            raise _bad("ledgers", text, "expected ledger ids and ranges such as '7,9,12' or '10-20'")
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) else first
+        if last < first or last > _INT64_MAX:
+            raise _bad("ledgers", text, f"range '{part}' is empty or beyond 2^63-1")
+        ranges.append((first, last))
+    if not ranges:
+        raise _bad("ledgers", text, "expected at least one ledger id")
+    ranges.sort()
+    merged = [ranges[0]]
+    for first, last in ranges[1:]:
+        if first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(last, merged[-1][1]))
+        else:
+            merged.append((first, last))
+    return tuple(merged)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What ``spark.read.format("bookkeeper")`` was asked to read."""
+
+    metadata_service_uri: str
+    ledger_ranges: tuple[tuple[int, int], ...] | None
+    dataset: str | None
+    scope_id: int = 0
+    start_entry: int = 0
+    end_entry: int | None = None
+    include_open_ledgers: bool = False
+    max_entries_per_partition: int = 100_000
+    batch_read_enabled: bool = True
+    batch_max_count: int = 1000
+    batch_max_size: int = 4 * 1024 * 1024
+    digest_type: str | None = None
+    password: bytes = b""
+    fail_on_data_loss: bool = True
+    client_conf: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """What ``df.write.format("bookkeeper")`` was asked to write."""
+
+    metadata_service_uri: str
+    dataset: str
+    scope_id: int = 0
+    ensemble_size: int = 3
+    write_quorum_size: int = 2
+    ack_quorum_size: int = 2
+    digest_type: str = "CRC32C"
+    password: bytes = b""
+    client_conf: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+
+def parse_read_options(options: Mapping[str, str | None]) -> ReadOptions:
+    """Validate read options; raises :class:`InvalidOptionError` naming the option and the fix."""
+    opts = _lower(options)
+    _check_unknown(opts, _READ_KEYS, "read")
+    uri = _uri(opts)
+    dataset = _dataset(opts, required=False)
+    ledgers_text = opts.get("ledgers")
+    if ledgers_text and dataset:
+        raise InvalidOptionError(
+            "[BOOKKEEPER_CONFLICTING_OPTIONS] set only one of 'ledgers' and 'dataset': "
+            "'ledgers' names ledger ids, 'dataset' the ledgers a bookkeeper write job committed"
+        )
+    if not ledgers_text and not dataset:
+        raise InvalidOptionError(
+            "[BOOKKEEPER_MISSING_OPTION] say what to read: .option('ledgers', '7,9,12') (ids or ranges like '10-20') "
+            "or .option('dataset', 'name') for the ledgers a bookkeeper write job committed"
+        )
+    start_entry = _int(opts, "startEntry", 0, minimum=0)
+    end_entry = _int(opts, "endEntry", -1, minimum=-1)
+    if end_entry != -1 and end_entry < start_entry:
+        raise _bad("endEntry", end_entry, f"must be >= startEntry ({start_entry}), or -1 for the last entry")
+    return ReadOptions(
+        metadata_service_uri=uri,
+        ledger_ranges=parse_ledger_list(ledgers_text) if ledgers_text else None,
+        dataset=dataset,
+        scope_id=_int(opts, "scopeId", 0, minimum=0),
+        start_entry=start_entry,
+        end_entry=None if end_entry == -1 else end_entry,
+        include_open_ledgers=_bool(opts, "includeOpenLedgers", False),
+        max_entries_per_partition=_int(opts, "maxEntriesPerPartition", 100_000, minimum=1),
+        batch_read_enabled=_bool(opts, "batchReadEnabled", True),
+        batch_max_count=_int(opts, "batchMaxCount", 1000, minimum=1, maximum=(1 << 31) - 1),
+        batch_max_size=_int(opts, "batchMaxSize", 4 * 1024 * 1024, minimum=1024),
+        digest_type=_digest(opts, None),
+        password=(opts.get("password") or "").encode("utf-8"),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        client_conf=_client_conf(opts),
+    )
+
+
+def parse_write_options(options: Mapping[str, str | None]) -> WriteOptions:
+    """Validate write options; raises :class:`InvalidOptionError` naming the option and the fix."""
+    opts = _lower(options)
+    _check_unknown(opts, _WRITE_KEYS, "write")
+    uri = _uri(opts)
+    dataset = _dataset(opts, required=True)
+    assert dataset is not None
+    ensemble = _int(opts, "ensembleSize", 3, minimum=1, maximum=1024)
+    write_quorum = _int(opts, "writeQuorumSize", min(2, ensemble), minimum=1, maximum=1024)
+    ack_quorum = _int(opts, "ackQuorumSize", min(2, write_quorum), minimum=1, maximum=1024)
+    if write_quorum > ensemble:
+        raise _bad("writeQuorumSize", write_quorum, f"must be <= ensembleSize ({ensemble})")
+    if ack_quorum > write_quorum:
+        raise _bad("ackQuorumSize", ack_quorum, f"must be <= writeQuorumSize ({write_quorum})")
+    return WriteOptions(
+        metadata_service_uri=uri,
+        dataset=dataset,
+        scope_id=_int(opts, "scopeId", 0, minimum=0),
+        ensemble_size=ensemble,
+        write_quorum_size=write_quorum,
+        ack_quorum_size=ack_quorum,
+        digest_type=_digest(opts, "CRC32C") or "CRC32C",
+        password=(opts.get("password") or "").encode("utf-8"),
+        client_conf=_client_conf(opts),
+    )

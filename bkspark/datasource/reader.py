@@ -1,0 +1,205 @@
+"""Batch reads: plan ledger slices on the driver, read them as Arrow batches on executors.
+
+The reader object is pickled from the planner to every executor, so it holds
+only options and bounds; the client lives in the per-worker cache
+(:mod:`bkspark.datasource.clients`).  ``read()`` yields ``pyarrow.RecordBatch``
+objects of about ``ROWS_PER_BATCH`` entries (2-4x faster than tuples in
+PySpark 4.3), built column-wise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from bkspark.datasource.options import ReadOptions
+from bkspark.datasource.planning import Bounds, LedgerSlice, push_filters, split_ledger
+
+__all__ = ["BookKeeperReader", "BookKeeperPushdownReader", "ROWS_PER_BATCH"]
+
+ROWS_PER_BATCH = 10_000
+
+
+def _client_settings(options: ReadOptions) -> dict[str, Any]:
+    from bkspark.datasource.clients import client_conf
+
+    return client_conf(options.client_conf, batch_read_enabled=options.batch_read_enabled)
+
+
+class BookKeeperReader(DataSourceReader):
+    """Reads ledgers or a dataset; no filter pushdown (Spark's pushdown conf is off)."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self.bounds = Bounds()
+
+    # -- planning (driver) ------------------------------------------------
+    def _ledgers_to_read(self, bk: Any) -> list[tuple[int, int]]:
+        """(scope, ledger) pairs selected by ``ledgers`` or ``dataset``, that exist."""
+        from bkspark.errors import InvalidOptionError
+
+        opts = self.options
+        if opts.dataset is not None:
+            from bkspark.datasource.datasets import DatasetRegistry
+
+            manifest = DatasetRegistry(bk.zk, bk.ledgers_root).manifest(opts.dataset)
+            if manifest is None:
+                raise InvalidOptionError(
+                    f"[BOOKKEEPER_DATASET_NOT_FOUND] dataset {opts.dataset!r} has no committed ledgers under "
+                    f"{opts.metadata_service_uri}; write it first with df.write.format('bookkeeper')"
+                    f".option('dataset', {opts.dataset!r}).mode('append').save()"
+                )
+            return [pair for pair in manifest.ledgers]
+        assert opts.ledger_ranges is not None
+        wanted: list[tuple[int, int]] = []
+        listed: set[int] | None = None
+        for first, last in opts.ledger_ranges:
+            if first == last:
+                wanted.append((opts.scope_id, first))
+                continue
+            if listed is None:
+                listed = set(bk.list_ledgers(scope_id=opts.scope_id))
+            wanted.extend((opts.scope_id, lid) for lid in sorted(listed) if first <= lid <= last)
+        return wanted
+
+    def partitions(self) -> list[InputPartition]:
+        from bkspark.datasource.clients import get_client
+        from bkspark.errors import InvalidOptionError, NoSuchLedgerMetadataError
+
+        opts = self.options
+        bk = get_client(opts.metadata_service_uri, _client_settings(opts))
+        slices: list[InputPartition] = []
+        for scope_id, ledger_id in self._ledgers_to_read(bk):
+            if not (self.bounds.admits("scope_id", scope_id) and self.bounds.admits("ledger_id", ledger_id)):
+                continue
+            try:
+                md = bk.get_ledger_metadata(ledger_id, scope_id=scope_id)
+            except NoSuchLedgerMetadataError:
+                if opts.dataset is None and (opts.ledger_ranges and any(f == l == ledger_id for f, l in opts.ledger_ranges)):
+                    raise InvalidOptionError(
+                        f"[BOOKKEEPER_LEDGER_NOT_FOUND] ledger {ledger_id} (scope {scope_id}) does not exist under "
+                        f"{opts.metadata_service_uri}; check the 'ledgers' option"
+                    ) from None
+                if opts.fail_on_data_loss:
+                    raise
+                continue
+            last = self._last_readable_entry(bk, md, scope_id, ledger_id)
+            if last is None:
+                continue
+            if opts.end_entry is not None:
+                last = min(last, opts.end_entry)
+            custom = tuple(sorted((k, bytes(v)) for k, v in (md.custom_metadata or {}).items()))
+            for first_run, last_run in self.bounds.entry_runs(opts.start_entry, last):
+                slices.extend(
+                    split_ledger(
+                        scope_id, ledger_id, first_run, last_run, opts.max_entries_per_partition,
+                        ctime_ms=md.ctime if md.ctime else None, custom_metadata=custom,
+                        ledger_open=md.state.name != "CLOSED",
+                    )
+                )
+        return slices
+
+    def _last_readable_entry(self, bk: Any, md: Any, scope_id: int, ledger_id: int) -> int | None:
+        """Closed: the metadata's last entry.  Open: the LAC, if ``includeOpenLedgers``; else skip."""
+        if md.state.name == "CLOSED":
+            return md.last_entry_id if md.last_entry_id is not None and md.last_entry_id >= 0 else None
+        if not self.options.include_open_ledgers:
+            return None
+        handle = bk.open_ledger(
+            ledger_id, scope_id=scope_id, recovery=False,
+            password=self.options.password, digest_type=self.options.digest_type,
+        )
+        try:
+            lac = handle.last_add_confirmed
+        finally:
+            handle.close()
+        return lac if lac >= 0 else None
+
+    # -- reading (executor) -------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if not isinstance(partition, LedgerSlice):
+            return  # Spark turns an empty plan into one InputPartition(None): nothing to read
+        from bkspark.datasource.clients import evict_client, get_client
+        from bkspark.errors import BookieError, NoSuchLedgerMetadataError
+
+        opts = self.options
+        settings = _client_settings(opts)
+        bk = get_client(opts.metadata_service_uri, settings)
+        try:
+            handle = bk.open_ledger(
+                partition.ledger_id, scope_id=partition.scope_id, recovery=False,
+                password=opts.password, digest_type=opts.digest_type,
+            )
+        except NoSuchLedgerMetadataError:
+            if opts.fail_on_data_loss:
+                raise NoSuchLedgerMetadataError(
+                    f"[BOOKKEEPER_DATA_LOSS] ledger {partition.ledger_id} (scope {partition.scope_id}) was deleted "
+                    "after the query was planned; set .option('failOnDataLoss', 'false') to skip such ledgers"
+                ) from None
+            return
+        try:
+            yield from self._read_slice(handle, partition)
+        except BookieError:
+            evict_client(opts.metadata_service_uri, settings)
+            raise
+        finally:
+            handle.close()
+
+    def _read_slice(self, handle: Any, part: LedgerSlice) -> Iterator[Any]:
+        import pyarrow as pa
+
+        from bkspark.datasource.schema import arrow_schema
+
+        schema = arrow_schema()
+        opts = self.options
+        ctime = pa.scalar(part.ctime_ms * 1000 if part.ctime_ms else None, type=schema.field("ledger_ctime").type)
+        custom = pa.scalar(list(part.custom_metadata), type=schema.field("custom_metadata").type)
+        entry_ids: list[int] = []
+        payloads: list[bytes] = []
+
+        def flush() -> Any:
+            n = len(entry_ids)
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.repeat(pa.scalar(part.scope_id, pa.int64()), n),
+                    pa.repeat(pa.scalar(part.ledger_id, pa.int64()), n),
+                    pa.array(entry_ids, pa.int64()),
+                    pa.array(payloads, pa.binary()),
+                    pa.repeat(ctime, n),
+                    pa.repeat(custom, n),
+                ],
+                schema=schema,
+            )
+            entry_ids.clear()
+            payloads.clear()
+            return batch
+
+        next_entry = part.first_entry
+        while next_entry <= part.last_entry:
+            remaining = part.last_entry - next_entry + 1
+            if opts.batch_read_enabled:
+                entries = handle.batch_read(next_entry, min(remaining, opts.batch_max_count), opts.batch_max_size)
+            else:
+                entries = handle.read(next_entry, next_entry + min(remaining, opts.batch_max_count) - 1)
+            if not entries:
+                from bkspark.errors import NoSuchEntryError
+
+                raise NoSuchEntryError(
+                    f"ledger {part.ledger_id} returned no entry at {next_entry} (expected up to {part.last_entry})"
+                )
+            for entry in entries:
+                entry_ids.append(entry.entry_id)
+                payloads.append(entry.payload)
+            next_entry = entries[-1].entry_id + 1
+            if len(entry_ids) >= ROWS_PER_BATCH:
+                yield flush()
+        if entry_ids:
+            yield flush()
+
+
+class BookKeeperPushdownReader(BookKeeperReader):
+    """The same reader with ``pushFilters``: used only when Spark's pushdown conf is on."""
+
+    def pushFilters(self, filters: list[Any]) -> Any:  # noqa: N802 - Spark's name
+        return push_filters(filters, self.bounds)

@@ -1,0 +1,434 @@
+"""Ledger metadata in ZooKeeper, laid out exactly as Apache BookKeeper lays it out.
+
+What Java does, and so what we do (spec metadata-and-replication.md §1, §2.9):
+
+* ``<root>/LAYOUT`` names the ledger manager; its class decides the path scheme
+  (hybrid hierarchical, always-long, legacy short).  A missing LAYOUT is
+  created with the hierarchical factory, as the first Java client would.
+* Ledger ids come from ``LongZkLedgerIdGenerator``: an ephemeral-sequential
+  ``<root>/idgen/ID-`` znode, deleted right away; once ``idgen-long`` exists
+  (or the 31-bit counter overflows), ``idgen-long/HOB-<n>/ID-`` with
+  ``id = n << 32 | low``.
+* Metadata znodes are created PERSISTENT with their parents; a create lost to a
+  connection loss is never retried blindly: we read what is there and accept it
+  only if it carries our own ``cToken`` (else :class:`LedgerExistsError`).
+* Updates are compare-and-set on the znode version (:class:`MetadataVersionError`).
+* Deletes remove the znode, then every parent left empty.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import threading
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    ZookeeperError,
+)
+from kazoo.protocol.states import WatchedEvent
+
+from bkspark.errors import (
+    BadMetadataError,
+    InvalidOptionError,
+    LedgerExistsError,
+    MetadataError,
+    MetadataVersionError,
+    NoSuchLedgerMetadataError,
+)
+from bkspark.metadata.retry import TRANSIENT_ZK_ERRORS, RetryPolicy
+from bkspark.protocol import layout as layout_codec
+from bkspark.protocol import ledger_metadata as md_codec
+from bkspark.protocol import zk_paths
+from bkspark.protocol.ledger_metadata import LedgerMetadata
+
+__all__ = ["Versioned", "ZkMetadataStore", "LEDGER_ID_MAX_SHORT"]
+
+log = logging.getLogger(__name__)
+
+#: Ids at or above this value overflow the 31-bit generator (Integer.MAX_VALUE).
+LEDGER_ID_MAX_SHORT = 2**31 - 1
+
+_ID_PREFIX = "ID-"
+_HOB_PREFIX = "HOB-"
+_DIGITS = re.compile(r"^\d+$")
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """Ledger metadata with the znode version it was read (or written) at."""
+
+    metadata: LedgerMetadata
+    version: int
+
+
+class ZkMetadataStore:
+    """BookKeeper's ZooKeeper metadata: LAYOUT, id generation, ledger znodes, listing.
+
+    Blocking and thread-safe (kazoo is); the asyncio client calls it from a
+    worker thread.  ``zk`` may be an already started ``KazooClient`` (then it
+    is not stopped on :meth:`close`).
+    """
+
+    def __init__(
+        self,
+        metadata_service_uri: str,
+        *,
+        zk: KazooClient | None = None,
+        session_timeout: float = 10.0,
+        retry: RetryPolicy | None = None,
+        metadata_format_version: int = 3,
+        store_ctime: bool = False,
+        create_layout: bool = True,
+    ) -> None:
+        self.uri = layout_codec.parse_metadata_service_uri(metadata_service_uri)
+        self.root = self.uri.root
+        self.retry = retry or RetryPolicy()
+        self.metadata_format_version = metadata_format_version
+        self.store_ctime = store_ctime
+        self._owns_zk = zk is None
+        self.zk = zk or KazooClient(hosts=self.uri.zk_hosts, timeout=session_timeout)
+        if self._owns_zk:
+            try:
+                self.zk.start(timeout=session_timeout)
+            except Exception as exc:  # kazoo raises a bare timeout_exception
+                self.zk.close()
+                raise MetadataError("cannot connect to ZooKeeper", hosts=self.uri.zk_hosts) from exc
+        self.scheme = self._load_layout(create_layout)
+        self._idgen_long: bool | None = None
+        self._lock = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the ZooKeeper session if this store opened it."""
+        if self._owns_zk:
+            try:
+                self.zk.stop()
+            finally:
+                self.zk.close()
+
+    def __enter__(self) -> "ZkMetadataStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- LAYOUT ------------------------------------------------------------------
+
+    def _load_layout(self, create: bool) -> str:
+        """Read ``<root>/LAYOUT`` (creating the default one if allowed) and return the path scheme."""
+        path = f"{self.root}/LAYOUT"
+        try:
+            data, _ = self.retry(self.zk.get, path)
+        except NoNodeError:
+            if not create:
+                raise BadMetadataError("no LAYOUT znode: not a BookKeeper cluster root", path=path) from None
+            wanted = layout_codec.default_layout(self.uri.ledger_manager_type)
+            try:
+                self.retry(self.zk.create, path, layout_codec.serialize_layout(wanted), makepath=True)
+                data = layout_codec.serialize_layout(wanted)
+            except NodeExistsError:
+                data, _ = self.retry(self.zk.get, path)
+        except ZookeeperError as exc:
+            raise self.retry.wrap_error(exc, path=path) from exc
+        layout = layout_codec.parse_layout(data)
+        scheme = layout_codec.path_scheme(layout)
+        wanted_type = self.uri.ledger_manager_type
+        if wanted_type is not None and layout_codec.path_scheme_for_type(wanted_type) != scheme:
+            raise BadMetadataError(
+                "metadataServiceUri names a different ledger manager than LAYOUT",
+                uri_type=wanted_type,
+                layout=layout.manager_factory_class,
+            )
+        return scheme
+
+    # -- paths ---------------------------------------------------------------------
+
+    def ledger_path(self, ledger_id: int, scope_id: int = 0) -> str:
+        """The metadata znode of a ledger under this cluster's layout."""
+        return zk_paths.ledger_path(self.root, ledger_id, scheme=self.scheme, scope_id=scope_id)
+
+    # -- id generation (LongZkLedgerIdGenerator) ----------------------------------
+
+    def _sequential_id(self, prefix_path: str) -> int:
+        """ZkLedgerIdGenerator: create ``<prefix>`` ephemeral-sequential, parse, delete."""
+        # A retry after a connection loss may leave an extra ephemeral znode: harmless
+        # (it is ephemeral and ids only need to be unique), so blind retries are fine here.
+        created = self.retry(self.zk.create, prefix_path, b"", ephemeral=True, sequence=True, makepath=True)
+        number = int(created[len(prefix_path) :] if created.startswith(prefix_path) else created.rsplit(_ID_PREFIX, 1)[1])
+        self.zk.delete_async(created)
+        return number
+
+    def _idgen_long_exists(self) -> bool:
+        if self._idgen_long is None:
+            self._idgen_long = self.retry(self.zk.exists, f"{self.root}/idgen-long") is not None
+        return self._idgen_long
+
+    def generate_ledger_id(self) -> int:
+        """A fresh ledger id, drawn exactly as Java's ``LongZkLedgerIdGenerator`` draws it."""
+        prefix_dir = f"{self.root}/idgen" if self.scheme != "flat" else self.root
+        try:
+            if not self._idgen_long_exists():
+                ledger_id = self._sequential_id(f"{prefix_dir}/{_ID_PREFIX}")
+                if 0 <= ledger_id < LEDGER_ID_MAX_SHORT:
+                    return ledger_id
+                if self.scheme == "legacyhierarchical" or self.scheme == "flat":
+                    raise MetadataError("31-bit ledger id space exhausted (LedgerIdOverflowException)")
+                try:
+                    self.retry(self.zk.create, f"{self.root}/idgen-long", b"", makepath=True)
+                except NodeExistsError:
+                    pass
+                self._idgen_long = True
+            return self._generate_long_id()
+        except ZookeeperError as exc:
+            raise self.retry.wrap_error(exc, op="generate_ledger_id") from exc
+
+    def _generate_long_id(self) -> int:
+        base = f"{self.root}/idgen-long"
+        while True:
+            hobs = sorted(
+                int(c[len(_HOB_PREFIX) :])
+                for c in self.retry(self.zk.get_children, base)
+                if c.startswith(_HOB_PREFIX) and _DIGITS.match(c[len(_HOB_PREFIX) :])
+            )
+            if not hobs:
+                self._create_hob(base, 1)
+                continue
+            high = hobs[-1]
+            if len(hobs) > 3:
+                for old in hobs[:-3]:
+                    self.zk.delete_async(f"{base}/{_HOB_PREFIX}{old:010d}", version=0)
+            low = self._sequential_id(f"{base}/{_HOB_PREFIX}{high:010d}/{_ID_PREFIX}")
+            if 0 <= low < LEDGER_ID_MAX_SHORT:
+                return (high << 32) | low
+            self._create_hob(base, high + 1)
+
+    def _create_hob(self, base: str, n: int) -> None:
+        try:
+            self.retry(self.zk.create, f"{base}/{_HOB_PREFIX}{n:010d}", b"", makepath=True)
+        except NodeExistsError:
+            pass
+
+    # -- ledger metadata CRUD ------------------------------------------------------
+
+    def new_ctoken(self) -> int:
+        """What Java puts in ``cToken``: ``ThreadLocalRandom.nextLong(Long.MAX_VALUE)``."""
+        return random.randrange(0, 2**63 - 1)
+
+    def create_ledger_metadata(self, ledger_id: int, metadata: LedgerMetadata, scope_id: int = 0) -> Versioned:
+        """Create the ledger's znode (version 0); :class:`LedgerExistsError` if it is there.
+
+        A create interrupted by a connection loss is resolved by reading the
+        znode: ours (same cToken, or the same bytes for tokenless formats)
+        counts as created, anything else as :class:`LedgerExistsError`.
+        """
+        if metadata.format_version >= 3 and not metadata.ctoken:
+            metadata = replace(metadata, ctoken=self.new_ctoken())
+        data = md_codec.serialize(metadata, version=metadata.format_version)
+        path = self.ledger_path(ledger_id, scope_id)
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                self.zk.create(path, data, makepath=True)
+                return Versioned(metadata, 0)
+            except NodeExistsError:
+                if attempts > 1 and self._is_our_znode(path, metadata, data):
+                    return Versioned(metadata, 0)
+                raise LedgerExistsError("ledger already exists", ledger_id=ledger_id, scope_id=scope_id) from None
+            except TRANSIENT_ZK_ERRORS:
+                # The create may or may not have reached the server: look before trying again.
+                self._wait_connected()
+                try:
+                    existing, stat = self.retry(self.zk.get, path)
+                except NoNodeError:
+                    if attempts >= 8:
+                        raise MetadataError("create of ledger metadata kept losing the connection", path=path) from None
+                    continue
+                if self._same_creation(existing, metadata, data):
+                    return Versioned(metadata, stat.version)
+                raise LedgerExistsError("ledger already exists", ledger_id=ledger_id, scope_id=scope_id) from None
+            except ZookeeperError as exc:
+                raise self.retry.wrap_error(exc, path=path) from exc
+
+    def _wait_connected(self, timeout: float = 30.0) -> None:
+        event = threading.Event()
+
+        def listener(state: str) -> bool:
+            if state == "CONNECTED":
+                event.set()
+                return True
+            return False
+
+        if self.zk.connected:
+            return
+        self.zk.add_listener(listener)
+        try:
+            if not self.zk.connected:
+                event.wait(timeout)
+        finally:
+            self.zk.remove_listener(listener)
+
+    def _is_our_znode(self, path: str, metadata: LedgerMetadata, data: bytes) -> bool:
+        try:
+            existing, _ = self.retry(self.zk.get, path)
+        except NoNodeError:
+            return False
+        return self._same_creation(existing, metadata, data)
+
+    @staticmethod
+    def _same_creation(existing: bytes, metadata: LedgerMetadata, data: bytes) -> bool:
+        if existing == data:
+            return True
+        if not metadata.ctoken:
+            return False
+        try:
+            return md_codec.parse(existing).ctoken == metadata.ctoken
+        except Exception:  # unparsable foreign data is not ours
+            return False
+
+    def read_ledger_metadata(
+        self, ledger_id: int, scope_id: int = 0, watch: Callable[[WatchedEvent], None] | None = None
+    ) -> Versioned:
+        """The ledger's metadata and znode version; :class:`NoSuchLedgerMetadataError` if absent."""
+        path = self.ledger_path(ledger_id, scope_id)
+        try:
+            data, stat = self.retry(self.zk.get, path, watch=watch)
+        except NoNodeError:
+            raise NoSuchLedgerMetadataError("no such ledger", ledger_id=ledger_id, scope_id=scope_id) from None
+        except ZookeeperError as exc:
+            raise self.retry.wrap_error(exc, path=path) from exc
+        metadata = md_codec.parse(data)
+        if metadata.ctime is None or metadata.ctime <= 0:
+            # Java falls back to the znode's creation time (stat.ctime, ms).
+            try:
+                metadata = replace(metadata, ctime=stat.ctime)
+            except TypeError:
+                pass
+        return Versioned(metadata, stat.version)
+
+    def write_ledger_metadata(
+        self, ledger_id: int, metadata: LedgerMetadata, version: int, scope_id: int = 0
+    ) -> Versioned:
+        """Compare-and-set: write only if the znode is still at ``version``.
+
+        :class:`MetadataVersionError` when someone else wrote first;
+        :class:`NoSuchLedgerMetadataError` when the ledger was deleted.
+        """
+        if version < 0:
+            raise InvalidOptionError("compare-and-set needs a known znode version", version=version)
+        # Java's LedgerMetadataBuilder.from() does not copy cToken: updates write 0.
+        if metadata.ctoken:
+            metadata = replace(metadata, ctoken=0)
+        data = md_codec.serialize(metadata, version=metadata.format_version)
+        path = self.ledger_path(ledger_id, scope_id)
+        try:
+            stat = self._set_with_retry(path, data, version)
+        except BadVersionError:
+            raise MetadataVersionError(
+                "ledger metadata changed concurrently", ledger_id=ledger_id, scope_id=scope_id, version=version
+            ) from None
+        except NoNodeError:
+            raise NoSuchLedgerMetadataError("no such ledger", ledger_id=ledger_id, scope_id=scope_id) from None
+        except ZookeeperError as exc:
+            raise self.retry.wrap_error(exc, path=path) from exc
+        return Versioned(metadata, stat.version)
+
+    def _set_with_retry(self, path: str, data: bytes, version: int):  # type: ignore[no-untyped-def]
+        """``set`` with a conditional version; a retry that hits BadVersion checks whether it was us."""
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                return self.zk.set(path, data, version=version)
+            except TRANSIENT_ZK_ERRORS:
+                self._wait_connected()
+                current, stat = self.retry(self.zk.get, path)
+                if stat.version == version + 1 and current == data:
+                    return stat  # our write went through before the connection dropped
+                if stat.version != version or attempts >= 8:
+                    raise BadVersionError() from None
+
+    def delete_ledger_metadata(self, ledger_id: int, scope_id: int = 0, version: int = -1) -> None:
+        """Delete the ledger's znode (then its empty parents); an absent znode is fine."""
+        path = self.ledger_path(ledger_id, scope_id)
+        try:
+            self.retry(self.zk.delete, path, version=version)
+        except NoNodeError:
+            pass
+        except BadVersionError:
+            raise MetadataVersionError("ledger metadata changed concurrently", ledger_id=ledger_id) from None
+        except ZookeeperError as exc:
+            raise self.retry.wrap_error(exc, path=path) from exc
+        self._delete_empty_parents(path)
+
+    def _delete_empty_parents(self, path: str) -> None:
+        parent = path.rsplit("/", 1)[0]
+        stop = zk_paths.scope_root(self.root, 0) if hasattr(zk_paths, "scope_root") else self.root
+        while parent and parent not in (self.root, stop) and parent.startswith(self.root + "/"):
+            try:
+                self.retry(self.zk.delete, parent)
+            except (NotEmptyError, NoNodeError):
+                return
+            except ZookeeperError:
+                return
+            parent = parent.rsplit("/", 1)[0]
+
+    def ledger_exists(self, ledger_id: int, scope_id: int = 0) -> bool:
+        """Whether the ledger's metadata znode exists."""
+        return self.retry(self.zk.exists, self.ledger_path(ledger_id, scope_id)) is not None
+
+    # -- listing ---------------------------------------------------------------------
+
+    def list_ledgers(self, scope_id: int = 0) -> Iterator[int]:
+        """Every ledger id of a scope, in ascending order, walking the tree as Java does."""
+        if scope_id == 0:
+            yield from self._walk_scope0()
+        else:
+            base = zk_paths.scope_root(self.root, scope_id)
+            yield from sorted(self._walk(base, scope_id))
+
+    def _walk_scope0(self) -> Iterator[int]:
+        try:
+            children = self.retry(self.zk.get_children, self.root)
+        except NoNodeError:
+            return
+        ids: list[int] = []
+        for child in children:
+            if zk_paths.is_special_znode(child):
+                continue
+            if self.scheme == "flat":
+                if child.startswith("L") and _DIGITS.match(child[1:]):
+                    ids.append(int(child[1:]))
+                continue
+            if not _DIGITS.match(child) or len(child) not in (2, 3):
+                continue
+            if self.scheme == "longhierarchical" and len(child) != 3:
+                continue
+            if self.scheme == "legacyhierarchical" and len(child) != 2:
+                continue
+            ids.extend(self._walk(f"{self.root}/{child}", 0))
+        yield from sorted(ids)
+
+    def _walk(self, path: str, scope_id: int) -> Iterator[int]:
+        try:
+            children = self.retry(self.zk.get_children, path)
+        except NoNodeError:
+            return
+        for child in children:
+            full = f"{path}/{child}"
+            if child.startswith("L"):
+                try:
+                    yield zk_paths.ledger_id_from_path(self.root, full, scheme=self.scheme, scope_id=scope_id)
+                except (ValueError, BadMetadataError, InvalidOptionError):
+                    log.debug("skipping non-ledger znode %s", full)
+            elif _DIGITS.match(child) or re.match(r"^[0-9a-fA-F]+$", child):
+                yield from self._walk(full, scope_id)

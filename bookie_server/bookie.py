@@ -1,0 +1,385 @@
+"""The bookie's core: what an add, a fence, a read or an explicit LAC does to
+ledger state, journal and storage, independent of the wire protocol.
+
+Everything here runs on the event loop thread (the journal writer and the
+checkpoint run on their own threads and report back through the loop), so
+ledger state needs no locks.  Operations that must be durable before they are
+answered return an ``asyncio.Future`` that resolves when the journal has
+synced their record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bkspark.errors import (
+    BookieIOError,
+    LedgerFencedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    UnauthorizedAccessError,
+    WriteOnReadOnlyBookieError,
+)
+
+from bookie_server.config import BookieConfig
+from bookie_server.journal import (
+    Journal,
+    JournalPosition,
+    RecordType,
+    encode_add,
+    encode_record,
+    iter_records,
+    journal_files,
+)
+from bookie_server.storage import LedgerInfo, LedgerStorage
+
+__all__ = ["Bookie", "ReadLacResult"]
+
+log = logging.getLogger("bookie_server.bookie")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLacResult:
+    """What READ_LAC answers: the explicit-LAC blob and the last entry, when present."""
+
+    explicit_lac: bytes | None
+    last_entry: bytes | None
+
+
+class Bookie:
+    """Ledger state machine over one journal and one :class:`LedgerStorage`."""
+
+    def __init__(self, conf: BookieConfig, *, metrics: object | None = None) -> None:
+        self.conf = conf
+        self.metrics = metrics
+        self.storage = LedgerStorage(
+            conf.ledger_paths,
+            write_cache_max_bytes=conf.dbStorage_writeCacheMaxSizeMb * 1024 * 1024,
+            read_cache_max_bytes=conf.dbStorage_readAheadCacheMaxSizeMb * 1024 * 1024,
+            entry_log_size_limit=conf.logSizeLimit,
+        )
+        # One journal directory is used for writing; all are replayed (a later
+        # configuration may have listed more).
+        self.journal_dir = conf.journal_paths[0] / "current"
+        self.journal: Journal | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lac_waiters: dict[tuple[int, int], list[asyncio.Future[None]]] = {}
+        self._fence_pending: dict[tuple[int, int], asyncio.Future[None]] = {}
+        self._checkpoint_task: asyncio.Task[None] | None = None
+        self._checkpointing = False
+        self._forced_readonly = conf.forceReadOnlyBookie
+        self._disk_readonly = False
+        self.on_state_change: Callable[[bool], None] | None = None
+        self.started = False
+
+    # -- life cycle ---------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open storage, replay the journal, checkpoint, start the writer and flusher."""
+        self._loop = asyncio.get_running_loop()
+        self.storage.open()
+        replayed = self._replay()
+        self.journal = Journal(
+            self.journal_dir,
+            sync_data=self.conf.journalSyncData,
+            max_file_size=self.conf.journalMaxSizeMB * 1024 * 1024,
+            dispatch=self._loop.call_soon_threadsafe,
+            on_batch=getattr(self.metrics, "journal_batch", None),
+        )
+        self.journal.open()
+        # Everything replayed is now written to entry logs, so old journals can go.
+        await self._loop.run_in_executor(None, self.storage.checkpoint, self.journal.written_position)
+        self.journal.trim(self.storage.checkpoint_mark)
+        log.info("bookie storage ready", extra={"replayed_records": replayed, "ledgers": len(self.storage.ledgers())})
+        self._checkpoint_task = asyncio.create_task(self._checkpoint_loop(), name="bookie-checkpoint")
+        self.started = True
+
+    def _replay(self) -> int:
+        mark = self.storage.checkpoint_mark
+        count = 0
+        for file_id, path in journal_files(self.journal_dir):
+            if file_id < mark.file_id:
+                continue
+            start = mark.offset if file_id == mark.file_id else 0
+            for _end, record in iter_records(path, start):
+                self.storage.apply(record)
+                count += 1
+        return count
+
+    async def stop(self) -> None:
+        """Stop flushing, sync the journal, checkpoint everything, close files."""
+        if not self.started:
+            return
+        self.started = False
+        if self._checkpoint_task is not None:
+            self._checkpoint_task.cancel()
+            try:
+                await self._checkpoint_task
+            except asyncio.CancelledError:
+                pass
+        assert self.journal is not None and self._loop is not None
+        journal = self.journal
+        await self._loop.run_in_executor(None, journal.close)
+        while self._checkpointing:
+            await asyncio.sleep(0.01)
+        await self._loop.run_in_executor(None, self.storage.checkpoint, journal.written_position)
+        journal.trim(self.storage.checkpoint_mark)
+        for waiters in self._lac_waiters.values():
+            for fut in waiters:
+                if not fut.done():
+                    fut.cancel()
+        self._lac_waiters.clear()
+        self.storage.close()
+
+    async def _checkpoint_loop(self) -> None:
+        interval = max(self.conf.flushInterval, 100) / 1000.0
+        next_run = time.monotonic() + interval
+        while True:
+            await asyncio.sleep(min(0.1, interval))
+            if time.monotonic() >= next_run or self.storage.needs_flush:
+                try:
+                    await self.checkpoint()
+                except Exception:
+                    log.exception("checkpoint failed; will retry")
+                next_run = time.monotonic() + interval
+
+    async def checkpoint(self) -> None:
+        """Flush the write cache to entry logs + index, then trim covered journal files."""
+        if self._checkpointing or self.journal is None or self._loop is None:
+            return
+        self._checkpointing = True
+        try:
+            snapshot = self.storage.begin_checkpoint(self.journal.written_position)
+            ok = False
+            try:
+                await self._loop.run_in_executor(None, self.storage.write_checkpoint, snapshot)
+                ok = True
+            finally:
+                self.storage.end_checkpoint(snapshot, ok)
+            self.journal.roll()
+            self.journal.trim(self.storage.checkpoint_mark)
+        finally:
+            self._checkpointing = False
+
+    # -- read-only state ----------------------------------------------------------------
+    @property
+    def readonly(self) -> bool:
+        """True when adds are refused (admin request or disks over the threshold)."""
+        return self._forced_readonly or self._disk_readonly
+
+    def set_readonly(self, readonly: bool) -> None:
+        """Admin switch (HTTP ``/api/v1/bookie/state/readonly``)."""
+        before = self.readonly
+        self._forced_readonly = readonly
+        self._notify_state(before)
+
+    def check_disks(self) -> None:
+        """Enter read-only mode over diskUsageThreshold, leave it under diskUsageLwmThreshold."""
+        total, free = self.storage.disk_usage()
+        if total <= 0:
+            return
+        used = 1.0 - free / total
+        before = self.readonly
+        if not self._disk_readonly and used >= self.conf.diskUsageThreshold and self.conf.readOnlyModeEnabled:
+            log.warning("disk usage %.3f over threshold %.3f: going read-only", used, self.conf.diskUsageThreshold)
+            self._disk_readonly = True
+        elif self._disk_readonly and used < self.conf.diskUsageLwmThreshold:
+            log.info("disk usage %.3f under %.3f: writable again", used, self.conf.diskUsageLwmThreshold)
+            self._disk_readonly = False
+        self._notify_state(before)
+
+    def _notify_state(self, before: bool) -> None:
+        if before != self.readonly and self.on_state_change is not None:
+            self.on_state_change(self.readonly)
+
+    # -- helpers ------------------------------------------------------------------------
+    def _new_future(self) -> asyncio.Future[None]:
+        assert self._loop is not None
+        return self._loop.create_future()
+
+    def _journal(self, record: bytes, fut: asyncio.Future[None], after: Callable[[], None] | None = None) -> None:
+        if self.journal is None:
+            fut.set_exception(BookieIOError("bookie is not running"))
+            return
+
+        def done(error: BaseException | None) -> None:
+            if error is None and after is not None:
+                after()
+            if fut.done():
+                return
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(error)
+
+        self.journal.submit(record, done)
+
+    def _check_key(self, info: LedgerInfo | None, master_key: bytes, ledger_id: int) -> None:
+        if info is not None and info.master_key is not None and info.master_key != master_key:
+            raise UnauthorizedAccessError("master key mismatch", ledger_id=ledger_id)
+
+    def _bind_key(self, scope_id: int, ledger_id: int, info: LedgerInfo | None, master_key: bytes) -> bytes:
+        """Journal bytes to prepend when this is the ledger's first master key."""
+        if info is not None and info.master_key is not None:
+            return b""
+        self.storage.set_master_key(scope_id, ledger_id, master_key)
+        return encode_record(RecordType.MASTER_KEY, scope_id, ledger_id, master_key)
+
+    # -- operations ---------------------------------------------------------------------
+    def add_entry(
+        self,
+        scope_id: int,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        entry: bytes,
+        master_key: bytes,
+        *,
+        recovery: bool = False,
+        high_priority: bool = False,
+    ) -> asyncio.Future[None]:
+        """Store an entry; the future resolves once it is durable in the journal.
+
+        Raises at once: EREADONLY, EUA (key mismatch), EFENCED (fenced, not recovery).
+        """
+        if self.readonly and not (high_priority and not self._disk_readonly):
+            raise WriteOnReadOnlyBookieError(ledger_id=ledger_id)
+        info = self.storage.ledger(scope_id, ledger_id)
+        self._check_key(info, master_key, ledger_id)
+        if info is not None and info.fenced and not recovery:
+            raise LedgerFencedError(ledger_id=ledger_id)
+        prefix = self._bind_key(scope_id, ledger_id, info, master_key)
+        self.storage.put_entry(scope_id, ledger_id, entry_id, lac, entry)
+        fut = self._new_future()
+        record = encode_add(scope_id, ledger_id, entry_id, lac, entry)
+        self._journal(prefix + record if prefix else record, fut, lambda: self._lac_changed(scope_id, ledger_id))
+        if self.storage.needs_flush and not self._checkpointing and self._loop is not None:
+            self._loop.create_task(self.checkpoint())
+        return fut
+
+    def fence(self, scope_id: int, ledger_id: int, master_key: bytes) -> asyncio.Future[None]:
+        """Fence a ledger (creating it if unknown); resolves once the fence is durable.
+
+        Raises EUA at once on a master key mismatch.
+        """
+        info = self.storage.ledger(scope_id, ledger_id)
+        self._check_key(info, master_key, ledger_id)
+        key = (scope_id, ledger_id)
+        if info is not None and info.fenced:
+            pending = self._fence_pending.get(key)
+            if pending is not None:
+                return asyncio.shield(pending)  # type: ignore[return-value]
+            fut = self._new_future()
+            fut.set_result(None)
+            return fut
+        prefix = self._bind_key(scope_id, ledger_id, info, master_key)
+        self.storage.set_fenced(scope_id, ledger_id)
+        fut = self._new_future()
+        self._fence_pending[key] = fut
+        fut.add_done_callback(lambda _f: self._fence_pending.pop(key, None))
+        self._journal(prefix + encode_record(RecordType.FENCE, scope_id, ledger_id), fut)
+        return fut
+
+    def read_entry(self, scope_id: int, ledger_id: int, entry_id: int) -> bytes:
+        """An entry's bytes (entry -1: the last stored); raises ENOLEDGER / ENOENTRY / EIO."""
+        return self.storage.get_entry(scope_id, ledger_id, entry_id)
+
+    def last_add_confirmed(self, scope_id: int, ledger_id: int) -> int:
+        """The bookie's LAC for the ledger (ENOLEDGER when unknown)."""
+        info = self.storage.ledger(scope_id, ledger_id)
+        if info is None:
+            raise NoSuchLedgerError(ledger_id=ledger_id)
+        return info.lac
+
+    def write_lac(self, scope_id: int, ledger_id: int, blob: bytes, master_key: bytes) -> asyncio.Future[None]:
+        """Keep an explicit-LAC blob (the LAC is read from its bytes 8-15)."""
+        if self.readonly:
+            raise WriteOnReadOnlyBookieError(ledger_id=ledger_id)
+        info = self.storage.ledger(scope_id, ledger_id)
+        self._check_key(info, master_key, ledger_id)
+        prefix = self._bind_key(scope_id, ledger_id, info, master_key)
+        lac = struct.unpack_from(">q", blob, 8)[0] if len(blob) >= 16 else -1
+        self.storage.set_explicit_lac(scope_id, ledger_id, blob, lac)
+        fut = self._new_future()
+        self._journal(
+            prefix + encode_record(RecordType.EXPLICIT_LAC, scope_id, ledger_id, blob),
+            fut,
+            lambda: self._lac_changed(scope_id, ledger_id),
+        )
+        return fut
+
+    def read_lac(self, scope_id: int, ledger_id: int) -> ReadLacResult:
+        """Explicit-LAC blob and last entry; raises ENOLEDGER, or ENOENTRY when neither exists."""
+        info = self.storage.ledger(scope_id, ledger_id)
+        if info is None:
+            raise NoSuchLedgerError(ledger_id=ledger_id)
+        last = None
+        if info.last_entry >= 0:
+            try:
+                last = self.storage.get_entry(scope_id, ledger_id, -1)
+            except NoSuchEntryError:
+                last = None
+        if info.explicit_lac is None and last is None:
+            raise NoSuchEntryError(ledger_id=ledger_id, entry_id=-1)
+        return ReadLacResult(info.explicit_lac, last)
+
+    def force_ledger(self) -> asyncio.Future[None]:
+        """Resolves once everything journaled so far is durable."""
+        fut = self._new_future()
+        self._journal(b"", fut)
+        return fut
+
+    async def wait_for_lac(self, scope_id: int, ledger_id: int, previous_lac: int, timeout_ms: int) -> bool:
+        """Wait until the ledger's LAC passes ``previous_lac`` or the timeout ends; True if it did."""
+        timeout = min(max(timeout_ms, 0), self.conf.longPollMaxTimeoutMs) / 1000.0
+        deadline = time.monotonic() + timeout
+        key = (scope_id, ledger_id)
+        while True:
+            info = self.storage.ledger(scope_id, ledger_id)
+            if info is None:
+                raise NoSuchLedgerError(ledger_id=ledger_id)
+            if info.lac > previous_lac:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            fut = self._new_future()
+            self._lac_waiters.setdefault(key, []).append(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except asyncio.TimeoutError:
+                return False
+            finally:
+                waiters = self._lac_waiters.get(key)
+                if waiters is not None:
+                    try:
+                        waiters.remove(fut)
+                    except ValueError:
+                        pass
+                    if not waiters:
+                        self._lac_waiters.pop(key, None)
+
+    def _lac_changed(self, scope_id: int, ledger_id: int) -> None:
+        waiters = self._lac_waiters.pop((scope_id, ledger_id), None)
+        if waiters:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    def entry_ids(self, scope_id: int, ledger_id: int) -> list[int]:
+        """Sorted ids of the ledger's stored entries (ENOLEDGER when unknown)."""
+        return self.storage.entry_ids(scope_id, ledger_id)
+
+    def delete_ledger(self, scope_id: int, ledger_id: int) -> None:
+        """Drop a ledger's entries and state (garbage collection)."""
+        self.storage.delete_ledger(scope_id, ledger_id)
+        self._lac_changed(scope_id, ledger_id)
+
+    @property
+    def checkpoint_mark(self) -> JournalPosition:
+        """Journal position the last checkpoint covers."""
+        return self.storage.checkpoint_mark

@@ -1,0 +1,199 @@
+"""Bookie configuration, read from a BookKeeper-style ``bk_server.conf``.
+
+Key names are Apache BookKeeper's own (``bookiePort``, ``journalDirectories``,
+``metadataServiceUri`` ...) so an operator can reuse what they know; keys we
+do not use are kept in :attr:`BookieConfig.extra` and ignored.  The file format
+is the Java ``PropertiesConfiguration`` subset bookie configs use: ``key=value``
+(or ``key: value``) lines, ``#``/``!`` comments, comma-separated lists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bkspark.errors import InvalidOptionError
+
+__all__ = ["BookieConfig", "parse_conf_text", "load_conf"]
+
+
+def parse_conf_text(text: str) -> dict[str, str]:
+    """``key -> raw value`` of a Java properties text (continuation lines joined)."""
+    values: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if pending:
+            line = pending + line
+            pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                key, value = line[:i].strip(), line[i + 1 :].strip()
+                break
+            if ch.isspace():
+                key, value = line[:i].strip(), line[i:].strip().lstrip("=:").strip()
+                break
+        else:
+            key, value = line, ""
+        values[key] = value
+    return values
+
+
+def _bool(value: str | bool, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    lowered = value.strip().lower()
+    if lowered in ("true", "yes", "on", "1"):
+        return True
+    if lowered in ("false", "no", "off", "0"):
+        return False
+    raise InvalidOptionError("not a boolean", key=key, value=value)
+
+
+def _list(value: str | list[str]) -> list[str]:
+    if isinstance(value, list):
+        return value
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+@dataclass
+class BookieConfig:
+    """Settings of one bookie (BookKeeper key names, Python attribute names)."""
+
+    bookiePort: int = 3181
+    bookieId: str | None = None
+    advertisedAddress: str | None = None
+    listeningInterface: str | None = None
+    bindAddress: str = "0.0.0.0"
+    useHostNameAsBookieID: bool = False
+    useShortHostName: bool = False
+    allowLoopback: bool = False
+    metadataServiceUri: str | None = None
+    zkTimeout: int = 10000
+    journalDirectories: list[str] = field(default_factory=lambda: ["/tmp/bk-txn"])
+    ledgerDirectories: list[str] = field(default_factory=lambda: ["/tmp/bk-data"])
+    journalSyncData: bool = True
+    journalMaxSizeMB: int = 2048
+    logSizeLimit: int = 1024 * 1024 * 1024
+    flushInterval: int = 60000
+    dbStorage_writeCacheMaxSizeMb: int = 64
+    dbStorage_readAheadCacheMaxSizeMb: int = 64
+    nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024
+    maxBatchReadSize: int = 5 * 1024 * 1024
+    readOnlyModeEnabled: bool = True
+    forceReadOnlyBookie: bool = False
+    diskUsageThreshold: float = 0.95
+    diskUsageLwmThreshold: float = 0.90
+    diskCheckInterval: int = 10000
+    gcWaitTime: int = 900000
+    verifyMetadataOnGc: bool = False
+    httpServerEnabled: bool = False
+    httpServerPort: int = 8000
+    httpServerHost: str = "0.0.0.0"
+    longPollMaxTimeoutMs: int = 60000
+    extra: dict[str, str] = field(default_factory=dict)
+
+    # -- building -----------------------------------------------------------------------
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, object]) -> "BookieConfig":
+        """Build from raw ``key -> value`` pairs (strings from a file, or typed values)."""
+        conf = cls()
+        conf.update(values)
+        return conf
+
+    def update(self, values: Mapping[str, object]) -> None:
+        """Apply ``key -> value`` overrides; unknown keys land in :attr:`extra`."""
+        fields = {f.name: f for f in dataclasses.fields(self) if f.name != "extra"}
+        aliases = {"journalDirectory": "journalDirectories", "ledgerDirectory": "ledgerDirectories"}
+        for raw_key, value in values.items():
+            if value is None:
+                continue
+            key = aliases.get(raw_key, raw_key)
+            f = fields.get(key)
+            if f is None:
+                self.extra[raw_key] = str(value)
+                continue
+            setattr(self, key, self._coerce(key, f.type, value))
+        self.validate()
+
+    @staticmethod
+    def _coerce(key: str, ftype: object, value: object) -> object:
+        text = ftype if isinstance(ftype, str) else getattr(ftype, "__name__", str(ftype))
+        try:
+            if text.startswith("list"):
+                return _list(value if isinstance(value, (str, list)) else str(value))
+            if text == "bool":
+                return _bool(value if isinstance(value, (str, bool)) else str(value), key)
+            if text == "int":
+                return int(value)  # type: ignore[arg-type]
+            if text == "float":
+                return float(value)  # type: ignore[arg-type]
+            value = str(value).strip()
+            return value or None if "None" in text else value
+        except (TypeError, ValueError) as exc:
+            raise InvalidOptionError("bad configuration value", key=key, value=value) from exc
+
+    def validate(self) -> None:
+        """Reject settings a bookie cannot run with."""
+        if not 0 <= self.bookiePort <= 65535:
+            raise InvalidOptionError("bookiePort out of range", bookiePort=self.bookiePort)
+        if not self.journalDirectories or not self.ledgerDirectories:
+            raise InvalidOptionError("journalDirectories and ledgerDirectories must not be empty")
+        if self.nettyMaxFrameSizeBytes < 1024:
+            raise InvalidOptionError("nettyMaxFrameSizeBytes too small", value=self.nettyMaxFrameSizeBytes)
+        if not 0 < self.diskUsageLwmThreshold <= self.diskUsageThreshold <= 1:
+            raise InvalidOptionError(
+                "need 0 < diskUsageLwmThreshold <= diskUsageThreshold <= 1",
+                diskUsageLwmThreshold=self.diskUsageLwmThreshold,
+                diskUsageThreshold=self.diskUsageThreshold,
+            )
+
+    # -- derived values -----------------------------------------------------------------
+    def advertised_host(self) -> str:
+        """The host clients should dial: advertisedAddress, else this machine's address."""
+        if self.advertisedAddress:
+            return self.advertisedAddress
+        if self.useHostNameAsBookieID:
+            name = socket.getfqdn()
+            return name.split(".", 1)[0] if self.useShortHostName else name
+        try:
+            return socket.gethostbyname(socket.gethostname())
+        except OSError:
+            return "127.0.0.1"
+
+    def bookie_id(self) -> str:
+        """This bookie's BookieId: ``bookieId`` if set, else ``host:bookiePort`` (BookieImpl.getBookieId)."""
+        if self.bookieId:
+            return self.bookieId
+        return f"{self.advertised_host()}:{self.bookiePort}"
+
+    @property
+    def journal_paths(self) -> list[Path]:
+        """Journal directories as paths."""
+        return [Path(d) for d in self.journalDirectories]
+
+    @property
+    def ledger_paths(self) -> list[Path]:
+        """Ledger directories as paths."""
+        return [Path(d) for d in self.ledgerDirectories]
+
+
+def load_conf(path: str | Path | None, overrides: Mapping[str, object] | None = None) -> BookieConfig:
+    """Read a conf file (if given) and apply overrides (command-line flags)."""
+    values: dict[str, object] = {}
+    if path is not None:
+        try:
+            values.update(parse_conf_text(Path(path).read_text(encoding="utf-8")))
+        except OSError as exc:
+            raise InvalidOptionError("cannot read the configuration file", path=str(path), error=str(exc)) from exc
+    if overrides:
+        values.update({k: v for k, v in overrides.items() if v is not None})
+    return BookieConfig.from_mapping(values)

@@ -1,0 +1,338 @@
+"""The bookie's write-ahead journal: append-only files, group commit, replay.
+
+An add (or a fence, an explicit LAC, a ledger's first master key) is
+acknowledged only once its journal record is on disk.  One writer thread takes
+*every* record queued since its last write, writes them with a single
+``os.write`` and makes them durable with a single ``os.fdatasync`` (group
+commit), then hands the whole batch of completions back to the event loop in
+one call.  While one sync runs, the next batch piles up, so the number of
+syncs per second stays bounded by the disk and not by the number of clients.
+
+Record layout (all big-endian)::
+
+    [body length: u32][crc32c(body): u32][body]
+    body = [type: u8][scope id: i64][ledger id: i64][payload]
+
+A journal file starts with a 16-byte header ``b"BKSJ" + u32 version + u64 file id``.
+Replay stops at the first record that is truncated or fails its CRC: a crash
+can only tear the tail of the file that was being written, and everything
+before that point was complete (and everything acknowledged was synced).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import re
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+
+from bkspark.errors import BookieIOError
+
+__all__ = [
+    "RecordType",
+    "JournalRecord",
+    "JournalPosition",
+    "Journal",
+    "encode_record",
+    "iter_records",
+    "journal_files",
+]
+
+log = logging.getLogger("bookie_server.journal")
+
+_FILE_MAGIC = b"BKSJ"
+_FILE_VERSION = 1
+_FILE_HEADER = struct.Struct(">4sIQ")
+_RECORD_PREFIX = struct.Struct(">II")
+_BODY_HEADER = struct.Struct(">Bqq")
+#: Sanity bound on one record body: an entry can never exceed the frame limit by much.
+MAX_RECORD_BODY = 256 * 1024 * 1024
+_FILE_NAME = re.compile(r"^([0-9a-f]{16})\.txn$")
+
+
+class RecordType(enum.IntEnum):
+    """What a journal record says happened to a ledger."""
+
+    ADD_ENTRY = 1  # payload: [entry id: i64][lac: i64][entry bytes]
+    FENCE = 2  # payload: empty
+    EXPLICIT_LAC = 3  # payload: the explicit-LAC blob as the client sent it
+    MASTER_KEY = 4  # payload: the ledger's master key (first use)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    """One decoded journal record."""
+
+    type: RecordType
+    scope_id: int
+    ledger_id: int
+    payload: bytes
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class JournalPosition:
+    """A point in the journal: file id and byte offset inside that file."""
+
+    file_id: int
+    offset: int
+
+    def pack(self) -> bytes:
+        """16 bytes, for the checkpoint mark in the index."""
+        return struct.pack(">QQ", self.file_id, self.offset)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> "JournalPosition":
+        """Inverse of :meth:`pack`."""
+        file_id, offset = struct.unpack(">QQ", data)
+        return cls(file_id, offset)
+
+
+_ADD_PREFIX = struct.Struct(">qq")
+
+
+def encode_record(rtype: RecordType, scope_id: int, ledger_id: int, payload: bytes | memoryview = b"") -> bytes:
+    """One framed, checksummed journal record."""
+    body = _BODY_HEADER.pack(rtype, scope_id, ledger_id) + payload
+    return _RECORD_PREFIX.pack(len(body), crc32c.crc32c(body)) + body
+
+
+def encode_add(scope_id: int, ledger_id: int, entry_id: int, lac: int, entry: bytes | memoryview) -> bytes:
+    """An ADD_ENTRY record (entry id and LAC are kept so replay needs no entry parser)."""
+    return encode_record(RecordType.ADD_ENTRY, scope_id, ledger_id, _ADD_PREFIX.pack(entry_id, lac) + entry)
+
+
+def decode_add_payload(payload: bytes) -> tuple[int, int, bytes]:
+    """``(entry id, lac, entry bytes)`` of an ADD_ENTRY payload."""
+    entry_id, lac = _ADD_PREFIX.unpack_from(payload, 0)
+    return entry_id, lac, payload[_ADD_PREFIX.size :]
+
+
+def journal_files(directory: Path) -> list[tuple[int, Path]]:
+    """``(file id, path)`` of every journal file in ``directory``, oldest first."""
+    found = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        match = _FILE_NAME.match(name)
+        if match:
+            found.append((int(match.group(1), 16), directory / name))
+    found.sort()
+    return found
+
+
+def iter_records(path: Path, start_offset: int = 0) -> Iterator[tuple[int, JournalRecord]]:
+    """Yield ``(end offset, record)`` for each complete record from ``start_offset``.
+
+    Stops quietly (with a warning) at a torn or corrupt tail; a file whose
+    header is damaged yields nothing.
+    """
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if len(data) < _FILE_HEADER.size:
+        if data:
+            log.warning("journal file %s: header truncated (%d bytes), ignored", path, len(data))
+        return
+    magic, version, _file_id = _FILE_HEADER.unpack_from(data, 0)
+    if magic != _FILE_MAGIC or version != _FILE_VERSION:
+        log.warning("journal file %s: bad header, ignored", path)
+        return
+    offset = max(start_offset, _FILE_HEADER.size)
+    size = len(data)
+    view = memoryview(data)
+    while offset < size:
+        if size - offset < _RECORD_PREFIX.size:
+            log.warning("journal file %s: truncated record prefix at %d; replay stops there", path, offset)
+            return
+        length, crc = _RECORD_PREFIX.unpack_from(data, offset)
+        start = offset + _RECORD_PREFIX.size
+        end = start + length
+        if length < _BODY_HEADER.size or length > MAX_RECORD_BODY or end > size:
+            log.warning("journal file %s: truncated or bad record at %d; replay stops there", path, offset)
+            return
+        body = view[start:end]
+        if crc32c.crc32c(body) != crc:
+            log.warning("journal file %s: checksum mismatch at %d; replay stops there", path, offset)
+            return
+        rtype, scope_id, ledger_id = _BODY_HEADER.unpack_from(body, 0)
+        try:
+            kind = RecordType(rtype)
+        except ValueError:
+            log.warning("journal file %s: unknown record type %d at %d; replay stops there", path, rtype, offset)
+            return
+        yield end, JournalRecord(kind, scope_id, ledger_id, bytes(body[_BODY_HEADER.size :]))
+        offset = end
+
+
+Completion = Callable[[BaseException | None], None]
+
+
+class Journal:
+    """Append-only journal with one group-commit writer thread.
+
+    ``submit(record, done)`` queues bytes; ``done(None)`` (or ``done(error)``)
+    is later run through ``dispatch`` (``loop.call_soon_threadsafe`` in the
+    server, a direct call in tests) once for the whole batch the record was
+    written in.  ``submit(b"", done)`` is a barrier: done once everything
+    queued before it is durable (FORCE_LEDGER).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        sync_data: bool = True,
+        max_file_size: int = 2048 * 1024 * 1024,
+        dispatch: Callable[[Callable[[], None]], None] | None = None,
+        on_batch: Callable[[int, int, float], None] | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.sync_data = sync_data
+        self.max_file_size = max_file_size
+        self._dispatch = dispatch or (lambda fn: fn())
+        self._on_batch = on_batch
+        self._cond = threading.Condition()
+        self._pending: list[bytes] = []
+        self._waiters: list[Completion] = []
+        self._closing = False
+        self._roll_requested = False
+        self._failure: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._fd = -1
+        self._file_id = 0
+        self._file_size = 0
+        #: Offset up to which records have been handed to the OS (read from other threads).
+        self.written_position = JournalPosition(0, 0)
+
+    # -- life cycle ---------------------------------------------------------------------
+    def open(self) -> None:
+        """Start a fresh journal file (after replay) and the writer thread."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        existing = journal_files(self.directory)
+        next_id = (existing[-1][0] + 1) if existing else 1
+        self._open_file(next_id)
+        self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
+        self._thread.start()
+
+    def _open_file(self, file_id: int) -> None:
+        path = self.directory / f"{file_id:016x}.txn"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        os.write(fd, _FILE_HEADER.pack(_FILE_MAGIC, _FILE_VERSION, file_id))
+        os.fsync(fd)
+        _fsync_dir(self.directory)
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = fd
+        self._file_id = file_id
+        self._file_size = _FILE_HEADER.size
+        self.written_position = JournalPosition(file_id, self._file_size)
+
+    def close(self) -> None:
+        """Write and sync everything queued, stop the writer, close the file."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    # -- writing ------------------------------------------------------------------------
+    def submit(self, record: bytes, done: Completion) -> None:
+        """Queue one record; ``done`` runs (through dispatch) once it is durable."""
+        with self._cond:
+            if self._closing or self._failure is not None:
+                error = self._failure or BookieIOError("journal is closed")
+                self._dispatch(lambda: done(error))
+                return
+            self._pending.append(record)
+            self._waiters.append(done)
+            if len(self._pending) == 1:
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                if not self._pending and self._closing:
+                    return
+                records, self._pending = self._pending, []
+                waiters, self._waiters = self._waiters, []
+                roll, self._roll_requested = self._roll_requested, False
+            started = time.perf_counter()
+            error: BaseException | None = None
+            try:
+                data = b"".join(records)
+                if data:
+                    too_big = self._file_size + len(data) > self.max_file_size
+                    if (roll or too_big) and self._file_size > _FILE_HEADER.size:
+                        self._open_file(self._file_id + 1)
+                    _write_all(self._fd, data)
+                    self._file_size += len(data)
+                    self.written_position = JournalPosition(self._file_id, self._file_size)
+                    if self.sync_data:
+                        os.fdatasync(self._fd)
+            except OSError as exc:
+                log.error("journal write failed: %s; the bookie refuses further writes", exc)
+                error = BookieIOError("journal write failed", error=str(exc))
+                with self._cond:
+                    self._failure = error
+            if self._on_batch is not None:
+                self._on_batch(len(records), sum(map(len, records)), time.perf_counter() - started)
+            self._dispatch(_completion_batch(waiters, error))
+
+    # -- trimming -----------------------------------------------------------------------
+    def roll(self) -> None:
+        """Ask for a new file at the next write (so the current one can be trimmed later)."""
+        with self._cond:
+            self._roll_requested = True
+
+    def trim(self, mark: JournalPosition) -> list[Path]:
+        """Delete journal files wholly before ``mark`` (their records are checkpointed)."""
+        removed = []
+        for file_id, path in journal_files(self.directory):
+            if file_id < mark.file_id and file_id != self._file_id:
+                try:
+                    path.unlink()
+                    removed.append(path)
+                except FileNotFoundError:
+                    pass
+        return removed
+
+
+def _completion_batch(waiters: list[Completion], error: BaseException | None) -> Callable[[], None]:
+    def complete() -> None:
+        for done in waiters:
+            try:
+                done(error)
+            except Exception:  # one broken callback must not stop the others
+                log.exception("journal completion callback failed")
+
+    return complete
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

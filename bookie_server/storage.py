@@ -1,0 +1,578 @@
+"""Ledger storage: entry logs on disk, an LMDB entry-location index, a write
+cache and a read cache, and per-ledger state.
+
+Shaped like BookKeeper's DbLedgerStorage, because its trade-offs fit a bookie:
+
+* New entries go into a **write cache** (a dict) as soon as their add is
+  accepted, so they are readable at once; the journal makes them durable.
+* A **checkpoint** swaps the write cache out, appends its entries (sorted by
+  ledger and entry, so a ledger's entries are contiguous on disk) to the
+  current **entry log** with one write and one fsync, then stores each
+  entry's location ``(log id, offset, length)`` and the dirty ledger states in
+  one LMDB transaction together with the journal position the checkpoint
+  covers.  Journal files before that mark can then be deleted.
+* The **index** is LMDB (py-lmdb), not a home-made B-tree and not RocksDB:
+  LMDB is small and well kept, ACID with crash-safe copy-on-write pages (no
+  repair step after kill -9), its reads are memory-mapped lookups with no
+  copies and no compaction threads, and it installs as a plain pip wheel.
+  Keys are big-endian ``(scope id, ledger id, entry id)`` so a range scan
+  lists one ledger's entries in order.
+* A small byte-bounded **read cache** (LRU) keeps recently read entries.
+
+Each ledger directory holds its own entry logs and index; a ledger lives in
+directory ``(scope id * 31 + ledger id) % n`` (cookies pin the directory list,
+so the mapping never changes under existing data).
+
+This module does no networking and knows nothing of asyncio: the bookie
+decides when to checkpoint and on which thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import lmdb
+
+from bkspark.errors import BookieIOError, NoSuchEntryError, NoSuchLedgerError
+
+from bookie_server.journal import JournalPosition, JournalRecord, RecordType, decode_add_payload
+
+__all__ = ["LedgerInfo", "LedgerStorage", "Snapshot", "LedgerKey"]
+
+log = logging.getLogger("bookie_server.storage")
+
+LedgerKey = tuple[int, int]  # (scope id, ledger id)
+EntryKey = tuple[int, int, int]  # (scope id, ledger id, entry id)
+
+_INDEX_KEY = struct.Struct(">qqq")
+_LEDGER_KEY = struct.Struct(">qq")
+_LOCATION = struct.Struct(">QQI")  # log id, offset of the entry bytes, length
+_LOG_HEADER = struct.Struct(">4sI")
+_LOG_MAGIC = b"BKSL"
+_LOG_RECORD = struct.Struct(">Iqqq")  # length, scope, ledger, entry; then the entry bytes
+_STATE = struct.Struct(">BBqqHI")  # version, flags, lac, last entry, key length, explicit LAC length
+_STATE_VERSION = 1
+_FLAG_FENCED = 1
+_FLAG_HAS_KEY = 2
+_FLAG_HAS_LAC = 4
+_CHECKPOINT_KEY = b"checkpoint"
+_LOG_NAME = re.compile(r"^([0-9a-f]{16})\.log$")
+
+
+@dataclass(slots=True)
+class LedgerInfo:
+    """What a bookie remembers about one ledger besides its entries."""
+
+    master_key: bytes | None = None
+    fenced: bool = False
+    explicit_lac: bytes | None = None
+    #: max of the entries' LAC fields and the explicit LAC value.
+    lac: int = -1
+    #: highest entry id stored (-1: none).
+    last_entry: int = -1
+
+    def pack(self) -> bytes:
+        """Binary form stored in the index's ``ledgers`` table."""
+        key = self.master_key or b""
+        blob = self.explicit_lac or b""
+        flags = (
+            (_FLAG_FENCED if self.fenced else 0)
+            | (_FLAG_HAS_KEY if self.master_key is not None else 0)
+            | (_FLAG_HAS_LAC if self.explicit_lac is not None else 0)
+        )
+        return _STATE.pack(_STATE_VERSION, flags, self.lac, self.last_entry, len(key), len(blob)) + key + blob
+
+    @classmethod
+    def unpack(cls, data: bytes) -> "LedgerInfo":
+        """Inverse of :meth:`pack`; :class:`BookieIOError` when the bytes are damaged."""
+        try:
+            version, flags, lac, last_entry, key_len, blob_len = _STATE.unpack_from(data, 0)
+        except struct.error as exc:
+            raise BookieIOError("ledger state record is corrupt", error=str(exc)) from exc
+        if version != _STATE_VERSION or len(data) != _STATE.size + key_len + blob_len:
+            raise BookieIOError("ledger state record is corrupt", version=version, size=len(data))
+        key = data[_STATE.size : _STATE.size + key_len]
+        blob = data[_STATE.size + key_len :]
+        return cls(
+            master_key=bytes(key) if flags & _FLAG_HAS_KEY else None,
+            fenced=bool(flags & _FLAG_FENCED),
+            explicit_lac=bytes(blob) if flags & _FLAG_HAS_LAC else None,
+            lac=lac,
+            last_entry=last_entry,
+        )
+
+
+@dataclass
+class Snapshot:
+    """A checkpoint in progress: what it will write, and the journal mark it covers."""
+
+    mark: JournalPosition
+    entries: dict[EntryKey, bytes]
+    states: dict[LedgerKey, bytes]
+    deletes: set[LedgerKey] = field(default_factory=set)
+
+
+class _Directory:
+    """One ledger directory: entry log files plus an LMDB index."""
+
+    def __init__(self, root: Path, *, map_size: int, entry_log_size_limit: int) -> None:
+        self.root = root
+        self.current = root / "current"
+        self.logs_dir = self.current / "entrylogs"
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.entry_log_size_limit = entry_log_size_limit
+        try:
+            self.env = lmdb.open(
+                str(self.current / "index"),
+                map_size=map_size,
+                max_dbs=4,
+                subdir=True,
+                sync=True,
+                metasync=True,
+                readahead=False,
+            )
+        except lmdb.Error as exc:
+            raise BookieIOError("cannot open the entry index", path=str(self.current / "index"), error=str(exc)) from exc
+        self.index_db = self.env.open_db(b"index")
+        self.ledgers_db = self.env.open_db(b"ledgers")
+        self.meta_db = self.env.open_db(b"meta")
+        self._read_fds: dict[int, int] = {}
+        self._fd_lock = threading.Lock()
+        logs = self.log_ids()
+        self.log_id = (logs[-1] + 1) if logs else 1
+        self._write_fd = -1
+        self._write_size = 0
+
+    def log_ids(self) -> list[int]:
+        ids = []
+        for name in os.listdir(self.logs_dir):
+            match = _LOG_NAME.match(name)
+            if match:
+                ids.append(int(match.group(1), 16))
+        return sorted(ids)
+
+    def log_path(self, log_id: int) -> Path:
+        return self.logs_dir / f"{log_id:016x}.log"
+
+    def append(self, blob: bytes) -> tuple[int, int]:
+        """Append to the current entry log (rolling it when full); return ``(log id, start offset)``."""
+        if self._write_fd < 0 or (self._write_size + len(blob) > self.entry_log_size_limit and self._write_size > _LOG_HEADER.size):
+            self._roll()
+        start = self._write_size
+        view = memoryview(blob)
+        while view:
+            view = view[os.write(self._write_fd, view) :]
+        self._write_size += len(blob)
+        return self.log_id, start
+
+    def sync(self) -> None:
+        if self._write_fd >= 0:
+            os.fsync(self._write_fd)
+
+    def _roll(self) -> None:
+        if self._write_fd >= 0:
+            os.fsync(self._write_fd)
+            os.close(self._write_fd)
+            self.log_id += 1
+        path = self.log_path(self.log_id)
+        self._write_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        os.write(self._write_fd, _LOG_HEADER.pack(_LOG_MAGIC, 1))
+        self._write_size = _LOG_HEADER.size
+        dfd = os.open(self.logs_dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def read(self, log_id: int, offset: int, length: int) -> bytes:
+        with self._fd_lock:
+            fd = self._read_fds.get(log_id)
+            if fd is None:
+                try:
+                    fd = os.open(self.log_path(log_id), os.O_RDONLY)
+                except FileNotFoundError as exc:
+                    raise BookieIOError("entry log is missing", log_id=log_id) from exc
+                self._read_fds[log_id] = fd
+        return os.pread(fd, length, offset)
+
+    def close(self) -> None:
+        if self._write_fd >= 0:
+            os.fsync(self._write_fd)
+            os.close(self._write_fd)
+            self._write_fd = -1
+        with self._fd_lock:
+            for fd in self._read_fds.values():
+                os.close(fd)
+            self._read_fds.clear()
+        self.env.close()
+
+
+class LedgerStorage:
+    """Entries and ledger state of a bookie, over one or more ledger directories."""
+
+    def __init__(
+        self,
+        ledger_dirs: Iterable[str | os.PathLike[str]],
+        *,
+        write_cache_max_bytes: int = 64 * 1024 * 1024,
+        read_cache_max_bytes: int = 64 * 1024 * 1024,
+        entry_log_size_limit: int = 1024 * 1024 * 1024,
+        index_map_size: int = 64 * 1024 * 1024 * 1024,
+    ) -> None:
+        self.ledger_dirs = [Path(d) for d in ledger_dirs]
+        if not self.ledger_dirs:
+            raise ValueError("at least one ledger directory is needed")
+        self.write_cache_max_bytes = write_cache_max_bytes
+        self.read_cache_max_bytes = read_cache_max_bytes
+        self._entry_log_size_limit = entry_log_size_limit
+        self._map_size = index_map_size
+        self._dirs: list[_Directory] = []
+        self._ledgers: dict[LedgerKey, LedgerInfo] = {}
+        self._dirty: set[LedgerKey] = set()
+        self._write_cache: dict[EntryKey, bytes] = {}
+        self._write_cache_bytes = 0
+        self._flushing: dict[EntryKey, bytes] = {}
+        self._read_cache: OrderedDict[EntryKey, bytes] = OrderedDict()
+        self._read_cache_bytes = 0
+        self._pending_deletes: set[LedgerKey] = set()
+        self.checkpoint_mark = JournalPosition(0, 0)
+
+    # -- life cycle ---------------------------------------------------------------------
+    def open(self) -> None:
+        """Open every directory's index and load all ledger states."""
+        marks: list[JournalPosition] = []
+        for root in self.ledger_dirs:
+            directory = _Directory(root, map_size=self._map_size, entry_log_size_limit=self._entry_log_size_limit)
+            self._dirs.append(directory)
+            try:
+                with directory.env.begin() as txn:
+                    for key, value in txn.cursor(db=directory.ledgers_db):
+                        if len(key) != _LEDGER_KEY.size:
+                            raise BookieIOError("ledger state key is corrupt", directory=str(root))
+                        self._ledgers[_LEDGER_KEY.unpack(key)] = LedgerInfo.unpack(value)
+                    mark = txn.get(_CHECKPOINT_KEY, db=directory.meta_db)
+            except lmdb.Error as exc:
+                raise BookieIOError("cannot read the entry index", directory=str(root), error=str(exc)) from exc
+            if mark is None:
+                marks.append(JournalPosition(0, 0))
+                continue
+            try:
+                marks.append(JournalPosition.unpack(mark))
+            except struct.error as exc:
+                raise BookieIOError("checkpoint mark is corrupt", directory=str(root)) from exc
+        # All directories are checkpointed together; the oldest mark is the safe one.
+        self.checkpoint_mark = min(marks)
+
+    def close(self) -> None:
+        """Close indexes and files (run a checkpoint first to keep the write cache)."""
+        for directory in self._dirs:
+            directory.close()
+        self._dirs.clear()
+
+    def _dir_for(self, scope_id: int, ledger_id: int) -> _Directory:
+        return self._dirs[(scope_id * 31 + ledger_id) % len(self._dirs)]
+
+    # -- ledger state -------------------------------------------------------------------
+    def ledger(self, scope_id: int, ledger_id: int) -> LedgerInfo | None:
+        """The ledger's state, or None when this bookie has never seen it."""
+        return self._ledgers.get((scope_id, ledger_id))
+
+    def ensure_ledger(self, scope_id: int, ledger_id: int) -> tuple[LedgerInfo, bool]:
+        """The ledger's state, created empty if new; the flag says whether it was created."""
+        key = (scope_id, ledger_id)
+        info = self._ledgers.get(key)
+        if info is None:
+            info = self._ledgers[key] = LedgerInfo()
+            self._dirty.add(key)
+            self._pending_deletes.discard(key)
+            return info, True
+        return info, False
+
+    def set_master_key(self, scope_id: int, ledger_id: int, master_key: bytes) -> None:
+        """Bind the ledger's master key (first use only)."""
+        info, _ = self.ensure_ledger(scope_id, ledger_id)
+        if info.master_key is None:
+            info.master_key = bytes(master_key)
+            self._dirty.add((scope_id, ledger_id))
+
+    def set_fenced(self, scope_id: int, ledger_id: int) -> None:
+        """Mark the ledger fenced (it stays so for good)."""
+        info, _ = self.ensure_ledger(scope_id, ledger_id)
+        if not info.fenced:
+            info.fenced = True
+            self._dirty.add((scope_id, ledger_id))
+
+    def set_explicit_lac(self, scope_id: int, ledger_id: int, blob: bytes, lac: int) -> None:
+        """Keep the explicit-LAC blob verbatim and raise the LAC to ``lac`` if higher."""
+        info, _ = self.ensure_ledger(scope_id, ledger_id)
+        info.explicit_lac = bytes(blob)
+        if lac > info.lac:
+            info.lac = lac
+        self._dirty.add((scope_id, ledger_id))
+
+    def ledgers(self) -> list[LedgerKey]:
+        """Every ledger this bookie holds."""
+        return list(self._ledgers)
+
+    # -- entries ------------------------------------------------------------------------
+    def put_entry(self, scope_id: int, ledger_id: int, entry_id: int, lac: int, data: bytes) -> LedgerInfo:
+        """Store an entry (into the write cache) and track last entry and LAC."""
+        key = (scope_id, ledger_id, entry_id)
+        info, _ = self.ensure_ledger(scope_id, ledger_id)
+        old = self._write_cache.get(key)
+        if old is not None:
+            self._write_cache_bytes -= len(old)
+        self._write_cache[key] = data
+        self._write_cache_bytes += len(data)
+        cached = self._read_cache.pop(key, None)
+        if cached is not None:
+            self._read_cache_bytes -= len(cached)
+        if entry_id > info.last_entry:
+            info.last_entry = entry_id
+        if lac > info.lac:
+            info.lac = lac
+        self._dirty.add((scope_id, ledger_id))
+        return info
+
+    @property
+    def write_cache_bytes(self) -> int:
+        """Bytes of entries not yet in an entry log."""
+        return self._write_cache_bytes
+
+    @property
+    def needs_flush(self) -> bool:
+        """True when the write cache has outgrown its budget."""
+        return self._write_cache_bytes >= self.write_cache_max_bytes
+
+    def get_entry(self, scope_id: int, ledger_id: int, entry_id: int) -> bytes:
+        """An entry's stored bytes; entry -1 means the last stored entry.
+
+        Raises :class:`NoSuchLedgerError`, :class:`NoSuchEntryError` or, for a
+        damaged index or entry log, :class:`BookieIOError`.
+        """
+        info = self._ledgers.get((scope_id, ledger_id))
+        if info is None:
+            raise NoSuchLedgerError(ledger_id=ledger_id, scope_id=scope_id)
+        if entry_id == -1:
+            entry_id = info.last_entry
+            if entry_id < 0:
+                raise NoSuchEntryError(ledger_id=ledger_id, entry_id=-1)
+        key = (scope_id, ledger_id, entry_id)
+        data = self._write_cache.get(key)
+        if data is not None:
+            return data
+        data = self._flushing.get(key)
+        if data is not None:
+            return data
+        data = self._read_cache.get(key)
+        if data is not None:
+            self._read_cache.move_to_end(key)
+            return data
+        data = self._read_from_disk(scope_id, ledger_id, entry_id)
+        if len(data) <= self.read_cache_max_bytes // 4:
+            self._read_cache[key] = data
+            self._read_cache_bytes += len(data)
+            while self._read_cache_bytes > self.read_cache_max_bytes:
+                _, evicted = self._read_cache.popitem(last=False)
+                self._read_cache_bytes -= len(evicted)
+        return data
+
+    def has_entry(self, scope_id: int, ledger_id: int, entry_id: int) -> bool:
+        """True when the entry is stored here (no exceptions)."""
+        try:
+            self.get_entry(scope_id, ledger_id, entry_id)
+            return True
+        except (NoSuchEntryError, NoSuchLedgerError):
+            return False
+
+    def _read_from_disk(self, scope_id: int, ledger_id: int, entry_id: int) -> bytes:
+        directory = self._dir_for(scope_id, ledger_id)
+        try:
+            with directory.env.begin(db=directory.index_db, buffers=False) as txn:
+                location = txn.get(_INDEX_KEY.pack(scope_id, ledger_id, entry_id))
+        except lmdb.Error as exc:
+            raise BookieIOError("entry index read failed", error=str(exc)) from exc
+        if location is None:
+            raise NoSuchEntryError(ledger_id=ledger_id, entry_id=entry_id)
+        if len(location) != _LOCATION.size:
+            raise BookieIOError("entry index is corrupt", ledger_id=ledger_id, entry_id=entry_id)
+        log_id, offset, length = _LOCATION.unpack(location)
+        record_offset = offset - _LOG_RECORD.size
+        if record_offset < _LOG_HEADER.size:
+            raise BookieIOError("entry index is corrupt", ledger_id=ledger_id, entry_id=entry_id)
+        raw = directory.read(log_id, record_offset, _LOG_RECORD.size + length)
+        if len(raw) != _LOG_RECORD.size + length:
+            raise BookieIOError("entry log is truncated", log_id=log_id, ledger_id=ledger_id, entry_id=entry_id)
+        stored_len, s, lg, e = _LOG_RECORD.unpack_from(raw, 0)
+        if (stored_len, s, lg, e) != (length, scope_id, ledger_id, entry_id):
+            raise BookieIOError("entry index points at the wrong record", ledger_id=ledger_id, entry_id=entry_id)
+        return raw[_LOG_RECORD.size :]
+
+    def entry_ids(self, scope_id: int, ledger_id: int) -> list[int]:
+        """Sorted ids of every entry stored for the ledger (index plus caches)."""
+        if (scope_id, ledger_id) not in self._ledgers:
+            raise NoSuchLedgerError(ledger_id=ledger_id, scope_id=scope_id)
+        ids: set[int] = set()
+        directory = self._dir_for(scope_id, ledger_id)
+        prefix = _LEDGER_KEY.pack(scope_id, ledger_id)
+        with directory.env.begin(db=directory.index_db) as txn:
+            cursor = txn.cursor()
+            if cursor.set_range(prefix):
+                for key in cursor.iternext(keys=True, values=False):
+                    if key[:16] != prefix:
+                        break
+                    ids.add(_INDEX_KEY.unpack(key)[2])
+        for cache in (self._write_cache, self._flushing):
+            for s, lg, e in cache:
+                if s == scope_id and lg == ledger_id:
+                    ids.add(e)
+        return sorted(ids)
+
+    # -- deletion (garbage collection) ---------------------------------------------------
+    def delete_ledger(self, scope_id: int, ledger_id: int) -> None:
+        """Forget a ledger now; its index rows and state go at the next checkpoint."""
+        key = (scope_id, ledger_id)
+        self._ledgers.pop(key, None)
+        self._dirty.discard(key)
+        for cache_key in [k for k in self._write_cache if k[0] == scope_id and k[1] == ledger_id]:
+            self._write_cache_bytes -= len(self._write_cache.pop(cache_key))
+        for cache_key in [k for k in self._read_cache if k[0] == scope_id and k[1] == ledger_id]:
+            self._read_cache_bytes -= len(self._read_cache.pop(cache_key))
+        self._pending_deletes.add(key)
+
+    # -- journal replay -----------------------------------------------------------------
+    def apply(self, record: JournalRecord) -> None:
+        """Re-apply one journal record at start-up (idempotent)."""
+        scope_id, ledger_id = record.scope_id, record.ledger_id
+        if record.type is RecordType.ADD_ENTRY:
+            entry_id, lac, data = decode_add_payload(record.payload)
+            self.put_entry(scope_id, ledger_id, entry_id, lac, data)
+        elif record.type is RecordType.MASTER_KEY:
+            self.set_master_key(scope_id, ledger_id, record.payload)
+        elif record.type is RecordType.FENCE:
+            self.set_fenced(scope_id, ledger_id)
+        elif record.type is RecordType.EXPLICIT_LAC:
+            lac = struct.unpack_from(">q", record.payload, 8)[0] if len(record.payload) >= 16 else -1
+            self.set_explicit_lac(scope_id, ledger_id, record.payload, lac)
+
+    # -- checkpoint ---------------------------------------------------------------------
+    def begin_checkpoint(self, mark: JournalPosition) -> Snapshot:
+        """Swap the write cache out (caller's thread, between requests).
+
+        ``mark`` must be a journal position such that every record before it
+        has already been applied here; replay restarts from it.
+        """
+        if self._flushing:
+            raise RuntimeError("a checkpoint is already running")
+        entries, self._write_cache = self._write_cache, {}
+        self._write_cache_bytes = 0
+        self._flushing = entries
+        states = {key: self._ledgers[key].pack() for key in self._dirty if key in self._ledgers}
+        self._dirty = set()
+        deletes, self._pending_deletes = self._pending_deletes, set()
+        return Snapshot(mark=mark, entries=entries, states=states, deletes=deletes)
+
+    def write_checkpoint(self, snapshot: Snapshot) -> None:
+        """Write a snapshot to entry logs and the index (any thread; the slow part)."""
+        per_dir: dict[int, list[EntryKey]] = {}
+        n = len(self._dirs)
+        for key in snapshot.entries:
+            if (key[0], key[1]) in snapshot.deletes:
+                continue
+            per_dir.setdefault((key[0] * 31 + key[1]) % n, []).append(key)
+        try:
+            for index, directory in enumerate(self._dirs):
+                keys = sorted(per_dir.get(index, ()))
+                locations: list[tuple[bytes, bytes]] = []
+                if keys:
+                    parts: list[bytes] = []
+                    relative: list[tuple[EntryKey, int, int]] = []
+                    pos = 0
+                    for key in keys:
+                        data = snapshot.entries[key]
+                        parts.append(_LOG_RECORD.pack(len(data), *key))
+                        parts.append(data)
+                        pos += _LOG_RECORD.size
+                        relative.append((key, pos, len(data)))
+                        pos += len(data)
+                    log_id, start = directory.append(b"".join(parts))
+                    directory.sync()
+                    locations = [
+                        (_INDEX_KEY.pack(*key), _LOCATION.pack(log_id, start + rel, length))
+                        for key, rel, length in relative
+                    ]
+                with directory.env.begin(write=True) as txn:
+                    if locations:
+                        cursor = txn.cursor(db=directory.index_db)
+                        cursor.putmulti(locations)
+                    for (scope_id, ledger_id), state in snapshot.states.items():
+                        if (scope_id * 31 + ledger_id) % n == index:
+                            txn.put(_LEDGER_KEY.pack(scope_id, ledger_id), state, db=directory.ledgers_db)
+                    for scope_id, ledger_id in snapshot.deletes:
+                        if (scope_id * 31 + ledger_id) % n != index:
+                            continue
+                        txn.delete(_LEDGER_KEY.pack(scope_id, ledger_id), db=directory.ledgers_db)
+                        prefix = _LEDGER_KEY.pack(scope_id, ledger_id)
+                        cursor = txn.cursor(db=directory.index_db)
+                        if cursor.set_range(prefix):
+                            while cursor.key()[:16] == prefix:
+                                if not cursor.delete():
+                                    break
+                    txn.put(_CHECKPOINT_KEY, snapshot.mark.pack(), db=directory.meta_db)
+        except (OSError, lmdb.Error) as exc:
+            raise BookieIOError("checkpoint failed", error=str(exc)) from exc
+
+    def end_checkpoint(self, snapshot: Snapshot, ok: bool) -> None:
+        """Release the snapshot (caller's thread); on failure its data goes back to the write cache."""
+        if ok:
+            self.checkpoint_mark = snapshot.mark
+        else:
+            for key, data in snapshot.entries.items():
+                if key not in self._write_cache and (key[0], key[1]) in self._ledgers:
+                    self._write_cache[key] = data
+                    self._write_cache_bytes += len(data)
+            self._dirty |= set(snapshot.states) & set(self._ledgers)
+            self._pending_deletes |= snapshot.deletes
+        self._flushing = {}
+
+    def checkpoint(self, mark: JournalPosition) -> None:
+        """All three steps on the calling thread (start-up, shutdown, tests)."""
+        snapshot = self.begin_checkpoint(mark)
+        ok = False
+        try:
+            self.write_checkpoint(snapshot)
+            ok = True
+        finally:
+            self.end_checkpoint(snapshot, ok)
+
+    # -- disk ---------------------------------------------------------------------------
+    def disk_usage(self) -> tuple[int, int]:
+        """``(total, free)`` bytes summed over the ledger directories' file systems."""
+        seen: set[int] = set()
+        total = free = 0
+        for root in self.ledger_dirs:
+            try:
+                dev = os.stat(root).st_dev
+            except OSError:
+                continue
+            if dev in seen:
+                continue
+            seen.add(dev)
+            usage = shutil.disk_usage(root)
+            total += usage.total
+            free += usage.free
+        return total, free
+
+    def iter_entries(self, scope_id: int, ledger_id: int) -> Iterator[tuple[int, bytes]]:
+        """``(entry id, bytes)`` of every stored entry of a ledger, in order."""
+        for entry_id in self.entry_ids(scope_id, ledger_id):
+            yield entry_id, self.get_entry(scope_id, ledger_id, entry_id)

@@ -1,0 +1,44 @@
+"""Finding Java and building JVM command lines for the harness (small heaps, fast start)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from tests.harness.process import HarnessError
+
+__all__ = ["JVM_OPTS", "java_executable", "repo_root"]
+
+# Small, quick-starting JVMs: the test machines are shared and have few cores.
+JVM_OPTS: tuple[str, ...] = (
+    "-Xms32m",
+    "-Xmx256m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:-UsePerfData",
+    "-Xss512k",
+    "-Djava.net.preferIPv4Stack=true",
+    "-Dio.netty.leakDetection.level=disabled",
+)
+
+
+def repo_root() -> Path:
+    """The bkspark checkout this harness belongs to."""
+    return Path(__file__).resolve().parents[2]
+
+
+def java_executable() -> str:
+    """Path of `java` ($JAVA_HOME/bin/java, else on PATH); HarnessError if there is none."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = Path(java_home) / "bin" / "java"
+        if candidate.is_file():
+            return str(candidate)
+    found = shutil.which("java")
+    if found is None:
+        raise HarnessError(
+            "bkspark harness: Java 17+ is needed to run ZooKeeper and Apache BookKeeper, and `java` is not on PATH "
+            "(install it with `apt-get install openjdk-17-jdk-headless`, or set JAVA_HOME; `make java` checks it)"
+        )
+    return found

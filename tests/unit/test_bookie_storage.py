@@ -1,0 +1,317 @@
+"""Journal and ledger storage of the Python bookie: durability, replay, corruption."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import threading
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from bkspark.errors import (
+    BookieIOError,
+    LedgerFencedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    UnauthorizedAccessError,
+    WriteOnReadOnlyBookieError,
+)
+from bookie_server.bookie import Bookie
+from bookie_server.config import BookieConfig, load_conf, parse_conf_text
+from bookie_server.journal import (
+    Journal,
+    JournalPosition,
+    RecordType,
+    encode_add,
+    encode_record,
+    iter_records,
+    journal_files,
+)
+from bookie_server.storage import LedgerInfo, LedgerStorage
+
+KEY = b"k" * 20
+OTHER_KEY = b"x" * 20
+
+
+def entry(ledger: int, eid: int, lac: int, payload: bytes = b"") -> bytes:
+    """A V1-shaped entry (header + 8-byte fake digest + payload): the bookie stores it verbatim."""
+    return struct.pack(">qqqq", ledger, eid, lac, len(payload)) + b"\0" * 8 + payload
+
+
+# -- journal --------------------------------------------------------------------------------
+
+
+def test_journal_group_commit_and_replay(tmp_path: Path) -> None:
+    done: list[BaseException | None] = []
+    batches: list[int] = []
+    journal = Journal(tmp_path, on_batch=lambda n, size, secs: batches.append(n))
+    journal.open()
+    for i in range(200):
+        journal.submit(encode_add(0, 7, i, i - 1, entry(7, i, i - 1, b"p%d" % i)), done.append)
+    journal.submit(b"", done.append)  # barrier
+    journal.close()
+    assert done == [None] * 201
+    assert sum(batches) == 201
+    records = [r for _, path in journal_files(tmp_path) for _, r in iter_records(path)]
+    assert [r.type for r in records] == [RecordType.ADD_ENTRY] * 200
+    assert records[5].ledger_id == 7 and records[5].payload.endswith(b"p5")
+
+
+def test_journal_torn_tail_is_ignored_after_last_complete_record(tmp_path: Path) -> None:
+    journal = Journal(tmp_path)
+    journal.open()
+    for i in range(3):
+        journal.submit(encode_record(RecordType.FENCE, 0, i), lambda e: None)
+    journal.close()
+    (_, path), = journal_files(tmp_path)
+    full = path.read_bytes()
+    # A partial fourth record (as a crash mid-write leaves it) ...
+    torn = encode_record(RecordType.FENCE, 0, 3)[:-5]
+    path.write_bytes(full + torn)
+    assert [r.ledger_id for _, r in iter_records(path)] == [0, 1, 2]
+    # ... and a corrupted byte inside the third record: replay stops before it.
+    third_start = len(full) - len(encode_record(RecordType.FENCE, 0, 2))
+    damaged = bytearray(full)
+    damaged[third_start + 12] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    assert [r.ledger_id for _, r in iter_records(path)] == [0, 1]
+
+
+def test_journal_after_close_fails_submissions(tmp_path: Path) -> None:
+    journal = Journal(tmp_path)
+    journal.open()
+    journal.close()
+    errors: list[BaseException | None] = []
+    journal.submit(encode_record(RecordType.FENCE, 0, 1), errors.append)
+    assert len(errors) == 1 and isinstance(errors[0], BookieIOError)
+
+
+def test_journal_rolls_and_trims(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, max_file_size=200)
+    journal.open()
+    for i in range(20):
+        written = threading.Event()
+        journal.submit(encode_record(RecordType.EXPLICIT_LAC, 0, i, b"z" * 40), lambda e: written.set())
+        assert written.wait(5)
+    journal.close()
+    files = journal_files(tmp_path)
+    assert len(files) > 3
+    removed = journal.trim(JournalPosition(files[-1][0], 16))
+    assert len(removed) == len(files) - 1
+
+
+# -- storage --------------------------------------------------------------------------------
+
+
+def test_storage_write_cache_checkpoint_and_reopen(tmp_path: Path) -> None:
+    storage = LedgerStorage([tmp_path / "a", tmp_path / "b"])
+    storage.open()
+    storage.set_master_key(0, 1, KEY)
+    storage.set_master_key(3, 2, KEY)
+    for i in range(50):
+        storage.put_entry(0, 1, i, i - 1, entry(1, i, i - 1, b"one%d" % i))
+        storage.put_entry(3, 2, i, i - 2, entry(2, i, i - 2, b"two%d" % i))
+    storage.set_fenced(0, 1)
+    storage.set_explicit_lac(3, 2, struct.pack(">qq", 2, 70) + b"d", 70)
+    assert storage.get_entry(0, 1, 10).endswith(b"one10")
+    storage.checkpoint(JournalPosition(5, 99))
+    assert storage.write_cache_bytes == 0
+    assert storage.get_entry(0, 1, -1).endswith(b"one49")  # from the entry log now
+    storage.close()
+
+    again = LedgerStorage([tmp_path / "a", tmp_path / "b"])
+    again.open()
+    assert again.checkpoint_mark == JournalPosition(5, 99)
+    one = again.ledger(0, 1)
+    two = again.ledger(3, 2)
+    assert one == LedgerInfo(master_key=KEY, fenced=True, explicit_lac=None, lac=48, last_entry=49)
+    assert two is not None and two.lac == 70 and not two.fenced and two.explicit_lac.endswith(b"d")
+    assert [again.get_entry(3, 2, i)[-5:] for i in (0, 49)] == [b"\0two0", b"two49"]
+    assert again.entry_ids(0, 1) == list(range(50))
+    with pytest.raises(NoSuchEntryError):
+        again.get_entry(0, 1, 50)
+    with pytest.raises(NoSuchLedgerError):
+        again.get_entry(0, 99, 0)
+    with pytest.raises(NoSuchLedgerError):
+        again.get_entry(1, 1, 0)  # same ledger id, other scope
+    again.close()
+
+
+def test_storage_delete_ledger_removes_index_rows(tmp_path: Path) -> None:
+    storage = LedgerStorage([tmp_path])
+    storage.open()
+    for lg in (1, 2):
+        for i in range(5):
+            storage.put_entry(0, lg, i, -1, entry(lg, i, -1))
+    storage.checkpoint(JournalPosition(1, 16))
+    storage.put_entry(0, 1, 5, -1, entry(1, 5, -1))
+    storage.delete_ledger(0, 1)
+    with pytest.raises(NoSuchLedgerError):
+        storage.get_entry(0, 1, 0)
+    storage.checkpoint(JournalPosition(1, 32))
+    storage.close()
+    again = LedgerStorage([tmp_path])
+    again.open()
+    assert again.ledgers() == [(0, 2)]
+    assert again.entry_ids(0, 2) == [0, 1, 2, 3, 4]
+    directory = tmp_path / "current" / "index"
+    env = lmdb.open(str(directory), max_dbs=4, readonly=True, lock=False)
+    with env.begin(db=env.open_db(b"index", create=False)) as txn:
+        keys = [struct.unpack(">qqq", k)[1] for k, _ in txn.cursor()]
+    env.close()
+    assert keys == [2] * 5
+    again.close()
+
+
+def test_storage_corrupt_index_is_a_typed_error(tmp_path: Path) -> None:
+    storage = LedgerStorage([tmp_path])
+    storage.open()
+    for i in range(3):
+        storage.put_entry(0, 5, i, -1, entry(5, i, -1, b"abc"))
+    storage.checkpoint(JournalPosition(1, 16))
+    directory = storage._dirs[0]
+    with directory.env.begin(write=True, db=directory.index_db) as txn:
+        txn.put(struct.pack(">qqq", 0, 5, 1), b"garbage")  # wrong size
+        loc = txn.get(struct.pack(">qqq", 0, 5, 0))
+        txn.put(struct.pack(">qqq", 0, 5, 2), loc)  # points at entry 0's record
+    storage._read_cache.clear()
+    with pytest.raises(BookieIOError):
+        storage.get_entry(0, 5, 1)
+    with pytest.raises(BookieIOError):
+        storage.get_entry(0, 5, 2)
+    assert storage.get_entry(0, 5, 0).endswith(b"abc")
+    with directory.env.begin(write=True, db=directory.ledgers_db) as txn:
+        txn.put(struct.pack(">qq", 0, 5), b"\x09bad")
+    storage.close()
+    with pytest.raises(BookieIOError):
+        LedgerStorage([tmp_path]).open()
+
+
+def test_ledger_info_roundtrip() -> None:
+    info = LedgerInfo(master_key=b"", fenced=True, explicit_lac=b"\1" * 24, lac=12, last_entry=13)
+    assert LedgerInfo.unpack(info.pack()) == info
+    assert LedgerInfo.unpack(LedgerInfo().pack()) == LedgerInfo()
+
+
+# -- bookie core: journal + storage together ------------------------------------------------
+
+
+def make_conf(tmp_path: Path, **kw: object) -> BookieConfig:
+    values: dict[str, object] = {
+        "journalDirectories": str(tmp_path / "journal"),
+        "ledgerDirectories": str(tmp_path / "ledgers"),
+        "flushInterval": 3600000,
+    }
+    values.update(kw)
+    return BookieConfig.from_mapping(values)
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def test_bookie_replays_journal_after_crash(tmp_path: Path) -> None:
+    async def write_then_crash() -> None:
+        bookie = Bookie(make_conf(tmp_path))
+        await bookie.start()
+        futs = [bookie.add_entry(0, 9, i, i - 1, entry(9, i, i - 1, b"e%d" % i), KEY) for i in range(100)]
+        await asyncio.gather(*futs)
+        await bookie.fence(0, 9, KEY)
+        await bookie.write_lac(0, 9, struct.pack(">qq", 9, 150) + b"dg", KEY)
+        # Simulated crash: the journal thread stops, nothing is checkpointed, files stay open.
+        assert bookie.journal is not None
+        bookie.journal.close()
+        bookie._checkpoint_task.cancel()  # type: ignore[union-attr]
+
+    async def restart() -> None:
+        bookie = Bookie(make_conf(tmp_path))
+        await bookie.start()
+        try:
+            assert [bookie.read_entry(0, 9, i)[-3:].lstrip(b"\0") for i in (0, 57, 99)] == [b"e0", b"e57", b"e99"]
+            assert bookie.read_entry(0, 9, -1).endswith(b"e99")
+            assert bookie.last_add_confirmed(0, 9) == 150
+            info = bookie.storage.ledger(0, 9)
+            assert info is not None and info.fenced and info.master_key == KEY
+            with pytest.raises(LedgerFencedError):
+                bookie.add_entry(0, 9, 100, 99, entry(9, 100, 99), KEY)
+            await bookie.add_entry(0, 9, 100, 99, entry(9, 100, 99, b"rec"), KEY, recovery=True)
+            with pytest.raises(UnauthorizedAccessError):
+                bookie.fence(0, 9, OTHER_KEY)
+        finally:
+            await bookie.stop()
+
+    run(write_then_crash())
+    run(restart())
+    # A clean stop checkpointed everything: the next start has nothing to replay.
+    journal_dir = tmp_path / "journal" / "current"
+    assert len(journal_files(journal_dir)) == 1
+
+    async def third() -> None:
+        bookie = Bookie(make_conf(tmp_path))
+        await bookie.start()
+        try:
+            assert bookie.read_entry(0, 9, 100).endswith(b"rec")
+            assert bookie.entry_ids(0, 9) == list(range(101))
+        finally:
+            await bookie.stop()
+
+    run(third())
+
+
+def test_bookie_rules_readonly_key_fence_and_long_poll(tmp_path: Path) -> None:
+    async def body() -> None:
+        bookie = Bookie(make_conf(tmp_path, journalSyncData="false"))
+        await bookie.start()
+        try:
+            await bookie.add_entry(0, 1, 0, -1, entry(1, 0, -1), KEY)
+            with pytest.raises(UnauthorizedAccessError):
+                bookie.add_entry(0, 1, 1, 0, entry(1, 1, 0), OTHER_KEY)
+            states: list[bool] = []
+            bookie.on_state_change = states.append
+            bookie.set_readonly(True)
+            with pytest.raises(WriteOnReadOnlyBookieError):
+                bookie.add_entry(0, 1, 1, 0, entry(1, 1, 0), KEY)
+            # Recovery writes (high priority) still go through an admin-forced read-only bookie.
+            await bookie.add_entry(0, 1, 1, 0, entry(1, 1, 0), KEY, recovery=True, high_priority=True)
+            bookie.set_readonly(False)
+            assert states == [True, False]
+
+            waiter = asyncio.create_task(bookie.wait_for_lac(0, 1, 0, 5000))
+            await asyncio.sleep(0.05)
+            assert not waiter.done()
+            await bookie.add_entry(0, 1, 2, 1, entry(1, 2, 1), KEY)
+            assert await asyncio.wait_for(waiter, 2) is True
+            assert await bookie.wait_for_lac(0, 1, 5, 50) is False
+            with pytest.raises(NoSuchLedgerError):
+                await bookie.wait_for_lac(0, 404, 0, 10)
+            await bookie.force_ledger()
+            lac = bookie.read_lac(0, 1)
+            assert lac.explicit_lac is None and lac.last_entry is not None
+            with pytest.raises(NoSuchLedgerError):
+                bookie.read_lac(0, 2)
+            await bookie.checkpoint()
+            assert bookie.read_entry(0, 1, 2) == entry(1, 2, 1)
+        finally:
+            await bookie.stop()
+
+    run(body())
+
+
+def test_conf_file_parsing(tmp_path: Path) -> None:
+    text = "# comment\nbookiePort=3999\njournalDirectories=/a, /b\nledgerDirectories : /c\n" \
+           "journalSyncData=false\nbookieId=my-bookie\nsomeJavaOnlyKey=1\n"
+    assert parse_conf_text(text)["ledgerDirectories"] == "/c"
+    path = tmp_path / "bk.conf"
+    path.write_text(text)
+    conf = load_conf(path, {"bookiePort": 4000, "httpServerPort": None})
+    assert conf.bookiePort == 4000 and conf.journalDirectories == ["/a", "/b"]
+    assert conf.ledgerDirectories == ["/c"] and conf.journalSyncData is False
+    assert conf.bookie_id() == "my-bookie" and conf.extra == {"someJavaOnlyKey": "1"}
+    conf2 = BookieConfig.from_mapping({"advertisedAddress": "10.0.0.1", "bookiePort": "3181"})
+    assert conf2.bookie_id() == "10.0.0.1:3181"
+    with pytest.raises(ValueError):
+        BookieConfig.from_mapping({"bookiePort": "notanumber"})
+    assert os.path.basename(str(conf.ledger_paths[0])) == "c"

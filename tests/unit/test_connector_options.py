@@ -1,0 +1,105 @@
+"""Option parsing and planning of the Spark connector: no Spark session, no servers."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from pyspark.sql.datasource import EqualTo, GreaterThan, In, LessThanOrEqual, StringStartsWith
+
+from bkspark.datasource.options import parse_ledger_list, parse_read_options, parse_write_options
+from bkspark.datasource.planning import Bounds, LedgerSlice, push_filters, split_ledger
+from bkspark.datasource.schema import COLUMNS, arrow_schema, check_user_schema, spark_schema
+from bkspark.errors import InvalidOptionError
+
+URI = "zk+hierarchical://127.0.0.1:2181/ledgers"
+
+
+def test_read_options_parse_spark_style_lower_cased_strings() -> None:
+    opts = parse_read_options({
+        "metadataserviceuri": URI, "ledgers": "7, 9,10-12", "scopeid": "0", "startentry": "5",
+        "endentry": "99", "includeopenledgers": "true", "maxentriesperpartition": "1000",
+        "batchreadenabled": "false", "batchmaxcount": "50", "digesttype": "mac", "password": "pw",
+        "bookkeeper.readentrytimeout": "7",
+    })
+    assert opts.ledger_ranges == ((7, 7), (9, 12))
+    assert (opts.start_entry, opts.end_entry, opts.include_open_ledgers) == (5, 99, True)
+    assert (opts.batch_read_enabled, opts.batch_max_count, opts.digest_type) == (False, 50, "HMAC")
+    assert opts.password == b"pw"
+    assert opts.client_conf == (("readentrytimeout", "7"),)
+    assert pickle.loads(pickle.dumps(opts)) == opts
+
+
+@pytest.mark.parametrize(
+    ("options", "names"),
+    [
+        ({"ledgers": "1"}, "metadataServiceUri"),
+        ({"metadataserviceuri": URI}, "ledgers"),
+        ({"metadataserviceuri": URI, "ledgers": "1", "dataset": "d"}, "only one of"),
+        ({"metadataserviceuri": URI, "ledgers": "x"}, "'ledgers'"),
+        ({"metadataserviceuri": URI, "ledgers": "5-2"}, "'ledgers'"),
+        ({"metadataserviceuri": URI, "ledgers": "1", "digesttype": "md5"}, "'digestType'"),
+        ({"metadataserviceuri": URI, "ledgers": "1", "maxentriesperpartition": "0"}, "'maxEntriesPerPartition'"),
+        ({"metadataserviceuri": URI, "ledgers": "1", "batchreadenabled": "maybe"}, "'batchReadEnabled'"),
+        ({"metadataserviceuri": URI, "ledgers": "1", "startentry": "9", "endentry": "3"}, "'endEntry'"),
+        ({"metadataserviceuri": URI, "ledgers": "1", "ledgerz": "1"}, "'ledgerz'"),
+        ({"metadataserviceuri": "http://x", "ledgers": "1"}, "'metadataServiceUri'"),
+    ],
+)
+def test_bad_read_options_name_the_option(options: dict, names: str) -> None:
+    with pytest.raises(InvalidOptionError, match=names):
+        parse_read_options(options)
+
+
+def test_write_options_defaults_and_quorum_checks() -> None:
+    opts = parse_write_options({"metadataserviceuri": URI, "dataset": "events"})
+    assert (opts.ensemble_size, opts.write_quorum_size, opts.ack_quorum_size, opts.digest_type) == (3, 2, 2, "CRC32C")
+    with pytest.raises(InvalidOptionError, match="writeQuorumSize"):
+        parse_write_options({"metadataserviceuri": URI, "dataset": "e", "ensemblesize": "2", "writequorumsize": "3"})
+    with pytest.raises(InvalidOptionError, match="ackQuorumSize"):
+        parse_write_options({"metadataserviceuri": URI, "dataset": "e", "writequorumsize": "2", "ackquorumsize": "3"})
+    with pytest.raises(InvalidOptionError, match="'dataset' is required"):
+        parse_write_options({"metadataserviceuri": URI})
+    with pytest.raises(InvalidOptionError, match="'dataset'"):
+        parse_write_options({"metadataserviceuri": URI, "dataset": "../etc"})
+
+
+def test_ledger_lists_merge_overlapping_ranges() -> None:
+    assert parse_ledger_list("3,1,2,10-12,11-15") == ((1, 3), (10, 15))
+
+
+def test_pushed_filters_become_exact_bounds_and_the_rest_come_back_by_identity() -> None:
+    bounds = Bounds()
+    keep = StringStartsWith(("payload",), "x")
+    odd = EqualTo(("entry_id",), "3")  # not an int: Spark keeps it
+    filters = [EqualTo(("ledger_id",), 7), GreaterThan(("entry_id",), 10), LessThanOrEqual(("entry_id",), 20),
+               In(("entry_id",), [12, 13, 15, 40]), keep, odd]
+    rejected = push_filters(filters, bounds)
+    assert rejected == [keep, odd] and rejected[0] is keep
+    assert bounds.admits("ledger_id", 7) and not bounds.admits("ledger_id", 8)
+    assert bounds.entry_runs(0, 100) == [(12, 13), (15, 15)]
+
+
+def test_split_ledger_cuts_exact_slices() -> None:
+    slices = split_ledger(0, 9, 0, 24, 10, ctime_ms=5, custom_metadata=[("k", b"v")])
+    assert [(s.first_entry, s.last_entry) for s in slices] == [(0, 9), (10, 19), (20, 24)]
+    assert sum(s.entry_count for s in slices) == 25
+    assert isinstance(pickle.loads(pickle.dumps(slices[0])), LedgerSlice)
+
+
+def test_schema_is_fixed_and_arrow_form_matches() -> None:
+    assert tuple(spark_schema().fieldNames()) == COLUMNS
+    arrow = arrow_schema()
+    assert [f.name for f in arrow] == list(COLUMNS)
+    assert not arrow.field("ledger_id").nullable
+    check_user_schema(spark_schema())
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    with pytest.raises(InvalidOptionError, match="fixed schema"):
+        check_user_schema(StructType([StructField("ledger_id", LongType())]))
+
+
+def test_auto_registration_module_exposes_default_source() -> None:
+    import pyspark_bookkeeper
+
+    assert pyspark_bookkeeper.DefaultSource.name() == "bookkeeper"
