@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -295,14 +294,15 @@ class Bookie:
             raise NoSuchLedgerError(ledger_id=ledger_id)
         return info.lac
 
-    def write_lac(self, scope_id: int, ledger_id: int, blob: bytes, master_key: bytes) -> asyncio.Future[None]:
-        """Keep an explicit-LAC blob (the LAC is read from its bytes 8-15)."""
+    def write_lac(
+        self, scope_id: int, ledger_id: int, blob: bytes, master_key: bytes, lac: int
+    ) -> asyncio.Future[None]:
+        """Keep an explicit-LAC blob verbatim; ``lac`` is the value its header carries."""
         if self.readonly:
             raise WriteOnReadOnlyBookieError(ledger_id=ledger_id)
         info = self.storage.ledger(scope_id, ledger_id)
         self._check_key(info, master_key, ledger_id)
         prefix = self._bind_key(scope_id, ledger_id, info, master_key)
-        lac = struct.unpack_from(">q", blob, 8)[0] if len(blob) >= 16 else -1
         self.storage.set_explicit_lac(scope_id, ledger_id, blob, lac)
         fut = self._new_future()
         self._journal(

@@ -42,7 +42,8 @@ from pathlib import Path
 
 import lmdb
 
-from bkspark.errors import BookieIOError, NoSuchEntryError, NoSuchLedgerError
+from bkspark.errors import BookieIOError, MalformedFrameError, NoSuchEntryError, NoSuchLedgerError
+from bkspark.protocol.digest import lac_header
 
 from bookie_server.journal import JournalPosition, JournalRecord, RecordType, decode_add_payload
 
@@ -461,7 +462,10 @@ class LedgerStorage:
         elif record.type is RecordType.FENCE:
             self.set_fenced(scope_id, ledger_id)
         elif record.type is RecordType.EXPLICIT_LAC:
-            lac = struct.unpack_from(">q", record.payload, 8)[0] if len(record.payload) >= 16 else -1
+            try:
+                lac = lac_header(record.payload)[2]
+            except MalformedFrameError:
+                lac = -1
             self.set_explicit_lac(scope_id, ledger_id, record.payload, lac)
 
     # -- checkpoint ---------------------------------------------------------------------

@@ -171,7 +171,7 @@ class BookieRegistry:
                 log.warning("cannot read registration of %s", bookie_id, exc_info=True)
                 return None
             try:
-                info = si.parse(data) if data else si.legacy_service_info(bookie_id)
+                info = si.parse(data, bookie_id)
             except (BadMetadataError, InvalidBookieIdError, ValueError):
                 log.warning("bad BookieServiceInfo for %s", bookie_id, exc_info=True)
                 return None
@@ -217,12 +217,7 @@ class BookieRegistry:
         info = self.service_info(bookie_id)
         if info is None:
             raise BookieUnavailableError("bookie is not registered, its address is unknown", bookie_id=bookie_id)
-        try:
-            return si.endpoint_for(info)
-        except (BadMetadataError, LookupError, ValueError) as exc:
-            raise BookieUnavailableError(
-                "bookie advertises no bookie-rpc endpoint", bookie_id=bookie_id, error=str(exc)
-            ) from None
+        return si.endpoint_for(info)  # BookieUnavailableError when no bookie-rpc endpoint
 
     @staticmethod
     def _legacy(bookie_id: str) -> tuple[str, int]:

@@ -54,10 +54,8 @@ __all__ = ["Versioned", "ZkMetadataStore", "LEDGER_ID_MAX_SHORT"]
 log = logging.getLogger(__name__)
 
 #: Ids at or above this value overflow the 31-bit generator (Integer.MAX_VALUE).
-LEDGER_ID_MAX_SHORT = 2**31 - 1
+LEDGER_ID_MAX_SHORT = zk_paths.MAX_SHORT_LEDGER_ID
 
-_ID_PREFIX = "ID-"
-_HOB_PREFIX = "HOB-"
 _DIGITS = re.compile(r"^\d+$")
 
 
@@ -89,18 +87,18 @@ class ZkMetadataStore:
         create_layout: bool = True,
     ) -> None:
         self.uri = layout_codec.parse_metadata_service_uri(metadata_service_uri)
-        self.root = self.uri.root
+        self.root = zk_paths.check_root(self.uri.root)
         self.retry = retry or RetryPolicy()
         self.metadata_format_version = metadata_format_version
         self.store_ctime = store_ctime
         self._owns_zk = zk is None
-        self.zk = zk or KazooClient(hosts=self.uri.zk_hosts, timeout=session_timeout)
+        self.zk = zk or KazooClient(hosts=self.uri.connect_string, timeout=session_timeout)
         if self._owns_zk:
             try:
                 self.zk.start(timeout=session_timeout)
             except Exception as exc:  # kazoo raises a bare timeout_exception
                 self.zk.close()
-                raise MetadataError("cannot connect to ZooKeeper", hosts=self.uri.zk_hosts) from exc
+                raise MetadataError("cannot connect to ZooKeeper", hosts=self.uri.connect_string) from exc
         self.scheme = self._load_layout(create_layout)
         self._idgen_long: bool | None = None
         self._lock = threading.Lock()
@@ -124,30 +122,36 @@ class ZkMetadataStore:
     # -- LAYOUT ------------------------------------------------------------------
 
     def _load_layout(self, create: bool) -> str:
-        """Read ``<root>/LAYOUT`` (creating the default one if allowed) and return the path scheme."""
-        path = f"{self.root}/LAYOUT"
+        """Read ``<root>/LAYOUT`` (creating it as Java's first client would) and return the path scheme.
+
+        A ``metadataServiceUri`` naming another manager than LAYOUT is refused,
+        as a Java client refuses to start in that case.
+        """
+        path = zk_paths.layout_path(self.root)
+        wanted = self.uri.scheme
         try:
             data, _ = self.retry(self.zk.get, path)
         except NoNodeError:
             if not create:
                 raise BadMetadataError("no LAYOUT znode: not a BookKeeper cluster root", path=path) from None
-            wanted = layout_codec.default_layout(self.uri.ledger_manager_type)
+            fresh = layout_codec.LedgerLayout.for_scheme(wanted or "hierarchical").serialize()
             try:
-                self.retry(self.zk.create, path, layout_codec.serialize_layout(wanted), makepath=True)
-                data = layout_codec.serialize_layout(wanted)
+                self.retry(self.zk.create, path, fresh, makepath=True)
+                data = fresh
             except NodeExistsError:
                 data, _ = self.retry(self.zk.get, path)
         except ZookeeperError as exc:
             raise self.retry.wrap_error(exc, path=path) from exc
-        layout = layout_codec.parse_layout(data)
-        scheme = layout_codec.path_scheme(layout)
-        wanted_type = self.uri.ledger_manager_type
-        if wanted_type is not None and layout_codec.path_scheme_for_type(wanted_type) != scheme:
+        layout = layout_codec.LedgerLayout.parse(data)
+        scheme = layout.scheme
+        if wanted is not None and wanted != scheme:
             raise BadMetadataError(
                 "metadataServiceUri names a different ledger manager than LAYOUT",
-                uri_type=wanted_type,
+                uri_type=wanted,
                 layout=layout.manager_factory_class,
             )
+        if scheme == "ms":
+            raise BadMetadataError("the MetaStore ledger manager is not supported", layout=layout.manager_factory_class)
         return scheme
 
     # -- paths ---------------------------------------------------------------------
@@ -158,32 +162,39 @@ class ZkMetadataStore:
 
     # -- id generation (LongZkLedgerIdGenerator) ----------------------------------
 
-    def _sequential_id(self, prefix_path: str) -> int:
-        """ZkLedgerIdGenerator: create ``<prefix>`` ephemeral-sequential, parse, delete."""
+    def _sequential_id(self, prefix: str) -> int:
+        """ZkLedgerIdGenerator: create ``<prefix>`` ephemeral-sequential, parse the number, delete it."""
         # A retry after a connection loss may leave an extra ephemeral znode: harmless
-        # (it is ephemeral and ids only need to be unique), so blind retries are fine here.
-        created = self.retry(self.zk.create, prefix_path, b"", ephemeral=True, sequence=True, makepath=True)
-        number = int(created[len(prefix_path) :] if created.startswith(prefix_path) else created.rsplit(_ID_PREFIX, 1)[1])
+        # (ephemeral, and ids only need to be unique), so blind retries are fine here.
+        created = self.retry(self.zk.create, prefix, b"", ephemeral=True, sequence=True, makepath=True)
+        number = zk_paths.sequential_id(created, prefix)
         self.zk.delete_async(created)
         return number
 
     def _idgen_long_exists(self) -> bool:
         if self._idgen_long is None:
-            self._idgen_long = self.retry(self.zk.exists, f"{self.root}/idgen-long") is not None
+            self._idgen_long = self.retry(self.zk.exists, zk_paths.idgen_long_path(self.root)) is not None
         return self._idgen_long
 
     def generate_ledger_id(self) -> int:
-        """A fresh ledger id, drawn exactly as Java's ``LongZkLedgerIdGenerator`` draws it."""
-        prefix_dir = f"{self.root}/idgen" if self.scheme != "flat" else self.root
+        """A fresh ledger id, drawn exactly as Java's ``LongZkLedgerIdGenerator`` draws it.
+
+        The flat manager draws from ``<root>/ID-`` and the legacy manager has
+        no 63-bit mode (both raise :class:`MetadataError` on overflow).
+        """
         try:
-            if not self._idgen_long_exists():
-                ledger_id = self._sequential_id(f"{prefix_dir}/{_ID_PREFIX}")
-                if 0 <= ledger_id < LEDGER_ID_MAX_SHORT:
+            if self.scheme == "flat":
+                prefix = f"{self.root}/{zk_paths.ID_PREFIX}"
+            else:
+                prefix = zk_paths.idgen_prefix(self.root)
+            if self.scheme in ("flat", "legacyhierarchical") or not self._idgen_long_exists():
+                ledger_id = self._sequential_id(prefix)
+                if not zk_paths.is_short_id_overflow(ledger_id):
                     return ledger_id
-                if self.scheme == "legacyhierarchical" or self.scheme == "flat":
+                if self.scheme in ("flat", "legacyhierarchical"):
                     raise MetadataError("31-bit ledger id space exhausted (LedgerIdOverflowException)")
                 try:
-                    self.retry(self.zk.create, f"{self.root}/idgen-long", b"", makepath=True)
+                    self.retry(self.zk.create, zk_paths.idgen_long_path(self.root), b"", makepath=True)
                 except NodeExistsError:
                     pass
                 self._idgen_long = True
@@ -192,28 +203,26 @@ class ZkMetadataStore:
             raise self.retry.wrap_error(exc, op="generate_ledger_id") from exc
 
     def _generate_long_id(self) -> int:
-        base = f"{self.root}/idgen-long"
+        base = zk_paths.idgen_long_path(self.root)
         while True:
             hobs = sorted(
-                int(c[len(_HOB_PREFIX) :])
-                for c in self.retry(self.zk.get_children, base)
-                if c.startswith(_HOB_PREFIX) and _DIGITS.match(c[len(_HOB_PREFIX) :])
+                h for h in (zk_paths.parse_hob(c) for c in self.retry(self.zk.get_children, base)) if h is not None
             )
             if not hobs:
-                self._create_hob(base, 1)
+                self._create_hob(1)
                 continue
             high = hobs[-1]
             if len(hobs) > 3:
                 for old in hobs[:-3]:
-                    self.zk.delete_async(f"{base}/{_HOB_PREFIX}{old:010d}", version=0)
-            low = self._sequential_id(f"{base}/{_HOB_PREFIX}{high:010d}/{_ID_PREFIX}")
-            if 0 <= low < LEDGER_ID_MAX_SHORT:
-                return (high << 32) | low
-            self._create_hob(base, high + 1)
+                    self.zk.delete_async(zk_paths.hob_path(self.root, old), version=0)
+            low = self._sequential_id(zk_paths.hob_prefix(self.root, high))
+            if not zk_paths.is_short_id_overflow(low):
+                return zk_paths.compose_long_id(high, low)
+            self._create_hob(high + 1)
 
-    def _create_hob(self, base: str, n: int) -> None:
+    def _create_hob(self, high: int) -> None:
         try:
-            self.retry(self.zk.create, f"{base}/{_HOB_PREFIX}{n:010d}", b"", makepath=True)
+            self.retry(self.zk.create, zk_paths.hob_path(self.root, high), b"", makepath=True)
         except NodeExistsError:
             pass
 
@@ -306,14 +315,8 @@ class ZkMetadataStore:
             raise NoSuchLedgerMetadataError("no such ledger", ledger_id=ledger_id, scope_id=scope_id) from None
         except ZookeeperError as exc:
             raise self.retry.wrap_error(exc, path=path) from exc
-        metadata = md_codec.parse(data)
-        if metadata.ctime is None or metadata.ctime <= 0:
-            # Java falls back to the znode's creation time (stat.ctime, ms).
-            try:
-                metadata = replace(metadata, ctime=stat.ctime)
-            except TypeError:
-                pass
-        return Versioned(metadata, stat.version)
+        # Java falls back to the znode's creation time (stat.ctime, ms) when the blob has none.
+        return Versioned(md_codec.parse(data, znode_ctime=stat.ctime), stat.version)
 
     def write_ledger_metadata(
         self, ledger_id: int, metadata: LedgerMetadata, version: int, scope_id: int = 0
@@ -372,8 +375,8 @@ class ZkMetadataStore:
 
     def _delete_empty_parents(self, path: str) -> None:
         parent = path.rsplit("/", 1)[0]
-        stop = zk_paths.scope_root(self.root, 0) if hasattr(zk_paths, "scope_root") else self.root
-        while parent and parent not in (self.root, stop) and parent.startswith(self.root + "/"):
+        stop = {self.root, zk_paths.scopes_root(self.root)}
+        while parent not in stop and parent.startswith(self.root + "/"):
             try:
                 self.retry(self.zk.delete, parent)
             except (NotEmptyError, NoNodeError):
@@ -393,7 +396,7 @@ class ZkMetadataStore:
         if scope_id == 0:
             yield from self._walk_scope0()
         else:
-            base = zk_paths.scope_root(self.root, scope_id)
+            base = zk_paths.scope_path(self.root, scope_id)
             yield from sorted(self._walk(base, scope_id))
 
     def _walk_scope0(self) -> Iterator[int]:
@@ -405,17 +408,12 @@ class ZkMetadataStore:
         for child in children:
             if zk_paths.is_special_znode(child):
                 continue
+            if not zk_paths.is_ledger_parent_node(child, self.scheme):
+                continue
             if self.scheme == "flat":
-                if child.startswith("L") and _DIGITS.match(child[1:]):
-                    ids.append(int(child[1:]))
-                continue
-            if not _DIGITS.match(child) or len(child) not in (2, 3):
-                continue
-            if self.scheme == "longhierarchical" and len(child) != 3:
-                continue
-            if self.scheme == "legacyhierarchical" and len(child) != 2:
-                continue
-            ids.extend(self._walk(f"{self.root}/{child}", 0))
+                ids.extend(self._leaf(f"{self.root}/{child}", 0))
+            else:
+                ids.extend(self._walk(f"{self.root}/{child}", 0))
         yield from sorted(ids)
 
     def _walk(self, path: str, scope_id: int) -> Iterator[int]:
@@ -425,10 +423,16 @@ class ZkMetadataStore:
             return
         for child in children:
             full = f"{path}/{child}"
-            if child.startswith("L"):
-                try:
-                    yield zk_paths.ledger_id_from_path(self.root, full, scheme=self.scheme, scope_id=scope_id)
-                except (ValueError, BadMetadataError, InvalidOptionError):
-                    log.debug("skipping non-ledger znode %s", full)
-            elif _DIGITS.match(child) or re.match(r"^[0-9a-fA-F]+$", child):
+            if child.startswith(zk_paths.LEDGER_PREFIX):
+                yield from self._leaf(full, scope_id)
+            elif _DIGITS.match(child):
                 yield from self._walk(full, scope_id)
+
+    def _leaf(self, path: str, scope_id: int) -> Iterator[int]:
+        try:
+            got_scope, ledger_id = zk_paths.parse_ledger_path(self.root, path, self.scheme)
+        except (BadMetadataError, InvalidOptionError):
+            log.debug("skipping non-ledger znode %s", path)
+            return
+        if got_scope == scope_id:
+            yield ledger_id

@@ -148,8 +148,8 @@ class StaticMapping(DNSToSwitchMapping):
     """A fixed table of host -> location (``networkTopologyStaticMapping``, or given directly).
 
     The table may be a mapping or a string ``"host1=/r1,host2=/r2"`` (as a Spark
-    option would carry it).  A BookieId key matches too, so tests and small
-    clusters can map ``host:port`` ids directly.
+    option would carry it).  Keys are what the policy resolves: the host part
+    of ``host:port`` BookieIds (or whatever ``set_bookie_address_resolver`` gives).
     """
 
     def __init__(self, conf: Mapping[str, Any] | None = None, table: Mapping[str, str] | None = None) -> None:

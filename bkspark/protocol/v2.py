@@ -232,12 +232,18 @@ class AddRequest:
     @property
     def ledger_id(self) -> int:
         """The ledger id in the entry's first 8 bytes (what the bookie uses)."""
-        return _INT64_PAIR.unpack_from(self.entry, 0)[0]
+        return self._entry_ids()[0]
 
     @property
     def entry_id(self) -> int:
         """The entry id in the entry's bytes 8-15."""
-        return _INT64_PAIR.unpack_from(self.entry, 0)[1]
+        return self._entry_ids()[1]
+
+    def _entry_ids(self) -> tuple[int, int]:
+        try:
+            return _INT64_PAIR.unpack_from(self.entry, 0)
+        except struct.error:
+            raise LocalProtocolError("an ADDENTRY entry starts with ledger and entry ids (16 bytes)") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +372,9 @@ def encode_add_request(
     """Fast path: the ADDENTRY frame for a packaged entry (``Digester.package_entry``)."""
     _check_key(master_key)
     entry_size = len(entry) if not isinstance(entry, memoryview) else entry.nbytes
+    if entry_size < 16:
+        # A Java bookie reads the ids from the entry and drops the connection if they are missing.
+        raise LocalProtocolError("an ADDENTRY entry starts with ledger and entry ids (16 bytes)", size=entry_size)
     try:
         prefix = _ADD_REQUEST_PREFIX.pack(
             4 + MASTER_KEY_LENGTH + entry_size, _header(version, ADD_ENTRY, flags), master_key

@@ -20,6 +20,13 @@ JVM_OPTS: tuple[str, ...] = (
     "-Xss512k",
     "-Djava.net.preferIPv4Stack=true",
     "-Dio.netty.leakDetection.level=disabled",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    # What Apache BookKeeper's bin/common.sh adds on Java 9+ (page cache hints, CRC32C, netty direct buffers).
+    "--add-opens=java.base/java.io=ALL-UNNAMED",
+    "--add-opens=java.base/java.util.zip=ALL-UNNAMED",
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.misc=ALL-UNNAMED",
 )
 
 

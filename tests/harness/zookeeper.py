@@ -109,7 +109,7 @@ class ZooKeeperServer:
         return self.config_path
 
     def start(self, timeout: float = 60.0) -> "ZooKeeperServer":
-        """Start the server and wait until it answers `ruok` with `imok`."""
+        """Start the server and wait until it serves requests (`ruok`, then `srvr`)."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.write_config()
         argv = [
@@ -130,10 +130,15 @@ class ZooKeeperServer:
         else:
             self._process.argv = argv
         self._process.start()
-        self._process.wait_until(
-            lambda: four_letter_word(self.port, "ruok") == "imok", timeout=timeout, what=f"ZooKeeper on {self.port}"
-        )
+        self._process.wait_until(self.is_serving, timeout=timeout, what=f"ZooKeeper on {self.port} to serve")
         return self
+
+    def is_serving(self) -> bool:
+        """True once the server serves requests: `ruok` answers `imok` as soon as the port is bound, so this
+        also asks `srvr`, which says "not currently serving requests" until the database is loaded."""
+        return four_letter_word(self.port, "ruok") == "imok" and "Zookeeper version" in four_letter_word(
+            self.port, "srvr"
+        )
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL)."""

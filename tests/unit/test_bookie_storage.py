@@ -157,13 +157,12 @@ def test_storage_delete_ledger_removes_index_rows(tmp_path: Path) -> None:
     again.open()
     assert again.ledgers() == [(0, 2)]
     assert again.entry_ids(0, 2) == [0, 1, 2, 3, 4]
-    directory = tmp_path / "current" / "index"
-    env = lmdb.open(str(directory), max_dbs=4, readonly=True, lock=False)
+    again.close()
+    env = lmdb.open(str(tmp_path / "current" / "index"), max_dbs=4, readonly=True, lock=False)
     with env.begin(db=env.open_db(b"index", create=False)) as txn:
         keys = [struct.unpack(">qqq", k)[1] for k, _ in txn.cursor()]
     env.close()
     assert keys == [2] * 5
-    again.close()
 
 
 def test_storage_corrupt_index_is_a_typed_error(tmp_path: Path) -> None:
@@ -220,11 +219,12 @@ def test_bookie_replays_journal_after_crash(tmp_path: Path) -> None:
         futs = [bookie.add_entry(0, 9, i, i - 1, entry(9, i, i - 1, b"e%d" % i), KEY) for i in range(100)]
         await asyncio.gather(*futs)
         await bookie.fence(0, 9, KEY)
-        await bookie.write_lac(0, 9, struct.pack(">qq", 9, 150) + b"dg", KEY)
+        await bookie.write_lac(0, 9, struct.pack(">qq", 9, 150) + b"dg", KEY, 150)
         # Simulated crash: the journal thread stops, nothing is checkpointed, files stay open.
         assert bookie.journal is not None
         bookie.journal.close()
         bookie._checkpoint_task.cancel()  # type: ignore[union-attr]
+        bookie.storage.close()  # drops the write cache: LMDB refuses a second open in one process
 
     async def restart() -> None:
         bookie = Bookie(make_conf(tmp_path))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import struct
+import zlib
 
+import crc32c
 import pytest
 
 from bkspark.errors import (
@@ -211,10 +213,6 @@ def test_v2_entry_layout(digest_type: DigestType) -> None:
 
 
 def test_v2_entry_digest_covers_41_byte_header_and_payload() -> None:
-    import zlib
-
-    import crc32c
-
     entry = Digester("CRC32C").package_entry(5, 6, 4, 12, b"data", scope_id=-3)
     header = struct.pack(">Bqqqqq", 0xA3, -3, 5, 6, 4, 12)
     assert entry == header + struct.pack(">I", crc32c.crc32c(header + b"data")) + b"data"

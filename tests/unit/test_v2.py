@@ -274,6 +274,10 @@ def test_encoders_reject_what_the_protocol_cannot_express() -> None:
     with pytest.raises(LocalProtocolError):
         v2.encode_add_request(0, KEY[:19], ENTRY)
     with pytest.raises(LocalProtocolError):
+        v2.encode_add_request(0, KEY, ENTRY[:15])
+    with pytest.raises(LocalProtocolError):
+        _ = AddRequest(0, KEY, b"short").ledger_id
+    with pytest.raises(LocalProtocolError):
         v2.encode_read_request(1, 0, v2.FLAG_DO_FENCING, KEY + b"x")
     with pytest.raises(LocalProtocolError):
         v2.encode_read_request(2**63, 0)

@@ -1,0 +1,318 @@
+"""The read path (spec §4.8, §4.9, BP-62), run on the client's event loop.
+
+* Single reads go to the write set of the entry in the placement policy's
+  order; an error or a digest mismatch moves on to the next replica, and after
+  ``speculativeReadTimeout`` without an answer the next replica is asked too.
+  Every entry's digest, ledger id and entry id are verified.
+* Ranges are read pipelined, ``readPipelineDepth`` entries in flight.
+* Batched reads: one request per batch to one bookie; the request is clamped
+  to the LAC, the segment and the frame size; fewer entries than asked is a
+  valid answer.  A digest mismatch inside a batch keeps the verified prefix
+  and asks the next replica for the rest (BookKeeper #4789); striped ledgers,
+  bookies that hung up on opcode 7 (pre-4.17) and ``batchReadEnabled=false``
+  fall back to pipelined single reads, which terminate for ``max_count <= 0``
+  too (BookKeeper #4641).
+* LAC: READ_LAC to every bookie of the last segment until the coverage rule
+  holds (explicit LAC blob and last entry both count).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any, NamedTuple
+
+from bkspark.client.context import ClientContext, LedgerRef
+from bkspark.client.schedule import CoverageSet, is_striped, write_set
+from bkspark.errors import (
+    BKError,
+    BookieUnavailableError,
+    DigestMismatchError,
+    InvalidOptionError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    UnauthorizedAccessError,
+)
+from bkspark.protocol.digest import Digester, VerifiedEntry
+from bkspark.protocol.ledger_metadata import LedgerMetadata
+
+__all__ = ["LedgerEntry", "LedgerReader", "pick_error"]
+
+log = logging.getLogger(__name__)
+
+_MISSING = (NoSuchEntryError, NoSuchLedgerError)
+#: The bookie's own accounting for a batch response without items (4 + 24 + 8).
+_BATCH_RESPONSE_OVERHEAD = 36
+
+
+class LedgerEntry(NamedTuple):
+    """One entry read back: ids and the payload the writer appended."""
+
+    ledger_id: int
+    entry_id: int
+    payload: bytes
+    scope_id: int = 0
+
+
+def pick_error(errors: list[BaseException], **context: Any) -> BaseException:
+    """The error to report after every replica failed: a "real" one before "no such entry"."""
+    for err in errors:
+        if not isinstance(err, _MISSING):
+            return err
+    if errors:
+        return errors[0]
+    return BookieUnavailableError("no bookie to read from", **context)
+
+
+class LedgerReader:
+    """Reads of one ledger; the metadata and LAC are updated by the handle that owns it."""
+
+    def __init__(self, ctx: ClientContext, ref: LedgerRef, metadata: LedgerMetadata, digester: Digester) -> None:
+        self.ctx = ctx
+        self.ref = ref
+        self.metadata = metadata
+        self.digester = digester
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _segment(self, entry_id: int) -> tuple[int, tuple[str, ...]]:
+        keys = list(self.metadata.ensembles)
+        key = keys[0]
+        for k in keys:
+            if k <= entry_id:
+                key = k
+            else:
+                break
+        return key, self.metadata.ensembles[key]
+
+    def _order(self, ensemble: tuple[str, ...], ws: list[int]) -> list[int]:
+        if not self.ctx.conf.reorderReadSequenceEnabled:
+            return ws
+        try:
+            return list(self.ctx.policy.reorder_read_sequence(list(ensemble), ws, self.ctx.failure_history()))
+        except Exception:  # a policy bug must not break reads
+            log.exception("reorder_read_sequence failed")
+            return ws
+
+    def _verify(self, data: Any, entry_id: int | None) -> VerifiedEntry:
+        return self.digester.verify_entry(data, self.ref.ledger_id, entry_id, self.ref.scope_id)
+
+    def _entry(self, v: VerifiedEntry) -> LedgerEntry:
+        return LedgerEntry(self.ref.ledger_id, v.entry_id, bytes(v.payload), self.ref.scope_id)
+
+    # -- single entry -------------------------------------------------------------------------
+
+    async def read_entry(self, entry_id: int, *, flags: int = 0, master_key: bytes | None = None) -> VerifiedEntry:
+        """One verified entry from its replicas (sequential, speculative after a timeout)."""
+        _, ensemble = self._segment(entry_id)
+        md = self.metadata
+        order = self._order(ensemble, write_set(entry_id, md.ensemble_size, md.write_quorum_size))
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[VerifiedEntry] = loop.create_future()
+        errors: list[BaseException] = []
+        state = {"next": 0, "outstanding": 0}
+        ops = self.ctx.ops
+        pool = ops.pool
+
+        def send_next() -> bool:
+            i = state["next"]
+            if i >= len(order):
+                return False
+            state["next"] = i + 1
+            state["outstanding"] += 1
+            bookie = ensemble[order[i]]
+
+            def on_data(data: Any, _max_lac: Any, exc: BaseException | None) -> None:
+                state["outstanding"] -= 1
+                if fut.done():
+                    return
+                if exc is None:
+                    try:
+                        fut.set_result(self._verify(data, entry_id))
+                        return
+                    except DigestMismatchError as err:
+                        log.warning("bookie %s returned a bad copy of %s/%s: %s", bookie, self.ref.ledger_id, entry_id, err)
+                        exc = err
+                errors.append(exc)
+                if not isinstance(exc, _MISSING):
+                    pool.note_failure(bookie)
+                if not send_next() and state["outstanding"] == 0:
+                    fut.set_exception(pick_error(errors, ledger_id=self.ref.ledger_id, entry_id=entry_id))
+
+            ops.read(bookie, self.ref.ledger_id, entry_id, self.ref.scope_id, on_data, flags=flags, master_key=master_key)
+            return True
+
+        timer: list[asyncio.TimerHandle] = []
+        spec = self.ctx.conf.speculativeReadTimeout / 1000.0
+
+        def speculate(delay: float) -> None:
+            if fut.done():
+                return
+            if send_next():
+                nxt = delay * self.ctx.conf.speculativeReadTimeoutBackoffMultiplier
+                timer.append(loop.call_later(nxt, speculate, nxt))
+
+        send_next()
+        if spec > 0 and len(order) > 1:
+            timer.append(loop.call_later(spec, speculate, spec))
+        try:
+            return await fut
+        finally:
+            for t in timer:
+                t.cancel()
+
+    async def read_range(self, first: int, last: int) -> list[LedgerEntry]:
+        """Entries ``first..last`` (inclusive), pipelined; every one verified."""
+        if last < first:
+            return []
+        count = last - first + 1
+        results: list[LedgerEntry | None] = [None] * count
+        counter = itertools.count()
+
+        async def worker() -> None:
+            while True:
+                i = next(counter)
+                if i >= count:
+                    return
+                results[i] = self._entry(await self.read_entry(first + i))
+
+        workers = [asyncio.ensure_future(worker()) for _ in range(min(self.ctx.conf.readPipelineDepth, count))]
+        try:
+            await asyncio.gather(*workers)
+        except BaseException:
+            for w in workers:
+                w.cancel()
+            raise
+        return results  # type: ignore[return-value]
+
+    # -- batched reads ---------------------------------------------------------------------------
+
+    async def batch_read(self, start: int, max_count: int, max_size: int, last_readable: int) -> list[LedgerEntry]:
+        """BP-62 batch read of at most ``max_count`` entries / ``max_size`` bytes from ``start``.
+
+        ``last_readable`` is the LAC (or the last entry id the caller may read).
+        Returns at least one entry when ``start <= last_readable``.
+        """
+        if start < 0:
+            raise InvalidOptionError("start entry id must be >= 0", start=start)
+        if start > last_readable:
+            raise InvalidOptionError("start entry is beyond the last readable entry", start=start, lac=last_readable)
+        frame_limit = self.ctx.conf.nettyMaxFrameSizeBytes
+        max_size = frame_limit if max_size <= 0 else min(max_size, frame_limit)
+        end = last_readable if max_count <= 0 else min(last_readable, start + max_count - 1)
+        next_segment = self.metadata.segment_end(self._segment(start)[0])
+        if next_segment is not None:
+            end = min(end, next_segment - 1)
+        md = self.metadata
+        if not self.ctx.conf.batchReadEnabled or is_striped(md.ensemble_size, md.write_quorum_size):
+            return await self._fallback(start, end, max_size)
+        _, ensemble = self._segment(start)
+        order = self._order(ensemble, write_set(start, md.ensemble_size, md.write_quorum_size))
+        ops = self.ctx.ops
+        capable = [i for i in order if ops.can_batch_read(ensemble[i], self.ref.scope_id)]
+        if not capable:
+            return await self._fallback(start, end, max_size)
+        want = end - start + 1
+        verified: list[LedgerEntry] = []
+        used = _BATCH_RESPONSE_OVERHEAD
+        errors: list[BaseException] = []
+        for idx in capable:
+            bookie = ensemble[idx]
+            cur = start + len(verified)
+            try:
+                raw = await ops.batch_read_async(
+                    bookie, self.ref.ledger_id, cur, want - len(verified), max(max_size - used + _BATCH_RESPONSE_OVERHEAD, 1), self.ref.scope_id
+                )
+            except BKError as exc:
+                errors.append(exc)
+                if not isinstance(exc, _MISSING):
+                    ops.pool.note_failure(bookie)
+                if not ops.can_batch_read(bookie, self.ref.scope_id):
+                    # The bookie hung up on opcode 7: it predates batch reads.
+                    break
+                continue
+            clean = True
+            for i, data in enumerate(raw[: want - len(verified)]):
+                try:
+                    v = self._verify(data, cur + i)
+                except DigestMismatchError as exc:
+                    log.warning("bookie %s: bad copy of %s/%s in a batch: %s", bookie, self.ref.ledger_id, cur + i, exc)
+                    errors.append(exc)
+                    clean = False
+                    break
+                verified.append(self._entry(v))
+                used += 4 + len(data)
+            if clean or len(verified) >= want:
+                break
+        if verified:
+            return verified
+        if any(not ops.can_batch_read(ensemble[i], self.ref.scope_id) for i in capable):
+            return await self._fallback(start, end, max_size)
+        raise pick_error(errors, ledger_id=self.ref.ledger_id, entry_id=start)
+
+    async def _fallback(self, start: int, end: int, max_size: int) -> list[LedgerEntry]:
+        """Pipelined single reads of ``start..end`` within ``max_size`` bytes (at least one entry)."""
+        out: list[LedgerEntry] = []
+        used = _BATCH_RESPONSE_OVERHEAD
+        chunk = max(1, self.ctx.conf.readPipelineDepth)
+        cur = start
+        while cur <= end:
+            part = await self.read_range(cur, min(end, cur + chunk - 1))
+            for entry in part:
+                size = 4 + len(entry.payload) + 32 + self.digester.size
+                if out and used + size > max_size:
+                    return out
+                out.append(entry)
+                used += size
+            cur += len(part)
+        return out
+
+    # -- LAC ------------------------------------------------------------------------------------------
+
+    async def read_lac(self) -> int:
+        """Java's ``readLastAddConfirmed`` over READ_LAC: the max LAC once every write quorum answered."""
+        md = self.metadata
+        ensemble = md.last_ensemble
+        coverage = CoverageSet(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[int] = loop.create_future()
+        best = [-1]
+        answered = [0]
+        errors: list[BaseException] = []
+
+        async def ask(idx: int) -> None:
+            bookie = ensemble[idx]
+            try:
+                lac_blob, last_entry = await self.ctx.ops.read_lac_async(bookie, self.ref.ledger_id, self.ref.scope_id)
+                lac = -1
+                if lac_blob:
+                    lac = max(lac, self.digester.verify_lac(lac_blob, self.ref.ledger_id, self.ref.scope_id))
+                if last_entry:
+                    lac = max(lac, self._verify(last_entry, None).last_add_confirmed)
+                best[0] = max(best[0], lac)
+                coverage.add(idx)
+            except _MISSING:
+                coverage.add(idx)
+            except UnauthorizedAccessError as exc:
+                if not done.done():
+                    done.set_exception(exc)
+                return
+            except BaseException as exc:  # noqa: BLE001 - unknown answer, coverage decides
+                errors.append(exc)
+            finally:
+                answered[0] += 1
+            if done.done():
+                return
+            if coverage.covered():
+                done.set_result(best[0])
+            elif answered[0] == len(ensemble):
+                done.set_exception(pick_error(errors, ledger_id=self.ref.ledger_id))
+
+        tasks = [asyncio.ensure_future(ask(i)) for i in range(len(ensemble))]
+        try:
+            return await done
+        finally:
+            for t in tasks:
+                if not t.done():
+                    t.cancel()

@@ -1,0 +1,385 @@
+"""The write path of one ledger (spec §4.2-4.5), run on the client's event loop.
+
+* ``entryId = ++lastAddPushed``; the entry carries the LAC at send time
+  (piggyback) and the cumulative length; it goes to the write set
+  ``(e + i) mod E`` of the current ensemble.
+* An entry is acknowledged by Qa distinct bookies; acknowledgements are handed
+  to the caller strictly in entry order, and each one advances the LAC.
+* Any non-fatal bookie error (timeout, lost connection, EIO, read-only...)
+  replaces that bookie: a new segment starting at LAC + 1 is CAS-written to
+  the metadata (re-reading on conflict), completions are held while that runs,
+  then every pending entry is re-sent to the replaced indexes.
+* Fatal errors (fenced, unauthorized, illegal op) fail every pending add and
+  every later one: a fenced writer never acknowledges another entry.
+* Recovery re-adds use the same machinery with RECOVERY_ADD | HIGH_PRIORITY,
+  but keep replacement ensembles local until the recovered close writes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import replace
+from typing import Callable
+
+from bkspark.client.context import ClientContext, LedgerRef, update_metadata
+from bkspark.client.ops import FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
+from bkspark.client.schedule import write_set
+from bkspark.errors import (
+    BKError,
+    IllegalOpError,
+    LedgerClosedError,
+    LedgerFencedError,
+    MetadataVersionError,
+    NotEnoughBookiesError,
+    UnauthorizedAccessError,
+)
+from bkspark.metadata.store import Versioned
+from bkspark.protocol.digest import Digester, master_key
+from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+
+__all__ = ["LedgerWriter", "AddCallback"]
+
+log = logging.getLogger(__name__)
+
+#: ``callback(entry_id, error)`` on the loop thread: entry id on success, else the error.
+AddCallback = Callable[[int | None, BaseException | None], None]
+
+_FATAL = (LedgerFencedError, UnauthorizedAccessError, IllegalOpError)
+
+
+class _PendingAdd:
+    __slots__ = ("entry_id", "payload", "length", "entry", "frame", "acked", "completed", "sent", "callback")
+
+    def __init__(self, entry_id: int, payload: bytes, length: int, callback: AddCallback) -> None:
+        self.entry_id = entry_id
+        self.payload = payload
+        self.length = length
+        self.entry = b""
+        self.frame: bytes | None = None
+        self.acked: set[int] = set()
+        self.completed = False
+        self.sent = False
+        self.callback = callback
+
+
+class LedgerWriter:
+    """Appends, ensemble changes and close for one ledger this client writes (or recovers)."""
+
+    def __init__(
+        self,
+        ctx: ClientContext,
+        ref: LedgerRef,
+        versioned: Versioned,
+        password: bytes,
+        *,
+        last_add_confirmed: int = -1,
+        length: int = 0,
+        recovery: bool = False,
+    ) -> None:
+        self.ctx = ctx
+        self.ref = ref
+        self.versioned = versioned
+        md = versioned.metadata
+        self.E, self.W, self.A = md.ensemble_size, md.write_quorum_size, md.ack_quorum_size
+        self.digester = Digester(md.digest_type, password)
+        self.master_key = master_key(password)
+        last_key = max(md.ensembles)
+        self.ensemble: list[str] = list(md.ensembles[last_key])
+        self.lac = last_add_confirmed
+        self.last_add_pushed = last_add_confirmed
+        self.length = length
+        self.confirmed_length = length
+        self.recovery = recovery
+        self.flags = (FLAG_RECOVERY_ADD | FLAG_HIGH_PRIORITY) if recovery else 0
+        #: Replacement segments found during recovery, written by the recovered close.
+        self.recovery_segments: dict[int, tuple[str, ...]] = {}
+        self.pending: deque[_PendingAdd] = deque()
+        self.changing_ensemble = False
+        self._delayed_failures: dict[int, str] = {}
+        self.error: BaseException | None = None
+        self.closing = False
+        self.closed = False
+        self.ensemble_changes = 0
+        self._drained: list[asyncio.Future[None]] = []
+
+    # -- appends ------------------------------------------------------------------------
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self.versioned.metadata
+
+    def append(self, payload: bytes, callback: AddCallback, entry_id: int | None = None) -> None:
+        """Queue one entry (loop thread).  ``entry_id`` is only for recovery re-adds."""
+        if self.error is not None:
+            callback(None, self.error)
+            return
+        if self.closing or self.closed:
+            callback(None, LedgerClosedError("ledger handle is closed", ledger_id=self.ref.ledger_id))
+            return
+        next_id = self.last_add_pushed + 1
+        if entry_id is not None and entry_id != next_id:
+            callback(None, IllegalOpError("recovery re-add out of order", expected=next_id, entry_id=entry_id))
+            return
+        self.last_add_pushed = next_id
+        self.length += len(payload)
+        op = _PendingAdd(next_id, payload, self.length, callback)
+        self.pending.append(op)
+        if not self.changing_ensemble:
+            self._send(op, None)
+
+    def _package(self, op: _PendingAdd) -> None:
+        op.entry = self.digester.package_entry(
+            self.ref.ledger_id, op.entry_id, self.lac, op.length, op.payload, scope_id=self.ref.scope_id
+        )
+        if self.ctx.ops.data_version(self.ref.scope_id) == "v2":
+            op.frame = self.ctx.ops.encode_v2_add(self.master_key, op.entry, self.flags)
+
+    def _send(self, op: _PendingAdd, indexes: list[int] | None) -> None:
+        if not op.sent:
+            self._package(op)
+            op.sent = True
+        targets = write_set(op.entry_id, self.E, self.W) if indexes is None else indexes
+        ops = self.ctx.ops
+        for idx in targets:
+            bookie = self.ensemble[idx]
+            ops.add(
+                bookie,
+                self.ref.ledger_id,
+                op.entry_id,
+                self.master_key,
+                op.entry,
+                self.flags,
+                self.ref.scope_id,
+                self._make_ack(op, idx, bookie),
+                v2_frame=op.frame,
+            )
+
+    def _make_ack(self, op: _PendingAdd, idx: int, bookie: str) -> Callable[[BaseException | None], None]:
+        def on_ack(error: BaseException | None) -> None:
+            self._on_ack(op, idx, bookie, error)
+
+        return on_ack
+
+    def _on_ack(self, op: _PendingAdd, idx: int, bookie: str, error: BaseException | None) -> None:
+        if self.error is not None or self.ensemble[idx] != bookie:
+            return  # failed writer, or an answer from a bookie this index no longer points to
+        if error is None:
+            if op.callback is None:
+                return  # already acknowledged and handed back
+            op.acked.add(idx)
+            if not op.completed and len(op.acked) >= self.A:
+                op.completed = True
+                self._complete_in_order()
+            return
+        if isinstance(error, _FATAL):
+            if op.callback is not None or self.pending:
+                self._fail_all(error)
+            else:
+                self.error = error  # nothing pending: every later append fails with it
+            return
+        # A failure after the entry was acknowledged still replaces the bookie (Java
+        # remembers it and changes ensemble on the next add): later entries need it.
+        log.info("ledger %s: bookie %s failed entry %s: %s", self.ref.ledger_id, bookie, op.entry_id, error)
+        self.ctx.ops.pool.note_failure(bookie)
+        self._bookie_failed(idx, bookie)
+
+    def _complete_in_order(self) -> None:
+        pending = self.pending
+        while pending and not self.changing_ensemble:
+            head = pending[0]
+            if not head.completed:
+                break
+            pending.popleft()
+            self.lac = head.entry_id
+            self.confirmed_length = head.length
+            callback, head.callback = head.callback, None  # type: ignore[assignment]
+            head.payload = b""
+            callback(head.entry_id, None)
+        if not pending:
+            self._notify_drained()
+
+    def _fail_all(self, error: BaseException) -> None:
+        """Fail every pending add and every later append with ``error`` (sticky)."""
+        if self.error is None:
+            self.error = error
+        pending, self.pending = self.pending, deque()
+        self.length = self.confirmed_length
+        self.last_add_pushed = self.lac
+        for op in pending:
+            callback, op.callback = op.callback, None  # type: ignore[assignment]
+            if callback is not None:
+                callback(None, error)
+        self._notify_drained()
+
+    # -- ensemble change -------------------------------------------------------------------
+
+    def _bookie_failed(self, idx: int, bookie: str) -> None:
+        if self.changing_ensemble:
+            self._delayed_failures[idx] = bookie
+            return
+        self.changing_ensemble = True
+        asyncio.ensure_future(self._ensemble_change({idx: bookie}))
+
+    async def _ensemble_change(self, failed: dict[int, str]) -> None:
+        replaced: set[int] = set()
+        try:
+            while failed:
+                if self.ensemble_changes >= self.ctx.conf.maxNumEnsembleChanges:
+                    raise NotEnoughBookiesError("too many ensemble changes", limit=self.ctx.conf.maxNumEnsembleChanges)
+                before = list(self.ensemble)
+                new_ensemble = await self._replace_bookies(failed)
+                self.ensemble_changes += 1
+                self.ensemble = new_ensemble
+                replaced |= {i for i in range(self.E) if before[i] != new_ensemble[i]}
+                delayed, self._delayed_failures = self._delayed_failures, {}
+                failed = {i: b for i, b in delayed.items() if self.ensemble[i] == b}
+        except BaseException as exc:  # noqa: BLE001 - any failure ends the writer
+            self.changing_ensemble = False
+            if isinstance(exc, asyncio.CancelledError):
+                exc = LedgerClosedError("client closed during ensemble change")
+            log.warning("ledger %s: ensemble change failed: %s", self.ref.ledger_id, exc)
+            self._fail_all(exc)
+            return
+        self.changing_ensemble = False
+        log.info("ledger %s: new ensemble %s from entry %s", self.ref.ledger_id, self.ensemble, self.lac + 1)
+        for op in list(self.pending):
+            if op.callback is None:
+                continue
+            if not op.sent:
+                self._send(op, None)
+                continue
+            redo = [i for i in write_set(op.entry_id, self.E, self.W) if i in replaced]
+            if redo:
+                op.acked.difference_update(redo)
+                op.completed = len(op.acked) >= self.A
+                self._send(op, redo)
+        self._complete_in_order()
+
+    def _choose_replacements(self, current: list[str], failed: dict[int, str]) -> list[str]:
+        new = list(current)
+        exclude = set(failed.values()) | self._scope_excluded()
+        replaced_any = False
+        last_error: BKError | None = None
+        for idx, bookie in failed.items():
+            if new[idx] != bookie:
+                continue
+            try:
+                new[idx] = self.ctx.policy.replace_bookie(
+                    self.E, self.W, self.A, self.metadata.custom_metadata, new, bookie, exclude
+                )
+                replaced_any = True
+            except NotEnoughBookiesError as exc:
+                last_error = exc
+        if not replaced_any:
+            raise last_error or NotEnoughBookiesError("no replacement bookie available", ledger_id=self.ref.ledger_id)
+        return new
+
+    def _scope_excluded(self) -> set[str]:
+        if self.ref.scope_id == 0:
+            return set()
+        pool = self.ctx.ops.pool
+        return {b for b in self.ctx.policy.writable if "scope-ids" not in pool.extensions(b)}
+
+    async def _replace_bookies(self, failed: dict[int, str]) -> list[str]:
+        start = self.lac + 1
+        if self.recovery:
+            new = self._choose_replacements(self.ensemble, failed)
+            self.recovery_segments[start] = tuple(new)
+            return new
+        chosen: list[str] | None = None
+
+        def needs_update(md: LedgerMetadata) -> bool:
+            if md.state == LedgerState.CLOSED:
+                raise LedgerClosedError("ledger was closed during ensemble change", ledger_id=self.ref.ledger_id)
+            if md.state == LedgerState.IN_RECOVERY:
+                raise LedgerFencedError("ledger is being recovered", ledger_id=self.ref.ledger_id)
+            last = md.ensembles[max(md.ensembles)]
+            return any(last[i] == b for i, b in failed.items())
+
+        def transform(md: LedgerMetadata) -> LedgerMetadata:
+            nonlocal chosen
+            last_key = max(md.ensembles)
+            if last_key > start:
+                raise MetadataVersionError("metadata has a segment beyond our LAC", last_key=last_key, lac=self.lac)
+            chosen = self._choose_replacements(list(md.ensembles[last_key]), failed)
+            ensembles = dict(md.ensembles)
+            ensembles[start] = tuple(chosen)
+            return replace(md, ensembles=ensembles)
+
+        self.versioned = await update_metadata(self.ctx, self.ref, self.versioned, needs_update, transform)
+        md = self.versioned.metadata
+        return list(md.ensembles[max(md.ensembles)]) if chosen is None else chosen
+
+    # -- drain and close ---------------------------------------------------------------------
+
+    def _notify_drained(self) -> None:
+        if not self.pending:
+            waiters, self._drained = self._drained, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def drain(self) -> None:
+        """Wait until every add queued so far has been acknowledged or failed."""
+        if not self.pending:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._drained.append(fut)
+        await fut
+
+    async def close(self) -> LedgerMetadata:
+        """Wait for pending adds, then write CLOSED with the LAC and length (spec §4.5)."""
+        if self.closed:
+            return self.metadata
+        self.closing = True
+        await self.drain()
+        if isinstance(self.error, LedgerFencedError):
+            # A recovery took the ledger over: it, not us, writes the final state.
+            self.closed = True
+            return self.metadata
+        last, length = self.lac, self.confirmed_length
+
+        def needs_update(md: LedgerMetadata) -> bool:
+            if md.state == LedgerState.CLOSED:
+                if md.last_entry_id == last and md.length == length:
+                    return False
+                raise MetadataVersionError(
+                    "ledger was closed by someone else with a different end (it was recovered)",
+                    ledger_id=self.ref.ledger_id,
+                    their_last_entry_id=md.last_entry_id,
+                    our_last_entry_id=last,
+                )
+            return True
+
+        def transform(md: LedgerMetadata) -> LedgerMetadata:
+            return replace(md, state=LedgerState.CLOSED, last_entry_id=last, length=length)
+
+        self.versioned = await update_metadata(self.ctx, self.ref, self.versioned, needs_update, transform)
+        self.closed = True
+        return self.metadata
+
+    async def close_recovered(self) -> LedgerMetadata:
+        """The recovery's final write: IN_RECOVERY -> CLOSED at the recovered LAC (spec §4.7 step 7)."""
+        await self.drain()
+        if self.error is not None:
+            raise self.error
+        last, length = self.lac, self.confirmed_length
+        segments = dict(self.recovery_segments)
+
+        def needs_update(md: LedgerMetadata) -> bool:
+            return md.state == LedgerState.IN_RECOVERY
+
+        def transform(md: LedgerMetadata) -> LedgerMetadata:
+            ensembles = dict(md.ensembles)
+            for start, members in sorted(segments.items()):
+                last_key = max(ensembles)
+                if start < last_key:
+                    continue
+                ensembles[start] = members
+            return replace(md, ensembles=ensembles, state=LedgerState.CLOSED, last_entry_id=last, length=length)
+
+        self.versioned = await update_metadata(self.ctx, self.ref, self.versioned, needs_update, transform)
+        self.closed = True
+        return self.metadata

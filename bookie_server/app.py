@@ -1,0 +1,236 @@
+"""A whole bookie process: storage, server, ZooKeeper membership, HTTP, GC, signals.
+
+Start-up order (each step must succeed before the next):
+
+1. bind the bookie port (so ``bookiePort=0`` gives a real port, and with it
+   the default ``host:port`` BookieId);
+2. connect to ZooKeeper, check the cluster and the cookies (refuse to start on
+   a mismatch) -- before anything touches the data directories;
+3. open storage and replay the journal;
+4. serve requests, start HTTP;
+5. register in ``available`` (or ``available/readonly``).
+
+Shutdown (SIGTERM/SIGINT) runs the reverse: unregister, stop accepting and
+close connections, sync the journal and checkpoint, end the ZooKeeper session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import socket
+import time
+from typing import Any
+
+from bkspark.errors import CookieMismatchError
+from bkspark.protocol.cookie import Cookie
+
+from bookie_server.bookie import Bookie
+from bookie_server.config import BookieConfig
+from bookie_server.gc import GarbageCollector
+from bookie_server.http_admin import AdminHttpServer, json_body
+from bookie_server.metrics import BookieMetrics
+from bookie_server.registration import Registration, check_local_cookies, dir_is_empty, write_dir_cookie
+from bookie_server.server import BookieServer
+
+__all__ = ["BookieApp", "run"]
+
+log = logging.getLogger("bookie_server.app")
+
+
+class BookieApp:
+    """Owns every part of a running bookie."""
+
+    def __init__(self, conf: BookieConfig) -> None:
+        self.conf = conf
+        self.metrics = BookieMetrics()
+        self.bookie = Bookie(conf, metrics=self.metrics)
+        self.server: BookieServer | None = None
+        self.http: AdminHttpServer | None = None
+        self.registration: Registration | None = None
+        self.gc: GarbageCollector | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self.stopped = asyncio.Event()
+        self._sock: socket.socket | None = None
+
+    # -- start --------------------------------------------------------------------------
+    def _bind(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.conf.bindAddress, self.conf.bookiePort))
+        sock.listen(1024)
+        sock.setblocking(False)
+        self.conf.bookiePort = sock.getsockname()[1]
+        self._sock = sock
+
+    async def start(self) -> None:
+        """Bring the bookie up (see the module docstring for the order)."""
+        loop = asyncio.get_running_loop()
+        self._bind()
+        if self.conf.metadataServiceUri:
+            self.registration = Registration(self.conf)
+            await loop.run_in_executor(None, self.registration.start)
+            await loop.run_in_executor(None, self.registration.check_cookies)
+        else:
+            self._local_cookies()
+        await self.bookie.start()
+        self.server = BookieServer(self.bookie, self.conf, self.metrics)
+        assert self._sock is not None
+        await self.server.start(self._sock)
+        http_port = None
+        if self.conf.httpServerEnabled:
+            self.http = AdminHttpServer(self.conf.httpServerHost, self.conf.httpServerPort)
+            self._routes(self.http)
+            await self.http.start()
+            http_port = self.http.port
+        self.bookie.check_disks()
+        self.metrics.readonly.set(0 if self.bookie.readonly else 1)
+        self.bookie.on_state_change = self._state_changed
+        if self.registration is not None:
+            await loop.run_in_executor(None, self.registration.register, self.conf.bookiePort, http_port, self.bookie.readonly)
+            self.gc = GarbageCollector(self.bookie, self.registration.zk, self.registration.root)
+            self._tasks.append(asyncio.create_task(self.gc.run_forever(max(self.conf.gcWaitTime, 1000) / 1000.0)))
+        self._tasks.append(asyncio.create_task(self._disk_checker()))
+        self._tasks.append(asyncio.create_task(self._gauges()))
+        log.info(
+            "bookie started",
+            extra={
+                "bookie_id": self.conf.bookie_id(),
+                "port": self.conf.bookiePort,
+                "http_port": http_port,
+                "readonly": self.bookie.readonly,
+            },
+        )
+
+    def _local_cookies(self) -> None:
+        """Without ZooKeeper: directory cookies alone (a test or single-node set-up)."""
+        master = Cookie.generate(self.conf.bookie_id(), self.conf.journalDirectories, self.conf.ledgerDirectories)
+        missing, found = check_local_cookies(self.conf, master, stamp_allowed=True)
+        if missing and found:
+            raise CookieMismatchError(
+                f"some directories lack a cookie while others have one: {[str(m) for m in missing]}"
+            )
+        for directory in missing:
+            if not dir_is_empty(directory):
+                raise CookieMismatchError(f"directory {directory} holds data but no cookie; refusing to start")
+        for directory in missing:
+            write_dir_cookie(directory, master)
+
+    def _state_changed(self, readonly: bool) -> None:
+        self.metrics.readonly.set(0 if readonly else 1)
+        if self.registration is not None and not self._stopping:
+            loop = asyncio.get_running_loop()
+            fut = loop.run_in_executor(None, self.registration.set_readonly, readonly)
+            fut.add_done_callback(lambda f: f.exception() and log.error("read-only switch failed: %r", f.exception()))
+
+    async def _disk_checker(self) -> None:
+        while True:
+            await asyncio.sleep(max(self.conf.diskCheckInterval, 100) / 1000.0)
+            try:
+                self.bookie.check_disks()
+            except OSError as exc:
+                log.error("disk check failed: %s", exc)
+
+    async def _gauges(self) -> None:
+        while True:
+            self.metrics.write_cache_bytes.set(self.bookie.storage.write_cache_bytes)
+            self.metrics.ledgers.set(len(self.bookie.storage.ledgers()))
+            await asyncio.sleep(5)
+
+    # -- HTTP ---------------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        return {
+            "running": self.bookie.started,
+            "readOnly": self.bookie.readonly,
+            "shuttingDown": self._stopping,
+            "availableForHighPriorityWrites": not self.bookie._disk_readonly,
+        }
+
+    def _routes(self, http: AdminHttpServer) -> None:
+        async def heartbeat(_body: bytes) -> tuple[int, str, bytes]:
+            return 200, "text/plain", b"OK\n"
+
+        async def metrics(_body: bytes) -> tuple[int, str, bytes]:
+            return 200, "text/plain; version=0.0.4; charset=utf-8", self.metrics.render()
+
+        async def info(_body: bytes) -> tuple[int, str, bytes]:
+            total, free = self.bookie.storage.disk_usage()
+            return json_body({"freeSpace": free, "totalSpace": total})
+
+        async def state(_body: bytes) -> tuple[int, str, bytes]:
+            return json_body(self._state())
+
+        async def set_readonly(body: bytes) -> tuple[int, str, bytes]:
+            try:
+                wanted = json.loads(body or b"{}").get("readOnly")
+            except (ValueError, AttributeError):
+                wanted = None
+            if not isinstance(wanted, bool):
+                return 400, "text/plain", b'expected {"readOnly": true|false}\n'
+            self.bookie.set_readonly(wanted)
+            return json_body({"readOnly": self.bookie.readonly})
+
+        async def get_readonly(_body: bytes) -> tuple[int, str, bytes]:
+            return json_body({"readOnly": self.bookie.readonly})
+
+        async def gc(_body: bytes) -> tuple[int, str, bytes]:
+            if self.gc is None:
+                return 400, "text/plain", b"no metadata service: garbage collection is off\n"
+            deleted = await self.gc.run_once()
+            return json_body({"deleted": [{"scope": s, "ledger": lg} for s, lg in deleted]})
+
+        http.route("GET", "/heartbeat", heartbeat)
+        http.route("GET", "/metrics", metrics)
+        http.route("GET", "/api/v1/bookie/info", info)
+        http.route("GET", "/api/v1/bookie/state", state)
+        http.route("GET", "/api/v1/bookie/state/readonly", get_readonly)
+        http.route("PUT", "/api/v1/bookie/state/readonly", set_readonly)
+        http.route("PUT", "/api/v1/bookie/gc", gc)
+
+    # -- stop ---------------------------------------------------------------------------
+    async def stop(self) -> None:
+        """Clean shutdown: unregister, stop serving, flush, leave ZooKeeper."""
+        if self._stopping:
+            return
+        self._stopping = True
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        for task in self._tasks:
+            task.cancel()
+        if self.registration is not None:
+            try:
+                await loop.run_in_executor(None, self.registration.unregister)
+            except Exception:
+                log.exception("unregister failed")
+        if self.server is not None:
+            await self.server.stop_accepting()
+            await self.server.close_connections()
+        if self.http is not None:
+            await self.http.stop()
+        await self.bookie.stop()
+        if self.registration is not None:
+            await loop.run_in_executor(None, self.registration.close)
+        log.info("bookie stopped", extra={"seconds": round(time.monotonic() - started, 3)})
+        self.stopped.set()
+
+
+async def run(conf: BookieConfig) -> int:
+    """Run a bookie until SIGTERM/SIGINT; the process exit status."""
+    app = BookieApp(conf)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await app.start()
+    except Exception:
+        log.exception("bookie failed to start")
+        await app.stop()
+        return 1
+    await stop.wait()
+    log.info("signal received: shutting down")
+    await app.stop()
+    return 0

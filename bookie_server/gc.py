@@ -1,0 +1,112 @@
+"""Garbage collection of ledgers whose metadata is gone.
+
+A bookie only learns that a ledger was deleted by noticing that its metadata
+znode disappeared.  Looking in the wrong place would delete live data, so the
+collector is deliberately conservative:
+
+* it reads ``<root>/LAYOUT`` first and takes the path scheme from it (the same
+  ledger manager the Java clients use), and does nothing when LAYOUT is
+  missing or unreadable, or when the root itself does not exist;
+* it lists local ledgers *before* asking ZooKeeper, so a ledger created
+  meanwhile (metadata is always created before the first add) is found;
+* a ledger is deleted only when its znode is missing in two look-ups taken
+  at least ``confirm_delay`` apart (the path is built by
+  :func:`bkspark.protocol.zk_paths.ledger_path`, the single home of the scheme);
+* any ZooKeeper error aborts the whole round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+
+from bkspark.errors import BKError
+from bkspark.protocol import zk_paths
+from bkspark.protocol.layout import LedgerLayout
+
+from bookie_server.bookie import Bookie
+
+__all__ = ["GarbageCollector", "find_orphans"]
+
+log = logging.getLogger("bookie_server.gc")
+
+LedgerKey = tuple[int, int]
+
+
+def find_orphans(zk: KazooClient, root: str, ledgers: list[LedgerKey]) -> list[LedgerKey] | None:
+    """Local ledgers whose metadata znode does not exist (None: not safe to decide now)."""
+    try:
+        if zk.exists(root) is None:
+            log.warning("gc: ledgers root %s does not exist; skipping", root)
+            return None
+        data, _ = zk.get(zk_paths.layout_path(root))
+        scheme = LedgerLayout.parse(data).scheme
+    except (KazooException, BKError) as exc:
+        log.warning("gc: cannot read the layout under %s (%s); skipping", root, exc)
+        return None
+    if scheme == "ms":
+        log.warning("gc: unsupported ledger manager layout %r; skipping", scheme)
+        return None
+    orphans = []
+    try:
+        for scope_id, ledger_id in ledgers:
+            try:
+                path = zk_paths.ledger_path(root, ledger_id, scheme, scope_id)
+            except BKError:
+                continue  # an id this layout cannot name: never ours to judge
+            if zk.exists(path) is None:
+                orphans.append((scope_id, ledger_id))
+    except KazooException as exc:
+        log.warning("gc: ZooKeeper error while checking ledgers (%s); skipping", exc)
+        return None
+    return orphans
+
+
+class GarbageCollector:
+    """Periodic scan-and-compare against ZooKeeper, then local deletion."""
+
+    def __init__(self, bookie: Bookie, zk: KazooClient, root: str, *, confirm_delay: float = 1.0) -> None:
+        self.bookie = bookie
+        self.zk = zk
+        self.root = root
+        self.confirm_delay = confirm_delay
+        self.deleted_total = 0
+        self._lock = asyncio.Lock()
+
+    async def run_once(self) -> list[LedgerKey]:
+        """One collection round; returns the ledgers deleted."""
+        async with self._lock:
+            loop = asyncio.get_running_loop()
+            local = self.bookie.storage.ledgers()
+            if not local:
+                return []
+            first = await loop.run_in_executor(None, find_orphans, self.zk, self.root, local)
+            if not first:
+                return []
+            started = time.monotonic()
+            await asyncio.sleep(self.confirm_delay)
+            second = await loop.run_in_executor(None, find_orphans, self.zk, self.root, first)
+            if not second:
+                return []
+            confirmed = [k for k in second if k in set(first)]
+            for scope_id, ledger_id in confirmed:
+                self.bookie.delete_ledger(scope_id, ledger_id)
+                log.info("gc: deleted ledger %d (scope %d): its metadata is gone", ledger_id, scope_id)
+            self.deleted_total += len(confirmed)
+            if confirmed:
+                await self.bookie.checkpoint()
+            log.debug("gc round took %.3fs", time.monotonic() - started)
+            return confirmed
+
+    async def run_forever(self, interval_s: float) -> None:
+        """Collect every ``interval_s`` seconds until cancelled."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.run_once()
+            except Exception:
+                log.exception("gc round failed")

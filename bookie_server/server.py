@@ -1,0 +1,604 @@
+"""The bookie's network side: one asyncio event loop, v2 and v3 on one port.
+
+Each connection gets a :class:`~bkspark.protocol.framing.FrameSplitter` and a
+:class:`~bkspark.protocol.detect.ProtocolDetector`, so it is classified
+exactly as the Java bookie classifies it (v3 until a frame fails to parse as
+v3, then v2 for good).  Requests are handled as they arrive; those that wait
+for the journal (adds, fences, explicit LACs) or for a LAC change (long
+polls) answer when their future completes, so responses leave out of order,
+as BookKeeper's own bookie sends them.
+
+Bad input is contained to its connection: an oversized frame, an unknown v2
+opcode or a v2 frame that cannot be decoded closes that connection (what
+``BookieRequestHandler.exceptionCaught`` does); a v3 request for an unknown
+operation gets EBADREQ with its header echoed.  Nothing a client sends can
+stop the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Callable
+
+from bkspark.errors import (
+    BookieError,
+    BookieIOError,
+    FrameTooLargeError,
+    MalformedFrameError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    ProtocolError,
+    UnauthorizedAccessError,
+    rc_for_error,
+    status_for_error,
+)
+from bkspark.protocol import v2, v3
+from bkspark.protocol.detect import ProtocolDetector
+from bkspark.protocol.digest import entry_header, lac_header
+from bkspark.protocol.framing import FrameSplitter
+from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
+
+from bookie_server.bookie import Bookie
+from bookie_server.config import BookieConfig
+from bookie_server.metrics import BookieMetrics
+
+__all__ = ["BookieServer", "AUTH_DISABLED_PLUGIN"]
+
+log = logging.getLogger("bookie_server.server")
+
+AUTH_DISABLED_PLUGIN = "AuthDisabledPlugin"
+_BATCH_FRAME_BASE = 24 + 8 + 4  # BatchedReadEntryProcessor: response prefix + requestId + frame length
+_HIGH_WATER = 4 * 1024 * 1024
+
+
+def _now_ms() -> float:
+    return time.perf_counter() * 1000.0
+
+
+class BookieServer:
+    """Accepts connections and serves them with one :class:`Bookie`."""
+
+    def __init__(self, bookie: Bookie, conf: BookieConfig, metrics: BookieMetrics) -> None:
+        self.bookie = bookie
+        self.conf = conf
+        self.metrics = metrics
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[_Connection] = set()
+        self.port = conf.bookiePort
+
+    async def start(self, sock: socket.socket | None = None) -> None:
+        """Listen on ``bindAddress:bookiePort`` (port 0 picks a free one), or on a bound ``sock``."""
+        loop = asyncio.get_running_loop()
+        if sock is not None:
+            self._server = await loop.create_server(lambda: _Connection(self), sock=sock)
+        else:
+            self._server = await loop.create_server(
+                lambda: _Connection(self), self.conf.bindAddress, self.conf.bookiePort, reuse_address=True, backlog=1024
+            )
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("bookie listening", extra={"port": self.port})
+
+    async def stop_accepting(self) -> None:
+        """Stop taking new connections (existing ones keep being served)."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def close_connections(self) -> None:
+        """Close every client connection."""
+        for conn in list(self._connections):
+            conn.close()
+        await asyncio.sleep(0)
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: frame splitting, v2/v3 detection, dispatch."""
+
+    def __init__(self, server: BookieServer) -> None:
+        self.server = server
+        self.bookie = server.bookie
+        self.conf = server.conf
+        self.metrics = server.metrics
+        self.splitter = FrameSplitter(server.conf.nettyMaxFrameSizeBytes)
+        self.detector = ProtocolDetector()
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.closed = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=_HIGH_WATER)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.server._connections.add(self)
+        self.metrics.connections.inc()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server._connections.discard(self)
+        self.metrics.connections.dec()
+        for task in list(self._tasks):
+            task.cancel()
+
+    def pause_writing(self) -> None:
+        # A client that does not read its responses stops being read from.
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            bodies = self.splitter.feed(data)
+        except FrameTooLargeError as exc:
+            self._protocol_error(exc)
+            return
+        for body in bodies:
+            if self.closed:
+                return
+            try:
+                request = self.detector.parse(body)
+                if request is None:
+                    self._handle_v2(body)
+                else:
+                    self._handle_v3(request)
+            except ProtocolError as exc:
+                self._protocol_error(exc)
+                return
+            except Exception:
+                # Our own bug must not take the server down: drop this connection only.
+                log.exception("unexpected error serving %s; closing the connection", self.peer)
+                self.close()
+                return
+
+    # -- helpers ------------------------------------------------------------------------
+    def close(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.closed = True
+            self.transport.close()
+
+    def _protocol_error(self, exc: BaseException) -> None:
+        self.metrics.protocol_errors.inc()
+        log.warning("closing connection from %s: %s", self.peer, exc)
+        self.close()
+
+    def _send(self, data: bytes) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(data)
+
+    def _send_v3(self, response: pb.Response) -> None:
+        self._send(v3.encode_response(response))
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("request task failed for %s: %r", self.peer, task.exception())
+
+    def _on_durable(
+        self, fut: asyncio.Future[None], on_ok: Callable[[], None], on_error: Callable[[BaseException], None]
+    ) -> None:
+        def done(f: asyncio.Future[None]) -> None:
+            if f.cancelled():
+                on_error(BookieIOError("cancelled"))
+                return
+            error = f.exception()
+            if error is None:
+                on_ok()
+            else:
+                on_error(error)
+
+        fut.add_done_callback(done)
+
+    # -- v2 -----------------------------------------------------------------------------
+    def _handle_v2(self, body: memoryview) -> None:
+        # MalformedFrameError / UnknownOpcodeError propagate: the connection is closed, as in Java.
+        request = v2.decode_request(body)
+        if isinstance(request, v2.AddRequest):
+            self._v2_add(request)
+        elif isinstance(request, v2.ReadRequest):
+            self._v2_read(request)
+        elif isinstance(request, v2.BatchReadRequest):
+            self._v2_batch_read(request)
+        else:
+            self._send(v2.encode_auth_response(AUTH_DISABLED_PLUGIN, b"", request.version))
+
+    @staticmethod
+    def _bad_version(version: int) -> bool:
+        return version < v2.LOWEST_COMPAT_PROTOCOL_VERSION or version > v2.PROTOCOL_VERSION
+
+    def _v2_add(self, req: v2.AddRequest) -> None:
+        start = _now_ms()
+        entry = req.entry
+        try:
+            scope_id, ledger_id, entry_id, lac = entry_header(entry)
+        except MalformedFrameError:
+            # Java takes the ids from bytes 0-15 (the decoder guaranteed 16) and fails later.
+            ledger_id, entry_id = req.ledger_id, req.entry_id
+            self._send(v2.encode_add_response(v2.EBADREQ, ledger_id, entry_id, req.version))
+            return
+        version = req.version
+
+        def reply(rc: int) -> None:
+            self._send(v2.encode_add_response(rc, ledger_id, entry_id, version))
+            self.metrics.observe_request("ADD_ENTRY", _now_ms() - start, rc == v2.EOK)
+
+        if self._bad_version(version):
+            reply(v2.EBADVERSION)
+            return
+        if scope_id != 0:
+            reply(v2.EBADREQ)  # scope ids need v3 (BP-35 extension)
+            return
+        try:
+            data = bytes(entry)
+            fut = self.bookie.add_entry(
+                0,
+                ledger_id,
+                entry_id,
+                lac,
+                data,
+                req.master_key,
+                recovery=bool(req.flags & v2.FLAG_RECOVERY_ADD),
+                high_priority=bool(req.flags & v2.FLAG_HIGH_PRIORITY),
+            )
+        except BookieError as exc:
+            reply(rc_for_error(exc))
+            return
+        self.metrics.add_bytes.inc(len(data))
+        self._on_durable(fut, lambda: reply(v2.EOK), lambda e: reply(v2.EIO))
+
+    def _fence_first(self, ledger_id: int, flags: int, master_key: bytes | None) -> asyncio.Future[None] | None:
+        """Start fencing for a fencing read; raises EUA (no key / wrong key)."""
+        if not flags & v2.FLAG_DO_FENCING:
+            return None
+        if master_key is None:
+            raise UnauthorizedAccessError("fencing read without a master key", ledger_id=ledger_id)
+        return self.bookie.fence(0, ledger_id, master_key)
+
+    def _v2_read(self, req: v2.ReadRequest) -> None:
+        start = _now_ms()
+        ledger_id, entry_id, version = req.ledger_id, req.entry_id, req.version
+        op = "READ_ENTRY_FENCE_REQUEST" if req.flags & v2.FLAG_DO_FENCING else "READ_ENTRY"
+
+        def reply(rc: int, data: bytes = b"") -> None:
+            self._send(v2.encode_read_response(rc, ledger_id, entry_id, data, version))
+            self.metrics.observe_request(op, _now_ms() - start, rc == v2.EOK)
+
+        if self._bad_version(version):
+            reply(v2.EBADVERSION)
+            return
+        try:
+            fence = self._fence_first(ledger_id, req.flags, req.master_key)
+            data = self.bookie.read_entry(0, ledger_id, entry_id)
+        except BookieError as exc:
+            reply(rc_for_error(exc))
+            return
+        self.metrics.read_bytes.inc(len(data))
+        if fence is None:
+            reply(v2.EOK, data)
+        else:
+            self._on_durable(fence, lambda: reply(v2.EOK, data), lambda e: reply(v2.EIO))
+
+    def _read_batch(self, scope_id: int, ledger_id: int, start_entry: int, max_count: int, max_size: int) -> list[bytes]:
+        """BatchedReadEntryProcessor.readData (4.17): first entry always, stop at gaps or limits."""
+        if max_count <= 0:
+            max_count = 0x7FFFFFFF
+        limit = min(max_size, self.conf.maxBatchReadSize)
+        frame_size = _BATCH_FRAME_BASE
+        entries: list[bytes] = []
+        read = self.bookie.read_entry
+        for i in range(max_count):
+            try:
+                data = read(scope_id, ledger_id, start_entry + i)
+            except BookieError:
+                if not entries:
+                    raise
+                break
+            frame_size += len(data) + 4
+            if entries and frame_size > limit:
+                break
+            entries.append(data)
+        return entries
+
+    def _v2_batch_read(self, req: v2.BatchReadRequest) -> None:
+        start = _now_ms()
+        ledger_id, first, request_id, version = req.ledger_id, req.start_entry_id, req.request_id, req.version
+
+        def reply(rc: int, entries: list[bytes] | None = None) -> None:
+            frame = v2.encode_batch_read_response(rc, ledger_id, first, request_id, entries or (), version)
+            self._send(frame)
+            self.metrics.observe_request("BATCH_READ_ENTRY", _now_ms() - start, rc == v2.EOK)
+            if rc == v2.EOK:
+                self.metrics.batch_read_response_size.observe(len(frame))
+
+        if self._bad_version(version):
+            reply(v2.EBADVERSION)
+            return
+        try:
+            fence = self._fence_first(ledger_id, req.flags, req.master_key)
+            entries = self._read_batch(0, ledger_id, first, req.max_count, req.max_size)
+        except BookieError as exc:
+            reply(rc_for_error(exc))
+            return
+        if fence is None:
+            reply(v2.EOK, entries)
+        else:
+            self._on_durable(fence, lambda: reply(v2.EOK, entries), lambda e: reply(v2.EIO))
+
+    # -- v3 -----------------------------------------------------------------------------
+    def _handle_v3(self, request: pb.Request) -> None:
+        op = request.header.operation
+        handler = self._V3_HANDLERS.get(op)
+        sub = v3.sub_request(request) if handler is not None else None
+        if handler is None or (sub is None and op not in (pb.START_TLS, pb.GET_BOOKIE_INFO)):
+            self._send_v3(v3.error_response(request, pb.EBADREQ))
+            return
+        handler(self, request)
+
+    def _v3_version_ok(self, request: pb.Request, build: Callable[[int], pb.Response]) -> bool:
+        if request.header.version != pb.VERSION_THREE:
+            self._send_v3(build(pb.EBADVERSION))
+            return False
+        return True
+
+    def _v3_add(self, request: pb.Request) -> None:
+        start = _now_ms()
+        add = request.addRequest
+
+        def reply(status: int) -> None:
+            self._send_v3(v3.add_response(request, status))
+            self.metrics.observe_request("ADD_ENTRY", _now_ms() - start, status == pb.EOK)
+
+        if not self._v3_version_ok(request, lambda s: v3.add_response(request, s)):
+            return
+        try:
+            scope_id, ledger_id, entry_id, lac = entry_header(add.body)
+        except MalformedFrameError:
+            reply(pb.EBADREQ)
+            return
+        if scope_id != v3.scope_id_of(add):
+            reply(pb.EBADREQ)
+            return
+        try:
+            fut = self.bookie.add_entry(
+                scope_id,
+                ledger_id,
+                entry_id,
+                lac,
+                add.body,
+                add.masterKey,
+                recovery=add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD,
+                high_priority=request.header.priority > 0,
+            )
+        except BookieError as exc:
+            reply(status_for_error(exc))
+            return
+        self.metrics.add_bytes.inc(len(add.body))
+        self._on_durable(fut, lambda: reply(pb.EOK), lambda e: reply(pb.EIO))
+
+    def _v3_read(self, request: pb.Request) -> None:
+        read = request.readRequest
+        if not self._v3_version_ok(request, lambda s: v3.read_response(request, s)):
+            return
+        fencing = read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER
+        if not fencing and read.HasField("previousLAC"):
+            self._spawn(self._v3_long_poll(request))
+            return
+        start = _now_ms()
+        scope_id, ledger_id, entry_id = v3.scope_id_of(read), read.ledgerId, read.entryId
+        op = "READ_ENTRY_FENCE_REQUEST" if fencing else "READ_ENTRY"
+
+        def reply(resp: pb.Response) -> None:
+            self._send_v3(resp)
+            self.metrics.observe_request(op, _now_ms() - start, resp.status == pb.EOK)
+
+        fence = None
+        try:
+            if fencing:
+                if not read.HasField("masterKey"):
+                    raise UnauthorizedAccessError("fencing read without a master key", ledger_id=ledger_id)
+                fence = self.bookie.fence(scope_id, ledger_id, read.masterKey)
+            data = self.bookie.read_entry(scope_id, ledger_id, entry_id)
+            max_lac = None if fencing else self.bookie.last_add_confirmed(scope_id, ledger_id)
+        except BookieError as exc:
+            reply(v3.read_response(request, status_for_error(exc)))
+            return
+        self.metrics.read_bytes.inc(len(data))
+        if fence is None:
+            reply(v3.read_response(request, pb.EOK, body=data, max_lac=max_lac))
+        else:
+            self._on_durable(
+                fence,
+                lambda: reply(v3.read_response(request, pb.EOK, body=data)),
+                lambda e: reply(v3.read_response(request, pb.EIO)),
+            )
+
+    async def _v3_long_poll(self, request: pb.Request) -> None:
+        start = _now_ms()
+        read = request.readRequest
+        scope_id, ledger_id, entry_id = v3.scope_id_of(read), read.ledgerId, read.entryId
+        previous = read.previousLAC
+        updated_at: int | None = None
+        try:
+            if read.HasField("timeOut"):
+                changed = await self.bookie.wait_for_lac(scope_id, ledger_id, previous, read.timeOut)
+                if changed:
+                    updated_at = int(time.time() * 1000)
+            piggyback = read.HasField("flag") and read.flag == pb.ReadRequest.ENTRY_PIGGYBACK
+            if piggyback:
+                if entry_id != -1:
+                    resp = v3.read_response(request, pb.EBADREQ)
+                else:
+                    known = self.bookie.last_add_confirmed(scope_id, ledger_id)
+                    if known > previous:
+                        try:
+                            data = self.bookie.read_entry(scope_id, ledger_id, previous + 1)
+                            resp = v3.read_response(
+                                request,
+                                pb.EOK,
+                                body=data,
+                                entry_id=previous + 1,
+                                max_lac=known,
+                                lac_update_timestamp=updated_at,
+                            )
+                        except NoSuchEntryError:
+                            resp = v3.read_response(request, pb.EOK, max_lac=known, lac_update_timestamp=updated_at)
+                    else:
+                        resp = v3.read_response(request, pb.EOK, max_lac=known)
+            else:
+                data = self.bookie.read_entry(scope_id, ledger_id, entry_id)
+                resp = v3.read_response(
+                    request, pb.EOK, body=data, max_lac=self.bookie.last_add_confirmed(scope_id, ledger_id)
+                )
+        except BookieError as exc:
+            resp = v3.read_response(request, status_for_error(exc))
+        self._send_v3(resp)
+        self.metrics.observe_request("READ_ENTRY_LONG_POLL_REQUEST", _now_ms() - start, resp.status == pb.EOK)
+
+    def _v3_batch_read(self, request: pb.Request) -> None:
+        start = _now_ms()
+        batch = request.batchReadRequest
+
+        def reply(resp: pb.Response) -> None:
+            self._send_v3(resp)
+            self.metrics.observe_request("BATCH_READ_ENTRY", _now_ms() - start, resp.status == pb.EOK)
+            if resp.status == pb.EOK:
+                self.metrics.batch_read_response_size.observe(resp.ByteSize() + 4)
+
+        if not self._v3_version_ok(request, lambda s: v3.batch_read_response(request, s)):
+            return
+        scope_id, ledger_id = v3.scope_id_of(batch), batch.ledgerId
+        fencing = batch.HasField("flag") and batch.flag == pb.BatchReadRequest.FENCE_LEDGER
+        fence = None
+        try:
+            if fencing:
+                if not batch.HasField("masterKey"):
+                    raise UnauthorizedAccessError("fencing read without a master key", ledger_id=ledger_id)
+                fence = self.bookie.fence(scope_id, ledger_id, batch.masterKey)
+            entries = self._read_batch(scope_id, ledger_id, batch.startEntryId, batch.maxCount, batch.maxSize)
+            max_lac = self.bookie.last_add_confirmed(scope_id, ledger_id)
+        except BookieError as exc:
+            reply(v3.batch_read_response(request, status_for_error(exc)))
+            return
+        if fence is None:
+            reply(v3.batch_read_response(request, pb.EOK, entries=entries, max_lac=max_lac))
+        else:
+            self._on_durable(
+                fence,
+                lambda: reply(v3.batch_read_response(request, pb.EOK, entries=entries, max_lac=max_lac)),
+                lambda e: reply(v3.batch_read_response(request, pb.EIO)),
+            )
+
+    def _v3_read_lac(self, request: pb.Request) -> None:
+        start = _now_ms()
+        sub = request.readLacRequest
+        if not self._v3_version_ok(request, lambda s: v3.read_lac_response(request, s)):
+            return
+        try:
+            result = self.bookie.read_lac(v3.scope_id_of(sub), sub.ledgerId)
+            resp = v3.read_lac_response(
+                request, pb.EOK, lac_body=result.explicit_lac, last_entry_body=result.last_entry
+            )
+        except BookieError as exc:
+            resp = v3.read_lac_response(request, status_for_error(exc))
+        self._send_v3(resp)
+        self.metrics.observe_request("READ_LAC", _now_ms() - start, resp.status == pb.EOK)
+
+    def _v3_write_lac(self, request: pb.Request) -> None:
+        start = _now_ms()
+        sub = request.writeLacRequest
+
+        def reply(status: int) -> None:
+            self._send_v3(v3.write_lac_response(request, status))
+            self.metrics.observe_request("WRITE_LAC", _now_ms() - start, status == pb.EOK)
+
+        if not self._v3_version_ok(request, lambda s: v3.write_lac_response(request, s)):
+            return
+        try:
+            scope_id, ledger_id, lac = lac_header(sub.body)
+            fut = self.bookie.write_lac(scope_id, ledger_id, sub.body, sub.masterKey, lac)
+        except MalformedFrameError:
+            reply(pb.EBADREQ)
+            return
+        except BookieError as exc:
+            reply(status_for_error(exc))
+            return
+        self._on_durable(fut, lambda: reply(pb.EOK), lambda e: reply(pb.EIO))
+
+    def _v3_force_ledger(self, request: pb.Request) -> None:
+        start = _now_ms()
+
+        def reply(status: int) -> None:
+            self._send_v3(v3.force_ledger_response(request, status))
+            self.metrics.observe_request("FORCE_LEDGER", _now_ms() - start, status == pb.EOK)
+
+        if not self._v3_version_ok(request, lambda s: v3.force_ledger_response(request, s)):
+            return
+        self._on_durable(self.bookie.force_ledger(), lambda: reply(pb.EOK), lambda e: reply(pb.EIO))
+
+    def _v3_bookie_info(self, request: pb.Request) -> None:
+        start = _now_ms()
+        if not self._v3_version_ok(request, lambda s: v3.get_bookie_info_response(request, s)):
+            return
+        requested = request.getBookieInfoRequest.requested
+        try:
+            total, free = self.bookie.storage.disk_usage()
+            resp = v3.get_bookie_info_response(
+                request,
+                pb.EOK,
+                total_disk_capacity=total if requested & v3.TOTAL_DISK_CAPACITY else None,
+                free_disk_space=free if requested & v3.FREE_DISK_SPACE else None,
+            )
+        except OSError:
+            resp = v3.get_bookie_info_response(request, pb.EIO)
+        self._send_v3(resp)
+        self.metrics.observe_request("GET_BOOKIE_INFO", _now_ms() - start, resp.status == pb.EOK)
+
+    def _v3_list_entries(self, request: pb.Request) -> None:
+        start = _now_ms()
+        sub = request.getListOfEntriesOfLedgerRequest
+        if not self._v3_version_ok(request, lambda s: v3.get_list_of_entries_response(request, s)):
+            return
+        try:
+            ids = self.bookie.entry_ids(v3.scope_id_of(sub), sub.ledgerId)
+            resp = v3.get_list_of_entries_response(request, pb.EOK, availability=v3.encode_availability(ids))
+        except NoSuchLedgerError:
+            resp = v3.get_list_of_entries_response(request, pb.ENOLEDGER)
+        except BookieError:
+            resp = v3.get_list_of_entries_response(request, pb.EIO)
+        self._send_v3(resp)
+        self.metrics.observe_request("GET_LIST_OF_ENTRIES_OF_LEDGER", _now_ms() - start, resp.status == pb.EOK)
+
+    def _v3_start_tls(self, request: pb.Request) -> None:
+        # TLS is not configured on this bookie: BookieRequestProcessor answers EBADREQ.
+        self._send_v3(v3.start_tls_response(request, pb.EBADREQ))
+
+    def _v3_auth(self, request: pb.Request) -> None:
+        self._send_v3(v3.auth_response(request, AUTH_DISABLED_PLUGIN, b""))
+
+    _V3_HANDLERS: dict[int, Callable[["_Connection", pb.Request], None]] = {
+        pb.ADD_ENTRY: _v3_add,
+        pb.READ_ENTRY: _v3_read,
+        pb.READ_LAC: _v3_read_lac,
+        pb.WRITE_LAC: _v3_write_lac,
+        pb.FORCE_LEDGER: _v3_force_ledger,
+        pb.GET_BOOKIE_INFO: _v3_bookie_info,
+        pb.GET_LIST_OF_ENTRIES_OF_LEDGER: _v3_list_entries,
+        pb.START_TLS: _v3_start_tls,
+        pb.AUTH: _v3_auth,
+        pb.BATCH_READ_ENTRY: _v3_batch_read,
+    }
+

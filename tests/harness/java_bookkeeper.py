@@ -1,0 +1,621 @@
+"""Apache BookKeeper (Java) for compatibility tests: bookie clusters, the BookieShell and our tools/java programs.
+
+Jars come from `.cache/bookkeeper/<version>/lib` (resolved by `make jars`), our programs from
+`.cache/bookkeeper/<version>/classes`. Every JVM gets a generated configuration file and a log4j2 configuration
+that logs to a file in its own directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from kazoo.client import KazooClient
+
+from tests.harness.java import JVM_OPTS, java_executable, repo_root
+from tests.harness.ports import free_port, port_is_open
+from tests.harness.process import HarnessError, ManagedProcess, tail
+
+__all__ = [
+    "BK_VERSIONS",
+    "DEFAULT_BK_VERSION",
+    "JavaBookie",
+    "JavaBookieCluster",
+    "JavaTools",
+    "bookkeeper_classpath",
+    "cache_dir",
+    "ensure_jars",
+    "parse_metadata_service_uri",
+]
+
+BK_VERSIONS: tuple[str, ...] = ("4.16.6", "4.17.3", "4.18.2")
+DEFAULT_BK_VERSION = "4.17.3"
+BOOKIE_MAIN = "org.apache.bookkeeper.server.Main"
+SHELL_MAIN = "org.apache.bookkeeper.bookie.BookieShell"
+
+ConfValue = str | int | float | bool
+
+
+def cache_dir() -> Path:
+    """`$BKSPARK_CACHE`, else `<repo>/.cache`."""
+    env = os.environ.get("BKSPARK_CACHE")
+    return Path(env) if env else repo_root() / ".cache"
+
+
+# -- jars -------------------------------------------------------------------------------------------------------
+
+_jars_lock = threading.Lock()
+_jars_checked: set[str] = set()
+
+
+def ensure_jars(version: str) -> Path:
+    """Make sure `.cache/bookkeeper/<version>` is complete and up to date (`make -s jars`, once per session).
+
+    Returns the version's directory; HarnessError with make's output when that fails.
+    """
+    if version not in BK_VERSIONS:
+        raise HarnessError(f"unknown Apache BookKeeper version {version!r}; the harness knows {', '.join(BK_VERSIONS)}")
+    vdir = cache_dir() / "bookkeeper" / version
+    with _jars_lock:
+        if version in _jars_checked:
+            return vdir
+        root = repo_root()
+        if not (root / "Makefile").is_file():
+            raise HarnessError(f"bkspark harness: no Makefile in {root}; cannot run `make jars`")
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        # One `make jars` at a time on this machine: concurrent pytest sessions share .cache.
+        with open(cache_dir() / "jars.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                proc = subprocess.run(
+                    ["make", "-s", "jars", f"BK_VERSIONS={version}"],
+                    cwd=root,
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
+            except FileNotFoundError as exc:
+                raise HarnessError("bkspark harness: `make` is not installed (apt-get install make)") from exc
+            except subprocess.TimeoutExpired as exc:
+                raise HarnessError(f"bkspark harness: `make jars` for BookKeeper {version} took over 15 minutes") from exc
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        if proc.returncode != 0 or not (vdir / ".ok").is_file():
+            raise HarnessError(
+                f"bkspark harness: Apache BookKeeper {version} jars are missing and `make jars` failed "
+                f"(run `cd {root} && make jars` to see why: Java 17+ and Maven with network access are needed)\n"
+                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
+        _jars_checked.add(version)
+        return vdir
+
+
+def bookkeeper_classpath(version: str, with_tools: bool = True) -> list[str]:
+    """Classpath of a BookKeeper version: our compiled tools (optional), then every jar of `lib/`."""
+    vdir = ensure_jars(version)
+    jars = sorted(str(p) for p in (vdir / "lib").glob("*.jar"))
+    if not jars:
+        raise HarnessError(f"bkspark harness: {vdir / 'lib'} holds no jars; run `make jars`")
+    return ([str(vdir / "classes")] if with_tools else []) + jars
+
+
+# -- configuration helpers ----------------------------------------------------------------------------------------
+
+
+def parse_metadata_service_uri(uri: str) -> tuple[str, str]:
+    """Split `zk+hierarchical://h1:p1;h2:p2/ledgers` into (kazoo hosts "h1:p1,h2:p2", root path "/ledgers")."""
+    parts = urlsplit(uri)
+    if not parts.scheme.startswith("zk"):
+        raise HarnessError(f"not a ZooKeeper metadata service URI: {uri!r}")
+    hosts = parts.netloc.replace(";", ",")
+    root = parts.path.rstrip("/") or "/ledgers"
+    return hosts, root
+
+
+def _conf_value(value: ConfValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def write_properties(path: Path, values: Mapping[str, ConfValue]) -> Path:
+    """Write a Java properties file (one `key=value` a line, as bk_server.conf)."""
+    lines = ["# generated by the bkspark test harness"]
+    lines += [f"{key}={_conf_value(value)}" for key, value in values.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_log4j2(path: Path, log_file: Path | None, console: bool = False, console_loggers: Sequence[str] = ()) -> Path:
+    """A log4j2 properties configuration: everything at INFO into `log_file` and, if `console`, the INFO messages
+    of `console_loggers` (and WARN+ of everything) as plain lines on stdout, the way `bin/bookkeeper shell` prints."""
+    lines = ["status = error", "name = bkspark-harness"]
+    refs: list[str] = []
+    if log_file is not None:
+        lines += [
+            "appender.file.type = File",
+            "appender.file.name = file",
+            f"appender.file.fileName = {log_file}",
+            "appender.file.layout.type = PatternLayout",
+            "appender.file.layout.pattern = %d{ISO8601} [%t] %-5level %logger{1.} - %msg%notEmpty{ %X}%n",
+        ]
+        refs.append("file")
+    if console:
+        lines += [
+            "appender.console.type = Console",
+            "appender.console.name = console",
+            "appender.console.target = SYSTEM_OUT",
+            "appender.console.layout.type = PatternLayout",
+            "appender.console.layout.pattern = %msg%notEmpty{ %X}%n",
+            "appender.console.filter.threshold.type = ThresholdFilter",
+            "appender.console.filter.threshold.level = info",
+        ]
+    lines.append("rootLogger.level = info")
+    for ref in refs:
+        lines.append(f"rootLogger.appenderRef.{ref}.ref = {ref}")
+    if console:
+        lines += ["rootLogger.appenderRef.console.ref = console", "rootLogger.appenderRef.console.level = warn"]
+        for i, name in enumerate(console_loggers):
+            lines += [
+                f"logger.c{i}.name = {name}",
+                f"logger.c{i}.level = info",
+                f"logger.c{i}.additivity = false",
+                f"logger.c{i}.appenderRef.console.ref = console",
+            ]
+            for ref in refs:
+                lines.append(f"logger.c{i}.appenderRef.{ref}.ref = {ref}")
+    for i, noisy in enumerate(("org.apache.zookeeper", "io.netty")):
+        lines += [f"logger.q{i}.name = {noisy}", f"logger.q{i}.level = warn"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _jvm_argv(version: str, main_class: str, log4j_conf: Path, extra_jvm: Sequence[str] = ()) -> list[str]:
+    return [
+        java_executable(),
+        *JVM_OPTS,
+        "-XX:MaxDirectMemorySize=256m",
+        f"-Dlog4j.configurationFile={log4j_conf}",
+        f"-Dlog4j2.configurationFile={log4j_conf}",
+        "-Dlog4j2.disable.jmx=true",
+        "-Dzookeeper.jmx.log4j.disable=true",
+        *extra_jvm,
+        "-cp",
+        os.pathsep.join(bookkeeper_classpath(version)),
+        main_class,
+    ]
+
+
+# -- bookies ------------------------------------------------------------------------------------------------------
+
+
+def bookie_conf(
+    *,
+    port: int,
+    metadata_service_uri: str,
+    journal_dir: Path,
+    ledger_dir: Path,
+    bookie_id: str | None = None,
+    journal_sync_data: bool = True,
+    overrides: Mapping[str, ConfValue] | None = None,
+) -> dict[str, ConfValue]:
+    """bk_server.conf settings for a small test bookie on 127.0.0.1 (DbLedgerStorage with tiny caches)."""
+    conf: dict[str, ConfValue] = {
+        "bookiePort": port,
+        "advertisedAddress": "127.0.0.1",
+        "allowLoopback": True,
+        "useHostNameAsBookieID": False,
+        "useShortHostName": False,
+        "metadataServiceUri": metadata_service_uri,
+        "zkTimeout": 8000,
+        "journalDirectories": str(journal_dir),
+        "ledgerDirectories": str(ledger_dir),
+        "journalSyncData": journal_sync_data,
+        "journalPreAllocSizeMB": 4,
+        "journalWriteBufferSizeKB": 64,
+        "journalMaxGroupWaitMSec": 1,
+        "ledgerStorageClass": "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
+        "dbStorage_writeCacheMaxSizeMb": 16,
+        "dbStorage_readAheadCacheMaxSizeMb": 16,
+        "dbStorage_rocksDB_blockCacheSize": 4 * 1024 * 1024,
+        "dbStorage_rocksDB_writeBufferSizeMB": 4,
+        "dbStorage_rocksDB_sstSizeInMB": 4,
+        "dbStorage_rocksDB_blockSize": 4096,
+        "logSizeLimit": 64 * 1024 * 1024,
+        "httpServerEnabled": False,
+        "enableStatistics": False,
+        "statsProviderClass": "org.apache.bookkeeper.stats.NullStatsProvider",
+        "autoRecoveryDaemonEnabled": False,
+        "extraServerComponents": "",
+        "diskUsageThreshold": 0.99,
+        "diskUsageWarnThreshold": 0.98,
+        "diskUsageLwmThreshold": 0.98,
+        "numAddWorkerThreads": 2,
+        "numReadWorkerThreads": 2,
+        "numJournalCallbackThreads": 2,
+        "serverNumIOThreads": 2,
+        "gcWaitTime": 60000,
+        "flushInterval": 1000,
+    }
+    if bookie_id is not None:
+        conf["bookieId"] = bookie_id
+    if overrides:
+        conf.update(overrides)
+    return conf
+
+
+class JavaBookie:
+    """One Apache BookKeeper bookie JVM (`org.apache.bookkeeper.server.Main --conf <file>`)."""
+
+    def __init__(
+        self,
+        *,
+        version: str,
+        base_dir: Path,
+        metadata_service_uri: str,
+        port: int | None = None,
+        bookie_id: str | None = None,
+        journal_sync_data: bool = True,
+        conf_overrides: Mapping[str, ConfValue] | None = None,
+        jvm_args: Sequence[str] = (),
+    ) -> None:
+        self.version = version
+        self.base_dir = Path(base_dir)
+        self.port = port if port is not None else free_port()
+        self.custom_bookie_id = bookie_id
+        self.metadata_service_uri = metadata_service_uri
+        self.journal_dir = self.base_dir / "journal"
+        self.ledger_dir = self.base_dir / "ledgers"
+        self.conf_path = self.base_dir / "bk_server.conf"
+        self.log_file = self.base_dir / "bookie.log"
+        self.log4j_path = self.base_dir / "log4j2.properties"
+        self.conf = bookie_conf(
+            port=self.port,
+            metadata_service_uri=metadata_service_uri,
+            journal_dir=self.journal_dir,
+            ledger_dir=self.ledger_dir,
+            bookie_id=bookie_id,
+            journal_sync_data=journal_sync_data,
+            overrides=conf_overrides,
+        )
+        self.jvm_args = list(jvm_args)
+        self.process: ManagedProcess | None = None
+
+    @property
+    def bookie_id(self) -> str:
+        """The BookieId it registers under: the custom `bookieId` (BP-41), else "127.0.0.1:PORT"."""
+        return self.custom_bookie_id if self.custom_bookie_id is not None else f"127.0.0.1:{self.port}"
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) the bookie serves on."""
+        return ("127.0.0.1", self.port)
+
+    def launch(self) -> None:
+        """Write its configuration and start the JVM (does not wait)."""
+        if self.process is not None and self.process.is_alive:
+            raise HarnessError(f"bookie {self.bookie_id} is already running")
+        for d in (self.journal_dir, self.ledger_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        write_properties(self.conf_path, self.conf)
+        write_log4j2(self.log4j_path, self.log_file)
+        argv = [*_jvm_argv(self.version, BOOKIE_MAIN, self.log4j_path, self.jvm_args), "--conf", str(self.conf_path)]
+        if self.process is None:
+            self.process = ManagedProcess(
+                f"bookie-{self.port}", argv, cwd=self.base_dir, log_dir=self.base_dir, extra_logs=[self.log_file]
+            )
+        else:
+            self.process.argv = argv
+        self.process.start()
+
+    def wait_ready(self, zk: KazooClient, root: str, timeout: float = 120.0) -> None:
+        """Wait until the port answers and `<root>/available/<bookieId>` exists."""
+        assert self.process is not None
+        reg = f"{root}/available/{self.bookie_id}"
+        self.process.wait_until(
+            lambda: port_is_open(self.port) and zk.exists(reg) is not None,
+            timeout=timeout,
+            what=f"bookie {self.bookie_id} (BookKeeper {self.version}) to listen and register at {reg}",
+            interval=0.2,
+        )
+
+    @property
+    def is_alive(self) -> bool:
+        """True while the JVM runs."""
+        return self.process is not None and self.process.is_alive
+
+    def log_tail(self, lines: int = 80) -> str:
+        """End of the bookie's log4j log and of its stdout/stderr."""
+        if self.process is None:
+            return tail(self.log_file, lines)
+        return self.process.log_tail(lines)
+
+
+class JavaBookieCluster:
+    """N Java bookies of one Apache BookKeeper version, registered under one metadata service URI.
+
+    Bookie i keeps its directories and port across `stop(i)`/`kill(i)` and `start(i)`.
+    """
+
+    def __init__(
+        self,
+        *,
+        version: str,
+        metadata_service_uri: str,
+        base_dir: str | os.PathLike[str],
+        bookies: int = 3,
+        bookie_ids: Sequence[str | None] | None = None,
+        journal_sync_data: bool = True,
+        conf_overrides: Mapping[str, ConfValue] | None = None,
+        jvm_args: Sequence[str] = (),
+        start_timeout: float = 120.0,
+    ) -> None:
+        if bookie_ids is not None and len(bookie_ids) != bookies:
+            raise ValueError(f"bookie_ids has {len(bookie_ids)} entries for {bookies} bookies")
+        ensure_jars(version)
+        self.version = version
+        self.metadata_service_uri = metadata_service_uri
+        self.zk_hosts, self.root = parse_metadata_service_uri(metadata_service_uri)
+        self.base_dir = Path(base_dir)
+        self.journal_sync_data = journal_sync_data
+        self.conf_overrides = dict(conf_overrides or {})
+        self.jvm_args = list(jvm_args)
+        self.start_timeout = start_timeout
+        self.bookies: list[JavaBookie] = []
+        self._zk: KazooClient | None = None
+        for i in range(bookies):
+            self._new_bookie(None if bookie_ids is None else bookie_ids[i])
+
+    def _new_bookie(self, bookie_id: str | None) -> JavaBookie:
+        index = len(self.bookies)
+        bookie = JavaBookie(
+            version=self.version,
+            base_dir=self.base_dir / f"bookie-{index}",
+            metadata_service_uri=self.metadata_service_uri,
+            bookie_id=bookie_id,
+            journal_sync_data=self.journal_sync_data,
+            conf_overrides=self.conf_overrides,
+            jvm_args=self.jvm_args,
+        )
+        self.bookies.append(bookie)
+        return bookie
+
+    @property
+    def zk(self) -> KazooClient:
+        """The cluster's own kazoo client (for registration checks)."""
+        if self._zk is None:
+            zk = KazooClient(hosts=self.zk_hosts, timeout=10.0)
+            try:
+                zk.start(timeout=15)
+            except Exception as exc:
+                zk.close()
+                raise HarnessError(f"cannot connect to ZooKeeper at {self.zk_hosts}: {exc}") from exc
+            self._zk = zk
+        return self._zk
+
+    # -- views ---------------------------------------------------------------------------------------------------
+    @property
+    def bookie_ids(self) -> list[str]:
+        """BookieIds, in bookie order ("127.0.0.1:PORT" unless a custom bookieId was given)."""
+        return [b.bookie_id for b in self.bookies]
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """(host, port) of every bookie, in bookie order."""
+        return [b.address for b in self.bookies]
+
+    @property
+    def ports(self) -> list[int]:
+        """Bookie ports, in bookie order."""
+        return [b.port for b in self.bookies]
+
+    def is_alive(self, i: int) -> bool:
+        """True while bookie i's JVM runs."""
+        return self.bookies[i].is_alive
+
+    def registered(self, readonly: bool = False) -> list[str]:
+        """BookieIds registered now under `<root>/available` (or `available/readonly`)."""
+        path = f"{self.root}/available/readonly" if readonly else f"{self.root}/available"
+        children = self.zk.get_children(path) if self.zk.exists(path) else []
+        return sorted(c for c in children if c != "readonly")
+
+    # -- life cycle ----------------------------------------------------------------------------------------------
+    def start_all(self) -> "JavaBookieCluster":
+        """Start every stopped bookie (JVMs in parallel) and wait until all are registered."""
+        pending = [b for b in self.bookies if not b.is_alive]
+        for bookie in pending:
+            bookie.launch()
+        try:
+            for bookie in pending:
+                bookie.wait_ready(self.zk, self.root, self.start_timeout)
+        except HarnessError:
+            self.close()
+            raise
+        return self
+
+    def start(self, i: int) -> None:
+        """(Re)start bookie i with its old directories, port and id; wait until it is registered."""
+        bookie = self.bookies[i]
+        bookie.launch()
+        bookie.wait_ready(self.zk, self.root, self.start_timeout)
+
+    def add_bookie(self, bookie_id: str | None = None, start: bool = True) -> int:
+        """Add one more bookie to the cluster (started unless `start=False`); return its index."""
+        self._new_bookie(bookie_id)
+        index = len(self.bookies) - 1
+        if start:
+            self.start(index)
+        return index
+
+    def stop(self, i: int, timeout: float = 20.0) -> None:
+        """Stop bookie i gracefully (SIGTERM: it unregisters), SIGKILL after `timeout` seconds."""
+        bookie = self.bookies[i]
+        if bookie.process is not None:
+            bookie.process.terminate(timeout)
+
+    def kill(self, i: int) -> None:
+        """SIGKILL bookie i (a crash: its registration vanishes when its ZooKeeper session expires)."""
+        bookie = self.bookies[i]
+        if bookie.process is not None:
+            bookie.process.kill()
+
+    def wait_unregistered(self, i: int, timeout: float = 60.0) -> None:
+        """Wait until bookie i is gone from `<root>/available` (e.g. after kill: session expiry)."""
+        path = f"{self.root}/available/{self.bookies[i].bookie_id}"
+        deadline = time.monotonic() + timeout
+        while self.zk.exists(path) is not None:
+            if time.monotonic() > deadline:
+                raise HarnessError(f"bookie {self.bookies[i].bookie_id} still registered at {path} after {timeout}s")
+            time.sleep(0.2)
+
+    def wait_registered(self, i: int, timeout: float = 60.0) -> None:
+        """Wait until bookie i is registered under `<root>/available`."""
+        self.bookies[i].wait_ready(self.zk, self.root, timeout)
+
+    def close(self) -> None:
+        """Stop every bookie (SIGTERM, then SIGKILL) and close the kazoo client."""
+        for i, bookie in enumerate(self.bookies):
+            if bookie.is_alive:
+                self.stop(i, timeout=10.0)
+        if self._zk is not None:
+            try:
+                self._zk.stop()
+            finally:
+                self._zk.close()
+                self._zk = None
+
+    def log_tail(self, i: int, lines: int = 80) -> str:
+        """End of bookie i's logs."""
+        return self.bookies[i].log_tail(lines)
+
+    def __enter__(self) -> "JavaBookieCluster":
+        return self.start_all()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<JavaBookieCluster {self.version} {self.metadata_service_uri} {self.bookie_ids}>"
+
+
+# -- shell and tools ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _RunDirs:
+    conf: Path
+    log4j: Path
+    log: Path
+
+
+class JavaTools:
+    """Runs Apache BookKeeper's BookieShell and our tools/java programs as short-lived JVMs."""
+
+    # Loggers whose INFO lines are the shell's output (the 4.14+ shell commands print through slf4j).
+    SHELL_CONSOLE_LOGGERS: tuple[str, ...] = (
+        "org.apache.bookkeeper.tools",
+        "org.apache.bookkeeper.bookie.BookieShell",
+        "org.apache.bookkeeper.client.BookKeeperAdmin",
+    )
+
+    def __init__(self, base_dir: str | os.PathLike[str]) -> None:
+        self.base_dir = Path(base_dir)
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self._counter = 0
+        self._lock = threading.Lock()
+
+    def _dirs(self, name: str, console_loggers: Sequence[str], conf: Mapping[str, ConfValue] | None) -> _RunDirs:
+        with self._lock:
+            self._counter += 1
+            run_dir = self.base_dir / f"{self._counter:04d}-{name}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log = run_dir / "java.log"
+        log4j = write_log4j2(run_dir / "log4j2.properties", log, console=True, console_loggers=console_loggers)
+        conf_path = write_properties(run_dir / "client.conf", conf or {})
+        return _RunDirs(conf_path, log4j, log)
+
+    @staticmethod
+    def _client_conf(metadata_service_uri: str | None, extra: Mapping[str, ConfValue] | None) -> dict[str, ConfValue]:
+        conf: dict[str, ConfValue] = {"allowLoopback": True, "zkTimeout": 10000, "enableStatistics": False}
+        if metadata_service_uri is not None:
+            conf["metadataServiceUri"] = metadata_service_uri
+        if extra:
+            conf.update(extra)
+        return conf
+
+    @staticmethod
+    def _exec(
+        argv: list[str],
+        timeout: float,
+        input: str | None,
+        what: str,
+        cwd: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a JVM to completion in its own session; HarnessError with its output on timeout."""
+        try:
+            return subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                input=input,
+                cwd=cwd,
+                env=None if env is None else dict(env),
+                start_new_session=True,
+            )
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+            raise HarnessError(f"{what} timed out after {timeout}s\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}") from exc
+
+    def shell(
+        self,
+        version: str,
+        metadata_service_uri: str,
+        *args: str,
+        timeout: float = 180.0,
+        conf: Mapping[str, ConfValue] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """`bookkeeper shell <args>` of `version` against `metadata_service_uri` (stdout holds the command's output).
+
+        The configuration file is passed with `-conf`; `conf` adds or overrides settings.
+        """
+        name = args[0] if args else "shell"
+        dirs = self._dirs(f"shell-{name}", self.SHELL_CONSOLE_LOGGERS, self._client_conf(metadata_service_uri, conf))
+        argv = [*_jvm_argv(version, SHELL_MAIN, dirs.log4j), "-conf", str(dirs.conf), *map(str, args)]
+        return self._exec(argv, timeout, None, f"bookkeeper shell {' '.join(map(str, args))}", dirs.conf.parent)
+
+    def run(
+        self,
+        version: str,
+        main_class: str,
+        *args: str,
+        metadata_service_uri: str | None = None,
+        timeout: float = 180.0,
+        input: str | None = None,
+        conf: Mapping[str, ConfValue] | None = None,
+        jvm_args: Sequence[str] = (),
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `main_class` (from tools/java or BookKeeper's jars) with `args`.
+
+        With `metadata_service_uri`, the program gets it three ways: system property `bkspark.metadataServiceUri`,
+        environment variable `BKSPARK_METADATA_SERVICE_URI`, and system property `bkspark.clientConf` naming a
+        client configuration file (`metadataServiceUri=...` plus `conf`). Log lines go to a file; WARN and above
+        also to stdout.
+        """
+        dirs = self._dirs(main_class.rsplit(".", 1)[-1], (), self._client_conf(metadata_service_uri, conf))
+        extra = [f"-Dbkspark.clientConf={dirs.conf}", *jvm_args]
+        env = dict(os.environ)
+        if metadata_service_uri is not None:
+            extra.append(f"-Dbkspark.metadataServiceUri={metadata_service_uri}")
+            env["BKSPARK_METADATA_SERVICE_URI"] = metadata_service_uri
+        argv = [*_jvm_argv(version, main_class, dirs.log4j, extra), *map(str, args)]
+        return self._exec(argv, timeout, input, main_class, dirs.conf.parent, env)

@@ -1,0 +1,236 @@
+"""bkspark.metadata against a real ZooKeeper: LAYOUT, ids, ledger znodes, CAS, listing, registry."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kazoo.exceptions import ConnectionLoss
+
+from bkspark.errors import (
+    BadMetadataError,
+    BookieUnavailableError,
+    LedgerExistsError,
+    MetadataVersionError,
+    NoSuchLedgerMetadataError,
+)
+from bkspark.metadata import BookieRegistry, ZkMetadataStore
+from bkspark.protocol import ledger_metadata as md_codec
+from bkspark.protocol import service_info as si
+from bkspark.protocol.digest import DigestType
+from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+
+pytestmark = pytest.mark.integration
+
+BOOKIES = ("10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181")
+
+
+def _md(**kw: object) -> LedgerMetadata:
+    base = dict(
+        ensemble_size=3,
+        write_quorum_size=2,
+        ack_quorum_size=2,
+        digest_type=DigestType.CRC32C,
+        password=b"pw",
+        ensembles={0: BOOKIES},
+        custom_metadata={"app": b"demo"},
+    )
+    base.update(kw)
+    return LedgerMetadata(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def store(zk_root):  # type: ignore[no-untyped-def]
+    s = ZkMetadataStore(zk_root.metadata_service_uri, zk=zk_root.zk_client)
+    yield s
+    s.close()
+
+
+def test_layout_scheme_and_refusal_of_other_manager(zk_root, store) -> None:  # type: ignore[no-untyped-def]
+    assert store.scheme == "hierarchical"
+    data, _ = zk_root.zk_client.get(f"{zk_root.path}/LAYOUT")
+    assert data == b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1"
+    uri = zk_root.metadata_service_uri.replace("zk+hierarchical", "zk+longhierarchical")
+    with pytest.raises(BadMetadataError):
+        ZkMetadataStore(uri, zk=zk_root.zk_client)
+
+
+def test_missing_layout_is_created_like_java(zookeeper) -> None:  # type: ignore[no-untyped-def]
+    client = zookeeper.client()
+    try:
+        root = f"/bk-fresh-layout-{time.monotonic_ns()}"
+        s = ZkMetadataStore(f"zk+longhierarchical://{zookeeper.connect_string}{root}", zk=client)
+        assert s.scheme == "longhierarchical"
+        data, _ = client.get(f"{root}/LAYOUT")
+        assert data == b"2\norg.apache.bookkeeper.meta.LongHierarchicalLedgerManagerFactory:1"
+        lid = s.generate_ledger_id()
+        s.create_ledger_metadata(lid, _md())
+        assert client.exists(f"{root}/000/0000/0000/0000/L{lid:04d}") is not None
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_ledger_ids_from_idgen_are_unique_and_leave_no_znodes(zk_root, store) -> None:  # type: ignore[no-untyped-def]
+    ids = [store.generate_ledger_id() for _ in range(20)]
+    assert len(set(ids)) == 20
+    assert ids == sorted(ids)
+    time.sleep(0.2)
+    assert zk_root.zk_client.get_children(f"{zk_root.path}/idgen") == []
+
+
+def test_long_ids_once_idgen_long_exists(zk_root, store) -> None:  # type: ignore[no-untyped-def]
+    zk_root.zk_client.create(f"{zk_root.path}/idgen-long")
+    fresh = ZkMetadataStore(zk_root.metadata_service_uri, zk=zk_root.zk_client)
+    lid = fresh.generate_ledger_id()
+    assert lid >> 32 == 1  # HOB-0000000001 is created first
+    assert zk_root.zk_client.exists(f"{zk_root.path}/idgen-long/HOB-0000000001") is not None
+    fresh.create_ledger_metadata(lid, _md())
+    digits = f"{lid:019d}"
+    path = f"{zk_root.path}/{digits[:3]}/{digits[3:7]}/{digits[7:11]}/{digits[11:15]}/L{digits[15:]}"
+    assert zk_root.zk_client.exists(path) is not None
+    assert list(fresh.list_ledgers()) == [lid]
+
+
+def test_create_read_cas_close_delete(zk_root, store) -> None:  # type: ignore[no-untyped-def]
+    lid = store.generate_ledger_id()
+    created = store.create_ledger_metadata(lid, _md())
+    assert created.version == 0
+    assert created.metadata.ctoken > 0
+    raw, _ = zk_root.zk_client.get(store.ledger_path(lid))
+    assert raw.startswith(b"BookieMetadataFormatVersion\t3\n")
+    assert md_codec.parse(raw).ctoken == created.metadata.ctoken
+
+    with pytest.raises(LedgerExistsError):
+        store.create_ledger_metadata(lid, _md())
+
+    read = store.read_ledger_metadata(lid)
+    assert read.version == 0 and read.metadata.ensembles == {0: BOOKIES}
+    assert read.metadata.ctime > 0  # from the znode's stat.ctime (Java's fallback)
+
+    closed = store.write_ledger_metadata(lid, read.metadata.close(9, 1234), read.version)
+    assert closed.version == 1
+    with pytest.raises(MetadataVersionError):
+        store.write_ledger_metadata(lid, read.metadata.in_recovery(), read.version)
+    after = store.read_ledger_metadata(lid)
+    assert after.metadata.state == LedgerState.CLOSED
+    assert (after.metadata.last_entry_id, after.metadata.length) == (9, 1234)
+    assert after.metadata.ctoken == 0  # Java's updates drop the cToken
+
+    store.delete_ledger_metadata(lid)
+    with pytest.raises(NoSuchLedgerMetadataError):
+        store.read_ledger_metadata(lid)
+    # Empty parents are removed as Java's asyncDeleteFullPathOptimistic does.
+    assert zk_root.zk_client.exists(store.ledger_path(lid).rsplit("/", 1)[0]) is None
+    store.delete_ledger_metadata(lid)  # absent: fine
+    with pytest.raises(NoSuchLedgerMetadataError):
+        store.write_ledger_metadata(lid, read.metadata, 0)
+
+
+def test_create_lost_to_connection_loss_is_not_duplicated(zk_root, store, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The create reached ZooKeeper but the answer was lost: we recognise our own znode by cToken."""
+    lid = store.generate_ledger_id()
+    real_create = store.zk.create
+    calls = []
+
+    def create_then_lose(path, value=b"", *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(path)
+        real_create(path, value, *args, **kwargs)
+        raise ConnectionLoss()
+
+    monkeypatch.setattr(store.zk, "create", create_then_lose)
+    result = store.create_ledger_metadata(lid, _md())
+    assert len(calls) == 1  # not retried blindly
+    assert result.version == 0
+    monkeypatch.undo()
+
+    # Someone else's znode at the same id is not mistaken for ours.
+    other = store.generate_ledger_id()
+    store.create_ledger_metadata(other, _md())
+    monkeypatch.setattr(store.zk, "create", lambda *a, **k: (_ for _ in ()).throw(ConnectionLoss()))
+    with pytest.raises(LedgerExistsError):
+        store.create_ledger_metadata(other, _md())
+
+
+def test_adv_ids_scopes_and_listing(zk_root, store) -> None:  # type: ignore[no-untyped-def]
+    small = [3, 17, 2147483646]
+    big = [2147483647, 9223372036854775807]
+    for lid in small + big:
+        store.create_ledger_metadata(lid, _md())
+    assert zk_root.zk_client.exists(f"{zk_root.path}/21/4748/L3646") is not None
+    assert zk_root.zk_client.exists(f"{zk_root.path}/000/0000/0021/4748/L3647") is not None
+    store.create_ledger_metadata(5, _md(), scope_id=42)
+    store.create_ledger_metadata(6, _md(), scope_id=42)
+    store.create_ledger_metadata(5, _md(), scope_id=-7)
+    assert list(store.list_ledgers()) == sorted(small + big)
+    assert list(store.list_ledgers(scope_id=42)) == [5, 6]
+    assert list(store.list_ledgers(scope_id=-7)) == [5]
+    assert store.read_ledger_metadata(5, scope_id=42).version == 0
+    with pytest.raises(NoSuchLedgerMetadataError):
+        store.read_ledger_metadata(5)
+    store.delete_ledger_metadata(6, scope_id=42)
+    assert list(store.list_ledgers(scope_id=42)) == [5]
+
+
+def test_concurrent_cas_exactly_one_wins(zk_root, store) -> None:  # type: ignore[no-untyped-def]
+    lid = store.generate_ledger_id()
+    v0 = store.create_ledger_metadata(lid, _md())
+    results: list[str] = []
+
+    def attempt(i: int) -> None:
+        try:
+            store.write_ledger_metadata(lid, v0.metadata.close(i, i), v0.version)
+            results.append("won")
+        except MetadataVersionError:
+            results.append("lost")
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == ["lost"] * 5 + ["won"]
+
+
+def test_registry_lists_watches_and_resolves(zk_root) -> None:  # type: ignore[no-untyped-def]
+    zk = zk_root.zk_client
+    avail = f"{zk_root.path}/available"
+    reg = BookieRegistry(zk, zk_root.path)
+    changes: list[tuple[frozenset[str], frozenset[str]]] = []
+    reg.add_listener(lambda w, r: changes.append((w, r)))
+    assert reg.writable_bookies() == frozenset()
+
+    info = si.BookieServiceInfo.for_bookie("127.0.0.1", 4001, properties={"bkspark.extensions": "scope-ids,batch-read-v3"})
+    zk.create(f"{avail}/bookie-a", si.serialize(info), ephemeral=True)
+    zk.create(f"{avail}/10.1.1.1:3181", b"", ephemeral=True)  # a <= 4.10 bookie: empty data
+    zk.create(f"{avail}/readonly/bookie-ro", si.serialize(si.BookieServiceInfo.for_bookie("127.0.0.2", 4002)), ephemeral=True)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (len(reg.writable_bookies()) < 2 or not reg.readonly_bookies()):
+        time.sleep(0.05)
+    assert reg.writable_bookies() == {"bookie-a", "10.1.1.1:3181"}
+    assert reg.readonly_bookies() == {"bookie-ro"}
+    assert changes[-1] == (reg.writable_bookies(), reg.readonly_bookies())
+
+    assert reg.resolve("bookie-a") == ("127.0.0.1", 4001)
+    assert reg.resolve("10.1.1.1:3181") == ("10.1.1.1", 3181)
+    assert reg.resolve("bookie-ro") == ("127.0.0.2", 4002)
+    assert reg.extensions("bookie-a") == {"scope-ids", "batch-read-v3"}
+    with pytest.raises(BookieUnavailableError):
+        reg.resolve("bookie-unknown")  # not registered: counts as down
+    assert reg.resolve("somehost:0") == ("somehost", 0)  # dummy local ids are legacy
+
+    # The bookie comes back on a new address: the data watch drops the cached one.
+    zk.delete(f"{avail}/bookie-a")
+    moved = si.BookieServiceInfo.for_bookie("127.0.0.9", 4009)
+    zk.create(f"{avail}/bookie-a", si.serialize(moved), ephemeral=True)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and reg.resolve("bookie-a") != ("127.0.0.9", 4009):
+        time.sleep(0.05)
+    assert reg.resolve("bookie-a") == ("127.0.0.9", 4009)
+    reg.close()
+
+    disabled = BookieRegistry(zk, zk_root.path, address_resolver_enabled=False)
+    assert disabled.resolve("10.9.9.9:3181") == ("10.9.9.9", 3181)
+    with pytest.raises(BookieUnavailableError):
+        disabled.resolve("bookie-a")  # ids are addresses in this mode
