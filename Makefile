@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 
 export BKSPARK_CACHE := $(CACHE)
 
-.PHONY: all setup venv zookeeper java jars proto test unit compat fault demo bench clean
+.PHONY: all setup venv zookeeper java jars jars-unlocked proto test unit compat fault demo bench clean
 
 all: test
 
@@ -44,7 +44,11 @@ zookeeper: java
 
 # Per version: lib/ (Maven, only when the pom changes) and classes/ (our tools/java programs,
 # recompiled when any of them changes, or when one is added or removed: see java-tools.list).
-jars: java $(BK_JARS)
+# Serialised with flock: pytest sessions and people share .cache and run `make jars` at the same time.
+jars: java
+	@mkdir -p $(CACHE)
+	@$$(command -v flock >/dev/null && echo flock $(CACHE)/jars.lock) $(MAKE) --no-print-directory jars-unlocked
+jars-unlocked: $(BK_JARS)
 $(CACHE)/bookkeeper/%/.ok: $(CACHE)/bookkeeper/%/lib/.ok $(CACHE)/java-tools.list $(JAVA_TOOLS)
 	rm -rf $(CACHE)/bookkeeper/$*/classes.new && mkdir -p $(CACHE)/bookkeeper/$*/classes.new
 	@if [ -n "$(strip $(JAVA_TOOLS))" ]; then \

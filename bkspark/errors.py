@@ -42,6 +42,7 @@ __all__ = [
     "MetadataVersionError",
     "NoSuchLedgerMetadataError",
     "BadMetadataError",
+    "BadLedgerContextError",
     "BookieUnavailableError",
     "BookieTimeoutError",
     "InvalidBookieIdError",
@@ -259,6 +260,12 @@ class NoSuchLedgerMetadataError(MetadataError):
 
 class BadMetadataError(MetadataError):
     """Stored metadata (ledger, cookie, layout, service info) cannot be parsed."""
+
+    code, retriable = -999, False
+
+
+class BadLedgerContextError(BadMetadataError):
+    """A ledger's create/close context in customMetadata cannot be parsed (BP-44, docs/context-and-audit.md)."""
 
     code, retriable = -999, False
 

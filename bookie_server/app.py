@@ -208,6 +208,8 @@ class BookieApp:
         if self.server is not None:
             await self.server.stop_accepting()
             await self.server.close_connections()
+        elif self._sock is not None:
+            self._sock.close()
         if self.http is not None:
             await self.http.stop()
         await self.bookie.stop()

@@ -10,11 +10,9 @@ import itertools
 import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from kazoo.client import KazooClient
 
 from tests.harness.java_bookkeeper import (
     BK_VERSIONS,
@@ -24,7 +22,7 @@ from tests.harness.java_bookkeeper import (
     JavaTools,
 )
 from tests.harness.process import kill_all
-from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
+from tests.harness.zookeeper import ZkRoot, ZooKeeperServer, init_new_cluster
 
 _MARKERS = {
     "compat": "talks to real Apache BookKeeper (Java) bookies, client or shell",
@@ -60,36 +58,6 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
         yield server
     finally:
         server.stop()
-
-
-@dataclass
-class ZkRoot:
-    """A freshly formatted BookKeeper cluster root on the session's ZooKeeper."""
-
-    path: str
-    server: ZooKeeperServer
-    zk_client: KazooClient
-    instance_id: str
-    ledger_manager: str = "hierarchical"
-    extra_clients: list[KazooClient] = field(default_factory=list)
-
-    @property
-    def connect_string(self) -> str:
-        """ZooKeeper connect string, "127.0.0.1:PORT"."""
-        return self.server.connect_string
-
-    @property
-    def metadata_service_uri(self) -> str:
-        """`zk+hierarchical://127.0.0.1:PORT/<root>`, as Java's `metadataServiceUri`."""
-        return f"zk+{self.ledger_manager}://{self.server.connect_string}{self.path}"
-
-    def close(self) -> None:
-        """Stop and close the kazoo client(s)."""
-        for client in (self.zk_client, *self.extra_clients):
-            try:
-                client.stop()
-            finally:
-                client.close()
 
 
 _root_counter = itertools.count(1)

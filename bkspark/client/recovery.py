@@ -183,6 +183,8 @@ async def recover_ledger(ctx: ClientContext, ref: LedgerRef, versioned: Versione
             break
         if failures:
             raise failures[0]
+        # The entry's header holds the cumulative length including it (Java: length = header - payload).
+        writer.length = found.length - len(found.payload)
         writer.append(bytes(found.payload), on_added, entry_id=entry_id)
         entry_id += 1
     await writer.drain()

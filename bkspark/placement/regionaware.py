@@ -68,15 +68,17 @@ def water_fill(total: int, capacity: Mapping[str, int], order: Sequence[str]) ->
         return None
     share = {g: 0 for g in order}
     left = total
-    open_regions = [g for g in order if capacity.get(g, 0) > 0]
-    while left > 0 and open_regions:
-        each, extra = divmod(left, len(open_regions))
-        for i, g in enumerate(open_regions):
-            add = min(each + (1 if i < extra else 0), capacity[g] - share[g])
-            share[g] += add
-            left -= add
-        open_regions = [g for g in open_regions if share[g] < capacity[g]]
-    return share if left == 0 else None
+    # Regions too small for the level they would get are filled up first, smallest first.
+    rest = sorted(order, key=lambda g: capacity.get(g, 0))
+    while rest and capacity.get(rest[0], 0) <= left // len(rest):
+        g = rest.pop(0)
+        share[g] = capacity.get(g, 0)
+        left -= share[g]
+    if rest:
+        base, extra = divmod(left, len(rest))
+        for i, g in enumerate([g for g in order if g in rest]):
+            share[g] = base + (1 if i < extra else 0)
+    return share
 
 
 class RegionAwareEnsemblePlacementPolicy(RackawareEnsemblePlacementPolicy):

@@ -82,7 +82,7 @@ class NetworkTopology:
             raise InvalidTopologyError(
                 "all bookies must be at the same depth", bookie=bookie, location=loc, expected_depth=self._depth
             )
-        self.remove(bookie)
+        NetworkTopology.remove(self, bookie)  # a move, never a delayed departure
         self._location[bookie] = loc
         self._rack_sizes[loc] = self._rack_sizes.get(loc, 0) + 1
         self._depth = depth

@@ -117,7 +117,7 @@ def parse_text(text: str, msg: _message.Message, what: str) -> None:
     """
     try:
         text_format.Merge(text, msg)
-    except (text_format.ParseError, ValueError, TypeError, UnicodeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - ParseError mostly, but text_format raises others on odd input
         raise BadMetadataError(f"{what}: bad protobuf text format: {exc}") from None
     missing = msg.FindInitializationErrors()
     if missing:

@@ -9,6 +9,10 @@ bookie id, journal dirs, ledger dirs) and layouts >= 4 (text format).
 ``ledgerDirs``/``indexDirs`` are encoded ``"<count>\\t<dir1>\\t<dir2>..."``,
 ``journalDir`` is the journal directories joined with ``,``.  An empty
 ``instanceId``/``indexDirs`` reads as absent, as in Java.
+
+One deliberate difference: for a cookie read as layout 3, Java's ``toString``
+writes ``5\n`` followed by the old plain lines, which Java itself cannot read
+back; :meth:`Cookie.serialize` always writes the layout 5 text format.
 """
 
 from __future__ import annotations
@@ -88,6 +92,8 @@ class Cookie:
 
     def serialize(self) -> bytes:
         """The bytes Java writes (``Cookie.toString()``, layout 5 text format), UTF-8."""
+        if self.layout_version <= 3:  # Java's toStringVersion3: plain lines, yet headed "5" (CURRENT_...)
+            return f"{CURRENT_COOKIE_LAYOUT_VERSION}\n{self.bookie_host}\n{self.journal_dirs}\n{self.ledger_dirs}\n".encode()
         fmt = pb.CookieFormat(bookieHost=self.bookie_host, journalDir=self.journal_dirs, ledgerDirs=self.ledger_dirs)
         if self.instance_id is not None:
             fmt.instanceId = self.instance_id

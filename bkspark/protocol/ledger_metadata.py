@@ -520,6 +520,9 @@ def parse(data: bytes | bytearray | memoryview, znode_ctime: int | None = None) 
 
     ``znode_ctime`` (the znode's ``stat.ctime``) becomes the creation time
     when the blob has none, as in Java.  Raises :class:`BadMetadataError`.
+    Stricter than Java in two corners no Java writer produces: quorum sizes
+    below 1 (Java only checks E >= Qw >= Qa), and a V3 length prefix longer
+    than the data (4.17's protobuf-java may then parse the shorter message).
     """
     data = bytes(data)
     version, pos = header_version(data)

@@ -63,15 +63,41 @@ class BookieServiceInfo:
 
 
 def serialize(info: BookieServiceInfo) -> bytes:
-    """The registration znode data a Java bookie writes (properties sorted by key, for determinism)."""
+    """The registration znode data a Java bookie writes (properties sorted by key, for determinism).
+
+    An info with no endpoints and no properties gives ``b""``, which readers
+    take for a legacy bookie whose id is its ``host:port``.
+    """
     fmt = pb.BookieServiceInfoFormat()
     for e in info.endpoints:
         fmt.endpoints.add(
             id=e.id, port=e.port, host=e.host, protocol=e.protocol, auth=list(e.auth), extensions=list(e.extensions)
         )
-    for key, value in info.properties.items():
-        fmt.properties[key] = value
-    return fmt.SerializeToString(deterministic=True)
+    # Map entries are appended by hand: Python's protobuf orders map entries by
+    # hash (or, "deterministic", by length first), Java by its map's iteration
+    # order.  We write keys sorted, each entry with key and value always present,
+    # as protobuf-java's MapEntryLite does (a TreeMap in Java gives these bytes).
+    out = bytearray(fmt.SerializeToString())
+    for key in sorted(info.properties):
+        entry = _length_delimited(1, key.encode("utf-8")) + _length_delimited(2, info.properties[key].encode("utf-8"))
+        out += _length_delimited(_PROPERTIES_FIELD, entry)
+    return bytes(out)
+
+
+_PROPERTIES_FIELD = 7
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _length_delimited(field_number: int, payload: bytes) -> bytes:
+    return _varint(field_number << 3 | 2) + _varint(len(payload)) + payload
 
 
 def legacy_service_info(bookie_id: str) -> BookieServiceInfo:

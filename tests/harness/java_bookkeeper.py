@@ -7,11 +7,11 @@ that logs to a file in its own directory.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import threading
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,54 +52,56 @@ def cache_dir() -> Path:
 # -- jars -------------------------------------------------------------------------------------------------------
 
 _jars_lock = threading.Lock()
-_jars_checked: set[str] = set()
+_jars_status: dict[str, str | None] = {}  # version -> None (all built) or make's error output
 
 
-def ensure_jars(version: str) -> Path:
+def ensure_jars(version: str, need_tools: bool = True) -> Path:
     """Make sure `.cache/bookkeeper/<version>` is complete and up to date (`make -s jars`, once per session).
 
-    Returns the version's directory; HarnessError with make's output when that fails.
+    Returns the version's directory. When `make` fails, HarnessError with its output, except when only our
+    tools/java programs failed to build and `need_tools` is False (bookies and the shell need BookKeeper's jars
+    only): then a warning.
     """
     if version not in BK_VERSIONS:
         raise HarnessError(f"unknown Apache BookKeeper version {version!r}; the harness knows {', '.join(BK_VERSIONS)}")
     vdir = cache_dir() / "bookkeeper" / version
+    root = repo_root()
     with _jars_lock:
-        if version in _jars_checked:
-            return vdir
-        root = repo_root()
-        if not (root / "Makefile").is_file():
-            raise HarnessError(f"bkspark harness: no Makefile in {root}; cannot run `make jars`")
-        cache_dir().mkdir(parents=True, exist_ok=True)
-        # One `make jars` at a time on this machine: concurrent pytest sessions share .cache.
-        with open(cache_dir() / "jars.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                proc = subprocess.run(
-                    ["make", "-s", "jars", f"BK_VERSIONS={version}"],
-                    cwd=root,
-                    capture_output=True,
-                    text=True,
-                    timeout=900,
-                )
-            except FileNotFoundError as exc:
-                raise HarnessError("bkspark harness: `make` is not installed (apt-get install make)") from exc
-            except subprocess.TimeoutExpired as exc:
-                raise HarnessError(f"bkspark harness: `make jars` for BookKeeper {version} took over 15 minutes") from exc
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-        if proc.returncode != 0 or not (vdir / ".ok").is_file():
-            raise HarnessError(
-                f"bkspark harness: Apache BookKeeper {version} jars are missing and `make jars` failed "
-                f"(run `cd {root} && make jars` to see why: Java 17+ and Maven with network access are needed)\n"
-                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-            )
-        _jars_checked.add(version)
+        if version not in _jars_status:
+            _jars_status[version] = _make_jars(root, version, vdir)
+        error = _jars_status[version]
+    if error is None:
         return vdir
+    if not need_tools and (vdir / "lib" / ".ok").is_file():
+        warnings.warn(f"bkspark harness: tools/java did not build for BookKeeper {version}; using its jars only\n{error}")
+        return vdir
+    raise HarnessError(
+        f"bkspark harness: `make jars` failed for Apache BookKeeper {version} (run `cd {root} && make jars` to see "
+        f"why; it needs Java 17+, and Maven with network access the first time)\n{error}"
+    )
+
+
+def _make_jars(root: Path, version: str, vdir: Path) -> str | None:
+    """Run `make -s jars BK_VERSIONS=<version>`; None on success, else its output."""
+    if not (root / "Makefile").is_file():
+        return f"no Makefile in {root}"
+    try:
+        # The Makefile serialises concurrent `make jars` runs (flock on .cache/jars.lock).
+        proc = subprocess.run(
+            ["make", "-s", "jars", f"BK_VERSIONS={version}"], cwd=root, capture_output=True, text=True, timeout=900
+        )
+    except FileNotFoundError:
+        return "`make` is not installed (apt-get install make)"
+    except subprocess.TimeoutExpired:
+        return "`make jars` took over 15 minutes"
+    if proc.returncode != 0 or not (vdir / ".ok").is_file():
+        return f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}".strip() or f"make exited with {proc.returncode}"
+    return None
 
 
 def bookkeeper_classpath(version: str, with_tools: bool = True) -> list[str]:
-    """Classpath of a BookKeeper version: our compiled tools (optional), then every jar of `lib/`."""
-    vdir = ensure_jars(version)
+    """Classpath of a BookKeeper version: our compiled tools/java classes (optional), then every jar of `lib/`."""
+    vdir = ensure_jars(version, need_tools=with_tools)
     jars = sorted(str(p) for p in (vdir / "lib").glob("*.jar"))
     if not jars:
         raise HarnessError(f"bkspark harness: {vdir / 'lib'} holds no jars; run `make jars`")
@@ -133,9 +135,16 @@ def write_properties(path: Path, values: Mapping[str, ConfValue]) -> Path:
     return path
 
 
-def write_log4j2(path: Path, log_file: Path | None, console: bool = False, console_loggers: Sequence[str] = ()) -> Path:
+def write_log4j2(
+    path: Path,
+    log_file: Path | None,
+    console: bool = False,
+    console_loggers: Sequence[str] = (),
+    console_target: str = "SYSTEM_OUT",
+) -> Path:
     """A log4j2 properties configuration: everything at INFO into `log_file` and, if `console`, the INFO messages
-    of `console_loggers` (and WARN+ of everything) as plain lines on stdout, the way `bin/bookkeeper shell` prints."""
+    of `console_loggers` (and WARN+ of everything) as plain lines on `console_target` (SYSTEM_OUT/SYSTEM_ERR),
+    the way `bin/bookkeeper shell` prints. Structured (slog) attributes follow the message as `{key=value}`."""
     lines = ["status = error", "name = bkspark-harness"]
     refs: list[str] = []
     if log_file is not None:
@@ -151,7 +160,7 @@ def write_log4j2(path: Path, log_file: Path | None, console: bool = False, conso
         lines += [
             "appender.console.type = Console",
             "appender.console.name = console",
-            "appender.console.target = SYSTEM_OUT",
+            f"appender.console.target = {console_target}",
             "appender.console.layout.type = PatternLayout",
             "appender.console.layout.pattern = %msg%notEmpty{ %X}%n",
             "appender.console.filter.threshold.type = ThresholdFilter",
@@ -177,7 +186,9 @@ def write_log4j2(path: Path, log_file: Path | None, console: bool = False, conso
     return path
 
 
-def _jvm_argv(version: str, main_class: str, log4j_conf: Path, extra_jvm: Sequence[str] = ()) -> list[str]:
+def _jvm_argv(
+    version: str, main_class: str, log4j_conf: Path, extra_jvm: Sequence[str] = (), with_tools: bool = False
+) -> list[str]:
     return [
         java_executable(),
         *JVM_OPTS,
@@ -188,7 +199,7 @@ def _jvm_argv(version: str, main_class: str, log4j_conf: Path, extra_jvm: Sequen
         "-Dzookeeper.jmx.log4j.disable=true",
         *extra_jvm,
         "-cp",
-        os.pathsep.join(bookkeeper_classpath(version)),
+        os.pathsep.join(bookkeeper_classpath(version, with_tools=with_tools)),
         main_class,
     ]
 
@@ -359,7 +370,7 @@ class JavaBookieCluster:
     ) -> None:
         if bookie_ids is not None and len(bookie_ids) != bookies:
             raise ValueError(f"bookie_ids has {len(bookie_ids)} entries for {bookies} bookies")
-        ensure_jars(version)
+        ensure_jars(version, need_tools=False)
         self.version = version
         self.metadata_service_uri = metadata_service_uri
         self.zk_hosts, self.root = parse_metadata_service_uri(metadata_service_uri)
@@ -531,13 +542,21 @@ class JavaTools:
         self._counter = 0
         self._lock = threading.Lock()
 
-    def _dirs(self, name: str, console_loggers: Sequence[str], conf: Mapping[str, ConfValue] | None) -> _RunDirs:
+    def _dirs(
+        self,
+        name: str,
+        console_loggers: Sequence[str],
+        conf: Mapping[str, ConfValue] | None,
+        console_target: str = "SYSTEM_OUT",
+    ) -> _RunDirs:
         with self._lock:
             self._counter += 1
             run_dir = self.base_dir / f"{self._counter:04d}-{name}"
         run_dir.mkdir(parents=True, exist_ok=True)
         log = run_dir / "java.log"
-        log4j = write_log4j2(run_dir / "log4j2.properties", log, console=True, console_loggers=console_loggers)
+        log4j = write_log4j2(
+            run_dir / "log4j2.properties", log, console=True, console_loggers=console_loggers, console_target=console_target
+        )
         conf_path = write_properties(run_dir / "client.conf", conf or {})
         return _RunDirs(conf_path, log4j, log)
 
@@ -609,13 +628,15 @@ class JavaTools:
         With `metadata_service_uri`, the program gets it three ways: system property `bkspark.metadataServiceUri`,
         environment variable `BKSPARK_METADATA_SERVICE_URI`, and system property `bkspark.clientConf` naming a
         client configuration file (`metadataServiceUri=...` plus `conf`). Log lines go to a file; WARN and above
-        also to stdout.
+        also to stderr, so that stdout holds only what the program prints.
         """
-        dirs = self._dirs(main_class.rsplit(".", 1)[-1], (), self._client_conf(metadata_service_uri, conf))
+        dirs = self._dirs(
+            main_class.rsplit(".", 1)[-1], (), self._client_conf(metadata_service_uri, conf), console_target="SYSTEM_ERR"
+        )
         extra = [f"-Dbkspark.clientConf={dirs.conf}", *jvm_args]
         env = dict(os.environ)
         if metadata_service_uri is not None:
             extra.append(f"-Dbkspark.metadataServiceUri={metadata_service_uri}")
             env["BKSPARK_METADATA_SERVICE_URI"] = metadata_service_uri
-        argv = [*_jvm_argv(version, main_class, dirs.log4j, extra), *map(str, args)]
+        argv = [*_jvm_argv(version, main_class, dirs.log4j, extra, with_tools=True), *map(str, args)]
         return self._exec(argv, timeout, input, main_class, dirs.conf.parent, env)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -15,6 +16,7 @@ from tests.harness.process import HarnessError, ManagedProcess
 
 __all__ = [
     "HIERARCHICAL_LAYOUT",
+    "ZkRoot",
     "ZooKeeperServer",
     "four_letter_word",
     "init_new_cluster",
@@ -192,3 +194,31 @@ def init_new_cluster(zk: KazooClient, root: str, layout: bytes = HIERARCHICAL_LA
         raise HarnessError(f"cannot format BookKeeper cluster root {root}: {failures}")
     zk.create(f"{root}/LAYOUT", layout)
     return instance_id
+
+
+@dataclass
+class ZkRoot:
+    """A formatted BookKeeper cluster root (`init_new_cluster`) on a ZooKeeperServer, with a kazoo client."""
+
+    path: str
+    server: ZooKeeperServer
+    zk_client: KazooClient
+    instance_id: str
+    ledger_manager: str = "hierarchical"
+
+    @property
+    def connect_string(self) -> str:
+        """ZooKeeper connect string, "127.0.0.1:PORT"."""
+        return self.server.connect_string
+
+    @property
+    def metadata_service_uri(self) -> str:
+        """`zk+hierarchical://127.0.0.1:PORT/<root>`, as Java's `metadataServiceUri`."""
+        return f"zk+{self.ledger_manager}://{self.server.connect_string}{self.path}"
+
+    def close(self) -> None:
+        """Stop and close the kazoo client."""
+        try:
+            self.zk_client.stop()
+        finally:
+            self.zk_client.close()

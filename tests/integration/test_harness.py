@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ZkRoot
 from tests.harness.java_bookkeeper import JavaBookieCluster, JavaTools
 from tests.harness.ports import free_port, port_is_open
 from tests.harness.process import HarnessError, ManagedProcess, live_processes
-from tests.harness.zookeeper import HIERARCHICAL_LAYOUT, ZooKeeperServer, four_letter_word, init_new_cluster
+from tests.harness.zookeeper import HIERARCHICAL_LAYOUT, ZkRoot, ZooKeeperServer, four_letter_word, init_new_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
@@ -143,6 +142,25 @@ def test_zk_roots_are_unique(zk_root: ZkRoot) -> None:
     assert zk_root.zk_client.get(f"{other_path}/INSTANCEID")[0].decode() != zk_root.instance_id
 
 
+def test_zookeeper_restarts_with_its_data(tmp_path: Path) -> None:
+    server = ZooKeeperServer(tmp_path / "zk").start()
+    try:
+        client = server.client()
+        client.create("/kept", b"data")
+        client.stop()
+        client.close()
+        server.kill()
+        assert not server.is_alive
+        server.start()
+        client = server.client()
+        assert client.get("/kept")[0] == b"data"
+        client.stop()
+        client.close()
+    finally:
+        server.stop()
+    assert not server.is_alive
+
+
 def _znode_tree(zk_root: ZkRoot, path: str) -> dict[str, tuple[bytes, bool]]:
     """{relative path: (data, is_ephemeral)} of everything under `path`."""
     zk = zk_root.zk_client
@@ -194,7 +212,8 @@ def test_java_cluster_simpletest_listbookies_and_kill(
     java_cluster_factory, java_tools: JavaTools, zk_root: ZkRoot
 ) -> None:
     started = time.monotonic()
-    cluster: JavaBookieCluster = java_cluster_factory("4.17.3", bookies=3)
+    # A short ZooKeeper session, so that a killed bookie leaves `available/` quickly.
+    cluster: JavaBookieCluster = java_cluster_factory("4.17.3", bookies=3, conf_overrides={"zkTimeout": 4000})
     startup = time.monotonic() - started
     assert startup < 120
     assert cluster.version == "4.17.3"
@@ -276,3 +295,18 @@ def test_harness_leaves_no_process_behind(tmp_path: Path, java_tools: JavaTools)
     leftovers = {id(p) for p in live_processes()}
     assert id(server.process) not in leftovers
     assert not any(id(b.process) in leftovers for b in cluster.bookies)
+
+
+def test_java_tools_run_uses_the_bookkeeper_classpath(zk_root: ZkRoot, java_tools: JavaTools) -> None:
+    # ZooKeeper's own CLI ships in BookKeeper's lib/: run it as a "program" and read its stdout.
+    result = java_tools.run(
+        "4.17.3",
+        "org.apache.zookeeper.ZooKeeperMain",
+        "-server",
+        zk_root.connect_string,
+        "ls",
+        f"{zk_root.path}/available",
+        metadata_service_uri=zk_root.metadata_service_uri,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[readonly]" in result.stdout

@@ -377,3 +377,11 @@ def test_ensembles_are_kept_sorted() -> None:
     md = _spec_ledger(ensembles={10: ("d:1", "b:1", "c:1"), 0: BOOKIES})
     assert list(md.ensembles) == [0, 10]
     assert parse(serialize(md)).ensembles == md.ensembles
+
+
+def test_v3_shorter_than_its_length_prefix_is_refused() -> None:
+    # Java 4.17.3 (protobuf-java mergeDelimitedFrom) accepts JAVA_V3 minus its
+    # last field (cToken) because the cut falls on a field boundary; we refuse
+    # any blob shorter than its length prefix, as Java 4.18's reader does.
+    with pytest.raises(BadMetadataError, match="truncated"):
+        parse(JAVA_V3[:-3])

@@ -177,6 +177,20 @@ final class Refl {
         return construct(c, registry);
     }
 
+    /** The value of a (possibly private) instance field. */
+    static Object field(Object target, String name) throws Exception {
+        for (Class<?> k = target.getClass(); k != null; k = k.getSuperclass()) {
+            try {
+                java.lang.reflect.Field f = k.getDeclaredField(name);
+                f.setAccessible(true);
+                return f.get(target);
+            } catch (NoSuchFieldException e) {
+                // look in the superclass
+            }
+        }
+        throw new Missing("no field " + name + " in " + target.getClass().getName());
+    }
+
     @SuppressWarnings({"unchecked", "rawtypes"})
     static Object enumValue(Class<?> enumType, String name) {
         return Enum.valueOf((Class) enumType, name);

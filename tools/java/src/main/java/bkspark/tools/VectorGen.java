@@ -40,7 +40,8 @@ import org.apache.bookkeeper.util.StringUtils;
  *
  * <p>Nothing in the output depends on time, randomness or the machine: two runs print the same bytes.
  *
- * <p>Usage: java -cp 'classes:lib/*' bkspark.tools.VectorGen
+ * <p>Usage: java -cp 'classes:lib/*' bkspark.tools.VectorGen [--out FILE]
+ * (stdout without --out; with --out nothing but the file is written, so log lines cannot mix in).
  */
 public final class VectorGen {
     private static final ByteBufAllocator ALLOC = UnpooledByteBufAllocator.DEFAULT;
@@ -789,7 +790,7 @@ public final class VectorGen {
         return out;
     }
 
-    static List<Object> cookies() {
+    static List<Object> cookies() throws Exception {
         List<Object> out = new ArrayList<>();
         Object[][] cases = {
             {"v5-full", 5, "127.0.0.1:3181", "/data/bk/journal", new String[] {"/data/bk/ledgers"},
@@ -814,7 +815,38 @@ public final class VectorGen {
             out.add(obj("name", c[0], "layout_version", c[1], "bookie_host", c[2], "journal_dir", c[3],
                     "ledger_dirs", Cookie.encodeDirPaths((String[]) c[4]), "instance_id", c[5],
                     "index_dirs", c[6] == null ? null : Cookie.encodeDirPaths((String[]) c[6]),
-                    "text", cookie.toString(), "bytes", Json.hex(data)));
+                    "text", cookie.toString(), "bytes", Json.hex(data), "java_parsed", parsedCookie(data)));
+        }
+        return out;
+    }
+
+    /** What Cookie.parseFromBytes (how a bookie reads the znode) makes of the bytes, or the exception. */
+    static Map<String, Object> parsedCookie(byte[] data) throws Exception {
+        try {
+            Cookie c = Cookie.parseFromBytes(data);
+            return obj("layout_version", Refl.field(c, "layoutVersion"), "bookie_host", Refl.field(c, "bookieId"),
+                    "journal_dir", Refl.field(c, "journalDirs"), "ledger_dirs", Refl.field(c, "ledgerDirs"),
+                    "instance_id", Refl.field(c, "instanceId"), "index_dirs", Refl.field(c, "indexDirs"));
+        } catch (java.io.IOException | RuntimeException e) {
+            return obj("error", e.getClass().getName());
+        }
+    }
+
+    /** Cookie texts as older bookies wrote them (or broken ones), and what Cookie.parseFromBytes makes of them. */
+    static List<Object> cookieTexts() throws Exception {
+        String[] texts = {
+            "3\n10.0.0.1:3181\n/journal\n1\t/ledgers\n",
+            "3\n10.0.0.1:3181\n/journal\n2\t/l1\t/l2",
+            "4\nbookieHost: \"10.0.0.1:3181\"\njournalDir: \"/journal\"\nledgerDirs: \"1\\t/ledgers\"\n",
+            "5\nbookieHost: \"b\"\njournalDir: \"/j\"\nledgerDirs: \"1\\t/l\"\ninstanceId: \"\"\n",
+            "2\n10.0.0.1:3181\n/journal\n1\t/ledgers\n",
+            "5\nnotAField: 1\n",
+            "x\n",
+        };
+        List<Object> out = new ArrayList<>();
+        for (String t : texts) {
+            byte[] data = t.getBytes(StandardCharsets.UTF_8);
+            out.add(obj("text", t, "java_parsed", parsedCookie(data)));
         }
         return out;
     }
@@ -897,9 +929,19 @@ public final class VectorGen {
         doc.put("service_info", serviceInfo());
         doc.put("legacy_service_info", legacyServiceInfo());
         doc.put("cookies", cookies());
+        doc.put("cookie_texts", cookieTexts());
         doc.put("layouts", layouts());
         doc.put("bookie_ids", bookieIds());
         doc.put("ledger_paths", ledgerPaths());
-        System.out.println(Json.pretty(doc));
+        String text = Json.pretty(doc) + "\n";
+        if (args.length == 2 && args[0].equals("--out")) {
+            java.nio.file.Files.write(java.nio.file.Paths.get(args[1]), text.getBytes(StandardCharsets.UTF_8));
+        } else if (args.length == 0) {
+            System.out.print(text);
+            System.out.flush();
+        } else {
+            System.err.println("usage: VectorGen [--out FILE]");
+            System.exit(2);
+        }
     }
 }

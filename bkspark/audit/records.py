@@ -1,0 +1,346 @@
+"""Where the orphan audit keeps its state in ZooKeeper, and how each piece is encoded.
+
+Everything lives under ``<root>/bkspark/audit``.  Java's ledger iteration only
+descends into root children named by two or three digits
+(docs/scoped-ledger-paths.md), so ``bkspark`` is never walked or counted by a
+Java bookie, shell or Auditor, and ``bookkeeper shell metaformat`` removes it
+with the rest of the cluster.
+
+* ``orphans/<qualified name>``: one znode per orphaned ledger (the 32-hex BP-35
+  name, so scopes never collide and names sort by scope then id); its value is
+  an :class:`OrphanRecord` as JSON.  Listing is one ``getChildren`` plus
+  pipelined reads.
+* ``config``: :class:`AuditConfig` as JSON; every auditor watches it.
+* ``election``: kazoo's ``Election`` recipe (one leader among all auditors).
+* ``status``: :class:`AuditStatus` as JSON, rewritten by the leader after each pass.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError, ZookeeperError
+
+from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError
+from bkspark.protocol.ledger_name import parse_qualified_name, qualified_name
+
+__all__ = [
+    "OrphanReason",
+    "OrphanRecord",
+    "AuditConfig",
+    "AuditStatus",
+    "audit_root",
+    "orphans_path",
+    "config_path",
+    "election_path",
+    "status_path",
+    "list_orphans",
+    "read_config",
+    "write_config",
+    "read_status",
+    "write_status",
+    "MAX_RECORD_BYTES",
+    "encode_records",
+    "decode_records",
+]
+
+MAX_RECORD_BYTES = 4096
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def audit_root(root: str) -> str:
+    """``<root>/bkspark/audit``."""
+    return f"{root.rstrip('/')}/bkspark/audit"
+
+
+def orphans_path(root: str) -> str:
+    return f"{audit_root(root)}/orphans"
+
+
+def config_path(root: str) -> str:
+    return f"{audit_root(root)}/config"
+
+
+def election_path(root: str) -> str:
+    return f"{audit_root(root)}/election"
+
+
+def status_path(root: str) -> str:
+    return f"{audit_root(root)}/status"
+
+
+class OrphanReason(str, enum.Enum):
+    """The seed's two kinds of orphaned ledger."""
+
+    #: Closed with ``expectDeleteAfter`` and still there after that instant plus the grace period.
+    DELETE_OVERDUE = "DELETE_OVERDUE"
+    #: Created with ``childOfLedger`` naming a ledger that does not exist.
+    BROKEN_PARENT_REF = "BROKEN_PARENT_REF"
+
+
+def _int(obj: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = obj.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not _INT64[0] <= value <= _INT64[1]:
+        raise ValueError(f"{key} must be an int64, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class OrphanRecord:
+    """One orphaned ledger and why.
+
+    ``detail`` is what the seed prints after the reason: the expected delete
+    instant (seconds since the epoch) for DELETE_OVERDUE, the parent's ledger
+    id for BROKEN_PARENT_REF (``detail_scope_id`` is the parent's scope).
+    """
+
+    ledger_id: int
+    scope_id: int
+    reason: OrphanReason
+    detail: int
+    detail_scope_id: int = 0
+    first_seen_ms: int = 0
+
+    @property
+    def name(self) -> str:
+        """The ledger's qualified name (BP-35), the record's znode name."""
+        return qualified_name(self.scope_id, self.ledger_id)
+
+    @property
+    def ledger_label(self) -> str:
+        """How the shell names the ledger: the plain id in scope 0, the qualified name elsewhere."""
+        return str(self.ledger_id) if self.scope_id == 0 else self.name
+
+    @property
+    def detail_label(self) -> str:
+        """The detail as the seed prints it (a parent in another scope by its qualified name)."""
+        if self.reason is OrphanReason.BROKEN_PARENT_REF and self.detail_scope_id != 0:
+            return qualified_name(self.detail_scope_id, self.detail)
+        return str(self.detail)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ledgerId": self.ledger_id,
+            "scopeId": self.scope_id,
+            "reason": self.reason.value,
+            "detail": self.detail,
+            "detailScopeId": self.detail_scope_id,
+            "firstSeenMs": self.first_seen_ms,
+        }
+
+    def same_finding(self, other: "OrphanRecord") -> bool:
+        """Whether two records say the same thing (ignoring when it was first seen)."""
+        return (self.ledger_id, self.scope_id, self.reason, self.detail, self.detail_scope_id) == (
+            other.ledger_id,
+            other.scope_id,
+            other.reason,
+            other.detail,
+            other.detail_scope_id,
+        )
+
+
+def encode_records(records: list[OrphanRecord]) -> bytes:
+    """The value of one ledger's orphan znode (all its reasons)."""
+    return json.dumps({"v": 1, "reasons": [r.to_json() for r in records]}, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_records(name: str, data: bytes) -> list[OrphanRecord]:
+    """Parse one orphan znode; :class:`BadMetadataError` naming it when it is not ours."""
+    try:
+        scope_id, ledger_id = parse_qualified_name(name)
+        if len(data) > MAX_RECORD_BYTES:
+            raise ValueError(f"{len(data)} bytes is too large")
+        obj = json.loads(data.decode("utf-8"))
+        if not isinstance(obj, dict) or not isinstance(obj.get("reasons"), list) or not obj["reasons"]:
+            raise ValueError("expected an object with a non-empty 'reasons' list")
+        out = []
+        for item in obj["reasons"]:
+            if not isinstance(item, dict):
+                raise ValueError("each reason must be an object")
+            if _int(item, "ledgerId") != ledger_id or _int(item, "scopeId") != scope_id:
+                raise ValueError("record names another ledger than its znode")
+            out.append(
+                OrphanRecord(
+                    ledger_id=ledger_id,
+                    scope_id=scope_id,
+                    reason=OrphanReason(item.get("reason")),
+                    detail=_int(item, "detail"),
+                    detail_scope_id=_int(item, "detailScopeId", 0),
+                    first_seen_ms=_int(item, "firstSeenMs", 0),
+                )
+            )
+        return out
+    except (ValueError, UnicodeDecodeError, RecursionError, InvalidOptionError) as exc:
+        raise BadMetadataError(f"malformed orphan record {name!r}: {exc}") from None
+
+
+def list_orphans(zk: KazooClient, root: str) -> list[OrphanRecord]:
+    """Every orphan the last audit recorded, sorted by (scope, ledger id, reason).
+
+    One ``getChildren`` and pipelined ``getData`` calls: cheap whatever the
+    number of ledgers in the cluster.  No audit yet means an empty list.
+    """
+    base = orphans_path(root)
+    try:
+        names = zk.get_children(base)
+    except NoNodeError:
+        return []
+    except ZookeeperError as exc:
+        raise MetadataError(f"cannot list orphans: {type(exc).__name__}", path=base) from exc
+    pending = [(name, zk.get_async(f"{base}/{name}")) for name in names]
+    out: list[OrphanRecord] = []
+    for name, result in pending:
+        try:
+            data, _ = result.get(timeout=30)
+        except NoNodeError:  # cleared by the auditor since we listed
+            continue
+        except ZookeeperError as exc:
+            raise MetadataError(f"cannot read orphan record: {type(exc).__name__}", name=name) from exc
+        out.extend(decode_records(name, data))
+    out.sort(key=lambda r: (r.scope_id % 2**64, r.ledger_id, r.reason.value))
+    return out
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """The orphan audit's tunables, read from the ``config`` znode while auditors run.
+
+    ``audit_period`` seconds between the starts of two passes;
+    ``grace_period`` seconds a ledger may outlive its ``expectDeleteAfter``.
+    """
+
+    audit_period: float = 300.0
+    grace_period: float = 3600.0
+
+    def __post_init__(self) -> None:
+        for name, minimum in (("audit_period", 0.1), ("grace_period", 0.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InvalidOptionError(f"{name} must be a number of seconds, not {value!r}")
+            if value < minimum or value > 10 * 365 * 86400:
+                raise InvalidOptionError(f"{name} {value} out of range [{minimum}, 10 years]")
+            object.__setattr__(self, name, float(value))
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(
+            {"v": 1, "auditPeriodSeconds": self.audit_period, "gracePeriodSeconds": self.grace_period},
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, defaults: "AuditConfig | None" = None) -> "AuditConfig":
+        """Parse the config znode; keys it lacks come from ``defaults``. :class:`BadMetadataError` if malformed."""
+        base = defaults or cls()
+        try:
+            if len(data) > MAX_RECORD_BYTES:
+                raise ValueError("too large")
+            obj = json.loads(data.decode("utf-8")) if data.strip() else {}
+            if not isinstance(obj, dict):
+                raise ValueError("expected a JSON object")
+            return cls(
+                audit_period=obj.get("auditPeriodSeconds", base.audit_period),
+                grace_period=obj.get("gracePeriodSeconds", base.grace_period),
+            )
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise BadMetadataError(f"malformed audit config: {exc}") from None
+
+
+def read_config(zk: KazooClient, root: str, defaults: AuditConfig | None = None) -> tuple[AuditConfig, bool]:
+    """The stored config (``defaults`` if none is stored) and whether one was stored."""
+    try:
+        data, _ = zk.get(config_path(root))
+    except NoNodeError:
+        return defaults or AuditConfig(), False
+    except ZookeeperError as exc:
+        raise MetadataError(f"cannot read audit config: {type(exc).__name__}") from exc
+    return AuditConfig.from_bytes(data, defaults), True
+
+
+def write_config(zk: KazooClient, root: str, config: AuditConfig) -> None:
+    """Store ``config``; every running auditor picks it up through its watch."""
+    path = config_path(root)
+    try:
+        if zk.exists(path) is None:
+            try:
+                zk.create(path, config.to_bytes(), makepath=True)
+                return
+            except NodeExistsError:
+                pass
+        zk.set(path, config.to_bytes())
+    except ZookeeperError as exc:
+        raise MetadataError(f"cannot write audit config: {type(exc).__name__}") from exc
+
+
+@dataclass(frozen=True)
+class AuditStatus:
+    """What the leader reports after each pass (``status`` znode)."""
+
+    auditor: str
+    pass_started_ms: int
+    pass_finished_ms: int
+    ledgers_scanned: int
+    orphans: int
+    unreadable: int
+    passes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "auditor": self.auditor,
+            "passStartedMs": self.pass_started_ms,
+            "passFinishedMs": self.pass_finished_ms,
+            "ledgersScanned": self.ledgers_scanned,
+            "orphans": self.orphans,
+            "unreadable": self.unreadable,
+            "passes": self.passes,
+        }
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "AuditStatus":
+        try:
+            obj = json.loads(data.decode("utf-8"))
+            if not isinstance(obj, dict) or not isinstance(obj.get("auditor"), str):
+                raise ValueError("expected an object naming the auditor")
+            return cls(
+                auditor=obj["auditor"],
+                pass_started_ms=_int(obj, "passStartedMs"),
+                pass_finished_ms=_int(obj, "passFinishedMs"),
+                ledgers_scanned=_int(obj, "ledgersScanned"),
+                orphans=_int(obj, "orphans"),
+                unreadable=_int(obj, "unreadable"),
+                passes=_int(obj, "passes"),
+            )
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise BadMetadataError(f"malformed audit status: {exc}") from None
+
+
+def read_status(zk: KazooClient, root: str) -> AuditStatus | None:
+    """The last pass's status, ``None`` before the first pass."""
+    try:
+        data, _ = zk.get(status_path(root))
+    except NoNodeError:
+        return None
+    except ZookeeperError as exc:
+        raise MetadataError(f"cannot read audit status: {type(exc).__name__}") from exc
+    return AuditStatus.from_bytes(data)
+
+
+def write_status(zk: KazooClient, root: str, status: AuditStatus) -> None:
+    """Store the leader's report of its last pass."""
+    data = json.dumps(status.to_json(), sort_keys=True, separators=(",", ":")).encode()
+    path = status_path(root)
+    try:
+        try:
+            zk.set(path, data)
+        except NoNodeError:
+            try:
+                zk.create(path, data, makepath=True)
+            except NodeExistsError:
+                zk.set(path, data)
+    except ZookeeperError as exc:
+        raise MetadataError(f"cannot write audit status: {type(exc).__name__}") from exc

@@ -1,0 +1,233 @@
+"""One orphan-audit pass: walk every ledger, judge it from its context, reconcile the ``orphans`` znodes.
+
+The judgement (:func:`orphan_reasons`) is a pure function of one ledger's
+metadata, the time and the grace period; the walk reads metadata with
+pipelined ``getData`` calls (kazoo's async API), a window at a time, so a pass
+over many ledgers is a few round trips per window, not one per ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError, ZookeeperError
+
+from bkspark.audit.records import (
+    AuditConfig,
+    OrphanReason,
+    OrphanRecord,
+    decode_records,
+    encode_records,
+    orphans_path,
+)
+from bkspark.context import LedgerLink, read_close_context, read_create_context
+from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError
+from bkspark.metadata.store import ZkMetadataStore
+from bkspark.protocol import ledger_metadata as md_codec
+from bkspark.protocol import zk_paths
+from bkspark.protocol.ledger_metadata import LedgerMetadata
+
+__all__ = ["AuditResult", "orphan_reasons", "iter_ledgers", "scan", "reconcile", "Progress"]
+
+log = logging.getLogger(__name__)
+
+#: ``progress(done, total)`` after each window of ledgers.
+Progress = Callable[[int, int], None]
+
+_WINDOW = 256
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass
+class AuditResult:
+    """What one pass found."""
+
+    orphans: list[OrphanRecord] = field(default_factory=list)
+    scanned: int = 0
+    #: Ledgers whose metadata or context could not be read: (label, error), skipped by this pass.
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+    started_ms: int = 0
+    finished_ms: int = 0
+
+
+def orphan_reasons(
+    scope_id: int,
+    ledger_id: int,
+    metadata: LedgerMetadata,
+    now_ms: int,
+    grace_ms: int,
+    parent_exists: Callable[[LedgerLink], bool],
+) -> list[OrphanRecord]:
+    """Why this ledger is an orphan (empty if it is not).
+
+    Raises :class:`~bkspark.errors.BadLedgerContextError` when its context is malformed.
+    """
+    out: list[OrphanRecord] = []
+    close = read_close_context(metadata.custom_metadata)
+    if close is not None and close.expect_delete_after is not None:
+        delete_ms = (close.expect_delete_after - _EPOCH) // timedelta(milliseconds=1)
+        if now_ms > delete_ms + grace_ms:
+            out.append(OrphanRecord(ledger_id, scope_id, OrphanReason.DELETE_OVERDUE, delete_ms // 1000))
+    create = read_create_context(metadata.custom_metadata)
+    if create is not None and create.child_of_ledger is not None:
+        parent = create.child_of_ledger
+        if not parent_exists(parent):
+            out.append(
+                OrphanRecord(
+                    ledger_id, scope_id, OrphanReason.BROKEN_PARENT_REF, parent.ledger_id, detail_scope_id=parent.scope_id
+                )
+            )
+    return out
+
+
+def _walk_scopes(store: ZkMetadataStore, path: str) -> Iterator[tuple[int, int]]:
+    try:
+        children = store.retry(store.zk.get_children, path)
+    except NoNodeError:
+        return
+    for child in sorted(children):
+        full = f"{path}/{child}"
+        if child.startswith(zk_paths.LEDGER_PREFIX):
+            try:
+                yield zk_paths.parse_ledger_path(store.root, full, store.scheme)
+            except BadMetadataError:
+                log.debug("skipping non-ledger znode %s", full)
+        elif child.isdigit():
+            yield from _walk_scopes(store, full)
+
+
+def iter_ledgers(store: ZkMetadataStore) -> Iterator[tuple[int, int]]:
+    """Every ``(scope_id, ledger_id)`` of the cluster: scope 0 as Java walks it, then ``<root>/scopes``."""
+    for ledger_id in store.list_ledgers(0):
+        yield 0, ledger_id
+    if store.scheme != "flat":
+        yield from _walk_scopes(store, zk_paths.scopes_root(store.root))
+
+
+def _label(scope_id: int, ledger_id: int) -> str:
+    return str(ledger_id) if scope_id == 0 else f"{scope_id}/{ledger_id}"
+
+
+def _read_window(
+    store: ZkMetadataStore, refs: list[tuple[int, int]]
+) -> Iterator[tuple[int, int, LedgerMetadata | None, str | None]]:
+    """Pipelined reads: ``(scope, id, metadata or None, error or None)``; deleted ledgers are left out."""
+    pending = [(s, lid, store.zk.get_async(store.ledger_path(lid, s))) for s, lid in refs]
+    for scope_id, ledger_id, result in pending:
+        try:
+            data, stat = result.get(timeout=60)
+        except NoNodeError:
+            continue
+        except ZookeeperError as exc:
+            raise MetadataError(f"cannot read ledger metadata: {type(exc).__name__}", ledger_id=ledger_id) from exc
+        try:
+            yield scope_id, ledger_id, md_codec.parse(data, znode_ctime=stat.ctime), None
+        except BadMetadataError as exc:
+            yield scope_id, ledger_id, None, str(exc)
+
+
+def scan(
+    store: ZkMetadataStore,
+    config: AuditConfig,
+    *,
+    now_ms: int | None = None,
+    progress: Progress | None = None,
+    ledgers: Iterable[tuple[int, int]] | None = None,
+) -> AuditResult:
+    """Judge every ledger (or ``ledgers``) once; writes nothing."""
+    result = AuditResult(started_ms=int(time.time() * 1000))
+    now = result.started_ms if now_ms is None else now_ms
+    grace_ms = int(config.grace_period * 1000)
+    refs = list(iter_ledgers(store) if ledgers is None else ledgers)
+    known = set(refs)
+    exists_cache: dict[tuple[int, int], bool] = {}
+
+    def parent_exists(link: LedgerLink) -> bool:
+        key = (link.scope_id, link.ledger_id)
+        if key in known:  # listed at the start of this pass; a later deletion is the next pass's finding
+            return True
+        if key not in exists_cache:  # maybe created after we listed: ask ZooKeeper once
+            try:
+                exists_cache[key] = store.ledger_exists(link.ledger_id, link.scope_id)
+            except InvalidOptionError:  # no path of this layout can hold it, so it does not exist
+                exists_cache[key] = False
+        return exists_cache[key]
+
+    if progress is not None:
+        progress(0, len(refs))
+    for start in range(0, len(refs), _WINDOW):
+        window = refs[start : start + _WINDOW]
+        for scope_id, ledger_id, md, error in _read_window(store, window):
+            result.scanned += 1
+            if md is None:
+                result.unreadable.append((_label(scope_id, ledger_id), error or "unreadable"))
+                continue
+            try:
+                result.orphans.extend(orphan_reasons(scope_id, ledger_id, md, now, grace_ms, parent_exists))
+            except BadMetadataError as exc:  # BadLedgerContextError: someone else's malformed context
+                result.unreadable.append((_label(scope_id, ledger_id), str(exc)))
+        if progress is not None:
+            progress(min(start + _WINDOW, len(refs)), len(refs))
+    result.finished_ms = int(time.time() * 1000)
+    return result
+
+
+def reconcile(zk: KazooClient, root: str, found: list[OrphanRecord], now_ms: int | None = None) -> tuple[int, int]:
+    """Make ``<root>/bkspark/audit/orphans`` hold exactly ``found``; returns ``(written, removed)``.
+
+    Records whose findings did not change are left alone (their first-seen time
+    survives); a record we cannot parse is replaced.
+    """
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    base = orphans_path(root)
+    by_name: dict[str, list[OrphanRecord]] = {}
+    for record in found:
+        by_name.setdefault(record.name, []).append(record)
+    try:
+        zk.ensure_path(base)
+        existing = set(zk.get_children(base))
+        written = removed = 0
+        for name, records in sorted(by_name.items()):
+            path = f"{base}/{name}"
+            old: list[OrphanRecord] = []
+            if name in existing:
+                try:
+                    data, _ = zk.get(path)
+                    old = decode_records(name, data)
+                except (NoNodeError, BadMetadataError):
+                    old = []
+            first_seen = {(r.reason, r.detail, r.detail_scope_id): r.first_seen_ms for r in old}
+            merged = [
+                OrphanRecord(
+                    r.ledger_id, r.scope_id, r.reason, r.detail, r.detail_scope_id,
+                    first_seen.get((r.reason, r.detail, r.detail_scope_id)) or now,
+                )
+                for r in records
+            ]
+            if len(old) == len(merged) and all(a.same_finding(b) for a, b in zip(old, merged)):
+                continue
+            data = encode_records(merged)
+            try:
+                if name in existing:
+                    zk.set(path, data)
+                else:
+                    zk.create(path, data)
+            except NoNodeError:
+                zk.create(path, data)
+            except NodeExistsError:
+                zk.set(path, data)
+            written += 1
+        for name in existing - set(by_name):
+            try:
+                zk.delete(f"{base}/{name}")
+                removed += 1
+            except NoNodeError:
+                pass
+        return written, removed
+    except ZookeeperError as exc:
+        raise MetadataError(f"cannot record orphans: {type(exc).__name__}", path=base) from exc

@@ -1,0 +1,541 @@
+"""Write/ack/ensemble-change/read logic of the client against in-memory fake bookies and metadata."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from dataclasses import replace
+from typing import Any, Callable
+
+import pytest
+
+from bkspark.client.conf import ClientConf
+from bkspark.client.context import ClientContext, LedgerRef
+from bkspark.client.pool import BookiePool
+from bkspark.client.reader import LedgerReader
+from bkspark.client.recovery import recover_ledger
+from bkspark.client.schedule import CoverageSet, ensemble_for, is_striped, segment_end, write_set
+from bkspark.client.writer import LedgerWriter
+from bkspark.errors import (
+    BookieIOError,
+    BookieTimeoutError,
+    DigestMismatchError,
+    InvalidOptionError,
+    LedgerClosedError,
+    LedgerFencedError,
+    MetadataVersionError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
+)
+from bkspark.metadata.store import Versioned
+from bkspark.placement.random_policy import RandomEnsemblePlacementPolicy
+from bkspark.protocol.digest import Digester, DigestType
+from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+
+BOOKIES = [f"b{i}:3181" for i in range(6)]
+
+
+class FakeBookie:
+    """Stores entries; each request can be delayed, failed or left unanswered."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.entries: dict[tuple[int, int], bytes] = {}
+        self.add_error: Callable[[int], BaseException | None] = lambda e: None
+        self.read_error: Callable[[int], BaseException | None] = lambda e: None
+        self.delay = 0.0
+        self.hang = False
+        self.fenced: set[int] = set()
+        self.adds: list[tuple[int, int]] = []
+        self.reads: list[int] = []
+
+
+class FakeOps:
+    """The BookieOps interface over FakeBookies (same callbacks, same threading: the loop)."""
+
+    def __init__(self, bookies: dict[str, FakeBookie], timeout: float = 0.5) -> None:
+        self.bookies = bookies
+        self.pool = BookiePool(None, max_frame_size=5 * 1024 * 1024)  # type: ignore[arg-type]
+        self.timeout = timeout
+
+    def data_version(self, scope_id: int) -> str:
+        return "v2"
+
+    @staticmethod
+    def encode_v2_add(master_key: bytes, entry: bytes, flags: int) -> bytes:
+        return b""
+
+    def _later(self, bookie: FakeBookie, fn: Callable[[], None]) -> None:
+        loop = asyncio.get_running_loop()
+        if bookie.hang:
+            loop.call_later(self.timeout, fn_timeout := (lambda: None))  # noqa: F841 - keep the loop busy
+            return
+        loop.call_later(bookie.delay, fn)
+
+    def add(self, bookie_id, ledger_id, entry_id, master_key, entry, flags, scope_id, callback, v2_frame=None):  # type: ignore[no-untyped-def]
+        b = self.bookies[bookie_id]
+
+        def answer() -> None:
+            err = b.add_error(entry_id)
+            if err is None and ledger_id in b.fenced and not flags & 0x2:
+                err = LedgerFencedError("fenced")
+            if err is None:
+                b.entries[(ledger_id, entry_id)] = bytes(entry)
+                b.adds.append((ledger_id, entry_id))
+            callback(err)
+
+        if b.hang:
+            asyncio.get_running_loop().call_later(self.timeout, callback, BookieTimeoutError("timeout", bookie_id=bookie_id))
+            return
+        asyncio.get_running_loop().call_later(b.delay, answer)
+
+    def read(self, bookie_id, ledger_id, entry_id, scope_id, callback, *, flags=0, master_key=None):  # type: ignore[no-untyped-def]
+        b = self.bookies[bookie_id]
+
+        def answer() -> None:
+            b.reads.append(entry_id)
+            if flags & 0x1:
+                b.fenced.add(ledger_id)
+            err = b.read_error(entry_id)
+            if err is not None:
+                callback(None, None, err)
+                return
+            if entry_id == -1:
+                mine = [e for (lid, e) in b.entries if lid == ledger_id]
+                if not mine:
+                    callback(None, None, NoSuchLedgerError("none"))
+                    return
+                entry_id_ = max(mine)
+                callback(b.entries[(ledger_id, entry_id_)], None, None)
+                return
+            data = b.entries.get((ledger_id, entry_id))
+            if data is None:
+                callback(None, None, NoSuchEntryError("missing"))
+            else:
+                callback(data, None, None)
+
+        if b.hang:
+            asyncio.get_running_loop().call_later(self.timeout, callback, None, None, BookieTimeoutError("timeout"))
+            return
+        asyncio.get_running_loop().call_later(b.delay, answer)
+
+    async def read_async(self, bookie_id, ledger_id, entry_id, scope_id, *, flags=0, master_key=None):  # type: ignore[no-untyped-def]
+        fut = asyncio.get_running_loop().create_future()
+        self.read(bookie_id, ledger_id, entry_id, scope_id, lambda d, l, e: fut.set_exception(e) if e else fut.set_result((d, l)), flags=flags, master_key=master_key)
+        return await fut
+
+    def can_batch_read(self, bookie_id: str, scope_id: int) -> bool:
+        return self.pool.supports_batch_read(bookie_id)
+
+    async def batch_read_async(self, bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
+        b = self.bookies[bookie_id]
+        await asyncio.sleep(b.delay)
+        err = b.read_error(start)
+        if err is not None:
+            raise err
+        out = []
+        e = start
+        while (ledger_id, e) in b.entries and (max_count <= 0 or len(out) < max_count):
+            out.append(b.entries[(ledger_id, e)])
+            e += 1
+        if not out:
+            raise NoSuchEntryError("missing")
+        return out
+
+
+class FakeStore:
+    """In-memory ledger metadata with znode versions and an optional injected conflict."""
+
+    def __init__(self) -> None:
+        self.data: dict[int, Versioned] = {}
+        self.conflicts = 0
+        self.writes = 0
+
+    def read_ledger_metadata(self, ledger_id: int, scope_id: int = 0) -> Versioned:
+        return self.data[ledger_id]
+
+    def write_ledger_metadata(self, ledger_id: int, md: LedgerMetadata, version: int, scope_id: int = 0) -> Versioned:
+        current = self.data[ledger_id]
+        if self.conflicts:
+            self.conflicts -= 1
+            # Someone else wrote meanwhile (custom metadata change): bump the version.
+            self.data[ledger_id] = Versioned(current.metadata, current.version + 1)
+            raise MetadataVersionError("conflict")
+        if version != current.version:
+            raise MetadataVersionError("conflict")
+        self.writes += 1
+        self.data[ledger_id] = Versioned(replace(md, ctoken=0), version + 1)
+        return self.data[ledger_id]
+
+
+class Harness:
+    def __init__(self, e: int = 3, w: int = 3, a: int = 2, bookies: int = 4, **conf: Any) -> None:
+        self.bookies = {b: FakeBookie(b) for b in BOOKIES[:bookies]}
+        self.ops = FakeOps(self.bookies)
+        self.store = FakeStore()
+        self.conf = ClientConf.from_mapping({"speculativeReadTimeout": 50, **conf})
+        self.policy = RandomEnsemblePlacementPolicy().initialize({})
+        self.policy.on_cluster_changed(set(self.bookies), set())
+        self.e, self.w, self.a = e, w, a
+        self.md = LedgerMetadata(
+            ensemble_size=e,
+            write_quorum_size=w,
+            ack_quorum_size=a,
+            digest_type=DigestType.CRC32C,
+            password=b"pw",
+            ensembles={0: tuple(BOOKIES[:e])},
+        )
+        self.store.data[7] = Versioned(self.md, 0)
+        self.ref = LedgerRef(7)
+        self.digester = Digester(DigestType.CRC32C, b"pw")
+
+    def ctx(self) -> ClientContext:
+        loop = asyncio.get_running_loop()
+        return ClientContext(self.conf, loop, self.ops, self.store, None, self.policy)  # type: ignore[arg-type]
+
+    def writer(self) -> LedgerWriter:
+        return LedgerWriter(self.ctx(), self.ref, self.store.data[7], b"pw")
+
+    def entry_header(self, bookie: str, entry_id: int) -> tuple[int, int, int, int]:
+        return struct.unpack(">qqqq", self.bookies[bookie].entries[(7, entry_id)][:32])
+
+
+async def append_all(writer: LedgerWriter, payloads: list[bytes]) -> list[Any]:
+    loop = asyncio.get_running_loop()
+    futures = []
+    order: list[int] = []
+    for p in payloads:
+        fut = loop.create_future()
+
+        def done(eid: Any, exc: Any, fut: asyncio.Future = fut) -> None:
+            if eid is not None:
+                order.append(eid)
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(eid)
+
+        writer.append(p, done)
+        futures.append(fut)
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    return [results, order]
+
+
+# -- pure schedule helpers ---------------------------------------------------------------------
+
+
+def test_write_sets_round_robin_like_java() -> None:
+    assert [write_set(e, 4, 3) for e in range(4)] == [[0, 1, 2], [1, 2, 3], [2, 3, 0], [3, 0, 1]]
+    assert write_set(10, 5, 2) == [0, 1]
+    ens = {0: ("a",), 10: ("b",), 20: ("c",)}
+    assert ensemble_for(ens, 15) == (10, ("b",)) and ensemble_for(ens, 25) == (20, ("c",))
+    assert segment_end(ens, 12) == 19 and segment_end(ens, 22) is None
+    assert is_striped(5, 2) and not is_striped(3, 3)
+
+
+def test_coverage_rule() -> None:
+    cov = CoverageSet(3, 3, 2)  # every quorum needs Qw - Qa + 1 = 2 answers
+    cov.add(0)
+    assert not cov.covered()
+    cov.add(2)
+    assert cov.covered()
+    striped = CoverageSet(5, 2, 2)  # Qw - Qa + 1 = 1 per window of 2
+    for i in (0, 2):
+        striped.add(i)
+    assert not striped.covered()  # window {3, 4} has no answer yet
+    striped.add(4)
+    assert striped.covered()  # every window of 2 now has one answer
+
+
+def test_conf_accepts_java_and_snake_names() -> None:
+    conf = ClientConf.from_mapping({"addEntryTimeoutSec": "7", "use_v2_wire_protocol": "false", "minNumRacksPerWriteQuorum": 3})
+    assert conf.addEntryTimeoutSec == 7.0 and conf.useV2WireProtocol is False
+    assert conf.placement_conf()["minNumRacksPerWriteQuorum"] == 3
+    assert ClientConf.from_mapping(batch_read_enabled=False).batchReadEnabled is False
+    with pytest.raises(InvalidOptionError):
+        ClientConf.from_mapping({"batchReadEnabled": "maybe"})
+
+
+# -- write path ------------------------------------------------------------------------------------
+
+
+def test_acks_complete_in_order_with_lac_piggyback() -> None:
+    h = Harness(3, 3, 2)
+
+    async def run() -> None:
+        # Later entries answer first: completions must still come in entry order.
+        h.bookies[BOOKIES[0]].delay = 0.05
+        w = h.writer()
+        results, order = await append_all(w, [b"p%d" % i for i in range(20)])
+        assert results == list(range(20)) and order == list(range(20))
+        assert w.lac == 19 and w.confirmed_length == sum(len(b"p%d" % i) for i in range(20))
+        ledger, entry, lac, length = h.entry_header(BOOKIES[1], 19)
+        assert (ledger, entry) == (7, 19) and lac <= 18 and length == w.confirmed_length
+        # The first entry carries LAC -1.
+        assert h.entry_header(BOOKIES[2], 0)[2] == -1
+
+    asyncio.run(run())
+
+
+def test_ack_quorum_does_not_wait_for_slow_bookie() -> None:
+    h = Harness(3, 3, 2)
+    h.bookies[BOOKIES[2]].delay = 5.0  # slow but not failing
+
+    async def run() -> None:
+        w = h.writer()
+        results, _ = await asyncio.wait_for(append_all(w, [b"x"] * 5), 2.0)
+        assert results == list(range(5))
+
+    asyncio.run(run())
+
+
+def test_failed_bookie_triggers_ensemble_change_and_resend() -> None:
+    h = Harness(3, 3, 2, bookies=4)
+    h.bookies[BOOKIES[1]].add_error = lambda e: BookieIOError("disk") if e >= 5 else None
+
+    async def run() -> None:
+        w = h.writer()
+        results, order = await append_all(w, [b"e%d" % i for i in range(15)])
+        assert results == list(range(15)) and order == list(range(15))
+        md = h.store.data[7].metadata
+        assert sorted(md.ensembles) == [0, 5]  # new segment at LAC + 1
+        new = md.ensembles[5]
+        assert BOOKIES[1] not in new and BOOKIES[3] in new
+        # The replacement got every entry of the new segment (pending ones re-sent).
+        assert all((7, e) in h.bookies[BOOKIES[3]].entries for e in range(5, 15))
+
+    asyncio.run(run())
+
+
+def test_ensemble_change_retries_on_metadata_conflict() -> None:
+    h = Harness(3, 3, 2, bookies=4)
+    h.store.conflicts = 2
+    h.bookies[BOOKIES[0]].hang = True
+
+    async def run() -> None:
+        w = h.writer()
+        results, _ = await append_all(w, [b"z"] * 4)
+        assert results == [0, 1, 2, 3]
+        md = h.store.data[7].metadata
+        assert md.ensembles[0] == tuple(BOOKIES[:3]) and BOOKIES[0] not in md.last_ensemble
+
+    asyncio.run(run())
+
+
+def test_no_replacement_fails_pending_adds() -> None:
+    h = Harness(3, 3, 2, bookies=3)
+    h.bookies[BOOKIES[0]].add_error = lambda e: BookieIOError("disk")
+
+    async def run() -> None:
+        w = h.writer()
+        results, _ = await append_all(w, [b"z"] * 3)
+        assert all(isinstance(r, NotEnoughBookiesError) for r in results)
+
+    asyncio.run(run())
+
+
+def test_fenced_writer_never_acknowledges_later_entries() -> None:
+    h = Harness(3, 3, 2)
+
+    async def run() -> None:
+        w = h.writer()
+        results, _ = await append_all(w, [b"a"] * 3)
+        assert results == [0, 1, 2]
+        for b in h.bookies.values():
+            b.fenced.add(7)
+        results, order = await append_all(w, [b"b"] * 3)
+        assert all(isinstance(r, LedgerFencedError) for r in results) and order == []
+        for b in h.bookies.values():
+            b.fenced.clear()  # even if a bookie would take it now, the handle refuses
+        results, order = await append_all(w, [b"c"])
+        assert isinstance(results[0], LedgerFencedError) and order == []
+
+    asyncio.run(run())
+
+
+def test_ensemble_change_on_recovering_ledger_reports_fenced() -> None:
+    h = Harness(3, 3, 2, bookies=4)
+    h.bookies[BOOKIES[2]].add_error = lambda e: BookieIOError("disk")
+
+    async def run() -> None:
+        w = h.writer()
+        v = h.store.data[7]
+        h.store.data[7] = Versioned(v.metadata.in_recovery(), v.version + 1)
+        results, _ = await append_all(w, [b"q"])
+        assert isinstance(results[0], LedgerFencedError)
+
+    asyncio.run(run())
+
+
+def test_close_writes_lac_and_length_and_detects_foreign_close() -> None:
+    h = Harness(3, 2, 2)
+
+    async def run() -> None:
+        w = h.writer()
+        await append_all(w, [b"12345"] * 4)
+        md = await w.close()
+        assert md.state == LedgerState.CLOSED and (md.last_entry_id, md.length) == (3, 20)
+        assert h.store.data[7].metadata.last_entry_id == 3
+        results, _ = await append_all(w, [b"late"])
+        assert isinstance(results[0], LedgerClosedError)
+
+        h2 = Harness(3, 2, 2)
+        w2 = h2.writer()
+        await append_all(w2, [b"x"] * 2)
+        v = h2.store.data[7]
+        h2.store.data[7] = Versioned(v.metadata.close(0, 1), v.version + 1)  # a recovery ended it at 0
+        with pytest.raises(MetadataVersionError):
+            await w2.close()
+
+    asyncio.run(run())
+
+
+# -- read path -------------------------------------------------------------------------------------
+
+
+async def _filled(h: Harness, n: int) -> LedgerWriter:
+    w = h.writer()
+    await append_all(w, [b"v%03d" % i for i in range(n)])
+    return w
+
+
+def test_read_skips_tampered_copy_and_speculates_past_a_slow_bookie() -> None:
+    h = Harness(3, 3, 2)
+
+    async def run() -> None:
+        await _filled(h, 6)
+        h.conf.reorderReadSequenceEnabled = False
+        first = BOOKIES[3 % 3]
+        bad = bytearray(h.bookies[first].entries[(7, 3)])
+        bad[-1] ^= 1
+        h.bookies[first].entries[(7, 3)] = bytes(bad)
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        got = await reader.read_range(0, 5)
+        assert [e.payload for e in got] == [b"v%03d" % i for i in range(6)]
+        # Slow first replica: the speculative read (50 ms) gets the answer from the next one.
+        h.bookies[BOOKIES[0]].delay = 3.0
+        v = await asyncio.wait_for(reader.read_entry(0), 1.0)
+        assert bytes(v.payload) == b"v000"
+        # Every copy bad: a digest error.
+        for b in h.bookies.values():
+            if (7, 4) in b.entries:
+                data = bytearray(b.entries[(7, 4)])
+                data[-1] ^= 1
+                b.entries[(7, 4)] = bytes(data)
+        with pytest.raises(DigestMismatchError):
+            await reader.read_entry(4)
+        with pytest.raises(NoSuchEntryError):
+            await reader.read_entry(99)
+
+    asyncio.run(run())
+
+
+def test_batch_read_mismatch_inside_batch_returns_prefix_then_next_replica() -> None:
+    """BookKeeper #4789: a bad entry in the middle of a batch is retried on the next replica."""
+    h = Harness(3, 3, 2)
+
+    async def run() -> None:
+        await _filled(h, 10)
+        h.conf.reorderReadSequenceEnabled = False
+        first = BOOKIES[0]  # write set of entry 0 starts at index 0
+        bad = bytearray(h.bookies[first].entries[(7, 4)])
+        bad[40] ^= 1
+        h.bookies[first].entries[(7, 4)] = bytes(bad)
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        got = await reader.batch_read(0, 10, 0, 9)
+        assert [e.entry_id for e in got] == list(range(10))
+        assert [e.payload for e in got] == [b"v%03d" % i for i in range(10)]
+        # All replicas tampered at 4: the verified prefix comes back.
+        for b in h.bookies.values():
+            if (7, 4) in b.entries:
+                data = bytearray(b.entries[(7, 4)])
+                data[40] ^= 1 if b.name != first else 0
+                b.entries[(7, 4)] = bytes(data)
+        got = await reader.batch_read(0, 10, 0, 9)
+        assert [e.entry_id for e in got] == [0, 1, 2, 3]
+
+    asyncio.run(run())
+
+
+def test_batch_read_fallbacks_and_limits() -> None:
+    h = Harness(3, 3, 2, batchReadEnabled=False)
+
+    async def run() -> None:
+        await _filled(h, 10)
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        assert [e.entry_id for e in await reader.batch_read(0, 0, 0, 9)] == list(range(10))  # #4641
+        assert [e.entry_id for e in await reader.batch_read(2, 3, 0, 9)] == [2, 3, 4]
+        one = await reader.batch_read(0, 10, 1, 9)  # the first entry always comes back
+        assert [e.entry_id for e in one] == [0]
+        h.conf.batchReadEnabled = True
+        for b in h.bookies:
+            h.ops.pool.batch_unsupported.add(b)  # e.g. 4.16 bookies
+        assert [e.entry_id for e in await reader.batch_read(5, 100, 0, 9)] == list(range(5, 10))
+        with pytest.raises(InvalidOptionError):
+            await reader.batch_read(10, 1, 0, 9)
+
+    asyncio.run(run())
+
+
+def test_read_lac_needs_coverage() -> None:
+    h = Harness(3, 3, 2)
+
+    async def run() -> None:
+        await _filled(h, 5)
+
+        async def read_lac_async(bookie_id: str, ledger_id: int, scope_id: int) -> tuple[Any, Any]:
+            b = h.bookies[bookie_id]
+            if b.hang:
+                raise BookieTimeoutError("timeout")
+            mine = [e for (lid, e) in b.entries if lid == ledger_id]
+            if not mine:
+                raise NoSuchEntryError("none")
+            return None, b.entries[(ledger_id, max(mine))]
+
+        h.ops.read_lac_async = read_lac_async  # type: ignore[attr-defined]
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        assert await reader.read_lac() == 3  # entry 4 carries LAC 3
+        h.bookies[BOOKIES[0]].hang = True
+        h.bookies[BOOKIES[1]].hang = True
+        with pytest.raises(BookieTimeoutError):
+            await reader.read_lac()  # one answer cannot cover quorums needing two
+
+    asyncio.run(run())
+
+
+# -- recovery ---------------------------------------------------------------------------------------
+
+
+def test_recovery_finds_tail_readds_and_closes() -> None:
+    h = Harness(3, 3, 2)
+
+    async def run() -> None:
+        await _filled(h, 8)
+        # Entries 8 and 9 reached only one bookie each before the writer died.
+        b0 = h.bookies[BOOKIES[0]]
+        for eid in (8, 9):
+            b0.entries[(7, eid)] = h.digester.package_entry(7, eid, 7, 32 + 4 * (eid - 7), b"v%03d" % eid)
+        v = await recover_ledger(h.ctx(), h.ref, h.store.data[7], b"pw")
+        md = v.metadata
+        assert md.state == LedgerState.CLOSED
+        assert (md.last_entry_id, md.length) == (9, 40)
+        for b in BOOKIES[:3]:
+            assert 7 in h.bookies[b].fenced
+        # Re-added with RECOVERY_ADD to the whole write set.
+        assert all((7, 9) in h.bookies[b].entries for b in BOOKIES[:3])
+        # A second recovery sees CLOSED and does nothing.
+        again = await recover_ledger(h.ctx(), h.ref, h.store.data[7], b"pw")
+        assert again.version == v.version
+
+    asyncio.run(run())
+
+
+def test_recovery_of_empty_ledger_closes_at_minus_one() -> None:
+    h = Harness(3, 2, 2)
+
+    async def run() -> None:
+        v = await recover_ledger(h.ctx(), h.ref, h.store.data[7], b"pw")
+        assert (v.metadata.state, v.metadata.last_entry_id, v.metadata.length) == (LedgerState.CLOSED, -1, 0)
+
+    asyncio.run(run())

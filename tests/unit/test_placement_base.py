@@ -1,0 +1,130 @@
+"""The shared read order, the random policy and policy selection by configuration."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bkspark.errors import InvalidOptionError, NotEnoughBookiesError
+from bkspark.placement import RandomEnsemblePlacementPolicy, policy_class, policy_from_conf
+from bkspark.placement.base import ReadCategory, order_for_read, order_for_read_lac, read_category
+from bkspark.placement.rackaware import RackawareEnsemblePlacementPolicy
+from bkspark.placement.regionaware import RegionAwareEnsemblePlacementPolicy
+
+BOOKIES = [f"10.0.0.{i}:3181" for i in range(1, 9)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ensemble=st.permutations(BOOKIES).map(lambda p: p[:6]),
+    write_set=st.permutations(range(6)).flatmap(lambda p: st.integers(1, 6).map(lambda n: list(p[:n]))),
+    writable=st.sets(st.sampled_from(BOOKIES)),
+    readonly=st.sets(st.sampled_from(BOOKIES)),
+    failures=st.dictionaries(st.sampled_from(BOOKIES), st.integers(-1, 50)),
+)
+def test_read_order_is_writable_then_failed_then_readonly_then_gone(
+    ensemble: list[str],
+    write_set: list[int],
+    writable: set[str],
+    readonly: set[str],
+    failures: dict[str, int],
+) -> None:
+    readonly = readonly - writable
+    order = order_for_read(ensemble, write_set, failures, writable, readonly)
+    assert sorted(order) == sorted(write_set)
+    cats = [read_category(ensemble[i], writable, readonly, failures) for i in order]
+    assert cats == sorted(cats)
+    for a, b in zip(order, order[1:]):
+        ca = read_category(ensemble[a], writable, readonly, failures)
+        cb = read_category(ensemble[b], writable, readonly, failures)
+        if ca == cb == ReadCategory.LOCAL_FAIL:
+            assert failures[ensemble[a]] <= failures[ensemble[b]]
+            if failures[ensemble[a]] == failures[ensemble[b]]:
+                assert write_set.index(a) < write_set.index(b)
+        elif ca == cb:
+            assert write_set.index(a) < write_set.index(b)
+    lac = order_for_read_lac(len(ensemble), order)
+    assert lac[: len(order)] == order and sorted(lac) == list(range(len(ensemble)))
+
+
+def test_read_order_example() -> None:
+    ensemble = ["w1", "w2", "ro", "gone", "w3"]
+    order = order_for_read(ensemble, [3, 2, 1, 0, 4], {"w2": 9, "w3": 4}, {"w1", "w2", "w3"}, {"ro"})
+    assert order == [0, 4, 1, 2, 3]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    writable=st.sets(st.sampled_from(BOOKIES)),
+    e=st.integers(1, 8),
+    exclude=st.sets(st.sampled_from(BOOKIES)),
+    seed=st.integers(0, 100),
+)
+def test_random_policy_picks_distinct_writable_unexcluded_bookies(
+    writable: set[str], e: int, exclude: set[str], seed: int
+) -> None:
+    policy = RandomEnsemblePlacementPolicy().initialize({}, rng=random.Random(seed))
+    policy.on_cluster_changed(writable, set())
+    pool = writable - exclude
+    if len(pool) < e:
+        with pytest.raises(NotEnoughBookiesError):
+            policy.new_ensemble(e, 1, 1, exclude=exclude)
+        return
+    ensemble = policy.new_ensemble(e, 1, 1, exclude=exclude)
+    assert len(set(ensemble)) == e and set(ensemble) <= pool
+    rest = pool - set(ensemble)
+    victim = ensemble[0]
+    if not rest:
+        with pytest.raises(NotEnoughBookiesError):
+            policy.replace_bookie(e, 1, 1, None, ensemble, victim, exclude)
+    else:
+        assert policy.replace_bookie(e, 1, 1, None, ensemble, victim, exclude) in rest
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [
+        (None, RandomEnsemblePlacementPolicy),
+        ("random", RandomEnsemblePlacementPolicy),
+        ("org.apache.bookkeeper.client.DefaultEnsemblePlacementPolicy", RandomEnsemblePlacementPolicy),
+        ("rackaware", RackawareEnsemblePlacementPolicy),
+        ("org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy", RackawareEnsemblePlacementPolicy),
+        ("regionaware", RegionAwareEnsemblePlacementPolicy),
+        ("org.apache.bookkeeper.client.RegionAwareEnsemblePlacementPolicy", RegionAwareEnsemblePlacementPolicy),
+        ("bkspark.placement.rackaware:RackawareEnsemblePlacementPolicy", RackawareEnsemblePlacementPolicy),
+        ("bkspark.placement.regionaware.RegionAwareEnsemblePlacementPolicy", RegionAwareEnsemblePlacementPolicy),
+    ],
+)
+def test_policy_from_conf_accepts_java_short_and_python_names(name: str | None, cls: type) -> None:
+    conf = {"ignoreLocalNodeInPlacementPolicy": "true"}
+    if name is not None:
+        conf["ensemblePlacementPolicy"] = name
+    policy = policy_from_conf(conf)
+    assert type(policy) is cls and policy.initialized
+
+
+def test_unknown_policy_names_the_key_and_the_choices() -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        policy_class("org.example.NoSuchPolicy")
+    text = str(info.value)
+    assert "ensemblePlacementPolicy" in text and "rackaware" in text and "RegionAwareEnsemblePlacementPolicy" in text
+    with pytest.raises(InvalidOptionError):
+        policy_from_conf({"ensemblePlacementPolicy": "bkspark.errors:BKError"})
+
+
+def test_options_arrive_as_strings_from_spark() -> None:
+    policy = policy_from_conf(
+        {
+            "ensemblePlacementPolicy": "rackaware",
+            "minNumRacksPerWriteQuorum": "3",
+            "enforceMinNumRacksPerWriteQuorum": "true",
+            "ignoreLocalNodeInPlacementPolicy": "true",
+        }
+    )
+    assert isinstance(policy, RackawareEnsemblePlacementPolicy)
+    assert policy.min_racks_per_write_quorum == 3 and policy.enforce_min_racks
+    with pytest.raises(InvalidOptionError):
+        policy_from_conf({"ensemblePlacementPolicy": "rackaware", "minNumRacksPerWriteQuorum": "many"})
