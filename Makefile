@@ -40,7 +40,8 @@ zookeeper: java
 	@if [ -n "$$ZOOKEEPER_HOME" ]; then echo "bkspark: ZooKeeper from $$ZOOKEEPER_HOME"; \
 	elif [ -f /usr/share/java/zookeeper.jar ]; then :; \
 	else echo "bkspark: installing Debian's zookeeper package"; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends zookeeper >/dev/null; fi
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends zookeeper >/dev/null \
+	  && [ -f /usr/share/java/zookeeper.jar ] || { echo "bkspark: could not install ZooKeeper; install Debian's zookeeper package or set ZOOKEEPER_HOME"; exit 1; }; fi
 
 # Per version: lib/ (Maven, only when the pom changes) and classes/ (our tools/java programs,
 # recompiled when any of them changes, or when one is added or removed: see java-tools.list).

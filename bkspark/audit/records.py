@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError, ZookeeperError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, ZookeeperError
 
 from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError
 from bkspark.protocol.ledger_name import parse_qualified_name, qualified_name
@@ -42,6 +42,8 @@ __all__ = [
     "list_orphans",
     "read_config",
     "write_config",
+    "update_config",
+    "read_stored_config",
     "read_status",
     "write_status",
     "MAX_RECORD_BYTES",
@@ -263,18 +265,74 @@ def read_config(zk: KazooClient, root: str, defaults: AuditConfig | None = None)
 
 
 def write_config(zk: KazooClient, root: str, config: AuditConfig) -> None:
-    """Store ``config``; every running auditor picks it up through its watch."""
+    """Store ``config`` (both values); every running auditor picks it up through its watch."""
+    update_config(zk, root, audit_period=config.audit_period, grace_period=config.grace_period)
+
+
+def update_config(
+    zk: KazooClient, root: str, *, audit_period: float | None = None, grace_period: float | None = None
+) -> dict[str, float]:
+    """Set only the given values in the config znode (compare-and-set); returns what is stored now.
+
+    A value never stored stays each auditor's own (its command-line flag).
+    A malformed stored config is replaced.
+    """
+    AuditConfig(  # validate before writing
+        audit_period=1.0 if audit_period is None else audit_period,
+        grace_period=0.0 if grace_period is None else grace_period,
+    )
     path = config_path(root)
     try:
-        if zk.exists(path) is None:
+        while True:
             try:
-                zk.create(path, config.to_bytes(), makepath=True)
-                return
-            except NodeExistsError:
-                pass
-        zk.set(path, config.to_bytes())
+                data, stat = zk.get(path)
+                version: int | None = stat.version
+            except NoNodeError:
+                data, version = b"", None
+            stored = _stored_values(data)
+            if audit_period is not None:
+                stored["auditPeriodSeconds"] = float(audit_period)
+            if grace_period is not None:
+                stored["gracePeriodSeconds"] = float(grace_period)
+            encoded = json.dumps({"v": 1, **stored}, sort_keys=True, separators=(",", ":")).encode()
+            try:
+                if version is None:
+                    zk.create(path, encoded, makepath=True)
+                else:
+                    zk.set(path, encoded, version=version)
+                return stored
+            except (NodeExistsError, BadVersionError):
+                continue  # someone else wrote meanwhile: merge with theirs
     except ZookeeperError as exc:
         raise MetadataError(f"cannot write audit config: {type(exc).__name__}") from exc
+
+
+def _stored_values(data: bytes) -> dict[str, float]:
+    """The valid values in a config znode (nothing from a malformed one)."""
+    try:
+        obj = json.loads(data.decode("utf-8")) if data.strip() else {}
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return {}
+    if not isinstance(obj, dict):
+        return {}
+    out: dict[str, float] = {}
+    for key in ("auditPeriodSeconds", "gracePeriodSeconds"):
+        value = obj.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[key] = float(value)
+    return out
+
+
+def read_stored_config(zk: KazooClient, root: str) -> dict[str, float] | None:
+    """The values stored in the config znode (``None`` if there is no znode); malformed: BadMetadataError."""
+    try:
+        data, _ = zk.get(config_path(root))
+    except NoNodeError:
+        return None
+    except ZookeeperError as exc:
+        raise MetadataError(f"cannot read audit config: {type(exc).__name__}") from exc
+    AuditConfig.from_bytes(data)  # raises on a malformed znode
+    return _stored_values(data)
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,19 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["Layout", "LayoutProblem", "find_layout", "windows", "window_ok", "max_per_rack"]
+__all__ = [
+    "Layout",
+    "LayoutProblem",
+    "find_layout",
+    "windows",
+    "window_ok",
+    "max_per_rack",
+    "max_per_region",
+    "coverage_bound",
+]
 
 #: Search nodes visited before the search gives up and reports "no layout".
-DEFAULT_BUDGET = 200_000
+DEFAULT_BUDGET = 50_000
 
 
 def windows(ensemble_size: int, write_quorum: int) -> list[list[int]]:
@@ -61,10 +70,51 @@ def window_ok(
 
 
 def max_per_rack(ensemble_size: int, write_quorum: int, min_racks: int) -> int:
-    """How often one rack may appear at most: each window holds it at most ``W - m + 1`` times."""
+    """How often one rack may appear at most.
+
+    Each window holds it at most ``W - m + 1`` times; summed over the E windows
+    (each position lies in W of them) that caps it at ``E (W - m + 1) / W``, and a
+    window misses only ``E - W`` positions, which caps it at ``W - m + 1 + E - W``.
+    """
+    per_window = write_quorum - min_racks + 1
     if write_quorum >= ensemble_size:
         return ensemble_size - min_racks + 1
-    return ensemble_size * (write_quorum - min_racks + 1) // write_quorum
+    return min(ensemble_size * per_window // write_quorum, per_window + ensemble_size - write_quorum)
+
+
+def max_per_region(ensemble_size: int, write_quorum: int, ack_quorum: int) -> int:
+    """How many bookies one region may hold when no region may hold an ack quorum of any window."""
+    per_window = ack_quorum - 1
+    if write_quorum >= ensemble_size:
+        return per_window
+    return min(ensemble_size * per_window // write_quorum, per_window + ensemble_size - write_quorum)
+
+
+def coverage_bound(capacity: Mapping[str, int], ensemble_size: int, write_quorum: int, limit: int) -> int:
+    """The most (window, rack) incidences any choice of rack counts can give.
+
+    A rack with k bookies appears in at most ``min(E, k * W)`` windows; the sum
+    over racks must reach ``m * E`` for every window to see m racks.  The gain
+    of one more bookie only shrinks, so a greedy choice finds the maximum.
+    """
+    windows_count = ensemble_size if write_quorum < ensemble_size else 1
+    width = write_quorum if write_quorum < ensemble_size else 1
+    counts = {r: 0 for r in capacity}
+    total = 0
+    for _ in range(ensemble_size):
+        best, gain = None, -1
+        for r, c in capacity.items():
+            k = counts[r]
+            if k >= min(c, limit):
+                continue
+            g = min(windows_count, (k + 1) * width) - min(windows_count, k * width)
+            if g > gain:
+                best, gain = r, g
+        if best is None:
+            return -1
+        counts[best] += 1
+        total += gain
+    return total
 
 
 @dataclass
@@ -105,6 +155,15 @@ def find_layout(problem: LayoutProblem, rng: random.Random, budget: int = DEFAUL
     limit = max_per_rack(E, W, m)
     if sum(min(c, limit) for c in cap.values()) < E or len(cap) < m:
         return Layout(None)
+    if coverage_bound(cap, E, W, limit) < m * (E if W < E else 1):
+        return Layout(None)
+    if durability:
+        region_cap: dict[str, int] = {}
+        for r, c in cap.items():
+            region_cap[region_of(r)] = region_cap.get(region_of(r), 0) + min(c, limit)
+        region_limit = max_per_region(E, W, p.ack_quorum)
+        if sum(min(c, region_limit) for c in region_cap.values()) < E:
+            return Layout(None)
     quota = dict(p.region_quota) if p.region_quota is not None else None
     if quota is not None:
         if sum(quota.values()) != E:

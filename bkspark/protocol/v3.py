@@ -20,7 +20,9 @@ from typing import Final, Union
 from google.protobuf.message import DecodeError, EncodeError, Message
 
 from bkspark.errors import LocalProtocolError, MalformedFrameError
+from bkspark.protocol.framing import encode_frame
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
+from bkspark.protocol.v2 import FLAG_DO_FENCING, FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
 
 __all__ = [
     "pb",
@@ -33,6 +35,8 @@ __all__ = [
     "FLAG_RECOVERY_ADD",
     "FLAG_HIGH_PRIORITY",
     "WRITE_FLAG_DEFERRED_SYNC",
+    "BATCH_READ_BASE_SIZE",
+    "BATCH_READ_ENTRY_OVERHEAD",
     "TOTAL_DISK_CAPACITY",
     "FREE_DISK_SPACE",
     "encode_request",
@@ -83,20 +87,23 @@ Buffer = Union[bytes, bytearray, memoryview]
 #: ``PerChannelBookieClient.DEFAULT_HIGH_PRIORITY_VALUE``: the header priority of high-priority ops.
 HIGH_PRIORITY: Final = 100
 
-# BookieProtocol (v2) flag bits: the Java client passes these "options" to its v3
-# request builders too, which translate them into priority and flag fields.
-FLAG_DO_FENCING: Final = 0x0001
-FLAG_RECOVERY_ADD: Final = 0x0002
-FLAG_HIGH_PRIORITY: Final = 0x0004
+# FLAG_DO_FENCING / FLAG_RECOVERY_ADD / FLAG_HIGH_PRIORITY are BookieProtocol (v2)
+# flag bits, re-exported: the Java client passes these "options" to its v3 request
+# builders too, which turn them into the priority and flag fields.
 
 #: ``WriteFlag.DEFERRED_SYNC``: the only bit of ``AddRequest.writeFlags``.
 WRITE_FLAG_DEFERRED_SYNC: Final = 0x1
 
+#: v3 batch-read size accounting (docs/extensions.md §3.1): the running size starts at
+#: BATCH_READ_BASE_SIZE (a bound on the length prefix and every fixed field of the
+#: response) and adds ``len(entry) + BATCH_READ_ENTRY_OVERHEAD`` per entry (tag byte plus
+#: at most 5 length-varint bytes), so the frame never exceeds the size limit.
+BATCH_READ_BASE_SIZE: Final = 80
+BATCH_READ_ENTRY_OVERHEAD: Final = 6
+
 TOTAL_DISK_CAPACITY: Final = pb.GetBookieInfoRequest.TOTAL_DISK_CAPACITY
 FREE_DISK_SPACE: Final = pb.GetBookieInfoRequest.FREE_DISK_SPACE
 
-_LENGTH = struct.Struct(">I")
-_MAX_UINT32 = 0xFFFFFFFF
 
 # The sub-message of each operation, by header.operation.
 _REQUEST_FIELD: Final[dict[int, str]] = {
@@ -141,7 +148,7 @@ def _frame(msg: Message) -> bytes:
         body = msg.SerializeToString()
     except EncodeError as e:
         raise LocalProtocolError("message lacks required fields", error=str(e)) from None
-    return _LENGTH.pack(len(body)) + body
+    return encode_frame(body)
 
 
 def encode_request(request: pb.Request) -> bytes:
@@ -267,7 +274,8 @@ def read_request(
     scope_id: int = 0,
     priority: int = 0,
 ) -> pb.Request:
-    """READ_ENTRY.  DO_FENCING sends FENCE_LEDGER with ``master_key`` (required then);
+    """READ_ENTRY.  DO_FENCING sends FENCE_LEDGER with ``master_key`` (required then;
+    without fencing the key is not sent, as in Java);
     ``previous_lac``/``timeout_ms`` make a long poll, ``piggyback`` adds ENTRY_PIGGYBACK.
     Only one flag fits the message, so fencing and piggyback exclude each other."""
     fencing = bool(flags & FLAG_DO_FENCING)

@@ -31,7 +31,7 @@ from tests.harness.java_bookkeeper import parse_metadata_service_uri
 from tests.harness.ports import free_port, port_is_open
 from tests.harness.process import HarnessError, ManagedProcess, tail
 
-__all__ = ["PythonBookie", "PythonBookieCluster", "REPO_ROOT"]
+__all__ = ["PythonBookie", "PythonBookieCluster", "RawBookieConnection", "REPO_ROOT"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -265,6 +265,60 @@ class PythonBookieCluster:
 
     def __enter__(self) -> "PythonBookieCluster":
         return self.start_all()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RawBookieConnection:
+    """A blocking bookie connection speaking raw v2 or v3 frames (tests talk to one bookie directly).
+
+    ``send(frame)`` writes a whole frame; ``recv()`` returns the next response
+    body (length stripped); ``call_v2``/``call_v3`` do both and decode.
+    """
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
+        import socket
+
+        from bkspark.protocol.framing import FrameSplitter
+
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.splitter = FrameSplitter()
+        self.pending: list[memoryview] = []
+
+    def send(self, frame: bytes) -> None:
+        """Write one or more whole frames."""
+        self.sock.sendall(frame)
+
+    def recv(self) -> memoryview:
+        """The next response frame body; ConnectionError when the bookie closed the connection."""
+        while not self.pending:
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("connection closed by the bookie")
+            self.pending.extend(self.splitter.feed(data))
+        return self.pending.pop(0)
+
+    def call_v2(self, frame: bytes) -> Any:
+        """Send a v2 request frame and decode the response."""
+        from bkspark.protocol import v2
+
+        self.send(frame)
+        return v2.decode_response(self.recv())
+
+    def call_v3(self, request: Any) -> Any:
+        """Send a v3 ``pb.Request`` and decode the response."""
+        from bkspark.protocol import v3
+
+        self.send(v3.encode_request(request))
+        return v3.decode_response(self.recv())
+
+    def close(self) -> None:
+        """Close the socket."""
+        self.sock.close()
+
+    def __enter__(self) -> "RawBookieConnection":
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

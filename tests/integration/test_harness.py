@@ -142,6 +142,18 @@ def test_zk_roots_are_unique(zk_root: ZkRoot) -> None:
     assert zk_root.zk_client.get(f"{other_path}/INSTANCEID")[0].decode() != zk_root.instance_id
 
 
+def test_missing_zookeeper_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.harness import zookeeper as zk_module
+
+    monkeypatch.delenv("ZOOKEEPER_HOME", raising=False)
+    monkeypatch.setattr(zk_module, "DEBIAN_JAVA_DIR", tmp_path)
+    with pytest.raises(HarnessError, match="make zookeeper"):
+        zk_module.zookeeper_classpath()
+    monkeypatch.setenv("ZOOKEEPER_HOME", str(tmp_path))
+    with pytest.raises(HarnessError, match="no zookeeper jar"):
+        ZooKeeperServer(tmp_path / "zk").start()
+
+
 def test_zookeeper_restarts_with_its_data(tmp_path: Path) -> None:
     server = ZooKeeperServer(tmp_path / "zk").start()
     try:

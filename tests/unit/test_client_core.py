@@ -66,13 +66,6 @@ class FakeOps:
     def encode_v2_add(master_key: bytes, entry: bytes, flags: int) -> bytes:
         return b""
 
-    def _later(self, bookie: FakeBookie, fn: Callable[[], None]) -> None:
-        loop = asyncio.get_running_loop()
-        if bookie.hang:
-            loop.call_later(self.timeout, fn_timeout := (lambda: None))  # noqa: F841 - keep the loop busy
-            return
-        loop.call_later(bookie.delay, fn)
-
     def add(self, bookie_id, ledger_id, entry_id, master_key, entry, flags, scope_id, callback, v2_frame=None):  # type: ignore[no-untyped-def]
         b = self.bookies[bookie_id]
 
@@ -299,11 +292,13 @@ def test_failed_bookie_triggers_ensemble_change_and_resend() -> None:
         results, order = await append_all(w, [b"e%d" % i for i in range(15)])
         assert results == list(range(15)) and order == list(range(15))
         md = h.store.data[7].metadata
-        assert sorted(md.ensembles) == [0, 5]  # new segment at LAC + 1
-        new = md.ensembles[5]
+        # Entry 5's write set is (b2, b0, b1): b2 and b0 acknowledged it before b1's error
+        # came back, so the LAC was 5 and the new segment starts at LAC + 1 = 6.
+        assert sorted(md.ensembles) == [0, 6]
+        new = md.ensembles[6]
         assert BOOKIES[1] not in new and BOOKIES[3] in new
         # The replacement got every entry of the new segment (pending ones re-sent).
-        assert all((7, e) in h.bookies[BOOKIES[3]].entries for e in range(5, 15))
+        assert all((7, e) in h.bookies[BOOKIES[3]].entries for e in range(6, 15))
 
     asyncio.run(run())
 
@@ -316,8 +311,12 @@ def test_ensemble_change_retries_on_metadata_conflict() -> None:
     async def run() -> None:
         w = h.writer()
         results, _ = await append_all(w, [b"z"] * 4)
-        assert results == [0, 1, 2, 3]
+        assert results == [0, 1, 2, 3]  # Qa = 2 without the hung bookie
+        await asyncio.sleep(0.8)  # its adds time out after 0.5 s: the ensemble changes
+        results, _ = await append_all(w, [b"z"] * 2)
+        assert results == [4, 5]
         md = h.store.data[7].metadata
+        assert sorted(md.ensembles) == [0, 4]
         assert md.ensembles[0] == tuple(BOOKIES[:3]) and BOOKIES[0] not in md.last_ensemble
 
     asyncio.run(run())
@@ -357,6 +356,7 @@ def test_fenced_writer_never_acknowledges_later_entries() -> None:
 def test_ensemble_change_on_recovering_ledger_reports_fenced() -> None:
     h = Harness(3, 3, 2, bookies=4)
     h.bookies[BOOKIES[2]].add_error = lambda e: BookieIOError("disk")
+    h.bookies[BOOKIES[0]].delay = h.bookies[BOOKIES[1]].delay = 0.1  # the error comes first
 
     async def run() -> None:
         w = h.writer()
@@ -396,7 +396,8 @@ def test_close_writes_lac_and_length_and_detects_foreign_close() -> None:
 
 async def _filled(h: Harness, n: int) -> LedgerWriter:
     w = h.writer()
-    await append_all(w, [b"v%03d" % i for i in range(n)])
+    for i in range(n):  # one at a time, so each entry piggy-backs the previous one as LAC
+        await append_all(w, [b"v%03d" % i])
     return w
 
 
@@ -440,7 +441,7 @@ def test_batch_read_mismatch_inside_batch_returns_prefix_then_next_replica() -> 
         h.conf.reorderReadSequenceEnabled = False
         first = BOOKIES[0]  # write set of entry 0 starts at index 0
         bad = bytearray(h.bookies[first].entries[(7, 4)])
-        bad[40] ^= 1
+        bad[-1] ^= 1
         h.bookies[first].entries[(7, 4)] = bytes(bad)
         reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
         got = await reader.batch_read(0, 10, 0, 9)
@@ -448,9 +449,9 @@ def test_batch_read_mismatch_inside_batch_returns_prefix_then_next_replica() -> 
         assert [e.payload for e in got] == [b"v%03d" % i for i in range(10)]
         # All replicas tampered at 4: the verified prefix comes back.
         for b in h.bookies.values():
-            if (7, 4) in b.entries:
+            if (7, 4) in b.entries and b.name != first:
                 data = bytearray(b.entries[(7, 4)])
-                data[40] ^= 1 if b.name != first else 0
+                data[-1] ^= 1
                 b.entries[(7, 4)] = bytes(data)
         got = await reader.batch_read(0, 10, 0, 9)
         assert [e.entry_id for e in got] == [0, 1, 2, 3]

@@ -1,0 +1,458 @@
+"""Shared plumbing of the benchmarks: servers, the two benchmark clients, machine facts, result tables.
+
+Every benchmark in ``bench/`` runs side by side in one process tree: one ZooKeeper, the bookies it needs, and
+the clients as separate processes (the Java one is ``tools/java/.../BenchClient.java``, ours is
+``python -m bench.pyclient``), so that neither client shares an interpreter, a GIL or a JIT with the harness.
+Both clients print one JSON object per run; this module starts them, collects the objects and prints tables
+with ratios.  Figures are never written in by hand: ``Report`` prints each with the command that produced it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # `python bench/x.py` as well as `python -m bench.x`
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.harness.java_bookkeeper import DEFAULT_BK_VERSION, JavaBookieCluster, JavaTools  # noqa: E402
+from tests.harness.process import HarnessError, kill_all  # noqa: E402
+from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster  # noqa: E402
+
+__all__ = [
+    "BenchError",
+    "JAVA_BENCH_JVM",
+    "JAVA_BOOKIE_JVM",
+    "Cluster",
+    "Report",
+    "Unavailable",
+    "add_common_args",
+    "java_bench",
+    "machine_facts",
+    "py_bench",
+    "ratio",
+]
+
+#: JVM flags for the Java benchmark client and the Java bookies, appended after the harness's JVM_OPTS (the
+#: last occurrence of a flag wins): the harness runs JVMs with C1 only and 256 MiB heaps to start fast in tests;
+#: a benchmark gives Java its full JIT (C2) and room, as a production deployment would.
+JAVA_BENCH_JVM: tuple[str, ...] = ("-XX:TieredStopAtLevel=4", "-Xms256m", "-Xmx1g", "-XX:MaxDirectMemorySize=512m")
+JAVA_BOOKIE_JVM: tuple[str, ...] = ("-XX:TieredStopAtLevel=4", "-Xms256m", "-Xmx1g", "-XX:MaxDirectMemorySize=512m")
+
+#: bk_server.conf overrides for the Java bookies: the harness's test caches (16 MiB) raised to the Python
+#: bookie's defaults (64 MiB write cache, 64 MiB read-ahead cache), so both bookies cache the same amount.
+JAVA_BOOKIE_CONF: dict[str, Any] = {
+    "dbStorage_writeCacheMaxSizeMb": 64,
+    "dbStorage_readAheadCacheMaxSizeMb": 64,
+}
+
+
+class BenchError(RuntimeError):
+    """A benchmark step failed (the message says which and why)."""
+
+
+class Unavailable(BenchError):
+    """A part of the benchmark cannot run here (client, bookie or Spark not ready); the others still run."""
+
+
+# -- machine facts -------------------------------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _java_version() -> str:
+    try:
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+        return (out.stderr or out.stdout).splitlines()[0].strip()
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "unknown"
+
+
+def _mem_total_gib() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024 / 1024
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
+def _busy_processes() -> int:
+    """Processes of other users/sessions in state R (running) right now, a rough measure of concurrent load."""
+    n = 0
+    me = os.getpid()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == me:
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        state = stat.rsplit(")", 1)[-1].split()[0]
+        if state == "R":
+            n += 1
+    return n
+
+
+def machine_facts() -> dict[str, Any]:
+    """What a reader needs to judge a figure: cores, CPU, memory, load, software versions, time."""
+    load = os.getloadavg()
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cores": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "mem_gib": round(_mem_total_gib(), 1),
+        "loadavg_1_5_15": [round(x, 2) for x in load],
+        "running_processes": _busy_processes(),
+        "python": platform.python_version(),
+        "java": _java_version(),
+        "kernel": platform.release(),
+    }
+
+
+# -- results ---------------------------------------------------------------------------------------------------------
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a ÷ b, or None when either side is missing or b is zero."""
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        if abs(v) >= 100:
+            return f"{v:,.0f}"
+        if abs(v) >= 10:
+            return f"{v:.1f}"
+        return f"{v:.2f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+@dataclass
+class Report:
+    """One benchmark's figures, ratios and failures, printed as a text table and as Markdown."""
+
+    name: str
+    title: str
+    command: str
+    params: dict[str, Any] = field(default_factory=dict)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    ratios: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    machine_before: dict[str, Any] = field(default_factory=dict)
+    machine_after: dict[str, Any] = field(default_factory=dict)
+
+    def row(self, what: str, value: float | None, unit: str, **extra: Any) -> None:
+        self.rows.append({"what": what, "value": value, "unit": unit, **extra})
+
+    def add_ratio(self, what: str, num: float | None, den: float | None, goal: float | None = None) -> float | None:
+        r = ratio(num, den)
+        met = None if r is None or goal is None else r >= goal
+        self.ratios.append({"what": what, "ratio": r, "goal": goal, "met": met})
+        return r
+
+    def fail(self, part: str, exc: BaseException | str) -> None:
+        msg = f"{part}: {exc}" if not isinstance(exc, str) else f"{part}: {exc}"
+        self.failures.append(msg)
+        print(f"[{self.name}] FAILED {msg}", file=sys.stderr, flush=True)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "command": self.command,
+            "params": self.params,
+            "rows": self.rows,
+            "ratios": self.ratios,
+            "failures": self.failures,
+            "notes": self.notes,
+            "machine_before": self.machine_before,
+            "machine_after": self.machine_after,
+        }
+
+    def text(self) -> str:
+        lines = [f"== {self.title} ==", f"command: {self.command}"]
+        mb, ma = self.machine_before, self.machine_after
+        if mb:
+            lines.append(
+                f"machine: {mb.get('cores')} cores ({mb.get('cpu')}), {mb.get('mem_gib')} GiB; "
+                f"load avg before {mb.get('loadavg_1_5_15')}, after {ma.get('loadavg_1_5_15')}; "
+                f"{mb.get('python')} / {mb.get('java')}; {mb.get('date')}"
+            )
+        if self.params:
+            lines.append("params: " + ", ".join(f"{k}={v}" for k, v in self.params.items()))
+        if self.rows:
+            w = max(len(r["what"]) for r in self.rows)
+            lines.append("")
+            for r in self.rows:
+                extra = "  ".join(
+                    f"{k}={_fmt(v)}" for k, v in r.items() if k not in ("what", "value", "unit") and v is not None
+                )
+                lines.append(f"  {r['what']:<{w}}  {_fmt(r['value']):>12} {r['unit']:<10} {extra}")
+        if self.ratios:
+            w = max(len(r["what"]) for r in self.ratios)
+            lines.append("")
+            for r in self.ratios:
+                goal = "" if r["goal"] is None else f"  goal >= {r['goal']}x: {'met' if r['met'] else 'NOT met'}"
+                val = "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+                lines.append(f"  {r['what']:<{w}}  {val:>8}{goal}")
+        for n in self.notes:
+            lines.append(f"note: {n}")
+        for f in self.failures:
+            lines.append(f"FAILED: {f}")
+        return "\n".join(lines)
+
+    def markdown(self) -> str:
+        mb, ma = self.machine_before, self.machine_after
+        out = [f"### {self.title}", ""]
+        out.append(f"Command: `{self.command}`  ")
+        if mb:
+            out.append(
+                f"Run: {mb.get('date')}; machine: {mb.get('cores')} cores ({mb.get('cpu')}), {mb.get('mem_gib')} GiB; "
+                f"load average (1/5/15 min) {mb.get('loadavg_1_5_15')} before, {ma.get('loadavg_1_5_15')} after; "
+                f"Python {mb.get('python')}, {mb.get('java')}."
+            )
+        if self.params:
+            out.append("")
+            out.append("Parameters: " + ", ".join(f"`{k}={v}`" for k, v in self.params.items()))
+        if self.rows:
+            extras: list[str] = []
+            for r in self.rows:
+                for k in r:
+                    if k not in ("what", "value", "unit") and k not in extras:
+                        extras.append(k)
+            out += ["", "| measurement | value | unit | " + " | ".join(extras) + (" |" if extras else "")]
+            out.append("|---|---:|---|" + "---|" * len(extras))
+            for r in self.rows:
+                cells = [_fmt(r.get(k)) if r.get(k) is not None else "" for k in extras]
+                out.append(f"| {r['what']} | {_fmt(r['value'])} | {r['unit']} | " + " | ".join(cells) + (" |" if extras else ""))
+        if self.ratios:
+            out += ["", "| ratio | value | goal |", "|---|---:|---|"]
+            for r in self.ratios:
+                val = "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}×"
+                goal = "" if r["goal"] is None else f"≥ {r['goal']}× ({'met' if r['met'] else 'not met'})"
+                out.append(f"| {r['what']} | {val} | {goal} |")
+        if self.notes:
+            out.append("")
+            out += [f"- {n}" for n in self.notes]
+        if self.failures:
+            out.append("")
+            out += [f"- **Not measured**: {f}" for f in self.failures]
+        return "\n".join(out) + "\n"
+
+    def finish(self, json_path: str | None = None) -> None:
+        print()
+        print(self.text(), flush=True)
+        if json_path:
+            Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(json_path).write_text(json.dumps(self.as_dict(), indent=1) + "\n")
+
+
+def command_line(module: str) -> str:
+    """The command that reproduces this run, as typed from the repository root."""
+    return " ".join(["python", "-m", module, *map(shlex.quote, sys.argv[1:])])
+
+
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workdir", help="where servers keep their data (default: a fresh temporary directory)")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (logs) afterwards")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    p.add_argument("--bk-version", default=DEFAULT_BK_VERSION, help="Apache BookKeeper version of the Java side")
+
+
+# -- clusters --------------------------------------------------------------------------------------------------------
+
+
+class Cluster(contextlib.ExitStack):
+    """One ZooKeeper and any number of ledger roots, each with its bookies; everything stops on exit."""
+
+    def __init__(self, workdir: str | None = None, keep: bool = False) -> None:
+        super().__init__()
+        if workdir:
+            self.base = Path(workdir)
+            self.base.mkdir(parents=True, exist_ok=True)
+        else:
+            self.base = Path(tempfile.mkdtemp(prefix="bkspark-bench-"))
+            if not keep:
+                import shutil
+
+                self.callback(shutil.rmtree, self.base, True)
+        self.callback(kill_all)  # the harness's safety net: nothing we started outlives us
+        self.zk = ZooKeeperServer(self.base / "zookeeper")
+        self._roots = 0
+        self.java_tools = JavaTools(self.base / "java-tools")
+
+    def __enter__(self) -> "Cluster":
+        super().__enter__()
+        try:
+            self.zk.start()
+        except BaseException:
+            self.close()
+            raise
+        self.callback(self.zk.stop)
+        return self
+
+    def new_root(self, name: str) -> str:
+        """A fresh ledgers root formatted like `bookkeeper shell initnewcluster`; returns its metadata URI."""
+        self._roots += 1
+        path = f"/bench-{name}-{self._roots}"
+        zk = self.zk.client()
+        try:
+            init_new_cluster(zk, path)
+        finally:
+            zk.stop()
+            zk.close()
+        return f"zk+hierarchical://{self.zk.connect_string}{path}"
+
+    def java_bookies(self, uri: str, n: int, version: str, name: str) -> JavaBookieCluster:
+        """n Java bookies (fsync journal) of `version` registered under `uri`, started."""
+        cluster = JavaBookieCluster(
+            version=version,
+            metadata_service_uri=uri,
+            base_dir=self.base / f"java-{name}",
+            bookies=n,
+            journal_sync_data=True,
+            conf_overrides=JAVA_BOOKIE_CONF,
+            jvm_args=JAVA_BOOKIE_JVM,
+        )
+        cluster.start_all()
+        self.callback(cluster.close)
+        return cluster
+
+    def python_bookies(self, uri: str, n: int, name: str) -> Any:
+        """n Python bookies (bookie_server, fsync journal) registered under `uri`, started."""
+        try:
+            from tests.harness.python_bookie import PythonBookieCluster
+        except ImportError as exc:
+            raise Unavailable(f"the Python bookie harness is missing ({exc})") from exc
+        try:
+            import bookie_server.__main__  # noqa: F401
+        except Exception as exc:  # noqa: BLE001 - any import failure means the bookie is not ready
+            raise Unavailable(f"bookie_server does not import: {exc!r}") from exc
+        cluster = PythonBookieCluster(uri, self.base / f"python-{name}", bookies=n, journal_sync_data=True)
+        try:
+            cluster.start_all()
+        except HarnessError as exc:
+            tail = cluster.log_tail(0, 30) if cluster.bookies else ""
+            raise Unavailable(f"the Python bookie did not start: {exc}\n{tail}") from exc
+        self.callback(cluster.close)
+        return cluster
+
+
+# -- the two benchmark clients ---------------------------------------------------------------------------------------
+
+
+def _last_json(stdout: str, wanted: Sequence[str]) -> dict[str, Any] | None:
+    found = None
+    for line in stdout.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and obj.get("event") in (*wanted, "error", "unsupported"):
+            found = obj
+    return found
+
+
+def _check(result: dict[str, Any] | None, what: str, proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    if result is None:
+        raise BenchError(
+            f"{what}: no result (exit {proc.returncode})\nstdout:\n{proc.stdout[-2000:]}\nstderr:\n{proc.stderr[-3000:]}"
+        )
+    if result.get("event") == "unsupported":
+        raise Unavailable(f"{what}: {result.get('message')}")
+    if result.get("event") == "error":
+        raise BenchError(f"{what}: {result.get('error')}: {result.get('message')}\nstderr:\n{proc.stderr[-2000:]}")
+    return result
+
+
+def java_bench(
+    cluster: Cluster, version: str, uri: str, command: str, *, timeout: float = 1800.0, **opts: Any
+) -> dict[str, Any]:
+    """Run `BenchClient <command> --opt value...` (Apache BookKeeper's Java client) and return its JSON result."""
+    args = [command]
+    for k, v in opts.items():
+        args += [f"--{k.replace('_', '-')}", str(v).lower() if isinstance(v, bool) else str(v)]
+    print(f"  [java {version}] BenchClient {' '.join(args)}", flush=True)
+    try:
+        proc = cluster.java_tools.run(
+            version,
+            "bkspark.tools.BenchClient",
+            *args,
+            metadata_service_uri=uri,
+            timeout=timeout,
+            jvm_args=JAVA_BENCH_JVM,
+        )
+    except HarnessError as exc:
+        raise BenchError(f"Java BenchClient {command}: {exc}") from exc
+    if "ClassNotFoundException: bkspark.tools.BenchClient" in proc.stderr or "Could not find or load main class" in proc.stderr:
+        raise Unavailable("tools/java BenchClient is not compiled: run `make jars`")
+    return _check(_last_json(proc.stdout, (command,)), f"Java BenchClient {command}", proc)
+
+
+def py_bench(uri: str, command: str, *, timeout: float = 1800.0, profile: str | None = None, **opts: Any) -> dict[str, Any]:
+    """Run `python -m bench.pyclient <command> ...` (the bkspark client, its own process) and return its JSON."""
+    args = [command, "--zk", uri]
+    for k, v in opts.items():
+        args += [f"--{k.replace('_', '-')}", str(v).lower() if isinstance(v, bool) else str(v)]
+    argv = [sys.executable, "-m", "bench.pyclient", *args]
+    if profile:
+        argv = [sys.executable, "-m", "cProfile", "-o", profile, "-m", "bench.pyclient", *args]
+    print(f"  [bkspark] python -m bench.pyclient {' '.join(args)}", flush=True)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+    except subprocess.TimeoutExpired as exc:
+        raise BenchError(f"bkspark client {command} timed out after {timeout}s") from exc
+    return _check(_last_json(proc.stdout, (command,)), f"bkspark client {command}", proc)
+
+
+def env_flag(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+@contextlib.contextmanager
+def timed(label: str) -> Iterator[None]:
+    t0 = time.monotonic()
+    print(f"-- {label}", flush=True)
+    yield
+    print(f"   ({time.monotonic() - t0:.1f}s)", flush=True)
+
+
+def merge(*maps: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for m in maps:
+        out.update(m)
+    return out

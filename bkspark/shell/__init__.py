@@ -1,0 +1,106 @@
+"""``bkspark shell``: BookKeeper's shell commands plus BP-44's, over bkspark's client (see docs/shell.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+from bkspark.shell.commands import COMMANDS
+from bkspark.shell.common import Output, ShellError, add_common_options, add_ledger_options
+
+__all__ = ["register", "run", "ShellError"]
+
+
+def _progress_option(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--progress", dest="progress", action="store_true", default=None,
+        help="always show a progress line on stderr (default: only when stderr is a terminal)",
+    )
+    group.add_argument("--no-progress", dest="progress", action="store_false", help="never show progress")
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add ``shell`` and its commands to the top-level parser."""
+    shell = subparsers.add_parser(
+        "shell",
+        help="inspect and administer ledgers, bookies and the orphan audit",
+        description="BookKeeper shell commands (Java's names and flags) and BP-44's ledger context commands.",
+    )
+    add_common_options(shell, top=True)
+    commands = shell.add_subparsers(dest="shell_command", metavar="COMMAND", required=True)
+
+    def command(name: str, help_text: str, **kwargs: object) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=help_text, description=help_text, **kwargs)  # type: ignore[arg-type]
+        add_common_options(parser)
+        return parser
+
+    p = command("listorphaned", "list the orphaned ledgers the last audit recorded")
+    p.add_argument(
+        "--printorphanreason", "-printorphanreason", action="store_true",
+        help="print each reason: LEDGER DELETE_OVERDUE <delete time, s> or LEDGER BROKEN_PARENT_REF <parent>",
+    )
+    add_ledger_options(p, scope_only=True)
+
+    p = command("showowner", "show who created a ledger and for which data set (JSON)")
+    add_ledger_options(p)
+
+    p = command("predictlifespan", "predict a ledger's lifespan from its create and close context (JSON)")
+    add_ledger_options(p)
+
+    p = command("listledgers", "list all ledgers of a scope (this may take a long time)")
+    p.add_argument("-m", "--meta", "-meta", dest="meta", action="store_true", help="print metadata")
+    p.add_argument("-bookieid", "--bookieid", dest="bookieid", metavar="BOOKIE", help="only ledgers stored on this bookie")
+    add_ledger_options(p, scope_only=True)
+    _progress_option(p)
+
+    p = command("ledgermetadata", "print the metadata of a ledger")
+    add_ledger_options(p)
+
+    p = command("readledger", "read a range of entries from a ledger")
+    add_ledger_options(p)
+    p.add_argument("start", nargs="?", metavar="START", help="first entry id (default 0)")
+    p.add_argument("end", nargs="?", metavar="END", help="last entry id (default: the last add confirmed)")
+    p.add_argument("-fe", "--firstentryid", dest="firstentryid", metavar="ENTRY", help="first entry id")
+    p.add_argument("-le", "--lastentryid", dest="lastentryid", metavar="ENTRY", help="last entry id (-1: up to the LAC)")
+    p.add_argument("-m", "--msg", dest="msg", action="store_true", help="print message bodies")
+    p.add_argument(
+        "-r", "--force-recovery", dest="force_recovery", action="store_true",
+        help="recover (fence and close) the ledger before reading",
+    )
+    _progress_option(p)
+
+    p = command("deleteledger", "delete a ledger")
+    add_ledger_options(p)
+    p.add_argument("-f", "--force", dest="force", action="store_true", help="delete without asking")
+
+    p = command("listbookies", "list the bookies, writable and/or read-only", add_help=False)
+    p.add_argument("--help", action="help", help="show this help message and exit")
+    p.add_argument("-rw", "--readwrite", dest="readwrite", action="store_true", help="writable bookies")
+    p.add_argument("-ro", "--readonly", dest="readonly", action="store_true", help="read-only bookies")
+    p.add_argument("-a", "--all", dest="all", action="store_true", help="all bookies (the default)")
+    p.add_argument("-h", "--hostnames", dest="hostnames", action="store_true", help="also print each bookie's address")
+
+    command("bookieinfo", "free and total disk space of every bookie")
+
+    p = command("simpletest", "create a ledger, write entries, read them back, delete it")
+    p.add_argument("-e", "--ensemble", dest="ensemble", default="3", help="ensemble size (default 3)")
+    p.add_argument("-w", "--writeQuorum", dest="writeQuorum", default="2", help="write quorum size (default 2)")
+    p.add_argument("-a", "--ackQuorum", dest="ackQuorum", default="2", help="ack quorum size (default 2)")
+    p.add_argument("-n", "--numEntries", dest="numEntries", default="1000", help="entries to write (default 1000)")
+    _progress_option(p)
+
+    p = command("auditconfig", "show or change the orphan audit's period and grace period")
+    p.add_argument("--audit-period", dest="audit_period", type=float, metavar="SECONDS", help="seconds between audits")
+    p.add_argument(
+        "--grace-period", dest="grace_period", type=float, metavar="SECONDS",
+        help="seconds a ledger may outlive its expectDeleteAfter before it counts as orphaned",
+    )
+
+    command("auditstatus", "show the running auditors and the last audit pass")
+
+    shell.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen shell command; errors propagate to ``bkspark.cli`` for the one-line report."""
+    return COMMANDS[args.shell_command](args, Output(args))

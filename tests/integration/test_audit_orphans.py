@@ -1,0 +1,241 @@
+"""The orphan audit against a real ZooKeeper: both orphan kinds, live config, leader election with kill -9.
+
+Ledger metadata is written straight into ZooKeeper here (the audit reads metadata only, never bookies), so
+these tests need no bookie; tests/integration/test_context_java.py covers ledgers written through bookies.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from bkspark import cli
+from bkspark.audit import Auditor, AuditConfig, OrphanReason, list_orphans, read_status, write_config
+from bkspark.audit.records import orphans_path
+from bkspark.context import CLOSE_KEY, CREATE_KEY, LedgerCloseContext, LedgerCreateContext
+from bkspark.metadata.store import ZkMetadataStore
+from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bkspark.protocol.ledger_name import qualified_name
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def ledger(custom: dict[str, bytes], closed: bool = True) -> LedgerMetadata:
+    return LedgerMetadata(
+        ensemble_size=1, write_quorum_size=1, ack_quorum_size=1,
+        state=LedgerState.CLOSED if closed else LedgerState.OPEN,
+        last_entry_id=3 if closed else -1, length=40 if closed else 0,
+        ensembles={0: ("127.0.0.1:3181",)}, custom_metadata=custom,
+    )
+
+
+def close_ctx(delete_after: datetime) -> dict[str, bytes]:
+    return {CLOSE_KEY: LedgerCloseContext.builder().because_no_more_data().expect_delete_after(delete_after).build().to_bytes()}
+
+
+def child_ctx(parent: int, scope: int = 0) -> dict[str, bytes]:
+    return LedgerCreateContext.builder().created_by("E", "S", "svc", "i").child_of_ledger(parent, scope).build().to_custom_metadata()
+
+
+@pytest.fixture
+def store(zk_root):  # type: ignore[no-untyped-def]
+    with ZkMetadataStore(zk_root.metadata_service_uri) as s:
+        yield s
+
+
+def new_ledger(store: ZkMetadataStore, md: LedgerMetadata, scope_id: int = 0, ledger_id: int | None = None) -> int:
+    lid = store.generate_ledger_id() if ledger_id is None else ledger_id
+    store.create_ledger_metadata(lid, md, scope_id)
+    return lid
+
+
+def shell(capsys: pytest.CaptureFixture[str], uri: str, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(["shell", "--metadata-service-uri", uri, *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_both_orphan_kinds_are_listed_with_their_reason(zk_root, store, capsys) -> None:
+    uri = zk_root.metadata_service_uri
+    past = datetime.now(timezone.utc) - timedelta(hours=2)
+    future = datetime.now(timezone.utc) + timedelta(hours=2)
+    parent = new_ledger(store, ledger({}))
+    overdue = new_ledger(store, ledger(close_ctx(past)))
+    not_yet = new_ledger(store, ledger(close_ctx(future)))
+    in_grace = new_ledger(store, ledger(close_ctx(datetime.now(timezone.utc) - timedelta(minutes=5))))
+    good_child = new_ledger(store, ledger(child_ctx(parent), closed=False))
+    broken_child = new_ledger(store, ledger(child_ctx(999_999), closed=False))
+    scoped_orphan = new_ledger(store, ledger(child_ctx(parent, scope=77)), scope_id=-5, ledger_id=12)
+    plain = new_ledger(store, ledger({"app": b"x"}))
+
+    auditor = Auditor(uri, grace_period=3600, audit_period=3600)
+    try:
+        result = auditor.audit_once()
+    finally:
+        auditor.stop()
+    assert result.scanned == 8 and result.unreadable == []
+
+    found = {(r.ledger_id, r.scope_id): (r.reason, r.detail) for r in list_orphans(store.zk, store.root)}
+    assert found == {
+        (overdue, 0): (OrphanReason.DELETE_OVERDUE, int(past.timestamp())),
+        (broken_child, 0): (OrphanReason.BROKEN_PARENT_REF, 999_999),
+        (12, -5): (OrphanReason.BROKEN_PARENT_REF, parent),
+    }
+    assert {not_yet, in_grace, good_child, plain}.isdisjoint({lid for lid, _ in found})
+
+    code, out, err = shell(capsys, uri, "listorphaned", "--printorphanreason")
+    assert code == 0 and err == ""
+    assert out.splitlines() == [
+        f"{overdue} DELETE_OVERDUE {int(past.timestamp())}",
+        f"{broken_child} BROKEN_PARENT_REF 999999",
+        f"{qualified_name(-5, 12)} BROKEN_PARENT_REF {qualified_name(77, parent)}",
+    ]
+    code, out, _ = shell(capsys, uri, "listorphaned")
+    assert out.splitlines() == [str(overdue), str(broken_child), qualified_name(-5, 12)]
+    code, out, _ = shell(capsys, uri, "listorphaned", "--ledger-scope-id", "-5", "--json")
+    import json
+
+    assert [(r["ledgerId"], r["reason"]) for r in json.loads(out)] == [(12, "BROKEN_PARENT_REF")]
+
+    # The owner deletes the overdue ledger; the parent's loss orphans its child: the next pass says so.
+    store.delete_ledger_metadata(overdue)
+    store.delete_ledger_metadata(parent)
+    auditor = Auditor(uri, grace_period=3600)
+    try:
+        auditor.audit_once()
+    finally:
+        auditor.stop()
+    found = {(r.ledger_id, r.reason) for r in list_orphans(store.zk, store.root)}
+    assert found == {
+        (broken_child, OrphanReason.BROKEN_PARENT_REF),
+        (good_child, OrphanReason.BROKEN_PARENT_REF),
+        (12, OrphanReason.BROKEN_PARENT_REF),
+    }
+
+
+def test_malformed_context_is_skipped_and_reported_not_fatal(zk_root, store, capsys) -> None:
+    uri = zk_root.metadata_service_uri
+    bad = new_ledger(store, ledger({**child_ctx(5), CLOSE_KEY: b"{not json"}))
+    bad_create = new_ledger(store, ledger({CREATE_KEY: b'{"v": 1, "dataSet": 42}'}))
+    overdue = new_ledger(store, ledger(close_ctx(datetime(2001, 1, 1, tzinfo=timezone.utc))))
+    with Auditor(uri, grace_period=0) as auditor:
+        result = auditor.audit_once()
+    assert [label for label, _ in result.unreadable] == [str(bad), str(bad_create)]
+    assert [r.ledger_id for r in list_orphans(store.zk, store.root)] == [overdue]
+    status = read_status(store.zk, store.root)
+    assert status is not None and status.unreadable == 2 and status.orphans == 1
+
+    for command, lid in (("predictlifespan", bad), ("showowner", bad_create), ("predictlifespan", bad_create)):
+        code, out, err = shell(capsys, uri, command, str(lid))
+        assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
+        assert f"ledger {lid} carries a malformed context" in err and "Traceback" not in err
+    # showowner needs only the create context, which is fine on `bad`.
+    code, out, err = shell(capsys, uri, "showowner", str(bad))
+    assert code == 0 and '"enterprise" : "E"' in out
+    # ledgermetadata still shows the ledger, with the context problem spelled out.
+    code, out, err = shell(capsys, uri, "ledgermetadata", "-l", str(bad), "--json")
+    assert code == 0 and '"contextError"' in out
+
+
+def test_malformed_orphan_record_is_one_line(zk_root, store, capsys) -> None:
+    store.zk.ensure_path(orphans_path(store.root))
+    store.zk.create(orphans_path(store.root) + "/" + qualified_name(0, 5), b"garbage")
+    code, out, err = shell(capsys, zk_root.metadata_service_uri, "listorphaned")
+    assert code == 1 and "malformed orphan record" in err and len(err.strip().splitlines()) == 1
+
+
+def wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_config_changes_apply_while_the_auditor_runs(zk_root, store, capsys) -> None:
+    uri = zk_root.metadata_service_uri
+    ten_min_ago = datetime.now(timezone.utc) - timedelta(minutes=10)
+    lid = new_ledger(store, ledger(close_ctx(ten_min_ago)))
+    with Auditor(uri, audit_period=0.3, grace_period=3600, identifier="only") as auditor:
+        wait_for(lambda: auditor.passes >= 2, 20, "two passes")
+        assert list_orphans(store.zk, store.root) == []
+        code, out, err = shell(capsys, uri, "auditconfig", "--grace-period", "60")
+        assert code == 0 and "gracePeriodSeconds: 60" in out
+        wait_for(lambda: auditor.config.grace_period == 60, 10, "the config watch")
+        records = wait_for(lambda: list_orphans(store.zk, store.root), 20, "the overdue ledger")
+        assert [(r.ledger_id, r.reason) for r in records] == [(lid, OrphanReason.DELETE_OVERDUE)]
+        # A long period applies at once too: no pass runs for an hour after the change.
+        write_config(store.zk, store.root, AuditConfig(audit_period=3600, grace_period=60))
+        wait_for(lambda: auditor.config.audit_period == 3600, 10, "the period change")
+        passes = auditor.passes
+        time.sleep(1.5)
+        assert auditor.passes == passes
+        # Someone stores a malformed config: the auditor keeps what it has.
+        store.zk.set(f"{store.root}/bkspark/audit/config", b"{oops")
+        time.sleep(0.5)
+        assert auditor.config == AuditConfig(audit_period=3600, grace_period=60)
+    code, out, _ = shell(capsys, uri, "auditstatus", "--json")
+    assert code == 0 and '"auditor":"only"' in out.replace(" ", "")
+
+
+def start_auditor(uri: str, name: str, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bkspark.cli", "auditor", "--metadata-service-uri", uri, "--id", name,
+         "--audit-period", "0.5", "--grace-period", "0", "--zk-timeout", "4"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=log.open("wb"), start_new_session=True,
+    )
+
+
+def test_two_auditors_one_leads_the_other_takes_over_after_kill_9(zk_root, store, tmp_path, capsys) -> None:
+    uri = zk_root.metadata_service_uri
+    new_ledger(store, ledger(close_ctx(datetime(2020, 1, 1, tzinfo=timezone.utc))))
+    procs = {
+        "auditor-a": start_auditor(uri, "auditor-a", tmp_path / "a.log"),
+    }
+    try:
+        wait_for(lambda: (s := read_status(store.zk, store.root)) and s.auditor == "auditor-a", 30, "a to audit")
+        procs["auditor-b"] = start_auditor(uri, "auditor-b", tmp_path / "b.log")
+        wait_for(lambda: len(Auditor_contenders(store)) == 2, 30, "b to join the election")
+        code, out, _ = shell(capsys, uri, "auditstatus")
+        assert out.splitlines()[:2] == ["leader: auditor-a", "standby: auditor-b"]
+        # Only the leader audits: b has written no status while a lives.
+        time.sleep(1.5)
+        status = read_status(store.zk, store.root)
+        assert status is not None and status.auditor == "auditor-a"
+
+        procs["auditor-a"].send_signal(signal.SIGKILL)
+        procs["auditor-a"].wait(10)
+        status = wait_for(
+            lambda: (s := read_status(store.zk, store.root)) and s.auditor == "auditor-b" and s, 40, "b to take over"
+        )
+        assert status.orphans == 1
+        assert [r.reason for r in list_orphans(store.zk, store.root)] == [OrphanReason.DELETE_OVERDUE]
+        assert Auditor_contenders(store) == ["auditor-b"]
+
+        # SIGTERM: a clean exit that leaves the election at once.
+        procs["auditor-b"].send_signal(signal.SIGTERM)
+        assert procs["auditor-b"].wait(20) == 0
+        assert Auditor_contenders(store) == []
+        assert "Traceback" not in (tmp_path / "b.log").read_text()
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def Auditor_contenders(store: ZkMetadataStore) -> list[str]:  # noqa: N802 - reads like the recipe it wraps
+    from kazoo.recipe.election import Election
+
+    return list(Election(store.zk, f"{store.root}/bkspark/audit/election").contenders())

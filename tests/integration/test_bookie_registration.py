@@ -1,0 +1,134 @@
+"""Cluster membership of the Python bookie: BP-41 ids, cookies, read-only mode, HTTP, clean shutdown."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+from pathlib import Path
+
+import pytest
+
+from bkspark.protocol import service_info as si
+from bkspark.protocol import v2
+from bkspark.protocol.cookie import Cookie
+from bkspark.protocol.digest import Digester, master_key
+from tests.harness.java_bookkeeper import DEFAULT_BK_VERSION
+from tests.harness.ports import free_port
+from tests.harness.python_bookie import PythonBookieCluster, RawBookieConnection
+
+pytestmark = [pytest.mark.integration]
+
+KEY = master_key(b"reg")
+DIGEST = Digester("CRC32", b"reg")
+
+
+def entry(ledger: int, eid: int, payload: bytes) -> bytes:
+    return DIGEST.package_entry(ledger, eid, eid - 1, 0, payload)
+
+
+def registration(cluster: PythonBookieCluster, bookie_id: str, readonly: bool = False) -> si.BookieServiceInfo:
+    sub = "available/readonly" if readonly else "available"
+    data, _ = cluster.zk.get(f"{cluster.root}/{sub}/{bookie_id}")
+    return si.parse(data, bookie_id)
+
+
+@pytest.mark.compat
+def test_custom_bookie_id_survives_a_port_change(zk_root, java_tools, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, bookie_ids=["py-bookie-A"])
+    with cluster:
+        bookie = cluster.bookies[0]
+        info = registration(cluster, "py-bookie-A")
+        assert si.endpoint_for(info) == ("127.0.0.1", bookie.port)
+        assert info.properties["bkspark.extensions"] == "scope-ids,batch-read-v3"
+        assert any(e.protocol == "http" and e.port == bookie.http_port for e in info.endpoints)
+        cookie_data, _ = cluster.zk.get(f"{cluster.root}/cookies/py-bookie-A")
+        cookie = Cookie.parse(cookie_data)
+        assert cookie.bookie_host == "py-bookie-A" and cookie.instance_id == zk_root.instance_id
+        assert (bookie.dir / "journal" / "current" / "VERSION").read_bytes() == cookie_data
+        with RawBookieConnection(bookie.port) as c:
+            assert c.call_v2(v2.encode_add_request(0, KEY, entry(3, 0, b"before the move"))).rc == v2.EOK
+
+        assert cluster.stop(0) == 0
+        old_port = bookie.port
+        bookie.set_port(free_port())
+        cluster.start(0)
+        assert bookie.port != old_port
+        assert si.endpoint_for(registration(cluster, "py-bookie-A")) == ("127.0.0.1", bookie.port)
+        with RawBookieConnection(bookie.port) as c:
+            assert bytes(c.call_v2(v2.encode_read_request(3, 0)).entry) == entry(3, 0, b"before the move")
+        # The Java client resolves the BookieId to the new address.
+        result = java_tools.shell(
+            DEFAULT_BK_VERSION, zk_root.metadata_service_uri, "simpletest", "-e", "1", "-w", "1", "-a", "1", "-n", "50"
+        )
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+
+
+def test_cookie_mismatch_refuses_to_start(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, bookie_ids=["py-cookie"])
+    with cluster:
+        bookie = cluster.bookies[0]
+        assert cluster.stop(0) == 0
+        # Another ledger directory than the cookie names: refuse, with a message saying why.
+        bookie.values["ledgerDirectories"] = str(bookie.dir / "other-ledgers")
+        bookie.write_conf()
+        bookie.launch()
+        assert bookie.process is not None
+        deadline = time.monotonic() + 60
+        while bookie.is_alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not bookie.is_alive and bookie.process.returncode == 1
+        log = bookie.log_tail(50)
+        assert "cookie" in log and "ledgerDirs" in log and "Refusing to start" in log
+        assert not cluster.registered()
+        # Back to the right directories: it starts again.
+        bookie.values["ledgerDirectories"] = str(bookie.dir / "ledgers")
+        bookie.write_conf()
+        cluster.start(0)
+        # Someone else's directories (a different BookieId on the same data): refused too.
+        assert cluster.stop(0) == 0
+        bookie.values["bookieId"] = "py-cookie-impostor"
+        bookie.custom_id = "py-cookie-impostor"
+        bookie.write_conf()
+        bookie.launch()
+        deadline = time.monotonic() + 60
+        while bookie.is_alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not bookie.is_alive
+        assert "bookieHost" in bookie.log_tail(50)
+
+
+def test_readonly_mode_http_and_clean_shutdown(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1)
+    with cluster:
+        bookie_id = cluster.bookie_ids[0]
+        port = cluster.bookies[0].port
+        assert cluster.http_get(0, "/heartbeat") == "OK\n"
+        state = cluster.http_get(0, "/api/v1/bookie/state")
+        assert state == {"running": True, "readOnly": False, "shuttingDown": False, "availableForHighPriorityWrites": True}
+        info = cluster.http_get(0, "/api/v1/bookie/info")
+        assert info["totalSpace"] >= info["freeSpace"] > 0
+        assert "bookkeeper_server_BATCH_READ_ENTRY_RESPONSE_SIZE_bucket" in cluster.http_get(0, "/metrics")
+        with pytest.raises(urllib.error.HTTPError):
+            cluster.http_get(0, "/no/such/page")
+
+        assert cluster.http(0, "PUT", "/api/v1/bookie/state/readonly", {"readOnly": True}) == {"readOnly": True}
+        deadline = time.monotonic() + 10
+        while cluster.registered(readonly=True) != [bookie_id] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cluster.registered(readonly=True) == [bookie_id]
+        assert bookie_id not in cluster.registered()
+        with RawBookieConnection(port) as c:
+            assert c.call_v2(v2.encode_add_request(0, KEY, entry(1, 0, b"x"))).rc == v2.EREADONLY
+        cluster.http(0, "PUT", "/api/v1/bookie/state/readonly", {"readOnly": False})
+        deadline = time.monotonic() + 10
+        while bookie_id not in cluster.registered() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert bookie_id in cluster.registered() and not cluster.registered(readonly=True)
+        with RawBookieConnection(port) as c:
+            assert c.call_v2(v2.encode_add_request(0, KEY, entry(1, 0, b"x"))).rc == v2.EOK
+
+        # SIGTERM: exit 0 and the registration is gone at once (no session-expiry wait).
+        started = time.monotonic()
+        assert cluster.stop(0) == 0
+        assert bookie_id not in cluster.registered()
+        assert time.monotonic() - started < 5

@@ -1,0 +1,170 @@
+"""``bkspark`` command line: parsing, ledger names, output shapes, and one-line errors (no servers needed)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+
+import pytest
+
+from bkspark import cli
+from bkspark.shell.common import ENV_URI, LedgerName, Output, Progress, ShellError, resolve_ledger
+
+UNREACHABLE = "zk+hierarchical://127.0.0.1:1/ledgers"
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return cli.build_parser().parse_args(list(argv))
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# -- parsing --------------------------------------------------------------------------------------------------------
+
+
+def test_every_command_has_help(capsys):
+    commands = ["listorphaned", "showowner", "predictlifespan", "listledgers", "ledgermetadata", "readledger",
+                "deleteledger", "listbookies", "bookieinfo", "simpletest", "auditconfig", "auditstatus"]
+    for argv in (["--help"], ["shell", "--help"], ["auditor", "--help"], *(["shell", c, "--help"] for c in commands)):
+        code, out, err = run(capsys, *argv)
+        assert code == 0 and "usage:" in out and err == "", argv
+
+
+def test_global_options_before_or_after_the_command():
+    a = parse("shell", "--metadata-service-uri", "zk://h:1/r", "--json", "showowner", "5")
+    b = parse("shell", "showowner", "5", "--metadata-service-uri", "zk://h:1/r", "--json")
+    for args in (a, b):
+        assert args.metadata_service_uri == "zk://h:1/r" and args.json is True and args.ledger == "5"
+    assert parse("shell", "showowner", "5").json is False
+
+
+def test_java_flag_spellings_are_accepted():
+    args = parse("shell", "readledger", "-l", "7", "-fe", "2", "-le", "9", "-m", "-r")
+    assert (args.ledgerid, args.firstentryid, args.lastentryid, args.msg, args.force_recovery) == ("7", "2", "9", True, True)
+    args = parse("shell", "readledger", "7", "2", "9")
+    assert (args.ledger, args.start, args.end) == ("7", "2", "9")
+    assert parse("shell", "ledgermetadata", "-ledgerid", "3").ledgerid == "3"
+    assert parse("shell", "listledgers", "-meta").meta and parse("shell", "listledgers", "-m").meta
+    args = parse("shell", "listbookies", "-rw", "-h")
+    assert args.readwrite and args.hostnames and not args.readonly
+    args = parse("shell", "simpletest", "-e", "1", "-w", "1", "-a", "1", "-n", "10")
+    assert (args.ensemble, args.writeQuorum, args.ackQuorum, args.numEntries) == ("1", "1", "1", "10")
+    assert parse("shell", "deleteledger", "-l", "4", "-f").force
+    assert parse("shell", "listorphaned", "--printorphanreason").printorphanreason
+
+
+def test_bp35_flags_on_every_ledger_command():
+    for command in ("showowner", "predictlifespan", "ledgermetadata", "readledger", "deleteledger"):
+        args = parse("shell", command, "--ledger-qualified-name", "0x" + "0" * 15 + "7" + "0" * 15 + "9")
+        assert resolve_ledger(args) == LedgerName(9, 7)
+        args = parse("shell", command, "9", "--ledger-scope-id", "-1")
+        assert resolve_ledger(args) == LedgerName(9, -1)
+    for command in ("listledgers", "listorphaned"):
+        assert parse("shell", command, "--ledger-scope-id", "3").ledger_scope_id == "3"
+
+
+def test_uuid_dashed_qualified_name():
+    args = parse("shell", "showowner", "--ledger-qualified-name", "00000000-0000-0007-0000-000000000009")
+    assert resolve_ledger(args) == LedgerName(9, 7)
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["showowner"], "no ledger given"),
+        (["showowner", "abc"], "bad ledger id 'abc'"),
+        (["showowner", "-5"], "must be in"),
+        (["showowner", "9223372036854775808"], "must be in"),
+        (["showowner", "--ledger-qualified-name", "xyz"], "bad ledger qualified name"),
+        (["showowner", "--ledger-qualified-name", "0" * 16 + "8" + "0" * 15], "top bit"),
+        (["showowner", "1", "-l", "2"], "two different ledgers"),
+        (["showowner", "1", "--ledger-qualified-name", "0" * 31 + "2"], "does not match"),
+        (["showowner", "2", "--ledger-scope-id", "4", "--ledger-qualified-name", "0" * 31 + "2"], "does not match"),
+        (["showowner", "2", "--ledger-scope-id", "x"], "bad ledger scope id"),
+        (["readledger", "1", "x"], "bad first entry id"),
+        (["readledger", "1", "0", "3", "-le", "4"], "two different last entries"),
+        (["readledger", "1", "0", "-le", "4", "3"], "unrecognized arguments: 3"),
+        (["simpletest", "-e", "1", "-w", "2"], "need ensemble >= writeQuorum"),
+        (["simpletest", "-n", "ten"], "bad number of entries"),
+        (["auditconfig", "--audit-period", "0"], "audit_period"),
+        (["nosuchcommand"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, monkeypatch, argv, fragment):
+    monkeypatch.setenv(ENV_URI, UNREACHABLE)
+    code, out, err = run(capsys, "shell", "--zk-timeout", "0.5", *argv)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and fragment in err and "Traceback" not in err
+
+
+def test_missing_cluster_is_one_line(capsys, monkeypatch):
+    monkeypatch.delenv(ENV_URI, raising=False)
+    code, out, err = run(capsys, "shell", "listledgers")
+    assert code == 2 and err.strip() == (
+        f"bkspark shell listledgers: error: no cluster given: pass --metadata-service-uri URI or set ${ENV_URI}"
+    )
+
+
+@pytest.mark.parametrize("uri", ["http://x/ledgers", "zk+nosuchmanager://127.0.0.1:1/ledgers", "no scheme"])
+def test_bad_uri_is_one_line(capsys, uri):
+    code, out, err = run(capsys, "shell", "listledgers", "--metadata-service-uri", uri)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["listledgers"], ["listorphaned"], ["showowner", "1"], ["predictlifespan", "1"], ["ledgermetadata", "-l", "1"],
+        ["deleteledger", "-l", "1", "-f"], ["listbookies"], ["bookieinfo"], ["auditconfig"], ["auditstatus"],
+        ["readledger", "1"], ["simpletest", "-n", "1"],
+    ],
+)
+def test_unreachable_zookeeper_is_one_line_exit_1(capsys, argv):
+    code, out, err = run(capsys, "shell", "--metadata-service-uri", UNREACHABLE, "--zk-timeout", "0.5", *argv)
+    assert code == 1 and out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert "ZooKeeper" in err and "Traceback" not in err
+
+
+def test_auditor_without_cluster_is_one_line(capsys, monkeypatch):
+    monkeypatch.delenv(ENV_URI, raising=False)
+    code, out, err = run(capsys, "auditor")
+    assert code == 2 and "no cluster given" in err and len(err.strip().splitlines()) == 1
+
+
+def test_auditor_unreachable_is_one_line(capsys):
+    code, out, err = run(capsys, "auditor", "--metadata-service-uri", UNREACHABLE, "--zk-timeout", "0.5")
+    assert code == 1 and "cannot connect to ZooKeeper" in err and "Traceback" not in err
+
+
+# -- output helpers -------------------------------------------------------------------------------------------------
+
+
+def test_document_has_the_seed_pretty_shape_and_compact_json():
+    stream = io.StringIO()
+    Output(argparse.Namespace(json=False), stream).document({"createdBy": None, "dataSet": "d"})
+    assert stream.getvalue() == '{\n    "createdBy" : null,\n    "dataSet" : "d"\n}\n'
+    stream = io.StringIO()
+    Output(argparse.Namespace(json=True), stream).document({"a": [1]})
+    assert json.loads(stream.getvalue()) == {"a": [1]} and stream.getvalue().count("\n") == 1
+
+
+def test_progress_line_only_when_enabled():
+    stream = io.StringIO()
+    progress = Progress("scan", enabled=True, stream=stream)
+    progress(5, 10)
+    progress(10, 10)
+    progress.finish()
+    assert "10/10" in stream.getvalue() and stream.getvalue().endswith("\n")
+    quiet = io.StringIO()
+    Progress("scan", enabled=None, stream=quiet)(1, 2)
+    assert quiet.getvalue() == ""
+
+
+def test_shell_error_carries_its_exit_code():
+    assert ShellError("x", 2).exit_code == 2 and ShellError("y").exit_code == 1
