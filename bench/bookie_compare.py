@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> Report:
     for c in clients:
         if c not in CLIENTS:
             raise SystemExit(f"--clients takes {', '.join(CLIENTS)}, not {c!r}")
-    with Cluster(args.workdir, args.keep) as cluster:
+    with Cluster(args.workdir, args.keep, make_jars=not args.no_make) as cluster:
         bookies: dict[str, str] = {}
         with timed("starting the Java bookie"):
             uri = cluster.new_root("java")

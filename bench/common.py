@@ -29,7 +29,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # `python bench/x.py` as well as `python -m bench.x`
     sys.path.insert(0, str(REPO_ROOT))
 
-from tests.harness.java_bookkeeper import DEFAULT_BK_VERSION, JavaBookieCluster, JavaTools  # noqa: E402
+import tests.harness.java_bookkeeper as _jbk  # noqa: E402
+from tests.harness.java import JVM_OPTS, java_executable  # noqa: E402
+from tests.harness.java_bookkeeper import DEFAULT_BK_VERSION, JavaBookieCluster, cache_dir, write_log4j2  # noqa: E402
 from tests.harness.process import HarnessError, kill_all  # noqa: E402
 from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster  # noqa: E402
 
@@ -288,6 +290,11 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs) afterwards")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     p.add_argument("--bk-version", default=DEFAULT_BK_VERSION, help="Apache BookKeeper version of the Java side")
+    p.add_argument(
+        "--no-make",
+        action="store_true",
+        help="use the BookKeeper jars already in .cache without running `make jars` (when make cannot run)",
+    )
 
 
 # -- clusters --------------------------------------------------------------------------------------------------------
@@ -296,8 +303,9 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
 class Cluster(contextlib.ExitStack):
     """One ZooKeeper and any number of ledger roots, each with its bookies; everything stops on exit."""
 
-    def __init__(self, workdir: str | None = None, keep: bool = False) -> None:
+    def __init__(self, workdir: str | None = None, keep: bool = False, make_jars: bool = True) -> None:
         super().__init__()
+        self.make_jars = make_jars
         if workdir:
             self.base = Path(workdir)
             self.base.mkdir(parents=True, exist_ok=True)
@@ -310,7 +318,8 @@ class Cluster(contextlib.ExitStack):
         self.callback(kill_all)  # the harness's safety net: nothing we started outlives us
         self.zk = ZooKeeperServer(self.base / "zookeeper")
         self._roots = 0
-        self.java_tools = JavaTools(self.base / "java-tools")
+        self._java_runs = 0
+        self._classes: dict[str, Path] = {}
 
     def __enter__(self) -> "Cluster":
         super().__enter__()
@@ -334,8 +343,62 @@ class Cluster(contextlib.ExitStack):
             zk.close()
         return f"zk+hierarchical://{self.zk.connect_string}{path}"
 
+    def _jars(self, version: str) -> Path:
+        """`.cache/bookkeeper/<version>`, checked; with make_jars=False the harness is told not to run make."""
+        vdir = cache_dir() / "bookkeeper" / version
+        if not self.make_jars:
+            if not (vdir / "lib" / ".ok").is_file():
+                raise Unavailable(f"no BookKeeper {version} jars in {vdir / 'lib'}: run `make jars` (without --no-make)")
+            _jbk._jars_status.setdefault(version, None)  # the harness then uses the jars as they are
+        return vdir
+
+    def bench_classes(self, version: str) -> Path:
+        """Where BenchClient.class is: make's classes/ when up to date, else compiled here with javac."""
+        vdir = self._jars(version)
+        if version in self._classes:
+            return self._classes[version]
+        src_dir = REPO_ROOT / "tools" / "java" / "src" / "main" / "java"
+        main_src = src_dir / "bkspark" / "tools" / "BenchClient.java"
+        newest = max(p.stat().st_mtime for p in (src_dir / "bkspark" / "tools").glob("*.java"))
+        made = vdir / "classes" / "bkspark" / "tools" / "BenchClient.class"
+        if self.make_jars and not made.is_file():
+            _jbk.ensure_jars(version)
+        if made.is_file() and made.stat().st_mtime >= newest:
+            out = vdir / "classes"
+        else:
+            out = self.base / "bench-classes" / version
+            out.mkdir(parents=True, exist_ok=True)
+            proc = subprocess.run(
+                ["javac", "-nowarn", "-encoding", "UTF-8", "-d", str(out), "-sourcepath", str(src_dir),
+                 "-cp", str(vdir / "lib" / "*"), str(main_src)],
+                capture_output=True, text=True, timeout=300,
+            )
+            if proc.returncode != 0:
+                raise Unavailable(f"BenchClient.java does not compile against BookKeeper {version}:\n{proc.stderr[-3000:]}")
+        self._classes[version] = out
+        return out
+
+    def run_java(self, version: str, main_class: str, args: Sequence[str], uri: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        """Run a tools/java program with the benchmark JVM flags; its log goes to a file, stdout is its own."""
+        classes = self.bench_classes(version)
+        jars = sorted(str(p) for p in (cache_dir() / "bookkeeper" / version / "lib").glob("*.jar"))
+        self._java_runs += 1
+        run_dir = self.base / "java-runs" / f"{self._java_runs:03d}-{main_class.rsplit('.', 1)[-1]}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log4j = write_log4j2(run_dir / "log4j2.properties", run_dir / "java.log", console=True, console_target="SYSTEM_ERR")
+        argv = [
+            java_executable(), *JVM_OPTS, f"-Dlog4j.configurationFile={log4j}", f"-Dlog4j2.configurationFile={log4j}",
+            "-Dlog4j2.disable.jmx=true", *JAVA_BENCH_JVM, f"-Dbkspark.metadataServiceUri={uri}",
+            "-cp", os.pathsep.join([str(classes), *jars]), main_class, *args,
+        ]
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=run_dir, start_new_session=True)
+        except subprocess.TimeoutExpired as exc:
+            raise BenchError(f"{main_class} {' '.join(args[:1])} timed out after {timeout}s") from exc
+
     def java_bookies(self, uri: str, n: int, version: str, name: str) -> JavaBookieCluster:
         """n Java bookies (fsync journal) of `version` registered under `uri`, started."""
+        self._jars(version)
         cluster = JavaBookieCluster(
             version=version,
             metadata_service_uri=uri,
@@ -408,18 +471,9 @@ def java_bench(
         args += [f"--{k.replace('_', '-')}", str(v).lower() if isinstance(v, bool) else str(v)]
     print(f"  [java {version}] BenchClient {' '.join(args)}", flush=True)
     try:
-        proc = cluster.java_tools.run(
-            version,
-            "bkspark.tools.BenchClient",
-            *args,
-            metadata_service_uri=uri,
-            timeout=timeout,
-            jvm_args=JAVA_BENCH_JVM,
-        )
+        proc = cluster.run_java(version, "bkspark.tools.BenchClient", args, uri, timeout)
     except HarnessError as exc:
         raise BenchError(f"Java BenchClient {command}: {exc}") from exc
-    if "ClassNotFoundException: bkspark.tools.BenchClient" in proc.stderr or "Could not find or load main class" in proc.stderr:
-        raise Unavailable("tools/java BenchClient is not compiled: run `make jars`")
     return _check(_last_json(proc.stdout, (command,)), f"Java BenchClient {command}", proc)
 
 

@@ -71,6 +71,8 @@ class Bookie:
         self._fence_pending: dict[tuple[int, int], asyncio.Future[None]] = {}
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._checkpointing = False
+        self._queued_records: list[bytes] = []
+        self._queued_dones: list[Callable[[BaseException | None], None]] = []
         self._forced_readonly = conf.forceReadOnlyBookie
         self._disk_readonly = False
         self.on_state_change: Callable[[bool], None] | None = None
@@ -122,6 +124,8 @@ class Bookie:
                 pass
         assert self.journal is not None and self._loop is not None
         journal = self.journal
+        if self._queued_records:
+            self._flush_queued()
         await self._loop.run_in_executor(None, journal.close)
         while self._checkpointing:
             await asyncio.sleep(0.01)
@@ -200,11 +204,32 @@ class Bookie:
         assert self._loop is not None
         return self._loop.create_future()
 
-    def _journal(self, record: bytes, fut: asyncio.Future[None], after: Callable[[], None] | None = None) -> None:
-        if self.journal is None:
-            fut.set_exception(BookieIOError("bookie is not running"))
-            return
+    def _journal_cb(self, record: bytes, done: Callable[[BaseException | None], None]) -> None:
+        """Queue a journal record; ``done(error)`` runs on the loop once it is durable.
 
+        Records queued during one loop iteration go to the journal thread together
+        (one lock round trip), in order.
+        """
+        if self.journal is None:
+            done(BookieIOError("bookie is not running"))
+            return
+        if not self._queued_records:
+            assert self._loop is not None
+            self._loop.call_soon(self._flush_queued)
+        self._queued_records.append(record)
+        self._queued_dones.append(done)
+
+    def _flush_queued(self) -> None:
+        records, self._queued_records = self._queued_records, []
+        dones, self._queued_dones = self._queued_dones, []
+        if self.journal is None:
+            error = BookieIOError("bookie is not running")
+            for done in dones:
+                done(error)
+            return
+        self.journal.submit_many(records, dones)
+
+    def _journal(self, record: bytes, fut: asyncio.Future[None], after: Callable[[], None] | None = None) -> None:
         def done(error: BaseException | None) -> None:
             if error is None and after is not None:
                 after()
@@ -215,7 +240,7 @@ class Bookie:
             else:
                 fut.set_exception(error)
 
-        self.journal.submit(record, done)
+        self._journal_cb(record, done)
 
     def _check_key(self, info: LedgerInfo | None, master_key: bytes, ledger_id: int) -> None:
         if info is not None and info.master_key is not None and info.master_key != master_key:
@@ -245,6 +270,34 @@ class Bookie:
 
         Raises at once: EREADONLY, EUA (key mismatch), EFENCED (fenced, not recovery).
         """
+        fut = self._new_future()
+
+        def done(error: BaseException | None) -> None:
+            if not fut.done():
+                if error is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(error)
+
+        self.add_entry_cb(
+            scope_id, ledger_id, entry_id, lac, entry, master_key, done, recovery=recovery, high_priority=high_priority
+        )
+        return fut
+
+    def add_entry_cb(
+        self,
+        scope_id: int,
+        ledger_id: int,
+        entry_id: int,
+        lac: int,
+        entry: bytes,
+        master_key: bytes,
+        done: Callable[[BaseException | None], None],
+        *,
+        recovery: bool = False,
+        high_priority: bool = False,
+    ) -> None:
+        """:meth:`add_entry` without a future (the server's hot path): ``done(error)`` once durable."""
         if self.readonly and not (high_priority and not self._disk_readonly):
             raise WriteOnReadOnlyBookieError(ledger_id=ledger_id)
         info = self.storage.ledger(scope_id, ledger_id)
@@ -253,12 +306,16 @@ class Bookie:
             raise LedgerFencedError(ledger_id=ledger_id)
         prefix = self._bind_key(scope_id, ledger_id, info, master_key)
         self.storage.put_entry(scope_id, ledger_id, entry_id, lac, entry)
-        fut = self._new_future()
         record = encode_add(scope_id, ledger_id, entry_id, lac, entry)
-        self._journal(prefix + record if prefix else record, fut, lambda: self._lac_changed(scope_id, ledger_id))
+
+        def durable(error: BaseException | None) -> None:
+            if error is None and (scope_id, ledger_id) in self._lac_waiters:
+                self._lac_changed(scope_id, ledger_id)
+            done(error)
+
+        self._journal_cb(prefix + record if prefix else record, durable)
         if self.storage.needs_flush and not self._checkpointing and self._loop is not None:
             self._loop.create_task(self.checkpoint())
-        return fut
 
     def fence(self, scope_id: int, ledger_id: int, master_key: bytes) -> asyncio.Future[None]:
         """Fence a ledger (creating it if unknown); resolves once the fence is durable.

@@ -104,9 +104,16 @@ class BookieMetrics:
         )
         self.ledgers = Gauge("bookie_ledgers_count", "Ledgers stored on this bookie", registry=self.registry)
 
+        # Labelled children resolved once: ``labels()`` is too slow for the request path.
+        self._observers = {
+            (op, ok): hist.labels(success="true" if ok else "false").observe
+            for op, hist in self.requests.items()
+            for ok in (True, False)
+        }
+
     def observe_request(self, op: str, millis: float, success: bool) -> None:
         """Record one request's latency."""
-        self.requests[op].labels(success="true" if success else "false").observe(millis)
+        self._observers[(op, success)](millis)
 
     def journal_batch(self, records: int, size: int, seconds: float) -> None:
         """Called by the journal thread after each group commit."""

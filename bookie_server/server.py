@@ -109,6 +109,8 @@ class _Connection(asyncio.Protocol):
         self.peer = "?"
         self.closed = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._out: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -172,8 +174,17 @@ class _Connection(asyncio.Protocol):
         self.close()
 
     def _send(self, data: bytes) -> None:
-        if not self.closed and self.transport is not None:
-            self.transport.write(data)
+        # Responses produced in one loop iteration leave in one write (one syscall, not one each).
+        if self.closed:
+            return
+        if not self._out:
+            self._loop.call_soon(self._flush)
+        self._out.append(data)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if not self.closed and self.transport is not None and out:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _send_v3(self, response: pb.Response) -> None:
         self._send(v3.encode_response(response))
@@ -242,15 +253,16 @@ class _Connection(asyncio.Protocol):
         if scope_id != 0:
             reply(v2.EBADREQ)  # scope ids need v3 (BP-35 extension)
             return
+        data = bytes(entry)
         try:
-            data = bytes(entry)
-            fut = self.bookie.add_entry(
+            self.bookie.add_entry_cb(
                 0,
                 ledger_id,
                 entry_id,
                 lac,
                 data,
                 req.master_key,
+                lambda error: reply(v2.EOK if error is None else v2.EIO),
                 recovery=bool(req.flags & v2.FLAG_RECOVERY_ADD),
                 high_priority=bool(req.flags & v2.FLAG_HIGH_PRIORITY),
             )
@@ -258,7 +270,6 @@ class _Connection(asyncio.Protocol):
             reply(rc_for_error(exc))
             return
         self.metrics.add_bytes.inc(len(data))
-        self._on_durable(fut, lambda: reply(v2.EOK), lambda e: reply(v2.EIO))
 
     def _fence_first(self, ledger_id: int, flags: int, master_key: bytes | None) -> asyncio.Future[None] | None:
         """Start fencing for a fencing read; raises EUA (no key / wrong key)."""
@@ -373,13 +384,14 @@ class _Connection(asyncio.Protocol):
             reply(pb.EBADREQ)
             return
         try:
-            fut = self.bookie.add_entry(
+            self.bookie.add_entry_cb(
                 scope_id,
                 ledger_id,
                 entry_id,
                 lac,
                 add.body,
                 add.masterKey,
+                lambda error: reply(pb.EOK if error is None else pb.EIO),
                 recovery=add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD,
                 high_priority=request.header.priority > 0,
             )
@@ -387,7 +399,6 @@ class _Connection(asyncio.Protocol):
             reply(status_for_error(exc))
             return
         self.metrics.add_bytes.inc(len(add.body))
-        self._on_durable(fut, lambda: reply(pb.EOK), lambda e: reply(pb.EIO))
 
     def _v3_read(self, request: pb.Request) -> None:
         read = request.readRequest

@@ -138,7 +138,11 @@ class BookiePool:
             return frozenset()
 
     def drop(self, bookie_id: str) -> None:
-        """Close both connections to a bookie (its registration changed)."""
+        """Close both connections to a bookie (its registration changed: it restarted or moved).
+
+        A restarted bookie may have been upgraded, so its "no batch reads" mark goes too.
+        """
+        self.batch_unsupported.discard(bookie_id)
         for version in (V2, V3):
             conn = self._conns.pop((bookie_id, version), None)
             if conn is not None:

@@ -4,25 +4,114 @@ Spark reuses Python workers across tasks and queries, so a module-level cache
 keyed by the connection settings saves a ZooKeeper session and bookie
 connections per task.  A client that failed is evicted so the next task starts
 clean (as Kafka invalidates cached consumers after a task failure).
+
+Before a client is created, ZooKeeper is probed with a plain TCP connect, so
+an unreachable ZooKeeper fails the query in seconds with a message naming the
+option, instead of waiting for a session that never comes.
 """
 
 from __future__ import annotations
 
 import atexit
+import socket
 import threading
 from typing import Any
 
-__all__ = ["get_client", "evict_client", "client_conf"]
+__all__ = [
+    "get_client",
+    "evict_client",
+    "client_conf",
+    "client_zk",
+    "client_root",
+    "check_zookeeper_reachable",
+    "ZK_PROBE_TIMEOUT",
+]
+
+#: Seconds a TCP connect to one ZooKeeper server may take before it counts as unreachable.
+ZK_PROBE_TIMEOUT = 5.0
 
 _CLIENTS: dict[tuple, Any] = {}
 _LOCK = threading.Lock()
 
 
+def _client_key_names() -> dict[str, str]:
+    """Lower-cased client configuration names (and aliases) -> the name the client knows."""
+    from dataclasses import fields
+
+    from bkspark.client.conf import ClientConf
+
+    names = {f.name.lower(): f.name for f in fields(ClientConf) if f.name != "extra"}
+    for alias in ClientConf._ALIASES:
+        names.setdefault(alias.lower(), alias)
+    return names
+
+
 def client_conf(client_options: tuple[tuple[str, str], ...], **overrides: Any) -> dict[str, Any]:
-    """The client configuration: ``bookkeeper.*`` options, then the connector's own settings."""
-    conf: dict[str, Any] = dict(client_options)
+    """The client configuration: ``bookkeeper.*`` options, then the connector's own settings.
+
+    Spark lower-cases option keys (``bookkeeper.readEntryTimeoutSec`` arrives as
+    ``readentrytimeoutsec``); they are mapped back to the client's camelCase
+    names here.  Keys the client does not know keep their spelling and reach
+    the placement policy through the client's ``extra`` settings.
+    """
+    names = _client_key_names()
+    conf: dict[str, Any] = {}
+    for key, value in client_options:
+        conf[names.get(key.lower(), key)] = value
     conf.update({k: v for k, v in overrides.items() if v is not None})
     return conf
+
+
+def client_zk(bk: Any) -> Any:
+    """The client's started kazoo client (``bk.zk`` per docs/contracts.md, else its metadata store's)."""
+    zk = getattr(bk, "zk", None)
+    return zk if zk is not None else bk.store.zk
+
+
+def client_root(bk: Any) -> str:
+    """The ledgers root path of the client's metadata service URI."""
+    root = getattr(bk, "ledgers_root", None)
+    return root if root is not None else bk.store.root
+
+
+def _zk_hosts(uri: str) -> list[tuple[str, int]]:
+    from bkspark.protocol.layout import parse_metadata_service_uri
+
+    connect = parse_metadata_service_uri(uri).connect_string
+    hosts = []
+    for part in connect.replace(";", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part.startswith("["):  # [ipv6]:port
+            host, _, port = part[1:].partition("]:")
+        else:
+            host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
+        hosts.append((host, int(port) if port.isdigit() else 2181))
+    return hosts
+
+
+def check_zookeeper_reachable(uri: str, timeout: float = ZK_PROBE_TIMEOUT) -> None:
+    """Raise a clear :class:`MetadataError` unless at least one ZooKeeper server of ``uri`` accepts TCP."""
+    from bkspark.errors import InvalidOptionError, MetadataError
+
+    try:
+        hosts = _zk_hosts(uri)
+    except (ValueError, InvalidOptionError) as exc:
+        raise InvalidOptionError(
+            f"[BOOKKEEPER_INVALID_OPTION] option 'metadataServiceUri'={uri!r} is invalid: {exc}"
+        ) from None
+    failures = []
+    for host, port in hosts:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except OSError as exc:
+            failures.append(f"{host}:{port} ({exc.strerror or type(exc).__name__})")
+    raise MetadataError(
+        f"[BOOKKEEPER_ZOOKEEPER_UNREACHABLE] cannot reach ZooKeeper at {', '.join(failures) or 'no host'} "
+        f"from option 'metadataServiceUri'={uri!r}; check the host and port, and that ZooKeeper is running"
+    )
 
 
 def _key(uri: str, conf: dict[str, Any]) -> tuple:
@@ -36,8 +125,16 @@ def get_client(uri: str, conf: dict[str, Any]) -> Any:
         client = _CLIENTS.get(key)
         if client is None:
             from bkspark.client import BookKeeper
+            from bkspark.errors import MetadataError
 
-            client = BookKeeper(metadata_service_uri=uri, **conf)
+            check_zookeeper_reachable(uri)
+            try:
+                client = BookKeeper(metadata_service_uri=uri, conf=conf)
+            except MetadataError as exc:
+                raise MetadataError(
+                    f"[BOOKKEEPER_ZOOKEEPER_UNREACHABLE] cannot open a ZooKeeper session for option "
+                    f"'metadataServiceUri'={uri!r}: {exc}"
+                ) from exc
             _CLIENTS[key] = client
         return client
 

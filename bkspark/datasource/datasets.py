@@ -136,4 +136,9 @@ class DatasetRegistry:
 
     def forget_job(self, job_id: str) -> None:
         """Drop the job's registrations once its ledgers are committed or deleted."""
-        self._zk.delete(f"{self._jobs}/{job_id}", recursive=True)
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            self._zk.delete(f"{self._jobs}/{job_id}", recursive=True)
+        except NoNodeError:  # no task of the job created a ledger
+            pass

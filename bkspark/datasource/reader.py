@@ -41,9 +41,10 @@ class BookKeeperReader(DataSourceReader):
 
         opts = self.options
         if opts.dataset is not None:
+            from bkspark.datasource.clients import client_root, client_zk
             from bkspark.datasource.datasets import DatasetRegistry
 
-            manifest = DatasetRegistry(bk.zk, bk.ledgers_root).manifest(opts.dataset)
+            manifest = DatasetRegistry(client_zk(bk), client_root(bk)).manifest(opts.dataset)
             if manifest is None:
                 raise InvalidOptionError(
                     f"[BOOKKEEPER_DATASET_NOT_FOUND] dataset {opts.dataset!r} has no committed ledgers under "

@@ -13,7 +13,27 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWrite
 
 __all__ = ["BookKeeperDataSource"]
 
-_PUSHDOWN_PLANNER = "pyspark.sql.worker.data_source_pushdown_filters"
+#: The PySpark planner module that calls ``reader()`` and then ``pushFilters()`` (only when pushdown is on).
+_PUSHDOWN_PLANNER = "data_source_pushdown_filters"
+
+
+def _pushdown_enabled_by_caller(depth: int = 2) -> bool:
+    """Whether the PySpark planner that called ``reader()`` has filter pushdown on.
+
+    Spark runs ``reader()`` from one of two planner modules: the pushdown one
+    (``pyspark/sql/worker/data_source_pushdown_filters.py``, only run when
+    ``spark.sql.python.filterPushdown.enabled`` is true) or the plain one
+    (``plan_data_source_read.py``, whose ``_main`` keeps the conf in its local
+    ``enable_pushdown``).  Planners run as ``python -m``, so the module is told
+    by its file name, not ``__name__``.
+    """
+    import os
+
+    frame = sys._getframe(depth)
+    filename = os.path.basename(frame.f_code.co_filename)
+    if filename.startswith(_PUSHDOWN_PLANNER):
+        return True
+    return frame.f_locals.get("enable_pushdown") is True
 
 
 class BookKeeperDataSource(DataSource):
@@ -54,9 +74,8 @@ class BookKeeperDataSource(DataSource):
         check_user_schema(schema)
         options = parse_read_options(self.options)
         # Spark fails a query whose reader defines pushFilters while its pushdown conf is
-        # off; which planner called us tells which one is on, so users never see that.
-        caller = sys._getframe(1).f_globals.get("__name__", "")
-        if caller == _PUSHDOWN_PLANNER:
+        # off; the planner that called us tells whether it is on, so users never see that.
+        if _pushdown_enabled_by_caller():
             return BookKeeperPushdownReader(options)
         return BookKeeperReader(options)
 

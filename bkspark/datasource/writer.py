@@ -1,20 +1,22 @@
 """Batch writes: one ledger per task, committed as a dataset by the driver.
 
-Each task creates a ledger tagged with the dataset, the job, the partition and
-the attempt, registers it under the job in ZooKeeper *before* writing (so a
-failed attempt's ledger can still be found), appends its rows in order with
-pipelined adds, closes the ledger and returns its id.  The driver's ``commit``
-publishes the committed ledgers in the dataset manifest (the commit point),
-deletes ledgers of failed or retried attempts, and, for ``overwrite``, the
-dataset's previous ledgers; ``abort`` deletes every ledger of the job.
-Delivery is exactly-once per committed job: rows of attempts that did not
-commit never become visible through the dataset.
+Each task that has rows creates a ledger tagged with the dataset, the job, the
+partition and the attempt (plus a BP-44 create context, :mod:`bkspark.context`),
+registers it under the job in ZooKeeper *before* writing (so a failed attempt's
+ledger can still be found), appends its rows in order with pipelined adds,
+closes the ledger (close context "no more data") and returns its id.  The
+driver's ``commit`` publishes the committed ledgers in the dataset manifest
+(the commit point), deletes ledgers of failed or retried attempts, and, for
+``overwrite``, the dataset's previous ledgers; ``abort`` deletes every ledger
+of the job.  Rows of attempts that did not commit never become visible
+through the dataset.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import statistics
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -23,7 +25,16 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from bkspark.datasource.options import WriteOptions
 
-__all__ = ["BookKeeperWriter", "LedgerCommitMessage", "TAG_DATASET", "TAG_JOB", "TAG_PARTITION", "TAG_ATTEMPT"]
+__all__ = [
+    "BookKeeperWriter",
+    "LedgerCommitMessage",
+    "TAG_DATASET",
+    "TAG_JOB",
+    "TAG_PARTITION",
+    "TAG_ATTEMPT",
+    "TAG_APPLICATION",
+    "NO_LEDGER",
+]
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +44,20 @@ TAG_PARTITION = "bkspark.partition"
 TAG_ATTEMPT = "bkspark.attempt"
 TAG_APPLICATION = "application"
 
-#: Adds in flight per task before it waits for acknowledgements.
+#: ``ledger_id`` of the commit message of a task that had no rows (it creates no ledger).
+NO_LEDGER = -1
+
+#: Adds in flight per task before it waits for their acknowledgements.
 MAX_PENDING_ADDS = 2000
+
+#: Who creates the connector's ledgers, in their BP-44 create context (``createdBy``).
+CREATOR_ENTERPRISE = "apache-spark"
+CREATOR_SYSTEM = "bkspark-connector"
 
 
 @dataclass
 class LedgerCommitMessage(WriterCommitMessage):
-    """What one successful task wrote."""
+    """What one successful task wrote (``ledger_id == NO_LEDGER`` when its partition was empty)."""
 
     scope_id: int
     ledger_id: int
@@ -47,6 +65,16 @@ class LedgerCommitMessage(WriterCommitMessage):
     byte_count: int
     partition_id: int
     attempt: int
+
+
+def _payloads(batch: Any, index: int, is_string: bool) -> list[bytes]:
+    """The payload column of an Arrow batch as bytes (strings as UTF-8, nulls as empty entries)."""
+    import pyarrow as pa
+
+    column = batch.column(index)
+    if is_string:
+        column = column.cast(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary())
+    return [b"" if value is None else value for value in column.to_pylist()]
 
 
 class BookKeeperWriter(DataSourceArrowWriter):
@@ -64,80 +92,131 @@ class BookKeeperWriter(DataSourceArrowWriter):
 
         return get_client(self.options.metadata_service_uri, client_conf(self.options.client_conf))
 
-    # -- executor -------------------------------------------------------------
-    def write(self, iterator: Iterator[Any]) -> LedgerCommitMessage:
-        from pyspark import TaskContext
-
+    def _registry(self, bk: Any) -> Any:
+        from bkspark.datasource.clients import client_root, client_zk
         from bkspark.datasource.datasets import DatasetRegistry
 
-        context = TaskContext.get()
-        partition_id = context.partitionId() if context else 0
-        attempt = context.attemptNumber() if context else 0
+        return DatasetRegistry(client_zk(bk), client_root(bk))
+
+    # -- executor -------------------------------------------------------------
+    def _create_ledger(self, bk: Any, partition_id: int, attempt: int, first: list[bytes]) -> Any:
+        from bkspark.context import LedgerCreateContext, create_ledger_with_context
+
         opts = self.options
-        bk = self._client()
+        host = socket.gethostname()
+        sizes = [len(p) for p in first]
+        context = (
+            LedgerCreateContext.builder()
+            .created_by(CREATOR_ENTERPRISE, CREATOR_SYSTEM, f"job-{self.job_id}", host[:256])
+            .part_of_data_set(opts.dataset)
+            .expected_average_entry_size(int(statistics.fmean(sizes)), statistics.pstdev(sizes))
+            .build()
+        )
         tags = {
             TAG_DATASET: opts.dataset.encode(),
             TAG_JOB: self.job_id.encode(),
             TAG_PARTITION: str(partition_id).encode(),
             TAG_ATTEMPT: str(attempt).encode(),
-            TAG_APPLICATION: f"bkspark-spark-writer@{socket.gethostname()}".encode(),
+            TAG_APPLICATION: f"bkspark-spark-writer@{host}".encode(),
         }
-        handle = bk.create_ledger(
+        handle = create_ledger_with_context(
+            bk,
+            context,
+            custom_metadata=tags,
             ensemble_size=opts.ensemble_size,
             write_quorum_size=opts.write_quorum_size,
             ack_quorum_size=opts.ack_quorum_size,
             digest_type=opts.digest_type,
             password=opts.password,
-            custom_metadata=tags,
             scope_id=opts.scope_id,
         )
-        DatasetRegistry(bk.zk, bk.ledgers_root).register(self.job_id, opts.scope_id, handle.ledger_id)
+        try:
+            self._registry(bk).register(self.job_id, opts.scope_id, handle.ledger_id)
+        except BaseException:
+            # Not registered: nobody could find it later, so it goes now.
+            self._delete(bk, [(opts.scope_id, handle.ledger_id)])
+            raise
+        return handle
+
+    def write(self, iterator: Iterator[Any]) -> LedgerCommitMessage:
+        from pyspark import TaskContext
+
+        from bkspark.context import LedgerCloseContext, close_with_context
+
+        context = TaskContext.get()
+        partition_id = context.partitionId() if context else 0
+        attempt = context.attemptNumber() if context else 0
+        opts = self.options
+        batches = (b for b in iterator if b.num_rows)
+        first_batch = next(batches, None)
+        if first_batch is None:
+            return LedgerCommitMessage(opts.scope_id, NO_LEDGER, 0, 0, partition_id, attempt)
+        first = _payloads(first_batch, self.payload_index, self.payload_is_string)
+        bk = self._client()
+        handle = self._create_ledger(bk, partition_id, attempt, first)
         entries = 0
         size = 0
         pending: list[Any] = []
         try:
-            for batch in iterator:
-                column = batch.column(self.payload_index)
-                for value in column.to_pylist():
-                    if value is None:
-                        value = b""
-                    elif self.payload_is_string:
-                        value = value.encode("utf-8")
+            payloads: list[bytes] | None = first
+            while payloads is not None:
+                for value in payloads:
                     pending.append(handle.append_async(value))
-                    entries += 1
                     size += len(value)
                     if len(pending) >= MAX_PENDING_ADDS:
                         for future in pending:
                             future.result()
                         pending.clear()
+                entries += len(payloads)
+                batch = next(batches, None)
+                payloads = None if batch is None else _payloads(batch, self.payload_index, self.payload_is_string)
             for future in pending:
                 future.result()
-            handle.close()
-        except BaseException:
-            log.warning("task %s attempt %s failed writing ledger %s; the job's commit or abort deletes it",
-                        partition_id, attempt, handle.ledger_id)
+            close_with_context(bk, handle, LedgerCloseContext.builder().because_no_more_data().build())
+        except BaseException as exc:
+            log.warning(
+                "task %s attempt %s failed writing ledger %s; the job's commit or abort deletes it",
+                partition_id, attempt, handle.ledger_id,
+            )
+            self._close_abnormally(bk, handle, exc)
             raise
         return LedgerCommitMessage(opts.scope_id, handle.ledger_id, entries, size, partition_id, attempt)
 
+    @staticmethod
+    def _close_abnormally(bk: Any, handle: Any, error: BaseException) -> None:
+        """Best effort: close the failed attempt's ledger with a close context that says why."""
+        from bkspark.context import MAX_ERROR_MESSAGE_CHARS, LedgerCloseContext, close_with_context
+
+        message = f"{type(error).__name__}: {error}"[:MAX_ERROR_MESSAGE_CHARS]
+        try:
+            close_with_context(bk, handle, LedgerCloseContext.builder().closing_abnormally(message).build())
+        except Exception:  # noqa: BLE001 - the task's own error is the one to report
+            log.debug("could not close ledger %s after a failed write", handle.ledger_id, exc_info=True)
+
     # -- driver ------------------------------------------------------------
     def commit(self, messages: list[Any]) -> None:
-        from bkspark.datasource.datasets import DatasetRegistry
-
         bk = self._client()
-        registry = DatasetRegistry(bk.zk, bk.ledgers_root)
-        committed = [(m.scope_id, m.ledger_id) for m in messages if isinstance(m, LedgerCommitMessage)]
+        registry = self._registry(bk)
+        committed = [
+            (m.scope_id, m.ledger_id)
+            for m in messages
+            if isinstance(m, LedgerCommitMessage) and m.ledger_id != NO_LEDGER
+        ]
         _, dropped = registry.commit(self.options.dataset, committed, replace=self.overwrite)
-        leftovers = [pair for pair in registry.job_ledgers(self.job_id) if pair not in set(committed)]
-        self._delete(bk, leftovers + dropped)
+        keep = set(committed)
+        leftovers = [pair for pair in registry.job_ledgers(self.job_id) if pair not in keep]
+        self._delete(bk, leftovers + [pair for pair in dropped if pair not in keep])
         registry.forget_job(self.job_id)
 
     def abort(self, messages: list[Any]) -> None:
-        from bkspark.datasource.datasets import DatasetRegistry
-
         bk = self._client()
-        registry = DatasetRegistry(bk.zk, bk.ledgers_root)
+        registry = self._registry(bk)
         created = set(registry.job_ledgers(self.job_id))
-        created.update((m.scope_id, m.ledger_id) for m in messages if isinstance(m, LedgerCommitMessage))
+        created.update(
+            (m.scope_id, m.ledger_id)
+            for m in messages
+            if isinstance(m, LedgerCommitMessage) and m.ledger_id != NO_LEDGER
+        )
         self._delete(bk, sorted(created))
         registry.forget_job(self.job_id)
 

@@ -119,7 +119,7 @@ public final class BenchClient {
         return uri;
     }
 
-    static BookKeeper connect(Args a, int throttle) throws Exception {
+    static BookKeeper connect(Args a) throws Exception {
         ClientConfiguration conf = new ClientConfiguration();
         String confFile = System.getProperty("bkspark.clientConf");
         if (confFile != null && new File(confFile).isFile()) {
@@ -129,8 +129,8 @@ public final class BenchClient {
         conf.setUseV2WireProtocol(a.getBool("v2", true));
         conf.setAddEntryTimeout(60);
         conf.setReadEntryTimeout(60);
-        // The client-wide add throttle (default 5000) must not be lower than our own window.
-        conf.setThrottleValue(Math.max(throttle, 1));
+        // "throttle" is a client-side rate limit in adds per second (default 5000): off, our window bounds adds.
+        conf.setThrottleValue(0);
         if (Refl.hasMethod(ClientConfiguration.class, "setBatchReadEnabled")) {
             Refl.call(conf, "setBatchReadEnabled", Boolean.TRUE);
         }
@@ -275,7 +275,7 @@ public final class BenchClient {
         for (int i = 0; i < size; i++) {
             data[i] = (byte) ('a' + i % 26);
         }
-        try (BookKeeper bk = connect(a, outstanding)) {
+        try (BookKeeper bk = connect(a)) {
             if (warmup > 0) {
                 LedgerHandle w = bk.createLedger(ensemble, writeQ, ackQ, dt, password);
                 addAll(w, data, warmup, outstanding, null);
@@ -381,7 +381,7 @@ public final class BenchClient {
                     try (LedgerEntries es = entries) {
                         for (LedgerEntry e : es) {
                             got++;
-                            bytes += e.getLength();
+                            bytes += e.getEntryBuffer().readableBytes();
                             lastId = e.getEntryId();
                         }
                     } catch (Exception e) {
@@ -442,7 +442,7 @@ public final class BenchClient {
                 System.exit(3);
             }
         }
-        try (BookKeeper bk = connect(a, 1)) {
+        try (BookKeeper bk = connect(a)) {
             LedgerHandle lh = bk.openLedgerNoRecovery(ledgerId, dt, password);
             long last = lh.getLastAddConfirmed();
             if (last < 0) {

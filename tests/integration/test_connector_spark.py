@@ -1,0 +1,428 @@
+"""The ``bookkeeper`` Spark data source against real servers, through PySpark 4.3 at ``local[2,2]``.
+
+One Spark session for the module (``local[2,2]``: two cores, every task tried at most twice), three Python
+bookies on a cluster root of their own for the reads and writes that do not need Java, and Java bookie
+clusters (4.17.3, 4.16.6) for the compatibility reads. The session never calls ``spark.dataSource.register``:
+every ``format("bookkeeper")`` here goes through PySpark's lookup of ``pyspark_*`` modules
+(test_connector_autoregister.py proves that lookup on a real, non-editable install).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bkspark.client import BookKeeper
+from bkspark.datasource.datasets import DatasetRegistry
+from bkspark.datasource.writer import TAG_ATTEMPT, TAG_DATASET, TAG_JOB, TAG_PARTITION
+from tests.harness.java_bookkeeper import JavaTools
+from tests.harness.python_bookie import PythonBookieCluster
+from tests.harness.zookeeper import ZkRoot, ZooKeeperServer, init_new_cluster
+
+pytestmark = [pytest.mark.integration]
+
+JAVA_CLIENT = "bkspark.tools.JavaClient"
+
+
+def java_payload(i: int, size: int = -1) -> bytes:
+    """JavaClient's entry i: "entry-i" repeated and cut to ``size`` bytes (-1: exactly "entry-i")."""
+    unit = f"entry-{i}".encode()
+    if size < 0:
+        return unit
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def java_create_and_write(java_tools: JavaTools, version: str, uri: str, *, ensemble: int, write: int, ack: int,
+                          entries: int, size: int = -1, digest: str = "CRC32C", password: str = "") -> int:
+    """Write a ledger with Apache BookKeeper's own Java client (tools/java JavaClient); its ledger id."""
+    import json
+
+    proc = java_tools.run(
+        version, JAVA_CLIENT, "create-and-write", "--zk", uri, "--ensemble", str(ensemble), "--write", str(write),
+        "--ack", str(ack), "--digest", digest, "--password", password, "--entries", str(entries),
+        "--size", str(size), metadata_service_uri=uri, timeout=240,
+    )
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"event"')]
+    closed = [e for e in events if e["event"] == "closed"]
+    assert len(closed) == 1 and closed[0]["last_entry_id"] == entries - 1, events[-3:]
+    return int(closed[0]["ledger_id"])
+
+
+# -- fixtures ------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator["object"]:
+    """A local[2,2] SparkSession whose Python workers run this venv's interpreter."""
+    from pyspark.sql import SparkSession
+
+    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2,2]")
+        .appName("bkspark-connector-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def py_cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonBookieCluster]:
+    """Three Python bookies on a cluster root of their own, for the whole module."""
+    zk = zookeeper.client()
+    try:
+        init_new_cluster(zk, "/bk-connector-spark")
+    finally:
+        zk.stop()
+        zk.close()
+    uri = f"zk+hierarchical://{zookeeper.connect_string}/bk-connector-spark"
+    with PythonBookieCluster(uri, tmp_path_factory.mktemp("connector-bookies"), bookies=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def bk(py_cluster: PythonBookieCluster) -> Iterator[BookKeeper]:
+    """A bkspark client on the Python bookies (the test's own view of the cluster)."""
+    with BookKeeper(py_cluster.metadata_service_uri) as client:
+        yield client
+
+
+def read_ledgers(spark, uri: str, ledgers: str, **options: str):
+    reader = spark.read.format("bookkeeper").option("metadataServiceUri", uri).option("ledgers", ledgers)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def read_dataset(spark, uri: str, dataset: str):
+    return spark.read.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", dataset).load()
+
+
+def entries_of(df) -> dict[int, list[tuple[int, bytes]]]:
+    """ledger id -> [(entry id, payload)] in entry order, from a DataFrame of this source."""
+    out: dict[int, list[tuple[int, bytes]]] = {}
+    for row in df.select("ledger_id", "entry_id", "payload").collect():
+        out.setdefault(row.ledger_id, []).append((row.entry_id, bytes(row.payload)))
+    for rows in out.values():
+        rows.sort()
+    return out
+
+
+def write_bkspark_ledger(bk: BookKeeper, payloads: list[bytes], *, close: bool = True, **kwargs) -> int:
+    lh = bk.create_ledger(**kwargs)
+    for future in [lh.append_async(p) for p in payloads]:
+        future.result()
+    if close:
+        lh.close()
+    return lh.ledger_id
+
+
+def marker_ledger(bk: BookKeeper) -> int:
+    """Create and delete an empty ledger: its id brackets the ledgers other writers create around it."""
+    lh = bk.create_ledger(ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
+    lh.close()
+    bk.delete_ledger(lh.ledger_id)
+    return lh.ledger_id
+
+
+def ledgers_between(bk: BookKeeper, low: int, high: int) -> list[int]:
+    return [lid for lid in bk.list_ledgers() if low < lid < high]
+
+
+# -- reads -----------------------------------------------------------------------------------------------------------
+
+
+def test_reads_ledgers_the_bkspark_client_wrote(spark, bk, py_cluster) -> None:
+    uri = py_cluster.metadata_service_uri
+    first = [f"a-{i}".encode() * (i % 7) for i in range(250)]
+    second = [os.urandom(64) for _ in range(40)]
+    lid_a = write_bkspark_ledger(bk, first, custom_metadata={"owner": b"tests"})
+    lid_b = write_bkspark_ledger(bk, second, digest_type="CRC32", password=b"pw")
+    df = read_ledgers(spark, uri, f"{lid_a}", maxEntriesPerPartition="100")
+    assert df.rdd.getNumPartitions() == 3  # 250 entries in slices of 100
+    assert entries_of(df) == {lid_a: list(enumerate(first))}
+    row = df.where("entry_id = 0").collect()[0]
+    assert (row.scope_id, row.custom_metadata["owner"]) == (0, b"tests")
+    assert row.ledger_ctime is not None
+    df = read_ledgers(spark, uri, f"{lid_a},{lid_b}", password="pw", batchReadEnabled="false")
+    # A ledger with another password fails its reads; read them separately, each with its own password.
+    with pytest.raises(Exception, match="UnauthorizedAccess|password"):
+        df.count()
+    assert entries_of(read_ledgers(spark, uri, str(lid_b), password="pw", digestType="CRC32")) == {
+        lid_b: list(enumerate(second))
+    }
+
+
+def test_open_ledgers_are_read_up_to_their_lac_without_fencing(spark, bk, py_cluster) -> None:
+    uri = py_cluster.metadata_service_uri
+    lh = bk.create_ledger()
+    for i in range(30):
+        lh.append(f"open-{i}".encode())
+    assert entries_of(read_ledgers(spark, uri, str(lh.ledger_id))) == {}
+    got = entries_of(read_ledgers(spark, uri, str(lh.ledger_id), includeOpenLedgers="true"))
+    lac = lh.last_add_confirmed
+    assert got[lh.ledger_id] == [(i, f"open-{i}".encode()) for i in range(len(got[lh.ledger_id]))]
+    assert len(got[lh.ledger_id]) >= lac  # every entry up to the LAC the bookies knew at planning
+    lh.append(b"still writable")  # not fenced by the read
+    lh.close()
+
+
+def test_entry_ranges_and_ledger_ranges(spark, bk, py_cluster) -> None:
+    uri = py_cluster.metadata_service_uri
+    payloads = [f"r-{i}".encode() for i in range(50)]
+    ids = [write_bkspark_ledger(bk, payloads) for _ in range(3)]
+    got = entries_of(read_ledgers(spark, uri, f"{ids[0]}-{ids[2]}", startEntry="10", endEntry="19"))
+    assert set(got) >= set(ids)
+    for lid in ids:
+        assert got[lid] == [(i, payloads[i]) for i in range(10, 20)]
+
+
+@pytest.mark.parametrize("pushdown", ["false", "true"])
+def test_filter_pushdown_on_and_off_give_the_same_rows(spark, bk, py_cluster, pushdown: str) -> None:
+    uri = py_cluster.metadata_service_uri
+    payloads = [f"f-{i}".encode() for i in range(100)]
+    lid_a = write_bkspark_ledger(bk, payloads)
+    lid_b = write_bkspark_ledger(bk, payloads)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", pushdown)
+    try:
+        df = read_ledgers(spark, uri, f"{lid_a},{lid_b}", maxEntriesPerPartition="10")
+        query = df.where(f"ledger_id = {lid_b} AND entry_id >= 20 AND entry_id < 35 AND payload IS NOT NULL")
+        rows = sorted((r.ledger_id, r.entry_id, bytes(r.payload)) for r in query.collect())
+        assert rows == [(lid_b, i, payloads[i]) for i in range(20, 35)]
+        in_list = sorted(r.entry_id for r in df.where(f"ledger_id = {lid_a} AND entry_id IN (3, 4, 97)").collect())
+        assert in_list == [3, 4, 97]
+        scanned = query.rdd.getNumPartitions()
+        if pushdown == "true":
+            # Only ledger b's entries 20..34 are planned: two slices (20-29, 30-34) instead of 20.
+            assert scanned == 2
+            plan = query._jdf.queryExecution().executedPlan().toString()
+            assert "PushedFilters" in plan or scanned == 2
+        else:
+            assert scanned == 20
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+
+# -- writes --------------------------------------------------------------------------------------------------------
+
+
+def payload_frame(spark, rows: int, partitions: int, prefix: str):
+    from pyspark.sql import functions as F
+
+    return spark.range(0, rows, 1, partitions).select(
+        F.col("id"), F.concat(F.lit(prefix), F.col("id").cast("string")).cast("binary").alias("payload")
+    )
+
+
+def write_dataset(df, uri: str, dataset: str, mode: str = "append", **options: str) -> None:
+    writer = df.write.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", dataset)
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.mode(mode).save()
+
+
+def test_write_then_read_back_exactly(spark, bk, py_cluster) -> None:
+    from pyspark.sql import functions as F
+
+    uri = py_cluster.metadata_service_uri
+    df = payload_frame(spark, 3000, 3, "w-")
+    write_dataset(df, uri, "exact", ensembleSize="3", writeQuorumSize="2", ackQuorumSize="2")
+    manifest = DatasetRegistry(bk.store.zk, bk.store.root).manifest("exact")
+    assert manifest is not None and len(manifest.ledgers) == 3
+    got = entries_of(read_dataset(spark, uri, "exact"))
+    assert sorted(got) == sorted(lid for _, lid in manifest.ledgers)
+    # Every task wrote its partition's rows in order: each ledger is one contiguous run of ids.
+    all_payloads = []
+    for lid, rows in got.items():
+        assert [eid for eid, _ in rows] == list(range(len(rows)))
+        ids = [int(p.decode()[2:]) for _, p in rows]
+        assert ids == list(range(ids[0], ids[0] + len(ids)))
+        all_payloads.extend(p for _, p in rows)
+        md = bk.get_ledger_metadata(lid)
+        assert md.custom_metadata[TAG_DATASET] == b"exact"
+        assert (md.ensemble_size, md.write_quorum_size, md.ack_quorum_size) == (3, 2, 2)
+    assert sorted(all_payloads) == sorted(f"w-{i}".encode() for i in range(3000))
+    # The same through Spark: counts and a checksum of the payloads.
+    back = read_dataset(spark, uri, "exact").agg(F.count("*").alias("n"), F.sum(F.crc32("payload")).alias("c"))
+    row = back.collect()[0]
+    assert row.n == 3000 and row.c == sum(zlib.crc32(f"w-{i}".encode()) for i in range(3000))
+    # Strings are written as UTF-8; the BP-44 context records the dataset and the close reason.
+    from bkspark.context import read_context
+
+    write_dataset(spark.createDataFrame([("héllo",), ("wörld",)], "payload string").coalesce(1), uri, "strings")
+    got = entries_of(read_dataset(spark, uri, "strings"))
+    (lid, rows), = got.items()
+    assert [p for _, p in rows] == ["héllo".encode(), "wörld".encode()]
+    context = read_context(bk.get_ledger_metadata(lid))
+    assert context.create is not None and context.create.data_set == "strings"
+    assert context.close is not None and context.close.reason is not None and context.close.reason.name == "NO_MORE_DATA"
+
+
+def test_append_adds_and_overwrite_replaces_the_previous_ledgers(spark, bk, py_cluster) -> None:
+    uri = py_cluster.metadata_service_uri
+    registry = DatasetRegistry(bk.store.zk, bk.store.root)
+    write_dataset(payload_frame(spark, 100, 2, "one-"), uri, "ow")
+    write_dataset(payload_frame(spark, 100, 2, "two-"), uri, "ow")
+    before = registry.manifest("ow")
+    assert before is not None and len(before.ledgers) == 4
+    assert read_dataset(spark, uri, "ow").count() == 200
+    write_dataset(payload_frame(spark, 60, 3, "three-"), uri, "ow", mode="overwrite")
+    after = registry.manifest("ow")
+    assert after is not None and len(after.ledgers) == 3 and not set(after.ledgers) & set(before.ledgers)
+    payloads = sorted(bytes(r.payload) for r in read_dataset(spark, uri, "ow").collect())
+    assert payloads == sorted(f"three-{i}".encode() for i in range(60))
+    listed = set(bk.list_ledgers())
+    assert not {lid for _, lid in before.ledgers} & listed, "overwrite must delete the previous ledgers"
+
+
+def failing_payload(fail_partition: int, fail_from_row: int, attempts: tuple[int, ...]):
+    """A payload UDF that raises in ``fail_partition`` from row ``fail_from_row`` on the given attempts."""
+    from pyspark.sql import functions as F
+
+    @F.udf("binary")
+    def payload(value: int) -> bytes:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if (context.partitionId() == fail_partition and context.attemptNumber() in attempts
+                and value % 1000 >= fail_from_row):
+            raise RuntimeError(f"injected failure in partition {fail_partition}, attempt {context.attemptNumber()}")
+        return f"retry-{value}".encode()
+
+    return payload
+
+
+def test_a_retried_task_leaves_only_the_committed_ledgers(spark, bk, py_cluster) -> None:
+    from pyspark.sql import functions as F
+
+    uri = py_cluster.metadata_service_uri
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
+    try:
+        low = marker_ledger(bk)
+        # Two partitions of 1000 rows; partition 1 fails at its 600th row on its first attempt only.
+        df = spark.range(0, 2000, 1, 2).select(failing_payload(1, 600, (0,))(F.col("id")).alias("payload"))
+        write_dataset(df, uri, "retried")
+        high = marker_ledger(bk)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    manifest = DatasetRegistry(bk.store.zk, bk.store.root).manifest("retried")
+    assert manifest is not None
+    committed = sorted(lid for _, lid in manifest.ledgers)
+    # Three ledgers were created (partition 0, partition 1's failed and retried attempts): the ids between the
+    # two markers say so, and only the two committed ones are left.
+    assert high - low - 1 == 3
+    assert ledgers_between(bk, low, high) == committed and len(committed) == 2
+    attempts = {bk.get_ledger_metadata(lid).custom_metadata[TAG_PARTITION]: bk.get_ledger_metadata(lid).custom_metadata[TAG_ATTEMPT]
+                for lid in committed}
+    assert attempts == {b"0": b"0", b"1": b"1"}
+    payloads = sorted(bytes(r.payload) for r in read_dataset(spark, uri, "retried").collect())
+    assert payloads == sorted(f"retry-{i}".encode() for i in range(2000))
+    assert bk.store.zk.get_children(f"{bk.store.root}/bkspark/jobs") == []
+
+
+def test_a_failed_job_leaves_no_ledger_and_keeps_the_dataset(spark, bk, py_cluster) -> None:
+    from pyspark.sql import functions as F
+
+    uri = py_cluster.metadata_service_uri
+    registry = DatasetRegistry(bk.store.zk, bk.store.root)
+    write_dataset(payload_frame(spark, 10, 1, "kept-"), uri, "failing")
+    before = registry.manifest("failing")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
+    try:
+        low = marker_ledger(bk)
+        df = spark.range(0, 2000, 1, 2).select(failing_payload(1, 600, (0, 1))(F.col("id")).alias("payload"))
+        with pytest.raises(Exception, match="injected failure in partition 1"):
+            write_dataset(df, uri, "failing", mode="overwrite")
+        high = marker_ledger(bk)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert high - low - 1 >= 2  # both attempts of partition 1 created a ledger before failing
+    assert ledgers_between(bk, low, high) == []
+    assert registry.manifest("failing") == before
+    assert sorted(bytes(r.payload) for r in read_dataset(spark, uri, "failing").collect()) == [
+        f"kept-{i}".encode() for i in range(10)
+    ]
+    for lid in bk.list_ledgers():
+        tags = bk.get_ledger_metadata(lid).custom_metadata
+        if tags.get(TAG_DATASET) == b"failing":
+            assert (0, lid) in before.ledgers, f"ledger {lid} of the failed job ({tags.get(TAG_JOB)!r}) survived"
+
+
+# -- errors ----------------------------------------------------------------------------------------------------------
+
+
+def test_bad_options_give_one_clear_error_each(spark, bk, py_cluster) -> None:
+    uri = py_cluster.metadata_service_uri
+    lid = write_bkspark_ledger(bk, [b"x"])
+    with pytest.raises(Exception, match=r"\[BOOKKEEPER_MISSING_OPTION\] option 'metadataServiceUri' is required"):
+        spark.read.format("bookkeeper").option("ledgers", str(lid)).load()
+    with pytest.raises(Exception, match=r"option 'digestType'='SHA1' is invalid: expected one of CRC32, CRC32C"):
+        read_ledgers(spark, uri, str(lid), digestType="SHA1")
+    with pytest.raises(Exception, match=r"\[BOOKKEEPER_LEDGER_NOT_FOUND\] ledger 987654321 \(scope 0\) does not exist"):
+        read_ledgers(spark, uri, "987654321").collect()
+    with pytest.raises(Exception, match=r"\[BOOKKEEPER_ZOOKEEPER_UNREACHABLE\] cannot reach ZooKeeper at 127\.0\.0\.1:1 "):
+        read_ledgers(spark, "zk+hierarchical://127.0.0.1:1/ledgers", str(lid)).collect()
+    with pytest.raises(Exception, match=r"\[BOOKKEEPER_DATASET_NOT_FOUND\] dataset 'never-written'"):
+        read_dataset(spark, uri, "never-written").collect()
+    with pytest.raises(Exception, match=r"\[BOOKKEEPER_MISSING_PAYLOAD\]"):
+        spark.range(3).write.format("bookkeeper").option("metadataServiceUri", uri).option(
+            "dataset", "x").mode("append").save()
+    with pytest.raises(Exception, match=r"\[BOOKKEEPER_FIXED_SCHEMA\]"):
+        spark.read.format("bookkeeper").schema("ledger_id bigint").option("metadataServiceUri", uri).option(
+            "ledgers", str(lid)).load().collect()
+    with pytest.raises(Exception, match=r"\[BOOKKEEPER_ZOOKEEPER_UNREACHABLE\]"):
+        write_dataset(payload_frame(spark, 3, 1, "z"), "zk+hierarchical://127.0.0.1:1/ledgers", "unreachable")
+
+
+# -- Java: Apache BookKeeper's client and bookies ---------------------------------------------------------------------
+
+
+@pytest.mark.compat
+def test_reads_java_written_ledgers_on_java_bookies_including_striped(spark, java_cluster_factory, java_tools) -> None:
+    cluster = java_cluster_factory("4.17.3", bookies=5)
+    uri = cluster.metadata_service_uri
+    plain = java_create_and_write(java_tools, "4.17.3", uri, ensemble=3, write=2, ack=2, entries=300, size=100)
+    striped = java_create_and_write(java_tools, "4.17.3", uri, ensemble=5, write=2, ack=2, entries=123, size=37,
+                                    digest="MAC", password="secret")
+    got = entries_of(read_ledgers(spark, uri, str(plain), maxEntriesPerPartition="128"))
+    assert got == {plain: [(i, java_payload(i, 100)) for i in range(300)]}
+    got = entries_of(read_ledgers(spark, uri, str(striped), password="secret"))
+    assert got == {striped: [(i, java_payload(i, 37)) for i in range(123)]}
+    # A ledger the bkspark client wrote on the same Java bookies, read in the same query as a Java one.
+    with BookKeeper(uri) as client:
+        ours = write_bkspark_ledger(client, [f"py-{i}".encode() for i in range(77)], ensemble_size=5,
+                                    write_quorum_size=3, ack_quorum_size=2)
+    got = entries_of(read_ledgers(spark, uri, f"{plain},{ours}", startEntry="70", endEntry="76"))
+    assert got == {plain: [(i, java_payload(i, 100)) for i in range(70, 77)],
+                   ours: [(i, f"py-{i}".encode()) for i in range(70, 77)]}
+
+
+@pytest.mark.compat
+def test_reads_from_4_16_bookies_without_batch_reads(spark, java_cluster_factory, java_tools) -> None:
+    cluster = java_cluster_factory("4.16.6", bookies=3)
+    uri = cluster.metadata_service_uri
+    lid = java_create_and_write(java_tools, "4.16.6", uri, ensemble=3, write=3, ack=2, entries=250, size=20,
+                                digest="CRC32")
+    # batchReadEnabled is on by default: the client finds that 4.16 bookies lack BATCH_READ_ENTRY and reads singly.
+    got = entries_of(read_ledgers(spark, uri, str(lid), batchMaxCount="64"))
+    assert got == {lid: [(i, java_payload(i, 20)) for i in range(250)]}
