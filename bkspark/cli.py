@@ -52,6 +52,10 @@ def _register_auditor(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
     )
     parser.add_argument("--audit-period", type=float, default=300.0, metavar="SECONDS", help="default 300")
     parser.add_argument("--grace-period", type=float, default=3600.0, metavar="SECONDS", help="default 3600")
+    parser.add_argument(
+        "--parent-grace-period", type=float, default=0.0, metavar="SECONDS",
+        help="age a child ledger must reach before a missing parent counts (default 0)",
+    )
     parser.add_argument("--id", dest="identifier", metavar="NAME", help="this auditor's name (default host:pid:random)")
     parser.add_argument(
         "--zk-timeout", type=float, default=10.0, metavar="SECONDS",
@@ -75,6 +79,7 @@ def _run_auditor(args: argparse.Namespace) -> int:
         identifier=args.identifier,
         audit_period=args.audit_period,
         grace_period=args.grace_period,
+        parent_grace_period=args.parent_grace_period,
         session_timeout=args.zk_timeout,
     )
 

@@ -68,10 +68,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = _parser().parse_args(argv)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
-    logging.basicConfig(level=args.log_level.upper(), handlers=[handler], force=True)
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
     overrides: dict[str, object] = {}
     for define in args.defines:
         key, sep, value = define.partition("=")
@@ -91,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BKError as exc:
         print(f"bookie-server: {exc}", file=sys.stderr)
         return 2
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler], force=True)
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
     return asyncio.run(run(conf))
 
 

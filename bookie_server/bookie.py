@@ -370,7 +370,7 @@ class Bookie:
         return fut
 
     def read_lac(self, scope_id: int, ledger_id: int) -> ReadLacResult:
-        """Explicit-LAC blob and last entry; raises ENOLEDGER, or ENOENTRY when neither exists."""
+        """Explicit-LAC blob and last entry (either may be None); raises ENOLEDGER for an unknown ledger."""
         info = self.storage.ledger(scope_id, ledger_id)
         if info is None:
             raise NoSuchLedgerError(ledger_id=ledger_id)
@@ -380,8 +380,6 @@ class Bookie:
                 last = self.storage.get_entry(scope_id, ledger_id, -1)
             except NoSuchEntryError:
                 last = None
-        if info.explicit_lac is None and last is None:
-            raise NoSuchEntryError(ledger_id=ledger_id, entry_id=-1)
         return ReadLacResult(info.explicit_lac, last)
 
     def force_ledger(self) -> asyncio.Future[None]:

@@ -518,13 +518,20 @@ class _Connection(asyncio.Protocol):
         sub = request.readLacRequest
         if not self._v3_version_ok(request, lambda s: v3.read_lac_response(request, s)):
             return
+        # ReadLacProcessorV3 (4.17): each missing half sets a status (no last entry is an
+        # IOException there, so EIO), and "neither found" overrides everything with ENOENTRY
+        # -- an unknown ledger included.
         try:
             result = self.bookie.read_lac(v3.scope_id_of(sub), sub.ledgerId)
+        except BookieError:
+            result = None
+        if result is None or (result.explicit_lac is None and result.last_entry is None):
+            resp = v3.read_lac_response(request, pb.ENOENTRY)
+        else:
+            status = pb.EOK if result.last_entry is not None else pb.EIO
             resp = v3.read_lac_response(
-                request, pb.EOK, lac_body=result.explicit_lac, last_entry_body=result.last_entry
+                request, status, lac_body=result.explicit_lac, last_entry_body=result.last_entry
             )
-        except BookieError as exc:
-            resp = v3.read_lac_response(request, status_for_error(exc))
         self._send_v3(resp)
         self.metrics.observe_request("READ_LAC", _now_ms() - start, resp.status == pb.EOK)
 

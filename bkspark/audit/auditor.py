@@ -65,9 +65,12 @@ class Auditor:
         identifier: str | None = None,
         audit_period: float = AuditConfig.audit_period,
         grace_period: float = AuditConfig.grace_period,
+        parent_grace_period: float = AuditConfig.parent_grace_period,
         session_timeout: float = 10.0,
     ) -> None:
-        self.defaults = AuditConfig(audit_period=audit_period, grace_period=grace_period)
+        self.defaults = AuditConfig(
+            audit_period=audit_period, grace_period=grace_period, parent_grace_period=parent_grace_period
+        )
         self.identifier = identifier or _default_identifier()
         if not isinstance(self.identifier, str) or not self.identifier or len(self.identifier) > 256:
             raise IllegalOpError("auditor identifier must be a non-empty string of at most 256 characters")
@@ -169,7 +172,10 @@ class Auditor:
                 log.error("ignoring audit config at %s: %s (keeping %s)", config_path(self.root), exc, self._config)
                 return None
         if new != self._config:
-            log.info("audit config now: period %.1fs, grace %.1fs", new.audit_period, new.grace_period)
+            log.info(
+                "audit config now: period %.1fs, grace %.1fs, parent grace %.1fs",
+                new.audit_period, new.grace_period, new.parent_grace_period,
+            )
             self._config = new
             self._wake.set()
         return None

@@ -52,6 +52,8 @@ __all__ = [
 ]
 
 MAX_RECORD_BYTES = 4096
+#: The keys of the config znode, each optional.
+CONFIG_KEYS = ("auditPeriodSeconds", "gracePeriodSeconds", "parentGracePeriodSeconds")
 _INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -213,14 +215,18 @@ class AuditConfig:
     """The orphan audit's tunables, read from the ``config`` znode while auditors run.
 
     ``audit_period`` seconds between the starts of two passes;
-    ``grace_period`` seconds a ledger may outlive its ``expectDeleteAfter``.
+    ``grace_period`` seconds a ledger may outlive its ``expectDeleteAfter``;
+    ``parent_grace_period`` seconds after its creation during which a child's
+    missing parent is not reported (0, the seed's rule: report at once; a writer
+    that creates the parent after its children sets it, see docs/context-and-audit.md).
     """
 
     audit_period: float = 300.0
     grace_period: float = 3600.0
+    parent_grace_period: float = 0.0
 
     def __post_init__(self) -> None:
-        for name, minimum in (("audit_period", 0.1), ("grace_period", 0.0)):
+        for name, minimum in (("audit_period", 0.1), ("grace_period", 0.0), ("parent_grace_period", 0.0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise InvalidOptionError(f"{name} must be a number of seconds, not {value!r}")
@@ -230,7 +236,12 @@ class AuditConfig:
 
     def to_bytes(self) -> bytes:
         return json.dumps(
-            {"v": 1, "auditPeriodSeconds": self.audit_period, "gracePeriodSeconds": self.grace_period},
+            {
+                "v": 1,
+                "auditPeriodSeconds": self.audit_period,
+                "gracePeriodSeconds": self.grace_period,
+                "parentGracePeriodSeconds": self.parent_grace_period,
+            },
             sort_keys=True,
             separators=(",", ":"),
         ).encode()
@@ -248,6 +259,7 @@ class AuditConfig:
             return cls(
                 audit_period=obj.get("auditPeriodSeconds", base.audit_period),
                 grace_period=obj.get("gracePeriodSeconds", base.grace_period),
+                parent_grace_period=obj.get("parentGracePeriodSeconds", base.parent_grace_period),
             )
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise BadMetadataError(f"malformed audit config: {exc}") from None
@@ -266,11 +278,19 @@ def read_config(zk: KazooClient, root: str, defaults: AuditConfig | None = None)
 
 def write_config(zk: KazooClient, root: str, config: AuditConfig) -> None:
     """Store ``config`` (both values); every running auditor picks it up through its watch."""
-    update_config(zk, root, audit_period=config.audit_period, grace_period=config.grace_period)
+    update_config(
+        zk, root, audit_period=config.audit_period, grace_period=config.grace_period,
+        parent_grace_period=config.parent_grace_period,
+    )
 
 
 def update_config(
-    zk: KazooClient, root: str, *, audit_period: float | None = None, grace_period: float | None = None
+    zk: KazooClient,
+    root: str,
+    *,
+    audit_period: float | None = None,
+    grace_period: float | None = None,
+    parent_grace_period: float | None = None,
 ) -> dict[str, float]:
     """Set only the given values in the config znode (compare-and-set); returns what is stored now.
 
@@ -280,6 +300,7 @@ def update_config(
     AuditConfig(  # validate before writing
         audit_period=1.0 if audit_period is None else audit_period,
         grace_period=0.0 if grace_period is None else grace_period,
+        parent_grace_period=0.0 if parent_grace_period is None else parent_grace_period,
     )
     path = config_path(root)
     try:
@@ -294,6 +315,8 @@ def update_config(
                 stored["auditPeriodSeconds"] = float(audit_period)
             if grace_period is not None:
                 stored["gracePeriodSeconds"] = float(grace_period)
+            if parent_grace_period is not None:
+                stored["parentGracePeriodSeconds"] = float(parent_grace_period)
             encoded = json.dumps({"v": 1, **stored}, sort_keys=True, separators=(",", ":")).encode()
             try:
                 if version is None:
@@ -316,7 +339,7 @@ def _stored_values(data: bytes) -> dict[str, float]:
     if not isinstance(obj, dict):
         return {}
     out: dict[str, float] = {}
-    for key in ("auditPeriodSeconds", "gracePeriodSeconds"):
+    for key in CONFIG_KEYS:
         value = obj.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             out[key] = float(value)

@@ -62,8 +62,12 @@ def orphan_reasons(
     now_ms: int,
     grace_ms: int,
     parent_exists: Callable[[LedgerLink], bool],
+    parent_grace_ms: int = 0,
 ) -> list[OrphanRecord]:
     """Why this ledger is an orphan (empty if it is not).
+
+    A child younger than ``parent_grace_ms`` (by its ctime) is not judged for
+    its parent yet.
 
     Raises :class:`~bkspark.errors.BadLedgerContextError` when its context is malformed.
     """
@@ -74,7 +78,8 @@ def orphan_reasons(
         if now_ms > delete_ms + grace_ms:
             out.append(OrphanRecord(ledger_id, scope_id, OrphanReason.DELETE_OVERDUE, delete_ms // 1000))
     create = read_create_context(metadata.custom_metadata)
-    if create is not None and create.child_of_ledger is not None:
+    young = parent_grace_ms > 0 and metadata.ctime > 0 and now_ms - metadata.ctime < parent_grace_ms
+    if create is not None and create.child_of_ledger is not None and not young:
         parent = create.child_of_ledger
         if not parent_exists(parent):
             out.append(
@@ -143,6 +148,7 @@ def scan(
     result = AuditResult(started_ms=int(time.time() * 1000))
     now = result.started_ms if now_ms is None else now_ms
     grace_ms = int(config.grace_period * 1000)
+    parent_grace_ms = int(config.parent_grace_period * 1000)
     refs = list(iter_ledgers(store) if ledgers is None else ledgers)
     known = set(refs)
     exists_cache: dict[tuple[int, int], bool] = {}
@@ -168,7 +174,9 @@ def scan(
                 result.unreadable.append((_label(scope_id, ledger_id), error or "unreadable"))
                 continue
             try:
-                result.orphans.extend(orphan_reasons(scope_id, ledger_id, md, now, grace_ms, parent_exists))
+                result.orphans.extend(
+                    orphan_reasons(scope_id, ledger_id, md, now, grace_ms, parent_exists, parent_grace_ms)
+                )
             except BadMetadataError as exc:  # BadLedgerContextError: someone else's malformed context
                 result.unreadable.append((_label(scope_id, ledger_id), str(exc)))
         if progress is not None:

@@ -50,6 +50,7 @@ __all__ = [
     "STABILIZE_PERIOD_SECONDS",
     "IGNORE_LOCAL_NODE",
     "LOCAL_NETWORK_LOCATION",
+    "RESOLVE_BY_BOOKIE_ID",
 ]
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,9 @@ STABILIZE_PERIOD_SECONDS = "networkTopologyStabilizePeriodSeconds"
 IGNORE_LOCAL_NODE = "ignoreLocalNodeInPlacementPolicy"
 #: bkspark: the client's own location, instead of resolving the local host.
 LOCAL_NETWORK_LOCATION = "reppLocalNetworkLocation"
+#: bkspark: give the mapping whole BookieIds (``127.0.0.1:3181``), not host names, e.g. for
+#: several bookies on one host, or BP-41 names a script knows.
+RESOLVE_BY_BOOKIE_ID = "networkTopologyResolveByBookieId"
 
 
 class TopologyAwareEnsemblePlacementPolicy(EnsemblePlacementPolicy):
@@ -86,6 +90,8 @@ class TopologyAwareEnsemblePlacementPolicy(EnsemblePlacementPolicy):
         period = conf_float(conf, STABILIZE_PERIOD_SECONDS, 0)
         self.topology = StabilizeNetworkTopology(period, self.clock) if period > 0 else NetworkTopology()
         self.history = {}
+        if conf_bool(conf, RESOLVE_BY_BOOKIE_ID, False):
+            self.address_resolver = str
         self.local_location = self._resolve_local(conf)
 
     def _resolve_local(self, conf: Mapping[str, Any]) -> str | None:
@@ -290,7 +296,7 @@ class RackawareEnsemblePlacementPolicy(TopologyAwareEnsemblePlacementPolicy):
         if not candidates:
             raise self._not_enough(1, 0, replacing=bookie_to_replace)
         ensemble = list(current_ensemble)
-        old_rack = self.history.get(bookie_to_replace) or self.location_of(bookie_to_replace)
+        old_rack = self.location_of(bookie_to_replace)
         others = {self.location_of(b) for b in ensemble if b != bookie_to_replace}
         index = ensemble.index(bookie_to_replace) if bookie_to_replace in ensemble else None
         m = self._min_racks(write_quorum_size)

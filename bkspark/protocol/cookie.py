@@ -93,7 +93,8 @@ class Cookie:
     def serialize(self) -> bytes:
         """The bytes Java writes (``Cookie.toString()``, layout 5 text format), UTF-8."""
         if self.layout_version <= 3:  # Java's toStringVersion3: plain lines, yet headed "5" (CURRENT_...)
-            return f"{CURRENT_COOKIE_LAYOUT_VERSION}\n{self.bookie_host}\n{self.journal_dirs}\n{self.ledger_dirs}\n".encode()
+            lines = (str(CURRENT_COOKIE_LAYOUT_VERSION), self.bookie_host, self.journal_dirs, self.ledger_dirs)
+            return "".join(f"{line}\n" for line in lines).encode("utf-8")
         fmt = pb.CookieFormat(bookieHost=self.bookie_host, journalDir=self.journal_dirs, ledgerDirs=self.ledger_dirs)
         if self.instance_id is not None:
             fmt.instanceId = self.instance_id

@@ -95,6 +95,10 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "--grace-period", dest="grace_period", type=float, metavar="SECONDS",
         help="seconds a ledger may outlive its expectDeleteAfter before it counts as orphaned",
     )
+    p.add_argument(
+        "--parent-grace-period", dest="parent_grace_period", type=float, metavar="SECONDS",
+        help="age a child ledger must reach before a missing parent counts as BROKEN_PARENT_REF",
+    )
 
     command("auditstatus", "show the running auditors and the last audit pass")
 

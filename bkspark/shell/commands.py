@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bkspark.audit.records import (
+    CONFIG_KEYS,
     AuditConfig,
     election_path,
     list_orphans,
@@ -26,7 +27,14 @@ from bkspark.audit.records import (
     update_config,
 )
 from bkspark.context import read_context, read_create_context
-from bkspark.errors import BKError, BadLedgerContextError, BadMetadataError, BookieUnavailableError, MalformedFrameError
+from bkspark.errors import (
+    BadLedgerContextError,
+    BadMetadataError,
+    BKError,
+    BookieUnavailableError,
+    MalformedFrameError,
+    NoSuchLedgerMetadataError,
+)
 from bkspark.metadata.registry import BookieRegistry
 from bkspark.protocol import framing, v3
 from bkspark.protocol.ledger_metadata import LedgerMetadata
@@ -199,10 +207,8 @@ def cmd_listledgers(args: argparse.Namespace, out: Output) -> int:
             name = LedgerName(lid, scope)
             try:
                 md = store.read_ledger_metadata(lid, scope).metadata
-            except BKError as exc:
-                if type(exc).__name__ == "NoSuchLedgerMetadataError":
-                    continue  # deleted while we listed
-                raise
+            except NoSuchLedgerMetadataError:
+                continue  # deleted while we listed
             progress(n, len(ids))
             if args.bookieid is not None and not any(args.bookieid in members for members in md.ensembles.values()):
                 continue
@@ -392,6 +398,8 @@ def cmd_bookieinfo(args: argparse.Namespace, out: Output) -> int:
                 rows.append(row)
         finally:
             registry.close()
+    if not rows:
+        raise ShellError("no bookies are registered")
     free_sum = sum(r.get("free", 0) for r in rows)
     total_sum = sum(r.get("total", 0) for r in rows)
     if out.json:
@@ -406,9 +414,7 @@ def cmd_bookieinfo(args: argparse.Namespace, out: Output) -> int:
         out.line(f"Total free disk space in the cluster:\t{free_sum}({_human(free_sum)})")
         out.line(f"Total capacity in the cluster:\t{total_sum}({_human(total_sum)})")
     failed = [r for r in rows if "error" in r]
-    if not rows:
-        raise ShellError("no bookies are registered")
-    return 1 if failed and len(failed) == len(rows) else 0
+    return 1 if len(failed) == len(rows) else 0
 
 
 def cmd_simpletest(args: argparse.Namespace, out: Output) -> int:
@@ -467,27 +473,26 @@ def cmd_auditconfig(args: argparse.Namespace, out: Output) -> int:
 
     A value that was never stored is each auditor's own (its ``--audit-period``/``--grace-period`` flag).
     """
-    changing = args.audit_period is not None or args.grace_period is not None
+    changing = any(v is not None for v in (args.audit_period, args.grace_period, args.parent_grace_period))
     if changing:  # check the values before touching the cluster
         try:
             AuditConfig(
                 audit_period=1.0 if args.audit_period is None else args.audit_period,
                 grace_period=0.0 if args.grace_period is None else args.grace_period,
+                parent_grace_period=0.0 if args.parent_grace_period is None else args.parent_grace_period,
             )
         except BKError as exc:
             raise ShellError(str(exc), 2) from None
     with open_store(args) as store:
         if changing:
             stored: dict[str, float] | None = update_config(
-                store.zk, store.root, audit_period=args.audit_period, grace_period=args.grace_period
+                store.zk, store.root, audit_period=args.audit_period, grace_period=args.grace_period,
+                parent_grace_period=args.parent_grace_period,
             )
         else:
             stored = read_stored_config(store.zk, store.root)
     values = stored or {}
-    doc = {
-        "auditPeriodSeconds": values.get("auditPeriodSeconds"),
-        "gracePeriodSeconds": values.get("gracePeriodSeconds"),
-    }
+    doc = {key: values.get(key) for key in CONFIG_KEYS}
     if out.json:
         out.document(doc)
     else:

@@ -19,6 +19,9 @@ JVM_OPTS: tuple[str, ...] = (
     "-XX:-UsePerfData",
     "-Xss512k",
     "-Djava.net.preferIPv4Stack=true",
+    # JVM warnings (CDS, GC ...) to stderr: stdout of the shell and of tools/java programs is their output.
+    "-Xlog:disable",
+    "-Xlog:all=warning:stderr",
     "-Dio.netty.leakDetection.level=disabled",
     "-Dio.netty.tryReflectionSetAccessible=true",
     # What Apache BookKeeper's bin/common.sh adds on Java 9+ (page cache hints, CRC32C, netty direct buffers).

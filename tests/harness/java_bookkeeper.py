@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from kazoo.client import KazooClient
 
+from tests.harness.cds import CdsArchive, CdsUse
 from tests.harness.java import JVM_OPTS, java_executable, repo_root
 from tests.harness.ports import free_port, port_is_open
 from tests.harness.process import HarnessError, ManagedProcess, tail
@@ -187,21 +188,35 @@ def write_log4j2(
 
 
 def _jvm_argv(
-    version: str, main_class: str, log4j_conf: Path, extra_jvm: Sequence[str] = (), with_tools: bool = False
-) -> list[str]:
-    return [
-        java_executable(),
+    version: str,
+    main_class: str,
+    log4j_conf: Path,
+    extra_jvm: Sequence[str] = (),
+    with_tools: bool = False,
+    cds_kind: str | None = None,
+) -> tuple[list[str], CdsUse]:
+    """The command line of a BookKeeper JVM, and its use of the class-data sharing archive of `cds_kind`
+    (only for jar-only classpaths: CDS cannot archive classes from directories such as our tools' classes/)."""
+    java = java_executable()
+    classpath = bookkeeper_classpath(version, with_tools=with_tools)
+    cds = CdsUse([])
+    if cds_kind is not None and not with_tools:
+        cds = CdsArchive(cache_dir() / "bookkeeper" / version / "cds", cds_kind, java, classpath).acquire()
+    argv = [
+        java,
         *JVM_OPTS,
         "-XX:MaxDirectMemorySize=256m",
         f"-Dlog4j.configurationFile={log4j_conf}",
         f"-Dlog4j2.configurationFile={log4j_conf}",
         "-Dlog4j2.disable.jmx=true",
         "-Dzookeeper.jmx.log4j.disable=true",
+        *cds.jvm_args,
         *extra_jvm,
         "-cp",
-        os.pathsep.join(bookkeeper_classpath(version, with_tools=with_tools)),
+        os.pathsep.join(classpath),
         main_class,
     ]
+    return argv, cds
 
 
 # -- bookies ------------------------------------------------------------------------------------------------------
@@ -298,6 +313,7 @@ class JavaBookie:
         )
         self.jvm_args = list(jvm_args)
         self.process: ManagedProcess | None = None
+        self._cds: CdsUse | None = None
 
     @property
     def bookie_id(self) -> str:
@@ -317,7 +333,10 @@ class JavaBookie:
             d.mkdir(parents=True, exist_ok=True)
         write_properties(self.conf_path, self.conf)
         write_log4j2(self.log4j_path, self.log_file)
-        argv = [*_jvm_argv(self.version, BOOKIE_MAIN, self.log4j_path, self.jvm_args), "--conf", str(self.conf_path)]
+        if self.process is not None:  # it exited by itself since the last launch
+            self._exited(self.process.returncode)
+        jvm, self._cds = _jvm_argv(self.version, BOOKIE_MAIN, self.log4j_path, self.jvm_args, cds_kind="bookie")
+        argv = [*jvm, "--conf", str(self.conf_path)]
         if self.process is None:
             self.process = ManagedProcess(
                 f"bookie-{self.port}", argv, cwd=self.base_dir, log_dir=self.base_dir, extra_logs=[self.log_file]
@@ -341,6 +360,25 @@ class JavaBookie:
     def is_alive(self) -> bool:
         """True while the JVM runs."""
         return self.process is not None and self.process.is_alive
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM (the bookie unregisters and exits), SIGKILL after `timeout` seconds."""
+        if self.process is None:
+            return
+        dumping = self._cds is not None and self._cds.dumping
+        code = self.process.terminate(max(timeout, 90.0) if dumping else timeout)
+        self._exited(code)
+
+    def kill(self) -> None:
+        """SIGKILL the JVM."""
+        if self.process is None:
+            return
+        self._exited(self.process.kill())
+
+    def _exited(self, code: int | None) -> None:
+        if self._cds is not None:
+            cds, self._cds = self._cds, None
+            cds.finish(clean_exit=code is not None and code >= 0)
 
     def log_tail(self, lines: int = 80) -> str:
         """End of the bookie's log4j log and of its stdout/stderr."""
@@ -467,15 +505,11 @@ class JavaBookieCluster:
 
     def stop(self, i: int, timeout: float = 20.0) -> None:
         """Stop bookie i gracefully (SIGTERM: it unregisters), SIGKILL after `timeout` seconds."""
-        bookie = self.bookies[i]
-        if bookie.process is not None:
-            bookie.process.terminate(timeout)
+        self.bookies[i].stop(timeout)
 
     def kill(self, i: int) -> None:
         """SIGKILL bookie i (a crash: its registration vanishes when its ZooKeeper session expires)."""
-        bookie = self.bookies[i]
-        if bookie.process is not None:
-            bookie.process.kill()
+        self.bookies[i].kill()
 
     def wait_unregistered(self, i: int, timeout: float = 60.0) -> None:
         """Wait until bookie i is gone from `<root>/available` (e.g. after kill: session expiry)."""
@@ -492,9 +526,8 @@ class JavaBookieCluster:
 
     def close(self) -> None:
         """Stop every bookie (SIGTERM, then SIGKILL) and close the kazoo client."""
-        for i, bookie in enumerate(self.bookies):
-            if bookie.is_alive:
-                self.stop(i, timeout=10.0)
+        for bookie in self.bookies:
+            bookie.stop(timeout=10.0)  # also settles a bookie that exited by itself
         if self._zk is not None:
             try:
                 self._zk.stop()
@@ -609,8 +642,14 @@ class JavaTools:
         """
         name = args[0] if args else "shell"
         dirs = self._dirs(f"shell-{name}", self.SHELL_CONSOLE_LOGGERS, self._client_conf(metadata_service_uri, conf))
-        argv = [*_jvm_argv(version, SHELL_MAIN, dirs.log4j), "-conf", str(dirs.conf), *map(str, args)]
-        return self._exec(argv, timeout, None, f"bookkeeper shell {' '.join(map(str, args))}", dirs.conf.parent)
+        jvm, cds = _jvm_argv(version, SHELL_MAIN, dirs.log4j, cds_kind="shell")
+        argv = [*jvm, "-conf", str(dirs.conf), *map(str, args)]
+        result: subprocess.CompletedProcess[str] | None = None
+        try:
+            result = self._exec(argv, timeout, None, f"bookkeeper shell {' '.join(map(str, args))}", dirs.conf.parent)
+        finally:
+            cds.finish(clean_exit=result is not None and result.returncode == 0)
+        return result
 
     def run(
         self,
@@ -638,5 +677,6 @@ class JavaTools:
         if metadata_service_uri is not None:
             extra.append(f"-Dbkspark.metadataServiceUri={metadata_service_uri}")
             env["BKSPARK_METADATA_SERVICE_URI"] = metadata_service_uri
-        argv = [*_jvm_argv(version, main_class, dirs.log4j, extra, with_tools=True), *map(str, args)]
+        jvm, _ = _jvm_argv(version, main_class, dirs.log4j, extra, with_tools=True)
+        argv = [*jvm, *map(str, args)]
         return self._exec(argv, timeout, input, main_class, dirs.conf.parent, env)

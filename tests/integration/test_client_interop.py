@@ -123,7 +123,7 @@ def test_java_writer_killed_bkspark_recovers(cluster, java_tools, tmp_path) -> N
     uri = cluster.metadata_service_uri
     ledger_file = tmp_path / "ledger-id"
     proc = _spawn_java(
-        java_tools, uri, tmp_path, "write-forever", "--ledger-file", str(ledger_file), "--ensemble", "3",
+        java_tools, uri, tmp_path, "write-forever", "--zk", uri, "--ledger-file", str(ledger_file), "--ensemble", "3",
         "--write", "3", "--ack", "2", "--digest", "CRC32C", "--password", "pw", "--size", "200",
     )
     try:
@@ -169,7 +169,7 @@ BKSPARK_WRITER = textwrap.dedent(
         i = 0
         while True:
             unit = f"entry-{i}".encode()
-            lh.append((unit * 40)[:300])
+            lh.append((unit * (300 // len(unit) + 1))[:300])
             f.write(f"{i}\\n"); f.flush()
             i += 1
     """

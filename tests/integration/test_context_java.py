@@ -8,6 +8,7 @@ that Java still reads, recovers and closes ledgers that carry it, and that the c
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -28,7 +29,7 @@ from bkspark.context import (
     record_close_context,
 )
 from bkspark.metadata.store import ZkMetadataStore
-from tests.integration.test_java_client_program import java_payload, one, run_client
+from tests.harness.java_bookkeeper import JavaTools
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
@@ -53,6 +54,36 @@ OWNER = {
 }
 
 
+JAVA_CLIENT = "bkspark.tools.JavaClient"  # tools/java: Apache BookKeeper's own client, one JSON event per line
+
+
+def java_payload(i: int) -> bytes:
+    """JavaClient's entry i with the default size: exactly "entry-i"."""
+    return f"entry-{i}".encode()
+
+
+def run_client(java_tools: JavaTools, version: str, uri: str, *args: str) -> list[dict[str, Any]]:
+    """Run JavaClient; its JSON event lines (stdout may also carry WARN log lines)."""
+    proc: subprocess.CompletedProcess[str] = java_tools.run(version, JAVA_CLIENT, *args, metadata_service_uri=uri, timeout=240)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    out = []
+    for line in proc.stdout.splitlines():
+        if line.strip().startswith("{"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict) and "event" in obj:
+                out.append(obj)
+    return out
+
+
+def one(evs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [e for e in evs if e["event"] == kind]
+    assert len(found) == 1, (kind, evs)
+    return found[0]
+
+
 def shell_json(capsys: pytest.CaptureFixture[str], uri: str, *argv: str) -> Any:
     code = cli.main(["shell", "--metadata-service-uri", uri, "--json", *argv])
     captured = capsys.readouterr()
@@ -64,7 +95,8 @@ def java_metadata(java_tools, uri: str, ledger_id: int) -> dict[str, Any]:  # ty
     return one(run_client(java_tools, VERSION, uri, "metadata", "--ledger", str(ledger_id)), "metadata")
 
 
-def test_java_reads_a_ledger_closed_with_context(java_cluster_factory, java_tools, capsys) -> None:
+@pytest.mark.parametrize("metadata_format", [3, 2], ids=["v3-binary", "v2-text"])
+def test_java_reads_a_ledger_closed_with_context(java_cluster_factory, java_tools, capsys, metadata_format) -> None:
     cluster = java_cluster_factory(VERSION, bookies=3)
     uri = cluster.metadata_service_uri
     close = (
@@ -74,7 +106,7 @@ def test_java_reads_a_ledger_closed_with_context(java_cluster_factory, java_tool
         .expect_delete_after(datetime.now(timezone.utc) + timedelta(days=1))
         .build()
     )
-    with BookKeeper(uri) as bk:
+    with BookKeeper(uri, ledgerMetadataVersion=metadata_format) as bk:
         lh = create_ledger_with_context(bk, CREATE, custom_metadata={"app": b"demo"}, ensemble_size=3,
                                         write_quorum_size=2, ack_quorum_size=2)
         for i in range(5):
@@ -82,6 +114,7 @@ def test_java_reads_a_ledger_closed_with_context(java_cluster_factory, java_tool
         before = int(datetime.now(timezone.utc).timestamp() * 1000)
         md = close_with_context(bk, lh, close)
         lid = lh.ledger_id
+    assert md.format_version == metadata_format
     ctx = read_context(md)
     assert ctx.create == CREATE and ctx.close == close and md.custom_metadata["app"] == b"demo"
     assert ctx.seal_time_ms is not None and ctx.seal_time_ms >= before

@@ -51,7 +51,8 @@ def events(proc: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
 
 def run_client(java_tools: JavaTools, version: str, uri: str, *args: str, expect: int = 0) -> list[dict[str, Any]]:
     proc = java_tools.run(version, MAIN, *args, metadata_service_uri=uri, timeout=240)
-    assert proc.returncode == expect, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    output = f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    assert proc.returncode == expect, f"exit {proc.returncode}\n{output}"
     return events(proc)
 
 

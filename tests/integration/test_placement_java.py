@@ -247,10 +247,11 @@ def failure_order_matches_positions(write_set: Sequence[int], ensemble: Sequence
 
 
 def rack_window_ok(case: Case, ensemble: Sequence[str], w: int, m: int, enforce: bool) -> bool:
+    """Java's isEnsembleAdheringToPlacementPolicy, written from the rule (all bookies here are known)."""
     racks = [location(case, b) for b in ensemble]
-    if enforce and DEFAULT_RACK in racks:
+    if not racks or (enforce and DEFAULT_RACK in racks):
         return False
-    return min_racks_per_quorum([r for r in racks], w) >= m if ensemble else False
+    return min_racks_per_quorum(racks, w) >= m
 
 
 @pytest.mark.parametrize("version", BK_VERSIONS)
@@ -413,6 +414,62 @@ def test_java_regionaware_meets_our_invariants_and_reads_agree(java_tools: Any, 
     assert agreed_reads >= 20 and java_successes >= 10
     # Ours never has a durability gap (asserted above); Java's, if any, are only reported.
     print(
-        f"BookKeeper {version}: {java_durability_gaps} of {java_durable} durable Java region-aware ensembles"
-        " had an ack quorum inside one region"
+        f"BookKeeper {version}: {java_successes} Java region-aware ensembles, {java_durability_gaps} of the"
+        f" {java_durable} durable ones had an ack quorum inside one region; {agreed_reads} read orders agreed"
     )
+
+
+SCRIPT = """#!/bin/sh
+# bkspark test topology: 10.0.R.x -> /rack-R; a host of rack 7 makes the whole run fail.
+for h in "$@"; do
+  case "$h" in
+    10.0.7.*) exit 1;;
+  esac
+done
+for h in "$@"; do
+  r=$(echo "$h" | cut -d. -f3)
+  echo "/rack-$r"
+done
+"""
+
+
+@pytest.mark.parametrize("version", BK_VERSIONS)
+def test_java_and_python_read_the_topology_script_alike(java_tools: Any, version: str, tmp_path: Any) -> None:
+    """The same script resolves the same racks for both; a failing run puts its batch in the default rack."""
+    script = tmp_path / "topology.sh"
+    script.write_text(SCRIPT)
+    script.chmod(0o755)
+    good = [f"10.0.{r}.{i}:3181" for r in range(3) for i in (1, 2)]
+    bad = ["10.0.7.1:3181", "10.0.7.2:3181"]
+    conf = {
+        "networkTopologyScriptFileName": str(script),
+        "minNumRacksPerWriteQuorum": "2",
+        "enforceMinNumRacksPerWriteQuorum": "true",
+    }
+    lines: list[str] = []
+    for bookies in (good, bad):
+        lines += ["reset", "policy rackaware", *[f"conf {k} {v}" for k, v in conf.items()], "script", "init"]
+        lines.append(f"cluster {csv(bookies)} -")
+        lines += ["new 4 2 2 -"] * 10 + ["new 2 2 2 -"]
+    done = java_tools.run(version, MAIN, "-", input="\n".join(lines) + "\n", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"op"')]
+    assert len(answers) == 2 * 13 and all("error" not in a for a in answers[:13])
+
+    py = RackawareEnsemblePlacementPolicy().initialize({**conf, "ignoreLocalNodeInPlacementPolicy": True})
+    py.on_cluster_changed(set(good), set())
+    assert py.locations() == {b: f"/rack-{b.split('.')[2]}" for b in good}
+    for ans in answers[2:12]:
+        racks = [py.location_of(b) for b in ans["ensemble"]]
+        assert ans["adherence"] == "MEETS_STRICT" and min_racks_per_quorum(racks, 2) >= 2
+        ours = py.new_ensemble(4, 2, 2)
+        assert min_racks_per_quorum([py.location_of(b) for b in ours], 2) >= 2
+
+    # The failing batch: every bookie in the default rack, which enforcement never uses.
+    py_bad = RackawareEnsemblePlacementPolicy().initialize({**conf, "ignoreLocalNodeInPlacementPolicy": True})
+    py_bad.on_cluster_changed(set(bad), set())
+    assert set(py_bad.locations().values()) == {DEFAULT_RACK}
+    for ans in answers[15:]:
+        assert ans["error"] == "BKNotEnoughBookiesException", ans
+    with pytest.raises(NotEnoughBookiesError):
+        py_bad.new_ensemble(2, 2, 2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from bkspark import cli
+from bkspark.audit import Auditor
 from bkspark.client import BookKeeper
 from bkspark.context import LedgerCreateContext, create_ledger_with_context
 
@@ -55,10 +57,15 @@ def test_everyday_commands_on_a_java_cluster(java_cluster_factory, java_tools, c
     code, out, _ = shell(capsys, uri, "listbookies")
     assert out.splitlines()[0] == "ReadWrite Bookies :" and "Readonly Bookies :" in out
 
-    # listledgers agrees with Java's shell.
+    # An audit pass leaves <root>/bkspark/audit/...; Java's listledgers walks past it and agrees with ours.
+    with Auditor(uri, grace_period=0) as auditor:
+        auditor.audit_once()
+    assert shell_json(capsys, uri, "auditstatus")["lastPass"]["ledgersScanned"] == 2
     assert [r["ledgerId"] for r in shell_json(capsys, uri, "listledgers")] == sorted([lid, open_id])
     java = java_tools.shell(VERSION, uri, "listledgers")
-    assert f"ledgerID: {lid}" in java.stdout and f"ledgerID: {open_id}" in java.stdout
+    assert java.returncode == 0
+    assert sorted(int(x) for x in re.findall(r"ledgerID: (\d+)", java.stdout)) == sorted([lid, open_id])
+    assert "Error extracting ledgerId" not in java.stdout + java.stderr
     code, out, _ = shell(capsys, uri, "listledgers", "-m", "--no-progress")
     assert f"ledgerID: {lid}" in out and "state=CLOSED" in out and "bkspark.ctx.create=" in out
     on_bookie = shell_json(capsys, uri, "listledgers", "-bookieid", cluster.bookie_ids[0])

@@ -66,6 +66,20 @@ def test_broken_parent_ref_asks_about_the_right_parent():
     assert asked == [LedgerLink(1), LedgerLink(2, 9)]
 
 
+def test_parent_grace_spares_young_children_only():
+    md = LedgerMetadata(
+        ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, ensembles={0: ("127.0.0.1:3181",)},
+        custom_metadata={CREATE_KEY: LedgerCreateContext.builder().child_of_ledger(2).build().to_bytes()},
+        ctime=1_000_000,
+    )
+    absent = lambda _: False  # noqa: E731
+    assert orphan_reasons(0, 5, md, 1_000_000 + 59_999, 0, absent, parent_grace_ms=60_000) == []
+    found = orphan_reasons(0, 5, md, 1_000_000 + 60_000, 0, absent, parent_grace_ms=60_000)
+    assert [r.reason for r in found] == [OrphanReason.BROKEN_PARENT_REF]
+    # Without a grace (the seed's rule) a missing parent counts at once.
+    assert orphan_reasons(0, 5, md, 1_000_000, 0, absent)[0].detail == 2
+
+
 def test_both_reasons_at_once_and_none_without_context():
     md = closed({
         CREATE_KEY: LedgerCreateContext.builder().child_of_ledger(3).build().to_bytes(),
@@ -113,8 +127,10 @@ def test_config_parses_partial_znodes_over_defaults_and_validates():
     defaults = AuditConfig(audit_period=30, grace_period=10)
     assert AuditConfig.from_bytes(b'{"gracePeriodSeconds": 5}', defaults) == AuditConfig(30, 5)
     assert AuditConfig.from_bytes(b"", defaults) == defaults
-    assert AuditConfig.from_bytes(AuditConfig(1.5, 0).to_bytes()) == AuditConfig(1.5, 0)
-    for bad in (b"[]", b"nope", b'{"auditPeriodSeconds": 0}', b'{"gracePeriodSeconds": -1}', b'{"auditPeriodSeconds": "5"}'):
+    assert AuditConfig.from_bytes(AuditConfig(1.5, 0, 30).to_bytes()) == AuditConfig(1.5, 0, 30)
+    assert AuditConfig.from_bytes(b'{"parentGracePeriodSeconds": 9}', defaults).parent_grace_period == 9
+    for bad in (b"[]", b"nope", b'{"auditPeriodSeconds": 0}', b'{"gracePeriodSeconds": -1}', b'{"auditPeriodSeconds": "5"}',
+                b'{"parentGracePeriodSeconds": -2}'):
         with pytest.raises(BadMetadataError):
             AuditConfig.from_bytes(bad)
     with pytest.raises(InvalidOptionError):

@@ -206,7 +206,12 @@ async def test_v3_operations(bookie: Bookie, server: BookieServer) -> None:
     assert v3.response_status(await c.v3(v3.write_lac_request(20, 5, 3, KEY, blob))) == pb.EOK
     resp = await c.v3(v3.read_lac_request(21, 5))
     assert resp.readLacResponse.lacBody == blob and resp.readLacResponse.lastEntryBody == entries[3]
-    assert v3.response_status(await c.v3(v3.read_lac_request(22, 77))) == pb.ENOLEDGER
+    # As ReadLacProcessorV3: nothing found (even an unknown ledger) is ENOENTRY; an explicit LAC
+    # without any stored entry is EIO with the LAC blob.
+    assert v3.response_status(await c.v3(v3.read_lac_request(22, 77))) == pb.ENOENTRY
+    assert v3.response_status(await c.v3(v3.write_lac_request(23, 78, 0, KEY, DIGEST.package_lac(78, 0)))) == pb.EOK
+    resp = await c.v3(v3.read_lac_request(24, 78))
+    assert (resp.readLacResponse.status, resp.readLacResponse.lacBody) == (pb.EIO, DIGEST.package_lac(78, 0))
 
     # Piggyback long poll: LAC 3 > previous 1 -> entry 2 comes back at once.
     resp = await c.v3(v3.read_request(30, 5, -1, previous_lac=1, timeout_ms=1000, piggyback=True))

@@ -19,7 +19,7 @@ from bkspark.errors import (
     UnauthorizedAccessError,
     WriteOnReadOnlyBookieError,
 )
-from bookie_server.bookie import Bookie
+from bookie_server.bookie import Bookie, ReadLacResult
 from bookie_server.config import BookieConfig, load_conf, parse_conf_text
 from bookie_server.journal import (
     Journal,
@@ -292,6 +292,8 @@ def test_bookie_rules_readonly_key_fence_and_long_poll(tmp_path: Path) -> None:
             assert lac.explicit_lac is None and lac.last_entry is not None
             with pytest.raises(NoSuchLedgerError):
                 bookie.read_lac(0, 2)
+            await bookie.write_lac(0, 3, struct.pack(">qq", 3, 0) + b"d", KEY, 0)
+            assert bookie.read_lac(0, 3) == ReadLacResult(struct.pack(">qq", 3, 0) + b"d", None)
             await bookie.checkpoint()
             assert bookie.read_entry(0, 1, 2) == entry(1, 2, 1)
         finally:

@@ -10,14 +10,16 @@ from hypothesis import strategies as st
 
 from bkspark.errors import NotEnoughBookiesError
 from bkspark.placement import PlacementResult
+from bkspark.placement.arrange import LayoutProblem, find_layout
 from bkspark.placement.dns import StaticMapping
 from bkspark.placement.rackaware import RackawareEnsemblePlacementPolicy
-from bkspark.placement.topology import DEFAULT_RACK
+from bkspark.placement.topology import DEFAULT_RACK, region_of
 from tests.unit.test_placement_oracle import (
     Topology,
     best_min_racks,
     feasible,
     min_racks_per_quorum,
+    quorum_ok,
     rack_topologies,
 )
 
@@ -158,3 +160,39 @@ def test_enforcement_never_uses_the_default_rack() -> None:
     with pytest.raises(NotEnoughBookiesError):
         policy.new_ensemble(3, 2, 2)
     assert set(policy.new_ensemble(2, 2, 2)) == {"10.0.1.1:3181", "10.0.2.1:3181"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    capacity=st.dictionaries(
+        st.sampled_from(["/g0/a", "/g0/b", "/g1/c", "/g1/d", "/g2/e"]), st.integers(0, 3), min_size=1, max_size=5
+    ),
+    e=st.integers(1, 6),
+    data=st.data(),
+)
+def test_layout_search_is_exact(capacity: dict[str, int], e: int, data: st.DataObject) -> None:
+    """The backtracking search finds a layout exactly when brute force does (racks, durability, region quotas)."""
+    w = data.draw(st.integers(1, e))
+    m = data.draw(st.integers(1, 3))
+    a = data.draw(st.integers(1, w))
+    min_regions = data.draw(st.sampled_from([0, 2]))
+    quota = None
+    if data.draw(st.booleans()):
+        regions = sorted({region_of(r) for r in capacity})
+        cuts = sorted(data.draw(st.lists(st.integers(0, e), min_size=len(regions) - 1, max_size=len(regions) - 1)))
+        bounds = [0, *cuts, e]
+        quota = {g: bounds[i + 1] - bounds[i] for i, g in enumerate(regions)}
+    problem = LayoutProblem(
+        capacity, e, w, m, ack_quorum=a, min_regions=min_regions, region_of=region_of, region_quota=quota
+    )
+    layout = find_layout(problem, random.Random(data.draw(st.integers(0, 99))))
+    assert not layout.exhausted
+    expected = feasible(capacity, e, w, min(m, w), a, min_regions, region_of, quota)
+    assert (layout.racks is not None) == expected
+    if layout.racks is not None:
+        assert quorum_ok(layout.racks, w, min(m, w), a, min_regions, region_of)
+        for rack in set(layout.racks):
+            assert layout.racks.count(rack) <= capacity[rack]
+        if quota is not None:
+            for g, q in quota.items():
+                assert sum(1 for r in layout.racks if region_of(r) == g) == q

@@ -210,3 +210,19 @@ def test_script_is_run_from_the_working_directory(tmp_path: Path, monkeypatch: p
     monkeypatch.chdir(tmp_path)
     mapping = ScriptBasedMapping({"networkTopologyScriptFileName": str(script)})
     assert mapping.resolve(["x"]) == ["/" + os.path.basename(tmp_path)]
+
+
+def test_bookies_on_one_host_can_sit_in_different_racks(tmp_path: Path) -> None:
+    script = write_script(tmp_path, 'for b in "$@"; do echo "/rack-${b##*:}"; done\n')
+    policy = RackawareEnsemblePlacementPolicy().initialize(
+        {
+            "networkTopologyScriptFileName": str(script),
+            "networkTopologyResolveByBookieId": "true",
+            "enforceMinNumRacksPerWriteQuorum": "true",
+            "ignoreLocalNodeInPlacementPolicy": True,
+        }
+    )
+    bookies = {f"127.0.0.1:{port}" for port in (3181, 3182, 3183)}
+    policy.on_cluster_changed(bookies, set())
+    assert policy.locations() == {b: "/rack-" + b.rsplit(":", 1)[1] for b in bookies}
+    assert len({policy.location_of(b) for b in policy.new_ensemble(3, 2, 2)}) == 3

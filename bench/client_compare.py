@@ -1,0 +1,200 @@
+"""Issue 4's benchmark: the bkspark client against Apache BookKeeper's Java client, on the same Java bookies.
+
+    python -m bench.client_compare [--entries 50000] [--size 1024] [--outstanding 1000] [--bookies 3]
+
+One ZooKeeper and --bookies Apache BookKeeper 4.17.3 bookies (fsync journal).  In one run:
+
+1. batched ÷ single reads with the bkspark client: the same ledger read with ``batch_read(start, 100)`` and
+   with ``read(first, first+99)`` (one request per entry, pipelined by the client), one call at a time
+   (goal ≥ 25×; BP-62 measured ≈ 22× in Java).  The Java client's own batched ÷ single ratio is printed too.
+2. bkspark ÷ Java client (tools/java BenchClient): adds/s (--size byte entries, --outstanding in flight, each
+   client its own ledger) and batched-read entries/s of the same ledger (goal ≥ 1.0×).
+3. bkspark batched-read MB/s ÷ raw loopback TCP MB/s of this machine (bench.rawsocket).
+
+The ledgers are --ensemble/--write/--ack (default 3/3/2: every bookie holds every entry, so batch reads apply;
+a striped ledger, E > W, would fall back to single reads).  Each figure is the median of --repeat rounds; the
+rounds alternate the clients so that a change of load on the machine hits both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from bench.common import (
+    BenchError,
+    Cluster,
+    Report,
+    Unavailable,
+    add_common_args,
+    command_line,
+    java_bench,
+    machine_facts,
+    py_bench,
+    timed,
+)
+from bench.rawsocket import loopback_throughput
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if not runs:
+        return None
+    ordered = sorted(runs, key=lambda r: float(r["entries_per_sec"]))
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def run(args: argparse.Namespace) -> Report:
+    report = Report(
+        name="client_compare",
+        title="bkspark client vs Apache BookKeeper Java client (issue 4)",
+        command=command_line("bench.client_compare"),
+        params={
+            "entries": args.entries,
+            "size": args.size,
+            "outstanding": args.outstanding,
+            "ensemble": f"{args.ensemble}/{args.write}/{args.ack}",
+            "bookies": f"{args.bookies} x Java {args.bk_version}, fsync journal",
+            "digest": args.digest,
+            "batch": args.batch_size,
+            "read_passes": args.passes,
+            "single_read_passes": args.single_passes,
+            "repeat": args.repeat,
+        },
+    )
+    report.machine_before = machine_facts()
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    broken: set[str] = set()
+
+    def attempt(client: str, what: str, fn: Any) -> dict[str, Any] | None:
+        if client in broken:
+            return None
+        try:
+            r = fn()
+        except Unavailable as exc:
+            report.fail(f"{client} client {what}", exc)
+            broken.add(client)
+            return None
+        except BenchError as exc:
+            report.fail(f"{client} client {what}", exc)
+            return None
+        runs.setdefault((client, what), []).append(r)
+        return r
+
+    with Cluster(args.workdir, args.keep, make_jars=not args.no_make) as cluster:
+        with timed(f"starting {args.bookies} Java {args.bk_version} bookies"):
+            uri = cluster.new_root("java")
+            cluster.java_bookies(uri, args.bookies, args.bk_version, "java")
+        common = dict(digest=args.digest, password="bench")
+        wopts = dict(
+            ensemble=args.ensemble, write=args.write, ack=args.ack, entries=args.entries, size=args.size,
+            outstanding=args.outstanding, warmup=args.warmup, **common,
+        )
+        ropts = dict(batch_size=args.batch_size, max_size=args.max_size, warmup_passes=1, **common)
+        for rnd in range(args.repeat):
+            order = ("java", "bkspark") if rnd % 2 == 0 else ("bkspark", "java")
+            ledger = None
+            with timed(f"round {rnd + 1}/{args.repeat}: writes"):
+                for client in order:
+                    if client == "java":
+                        w = attempt("java", "write", lambda: java_bench(cluster, args.bk_version, uri, "write", **wopts))
+                    else:
+                        w = attempt("bkspark", "write", lambda: py_bench(uri, "write", **wopts))
+                    if w is not None and (ledger is None or client == "java"):
+                        ledger = int(w["ledger_id"])  # both clients read the Java-written ledger when there is one
+            if ledger is None:
+                report.fail("reads", "no ledger was written")
+                break
+            with timed(f"round {rnd + 1}/{args.repeat}: reads of ledger {ledger}"):
+                for client in order:
+                    for mode, passes in (("batch", args.passes), ("single", args.single_passes)):
+                        opts = dict(ledger=ledger, mode=mode, passes=passes, **ropts)
+                        if client == "java":
+                            attempt("java", f"{mode} read",
+                                    lambda o=opts: java_bench(cluster, args.bk_version, uri, "read", **o))
+                        else:
+                            attempt("bkspark", f"{mode} read", lambda o=opts: py_bench(uri, "read", **o))
+
+    loop = None
+    with timed("raw loopback TCP throughput"):
+        try:
+            loop = loopback_throughput(args.loopback_mib)
+        except Exception as exc:  # noqa: BLE001
+            report.fail("raw loopback probe", exc)
+
+    fig: dict[tuple[str, str], dict[str, Any] | None] = {}
+    for client in ("bkspark", "java"):
+        for what, label in (("write", "adds"), ("batch read", "batched reads"), ("single read", "single reads")):
+            m = _median(runs.get((client, what), []))
+            fig[(client, what)] = m
+            if m is None:
+                continue
+            lat = m.get("latency_ms", {})
+            report.row(
+                f"{client} client: {label}",
+                float(m["entries_per_sec"]),
+                "entries/s",
+                mb_s=float(m["mb_per_sec"]),
+                p50_ms=lat.get("p50"),
+                p99_ms=lat.get("p99"),
+                runs=len(runs.get((client, what), [])),
+            )
+    if loop is not None:
+        report.row("raw loopback TCP, 1 connection, 1 MiB buffers", float(loop["mb_per_sec"]), "MB/s")
+
+    def eps(client: str, what: str) -> float | None:
+        m = fig.get((client, what))
+        return None if m is None else float(m["entries_per_sec"])
+
+    report.add_ratio("(1) bkspark batched ÷ single reads", eps("bkspark", "batch read"), eps("bkspark", "single read"), goal=25.0)
+    report.add_ratio("(1') Java client batched ÷ single reads (reference)", eps("java", "batch read"), eps("java", "single read"))
+    report.add_ratio("(2) adds/s, bkspark ÷ Java client", eps("bkspark", "write"), eps("java", "write"), goal=1.0)
+    report.add_ratio(
+        "(2) batched-read entries/s, bkspark ÷ Java client", eps("bkspark", "batch read"), eps("java", "batch read"), goal=1.0
+    )
+    report.add_ratio("(2') single-read entries/s, bkspark ÷ Java client", eps("bkspark", "single read"), eps("java", "single read"))
+    m = fig.get(("bkspark", "batch read"))
+    report.add_ratio(
+        "(3) bkspark batched-read MB/s ÷ raw loopback MB/s",
+        None if m is None else float(m["mb_per_sec"]),
+        None if loop is None else float(loop["mb_per_sec"]),
+    )
+    report.notes.append(
+        f"Reads: one call at a time (batch of {args.batch_size}, or a range of {args.batch_size} single reads, all "
+        "pipelined by the client); latency columns are per call. Adds: latency per add."
+    )
+    report.notes.append("MB/s counts payload bytes (10^6 bytes/s).")
+    report.machine_after = machine_facts()
+    return report
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.client_compare", description=__doc__.split("\n\n")[0])
+    p.add_argument("--entries", type=int, default=50_000, help="entries per write run (default 50000)")
+    p.add_argument("--size", type=int, default=1024, help="entry size in bytes (default 1024)")
+    p.add_argument("--outstanding", type=int, default=1000, help="adds in flight (default 1000)")
+    p.add_argument("--warmup", type=int, default=5000, help="untimed adds before each write run (default 5000)")
+    p.add_argument("--bookies", type=int, default=3)
+    p.add_argument("--ensemble", type=int, default=3)
+    p.add_argument("--write", type=int, default=3)
+    p.add_argument("--ack", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=100)
+    p.add_argument("--max-size", type=int, default=1024 * 1024, help="batch read max size in bytes")
+    p.add_argument("--passes", type=int, default=3, help="timed batched-read passes (default 3)")
+    p.add_argument("--single-passes", type=int, default=1, help="timed single-read passes (default 1)")
+    p.add_argument("--repeat", type=int, default=1, help="rounds; the median is reported (default 1)")
+    p.add_argument("--digest", default="CRC32C")
+    p.add_argument("--loopback-mib", type=int, default=2048, help="MiB pushed by the raw loopback probe")
+    add_common_args(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    report = run(args)
+    report.finish(args.json)
+    return 1 if report.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""``bkspark shell`` metadata commands against a real ZooKeeper (no bookies): output shapes and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from bkspark import cli
+from bkspark.context import CLOSE_KEY, SEAL_TIME_KEY, LedgerCloseContext, LedgerCreateContext
+from bkspark.metadata.store import ZkMetadataStore
+from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bkspark.protocol.ledger_name import qualified_name
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def shell(capsys: pytest.CaptureFixture[str], uri: str, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(["shell", "--metadata-service-uri", uri, *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_seed_output_shapes_for_a_scoped_ledger(zk_root, capsys) -> None:
+    create = (
+        LedgerCreateContext.builder()
+        .created_by("Company X", "System y", "service.z", "host1.z.companyx.com")
+        .part_of_data_set("persistent://public/default/test_topic")
+        .expected_max_open_duration(timedelta(hours=4))
+        .build()
+    )
+    close = LedgerCloseContext.builder().because_inactive().expect_delete_after(
+        datetime.fromtimestamp(1615839671, timezone.utc)
+    ).build()
+    custom = create.to_custom_metadata()
+    custom[CLOSE_KEY] = close.to_bytes()
+    custom[SEAL_TIME_KEY] = b"1615827501000"
+    md = LedgerMetadata(
+        ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, state=LedgerState.CLOSED, last_entry_id=0, length=1,
+        ensembles={0: ("127.0.0.1:3181",)}, custom_metadata=custom, ctime=1615815339000, store_ctime=True,
+    )
+    with ZkMetadataStore(zk_root.metadata_service_uri) as store:
+        store.create_ledger_metadata(100456, md, scope_id=9)
+    uri = zk_root.metadata_service_uri
+    name = qualified_name(9, 100456)
+
+    code, out, err = shell(capsys, uri, "showowner", "--ledger-qualified-name", name)
+    assert code == 0 and err == ""
+    assert out == (
+        "{\n"
+        '    "createdBy" : {\n'
+        '        "enterprise" : "Company X",\n'
+        '        "system" : "System y",\n'
+        '        "service" : "service.z",\n'
+        '        "instance" : "host1.z.companyx.com"\n'
+        "    },\n"
+        '    "onBehalfOf" : null,\n'
+        '    "dataSet" : "persistent://public/default/test_topic"\n'
+        "}\n"
+    )
+    code, out, err = shell(capsys, uri, "predictlifespan", "100456", "--ledger-scope-id", "9", "--json")
+    assert json.loads(out) == {
+        "createTime": 1615815339,
+        "expectedSealTime": 1615829739,
+        "actualSealTime": 1615827501,
+        "expectedReadUntilTime": None,
+        "expectedDeleteTime": 1615839671,
+    }
+    # Scope 0 has no ledger 100456.
+    code, out, err = shell(capsys, uri, "showowner", "100456")
+    assert code == 1 and "no such ledger" in err
+    code, out, _ = shell(capsys, uri, "listledgers", "--ledger-scope-id", "9")
+    assert out.strip() == f"ledgerID: 100456 (scope 9, {name})"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["showowner", "77"],
+        ["predictlifespan", "77"],
+        ["ledgermetadata", "-l", "77"],
+        ["deleteledger", "-l", "77", "-f"],
+        ["showowner", "--ledger-qualified-name", "0" * 15 + "1" + "0" * 14 + "4d"],
+    ],
+)
+def test_unknown_ledger_is_one_line_exit_1(zk_root, capsys, argv) -> None:
+    code, out, err = shell(capsys, zk_root.metadata_service_uri, *argv)
+    assert code == 1 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "no such ledger" in err and "Traceback" not in err
+
+
+def test_a_root_that_is_not_a_cluster_is_one_line(zookeeper, capsys) -> None:
+    uri = f"zk+hierarchical://{zookeeper.connect_string}/no-such-cluster-root"
+    for argv in (["listledgers"], ["listorphaned"], ["showowner", "1"], ["auditconfig"]):
+        code, out, err = shell(capsys, uri, *argv)
+        assert code == 1 and "not a BookKeeper cluster root" in err and len(err.strip().splitlines()) == 1
+
+
+def test_console_script_reports_bad_input_without_traceback(zk_root) -> None:
+    cases = [
+        (["shell", "showowner", "--ledger-qualified-name", "nothex"], 2, "bad ledger qualified name"),
+        (["shell", "showowner", "12345678"], 1, "no such ledger"),
+        (["shell", "readledger", "-l", "x"], 2, "bad ledger id"),
+        (["shell", "listbookies", "--bogus"], 2, "unrecognized arguments"),
+    ]
+    for argv, status, fragment in cases:
+        proc = subprocess.run(
+            [sys.executable, "-m", "bkspark.cli", *argv, "--metadata-service-uri", zk_root.metadata_service_uri],
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+        )
+        assert proc.returncode == status, (argv, proc.stderr)
+        assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1 and fragment in proc.stderr

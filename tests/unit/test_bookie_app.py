@@ -1,0 +1,130 @@
+"""The bookie process without ZooKeeper: HTTP admin, local cookies, disk threshold, CLI, logs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from bkspark.errors import CookieMismatchError
+from bookie_server.__main__ import JsonFormatter, main
+from bookie_server.app import BookieApp
+from bookie_server.config import BookieConfig
+
+
+def conf_for(tmp_path: Path, **extra: object) -> BookieConfig:
+    values: dict[str, object] = {
+        "journalDirectories": str(tmp_path / "j"),
+        "ledgerDirectories": str(tmp_path / "l"),
+        "bookiePort": 0,
+        "bindAddress": "127.0.0.1",
+        "advertisedAddress": "127.0.0.1",
+        "httpServerEnabled": "true",
+        "httpServerHost": "127.0.0.1",
+        "httpServerPort": 0,
+        "journalSyncData": "false",
+    }
+    values.update(extra)
+    return BookieConfig.from_mapping(values)
+
+
+async def http(port: int, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    data = await reader.read()
+    writer.close()
+    head, _, payload = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), payload
+
+
+def test_http_admin_and_readonly_switch(tmp_path: Path) -> None:
+    async def body() -> None:
+        app = BookieApp(conf_for(tmp_path))
+        await app.start()
+        try:
+            assert app.http is not None
+            port = app.http.port
+            assert await http(port, "GET", "/heartbeat") == (200, b"OK\n")
+            status, payload = await http(port, "GET", "/api/v1/bookie/state")
+            assert status == 200 and json.loads(payload)["readOnly"] is False
+            status, payload = await http(port, "GET", "/api/v1/bookie/info")
+            assert json.loads(payload)["totalSpace"] > 0
+            status, payload = await http(port, "PUT", "/api/v1/bookie/state/readonly", b'{"readOnly": true}')
+            assert (status, json.loads(payload)) == (200, {"readOnly": True})
+            assert app.bookie.readonly
+            assert (await http(port, "PUT", "/api/v1/bookie/state/readonly", b"nonsense"))[0] == 400
+            assert (await http(port, "GET", "/nowhere"))[0] == 404
+            assert (await http(port, "DELETE", "/heartbeat"))[0] == 405
+            assert (await http(port, "PUT", "/api/v1/bookie/gc"))[0] == 400  # no metadata service
+            status, payload = await http(port, "GET", "/metrics")
+            assert b"bookie_SERVER_STATUS 0.0" in payload
+            assert b'bookkeeper_server_BATCH_READ_ENTRY_REQUEST_bucket{le="5.0",success="true"}' in payload
+            # Garbage on the HTTP port is answered 400, the server lives on.
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"\x00\x01garbage\r\n\r\n")
+            assert b" 400 " in await reader.read()
+            writer.close()
+            assert await http(port, "GET", "/heartbeat") == (200, b"OK\n")
+        finally:
+            await app.stop()
+
+    asyncio.run(body())
+
+
+def test_local_cookie_mismatch_refuses_to_start(tmp_path: Path) -> None:
+    async def start_stop(conf: BookieConfig) -> None:
+        app = BookieApp(conf)
+        try:
+            await app.start()
+        finally:
+            await app.stop()
+
+    asyncio.run(start_stop(conf_for(tmp_path, bookieId="local-1")))
+    assert (tmp_path / "l" / "current" / "VERSION").read_text().startswith("5\n")
+    with pytest.raises(CookieMismatchError, match="bookieHost"):
+        asyncio.run(start_stop(conf_for(tmp_path, bookieId="local-2")))
+    with pytest.raises(CookieMismatchError, match="journalDir"):
+        asyncio.run(start_stop(conf_for(tmp_path, bookieId="local-1", journalDirectories=str(tmp_path / "j2"))))
+    asyncio.run(start_stop(conf_for(tmp_path, bookieId="local-1")))  # unchanged config: fine
+
+
+def test_disk_threshold_enters_and_leaves_readonly(tmp_path: Path) -> None:
+    async def body() -> None:
+        app = BookieApp(conf_for(tmp_path, diskUsageThreshold=0.9, diskUsageLwmThreshold=0.8))
+        await app.start()
+        try:
+            changes: list[bool] = []
+            app.bookie.on_state_change = changes.append
+            usage = {"value": (1000, 50)}  # 95 % used
+            app.bookie.storage.disk_usage = lambda: usage["value"]  # type: ignore[method-assign]
+            app.bookie.check_disks()
+            assert app.bookie.readonly and changes == [True]
+            usage["value"] = (1000, 150)  # 85 %: between the marks, stays read-only
+            app.bookie.check_disks()
+            assert app.bookie.readonly
+            usage["value"] = (1000, 300)  # 70 %
+            app.bookie.check_disks()
+            assert not app.bookie.readonly and changes == [True, False]
+        finally:
+            await app.stop()
+
+    asyncio.run(body())
+
+
+def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-D", "noequals"]) == 2
+    assert main(["--conf", str(tmp_path / "missing.conf")]) == 2
+    bad = tmp_path / "bad.conf"
+    bad.write_text("bookiePort=notaport\n")
+    assert main(["--conf", str(bad)]) == 2
+    assert "bookiePort" in capsys.readouterr().err
+
+
+def test_json_log_lines() -> None:
+    record = logging.LogRecord("bookie_server.x", logging.INFO, __file__, 1, "hello %s", ("world",), None)
+    record.port = 3181
+    line = json.loads(JsonFormatter().format(record))
+    assert line["msg"] == "hello world" and line["port"] == 3181 and line["level"] == "INFO"
