@@ -101,8 +101,11 @@ fault: setup
 demo: venv zookeeper
 	$(PY) examples/demo.py
 
+# Side-by-side benchmarks (bench/); rewrites the generated section of BENCHMARKS.md from this run.
+# BENCH_ARGS are handed to run_all, e.g. BENCH_ARGS=--quick (small sizes: checks the programs only).
+BENCH_ARGS ?=
 bench: setup
-	$(PY) -m bench.run_all
+	$(PY) -m bench.run_all --update-md BENCHMARKS.md $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(CACHE) .pytest_cache .hypothesis

@@ -167,7 +167,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--entries", type=int, default=50_000, help="entries per write run (default 50000)")
     p.add_argument("--size", type=int, default=1024, help="entry size in bytes (default 1024)")
     p.add_argument("--outstanding", type=int, default=1000, help="adds in flight (default 1000)")
-    p.add_argument("--warmup", type=int, default=5000, help="untimed adds before each write run (default 5000)")
+    p.add_argument("--warmup", type=int, default=10000, help="untimed adds before each write run (default 10000)")
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--max-size", type=int, default=1024 * 1024, help="batch read max size in bytes")
     p.add_argument("--passes", type=int, default=3, help="timed read passes over the ledger (default 3)")

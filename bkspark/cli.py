@@ -69,29 +69,41 @@ def _run_auditor(args: argparse.Namespace) -> int:
     from bkspark.audit import Auditor
     from bkspark.shell.common import metadata_service_uri
 
-    logging.basicConfig(
-        force=True, level=getattr(logging, args.log_level), stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
-    auditor = Auditor(
-        metadata_service_uri(args),
-        identifier=args.identifier,
-        audit_period=args.audit_period,
-        grace_period=args.grace_period,
-        parent_grace_period=args.parent_grace_period,
-        session_timeout=args.zk_timeout,
-    )
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        auditor._stop.set()  # run_forever returns; stop() below closes the session
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    uri = metadata_service_uri(args)
+    # Log lines are the auditor's output: to stderr for as long as it runs (removed after, for embedders and tests).
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    old_level = root.level
+    kazoo_log = logging.getLogger("kazoo")
+    old_kazoo_level = kazoo_log.level
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, args.log_level))
+    kazoo_log.setLevel(max(logging.WARNING, root.level))  # its connection chatter is not ours to report
     try:
-        auditor.run_forever()
+        auditor = Auditor(
+            uri,
+            identifier=args.identifier,
+            audit_period=args.audit_period,
+            grace_period=args.grace_period,
+            parent_grace_period=args.parent_grace_period,
+            session_timeout=args.zk_timeout,
+        )
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            auditor.request_stop()  # run_forever returns; stop() below closes the session
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            auditor.run_forever()
+        finally:
+            auditor.stop()
+            for sig, old in previous.items():
+                signal.signal(sig, old)
     finally:
-        auditor.stop()
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+        kazoo_log.setLevel(old_kazoo_level)
     return 0
 
 

@@ -71,6 +71,7 @@ class Bookie:
         self._fence_pending: dict[tuple[int, int], asyncio.Future[None]] = {}
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._checkpointing = False
+        self._background: set[asyncio.Task[None]] = set()
         self._queued_records: list[bytes] = []
         self._queued_dones: list[Callable[[BaseException | None], None]] = []
         self._forced_readonly = conf.forceReadOnlyBookie
@@ -315,7 +316,9 @@ class Bookie:
 
         self._journal_cb(prefix + record if prefix else record, durable)
         if self.storage.needs_flush and not self._checkpointing and self._loop is not None:
-            self._loop.create_task(self.checkpoint())
+            task = self._loop.create_task(self.checkpoint())
+            self._background.add(task)  # keep a reference until it is done
+            task.add_done_callback(self._background.discard)
 
     def fence(self, scope_id: int, ledger_id: int, master_key: bytes) -> asyncio.Future[None]:
         """Fence a ledger (creating it if unknown); resolves once the fence is durable.

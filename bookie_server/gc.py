@@ -92,7 +92,8 @@ class GarbageCollector:
             second = await loop.run_in_executor(None, find_orphans, self.zk, self.root, first)
             if not second:
                 return []
-            confirmed = [k for k in second if k in set(first)]
+            candidates = set(first)
+            confirmed = [k for k in second if k in candidates]
             for scope_id, ledger_id in confirmed:
                 self.bookie.delete_ledger(scope_id, ledger_id)
                 log.info("gc: deleted ledger %d (scope %d): its metadata is gone", ledger_id, scope_id)

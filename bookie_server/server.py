@@ -304,16 +304,22 @@ class _Connection(asyncio.Protocol):
             self._on_durable(fence, lambda: reply(v2.EOK, data), lambda e: reply(v2.EIO))
 
     def _read_batch(self, scope_id: int, ledger_id: int, start_entry: int, max_count: int, max_size: int) -> list[bytes]:
-        """BatchedReadEntryProcessor.readData (4.17): first entry always, stop at gaps or limits."""
+        """BatchedReadEntryProcessor.readData (4.17): first entry always, stop at gaps or limits.
+
+        The response frame is counted from 36 bytes (prefix, request id, length field)
+        plus ``4 + len`` per entry, against ``min(request maxSize, maxBatchReadSize)``.
+        """
         if max_count <= 0:
             max_count = 0x7FFFFFFF
         limit = min(max_size, self.conf.maxBatchReadSize)
+        if start_entry >= 0:
+            return self.bookie.storage.get_range(scope_id, ledger_id, start_entry, max_count, limit - _BATCH_FRAME_BASE)
+        # Start -1 reads "the last entry" first, as Java's readEntry(-1) does, then -1 + i.
         frame_size = _BATCH_FRAME_BASE
         entries: list[bytes] = []
-        read = self.bookie.read_entry
         for i in range(max_count):
             try:
-                data = read(scope_id, ledger_id, start_entry + i)
+                data = self.bookie.read_entry(scope_id, ledger_id, start_entry + i)
             except BookieError:
                 if not entries:
                     raise

@@ -67,6 +67,8 @@ _FLAG_HAS_KEY = 2
 _FLAG_HAS_LAC = 4
 _CHECKPOINT_KEY = b"checkpoint"
 _LOG_NAME = re.compile(r"^([0-9a-f]{16})\.log$")
+#: Bytes read from an entry log at once during batch reads (the next entries usually follow).
+_READ_AHEAD = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -148,10 +150,29 @@ class _Directory:
         self.meta_db = self.env.open_db(b"meta")
         self._read_fds: dict[int, int] = {}
         self._fd_lock = threading.Lock()
+        self._read_txn: lmdb.Transaction | None = None
         logs = self.log_ids()
         self.log_id = (logs[-1] + 1) if logs else 1
         self._write_fd = -1
         self._write_size = 0
+
+    def index_get(self, key: bytes) -> bytes | None:
+        """Look a key up in the index through a reused read transaction (loop thread only).
+
+        Opening a transaction per lookup costs more than the lookup; the snapshot is
+        refreshed by :meth:`refresh` after every checkpoint, so it never misses
+        entries that left the write cache.
+        """
+        txn = self._read_txn
+        if txn is None:
+            txn = self._read_txn = self.env.begin(db=self.index_db, buffers=False)
+        return txn.get(key)
+
+    def refresh(self) -> None:
+        """Drop the reused read transaction (the next lookup sees the latest commit)."""
+        if self._read_txn is not None:
+            self._read_txn.abort()
+            self._read_txn = None
 
     def log_ids(self) -> list[int]:
         ids = []
@@ -206,6 +227,7 @@ class _Directory:
         return os.pread(fd, length, offset)
 
     def close(self) -> None:
+        self.refresh()
         if self._write_fd >= 0:
             os.fsync(self._write_fd)
             os.close(self._write_fd)
@@ -379,13 +401,16 @@ class LedgerStorage:
             self._read_cache.move_to_end(key)
             return data
         data = self._read_from_disk(scope_id, ledger_id, entry_id)
+        self._cache_read(key, data)
+        return data
+
+    def _cache_read(self, key: EntryKey, data: bytes) -> None:
         if len(data) <= self.read_cache_max_bytes // 4:
             self._read_cache[key] = data
             self._read_cache_bytes += len(data)
             while self._read_cache_bytes > self.read_cache_max_bytes:
                 _, evicted = self._read_cache.popitem(last=False)
                 self._read_cache_bytes -= len(evicted)
-        return data
 
     def has_entry(self, scope_id: int, ledger_id: int, entry_id: int) -> bool:
         """True when the entry is stored here (no exceptions)."""
@@ -398,25 +423,83 @@ class LedgerStorage:
     def _read_from_disk(self, scope_id: int, ledger_id: int, entry_id: int) -> bytes:
         directory = self._dir_for(scope_id, ledger_id)
         try:
-            with directory.env.begin(db=directory.index_db, buffers=False) as txn:
-                location = txn.get(_INDEX_KEY.pack(scope_id, ledger_id, entry_id))
+            location = directory.index_get(_INDEX_KEY.pack(scope_id, ledger_id, entry_id))
         except lmdb.Error as exc:
             raise BookieIOError("entry index read failed", error=str(exc)) from exc
         if location is None:
             raise NoSuchEntryError(ledger_id=ledger_id, entry_id=entry_id)
+        return self._read_record(directory, location, (scope_id, ledger_id, entry_id), None)
+
+    @staticmethod
+    def _read_record(
+        directory: _Directory, location: bytes, key: EntryKey, chunk: list[object] | None
+    ) -> bytes:
+        """Read and check one entry-log record; ``chunk`` is a reusable read-ahead buffer
+        ``[log id, start offset, bytes]`` (sequential entries of a ledger sit next to each other)."""
         if len(location) != _LOCATION.size:
-            raise BookieIOError("entry index is corrupt", ledger_id=ledger_id, entry_id=entry_id)
+            raise BookieIOError("entry index is corrupt", ledger_id=key[1], entry_id=key[2])
         log_id, offset, length = _LOCATION.unpack(location)
         record_offset = offset - _LOG_RECORD.size
         if record_offset < _LOG_HEADER.size:
-            raise BookieIOError("entry index is corrupt", ledger_id=ledger_id, entry_id=entry_id)
-        raw = directory.read(log_id, record_offset, _LOG_RECORD.size + length)
-        if len(raw) != _LOG_RECORD.size + length:
-            raise BookieIOError("entry log is truncated", log_id=log_id, ledger_id=ledger_id, entry_id=entry_id)
+            raise BookieIOError("entry index is corrupt", ledger_id=key[1], entry_id=key[2])
+        need = _LOG_RECORD.size + length
+        raw: bytes | memoryview
+        if chunk is None:
+            raw = directory.read(log_id, record_offset, need)
+        else:
+            c_log, c_start, c_data = chunk
+            assert isinstance(c_start, int) and isinstance(c_data, bytes)
+            if c_log != log_id or record_offset < c_start or record_offset + need > c_start + len(c_data):
+                c_data = directory.read(log_id, record_offset, max(need, _READ_AHEAD))
+                chunk[:] = [log_id, record_offset, c_data]
+                c_start = record_offset
+            raw = memoryview(c_data)[record_offset - c_start : record_offset - c_start + need]
+        if len(raw) != need:
+            raise BookieIOError("entry log is truncated", log_id=log_id, ledger_id=key[1], entry_id=key[2])
         stored_len, s, lg, e = _LOG_RECORD.unpack_from(raw, 0)
-        if (stored_len, s, lg, e) != (length, scope_id, ledger_id, entry_id):
-            raise BookieIOError("entry index points at the wrong record", ledger_id=ledger_id, entry_id=entry_id)
-        return raw[_LOG_RECORD.size :]
+        if (stored_len, s, lg, e) != (length, *key):
+            raise BookieIOError("entry index points at the wrong record", ledger_id=key[1], entry_id=key[2])
+        return bytes(raw[_LOG_RECORD.size :])
+
+    def get_range(self, scope_id: int, ledger_id: int, start: int, max_count: int, budget: int) -> list[bytes]:
+        """Consecutive entries from ``start`` for a batch read, in one index transaction.
+
+        The first entry is always returned (its errors are raised: ENOLEDGER, ENOENTRY,
+        EIO); each later one only while the running sum of ``len + 4`` stays within
+        ``budget``; the range ends at the first entry that is missing or unreadable.
+        """
+        info = self._ledgers.get((scope_id, ledger_id))
+        if info is None:
+            raise NoSuchLedgerError(ledger_id=ledger_id, scope_id=scope_id)
+        out: list[bytes] = []
+        total = 0
+        directory = self._dir_for(scope_id, ledger_id)
+        chunk: list[object] = [None, 0, b""]
+        wc, fl, rc = self._write_cache, self._flushing, self._read_cache
+        for entry_id in range(start, start + max_count):
+            key = (scope_id, ledger_id, entry_id)
+            data = wc.get(key) or fl.get(key) or rc.get(key)
+            if data is None:
+                try:
+                    location = directory.index_get(_INDEX_KEY.pack(*key))
+                    if location is None:
+                        raise NoSuchEntryError(ledger_id=ledger_id, entry_id=entry_id)
+                    data = self._read_record(directory, location, key, chunk)
+                    self._cache_read(key, data)
+                except lmdb.Error as exc:
+                    if not out:
+                        raise BookieIOError("entry index read failed", error=str(exc)) from exc
+                    break
+                except (NoSuchEntryError, BookieIOError, OSError):
+                    if not out:
+                        raise
+                    break
+            size = len(data) + 4
+            if out and total + size > budget:
+                break
+            out.append(data)
+            total += size
+        return out
 
     def entry_ids(self, scope_id: int, ledger_id: int) -> list[int]:
         """Sorted ids of every entry stored for the ledger (index plus caches)."""
@@ -546,6 +629,8 @@ class LedgerStorage:
                     self._write_cache_bytes += len(data)
             self._dirty |= set(snapshot.states) & set(self._ledgers)
             self._pending_deletes |= snapshot.deletes
+        for directory in self._dirs:
+            directory.refresh()  # before the flushed entries leave memory
         self._flushing = {}
 
     def checkpoint(self, mark: JournalPosition) -> None:

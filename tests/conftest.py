@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import itertools
 import re
+import signal
+import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
-from tests.harness.java_bookkeeper import (
-    BK_VERSIONS,
-    DEFAULT_BK_VERSION,
-    ConfValue,
-    JavaBookieCluster,
-    JavaTools,
-)
+from tests.harness.java_bookkeeper import JavaClusterFactory, JavaTools
 from tests.harness.process import kill_all
 from tests.harness.zookeeper import ZkRoot, ZooKeeperServer, init_new_cluster
 
@@ -31,12 +26,19 @@ _MARKERS = {
 }
 
 
+def _sigterm_to_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the markers (also listed in pyproject.toml) so that -m and --strict-markers know them."""
+    """Register the markers (also listed in pyproject.toml) so that -m and --strict-markers know them; make SIGTERM
+    (`timeout`, CI cancellation) end the session like Ctrl-C, so that fixtures stop their servers."""
     known = {line.split(":", 1)[0].strip() for line in config.getini("markers")}
     for name, doc in _MARKERS.items():
         if name not in known:
             config.addinivalue_line("markers", f"{name}: {doc}")
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -63,9 +65,20 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 _root_counter = itertools.count(1)
 
 
-def _root_name(request: pytest.FixtureRequest) -> str:
-    name = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name).strip("-")[:60] or "test"
-    return f"/bk-{name}-{next(_root_counter)}"
+def _new_root(zookeeper: ZooKeeperServer, node_name: str) -> ZkRoot:
+    """Format a unique root `/bk-<node name>-<n>` on `zookeeper` (restarted first if a test killed it)."""
+    if not zookeeper.is_alive:  # a test killed it: bring it back with the same port and data
+        zookeeper.start()
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", node_name).strip("-")[:60] or "test"
+    path = f"/bk-{name}-{next(_root_counter)}"
+    client = zookeeper.client()
+    try:
+        instance_id = init_new_cluster(client, path)
+    except BaseException:
+        client.stop()
+        client.close()
+        raise
+    return ZkRoot(path=path, server=zookeeper, zk_client=client, instance_id=instance_id)
 
 
 @pytest.fixture
@@ -75,17 +88,17 @@ def zk_root(request: pytest.FixtureRequest, zookeeper: ZooKeeperServer) -> Itera
     `.path`, `.metadata_service_uri` (zk+hierarchical://127.0.0.1:PORT/<path>), `.zk_client` (kazoo, closed at
     teardown), `.connect_string`, `.instance_id`.
     """
-    if not zookeeper.is_alive:  # a test killed it: bring it back with the same port and data
-        zookeeper.start()
-    client = zookeeper.client()
-    path = _root_name(request)
+    root = _new_root(zookeeper, request.node.name)
     try:
-        instance_id = init_new_cluster(client, path)
-    except BaseException:
-        client.stop()
-        client.close()
-        raise
-    root = ZkRoot(path=path, server=zookeeper, zk_client=client, instance_id=instance_id)
+        yield root
+    finally:
+        root.close()
+
+
+@pytest.fixture(scope="module")
+def module_zk_root(request: pytest.FixtureRequest, zookeeper: ZooKeeperServer) -> Iterator[ZkRoot]:
+    """Like `zk_root`, shared by the tests of one module (`/bk-<module>-<n>`)."""
+    root = _new_root(zookeeper, request.node.name.rsplit("/", 1)[-1].removesuffix(".py"))
     try:
         yield root
     finally:
@@ -101,9 +114,6 @@ def java_tools(tmp_path_factory: pytest.TempPathFactory) -> JavaTools:
     return JavaTools(tmp_path_factory.mktemp("java-tools"))
 
 
-JavaClusterFactory = Callable[..., JavaBookieCluster]
-
-
 @pytest.fixture
 def java_cluster_factory(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -115,40 +125,25 @@ def java_cluster_factory(
     `journal_sync_data` (default True), `conf_overrides` (bk_server.conf settings), `jvm_args`, `start` (default
     True). Every cluster is stopped at teardown.
     """
-    clusters: list[JavaBookieCluster] = []
-
-    def factory(
-        version: str = DEFAULT_BK_VERSION,
-        bookies: int = 3,
-        root: ZkRoot | None = None,
-        *,
-        bookie_ids: Sequence[str | None] | None = None,
-        journal_sync_data: bool = True,
-        conf_overrides: Mapping[str, ConfValue] | None = None,
-        jvm_args: Sequence[str] = (),
-        start: bool = True,
-    ) -> JavaBookieCluster:
-        if version not in BK_VERSIONS:
-            raise ValueError(f"unknown BookKeeper version {version!r}; choose one of {BK_VERSIONS}")
-        target: ZkRoot = root if root is not None else request.getfixturevalue("zk_root")
-        base: Path = tmp_path_factory.mktemp(f"java-{version}-cluster")
-        cluster = JavaBookieCluster(
-            version=version,
-            metadata_service_uri=target.metadata_service_uri,
-            base_dir=base,
-            bookies=bookies,
-            bookie_ids=bookie_ids,
-            journal_sync_data=journal_sync_data,
-            conf_overrides=conf_overrides,
-            jvm_args=jvm_args,
-        )
-        clusters.append(cluster)
-        if start:
-            cluster.start_all()
-        return cluster
-
+    factory = JavaClusterFactory(
+        lambda name: tmp_path_factory.mktemp(name), lambda: request.getfixturevalue("zk_root")
+    )
     try:
         yield factory
     finally:
-        for cluster in reversed(clusters):
-            cluster.close()
+        factory.close()
+
+
+@pytest.fixture(scope="module")
+def module_java_cluster_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[JavaClusterFactory]:
+    """`java_cluster_factory` whose clusters live until the end of the test module (start bookies once for many
+    tests that do not need fresh ones); `root=None` means `module_zk_root`."""
+    factory = JavaClusterFactory(
+        lambda name: tmp_path_factory.mktemp(name), lambda: request.getfixturevalue("module_zk_root")
+    )
+    try:
+        yield factory
+    finally:
+        factory.close()

@@ -137,6 +137,11 @@ class Auditor:
             pass
         self.store.close()
 
+    def request_stop(self) -> None:
+        """Ask :meth:`run_forever` to return (safe from a signal handler: sets a flag only)."""
+        self._stop.set()
+        self._wake.set()
+
     def run_forever(self) -> None:
         """``start()`` then block until :meth:`stop` is called (from a signal handler, say)."""
         self.start()

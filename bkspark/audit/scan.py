@@ -199,13 +199,15 @@ def reconcile(zk: KazooClient, root: str, found: list[OrphanRecord], now_ms: int
     try:
         zk.ensure_path(base)
         existing = set(zk.get_children(base))
+        # Pipelined reads of the records we may keep (one round trip, not one per orphan).
+        pending = {name: zk.get_async(f"{base}/{name}") for name in by_name if name in existing}
         written = removed = 0
         for name, records in sorted(by_name.items()):
             path = f"{base}/{name}"
             old: list[OrphanRecord] = []
-            if name in existing:
+            if name in pending:
                 try:
-                    data, _ = zk.get(path)
+                    data, _ = pending[name].get(timeout=60)
                     old = decode_records(name, data)
                 except (NoNodeError, BadMetadataError):
                     old = []

@@ -12,7 +12,7 @@ import subprocess
 import threading
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -23,12 +23,14 @@ from tests.harness.cds import CdsArchive, CdsUse
 from tests.harness.java import JVM_OPTS, java_executable, repo_root
 from tests.harness.ports import free_port, port_is_open
 from tests.harness.process import HarnessError, ManagedProcess, tail
+from tests.harness.zookeeper import ZkRoot
 
 __all__ = [
     "BK_VERSIONS",
     "DEFAULT_BK_VERSION",
     "JavaBookie",
     "JavaBookieCluster",
+    "JavaClusterFactory",
     "JavaTools",
     "bookkeeper_classpath",
     "cache_dir",
@@ -345,12 +347,24 @@ class JavaBookie:
             self.process.argv = argv
         self.process.start()
 
-    def wait_ready(self, zk: KazooClient, root: str, timeout: float = 120.0) -> None:
-        """Wait until the port answers and `<root>/available/<bookieId>` exists."""
+    def registration_path(self, root: str) -> str:
+        """`<root>/available/<bookieId>`."""
+        return f"{root}/available/{self.bookie_id}"
+
+    def wait_ready(self, zk: KazooClient, root: str, timeout: float = 120.0, stale_czxid: int | None = None) -> None:
+        """Wait until the port answers and `<root>/available/<bookieId>` exists (and, when a registration of an
+        earlier run was still there at launch, `stale_czxid`, until it is a new one)."""
         assert self.process is not None
-        reg = f"{root}/available/{self.bookie_id}"
+        reg = self.registration_path(root)
+
+        def ready() -> bool:
+            if not port_is_open(self.port):
+                return False
+            stat = zk.exists(reg)
+            return stat is not None and stat.czxid != stale_czxid
+
         self.process.wait_until(
-            lambda: port_is_open(self.port) and zk.exists(reg) is not None,
+            ready,
             timeout=timeout,
             what=f"bookie {self.bookie_id} (BookKeeper {self.version}) to listen and register at {reg}",
             interval=0.2,
@@ -479,11 +493,13 @@ class JavaBookieCluster:
     def start_all(self) -> "JavaBookieCluster":
         """Start every stopped bookie (JVMs in parallel) and wait until all are registered."""
         pending = [b for b in self.bookies if not b.is_alive]
+        stale = {id(b): self.zk.exists(b.registration_path(self.root)) for b in pending}
         for bookie in pending:
             bookie.launch()
         try:
             for bookie in pending:
-                bookie.wait_ready(self.zk, self.root, self.start_timeout)
+                old = stale[id(bookie)]
+                bookie.wait_ready(self.zk, self.root, self.start_timeout, None if old is None else old.czxid)
         except HarnessError:
             self.close()
             raise
@@ -492,8 +508,10 @@ class JavaBookieCluster:
     def start(self, i: int) -> None:
         """(Re)start bookie i with its old directories, port and id; wait until it is registered."""
         bookie = self.bookies[i]
+        # After kill(i) the old registration lives until its session expires; do not mistake it for the new one.
+        stale = self.zk.exists(bookie.registration_path(self.root))
         bookie.launch()
-        bookie.wait_ready(self.zk, self.root, self.start_timeout)
+        bookie.wait_ready(self.zk, self.root, self.start_timeout, stale_czxid=None if stale is None else stale.czxid)
 
     def add_bookie(self, bookie_id: str | None = None, start: bool = True) -> int:
         """Add one more bookie to the cluster (started unless `start=False`); return its index."""
@@ -513,7 +531,7 @@ class JavaBookieCluster:
 
     def wait_unregistered(self, i: int, timeout: float = 60.0) -> None:
         """Wait until bookie i is gone from `<root>/available` (e.g. after kill: session expiry)."""
-        path = f"{self.root}/available/{self.bookies[i].bookie_id}"
+        path = self.bookies[i].registration_path(self.root)
         deadline = time.monotonic() + timeout
         while self.zk.exists(path) is not None:
             if time.monotonic() > deadline:
@@ -680,3 +698,49 @@ class JavaTools:
         jvm, _ = _jvm_argv(version, main_class, dirs.log4j, extra, with_tools=True)
         argv = [*jvm, *map(str, args)]
         return self._exec(argv, timeout, input, main_class, dirs.conf.parent, env)
+
+
+class JavaClusterFactory:
+    """Creates started Java bookie clusters and stops them all at `close()` (the factory fixtures' engine)."""
+
+    def __init__(self, make_dir: Callable[[str], Path], default_root: Callable[[], ZkRoot]) -> None:
+        self._make_dir = make_dir
+        self._default_root = default_root
+        self.clusters: list[JavaBookieCluster] = []
+
+    def __call__(
+        self,
+        version: str = DEFAULT_BK_VERSION,
+        bookies: int = 3,
+        root: ZkRoot | None = None,
+        *,
+        bookie_ids: Sequence[str | None] | None = None,
+        journal_sync_data: bool = True,
+        conf_overrides: Mapping[str, ConfValue] | None = None,
+        jvm_args: Sequence[str] = (),
+        start: bool = True,
+    ) -> JavaBookieCluster:
+        """A cluster of `bookies` bookies of `version` on `root` (default: see the fixture), started unless told."""
+        if version not in BK_VERSIONS:
+            raise ValueError(f"unknown BookKeeper version {version!r}; choose one of {BK_VERSIONS}")
+        target = root if root is not None else self._default_root()
+        base = self._make_dir(f"java-{version}-cluster")
+        cluster = JavaBookieCluster(
+            version=version,
+            metadata_service_uri=target.metadata_service_uri,
+            base_dir=base,
+            bookies=bookies,
+            bookie_ids=bookie_ids,
+            journal_sync_data=journal_sync_data,
+            conf_overrides=conf_overrides,
+            jvm_args=jvm_args,
+        )
+        self.clusters.append(cluster)
+        if start:
+            cluster.start_all()
+        return cluster
+
+    def close(self) -> None:
+        """Stop every cluster made, newest first."""
+        for cluster in reversed(self.clusters):
+            cluster.close()

@@ -17,7 +17,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         for _ in range(200):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 sock.bind((host, 0))
-                port = sock.getsockname()[1]
+                port: int = sock.getsockname()[1]
             if port not in _handed_out:
                 _handed_out.add(port)
                 return port

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import atexit
+import ctypes
+import ctypes.util
 import os
 import signal
 import subprocess
@@ -19,6 +21,28 @@ __all__ = ["HarnessError", "ManagedProcess", "kill_all", "live_processes", "tail
 
 class HarnessError(RuntimeError):
     """A server of the test harness did not start, answer or stop as it should."""
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    """libc's prctl(2), or None where there is none."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        prctl: Callable[..., int] = libc.prctl
+        return prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_prctl = _load_prctl() if os.uname().sysname == "Linux" else None
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGKILL when the parent dies, even by SIGKILL (Linux)."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 _registry_lock = threading.Lock()
@@ -42,7 +66,9 @@ class ManagedProcess:
     """One command run in its own process group, with stdout/stderr in files under `log_dir`.
 
     Every started process is tracked until it has exited; `kill_all()` (run at interpreter
-    exit and at the end of the pytest session) SIGKILLs whatever is still alive.
+    exit and at the end of the pytest session) SIGKILLs whatever is still alive. On Linux a process started from
+    the main thread also gets SIGKILL when its parent dies however it dies (PR_SET_PDEATHSIG; not from other
+    threads, whose exit would trigger it).
     """
 
     def __init__(
@@ -81,6 +107,7 @@ class ManagedProcess:
                     stdout=out,
                     stderr=err,
                     start_new_session=True,
+                    preexec_fn=_die_with_parent if threading.current_thread() is threading.main_thread() else None,
                 )
             except OSError as exc:
                 raise HarnessError(f"cannot start {self.name}: {exc} (command: {' '.join(self.argv)})") from exc

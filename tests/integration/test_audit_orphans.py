@@ -106,7 +106,11 @@ def test_both_orphan_kinds_are_listed_with_their_reason(zk_root, store, capsys) 
 
     assert [(r["ledgerId"], r["reason"]) for r in json.loads(out)] == [(12, "BROKEN_PARENT_REF")]
 
+    first_seen = {r.ledger_id: r.first_seen_ms for r in list_orphans(store.zk, store.root)}
+    assert first_seen[broken_child] > 0
+
     # The owner deletes the overdue ledger; the parent's loss orphans its child: the next pass says so.
+    time.sleep(0.01)
     store.delete_ledger_metadata(overdue)
     store.delete_ledger_metadata(parent)
     auditor = Auditor(uri, grace_period=3600)
@@ -120,6 +124,9 @@ def test_both_orphan_kinds_are_listed_with_their_reason(zk_root, store, capsys) 
         (good_child, OrphanReason.BROKEN_PARENT_REF),
         (12, OrphanReason.BROKEN_PARENT_REF),
     }
+    after = {r.ledger_id: r.first_seen_ms for r in list_orphans(store.zk, store.root)}
+    assert after[broken_child] == first_seen[broken_child]  # unchanged finding: record left alone
+    assert after[good_child] > first_seen[broken_child]  # new finding
 
 
 def test_malformed_context_is_skipped_and_reported_not_fatal(zk_root, store, capsys) -> None:
@@ -239,3 +246,18 @@ def Auditor_contenders(store: ZkMetadataStore) -> list[str]:  # noqa: N802 - rea
     from kazoo.recipe.election import Election
 
     return list(Election(store.zk, f"{store.root}/bkspark/audit/election").contenders())
+
+
+def test_embedded_auditor_on_a_shared_session_leaves_it_running(zk_root, store) -> None:
+    """How a bookie hosts the auditor: its own kazoo session, start() and stop()."""
+    zk = zk_root.zk_client
+    lid = new_ledger(store, ledger(child_ctx(424242)))
+    auditor = Auditor(zk_root.metadata_service_uri, zk=zk, audit_period=60, identifier="in-bookie").start()
+    try:
+        wait_for(lambda: auditor.is_leader and auditor.passes == 1, 20, "the embedded auditor's first pass")
+        assert auditor.contenders() == ["in-bookie"]
+        assert [(r.ledger_id, r.detail) for r in list_orphans(zk, store.root)] == [(lid, 424242)]
+    finally:
+        auditor.stop()
+    assert not auditor.is_leader and Auditor_contenders(store) == []
+    assert zk.connected  # the bookie's session is still its own

@@ -295,18 +295,40 @@ def test_append_adds_and_overwrite_replaces_the_previous_ledgers(spark, bk, py_c
     assert not {lid for _, lid in before.ledgers} & listed, "overwrite must delete the previous ledgers"
 
 
-def failing_payload(fail_partition: int, fail_from_row: int, attempts: tuple[int, ...]):
-    """A payload UDF that raises in ``fail_partition`` from row ``fail_from_row`` on the given attempts."""
+def failing_payload(cluster: PythonBookieCluster, fail_partition: int, fail_from_row: int, attempts: dict[int, int]):
+    """A payload UDF that raises in ``fail_partition`` from row ``fail_from_row`` (of 5000) on the given attempts.
+
+    ``attempts`` maps a failing attempt to the number of ledgers the job must have registered by then
+    (``<root>/bkspark/jobs/<job>/...``): the UDF waits for them before raising, so the failure always hits a
+    task whose ledger exists (Spark buffers about a thousand rows between the UDF and the writer).
+    """
     from pyspark.sql import functions as F
+
+    connect, jobs = cluster.connect_string, f"{cluster.root}/bkspark/jobs"
 
     @F.udf("binary")
     def payload(value: int) -> bytes:
         from pyspark import TaskContext
 
         context = TaskContext.get()
-        if (context.partitionId() == fail_partition and context.attemptNumber() in attempts
-                and value % 1000 >= fail_from_row):
-            raise RuntimeError(f"injected failure in partition {fail_partition}, attempt {context.attemptNumber()}")
+        attempt = context.attemptNumber()
+        if context.partitionId() == fail_partition and attempt in attempts and value % 5000 >= fail_from_row:
+            import time
+
+            from kazoo.client import KazooClient
+
+            zk = KazooClient(hosts=connect)
+            zk.start(timeout=30)
+            try:
+                for _ in range(600):
+                    jobs_now = zk.get_children(jobs) if zk.exists(jobs) else []
+                    if sum(len(zk.get_children(f"{jobs}/{job}")) for job in jobs_now) >= attempts[attempt]:
+                        break
+                    time.sleep(0.2)
+            finally:
+                zk.stop()
+                zk.close()
+            raise RuntimeError(f"injected failure in partition {fail_partition}, attempt {attempt}")
         return f"retry-{value}".encode()
 
     return payload
@@ -319,8 +341,10 @@ def test_a_retried_task_leaves_only_the_committed_ledgers(spark, bk, py_cluster)
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
     try:
         low = marker_ledger(bk)
-        # Two partitions of 1000 rows; partition 1 fails at its 600th row on its first attempt only.
-        df = spark.range(0, 2000, 1, 2).select(failing_payload(1, 600, (0,))(F.col("id")).alias("payload"))
+        # Two partitions of 5000 rows; partition 1 fails at its 4000th row on its first attempt only, once the
+        # ledgers of partition 0 and of that attempt are registered.
+        payload = failing_payload(py_cluster, 1, 4000, {0: 2})
+        df = spark.range(0, 10000, 1, 2).select(payload(F.col("id")).alias("payload"))
         write_dataset(df, uri, "retried")
         high = marker_ledger(bk)
     finally:
@@ -336,7 +360,7 @@ def test_a_retried_task_leaves_only_the_committed_ledgers(spark, bk, py_cluster)
                 for lid in committed}
     assert attempts == {b"0": b"0", b"1": b"1"}
     payloads = sorted(bytes(r.payload) for r in read_dataset(spark, uri, "retried").collect())
-    assert payloads == sorted(f"retry-{i}".encode() for i in range(2000))
+    assert payloads == sorted(f"retry-{i}".encode() for i in range(10000))
     assert bk.store.zk.get_children(f"{bk.store.root}/bkspark/jobs") == []
 
 
@@ -350,13 +374,14 @@ def test_a_failed_job_leaves_no_ledger_and_keeps_the_dataset(spark, bk, py_clust
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
     try:
         low = marker_ledger(bk)
-        df = spark.range(0, 2000, 1, 2).select(failing_payload(1, 600, (0, 1))(F.col("id")).alias("payload"))
+        payload = failing_payload(py_cluster, 1, 4000, {0: 2, 1: 3})
+        df = spark.range(0, 10000, 1, 2).select(payload(F.col("id")).alias("payload"))
         with pytest.raises(Exception, match="injected failure in partition 1"):
             write_dataset(df, uri, "failing", mode="overwrite")
         high = marker_ledger(bk)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    assert high - low - 1 >= 2  # both attempts of partition 1 created a ledger before failing
+    assert high - low - 1 == 3  # partition 0 and both attempts of partition 1 created a ledger
     assert ledgers_between(bk, low, high) == []
     assert registry.manifest("failing") == before
     assert sorted(bytes(r.payload) for r in read_dataset(spark, uri, "failing").collect()) == [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.java_bookkeeper import JavaBookieCluster, JavaTools
+from tests.harness.java_bookkeeper import JavaBookieCluster, JavaClusterFactory, JavaTools
 from tests.harness.ports import free_port, port_is_open
 from tests.harness.process import HarnessError, ManagedProcess, live_processes
 from tests.harness.zookeeper import HIERARCHICAL_LAYOUT, ZkRoot, ZooKeeperServer, four_letter_word, init_new_cluster
@@ -67,7 +67,7 @@ def test_managed_process_waits_for_port_and_terminates(tmp_path: Path) -> None:
     proc.wait_for_port(port, timeout=20)
     assert proc.is_alive and proc in live_processes()
     assert proc.terminate(timeout=5) is not None
-    assert not proc.is_alive and not _pid_running(proc.pid or 0)
+    assert not proc.is_alive and proc.pid is not None and not _pid_running(proc.pid)
     assert "listening" in proc.stdout_path.read_text()
 
 
@@ -221,7 +221,7 @@ def _listbookies_rw(java_tools: JavaTools, version: str, uri: str) -> set[str]:
 
 
 def test_java_cluster_simpletest_listbookies_and_kill(
-    java_cluster_factory, java_tools: JavaTools, zk_root: ZkRoot
+    java_cluster_factory: JavaClusterFactory, java_tools: JavaTools, zk_root: ZkRoot
 ) -> None:
     started = time.monotonic()
     # A short ZooKeeper session, so that a killed bookie leaves `available/` quickly.
@@ -261,20 +261,25 @@ def test_java_cluster_simpletest_listbookies_and_kill(
     # Restart on the same port and directories (the cookie must still match), then stop gracefully.
     cluster.start(1)
     assert cluster.bookie_ids[1] == killed_id and killed_id in cluster.registered()
+    # Kill and restart at once: start() must wait for the new registration, not accept the stale one.
+    old_czxid = zk_root.zk_client.exists(f"{zk_root.path}/available/{killed_id}").czxid
+    cluster.kill(1)
+    cluster.start(1)
+    assert zk_root.zk_client.exists(f"{zk_root.path}/available/{killed_id}").czxid != old_czxid
     cluster.stop(2)
     cluster.wait_unregistered(2, timeout=30)
     assert cluster.registered() == sorted(cluster.bookie_ids[:2])
 
 
 @pytest.mark.parametrize("version", ["4.16.6", "4.18.2"])
-def test_other_versions_start(java_cluster_factory, java_tools: JavaTools, version: str) -> None:
+def test_other_versions_start(java_cluster_factory: JavaClusterFactory, java_tools: JavaTools, version: str) -> None:
     cluster = java_cluster_factory(version, bookies=1)
     assert cluster.version == version
     assert cluster.registered() == cluster.bookie_ids
     assert _listbookies_rw(java_tools, version, cluster.metadata_service_uri) == set(cluster.bookie_ids)
 
 
-def test_custom_bookie_id(java_cluster_factory, java_tools: JavaTools, zk_root: ZkRoot) -> None:
+def test_custom_bookie_id(java_cluster_factory: JavaClusterFactory, java_tools: JavaTools, zk_root: ZkRoot) -> None:
     cluster = java_cluster_factory("4.17.3", bookies=1, bookie_ids=["bookie-alpha"])
     assert cluster.bookie_ids == ["bookie-alpha"]
     assert zk_root.zk_client.exists(f"{zk_root.path}/available/bookie-alpha") is not None
@@ -296,7 +301,7 @@ def test_harness_leaves_no_process_behind(tmp_path: Path, java_tools: JavaTools)
     uri = f"zk+hierarchical://{server.connect_string}/ledgers"
     cluster = JavaBookieCluster(version="4.17.3", metadata_service_uri=uri, base_dir=tmp_path / "bookies", bookies=2)
     with cluster:
-        pids = [b.process.pid for b in cluster.bookies if b.process is not None]
+        pids = [b.process.pid for b in cluster.bookies if b.process is not None and b.process.pid is not None]
         assert len(pids) == 2 and all(_pid_running(p) for p in pids)
         assert _java_pids_mentioning(str(tmp_path))
         cluster.kill(0)
@@ -322,3 +327,87 @@ def test_java_tools_run_uses_the_bookkeeper_classpath(zk_root: ZkRoot, java_tool
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[readonly]" in result.stdout
+
+
+def test_children_die_with_a_killed_parent(tmp_path: Path) -> None:
+    # The parent interpreter is SIGKILLed (no atexit): PR_SET_PDEATHSIG still takes its children down.
+    script = (
+        "import sys, time\n"
+        "from tests.harness.process import ManagedProcess\n"
+        f"p = ManagedProcess('orphan', [sys.executable, '-c', 'import time; time.sleep(300)'], log_dir={str(tmp_path)!r})\n"
+        "p.start(); print(p.pid, flush=True); time.sleep(300)\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=repo)
+    assert parent.stdout is not None
+    child_pid = int(parent.stdout.readline())
+    assert _pid_running(child_pid)
+    parent.kill()
+    parent.wait(10)
+    deadline = time.monotonic() + 10
+    while _pid_running(child_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _pid_running(child_pid)
+
+
+def test_sigterm_tears_a_pytest_session_down(tmp_path: Path) -> None:
+    # `timeout pytest ...` sends SIGTERM: the session must stop its servers (fixture teardown), not orphan them.
+    test_file = tmp_path / "test_victim.py"
+    test_file.write_text(
+        "import time\n"
+        "def test_hang(zookeeper):\n"
+        "    print('ZKPID', zookeeper.process.pid, flush=True)\n"
+        "    time.sleep(300)\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-s", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
+         f"--basetemp={tmp_path / 'basetemp'}", str(test_file)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
+    assert proc.stdout is not None
+    zk_pid = 0
+    for line in proc.stdout:
+        if line.startswith("ZKPID"):
+            zk_pid = int(line.split()[1])
+            break
+    assert zk_pid and _pid_running(zk_pid)
+    proc.terminate()
+    out, _ = proc.communicate(timeout=60)
+    # Exit status 2 = pytest's "interrupted": the session ended through its teardown, not by dying of SIGTERM.
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert not _pid_running(zk_pid)
+
+
+@pytest.fixture(scope="module")
+def _module_cluster(module_java_cluster_factory: JavaClusterFactory) -> JavaBookieCluster:
+    return module_java_cluster_factory("4.17.3", bookies=1)
+
+
+@pytest.mark.parametrize("attempt", [1, 2])
+def test_module_cluster_is_shared(_module_cluster: JavaBookieCluster, module_zk_root: ZkRoot, attempt: int) -> None:
+    # Both parametrized runs see the same bookie process, on the module's root.
+    assert _module_cluster.metadata_service_uri == module_zk_root.metadata_service_uri
+    assert module_zk_root.path.startswith("/bk-test_harness-")
+    assert _module_cluster.is_alive(0)
+    process = _module_cluster.bookies[0].process
+    assert process is not None and process.pid is not None
+    pid = process.pid
+    seen = _SEEN_MODULE_PIDS.setdefault("pid", pid)
+    assert seen == pid
+    assert _module_cluster.registered() == _module_cluster.bookie_ids
+
+
+_SEEN_MODULE_PIDS: dict[str, int] = {}
+
+
+def test_unknown_bookkeeper_version_is_refused(java_cluster_factory: JavaClusterFactory) -> None:
+    from tests.harness.java_bookkeeper import ensure_jars
+
+    with pytest.raises(HarnessError, match="4.16.6, 4.17.3, 4.18.2"):
+        ensure_jars("4.99.0")
+    with pytest.raises(ValueError, match="unknown BookKeeper version"):
+        java_cluster_factory("4.99.0", bookies=1)

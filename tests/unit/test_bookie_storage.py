@@ -176,6 +176,7 @@ def test_storage_corrupt_index_is_a_typed_error(tmp_path: Path) -> None:
         txn.put(struct.pack(">qqq", 0, 5, 1), b"garbage")  # wrong size
         loc = txn.get(struct.pack(">qqq", 0, 5, 0))
         txn.put(struct.pack(">qqq", 0, 5, 2), loc)  # points at entry 0's record
+    directory.refresh()
     storage._read_cache.clear()
     with pytest.raises(BookieIOError):
         storage.get_entry(0, 5, 1)
@@ -317,3 +318,30 @@ def test_conf_file_parsing(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         BookieConfig.from_mapping({"bookiePort": "notanumber"})
     assert os.path.basename(str(conf.ledger_paths[0])) == "c"
+
+
+def test_storage_get_range_from_disk_and_caches(tmp_path: Path) -> None:
+    storage = LedgerStorage([tmp_path], read_cache_max_bytes=0)
+    storage.open()
+    for i in list(range(0, 6)) + list(range(7, 10)):  # a gap at 6
+        storage.put_entry(0, 4, i, i - 1, entry(4, i, i - 1, b"r" * 100))  # 140 bytes each
+    storage.checkpoint(JournalPosition(1, 16))
+    storage.put_entry(0, 4, 10, 9, entry(4, 10, 9, b"r" * 100))  # still in the write cache
+    assert [struct.unpack_from(">q", e, 8)[0] for e in storage.get_range(0, 4, 0, 100, 1 << 20)] == list(range(6))
+    assert len(storage.get_range(0, 4, 0, 3, 1 << 20)) == 3
+    assert len(storage.get_range(0, 4, 0, 100, 3 * 144)) == 3  # 4 + 140 per entry
+    assert len(storage.get_range(0, 4, 0, 100, 1)) == 1  # the first entry always
+    assert [struct.unpack_from(">q", e, 8)[0] for e in storage.get_range(0, 4, 8, 100, 1 << 20)] == [8, 9, 10]
+    with pytest.raises(NoSuchEntryError):
+        storage.get_range(0, 4, 6, 10, 1 << 20)
+    with pytest.raises(NoSuchLedgerError):
+        storage.get_range(0, 5, 0, 10, 1 << 20)
+    # A damaged index row in the middle ends the range there; as the first entry it is an error.
+    directory = storage._dirs[0]
+    with directory.env.begin(write=True, db=directory.index_db) as txn:
+        txn.put(struct.pack(">qqq", 0, 4, 2), b"bad")
+    directory.refresh()
+    assert len(storage.get_range(0, 4, 0, 100, 1 << 20)) == 2
+    with pytest.raises(BookieIOError):
+        storage.get_range(0, 4, 2, 100, 1 << 20)
+    storage.close()
