@@ -93,8 +93,10 @@ def run(args: argparse.Namespace) -> Report:
                         try:
                             w = _write(cluster, args, client, uri)
                             results.setdefault((client, bookie, "write"), []).append(w)
+                            report.raw.append({"client": client, "bookie": bookie, **w})
                             r = _read(cluster, args, client, uri, int(w["ledger_id"]))
                             results.setdefault((client, bookie, "read"), []).append(r)
+                            report.raw.append({"client": client, "bookie": bookie, **r})
                         except Unavailable as exc:
                             report.fail(f"{client} client on the {bookie} bookie", exc)
                             broken.add((client, bookie))
@@ -171,7 +173,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--max-size", type=int, default=1024 * 1024, help="batch read max size in bytes")
     p.add_argument("--passes", type=int, default=3, help="timed read passes over the ledger (default 3)")
-    p.add_argument("--repeat", type=int, default=1, help="rounds; the median is reported (default 1)")
+    p.add_argument("--repeat", type=int, default=3, help="rounds; the median is reported (default 3)")
     p.add_argument("--digest", default="CRC32C")
     p.add_argument("--clients", default="bkspark,java", help="comma-separated: bkspark, java")
     add_common_args(p)

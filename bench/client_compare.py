@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> Report:
             report.fail(f"{client} client {what}", exc)
             return None
         runs.setdefault((client, what), []).append(r)
+        report.raw.append(r)
         return r
 
     with Cluster(args.workdir, args.keep, make_jars=not args.no_make) as cluster:
@@ -182,7 +183,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-size", type=int, default=1024 * 1024, help="batch read max size in bytes")
     p.add_argument("--passes", type=int, default=3, help="timed batched-read passes (default 3)")
     p.add_argument("--single-passes", type=int, default=1, help="timed single-read passes (default 1)")
-    p.add_argument("--repeat", type=int, default=1, help="rounds; the median is reported (default 1)")
+    p.add_argument("--repeat", type=int, default=3, help="rounds; the median is reported (default 3)")
     p.add_argument("--digest", default="CRC32C")
     p.add_argument("--loopback-mib", type=int, default=2048, help="MiB pushed by the raw loopback probe")
     add_common_args(p)

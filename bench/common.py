@@ -173,6 +173,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
     machine_before: dict[str, Any] = field(default_factory=dict)
     machine_after: dict[str, Any] = field(default_factory=dict)
+    #: Every JSON result the clients printed, in run order (provenance of the medians in `rows`).
+    raw: list[dict[str, Any]] = field(default_factory=list)
 
     def row(self, what: str, value: float | None, unit: str, **extra: Any) -> None:
         self.rows.append({"what": what, "value": value, "unit": unit, **extra})
@@ -200,6 +202,7 @@ class Report:
             "notes": self.notes,
             "machine_before": self.machine_before,
             "machine_after": self.machine_after,
+            "raw": self.raw,
         }
 
     def text(self) -> str:
@@ -253,7 +256,9 @@ class Report:
                 for k in r:
                     if k not in ("what", "value", "unit") and k not in extras:
                         extras.append(k)
-            out += ["", "| measurement | value | unit | " + " | ".join(extras) + (" |" if extras else "")]
+            labels = {"mb_s": "MB/s", "p50_ms": "p50 ms", "p99_ms": "p99 ms"}
+            heads = [labels.get(k, k) for k in extras]
+            out += ["", "| measurement | value | unit | " + " | ".join(heads) + (" |" if extras else "")]
             out.append("|---|---:|---|" + "---|" * len(extras))
             for r in self.rows:
                 cells = [_fmt(r.get(k)) if r.get(k) is not None else "" for k in extras]

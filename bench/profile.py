@@ -100,7 +100,7 @@ def summarize(raw: Path, top: int = 12) -> dict[str, Any]:
         m = _FRAME.match(leaf)
         func, path = (m.group("func"), m.group("file")) if m else (leaf, "")
         total += n
-        if "_find_and_load" in stack or "<module> (" in stack:
+        if "_find_and_load" in stack:
             startup += n  # interpreter start-up and imports, not the measured work
             continue
         if func in IDLE or func.rsplit(".", 1)[-1] in ("select", "wait", "acquire"):

@@ -24,8 +24,8 @@ from bench.common import REPO_ROOT, Report
 BENCHES = ("bookie_compare", "client_compare", "spark_compare", "profile")
 
 QUICK: dict[str, list[str]] = {
-    "bookie_compare": ["--entries", "3000", "--warmup", "500", "--passes", "1"],
-    "client_compare": ["--entries", "3000", "--warmup", "500", "--passes", "1", "--loopback-mib", "256"],
+    "bookie_compare": ["--entries", "3000", "--warmup", "500", "--passes", "1", "--repeat", "1"],
+    "client_compare": ["--entries", "3000", "--warmup", "500", "--passes", "1", "--repeat", "1", "--loopback-mib", "256"],
     "spark_compare": ["--rows", "10000"],
     "profile": ["--entries", "3000"],
 }
@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             cmd = [sys.executable, "-m", f"bench.{name}", *(QUICK[name] if args.quick else []), *extra,
                    "--json", str(results / f"{name}.json")]
+            if name == "profile":
+                cmd += ["--out", str(results / "profiles")]
             print(f"\n##### {' '.join(['python', '-m', f'bench.{name}', *cmd[3:]])}", flush=True)
             t0 = time.monotonic()
             status[name] = subprocess.call(cmd, cwd=REPO_ROOT)

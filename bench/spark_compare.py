@@ -1,6 +1,6 @@
 """Issue 5's benchmark: the Spark connector against the raw bkspark client, on the same ledgers, in one run.
 
-    python -m bench.spark_compare [--rows 200000] [--size 1024] [--bookies 3] [--bookie-kind java|python]
+    python -m bench.spark_compare [--rows 100000] [--size 1024] [--bookies 3] [--bookie-kind java|python]
 
 One ZooKeeper and --bookies bookies (Apache BookKeeper 4.17.3 by default, fsync journal); Spark ``local[2]``
 (``local[N]`` with N = the machine's cores) started in this process with PYSPARK_PYTHON = this interpreter.
@@ -225,7 +225,7 @@ def run(args: argparse.Namespace) -> Report:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.spark_compare", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", type=int, default=200_000, help="rows written and read (default 200000)")
+    p.add_argument("--rows", type=int, default=100_000, help="rows written and read (default 100000)")
     p.add_argument("--size", type=int, default=1024, help="payload bytes per row (default 1024)")
     p.add_argument("--cores", type=int, default=0, help="Spark local[N] (default: the machine's cores)")
     p.add_argument("--bookies", type=int, default=3)

@@ -74,6 +74,7 @@ class Bookie:
         self._background: set[asyncio.Task[None]] = set()
         self._queued_records: list[bytes] = []
         self._queued_dones: list[Callable[[BaseException | None], None]] = []
+        self._queued_early: list[Callable[[BaseException | None], None]] = []
         self._forced_readonly = conf.forceReadOnlyBookie
         self._disk_readonly = False
         self.on_state_change: Callable[[bool], None] | None = None
@@ -205,7 +206,9 @@ class Bookie:
         assert self._loop is not None
         return self._loop.create_future()
 
-    def _journal_cb(self, record: bytes, done: Callable[[BaseException | None], None]) -> None:
+    def _journal_cb(
+        self, record: bytes, done: Callable[[BaseException | None], None], *, deferred_sync: bool = False
+    ) -> None:
         """Queue a journal record; ``done(error)`` runs on the loop once it is durable.
 
         Records queued during one loop iteration go to the journal thread together
@@ -218,17 +221,18 @@ class Bookie:
             assert self._loop is not None
             self._loop.call_soon(self._flush_queued)
         self._queued_records.append(record)
-        self._queued_dones.append(done)
+        (self._queued_early if deferred_sync else self._queued_dones).append(done)
 
     def _flush_queued(self) -> None:
         records, self._queued_records = self._queued_records, []
         dones, self._queued_dones = self._queued_dones, []
+        early, self._queued_early = self._queued_early, []
         if self.journal is None:
             error = BookieIOError("bookie is not running")
-            for done in dones:
+            for done in dones + early:
                 done(error)
             return
-        self.journal.submit_many(records, dones)
+        self.journal.submit_many(records, dones, early)
 
     def _journal(self, record: bytes, fut: asyncio.Future[None], after: Callable[[], None] | None = None) -> None:
         def done(error: BaseException | None) -> None:
@@ -297,8 +301,10 @@ class Bookie:
         *,
         recovery: bool = False,
         high_priority: bool = False,
+        deferred_sync: bool = False,
     ) -> None:
-        """:meth:`add_entry` without a future (the server's hot path): ``done(error)`` once durable."""
+        """:meth:`add_entry` without a future (the server's hot path): ``done(error)`` once durable,
+        or, with ``deferred_sync`` (WriteFlag.DEFERRED_SYNC), once written but before the sync."""
         if self.readonly and not (high_priority and not self._disk_readonly):
             raise WriteOnReadOnlyBookieError(ledger_id=ledger_id)
         info = self.storage.ledger(scope_id, ledger_id)
@@ -314,7 +320,7 @@ class Bookie:
                 self._lac_changed(scope_id, ledger_id)
             done(error)
 
-        self._journal_cb(prefix + record if prefix else record, durable)
+        self._journal_cb(prefix + record if prefix else record, durable, deferred_sync=deferred_sync)
         if self.storage.needs_flush and not self._checkpointing and self._loop is not None:
             task = self._loop.create_task(self.checkpoint())
             self._background.add(task)  # keep a reference until it is done

@@ -99,7 +99,10 @@ class GarbageCollector:
                 log.info("gc: deleted ledger %d (scope %d): its metadata is gone", ledger_id, scope_id)
             self.deleted_total += len(confirmed)
             if confirmed:
-                await self.bookie.checkpoint()
+                await self.bookie.checkpoint()  # index rows and states of the deleted ledgers go
+                removed = await loop.run_in_executor(None, self.bookie.storage.reclaim_entry_logs)
+                if removed:
+                    log.info("gc: removed %d entry log(s) holding only deleted ledgers", len(removed))
             log.debug("gc round took %.3fs", time.monotonic() - started)
             return confirmed
 

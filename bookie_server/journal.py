@@ -28,7 +28,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,6 +203,7 @@ class Journal:
         self._cond = threading.Condition()
         self._pending: list[bytes] = []
         self._waiters: list[Completion] = []
+        self._early: list[Completion] = []
         self._closing = False
         self._roll_requested = False
         self._failure: BaseException | None = None
@@ -261,16 +262,23 @@ class Journal:
             if len(self._pending) == 1:
                 self._cond.notify()
 
-    def submit_many(self, records: list[bytes], dones: list[Completion]) -> None:
-        """Queue several records at once (one lock round trip); same contract as :meth:`submit`."""
+    def submit_many(
+        self, records: list[bytes], dones: Sequence[Completion], written: Sequence[Completion] = ()
+    ) -> None:
+        """Queue several records at once (one lock round trip); same contract as :meth:`submit`.
+
+        ``written`` completions run as soon as their batch is written, before the
+        sync (DEFERRED_SYNC adds: the client forces the ledger later).
+        """
         with self._cond:
             if self._closing or self._failure is not None:
                 error = self._failure or BookieIOError("journal is closed")
-                self._dispatch(_completion_batch(dones, error))
+                self._dispatch(_completion_batch([*dones, *written], error))
                 return
             was_empty = not self._pending
             self._pending.extend(records)
             self._waiters.extend(dones)
+            self._early.extend(written)
             if was_empty:
                 self._cond.notify()
 
@@ -283,6 +291,7 @@ class Journal:
                     return
                 records, self._pending = self._pending, []
                 waiters, self._waiters = self._waiters, []
+                early, self._early = self._early, []
                 roll, self._roll_requested = self._roll_requested, False
             started = time.perf_counter()
             error: BaseException | None = None
@@ -295,6 +304,9 @@ class Journal:
                     _write_all(self._fd, data)
                     self._file_size += len(data)
                     self.written_position = JournalPosition(self._file_id, self._file_size)
+                    if early:
+                        self._dispatch(_completion_batch(early, None))
+                        early = []
                     if self.sync_data:
                         os.fdatasync(self._fd)
             except OSError as exc:
@@ -304,7 +316,7 @@ class Journal:
                     self._failure = error
             if self._on_batch is not None:
                 self._on_batch(len(records), sum(map(len, records)), time.perf_counter() - started)
-            self._dispatch(_completion_batch(waiters, error))
+            self._dispatch(_completion_batch(waiters + early, error))
 
     # -- trimming -----------------------------------------------------------------------
     def roll(self) -> None:

@@ -400,6 +400,7 @@ class _Connection(asyncio.Protocol):
                 lambda error: reply(pb.EOK if error is None else pb.EIO),
                 recovery=add.HasField("flag") and add.flag == pb.AddRequest.RECOVERY_ADD,
                 high_priority=request.header.priority > 0,
+                deferred_sync=bool(add.writeFlags & v3.WRITE_FLAG_DEFERRED_SYNC),
             )
         except BookieError as exc:
             reply(status_for_error(exc))

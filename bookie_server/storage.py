@@ -226,6 +226,33 @@ class _Directory:
                 self._read_fds[log_id] = fd
         return os.pread(fd, length, offset)
 
+    def unused_logs(self) -> list[int]:
+        """Entry logs no index row points into (any thread: its own read transaction).
+
+        The log being appended to is never reported: a checkpoint may be writing it
+        before its index rows are committed.
+        """
+        # Read the current log id *before* the index snapshot: every older log got its last
+        # append in a checkpoint that committed its rows before the log was rolled.
+        current = self.log_id
+        referenced: set[int] = set()
+        with self.env.begin(db=self.index_db) as txn:
+            for value in txn.cursor().iternext(keys=False, values=True):
+                if len(value) == _LOCATION.size:
+                    referenced.add(_LOCATION.unpack(value)[0])
+        return [log_id for log_id in self.log_ids() if log_id < current and log_id not in referenced]
+
+    def remove_log(self, log_id: int) -> None:
+        """Delete an entry log file (after :meth:`unused_logs` said nothing refers to it)."""
+        with self._fd_lock:
+            fd = self._read_fds.pop(log_id, None)
+            if fd is not None:
+                os.close(fd)
+        try:
+            self.log_path(log_id).unlink()
+        except FileNotFoundError:
+            pass
+
     def close(self) -> None:
         self.refresh()
         if self._write_fd >= 0:
@@ -644,6 +671,23 @@ class LedgerStorage:
             self.end_checkpoint(snapshot, ok)
 
     # -- disk ---------------------------------------------------------------------------
+    def reclaim_entry_logs(self) -> list[Path]:
+        """Delete entry logs that hold only deleted entries (run after a checkpoint; any thread).
+
+        Returns the removed files.  A log written by a checkpoint in progress is
+        never touched (see :meth:`_Directory.unused_logs`).
+        """
+        removed: list[Path] = []
+        for directory in list(self._dirs):
+            try:
+                for log_id in directory.unused_logs():
+                    path = directory.log_path(log_id)
+                    directory.remove_log(log_id)
+                    removed.append(path)
+            except (OSError, lmdb.Error) as exc:
+                raise BookieIOError("entry log reclaim failed", error=str(exc)) from exc
+        return removed
+
     def disk_usage(self) -> tuple[int, int]:
         """``(total, free)`` bytes summed over the ledger directories' file systems."""
         seen: set[int] = set()

@@ -301,6 +301,14 @@ class BookKeeper:
         """The ledger's current metadata."""
         return self._run(self.ctx.in_thread(self.store.read_ledger_metadata, ledger_id, scope_id)).metadata
 
+    def bookie_info(self, bookie_id: str) -> tuple[int, int]:
+        """GET_BOOKIE_INFO over v3: ``(total disk capacity, free disk space)`` in bytes."""
+        return self._run(self.ctx.ops.bookie_info_async(bookie_id))
+
+    def list_entries_on_bookie(self, bookie_id: str, ledger_id: int, scope_id: int = 0) -> list[int]:
+        """GET_LIST_OF_ENTRIES_OF_LEDGER over v3: the entry ids one bookie stores for a ledger."""
+        return self._run(self.ctx.ops.list_entries_async(bookie_id, ledger_id, scope_id))
+
     def writable_bookies(self) -> frozenset[str]:
         """BookieIds of the writable bookies (``<root>/available``)."""
         return self.registry.writable_bookies()
@@ -401,6 +409,14 @@ class LedgerHandle:
         await asyncio.sleep(0)  # let queued appends reach the writer first
         self._drain_inbox()
         await self._writer.drain()
+
+    def write_lac(self) -> int:
+        """Store the current LAC explicitly on its write set (WRITE_LAC over v3); returns it."""
+        return self._bk._run(self._writer.write_lac())
+
+    def force(self) -> int:
+        """FORCE_LEDGER on every bookie of the current ensemble (v3); returns the LAC made durable."""
+        return self._bk._run(self._writer.force())
 
     def close(self) -> None:
         """Wait for pending appends, then close the ledger (CLOSED at the LAC in the metadata)."""

@@ -97,7 +97,11 @@ class BookieOps:
             elif version == V2:
                 callback(None if resp.rc == _EOK else _v2_error(resp.rc, bookie_id, entry_id=entry_id))
             else:
-                status = v3.response_status(resp)
+                try:
+                    status = v3.response_status(resp)
+                except MalformedFrameError as err:
+                    callback(err)
+                    return
                 callback(None if status == _EOK else _v3_error(status, bookie_id, entry_id=entry_id))
 
         if version == V2:
@@ -147,7 +151,11 @@ class BookieOps:
                 else:
                     callback(resp.entry, None, None)
             else:
-                status = v3.response_status(resp)
+                try:
+                    status = v3.response_status(resp)
+                except MalformedFrameError as err:
+                    callback(None, None, err)
+                    return
                 if status != _EOK:
                     callback(None, None, _v3_error(status, bookie_id, ledger_id=ledger_id, entry_id=entry_id))
                 else:
@@ -219,11 +227,15 @@ class BookieOps:
                 else:
                     fut.set_result(list(resp.entries))
             else:
-                status = v3.response_status(resp)
+                try:
+                    status = v3.response_status(resp)
+                except MalformedFrameError as err:
+                    fut.set_exception(err)
+                    return
                 if status != _EOK:
                     fut.set_exception(_v3_error(status, bookie_id, ledger_id=ledger_id, entry_id=start))
                 else:
-                    fut.set_result(list(resp.batchReadResponse.body))
+                    fut.set_result(list(resp.batchReadResponse.entries))
 
         if version == V2:
 
@@ -272,3 +284,55 @@ class BookieOps:
 
         self._with_conn(bookie_id, V3, send, on_response)
         return await fut
+
+    # -- other v3-only operations ------------------------------------------------------------
+
+    async def v3_call(self, bookie_id: str, build: Callable[[int], "v3.pb.Request"], timeout: float | None = None) -> Any:
+        """Send ``build(txn_id)`` on the bookie's v3 connection; the response, or the status as an error."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def on_response(resp: Any, exc: BaseException | None) -> None:
+            if fut.done():
+                return
+            if exc is not None:
+                fut.set_exception(exc)
+                return
+            try:
+                status = v3.response_status(resp)
+            except MalformedFrameError as err:
+                fut.set_exception(err)
+                return
+            if status != _EOK:
+                fut.set_exception(_v3_error(status, bookie_id, operation=resp.header.operation))
+            else:
+                fut.set_result(resp)
+
+        def send(conn: BookieConnection) -> None:
+            conn.send_v3(build(conn.next_txn_id()), timeout or self.read_timeout, on_response)
+
+        self._with_conn(bookie_id, V3, send, on_response)
+        return await fut
+
+    async def write_lac_async(
+        self, bookie_id: str, ledger_id: int, lac: int, master_key: bytes, blob: bytes, scope_id: int
+    ) -> None:
+        """WRITE_LAC: store the explicit-LAC blob on one bookie."""
+        await self.v3_call(
+            bookie_id, lambda txn: v3.write_lac_request(txn, ledger_id, lac, master_key, blob, scope_id=scope_id),
+            self.add_timeout,
+        )
+
+    async def force_ledger_async(self, bookie_id: str, ledger_id: int, scope_id: int) -> None:
+        """FORCE_LEDGER: make the bookie fsync what it holds of the ledger."""
+        await self.v3_call(bookie_id, lambda txn: v3.force_ledger_request(txn, ledger_id, scope_id=scope_id), self.add_timeout)
+
+    async def bookie_info_async(self, bookie_id: str) -> tuple[int, int]:
+        """GET_BOOKIE_INFO: ``(total disk capacity, free disk space)`` in bytes."""
+        resp = await self.v3_call(bookie_id, lambda txn: v3.get_bookie_info_request(txn))
+        info = resp.getBookieInfoResponse
+        return info.totalDiskCapacity, info.freeDiskSpace
+
+    async def list_entries_async(self, bookie_id: str, ledger_id: int, scope_id: int) -> list[int]:
+        """GET_LIST_OF_ENTRIES_OF_LEDGER: the entry ids the bookie stores for the ledger."""
+        resp = await self.v3_call(bookie_id, lambda txn: v3.get_list_of_entries_request(txn, ledger_id, scope_id=scope_id))
+        return v3.decode_availability(resp.getListOfEntriesOfLedgerResponse.availabilityOfEntriesOfLedger)

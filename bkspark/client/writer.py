@@ -312,6 +312,43 @@ class LedgerWriter:
         md = self.versioned.metadata
         return list(md.ensembles[max(md.ensembles)]) if chosen is None else chosen
 
+    # -- explicit LAC and force (v3 only) ----------------------------------------------------
+
+    async def write_lac(self) -> int:
+        """WRITE_LAC(LAC) to the write set of entry LAC, done on Qa answers (Java's ``PendingWriteLacOp``).
+
+        Lets readers that use READ_LAC see the LAC without a later entry piggy-backing it.
+        """
+        lac = self.lac
+        if lac < 0:
+            return lac
+        blob = self.digester.package_lac(self.ref.ledger_id, lac, self.ref.scope_id)
+        ops = self.ctx.ops
+        results = await asyncio.gather(
+            *(
+                ops.write_lac_async(self.ensemble[i], self.ref.ledger_id, lac, self.master_key, blob, self.ref.scope_id)
+                for i in write_set(lac, self.E, self.W)
+            ),
+            return_exceptions=True,
+        )
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if len(results) - len(errors) < self.A:
+            raise errors[0]
+        return lac
+
+    async def force(self) -> int:
+        """FORCE_LEDGER to every bookie of the current ensemble; returns the LAC it made durable."""
+        lac = self.lac
+        ops = self.ctx.ops
+        results = await asyncio.gather(
+            *(ops.force_ledger_async(b, self.ref.ledger_id, self.ref.scope_id) for b in dict.fromkeys(self.ensemble)),
+            return_exceptions=True,
+        )
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return lac
+
     # -- drain and close ---------------------------------------------------------------------
 
     def _notify_drained(self) -> None:

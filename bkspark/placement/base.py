@@ -46,12 +46,21 @@ Clock = Callable[[], float]
 
 
 def conf_get(conf: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    """``conf[key]``, also trying BookKeeper's ``bkc.`` prefix that DistributedLog uses."""
+    """``conf[key]``, also trying BookKeeper's ``bkc.`` prefix that DistributedLog uses.
+
+    An exact spelling wins; otherwise the key is matched case-insensitively,
+    because Spark lower-cases option keys (``bookkeeper.networkTopologyScriptFileName``
+    reaches the policy as ``networktopologyscriptfilename``).
+    """
     if key in conf:
         return conf[key]
     prefixed = "bkc." + key
     if prefixed in conf:
         return conf[prefixed]
+    wanted = {key.lower(), prefixed.lower()}
+    for name, value in conf.items():
+        if isinstance(name, str) and name.lower() in wanted:
+            return value
     return default
 
 

@@ -79,6 +79,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p.add_argument("-ro", "--readonly", dest="readonly", action="store_true", help="read-only bookies")
     p.add_argument("-a", "--all", dest="all", action="store_true", help="all bookies (the default)")
     p.add_argument("-h", "--hostnames", dest="hostnames", action="store_true", help="also print each bookie's address")
+    p.add_argument(
+        "-l", "--location", dest="location", action="store_true",
+        help="also print each bookie's network location (/region/rack) as the configured placement policy "
+        "resolves it (--conf ensemblePlacementPolicy=..., networkTopologyScriptFileName=..., reppDnsResolverClass=...)",
+    )
 
     command("bookieinfo", "free and total disk space of every bookie")
 

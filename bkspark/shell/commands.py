@@ -36,6 +36,13 @@ from bkspark.errors import (
     NoSuchLedgerMetadataError,
 )
 from bkspark.metadata.registry import BookieRegistry
+from bkspark.placement import policy_from_conf
+from bkspark.placement.base import conf_bool
+from bkspark.placement.rackaware import (
+    RESOLVE_BY_BOOKIE_ID,
+    RackawareEnsemblePlacementPolicy,
+    TopologyAwareEnsemblePlacementPolicy,
+)
 from bkspark.protocol import framing, v3
 from bkspark.protocol.ledger_metadata import LedgerMetadata
 from bkspark.shell.common import (
@@ -43,6 +50,7 @@ from bkspark.shell.common import (
     Output,
     Progress,
     ShellError,
+    client_conf,
     open_client,
     open_store,
     parse_int,
@@ -308,19 +316,49 @@ def cmd_deleteledger(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def _network_locations(
+    args: argparse.Namespace, registry: BookieRegistry, writable: frozenset[str], readonly: frozenset[str]
+) -> dict[str, str]:
+    """Every bookie's network location as the configured placement policy resolves it.
+
+    The policy is built from the client configuration (``--client-conf``,
+    ``--conf``) exactly as the client builds it.  A policy without a topology
+    (the random default) places nothing by location, so the rack-aware policy
+    resolves the locations under the same configuration instead.  BookieIds go
+    to the DNS-to-switch mapping as the bookie's registered host (its
+    ``bookie-rpc`` endpoint, as Java's address resolver gives it), or whole with
+    ``networkTopologyResolveByBookieId=true``.
+    """
+    conf = client_conf(args)
+    policy = policy_from_conf(conf)
+    if not isinstance(policy, TopologyAwareEnsemblePlacementPolicy):
+        policy.uninitialize()
+        policy = RackawareEnsemblePlacementPolicy().initialize(conf)
+    try:
+        if not conf_bool(conf, RESOLVE_BY_BOOKIE_ID, False):
+            policy.set_bookie_address_resolver(lambda bookie: registry.resolve(bookie)[0])
+        policy.on_cluster_changed(writable, readonly)
+        return policy.locations()
+    finally:
+        policy.uninitialize()
+
+
 def cmd_listbookies(args: argparse.Namespace, out: Output) -> int:
-    """Registered bookies: ``-rw`` writable, ``-ro`` read-only, ``-a``/default both; ``-h`` with host names."""
+    """Registered bookies: ``-rw`` writable, ``-ro`` read-only, ``-a``/default both; ``-h`` with addresses,
+    ``-l`` with network locations."""
     show_rw = args.readwrite or args.all or not (args.readwrite or args.readonly)
     show_ro = args.readonly or args.all or not (args.readwrite or args.readonly)
     with open_store(args) as store:
         registry = BookieRegistry(store.zk, store.root, retry=store.retry)
         registry.start()
         try:
+            writable = registry.writable_bookies()
+            readonly = registry.readonly_bookies()
             groups: dict[str, list[str]] = {}
             if show_rw:
-                groups["readwrite"] = sorted(registry.writable_bookies())
+                groups["readwrite"] = sorted(writable)
             if show_ro:
-                groups["readonly"] = sorted(registry.readonly_bookies())
+                groups["readonly"] = sorted(readonly)
             addresses: dict[str, str | None] = {}
             if args.hostnames:
                 for bookie in {b for bs in groups.values() for b in bs}:
@@ -329,14 +367,21 @@ def cmd_listbookies(args: argparse.Namespace, out: Output) -> int:
                         addresses[bookie] = f"{host}:{port}"
                     except BookieUnavailableError:
                         addresses[bookie] = None
+            locations = _network_locations(args, registry, writable, readonly) if args.location else {}
         finally:
             registry.close()
     if out.json:
         doc: dict[str, Any] = {}
         for group, bookies in groups.items():
-            doc[group] = [
-                {"bookieId": b, **({"address": addresses.get(b)} if args.hostnames else {})} for b in bookies
-            ]
+            rows = []
+            for b in bookies:
+                row: dict[str, Any] = {"bookieId": b}
+                if args.hostnames:
+                    row["address"] = addresses.get(b)
+                if args.location:
+                    row["networkLocation"] = locations.get(b)
+                rows.append(row)
+            doc[group] = rows
         out.document(doc)
         return 0
     titles = {"readwrite": "ReadWrite Bookies :", "readonly": "Readonly Bookies :"}
@@ -345,7 +390,10 @@ def cmd_listbookies(args: argparse.Namespace, out: Output) -> int:
         if not bookies:
             out.line("No bookie exists!")
         for b in bookies:
-            out.line(f"{b}({addresses.get(b) or 'unresolved'})" if args.hostnames else b)
+            text = f"{b}({addresses.get(b) or 'unresolved'})" if args.hostnames else b
+            if args.location:
+                text += f"\t{locations.get(b)}"
+            out.line(text)
     return 0
 
 

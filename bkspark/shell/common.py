@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -30,6 +31,8 @@ __all__ = [
     "add_ledger_options",
     "resolve_ledger",
     "metadata_service_uri",
+    "client_conf",
+    "read_properties",
     "open_store",
     "open_client",
     "Output",
@@ -82,6 +85,18 @@ def add_common_options(parser: argparse.ArgumentParser, *, top: bool = False) ->
     parser.add_argument(
         "--json", dest="json", action="store_true", default=False if top else argparse.SUPPRESS,
         help="machine-readable JSON output",
+    )
+    # Given before and after the command name, both lists count (the later ones win), so they get two dests.
+    parser.add_argument(
+        "--client-conf", "--conf-file", dest="client_conf_top" if top else "client_conf",
+        default=None if top else argparse.SUPPRESS, metavar="FILE",
+        help="a BookKeeper client configuration file (Java properties: key=value lines), e.g. client.conf",
+    )
+    parser.add_argument(
+        "--conf", dest="conf_top" if top else "conf", action="append", default=[] if top else argparse.SUPPRESS,
+        metavar="KEY=VALUE",
+        help="one client configuration setting under BookKeeper's name (repeatable; overrides --client-conf), "
+        "e.g. --conf ensemblePlacementPolicy=rackaware --conf networkTopologyScriptFileName=/etc/topology.sh",
     )
 
 
@@ -157,9 +172,66 @@ def resolve_ledger(args: argparse.Namespace) -> LedgerName:
     return LedgerName(parse_int(raw, "ledger id"), resolve_scope(args))
 
 
+def read_properties(text: str) -> dict[str, str]:
+    """A Java ``.properties`` document (what BookKeeper's ``client.conf`` is) as a dict.
+
+    ``key=value``, ``key: value`` or ``key value``; ``#``/``!`` comment lines; a line
+    ending in an odd number of backslashes continues on the next.  Escapes other
+    than the line continuation are kept as written (configuration values rarely
+    use them, and paths must survive).
+    """
+    props: dict[str, str] = {}
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip()
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and i < len(lines):
+            line = line[:-1] + lines[i].lstrip()
+            i += 1
+        match = re.match(r"((?:[^\\:=\s]|\\.)+)\s*[:=]?\s*(.*)$", line)
+        if match is None:  # a line of only separators: nothing to keep
+            continue
+        props[match.group(1)] = match.group(2).rstrip()
+    return props
+
+
+def client_conf(args: argparse.Namespace) -> dict[str, str]:
+    """Client settings from ``--client-conf FILE`` then every ``--conf KEY=VALUE`` (later ones win).
+
+    Keys keep BookKeeper's names (``ensemblePlacementPolicy``,
+    ``networkTopologyScriptFileName`` ...); values stay strings, as in a
+    ``client.conf``, and the client and the placement policy parse them.
+    """
+    conf: dict[str, str] = {}
+    for attr in ("client_conf_top", "client_conf"):
+        path = getattr(args, attr, None)
+        if path:
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    conf.update(read_properties(handle.read()))
+            except OSError as exc:
+                raise ShellError(f"cannot read client configuration {path}: {exc.strerror or exc}", 2) from None
+            except UnicodeDecodeError:
+                raise ShellError(f"client configuration {path} is not UTF-8 text", 2) from None
+    for attr in ("conf_top", "conf"):
+        for item in getattr(args, attr, None) or []:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ShellError(f"bad --conf {item!r}: expected KEY=VALUE", 2)
+            conf[key.strip()] = value.strip()
+    return conf
+
+
 def metadata_service_uri(args: argparse.Namespace) -> str:
-    """The cluster to talk to: the flag, else ``$BKSPARK_METADATA_SERVICE_URI``."""
-    uri = getattr(args, "metadata_service_uri", None) or os.environ.get(ENV_URI)
+    """The cluster to talk to: the flag, else the client configuration's ``metadataServiceUri``, else the environment."""
+    uri = (
+        getattr(args, "metadata_service_uri", None)
+        or client_conf(args).get("metadataServiceUri")
+        or os.environ.get(ENV_URI)
+    )
     if not uri:
         raise ShellError(f"no cluster given: pass --metadata-service-uri URI or set ${ENV_URI}", 2)
     return uri
@@ -182,7 +254,9 @@ def open_client(args: argparse.Namespace, **conf: Any) -> Iterator[Any]:
     """A :class:`bkspark.client.BookKeeper` for commands that talk to bookies."""
     from bkspark.client import BookKeeper  # the client is heavier: import only when a command needs it
 
-    bk = BookKeeper(metadata_service_uri(args), zkTimeout=float(getattr(args, "zk_timeout", 10.0)), **conf)
+    settings: dict[str, Any] = {k: v for k, v in client_conf(args).items() if k != "metadataServiceUri"}
+    settings.update(conf)
+    bk = BookKeeper(metadata_service_uri(args), settings, zkTimeout=float(getattr(args, "zk_timeout", 10.0)))
     try:
         yield bk
     finally:

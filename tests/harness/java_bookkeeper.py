@@ -2,7 +2,7 @@
 
 Jars come from `.cache/bookkeeper/<version>/lib` (resolved by `make jars`), our programs from
 `.cache/bookkeeper/<version>/classes`. Every JVM gets a generated configuration file and a log4j2 configuration
-that logs to a file in its own directory.
+that logs to a file in its own directory. Bookie and shell JVMs share class-data archives (tests/harness/cds.py).
 """
 
 from __future__ import annotations
@@ -190,6 +190,13 @@ def write_log4j2(
 
 
 def _jvm_argv(
+    version: str, main_class: str, log4j_conf: Path, extra_jvm: Sequence[str] = (), with_tools: bool = False
+) -> list[str]:
+    """The command line of a BookKeeper JVM (no class-data sharing). Prefer `JavaTools.command`/`.start`."""
+    return _jvm_command(version, main_class, log4j_conf, extra_jvm, with_tools)[0]
+
+
+def _jvm_command(
     version: str,
     main_class: str,
     log4j_conf: Path,
@@ -337,7 +344,7 @@ class JavaBookie:
         write_log4j2(self.log4j_path, self.log_file)
         if self.process is not None:  # it exited by itself since the last launch
             self._exited(self.process.returncode)
-        jvm, self._cds = _jvm_argv(self.version, BOOKIE_MAIN, self.log4j_path, self.jvm_args, cds_kind="bookie")
+        jvm, self._cds = _jvm_command(self.version, BOOKIE_MAIN, self.log4j_path, self.jvm_args, cds_kind="bookie")
         argv = [*jvm, "--conf", str(self.conf_path)]
         if self.process is None:
             self.process = ManagedProcess(
@@ -660,7 +667,7 @@ class JavaTools:
         """
         name = args[0] if args else "shell"
         dirs = self._dirs(f"shell-{name}", self.SHELL_CONSOLE_LOGGERS, self._client_conf(metadata_service_uri, conf))
-        jvm, cds = _jvm_argv(version, SHELL_MAIN, dirs.log4j, cds_kind="shell")
+        jvm, cds = _jvm_command(version, SHELL_MAIN, dirs.log4j, cds_kind="shell")
         argv = [*jvm, "-conf", str(dirs.conf), *map(str, args)]
         result: subprocess.CompletedProcess[str] | None = None
         try:
@@ -687,6 +694,21 @@ class JavaTools:
         client configuration file (`metadataServiceUri=...` plus `conf`). Log lines go to a file; WARN and above
         also to stderr, so that stdout holds only what the program prints.
         """
+        argv, env, run_dir = self.command(
+            version, main_class, *args, metadata_service_uri=metadata_service_uri, conf=conf, jvm_args=jvm_args
+        )
+        return self._exec(argv, timeout, input, main_class, run_dir, env)
+
+    def command(
+        self,
+        version: str,
+        main_class: str,
+        *args: str,
+        metadata_service_uri: str | None = None,
+        conf: Mapping[str, ConfValue] | None = None,
+        jvm_args: Sequence[str] = (),
+    ) -> tuple[list[str], dict[str, str], Path]:
+        """What `run` executes: (argv, environment, working directory with the generated files)."""
         dirs = self._dirs(
             main_class.rsplit(".", 1)[-1], (), self._client_conf(metadata_service_uri, conf), console_target="SYSTEM_ERR"
         )
@@ -695,9 +717,26 @@ class JavaTools:
         if metadata_service_uri is not None:
             extra.append(f"-Dbkspark.metadataServiceUri={metadata_service_uri}")
             env["BKSPARK_METADATA_SERVICE_URI"] = metadata_service_uri
-        jvm, _ = _jvm_argv(version, main_class, dirs.log4j, extra, with_tools=True)
-        argv = [*jvm, *map(str, args)]
-        return self._exec(argv, timeout, input, main_class, dirs.conf.parent, env)
+        jvm, _ = _jvm_command(version, main_class, dirs.log4j, extra, with_tools=True)
+        return [*jvm, *map(str, args)], env, dirs.conf.parent
+
+    def start(
+        self,
+        version: str,
+        main_class: str,
+        *args: str,
+        metadata_service_uri: str | None = None,
+        conf: Mapping[str, ConfValue] | None = None,
+        jvm_args: Sequence[str] = (),
+    ) -> ManagedProcess:
+        """Start `main_class` in the background, like `run` but without waiting: a started ManagedProcess whose
+        stdout/stderr are files in its directory (`.stdout_path`, `.stderr_path`); stop it with `.terminate()` or
+        `.kill()` (the harness kills it at the end of the session otherwise)."""
+        argv, env, run_dir = self.command(
+            version, main_class, *args, metadata_service_uri=metadata_service_uri, conf=conf, jvm_args=jvm_args
+        )
+        name = main_class.rsplit(".", 1)[-1]
+        return ManagedProcess(name, argv, cwd=run_dir, env=env, log_dir=run_dir).start()
 
 
 class JavaClusterFactory:

@@ -36,6 +36,19 @@ def test_java_shell_simpletest_on_three_python_bookies(zk_root, java_tools, tmp_
             assert adds is not None and float(adds.group(1)) > 1000
 
 
+@pytest.mark.parametrize("version", ["4.16.6", "4.18.2"])
+def test_java_shell_simpletest_other_versions(zk_root, java_tools, tmp_path: Path, version: str) -> None:  # type: ignore[no-untyped-def]
+    """Older (protobuf-java, no batch reads) and newer (LightProto) Java clients use Python bookies too."""
+    with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=3, journal_sync_data=False) as cluster:
+        result = java_tools.shell(
+            version, zk_root.metadata_service_uri, "simpletest", "-e", "3", "-w", "3", "-a", "2", "-n", "500",
+            timeout=600,
+        )
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, output[-4000:] + "\n" + cluster.log_tail(0)
+        assert "500 entries written to ledger" in output
+
+
 def test_mixed_ensemble_java_and_python_bookies(zk_root, java_tools, java_cluster_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Ensemble of 4 over 2 Java + 2 Python bookies: every ledger uses both kinds."""
     java = java_cluster_factory(bookies=2, journal_sync_data=False)
@@ -140,13 +153,13 @@ JAVA_PROGRAM = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("wire", ["v2", "v3"])
-def test_java_client_program_on_python_bookies(zk_root, tmp_path: Path, wire: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("version", "wire"), [(DEFAULT_BK_VERSION, "v2"), (DEFAULT_BK_VERSION, "v3"), ("4.18.2", "v2")])
+def test_java_client_program_on_python_bookies(zk_root, tmp_path: Path, version: str, wire: str) -> None:  # type: ignore[no-untyped-def]
     """A Java program writes, closes, re-opens, reads (single and batched) and recovers ledgers."""
     source = tmp_path / "BookieCompat.java"
     source.write_text(JAVA_PROGRAM)
     log4j = write_log4j2(tmp_path / "log4j2.properties", tmp_path / "java.log")
-    classpath = ":".join(bookkeeper_classpath(DEFAULT_BK_VERSION, with_tools=False))
+    classpath = ":".join(bookkeeper_classpath(version, with_tools=False))
     with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path / "bookies", bookies=3) as cluster:
         argv = [
             java_executable(), *JVM_OPTS, f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath,

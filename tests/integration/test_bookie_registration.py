@@ -132,3 +132,48 @@ def test_readonly_mode_http_and_clean_shutdown(zk_root, tmp_path: Path) -> None:
         assert cluster.stop(0) == 0
         assert bookie_id not in cluster.registered()
         assert time.monotonic() - started < 5
+
+
+def test_registration_comes_back_after_session_expiry(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from kazoo.client import KazooClient
+
+    from bookie_server.config import BookieConfig
+    from bookie_server.registration import Registration
+
+    conf = BookieConfig.from_mapping(
+        {
+            "metadataServiceUri": zk_root.metadata_service_uri,
+            "bookieId": "py-expiry",
+            "bookiePort": 4181,
+            "advertisedAddress": "127.0.0.1",
+            "journalDirectories": str(tmp_path / "j"),
+            "ledgerDirectories": str(tmp_path / "l"),
+            "zkTimeout": 4000,
+        }
+    )
+    reg = Registration(conf)
+    reg.start()
+    try:
+        reg.check_cookies()
+        reg.register(4181, None, readonly=False)
+        path = f"{zk_root.path}/available/py-expiry"
+        first_owner = zk_root.zk_client.exists(path).ephemeralOwner
+        # Expire the bookie's session from outside: a second client on the same session closes it.
+        session_id, password = reg.zk.client_id
+        thief = KazooClient(hosts=zk_root.connect_string, client_id=(session_id, password))
+        thief.start(timeout=15)
+        thief.stop()
+        thief.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            stat = zk_root.zk_client.exists(path)
+            if stat is not None and stat.ephemeralOwner != first_owner:
+                break
+            time.sleep(0.1)
+        stat = zk_root.zk_client.exists(path)
+        assert stat is not None and stat.ephemeralOwner != first_owner
+        data, _ = zk_root.zk_client.get(path)
+        assert si.endpoint_for(si.parse(data, "py-expiry")) == ("127.0.0.1", 4181)
+    finally:
+        reg.close()
+    assert zk_root.zk_client.exists(f"{zk_root.path}/available/py-expiry") is None

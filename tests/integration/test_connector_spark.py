@@ -215,8 +215,6 @@ def test_filter_pushdown_on_and_off_give_the_same_rows(spark, bk, py_cluster, pu
         if pushdown == "true":
             # Only ledger b's entries 20..34 are planned: two slices (20-29, 30-34) instead of 20.
             assert scanned == 2
-            plan = query._jdf.queryExecution().executedPlan().toString()
-            assert "PushedFilters" in plan or scanned == 2
         else:
             assert scanned == 20
     finally:

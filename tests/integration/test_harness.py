@@ -411,3 +411,20 @@ def test_unknown_bookkeeper_version_is_refused(java_cluster_factory: JavaCluster
         ensure_jars("4.99.0")
     with pytest.raises(ValueError, match="unknown BookKeeper version"):
         java_cluster_factory("4.99.0", bookies=1)
+
+
+def test_java_tools_start_runs_in_the_background(zk_root: ZkRoot, java_tools: JavaTools) -> None:
+    proc = java_tools.start(
+        "4.17.3",
+        "org.apache.zookeeper.ZooKeeperMain",
+        "-server",
+        zk_root.connect_string,
+        "get",
+        f"{zk_root.path}/INSTANCEID",
+        metadata_service_uri=zk_root.metadata_service_uri,
+    )
+    try:
+        assert proc.wait_exit(timeout=120) == 0, proc.log_tail()
+    finally:
+        proc.terminate()
+    assert zk_root.instance_id in proc.stdout_path.read_text()

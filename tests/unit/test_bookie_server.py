@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from bkspark.protocol import v2, v3
 from bkspark.protocol.digest import Digester, master_key
@@ -234,6 +233,12 @@ async def test_v3_operations(bookie: Bookie, server: BookieServer) -> None:
     assert resp.readResponse.status == pb.EOK and not resp.readResponse.HasField("maxLAC")
     assert v3.response_status(await c.v3(v3.add_request(41, 5, 5, KEY, make_entry(5, 5, b"f")))) == pb.EFENCED
     assert v3.response_status(await c.v3(v3.force_ledger_request(42, 5))) == pb.EOK
+    # DEFERRED_SYNC adds are acknowledged once written; FORCE_LEDGER then makes them durable.
+    deferred = make_entry(15, 0, b"deferred")
+    resp = await c.v3(v3.add_request(48, 15, 0, KEY, deferred, write_flags=v3.WRITE_FLAG_DEFERRED_SYNC))
+    assert v3.response_status(resp) == pb.EOK
+    assert v3.response_status(await c.v3(v3.force_ledger_request(49, 15))) == pb.EOK
+    assert (await c.v3(v3.read_request(50, 15, 0))).readResponse.body == deferred
     resp = await c.v3(v3.get_bookie_info_request(43))
     assert resp.getBookieInfoResponse.totalDiskCapacity >= resp.getBookieInfoResponse.freeDiskSpace > 0
     resp = await c.v3(v3.get_list_of_entries_request(44, 5))

@@ -345,3 +345,55 @@ def test_storage_get_range_from_disk_and_caches(tmp_path: Path) -> None:
     with pytest.raises(BookieIOError):
         storage.get_range(0, 4, 2, 100, 1 << 20)
     storage.close()
+
+
+def test_storage_reclaims_entry_logs_of_deleted_ledgers(tmp_path: Path) -> None:
+    storage = LedgerStorage([tmp_path], entry_log_size_limit=2000)
+    storage.open()
+    for ledger in (1, 2):  # one checkpoint (and so one entry log) per ledger
+        for i in range(10):
+            storage.put_entry(0, ledger, i, i - 1, entry(ledger, i, i - 1, b"z" * 200))
+        storage.checkpoint(JournalPosition(1, 16))
+    storage.put_entry(0, 3, 0, -1, entry(3, 0, -1, b"in the current log"))
+    storage.checkpoint(JournalPosition(1, 32))
+    logs_dir = tmp_path / "current" / "entrylogs"
+    before = sorted(os.listdir(logs_dir))
+    assert len(before) >= 3
+    assert storage.reclaim_entry_logs() == []  # everything is live
+    storage.delete_ledger(0, 1)
+    storage.checkpoint(JournalPosition(1, 48))
+    removed = storage.reclaim_entry_logs()
+    assert removed and all(not p.exists() for p in removed)
+    assert storage.get_entry(0, 2, 9).endswith(b"z" * 200)
+    assert storage.get_entry(0, 3, 0).endswith(b"in the current log")
+    assert sorted(os.listdir(logs_dir)) == sorted(set(before) - {p.name for p in removed})
+    storage.close()
+
+
+def test_journal_deferred_sync_completes_before_the_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bookie_server.journal as journal_module
+
+    release = threading.Event()
+    syncing = threading.Event()
+    real_fdatasync = os.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:
+        syncing.set()
+        assert release.wait(10)
+        real_fdatasync(fd)
+
+    journal = Journal(tmp_path)
+    journal.open()
+    monkeypatch.setattr(journal_module.os, "fdatasync", slow_fdatasync)
+    order: list[str] = []
+    early_done = threading.Event()
+    journal.submit_many(
+        [encode_record(RecordType.FENCE, 0, 1), encode_record(RecordType.FENCE, 0, 2)],
+        [lambda e: order.append("synced")],
+        [lambda e: (order.append("written"), early_done.set())],
+    )
+    assert early_done.wait(5) and syncing.wait(5)
+    assert order == ["written"]  # acknowledged while the sync is still running
+    release.set()
+    journal.close()
+    assert order == ["written", "synced"]

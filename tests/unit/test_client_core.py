@@ -418,6 +418,7 @@ def test_read_skips_tampered_copy_and_speculates_past_a_slow_bookie() -> None:
         h.bookies[BOOKIES[0]].delay = 3.0
         v = await asyncio.wait_for(reader.read_entry(0), 1.0)
         assert bytes(v.payload) == b"v000"
+        h.bookies[BOOKIES[0]].delay = 0.0
         # Every copy bad: a digest error.
         for b in h.bookies.values():
             if (7, 4) in b.entries:

@@ -1,0 +1,113 @@
+"""Zero-config registration: after a real (non-editable) ``pip install``, ``format("bookkeeper")`` just works.
+
+PySpark registers the ``DefaultSource`` of every top-level ``pyspark_*`` module that ``pkgutil.iter_modules()``
+finds on its Python workers' ``sys.path``. A development install (``pip install -e``) is served by an import
+hook that ``iter_modules`` does not see, so this test builds bkspark as a wheel into a fresh virtual
+environment (which borrows pyspark, pyarrow and kazoo from this one through a path entry), starts a fresh
+SparkSession there, from a directory that holds no bkspark source, and reads a ledger without any
+``spark.dataSource.register`` call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from bkspark.client import BookKeeper
+from tests.harness.python_bookie import PythonBookieCluster
+from tests.harness.zookeeper import ZkRoot
+
+pytestmark = [pytest.mark.integration]
+
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    import bkspark, pyspark_bookkeeper
+    from pyspark.sql import SparkSession
+
+    uri, ledger = sys.argv[1], sys.argv[2]
+    spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        rows = (spark.read.format("bookkeeper").option("metadataServiceUri", uri).option("ledgers", ledger)
+                .load().orderBy("entry_id").collect())
+        try:
+            spark.read.format("bookkeeper").load()
+            missing = None
+        except Exception as exc:
+            missing = str(exc)
+        print("RESULT " + json.dumps({
+            "bkspark": bkspark.__file__,
+            "pyspark_bookkeeper": pyspark_bookkeeper.__file__,
+            "payloads": [bytes(r.payload).decode() for r in rows],
+            "missing_option_error": missing,
+        }))
+    finally:
+        spark.stop()
+    """
+)
+
+
+def _install_into_fresh_venv(base: Path) -> Path:
+    """A venv with bkspark installed from a wheel, other packages borrowed from this venv; its python."""
+    source = base / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+    for name in ("bkspark", "bookie_server", "pyspark_bookkeeper"):
+        shutil.copytree(REPO / name, source / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        if (REPO / name).exists():
+            shutil.copy2(REPO / name, source / name)
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True, timeout=60,
+    ).stdout.strip())
+    # Third-party packages (pyspark, pyarrow, kazoo...) come from this venv; a path entry in a .pth file does
+    # not run that directory's own .pth files, so this venv's editable-install hook stays out.
+    (site / "zz-borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+         "--target", str(site), str(source)],
+        capture_output=True, text=True, timeout=600, cwd=base,
+    )
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    assert (site / "pyspark_bookkeeper" / "__init__.py").is_file()
+    return python
+
+
+def test_a_fresh_session_finds_format_bookkeeper_without_register(zk_root: ZkRoot, tmp_path: Path) -> None:
+    with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path / "bookies", bookies=1) as cluster:
+        with BookKeeper(cluster.metadata_service_uri) as bk:
+            lh = bk.create_ledger(ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
+            for i in range(5):
+                lh.append(f"auto-{i}".encode())
+            lh.close()
+        python = _install_into_fresh_venv(tmp_path / "install")
+        workdir = tmp_path / "elsewhere"
+        workdir.mkdir()
+        (workdir / "check.py").write_text(SCRIPT)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
+        env.update(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python))
+        proc = subprocess.run(
+            [str(python), "check.py", cluster.metadata_service_uri, str(lh.ledger_id)],
+            cwd=workdir, env=env, capture_output=True, text=True, timeout=480,
+        )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-5000:]
+    result = json.loads(lines[0][len("RESULT "):])
+    site = str(python.parent.parent)
+    assert result["bkspark"].startswith(site) and result["pyspark_bookkeeper"].startswith(site)
+    assert result["payloads"] == [f"auto-{i}" for i in range(5)]
+    assert "[BOOKKEEPER_MISSING_OPTION] option 'metadataServiceUri' is required" in result["missing_option_error"]

@@ -1,0 +1,128 @@
+"""The examples run, so they cannot rot: the quickstart notebook (through nbclient) and ``make demo``'s script.
+
+Both take their cluster from ``BKSPARK_METADATA_SERVICE_URI`` (here: ZooKeeper and three Python bookies from
+the harness) and a small row count from an environment variable. ``examples/quickstart.ipynb`` must hold
+exactly the cells of ``examples/quickstart.py``; regenerate it after editing the script with
+
+    .venv/bin/python tests/integration/test_examples.py
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "examples" / "quickstart.py"
+NOTEBOOK = REPO / "examples" / "quickstart.ipynb"
+DEMO = REPO / "examples" / "demo.py"
+
+_MARKER = re.compile(r"^# %%(?: \[(markdown)\])?\s*$")
+
+
+def script_cells(text: str) -> list[tuple[str, str]]:
+    """``(cell_type, source)`` for every ``# %%`` cell of a percent-format script."""
+    cells: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        match = _MARKER.match(line)
+        if match:
+            cells.append(("markdown" if match.group(1) else "code", []))
+        elif cells:
+            kind, lines = cells[-1]
+            if kind == "markdown":
+                line = line[2:] if line.startswith("# ") else line.lstrip("#")
+            lines.append(line)
+    return [(kind, "\n".join(lines).strip("\n")) for kind, lines in cells]
+
+
+def build_notebook(text: str):  # type: ignore[no-untyped-def]
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    for kind, source in script_cells(text):
+        cell = nbformat.v4.new_markdown_cell(source) if kind == "markdown" else nbformat.v4.new_code_cell(source)
+        cell.pop("id", None)
+        nb.cells.append(cell)
+    nbformat.validator.normalize(nb)
+    return nb
+
+
+def notebook_cells(nb) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    return [(cell.cell_type, cell.source) for cell in nb.cells]
+
+
+def test_the_notebook_holds_the_cells_of_the_script() -> None:
+    import nbformat
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    assert notebook_cells(nb) == script_cells(SCRIPT.read_text()), (
+        "examples/quickstart.ipynb differs from examples/quickstart.py: run "
+        ".venv/bin/python tests/integration/test_examples.py"
+    )
+    assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code")
+
+
+@pytest.fixture(scope="module")
+def cluster_uri(zookeeper, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from tests.harness.python_bookie import PythonBookieCluster
+    from tests.harness.zookeeper import init_new_cluster
+
+    zk = zookeeper.client()
+    try:
+        init_new_cluster(zk, "/bk-examples")
+    finally:
+        zk.stop()
+        zk.close()
+    uri = f"zk+hierarchical://{zookeeper.connect_string}/bk-examples"
+    with PythonBookieCluster(uri, tmp_path_factory.mktemp("example-bookies"), bookies=3):
+        yield uri
+
+
+@pytest.mark.integration
+def test_quickstart_notebook_runs_top_to_bottom(cluster_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("BKSPARK_METADATA_SERVICE_URI", cluster_uri)
+    monkeypatch.setenv("BKSPARK_QUICKSTART_ROWS", "2000")
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    # The kernel runs from the repository root: a development install (pip install -e) is invisible to
+    # Spark's lookup of pyspark_* modules, which then finds pyspark_bookkeeper through the workers' working
+    # directory (test_connector_autoregister.py covers a real install).
+    client = NotebookClient(nb, kernel_name="python3", timeout=480, resources={"metadata": {"path": str(REPO)}})
+    client.execute()
+    outputs = "\n".join(
+        out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
+    )
+    assert "2000 entries in 4 ledgers" in outputs
+    assert "40 entries: the first 10 of each ledger" in outputs
+    assert "bkspark.dataset" in outputs
+
+
+@pytest.mark.integration
+def test_demo_script_writes_and_reads_back(cluster_uri: str) -> None:
+    env = dict(os.environ, BKSPARK_METADATA_SERVICE_URI=cluster_uri, BKSPARK_DEMO_ROWS="3000",
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    proc = subprocess.run([sys.executable, str(DEMO)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=480)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "OK: 3,000 rows read back, payload checksum" in proc.stdout
+    assert re.search(r"wrote 3,000 rows of 100 bytes in [\d.]+ s: [\d,]+ rows/s into 4 ledgers", proc.stdout)
+    assert re.search(r"read  3,000 rows in [\d.]+ s: [\d,]+ rows/s", proc.stdout)
+
+
+if __name__ == "__main__":
+    import nbformat
+
+    nbformat.write(build_notebook(SCRIPT.read_text()), NOTEBOOK)
+    print(f"wrote {NOTEBOOK.relative_to(REPO)} from {SCRIPT.relative_to(REPO)}")
