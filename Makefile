@@ -64,10 +64,10 @@ $(CACHE)/bookkeeper/%/.ok: $(CACHE)/bookkeeper/%/lib/.ok $(CACHE)/java-tools.lis
 $(CACHE)/bookkeeper/%/lib/.ok: tools/java/pom.xml
 	@mvn -q -B dependency:get -Dartifact=org.apache.bookkeeper:bookkeeper:$*:pom >/dev/null 2>&1 || { \
 	  base=$$(echo $* | sed 's/\.[0-9]*$$/.0/'); echo "bkspark: no parent pom for BookKeeper $* on Maven Central, using $$base's"; \
-	  mvn -q -B dependency:get -Dartifact=org.apache.bookkeeper:bookkeeper:$$base:pom >/dev/null && \
 	  mkdir -p $(CACHE)/tmp && \
+	  mvn -q -B dependency:copy -Dartifact=org.apache.bookkeeper:bookkeeper:$$base:pom -DoutputDirectory=$(CACHE)/tmp >/dev/null && \
 	  sed "0,/<version>$$base<\/version>/s//<version>$*<\/version>/" \
-	    $$HOME/.m2/repository/org/apache/bookkeeper/bookkeeper/$$base/bookkeeper-$$base.pom > $(CACHE)/tmp/bookkeeper-$*.pom && \
+	    $(CACHE)/tmp/bookkeeper-$$base.pom > $(CACHE)/tmp/bookkeeper-$*.pom && \
 	  mvn -q -B install:install-file -Dfile=$(CACHE)/tmp/bookkeeper-$*.pom -DpomFile=$(CACHE)/tmp/bookkeeper-$*.pom -Dpackaging=pom \
 	  || { echo "bkspark: could not provide the parent pom of BookKeeper $*"; exit 1; }; }
 	rm -rf $(CACHE)/bookkeeper/$*/lib.new

@@ -33,6 +33,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
+from kazoo.retry import KazooRetry
 
 from bkspark.errors import BadMetadataError, CookieMismatchError, InvalidOptionError, MetadataError
 from bkspark.protocol import service_info as si
@@ -138,7 +139,12 @@ class Registration:
         self.root = uri.root
         self.uri_scheme = uri.scheme
         self.bookie_id = str(BookieId.parse(conf.bookie_id()))
-        self.zk = KazooClient(hosts=uri.connect_string, timeout=max(conf.zkTimeout, 1000) / 1000.0)
+        # Reconnect forever, at most 5 s apart: a bookie outlives ZooKeeper outages.
+        self.zk = KazooClient(
+            hosts=uri.connect_string,
+            timeout=max(conf.zkTimeout, 1000) / 1000.0,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=5),
+        )
         self._lock = threading.RLock()
         self._registered = False
         self._readonly = False

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import secrets
 import threading
 import time
 from typing import Any, Awaitable, Callable, Iterator, Mapping, TypeVar
@@ -139,6 +140,16 @@ class BookKeeper:
             self._loop.close()
 
     @property
+    def zk(self) -> Any:
+        """The client's started kazoo client (shared with the metadata store)."""
+        return self.store.zk
+
+    @property
+    def ledgers_root(self) -> str:
+        """The ledgers root path of the metadata service URI."""
+        return self.store.root
+
+    @property
     def loop(self) -> asyncio.AbstractEventLoop:
         """The client's event loop (for asyncio callers: schedule coroutines with run_coroutine_threadsafe)."""
         return self._loop
@@ -180,8 +191,9 @@ class BookKeeper:
 
         ``ledger_id`` given (the "adv" form, e.g. from ``ledger_name.ids_from_uuid``)
         uses that id and no ZooKeeper counter; :class:`LedgerExistsError` if taken.
-        Otherwise the id comes from the cluster's generator, retried on collision
-        as Java's ``LedgerCreateOp`` does.
+        Otherwise, in scope 0 the id comes from the cluster's generator, retried on
+        collision as Java's ``LedgerCreateOp`` does; in a scope != 0 (BP-35,
+        decentralised ids) it is a random 63-bit id, redrawn on collision.
         """
         if not (ensemble_size >= write_quorum_size >= ack_quorum_size >= 1):
             raise InvalidOptionError(
@@ -192,8 +204,6 @@ class BookKeeper:
             )
         if not isinstance(password, (bytes, bytearray)):
             raise TypeError("password must be bytes")
-        if scope_id != 0 and ledger_id is None:
-            raise InvalidOptionError("a scope id != 0 needs an explicit ledger id (BP-35: ids_from_uuid)")
         dtype = DigestType.parse(digest_type)
         custom = dict(custom_metadata or {})
         return self._run(
@@ -238,7 +248,12 @@ class BookKeeper:
         attempts = 0
         while True:
             attempts += 1
-            lid = ledger_id if ledger_id is not None else await ctx.in_thread(self.store.generate_ledger_id)
+            if ledger_id is not None:
+                lid = ledger_id
+            elif scope_id != 0:
+                lid = secrets.randbits(63)  # BP-35: no counter for scoped ledgers
+            else:
+                lid = await ctx.in_thread(self.store.generate_ledger_id)
             try:
                 versioned = await ctx.in_thread(self.store.create_ledger_metadata, lid, md, scope_id)
                 break

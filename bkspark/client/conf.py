@@ -1,9 +1,9 @@
 """Client configuration, under BookKeeper's own key names where an equivalent exists.
 
-``ClientConf.from_mapping`` accepts Java keys (``addEntryTimeoutSec``), their
-snake_case spellings (``add_entry_timeout_sec``) and a few Pythonic aliases
-(``batch_read_enabled``), so a Spark option map and a BookKeeper
-``client.conf`` both work.  Unknown keys are kept in ``extra`` and handed to
+``ClientConf.from_mapping`` accepts Java keys (``addEntryTimeoutSec``) in any
+case (Spark lower-cases option keys), their snake_case spellings
+(``add_entry_timeout_sec``) and a few Pythonic aliases (``batch_read_enabled``),
+so a Spark option map and a BookKeeper ``client.conf`` both work.  Unknown keys are kept in ``extra`` and handed to
 the placement policy, which reads its own (``minNumRacksPerWriteQuorum``...).
 """
 
@@ -20,7 +20,7 @@ __all__ = ["ClientConf"]
 
 
 def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower().replace("v2_", "v2_")
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
 @dataclass
@@ -62,6 +62,7 @@ class ClientConf:
         "enableBookieAddressResolver": "bookieAddressResolverEnabled",
         "enable_bookie_address_resolver": "bookieAddressResolverEnabled",
         "zkTimeoutMs": "zkTimeout",
+        "zk_timeout_ms": "zkTimeout",
     }
 
     @classmethod
@@ -70,15 +71,17 @@ class ClientConf:
         merged: dict[str, Any] = dict(conf or {})
         merged.update(kwargs)
         names = {f.name: f for f in fields(cls) if f.name != "extra"}
-        snake = {_snake(n): n for n in names}
+        lookup = {_snake(n): n for n in names}
+        lookup.update({n.lower(): n for n in names})  # Spark lower-cases option keys
+        lookup.update({a.lower(): n for a, n in cls._ALIASES.items()})
         out = cls()
         for key, value in merged.items():
-            name = cls._ALIASES.get(key) or (key if key in names else snake.get(key))
+            name = cls._ALIASES.get(key) or (key if key in names else lookup.get(key.lower()))
             if name is None:
                 out.extra[key] = value
                 continue
             setattr(out, name, cls._coerce(name, names[name].type, value))
-        if "zkTimeoutMs" in merged or "zk_timeout_ms" in merged:
+        if any(k.lower() in ("zktimeoutms", "zk_timeout_ms") for k in merged):
             out.zkTimeout = float(out.zkTimeout) / 1000.0
         out._validate()
         return out

@@ -83,7 +83,11 @@ class BookKeeperReader(DataSourceReader):
                         f"{opts.metadata_service_uri}; check the 'ledgers' option"
                     ) from None
                 if opts.fail_on_data_loss:
-                    raise
+                    raise NoSuchLedgerMetadataError(
+                        f"[BOOKKEEPER_DATA_LOSS] ledger {ledger_id} (scope {scope_id}) of "
+                        f"{'dataset ' + repr(opts.dataset) if opts.dataset else 'the ledgers option'} no longer "
+                        "exists; set .option('failOnDataLoss', 'false') to skip missing ledgers"
+                    ) from None
                 continue
             last = self._last_readable_entry(bk, md, scope_id, ledger_id)
             if last is None:

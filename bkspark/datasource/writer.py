@@ -119,9 +119,7 @@ class BookKeeperWriter(DataSourceArrowWriter):
             TAG_ATTEMPT: str(attempt).encode(),
             TAG_APPLICATION: f"bkspark-spark-writer@{host}".encode(),
         }
-        handle = create_ledger_with_context(
-            bk,
-            context,
+        settings = dict(
             custom_metadata=tags,
             ensemble_size=opts.ensemble_size,
             write_quorum_size=opts.write_quorum_size,
@@ -130,6 +128,10 @@ class BookKeeperWriter(DataSourceArrowWriter):
             password=opts.password,
             scope_id=opts.scope_id,
         )
+        if opts.scope_id == 0:
+            handle = create_ledger_with_context(bk, context, **settings)
+        else:
+            handle = self._create_scoped(bk, context, settings)
         try:
             self._registry(bk).register(self.job_id, opts.scope_id, handle.ledger_id)
         except BaseException:
@@ -137,6 +139,19 @@ class BookKeeperWriter(DataSourceArrowWriter):
             self._delete(bk, [(opts.scope_id, handle.ledger_id)])
             raise
         return handle
+
+    @staticmethod
+    def _create_scoped(bk: Any, context: Any, settings: dict[str, Any]) -> Any:
+        """A ledger in scope ``scopeId`` != 0: BP-35 ids are chosen by the writer (random 63-bit), not ZooKeeper."""
+        from bkspark.context import create_ledger_with_context
+        from bkspark.errors import LedgerExistsError
+
+        for _ in range(4):
+            try:
+                return create_ledger_with_context(bk, context, ledger_id=uuid.uuid4().int & ((1 << 63) - 1), **settings)
+            except LedgerExistsError:
+                continue
+        return create_ledger_with_context(bk, context, ledger_id=uuid.uuid4().int & ((1 << 63) - 1), **settings)
 
     def write(self, iterator: Iterator[Any]) -> LedgerCommitMessage:
         from pyspark import TaskContext
@@ -184,12 +199,24 @@ class BookKeeperWriter(DataSourceArrowWriter):
 
     @staticmethod
     def _close_abnormally(bk: Any, handle: Any, error: BaseException) -> None:
-        """Best effort: close the failed attempt's ledger with a close context that says why."""
+        """Best effort: close the failed attempt's ledger with a close context that says why.
+
+        The context expects the ledger's deletion at once: the job's commit or abort deletes it, and if the
+        driver dies before either runs, the orphan audit reports it as overdue for deletion.
+        """
+        from datetime import datetime, timezone
+
         from bkspark.context import MAX_ERROR_MESSAGE_CHARS, LedgerCloseContext, close_with_context
 
         message = f"{type(error).__name__}: {error}"[:MAX_ERROR_MESSAGE_CHARS]
+        context = (
+            LedgerCloseContext.builder()
+            .closing_abnormally(message)
+            .expect_delete_after(datetime.now(timezone.utc))
+            .build()
+        )
         try:
-            close_with_context(bk, handle, LedgerCloseContext.builder().closing_abnormally(message).build())
+            close_with_context(bk, handle, context)
         except Exception:  # noqa: BLE001 - the task's own error is the one to report
             log.debug("could not close ledger %s after a failed write", handle.ledger_id, exc_info=True)
 

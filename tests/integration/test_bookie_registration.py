@@ -7,6 +7,7 @@ import urllib.error
 from pathlib import Path
 
 import pytest
+from kazoo.exceptions import KazooException
 
 from bkspark.protocol import service_info as si
 from bkspark.protocol import v2
@@ -113,7 +114,9 @@ def test_readonly_mode_http_and_clean_shutdown(zk_root, tmp_path: Path) -> None:
 
         assert cluster.http(0, "PUT", "/api/v1/bookie/state/readonly", {"readOnly": True}) == {"readOnly": True}
         deadline = time.monotonic() + 10
-        while cluster.registered(readonly=True) != [bookie_id] and time.monotonic() < deadline:
+        while (cluster.registered(readonly=True) != [bookie_id] or bookie_id in cluster.registered()) and (
+            time.monotonic() < deadline
+        ):
             time.sleep(0.05)
         assert cluster.registered(readonly=True) == [bookie_id]
         assert bookie_id not in cluster.registered()
@@ -121,7 +124,8 @@ def test_readonly_mode_http_and_clean_shutdown(zk_root, tmp_path: Path) -> None:
             assert c.call_v2(v2.encode_add_request(0, KEY, entry(1, 0, b"x"))).rc == v2.EREADONLY
         cluster.http(0, "PUT", "/api/v1/bookie/state/readonly", {"readOnly": False})
         deadline = time.monotonic() + 10
-        while bookie_id not in cluster.registered() and time.monotonic() < deadline:
+        # The writable node is created first, then the read-only one removed (as Java does).
+        while (bookie_id not in cluster.registered() or cluster.registered(readonly=True)) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert bookie_id in cluster.registered() and not cluster.registered(readonly=True)
         with RawBookieConnection(port) as c:
@@ -177,3 +181,31 @@ def test_registration_comes_back_after_session_expiry(zk_root, tmp_path: Path) -
     finally:
         reg.close()
     assert zk_root.zk_client.exists(f"{zk_root.path}/available/py-expiry") is None
+
+
+@pytest.mark.fault
+def test_bookie_survives_a_zookeeper_outage(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1)
+    with cluster:
+        port = cluster.bookies[0].port
+        with RawBookieConnection(port) as c:
+            assert c.call_v2(v2.encode_add_request(0, KEY, entry(5, 0, b"before"))).rc == v2.EOK
+        server = zk_root.server
+        server.kill()
+        try:
+            time.sleep(8)  # longer than the bookie's zkTimeout (6 s)
+            # The bookie keeps serving data while ZooKeeper is away.
+            with RawBookieConnection(port) as c:
+                assert c.call_v2(v2.encode_add_request(0, KEY, entry(5, 1, b"during"))).rc == v2.EOK
+        finally:
+            server.start()
+        deadline = time.monotonic() + 60
+        registered: list[str] = []
+        while cluster.bookie_ids[0] not in registered and time.monotonic() < deadline:
+            try:
+                registered = cluster.registered()  # the harness's kazoo client reconnects by itself
+            except KazooException:
+                registered = []
+            time.sleep(0.2)
+        assert cluster.bookie_ids[0] in registered
+        assert cluster.bookies[0].is_alive

@@ -124,3 +124,24 @@ def test_killed_bkspark_writer_recovered_by_bkspark(java_cluster_factory, tmp_pa
         # Recovery is idempotent: a second open sees the same end.
         again = bk.open_ledger(ledger_id, password=b"pw")
         assert again.last_add_confirmed == md.last_entry_id
+
+
+@pytest.mark.fault
+def test_recovery_with_a_dead_bookie_replaces_it(java_cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    """An open ledger whose writer is gone and one of whose bookies is dead: recovery still closes it."""
+    cluster = java_cluster_factory("4.17.3", bookies=4)
+    uri = cluster.metadata_service_uri
+    with BookKeeper(uri, readEntryTimeoutSec=3, addEntryTimeoutSec=3) as writer_bk:
+        lh = writer_bk.create_ledger(3, 3, 2, password=b"pw")
+        for i in range(40):
+            lh.append(payload(i))
+        ensemble = lh.metadata.last_ensemble
+        ledger_id = lh.ledger_id
+        cluster.kill(cluster.bookie_ids.index(ensemble[2]))
+        # The writer "dies" here: its handle is abandoned without close.
+        with BookKeeper(uri, readEntryTimeoutSec=3, addEntryTimeoutSec=3) as bk:
+            rh = bk.open_ledger(ledger_id, password=b"pw")
+            md = bk.get_ledger_metadata(ledger_id)
+            assert md.state == LedgerState.CLOSED and md.last_entry_id == 39
+            assert md.length == 40 * 200
+            assert [e.payload for e in rh.read(0, 39)] == [payload(i) for i in range(40)]

@@ -56,6 +56,14 @@ def test_scoped_ledger_roundtrip_over_v3(cluster, zk_root) -> None:  # type: ign
         bk.delete_ledger(ledger_id + 1, scope_id=scope_id)
         assert bk.list_ledgers(scope_id=scope_id) == [ledger_id]
 
+        # No id given in a scope != 0: a random 63-bit id, no ZooKeeper counter (BP-35).
+        auto = bk.create_ledger(3, 2, 2, scope_id=scope_id)
+        assert 0 <= auto.ledger_id < 2**63 and auto.scope_id == scope_id
+        auto.append(b"auto")
+        auto.close()
+        assert sorted(bk.list_ledgers(scope_id=scope_id)) == sorted([ledger_id, auto.ledger_id])
+        assert bk.open_ledger(auto.ledger_id, scope_id=scope_id).read(0, 0)[0].payload == b"auto"
+
 
 def test_v2_request_with_scope_is_illegal(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]
     """The v2 codec cannot carry a scope id: asking for one is refused before anything is sent."""
@@ -85,3 +93,45 @@ def test_plain_ledgers_on_python_bookies(cluster, zk_root) -> None:  # type: ign
         rh = bk.open_ledger(lh.ledger_id)
         assert [e.payload for e in rh.read(0, 99)] == [b"p%d" % i for i in range(100)]
         assert [e.payload for e in rh] == [b"p%d" % i for i in range(100)]
+        # GET_LIST_OF_ENTRIES_OF_LEDGER over v3: E=3/W=2, bookie 0 holds entries with index 0 in the write set.
+        b0 = lh.metadata.last_ensemble[0]
+        assert bk.list_entries_on_bookie(b0, lh.ledger_id) == [e for e in range(100) if e % 3 in (0, 2)]
+
+
+def test_bookie_back_on_a_new_address_is_found_again(zk_root, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """BP-41: custom BookieIds resolve through BookieServiceInfo; a bookie that moves port is found again."""
+    from tests.harness.ports import free_port
+
+    ids = ["bookie-alpha", "bookie-beta", "bookie-gamma"]
+    with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=3, bookie_ids=ids, journal_sync_data=False) as c:
+        c.start_all()
+        with BookKeeper(zk_root.metadata_service_uri, readEntryTimeoutSec=3, addEntryTimeoutSec=3) as bk:
+            lh = bk.create_ledger(3, 3, 3)
+            assert set(lh.metadata.last_ensemble) == set(ids)
+            for i in range(20):
+                lh.append(b"m%d" % i)
+            lh.close()
+            rh = bk.open_ledger(lh.ledger_id)
+            bk.conf.reorderReadSequenceEnabled = False
+            assert rh.read(0, 0)[0].payload == b"m0"  # connected to bookie-alpha at its first address
+            moved = c.bookies[0]
+            c.stop(0)
+            c.wait_unregistered(0)
+            old_port = moved.port
+            moved.set_port(free_port())
+            c.start(0)
+            assert moved.port != old_port
+            # Only bookie-alpha may answer entry 0 reads first; take the others away to be sure it is used.
+            c.stop(1)
+            c.stop(2)
+            assert [e.payload for e in rh.read(0, 19)] == [b"m%d" % i for i in range(20)]
+            assert bk.registry.resolve("bookie-alpha") == ("127.0.0.1", moved.port)
+
+
+def test_address_resolver_disabled_uses_ids_as_addresses(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]
+    with BookKeeper(zk_root.metadata_service_uri, enableBookieAddressResolver="false") as bk:
+        assert bk.conf.bookieAddressResolverEnabled is False
+        lh = bk.create_ledger(3, 2, 2)
+        lh.append(b"direct")
+        lh.close()
+        assert bk.open_ledger(lh.ledger_id).read(0, 0)[0].payload == b"direct"

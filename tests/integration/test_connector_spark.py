@@ -276,6 +276,19 @@ def test_write_then_read_back_exactly(spark, bk, py_cluster) -> None:
     assert context.close is not None and context.close.reason is not None and context.close.reason.name == "NO_MORE_DATA"
 
 
+def test_writes_and_reads_in_a_scope_other_than_zero(spark, bk, py_cluster) -> None:
+    uri = py_cluster.metadata_service_uri
+    write_dataset(payload_frame(spark, 200, 2, "s-"), uri, "scoped", scopeId="7")
+    manifest = DatasetRegistry(bk.store.zk, bk.store.root).manifest("scoped")
+    assert manifest is not None and {scope for scope, _ in manifest.ledgers} == {7}
+    got = read_dataset(spark, uri, "scoped")
+    assert {r.scope_id for r in got.select("scope_id").distinct().collect()} == {7}
+    assert sorted(bytes(r.payload) for r in got.collect()) == sorted(f"s-{i}".encode() for i in range(200))
+    lid = manifest.ledgers[0][1]
+    by_id = entries_of(read_ledgers(spark, uri, str(lid), scopeId="7"))
+    assert len(by_id[lid]) == 100 and sorted(bk.list_ledgers(scope_id=7)) == sorted(l for _, l in manifest.ledgers)
+
+
 def test_append_adds_and_overwrite_replaces_the_previous_ledgers(spark, bk, py_cluster) -> None:
     uri = py_cluster.metadata_service_uri
     registry = DatasetRegistry(bk.store.zk, bk.store.root)

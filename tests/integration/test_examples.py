@@ -47,11 +47,9 @@ def build_notebook(text: str):  # type: ignore[no-untyped-def]
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
-    for kind, source in script_cells(text):
-        cell = nbformat.v4.new_markdown_cell(source) if kind == "markdown" else nbformat.v4.new_code_cell(source)
-        cell.pop("id", None)
-        nb.cells.append(cell)
-    nbformat.validator.normalize(nb)
+    for number, (kind, source) in enumerate(script_cells(text)):
+        new = nbformat.v4.new_markdown_cell if kind == "markdown" else nbformat.v4.new_code_cell
+        nb.cells.append(new(source, id=f"cell-{number}"))  # stable ids: regenerating changes nothing
     return nb
 
 
