@@ -53,7 +53,7 @@ jars-unlocked: $(BK_JARS)
 $(CACHE)/bookkeeper/%/.ok: $(CACHE)/bookkeeper/%/lib/.ok $(CACHE)/java-tools.list $(JAVA_TOOLS)
 	rm -rf $(CACHE)/bookkeeper/$*/classes.new && mkdir -p $(CACHE)/bookkeeper/$*/classes.new
 	@if [ -n "$(strip $(JAVA_TOOLS))" ]; then \
-	  echo "javac tools/java -> .cache/bookkeeper/$*/classes"; \
+	  echo "javac tools/java -> $(CACHE)/bookkeeper/$*/classes"; \
 	  javac -nowarn -encoding UTF-8 -d $(CACHE)/bookkeeper/$*/classes.new -cp "$(CACHE)/bookkeeper/$*/lib/*" $(JAVA_TOOLS) \
 	  || { echo "bkspark: tools/java does not compile against BookKeeper $*"; exit 1; }; fi
 	rm -rf $(CACHE)/bookkeeper/$*/classes && mv $(CACHE)/bookkeeper/$*/classes.new $(CACHE)/bookkeeper/$*/classes

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -37,6 +38,13 @@ END = "<!-- bench:results:end -->"
 def render(results_dir: Path, names: list[str]) -> str:
     """Markdown of every result JSON in results_dir (in benchmark order)."""
     parts: list[str] = []
+    run = results_dir / "run.json"
+    if run.is_file():
+        info = json.loads(run.read_text())
+        parts.append(
+            f"Produced by `{info['command']}` (started {info['started']}, finished {info['finished']}); "
+            f"each benchmark below shows its own command, and its raw client results are in `{results_dir.name}/<name>.json`.\n"
+        )
     for name in names:
         path = results_dir / f"{name}.json"
         if not path.is_file():
@@ -64,6 +72,7 @@ def update_markdown(md_path: Path, body: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    full_command = " ".join(["python", "-m", "bench.run_all", *map(shlex.quote, argv)])
     extra: list[str] = []
     if "--" in argv:
         i = argv.index("--")
@@ -83,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     results.mkdir(parents=True, exist_ok=True)
     status: dict[str, int] = {}
     if not args.render_only:
+        started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         for name in names:
             cmd = [sys.executable, "-m", f"bench.{name}", *(QUICK[name] if args.quick else []), *extra,
                    "--json", str(results / f"{name}.json")]
@@ -92,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             status[name] = subprocess.call(cmd, cwd=REPO_ROOT)
             print(f"##### bench.{name}: exit {status[name]} after {time.monotonic() - t0:.0f}s", flush=True)
+        if not args.quick:
+            (results / "run.json").write_text(json.dumps({
+                "command": full_command,
+                "started": started,
+                "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "status": status,
+            }, indent=1) + "\n")
     if args.update_md and args.quick:
         print(f"not updating {args.update_md}: --quick runs check the programs, they are not measurements")
     elif args.update_md:

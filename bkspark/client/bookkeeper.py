@@ -31,7 +31,6 @@ from bkspark.client.reader import LedgerEntry, LedgerReader
 from bkspark.client.recovery import recover_ledger
 from bkspark.client.writer import LedgerWriter
 from bkspark.errors import (
-    BKError,
     ClientClosedError,
     DigestMismatchError,
     IllegalOpError,
@@ -514,16 +513,19 @@ class ReadHandle:
         self._check()
         return self._bk._run(self._reader.batch_read(start, max_count, max_size, self._lac))
 
-    def read_batched(self, first: int, last: int, batch_size: int = 100, max_size: int = 0) -> Iterator[LedgerEntry]:
-        """Every entry ``first..last`` through batch reads, looping until done."""
-        cur = first
+    def read_batched(
+        self, first: int, last: int, batch_size: int = 100, max_size: int = 0, parallel: int = 4
+    ) -> Iterator[LedgerEntry]:
+        """Every entry ``first..last`` (up to the LAC) through batch reads, ``parallel`` batches in flight."""
+        self._check()
         last = min(last, self._lac)
+        window = max(1, batch_size) * max(1, parallel)
+        cur = first
         while cur <= last:
-            batch = self.batch_read(cur, min(batch_size, last - cur + 1), max_size)
-            if not batch:
-                raise BKError("batch read returned nothing", ledger_id=self.ledger_id, entry_id=cur)
-            yield from batch
-            cur = batch[-1].entry_id + 1
+            end = min(last, cur + window - 1)
+            entries = self._bk._run(self._reader.read_range_batched(cur, end, batch_size, max_size, self._lac, parallel))
+            yield from entries
+            cur = end + 1
 
     def read_last_add_confirmed(self) -> int:
         """Ask the bookies for the LAC (no RPC for a closed ledger); updates :attr:`last_add_confirmed`."""

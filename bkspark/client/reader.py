@@ -251,6 +251,45 @@ class LedgerReader:
             return await self._fallback(start, end, max_size)
         raise pick_error(errors, ledger_id=self.ref.ledger_id, entry_id=start)
 
+    async def read_range_batched(
+        self, first: int, last: int, batch_size: int, max_size: int, last_readable: int, parallel: int = 4
+    ) -> list[LedgerEntry]:
+        """Entries ``first..last`` through batch reads, ``parallel`` batches in flight.
+
+        The range is cut into chunks of ``batch_size``; each chunk is read with
+        as many batch reads as it takes (a batch may return fewer entries), and
+        chunks start on different bookies (the write set rotates with the entry
+        id), so an E == W ensemble serves them side by side.
+        """
+        if last < first:
+            return []
+        step = max(1, batch_size)
+        chunks = [(s, min(last, s + step - 1)) for s in range(first, last + 1, step)]
+        results: list[list[LedgerEntry]] = [[] for _ in chunks]
+        counter = itertools.count()
+
+        async def worker() -> None:
+            while True:
+                i = next(counter)
+                if i >= len(chunks):
+                    return
+                start, end = chunks[i]
+                out = results[i]
+                cur = start
+                while cur <= end:
+                    got = await self.batch_read(cur, end - cur + 1, max_size, min(end, last_readable))
+                    out.extend(got)
+                    cur = got[-1].entry_id + 1
+
+        workers = [asyncio.ensure_future(worker()) for _ in range(min(max(1, parallel), len(chunks)))]
+        try:
+            await asyncio.gather(*workers)
+        except BaseException:
+            for w in workers:
+                w.cancel()
+            raise
+        return [e for chunk in results for e in chunk]
+
     async def _fallback(self, start: int, end: int, max_size: int) -> list[LedgerEntry]:
         """Pipelined single reads of ``start..end`` within ``max_size`` bytes (at least one entry)."""
         out: list[LedgerEntry] = []

@@ -335,7 +335,8 @@ def test_losing_a_whole_rack_keeps_every_acknowledged_entry(
     still_open = [ledger for ledger in ledgers if not ledger.closed]
     assert closed and still_open
 
-    # Closed ledgers, at once: the dead bookies are still registered, so reads meet refused connections.
+    # Closed ledgers, at once: the dead bookies are most likely still registered (their ZooKeeper sessions last
+    # 6 s), so reads meet refused connections and must move on to the other replica.
     with BookKeeper(cluster.metadata_service_uri) as bk:
         for ledger in closed:
             rh = bk.open_ledger(ledger.ledger_id, recovery=False, password=b"racks" if ledger.origin == "client" else b"")
@@ -393,4 +394,5 @@ def test_losing_a_whole_rack_keeps_every_acknowledged_entry(
                 assert read_all(rh, len(ledger.payloads) - 1) == ledger.payloads
             finally:
                 rh.close()
+    # Nothing was read from a revived bookie: the rack stayed dead throughout.
     assert all(not cluster.bookies[i].is_alive for i in dead)
