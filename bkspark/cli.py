@@ -36,6 +36,12 @@ def _register_shell(subparsers: "argparse._SubParsersAction[argparse.ArgumentPar
     register(subparsers)
 
 
+def _register_cluster(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    from bkspark.devcluster.cli import register
+
+    register(subparsers)
+
+
 def _register_auditor(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser(
         "auditor",
@@ -107,11 +113,10 @@ def _run_auditor(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Subcommand registrations, in ``--help`` order.  The lead adds ``cluster`` (start|stop) here.
 REGISTRARS: list[Registrar] = [
     _register_shell,
     _register_auditor,
-    # cluster: reserved for the lead's `bkspark cluster start|stop` registrar.
+    _register_cluster,
 ]
 
 

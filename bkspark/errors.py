@@ -50,6 +50,7 @@ __all__ = [
     "InvalidOptionError",
     "InvalidTopologyError",
     "ClientClosedError",
+    "LocalClusterError",
     "error_for_rc",
     "error_for_status",
     "rc_for_error",
@@ -302,6 +303,12 @@ class InvalidOptionError(BKError, ValueError):
 
 class InvalidTopologyError(BKError, ValueError):
     """A network location is malformed or at another depth than the topology's leaves."""
+
+    code = -999
+
+
+class LocalClusterError(BKError, RuntimeError):
+    """A local server (ZooKeeper, bookie) of a dev cluster or the test harness did not start, answer or stop."""
 
     code = -999
 

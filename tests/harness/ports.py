@@ -1,33 +1,5 @@
-"""Free TCP ports on 127.0.0.1, never the same one twice in a session."""
+"""Free ports for the harness: see :mod:`bkspark.devcluster.ports`."""
 
-from __future__ import annotations
-
-import socket
-import threading
+from bkspark.devcluster.ports import free_port, port_is_open
 
 __all__ = ["free_port", "port_is_open"]
-
-_lock = threading.Lock()
-_handed_out: set[int] = set()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """Return a port nobody listens on now and that this process never returned before."""
-    with _lock:
-        for _ in range(200):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind((host, 0))
-                port: int = sock.getsockname()[1]
-            if port not in _handed_out:
-                _handed_out.add(port)
-                return port
-    raise RuntimeError("bkspark harness: could not find a free TCP port on 127.0.0.1")
-
-
-def port_is_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
-    """True when something accepts TCP connections on host:port."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
