@@ -301,6 +301,11 @@ class BookKeeper:
             return ReadHandle(self, ref, versioned, digester, versioned.metadata.last_entry_id, password)
         reader = LedgerReader(ctx, ref, md, digester)
         lac = await reader.read_lac()
+        # The writer may have changed ensemble (or closed) between our metadata read and the LAC
+        # read; Java keeps a metadata watch for this, one re-read serves the same purpose here.
+        versioned = await ctx.in_thread(self.store.read_ledger_metadata, ledger_id, scope_id)
+        if versioned.metadata.state == LedgerState.CLOSED:
+            lac = versioned.metadata.last_entry_id
         return ReadHandle(self, ref, versioned, digester, lac, password)
 
     def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:

@@ -48,7 +48,8 @@ class ClientConf:
     ledgerMetadataVersion: int = 3
     storeSystemTimeAsLedgerCreationTime: bool = False
     enableDigestTypeAutodetection: bool = True
-    recoveryReadBatchSize: int = 1
+    #: Milliseconds between explicit LAC flushes (WRITE_LAC) of an idle writer; 0 = off (Java's default).
+    explicitLacInterval: int = 0
     maxNumEnsembleChanges: int = 2**31 - 1
     bookieFailureHistoryExpirationMSec: int = 60000
     reorderReadSequenceEnabled: bool = True

@@ -103,6 +103,13 @@ class LedgerWriter:
         self.closed = False
         self.ensemble_changes = 0
         self._drained: list[asyncio.Future[None]] = []
+        #: Highest LAC written into an entry header (piggy-backed) and by WRITE_LAC.
+        self._lac_piggybacked = last_add_confirmed
+        self._lac_explicit = last_add_confirmed
+        self._lac_timer: asyncio.TimerHandle | None = None
+        interval = ctx.conf.explicitLacInterval / 1000.0
+        if interval > 0 and not recovery:
+            self._lac_timer = ctx.loop.call_later(interval, self._explicit_lac_tick, interval)
 
     # -- appends ------------------------------------------------------------------------
 
@@ -130,6 +137,7 @@ class LedgerWriter:
             self._send(op, None)
 
     def _package(self, op: _PendingAdd) -> None:
+        self._lac_piggybacked = self.lac
         op.entry = self.digester.package_entry(
             self.ref.ledger_id, op.entry_id, self.lac, op.length, op.payload, scope_id=self.ref.scope_id
         )
@@ -314,6 +322,21 @@ class LedgerWriter:
 
     # -- explicit LAC and force (v3 only) ----------------------------------------------------
 
+    def _explicit_lac_tick(self, interval: float) -> None:
+        """``ExplicitLacFlushPolicy``: WRITE_LAC when the LAC moved and no later add carried it."""
+        if self.closed or self.closing or self.error is not None:
+            self._lac_timer = None
+            return
+        if self.lac > max(self._lac_piggybacked, self._lac_explicit):
+            asyncio.ensure_future(self._flush_lac())
+        self._lac_timer = self.ctx.loop.call_later(interval, self._explicit_lac_tick, interval)
+
+    async def _flush_lac(self) -> None:
+        try:
+            await self.write_lac()
+        except Exception as exc:  # noqa: BLE001 - best effort, the next tick tries again
+            log.debug("ledger %s: explicit LAC flush failed: %s", self.ref.ledger_id, exc)
+
     async def write_lac(self) -> int:
         """WRITE_LAC(LAC) to the write set of entry LAC, done on Qa answers (Java's ``PendingWriteLacOp``).
 
@@ -334,6 +357,7 @@ class LedgerWriter:
         errors = [r for r in results if isinstance(r, BaseException)]
         if len(results) - len(errors) < self.A:
             raise errors[0]
+        self._lac_explicit = max(self._lac_explicit, lac)
         return lac
 
     async def force(self) -> int:
@@ -371,6 +395,9 @@ class LedgerWriter:
         if self.closed:
             return self.metadata
         self.closing = True
+        if self._lac_timer is not None:
+            self._lac_timer.cancel()
+            self._lac_timer = None
         await self.drain()
         if isinstance(self.error, LedgerFencedError):
             # A recovery took the ledger over: it, not us, writes the final state.

@@ -28,3 +28,20 @@ def test_explicit_lac_force_and_bookie_info(java_cluster_factory) -> None:  # ty
         total, free = bk.bookie_info(b0)
         assert total > 0 and 0 <= free <= total
         lh.close()
+
+
+def test_explicit_lac_interval_flushes_an_idle_writer(java_cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    cluster = java_cluster_factory("4.17.3", bookies=3)
+    with BookKeeper(cluster.metadata_service_uri, explicitLacInterval=200) as bk:
+        lh = bk.create_ledger(3, 3, 2)
+        for i in range(5):
+            lh.append(b"x%d" % i)
+        deadline = time.monotonic() + 10
+        lac = -1
+        while time.monotonic() < deadline and lac < 4:
+            lac = bk.open_ledger(lh.ledger_id, recovery=False).last_add_confirmed
+            time.sleep(0.2)
+        assert lac == 4  # entry 4 piggy-backs only LAC 3; the periodic WRITE_LAC told the bookies 4
+        lh.close()
