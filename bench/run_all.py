@@ -7,6 +7,8 @@ Each benchmark runs as its own process (``python -m bench.<name>``), prints its 
 exact command, and writes its results as JSON under --results.  --quick uses small sizes (a smoke run that
 checks the programs, not a measurement).  --update-md rewrites the generated section of BENCHMARKS.md (between
 its ``bench:results`` markers) from those JSON files, so that every figure there comes from a run.
+A full run first moves the previous run's JSON files to ``<results>/history/<start time>/``; the generated
+section ends with a table of every ratio across the runs kept there.
 A benchmark that fails does not stop the others; the exit status says whether all passed.
 """
 
@@ -58,6 +60,80 @@ def render(results_dir: Path, names: list[str]) -> str:
     return "\n".join(parts)
 
 
+def _run_label(results_dir: Path) -> str:
+    """When a results directory's run started (run.json, else the first benchmark's date)."""
+    run = results_dir / "run.json"
+    if run.is_file():
+        return json.loads(run.read_text())["started"]
+    dates = []
+    for f in sorted(results_dir.glob("*.json")):
+        data = json.loads(f.read_text())
+        if data.get("machine_before", {}).get("date"):
+            dates.append(data["machine_before"]["date"])
+    return min(dates) if dates else results_dir.name
+
+
+def _loads(results_dir: Path) -> str:
+    loads = []
+    for name in BENCHES:
+        f = results_dir / f"{name}.json"
+        if f.is_file():
+            mb = json.loads(f.read_text()).get("machine_before", {})
+            if mb.get("loadavg_1_5_15"):
+                loads.append(mb["loadavg_1_5_15"][0])
+    return "–".join(f"{x:g}" for x in (min(loads), max(loads))) if loads else "?"
+
+
+def render_history(latest: Path, history: list[Path], names: list[str]) -> str:
+    """One table: every ratio of the latest run next to the same ratio in earlier runs."""
+    runs = [latest, *sorted(history, key=_run_label, reverse=True)]
+    runs = [r for r in runs if any((r / f"{n}.json").is_file() for n in names)]
+    if len(runs) < 2:
+        return ""
+    rows: list[tuple[str, str]] = []
+    values: dict[tuple[str, str, Path], float | None] = {}
+    for run in runs:
+        for name in names:
+            f = run / f"{name}.json"
+            if name == "profile" or not f.is_file():
+                continue
+            for r in json.loads(f.read_text()).get("ratios", []):
+                key = (name, r["what"])
+                if key not in rows:
+                    rows.append(key)
+                values[(name, r["what"], run)] = r["ratio"]
+    head = " | ".join(f"{_run_label(r)} (load {_loads(r)})" for r in runs)
+    out = [
+        "### Ratios across runs",
+        "",
+        "The same ratios in every full run kept under `bench/results/history/` (newest first; 1-minute load average",
+        "at the start of each benchmark). Differences between runs show how much the shared machine moved the figures.",
+        "",
+        f"| benchmark | ratio | {head} |",
+        "|---|---|" + "---:|" * len(runs),
+    ]
+    for name, what in rows:
+        cells = []
+        for run in runs:
+            v = values.get((name, what, run))
+            cells.append("" if v is None else f"{v:.2f}×")
+        out.append(f"| {name} | {what} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def archive(results: Path) -> Path | None:
+    """Move the previous full run's JSON results into results/history/<start time> (raw profiles are dropped)."""
+    files = [f for f in results.glob("*.json")]
+    if not files:
+        return None
+    label = _run_label(results).replace(" UTC", "").replace(" ", "T").replace(":", "")
+    dest = results / "history" / label
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        f.replace(dest / f.name)
+    return dest
+
+
 def update_markdown(md_path: Path, body: str) -> None:
     text = md_path.read_text() if md_path.is_file() else ""
     block = f"{BEGIN}\n\n{body}\n{END}"
@@ -92,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     results.mkdir(parents=True, exist_ok=True)
     status: dict[str, int] = {}
     if not args.render_only:
+        if not args.quick:
+            moved = archive(results)
+            if moved is not None:
+                print(f"previous results moved to {moved}")
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         for name in names:
             cmd = [sys.executable, "-m", f"bench.{name}", *(QUICK[name] if args.quick else []), *extra,
@@ -112,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.update_md and args.quick:
         print(f"not updating {args.update_md}: --quick runs check the programs, they are not measurements")
     elif args.update_md:
-        update_markdown(Path(args.update_md), render(results, names))
+        history = [d for d in (results / "history").glob("*") if d.is_dir()] if (results / "history").is_dir() else []
+        body = render(results, names)
+        extra_md = render_history(results, history, names)
+        update_markdown(Path(args.update_md), body + ("\n" + extra_md if extra_md else ""))
         print(f"updated {args.update_md}")
     if status:
         print("\nsummary: " + ", ".join(f"{n}={'ok' if rc == 0 else f'FAILED({rc})'}" for n, rc in status.items()))

@@ -38,6 +38,7 @@ def run(uri: str) -> int:
         SparkSession.builder.master("local[2]")
         .appName("bkspark-demo")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )

@@ -21,6 +21,7 @@ import logging
 import secrets
 import threading
 import time
+import weakref
 from typing import Any, Awaitable, Callable, Iterator, Mapping, TypeVar
 
 from bkspark.client.conf import ClientConf
@@ -68,6 +69,7 @@ class BookKeeper:
         self.conf = ClientConf.from_mapping(conf, **kwargs)
         self.metadata_service_uri = metadata_service_uri
         self._closed = False
+        self._writers: weakref.WeakSet[LedgerWriter] = weakref.WeakSet()
         self._loop = asyncio.new_event_loop()
         self._loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="bkspark-zk"))
         self._thread = threading.Thread(target=self._run_loop, name="bkspark-client", daemon=True)
@@ -158,7 +160,7 @@ class BookKeeper:
         if self._closed:
             return
         try:
-            self._run(self.pool.close(), timeout=10)
+            self._run(self._shutdown(), timeout=10)
         except Exception:
             log.debug("error closing bookie connections", exc_info=True)
         self._closed = True
@@ -166,6 +168,14 @@ class BookKeeper:
         self.policy.uninitialize()
         self._stop_loop()
         self.store.close()
+
+    async def _shutdown(self) -> None:
+        """Fail what is still pending (no caller waits forever), then close the connections."""
+        error = ClientClosedError("client closed")
+        for writer in list(self._writers):
+            if writer.pending or not writer.closed:
+                writer._fail_all(error)
+        await self.pool.close()
 
     def __enter__(self) -> "BookKeeper":
         return self
@@ -261,6 +271,7 @@ class BookKeeper:
                     raise
         ref = LedgerRef(lid, scope_id)
         writer = LedgerWriter(ctx, ref, versioned, password)
+        self._writers.add(writer)
         return LedgerHandle(self, ref, writer)
 
     def open_ledger(
@@ -344,9 +355,13 @@ class LedgerHandle:
         self._bk = bk
         self._ref = ref
         self._writer = writer
-        self._slots = threading.BoundedSemaphore(bk.conf.maxPendingAdds)
+        self._max_pending = bk.conf.maxPendingAdds
+        self._in_flight = 0
         self._inbox: list[Callable[[], None]] = []
         self._inbox_lock = threading.Lock()
+        # Appenders wait on this only when maxPendingAdds entries are in flight.
+        self._room = threading.Condition(self._inbox_lock)
+        self._waiting = 0
         self._inbox_scheduled = False
 
     @property
@@ -398,11 +413,12 @@ class LedgerHandle:
             raise ClientClosedError("client is closed")
         data = bytes(payload)
         fut: concurrent.futures.Future[int] = concurrent.futures.Future()
-        self._slots.acquire()
-        slots = self._slots
 
         def done(entry_id: int | None, exc: BaseException | None) -> None:
-            slots.release()
+            with self._inbox_lock:
+                self._in_flight -= 1
+                if self._waiting:
+                    self._room.notify()
             if exc is not None:
                 fut.set_exception(exc)
             else:
@@ -410,6 +426,13 @@ class LedgerHandle:
 
         writer = self._writer
         with self._inbox_lock:
+            while self._in_flight >= self._max_pending:
+                self._waiting += 1
+                try:
+                    self._room.wait()
+                finally:
+                    self._waiting -= 1
+            self._in_flight += 1
             self._inbox.append(lambda: writer.append(data, done))
             if not self._inbox_scheduled:
                 self._inbox_scheduled = True

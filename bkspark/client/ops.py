@@ -23,7 +23,7 @@ from bkspark.errors import (
 )
 from bkspark.protocol import v2, v3
 
-__all__ = ["BookieOps", "FLAG_DO_FENCING", "FLAG_RECOVERY_ADD", "FLAG_HIGH_PRIORITY"]
+__all__ = ["BookieOps", "FLAG_DO_FENCING", "FLAG_RECOVERY_ADD", "FLAG_HIGH_PRIORITY", "v2_error"]
 
 FLAG_DO_FENCING = 0x0001
 FLAG_RECOVERY_ADD = 0x0002
@@ -32,7 +32,8 @@ FLAG_HIGH_PRIORITY = 0x0004
 _EOK = 0
 
 
-def _v2_error(rc: int, bookie_id: str, **ctx: Any) -> BKError:
+def v2_error(rc: int, bookie_id: str, **ctx: Any) -> BKError:
+    """The registered error for a v2 ``rc`` from ``bookie_id``."""
     return error_for_rc(rc)(f"bookie answered rc={rc}", bookie_id=bookie_id, **ctx)
 
 
@@ -95,7 +96,7 @@ class BookieOps:
             if exc is not None:
                 callback(exc)
             elif version == V2:
-                callback(None if resp.rc == _EOK else _v2_error(resp.rc, bookie_id, entry_id=entry_id))
+                callback(None if resp.rc == _EOK else v2_error(resp.rc, bookie_id, entry_id=entry_id))
             else:
                 try:
                     status = v3.response_status(resp)
@@ -147,7 +148,7 @@ class BookieOps:
                 callback(None, None, exc)
             elif version == V2:
                 if resp.rc != _EOK:
-                    callback(None, None, _v2_error(resp.rc, bookie_id, ledger_id=ledger_id, entry_id=entry_id))
+                    callback(None, None, v2_error(resp.rc, bookie_id, ledger_id=ledger_id, entry_id=entry_id))
                 else:
                     callback(resp.entry, None, None)
             else:
@@ -223,7 +224,7 @@ class BookieOps:
                 fut.set_exception(exc)
             elif version == V2:
                 if resp.rc != _EOK:
-                    fut.set_exception(_v2_error(resp.rc, bookie_id, ledger_id=ledger_id, entry_id=start))
+                    fut.set_exception(v2_error(resp.rc, bookie_id, ledger_id=ledger_id, entry_id=start))
                 else:
                     fut.set_result(list(resp.entries))
             else:

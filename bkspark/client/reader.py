@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from bkspark.client.context import ClientContext, LedgerRef
 from bkspark.client.schedule import CoverageSet, is_striped, write_set
@@ -103,87 +103,133 @@ class LedgerReader:
 
     # -- single entry -------------------------------------------------------------------------
 
-    async def read_entry(self, entry_id: int, *, flags: int = 0, master_key: bytes | None = None) -> VerifiedEntry:
-        """One verified entry from its replicas (sequential, speculative after a timeout)."""
+    def read_entry_cb(
+        self,
+        entry_id: int,
+        callback: Callable[[VerifiedEntry | None, BaseException | None], None],
+        *,
+        flags: int = 0,
+        master_key: bytes | None = None,
+    ) -> None:
+        """Read one verified entry from its replicas; ``callback(entry, error)`` exactly once.
+
+        Replicas are asked one after the other, in the policy's order; an error
+        or a bad copy moves on at once, silence for ``speculativeReadTimeout``
+        asks the next one too (backing off).  Callback style, because a range
+        read runs thousands of these and a coroutine each costs more than the read.
+        """
         _, ensemble = self._segment(entry_id)
         md = self.metadata
         order = self._order(ensemble, write_set(entry_id, md.ensemble_size, md.write_quorum_size))
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[VerifiedEntry] = loop.create_future()
-        errors: list[BaseException] = []
-        state = {"next": 0, "outstanding": 0}
         ops = self.ctx.ops
         pool = ops.pool
+        ledger_id, scope_id = self.ref.ledger_id, self.ref.scope_id
+        errors: list[BaseException] = []
+        next_i = 0
+        outstanding = 0
+        finished = False
+        timer: asyncio.TimerHandle | None = None
+
+        def finish(entry: VerifiedEntry | None, exc: BaseException | None) -> None:
+            nonlocal finished
+            finished = True
+            if timer is not None:
+                timer.cancel()
+            callback(entry, exc)
 
         def send_next() -> bool:
-            i = state["next"]
-            if i >= len(order):
+            nonlocal next_i, outstanding
+            if next_i >= len(order):
                 return False
-            state["next"] = i + 1
-            state["outstanding"] += 1
-            bookie = ensemble[order[i]]
+            bookie = ensemble[order[next_i]]
+            next_i += 1
+            outstanding += 1
 
             def on_data(data: Any, _max_lac: Any, exc: BaseException | None) -> None:
-                state["outstanding"] -= 1
-                if fut.done():
+                nonlocal outstanding
+                outstanding -= 1
+                if finished:
                     return
                 if exc is None:
                     try:
-                        fut.set_result(self._verify(data, entry_id))
-                        return
+                        entry = self._verify(data, entry_id)
                     except DigestMismatchError as err:
-                        log.warning("bookie %s returned a bad copy of %s/%s: %s", bookie, self.ref.ledger_id, entry_id, err)
+                        log.warning("bookie %s returned a bad copy of %s/%s: %s", bookie, ledger_id, entry_id, err)
                         exc = err
+                    else:
+                        finish(entry, None)
+                        return
                 errors.append(exc)
                 if not isinstance(exc, _MISSING):
                     pool.note_failure(bookie)
-                if not send_next() and state["outstanding"] == 0:
-                    fut.set_exception(pick_error(errors, ledger_id=self.ref.ledger_id, entry_id=entry_id))
+                if not send_next() and outstanding == 0:
+                    finish(None, pick_error(errors, ledger_id=ledger_id, entry_id=entry_id))
 
-            ops.read(bookie, self.ref.ledger_id, entry_id, self.ref.scope_id, on_data, flags=flags, master_key=master_key)
+            ops.read(bookie, ledger_id, entry_id, scope_id, on_data, flags=flags, master_key=master_key)
             return True
 
-        timer: list[asyncio.TimerHandle] = []
-        spec = self.ctx.conf.speculativeReadTimeout / 1000.0
+        conf = self.ctx.conf
+        loop = self.ctx.loop
 
         def speculate(delay: float) -> None:
-            if fut.done():
-                return
-            if send_next():
-                nxt = delay * self.ctx.conf.speculativeReadTimeoutBackoffMultiplier
-                timer.append(loop.call_later(nxt, speculate, nxt))
+            nonlocal timer
+            timer = None
+            if not finished and send_next():
+                nxt = delay * conf.speculativeReadTimeoutBackoffMultiplier
+                timer = loop.call_later(nxt, speculate, nxt)
 
         send_next()
-        if spec > 0 and len(order) > 1:
-            timer.append(loop.call_later(spec, speculate, spec))
-        try:
-            return await fut
-        finally:
-            for t in timer:
-                t.cancel()
+        spec = conf.speculativeReadTimeout / 1000.0
+        if spec > 0 and len(order) > 1 and not finished:
+            timer = loop.call_later(spec, speculate, spec)
+
+    async def read_entry(self, entry_id: int, *, flags: int = 0, master_key: bytes | None = None) -> VerifiedEntry:
+        """One verified entry from its replicas (see :meth:`read_entry_cb`)."""
+        fut: asyncio.Future[VerifiedEntry] = asyncio.get_running_loop().create_future()
+
+        def done(entry: VerifiedEntry | None, exc: BaseException | None) -> None:
+            if not fut.done():
+                if exc is not None:
+                    fut.set_exception(exc)
+                else:
+                    fut.set_result(entry)  # type: ignore[arg-type]
+
+        self.read_entry_cb(entry_id, done, flags=flags, master_key=master_key)
+        return await fut
 
     async def read_range(self, first: int, last: int) -> list[LedgerEntry]:
-        """Entries ``first..last`` (inclusive), pipelined; every one verified."""
+        """Entries ``first..last`` (inclusive), ``readPipelineDepth`` in flight; every one verified."""
         if last < first:
             return []
         count = last - first + 1
         results: list[LedgerEntry | None] = [None] * count
-        counter = itertools.count()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        next_i = 0
+        remaining = count
 
-        async def worker() -> None:
-            while True:
-                i = next(counter)
-                if i >= count:
-                    return
-                results[i] = self._entry(await self.read_entry(first + i))
+        def start_one() -> None:
+            nonlocal next_i
+            i = next_i
+            next_i += 1
+            self.read_entry_cb(first + i, lambda entry, exc: finished(i, entry, exc))
 
-        workers = [asyncio.ensure_future(worker()) for _ in range(min(self.ctx.conf.readPipelineDepth, count))]
-        try:
-            await asyncio.gather(*workers)
-        except BaseException:
-            for w in workers:
-                w.cancel()
-            raise
+        def finished(i: int, entry: VerifiedEntry | None, exc: BaseException | None) -> None:
+            nonlocal remaining
+            if done.done():
+                return
+            if exc is not None:
+                done.set_exception(exc)
+                return
+            results[i] = self._entry(entry)  # type: ignore[arg-type]
+            remaining -= 1
+            if remaining == 0:
+                done.set_result(None)
+            elif next_i < count:
+                start_one()
+
+        for _ in range(min(self.ctx.conf.readPipelineDepth, count)):
+            start_one()
+        await done
         return results  # type: ignore[return-value]
 
     # -- batched reads ---------------------------------------------------------------------------

@@ -21,10 +21,11 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
 from bkspark.client.context import ClientContext, LedgerRef, update_metadata
-from bkspark.client.ops import FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
+from bkspark.client.connection import OP_ADD, V2
+from bkspark.client.ops import FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD, v2_error
 from bkspark.client.schedule import write_set
 from bkspark.errors import (
     BKError,
@@ -150,8 +151,17 @@ class LedgerWriter:
             op.sent = True
         targets = write_set(op.entry_id, self.E, self.W) if indexes is None else indexes
         ops = self.ctx.ops
+        frame = op.frame
         for idx in targets:
             bookie = self.ensemble[idx]
+            if frame is not None:
+                # Hot path: v2 connection already open, one callback per (entry, bookie).
+                conn = ops.pool.ready(bookie, V2)
+                if conn is not None:
+                    conn.send_v2(
+                        (self.ref.ledger_id, op.entry_id, OP_ADD), frame, ops.add_timeout, self._make_v2_ack(op, idx, bookie)
+                    )
+                    continue
             ops.add(
                 bookie,
                 self.ref.ledger_id,
@@ -163,6 +173,14 @@ class LedgerWriter:
                 self._make_ack(op, idx, bookie),
                 v2_frame=op.frame,
             )
+
+    def _make_v2_ack(self, op: _PendingAdd, idx: int, bookie: str) -> Callable[[Any, BaseException | None], None]:
+        def on_response(resp: Any, exc: BaseException | None) -> None:
+            if exc is None and resp.rc != 0:
+                exc = v2_error(resp.rc, bookie, entry_id=op.entry_id)
+            self._on_ack(op, idx, bookie, exc)
+
+        return on_response
 
     def _make_ack(self, op: _PendingAdd, idx: int, bookie: str) -> Callable[[BaseException | None], None]:
         def on_ack(error: BaseException | None) -> None:

@@ -126,7 +126,7 @@ class BookKeeperReader(DataSourceReader):
         if not isinstance(partition, LedgerSlice):
             return  # Spark turns an empty plan into one InputPartition(None): nothing to read
         from bkspark.datasource.clients import evict_client, get_client
-        from bkspark.errors import BookieError, NoSuchLedgerMetadataError
+        from bkspark.errors import BookieError, BookieUnavailableError, NoSuchLedgerMetadataError
 
         opts = self.options
         settings = _client_settings(opts)
@@ -145,8 +145,8 @@ class BookKeeperReader(DataSourceReader):
             return
         try:
             yield from self._read_slice(handle, partition)
-        except BookieError:
-            evict_client(opts.metadata_service_uri, settings)
+        except (BookieError, BookieUnavailableError):
+            evict_client(opts.metadata_service_uri, settings)  # the next task starts with a fresh client
             raise
         finally:
             handle.close()

@@ -146,17 +146,20 @@ class BookKeeperWriter(DataSourceArrowWriter):
         from bkspark.context import create_ledger_with_context
         from bkspark.errors import LedgerExistsError
 
-        for _ in range(4):
+        attempts = 5
+        for attempt in range(attempts):
             try:
                 return create_ledger_with_context(bk, context, ledger_id=uuid.uuid4().int & ((1 << 63) - 1), **settings)
             except LedgerExistsError:
-                continue
-        return create_ledger_with_context(bk, context, ledger_id=uuid.uuid4().int & ((1 << 63) - 1), **settings)
+                if attempt == attempts - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def write(self, iterator: Iterator[Any]) -> LedgerCommitMessage:
         from pyspark import TaskContext
 
         from bkspark.context import LedgerCloseContext, close_with_context
+        from bkspark.errors import BookieError, BookieUnavailableError, MetadataError
 
         context = TaskContext.get()
         partition_id = context.partitionId() if context else 0
@@ -194,6 +197,10 @@ class BookKeeperWriter(DataSourceArrowWriter):
                 partition_id, attempt, handle.ledger_id,
             )
             self._close_abnormally(bk, handle, exc)
+            if isinstance(exc, (BookieError, BookieUnavailableError, MetadataError)):
+                from bkspark.datasource.clients import client_conf, evict_client
+
+                evict_client(opts.metadata_service_uri, client_conf(opts.client_conf))  # the next task starts clean
             raise
         return LedgerCommitMessage(opts.scope_id, handle.ledger_id, entries, size, partition_id, attempt)
 

@@ -138,3 +138,30 @@ def test_add_timeout_changes_ensemble(proxied) -> None:  # type: ignore[no-untyp
         assert bk.get_ledger_metadata(lh.ledger_id).state == LedgerState.CLOSED
         rh = bk.open_ledger(lh.ledger_id)
         assert [e.payload for e in rh.read(0, 1)] == [b"before", b"during"]
+
+
+def test_closing_the_client_fails_pending_appends(proxied) -> None:  # type: ignore[no-untyped-def]
+    """Nobody waits forever: appends stuck on a silent bookie fail with ClientClosedError on close."""
+    from bkspark.errors import ClientClosedError
+
+    cluster, proxy = proxied
+    hole = cluster.bookie_ids[0]
+    bk = BookKeeper(cluster.metadata_service_uri, addEntryTimeoutSec=60)
+    try:
+        _route(bk, hole, proxy)
+        lh = bk.create_ledger(3, 3, 3)
+        while hole not in lh.metadata.last_ensemble:
+            lh.close()
+            lh = bk.create_ledger(3, 3, 3)
+        lh.append(b"ok")
+        proxy.blackhole = True
+        futures = [lh.append_async(b"stuck") for _ in range(5)]
+        time.sleep(0.5)
+        assert not any(f.done() for f in futures)
+    finally:
+        bk.close()
+    for f in futures:
+        with pytest.raises(ClientClosedError):
+            f.result(timeout=5)
+    with pytest.raises(ClientClosedError):
+        lh.append_async(b"after")

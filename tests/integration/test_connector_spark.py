@@ -13,7 +13,6 @@ import os
 import sys
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,7 @@ from bkspark.datasource.datasets import DatasetRegistry
 from bkspark.datasource.writer import TAG_ATTEMPT, TAG_DATASET, TAG_JOB, TAG_PARTITION
 from tests.harness.java_bookkeeper import JavaTools
 from tests.harness.python_bookie import PythonBookieCluster
-from tests.harness.zookeeper import ZkRoot, ZooKeeperServer, init_new_cluster
+from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
 
 pytestmark = [pytest.mark.integration]
 
@@ -264,6 +263,13 @@ def test_write_then_read_back_exactly(spark, bk, py_cluster) -> None:
     back = read_dataset(spark, uri, "exact").agg(F.count("*").alias("n"), F.sum(F.crc32("payload")).alias("c"))
     row = back.collect()[0]
     assert row.n == 3000 and row.c == sum(zlib.crc32(f"w-{i}".encode()) for i in range(3000))
+    # A dataset may also be named as the path of load() and save().
+    assert spark.read.format("bookkeeper").option("metadataServiceUri", uri).load("exact").count() == 3000
+    payload_frame(spark, 5, 1, "p-").write.format("bookkeeper").option("metadataServiceUri", uri).mode(
+        "append").save("by-path")
+    assert sorted(bytes(r.payload) for r in read_dataset(spark, uri, "by-path").collect()) == [
+        f"p-{i}".encode() for i in range(5)
+    ]
     # Strings are written as UTF-8; the BP-44 context records the dataset and the close reason.
     from bkspark.context import read_context
 
@@ -304,6 +310,12 @@ def test_append_adds_and_overwrite_replaces_the_previous_ledgers(spark, bk, py_c
     assert payloads == sorted(f"three-{i}".encode() for i in range(60))
     listed = set(bk.list_ledgers())
     assert not {lid for _, lid in before.ledgers} & listed, "overwrite must delete the previous ledgers"
+    # Overwriting with no rows empties the dataset: empty partitions create no ledger.
+    write_dataset(spark.createDataFrame([], "payload binary"), uri, "ow", mode="overwrite")
+    emptied = registry.manifest("ow")
+    assert emptied is not None and emptied.ledgers == ()
+    assert read_dataset(spark, uri, "ow").count() == 0
+    assert not {lid for _, lid in after.ledgers} & set(bk.list_ledgers())
 
 
 def failing_payload(cluster: PythonBookieCluster, fail_partition: int, fail_from_row: int, attempts: dict[int, int]):

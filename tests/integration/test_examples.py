@@ -1,7 +1,8 @@
 """The examples run, so they cannot rot: the quickstart notebook (through nbclient) and ``make demo``'s script.
 
-Both take their cluster from ``BKSPARK_METADATA_SERVICE_URI`` (here: ZooKeeper and three Python bookies from
-the harness) and a small row count from an environment variable. ``examples/quickstart.ipynb`` must hold
+The notebook takes its cluster from ``BKSPARK_METADATA_SERVICE_URI`` (here: ZooKeeper and three Python bookies
+from the harness); the demo starts its own, as ``make demo`` does (``bkspark.devcluster.LocalCluster``). Both
+take a small row count from an environment variable. ``examples/quickstart.ipynb`` must hold
 exactly the cells of ``examples/quickstart.py``; regenerate it after editing the script with
 
     .venv/bin/python tests/integration/test_examples.py
@@ -108,12 +109,14 @@ def test_quickstart_notebook_runs_top_to_bottom(cluster_uri: str, monkeypatch: p
 
 
 @pytest.mark.integration
-def test_demo_script_writes_and_reads_back(cluster_uri: str) -> None:
-    env = dict(os.environ, BKSPARK_METADATA_SERVICE_URI=cluster_uri, BKSPARK_DEMO_ROWS="3000",
-               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+def test_demo_script_starts_a_cluster_writes_reads_back_and_stops_it() -> None:
+    """What ``make demo`` runs (with 3,000 rows): its own ZooKeeper and three bookies (LocalCluster)."""
+    env = {k: v for k, v in os.environ.items() if k != "BKSPARK_METADATA_SERVICE_URI"}
+    env.update(BKSPARK_DEMO_ROWS="3000", PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     proc = subprocess.run([sys.executable, str(DEMO)], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=480)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "starting ZooKeeper and 3 bookies" in proc.stdout
     assert "OK: 3,000 rows read back, payload checksum" in proc.stdout
     assert re.search(r"wrote 3,000 rows of 100 bytes in [\d.]+ s: [\d,]+ rows/s into 4 ledgers", proc.stdout)
     assert re.search(r"read  3,000 rows in [\d.]+ s: [\d,]+ rows/s", proc.stdout)
