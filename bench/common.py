@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,15 +38,19 @@ from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster  # noqa: E
 __all__ = [
     "BenchError",
     "JAVA_BENCH_JVM",
+    "JAVA_BOOKIE_CONF",
     "JAVA_BOOKIE_JVM",
+    "REPO_ROOT",
     "Cluster",
     "Report",
     "Unavailable",
     "add_common_args",
+    "command_line",
     "java_bench",
     "machine_facts",
     "py_bench",
     "ratio",
+    "timed",
 ]
 
 #: JVM flags for the Java benchmark client and the Java bookies, appended after the harness's JVM_OPTS (the
@@ -119,6 +123,25 @@ def _busy_processes() -> int:
     return n
 
 
+def code_version() -> str:
+    """The commit, plus a fingerprint of the working tree's client and bookie sources (the checkout is shared
+    and changes between runs: two runs with the same fingerprint measured the same code)."""
+    import hashlib
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT,
+                              timeout=10).stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        head = "?"
+    h = hashlib.sha1()
+    for top in ("bkspark", "bookie_server", "bench", "tools/java/src"):
+        for path in sorted((REPO_ROOT / top).rglob("*")):
+            if path.suffix in (".py", ".java") and path.is_file():
+                h.update(str(path.relative_to(REPO_ROOT)).encode())
+                h.update(path.read_bytes())
+    return f"{head} + tree {h.hexdigest()[:10]}"
+
+
 def machine_facts() -> dict[str, Any]:
     """What a reader needs to judge a figure: cores, CPU, memory, load, software versions, time."""
     load = os.getloadavg()
@@ -132,6 +155,7 @@ def machine_facts() -> dict[str, Any]:
         "python": platform.python_version(),
         "java": _java_version(),
         "kernel": platform.release(),
+        "code": code_version(),
     }
 
 
@@ -157,6 +181,10 @@ def _fmt(v: Any) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     return str(v)
+
+
+def _fmt_ratio(r: float) -> str:
+    return f"{r:.3f}" if abs(r) < 0.1 else f"{r:.2f}"
 
 
 @dataclass
@@ -229,7 +257,7 @@ class Report:
             lines.append("")
             for r in self.ratios:
                 goal = "" if r["goal"] is None else f"  goal >= {r['goal']}x: {'met' if r['met'] else 'NOT met'}"
-                val = "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+                val = "n/a" if r["ratio"] is None else f"{_fmt_ratio(r['ratio'])}x"
                 lines.append(f"  {r['what']:<{w}}  {val:>8}{goal}")
         for n in self.notes:
             lines.append(f"note: {n}")
@@ -246,6 +274,7 @@ class Report:
                 f"Run: {mb.get('date')}; machine: {mb.get('cores')} cores ({mb.get('cpu')}), {mb.get('mem_gib')} GiB; "
                 f"load average (1/5/15 min) {mb.get('loadavg_1_5_15')} before, {ma.get('loadavg_1_5_15')} after; "
                 f"Python {mb.get('python')}, {mb.get('java')}."
+                + (f" Code: `{mb['code']}`." if mb.get("code") else "")
             )
         if self.params:
             out.append("")
@@ -266,7 +295,7 @@ class Report:
         if self.ratios:
             out += ["", "| ratio | value | goal |", "|---|---:|---|"]
             for r in self.ratios:
-                val = "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}×"
+                val = "n/a" if r["ratio"] is None else f"{_fmt_ratio(r['ratio'])}×"
                 goal = "" if r["goal"] is None else f"≥ {r['goal']}× ({'met' if r['met'] else 'not met'})"
                 out.append(f"| {r['what']} | {val} | {goal} |")
         if self.notes:
@@ -482,14 +511,12 @@ def java_bench(
     return _check(_last_json(proc.stdout, (command,)), f"Java BenchClient {command}", proc)
 
 
-def py_bench(uri: str, command: str, *, timeout: float = 1800.0, profile: str | None = None, **opts: Any) -> dict[str, Any]:
+def py_bench(uri: str, command: str, *, timeout: float = 1800.0, **opts: Any) -> dict[str, Any]:
     """Run `python -m bench.pyclient <command> ...` (the bkspark client, its own process) and return its JSON."""
     args = [command, "--zk", uri]
     for k, v in opts.items():
         args += [f"--{k.replace('_', '-')}", str(v).lower() if isinstance(v, bool) else str(v)]
     argv = [sys.executable, "-m", "bench.pyclient", *args]
-    if profile:
-        argv = [sys.executable, "-m", "cProfile", "-o", profile, "-m", "bench.pyclient", *args]
     print(f"  [bkspark] python -m bench.pyclient {' '.join(args)}", flush=True)
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
@@ -498,20 +525,9 @@ def py_bench(uri: str, command: str, *, timeout: float = 1800.0, profile: str | 
     return _check(_last_json(proc.stdout, (command,)), f"bkspark client {command}", proc)
 
 
-def env_flag(name: str, default: str) -> str:
-    return os.environ.get(name, default)
-
-
 @contextlib.contextmanager
 def timed(label: str) -> Iterator[None]:
     t0 = time.monotonic()
     print(f"-- {label}", flush=True)
     yield
     print(f"   ({time.monotonic() - t0:.1f}s)", flush=True)
-
-
-def merge(*maps: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for m in maps:
-        out.update(m)
-    return out

@@ -100,7 +100,7 @@ def summarize(raw: Path, top: int = 12) -> dict[str, Any]:
         m = _FRAME.match(leaf)
         func, path = (m.group("func"), m.group("file")) if m else (leaf, "")
         total += n
-        if "_find_and_load" in stack:
+        if "_find_and_load" in stack or "_call_with_frames_removed" in stack:
             startup += n  # interpreter start-up and imports, not the measured work
             continue
         if func in IDLE or func.rsplit(".", 1)[-1] in ("select", "wait", "acquire"):
@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         "### Profiles (bench.profile)",
         "",
         f"Command: `{command_line('bench.profile')}`  ",
-        f"Run: {machine['date']}; {machine['cores']} cores, load average {machine['loadavg_1_5_15']} at the start.",
+        f"Run: {machine['date']}; {machine['cores']} cores, load average {machine['loadavg_1_5_15']} at the start; "
+        f"code `{machine['code']}`.",
         "",
     ]
     failures: list[str] = []

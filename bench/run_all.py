@@ -7,8 +7,9 @@ Each benchmark runs as its own process (``python -m bench.<name>``), prints its 
 exact command, and writes its results as JSON under --results.  --quick uses small sizes (a smoke run that
 checks the programs, not a measurement).  --update-md rewrites the generated section of BENCHMARKS.md (between
 its ``bench:results`` markers) from those JSON files, so that every figure there comes from a run.
-A full run first moves the previous run's JSON files to ``<results>/history/<start time>/``; the generated
-section ends with a table of every ratio across the runs kept there.
+A full (non --quick) run first moves the previous results of the benchmarks it is about to run to
+``<results>/history/<start time>/``; the generated section shows the newest result of every benchmark and ends
+with a table of every ratio across the runs kept in the history.
 A benchmark that fails does not stop the others; the exit status says whether all passed.
 """
 
@@ -44,8 +45,9 @@ def render(results_dir: Path, names: list[str]) -> str:
     if run.is_file():
         info = json.loads(run.read_text())
         parts.append(
-            f"Produced by `{info['command']}` (started {info['started']}, finished {info['finished']}); "
-            f"each benchmark below shows its own command, and its raw client results are in `{results_dir.name}/<name>.json`.\n"
+            f"Last run: `{info['command']}` (started {info['started']}, finished {info['finished']}). "
+            f"Each benchmark below shows its own command and date; its raw client results are in "
+            f"`{_shown(results_dir)}/<name>.json`.\n"
         )
     for name in names:
         path = results_dir / f"{name}.json"
@@ -58,6 +60,14 @@ def render(results_dir: Path, names: list[str]) -> str:
         report = Report(**{k: data[k] for k in Report.__dataclass_fields__ if k in data})
         parts.append(report.markdown())
     return "\n".join(parts)
+
+
+def _shown(path: Path) -> str:
+    """A path as a reader of BENCHMARKS.md finds it: relative to the repository when inside it."""
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
 
 
 def _run_label(results_dir: Path) -> str:
@@ -116,16 +126,21 @@ def render_history(latest: Path, history: list[Path], names: list[str]) -> str:
         cells = []
         for run in runs:
             v = values.get((name, what, run))
-            cells.append("" if v is None else f"{v:.2f}×")
+            cells.append("" if v is None else (f"{v:.3f}×" if abs(v) < 0.1 else f"{v:.2f}×"))
         out.append(f"| {name} | {what} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
-def archive(results: Path) -> Path | None:
-    """Move the previous full run's JSON results into results/history/<start time> (raw profiles are dropped)."""
-    files = [f for f in results.glob("*.json")]
+def archive(results: Path, names: list[str]) -> Path | None:
+    """Move the previous results of the benchmarks about to run (and run.json) into results/history/<start time>.
+
+    Results of benchmarks not run now stay where they are, so the generated section keeps showing them.
+    """
+    files = [results / f"{n}.json" for n in names if (results / f"{n}.json").is_file()]
     if not files:
         return None
+    if (results / "run.json").is_file():
+        files.append(results / "run.json")
     label = _run_label(results).replace(" UTC", "").replace(" ", "T").replace(":", "")
     dest = results / "history" / label
     dest.mkdir(parents=True, exist_ok=True)
@@ -169,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     status: dict[str, int] = {}
     if not args.render_only:
         if not args.quick:
-            moved = archive(results)
+            moved = archive(results, names)
             if moved is not None:
                 print(f"previous results moved to {moved}")
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -193,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"not updating {args.update_md}: --quick runs check the programs, they are not measurements")
     elif args.update_md:
         history = [d for d in (results / "history").glob("*") if d.is_dir()] if (results / "history").is_dir() else []
-        body = render(results, names)
-        extra_md = render_history(results, history, names)
+        body = render(results, list(BENCHES))  # every benchmark with results, not only those run now
+        extra_md = render_history(results, history, list(BENCHES))
         update_markdown(Path(args.update_md), body + ("\n" + extra_md if extra_md else ""))
         print(f"updated {args.update_md}")
     if status:

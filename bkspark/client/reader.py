@@ -65,6 +65,109 @@ def pick_error(errors: list[BaseException], **context: Any) -> BaseException:
     return BookieUnavailableError("no bookie to read from", **context)
 
 
+class _EntryRead:
+    """One entry read in flight: its replicas in order, the answers so far, the speculative timer.
+
+    A small object with bound methods rather than nested closures: closures that
+    refer to each other form reference cycles, and thousands of reads in flight
+    then leave the cyclic garbage collector a lot to chase (measured: 4x slower
+    range reads).  This object is freed by reference counting alone.
+    """
+
+    __slots__ = (
+        "reader", "entry_id", "bookies", "callback", "flags", "master_key",
+        "next_i", "outstanding", "finished", "timer", "errors",
+    )
+
+    def __init__(
+        self,
+        reader: "LedgerReader",
+        entry_id: int,
+        bookies: list[str],
+        callback: Callable[[VerifiedEntry | None, BaseException | None], None],
+        flags: int,
+        master_key: bytes | None,
+    ) -> None:
+        self.reader = reader
+        self.entry_id = entry_id
+        self.bookies = bookies
+        self.callback = callback
+        self.flags = flags
+        self.master_key = master_key
+        self.next_i = 0
+        self.outstanding = 0
+        self.finished = False
+        self.timer: asyncio.TimerHandle | None = None
+        self.errors: list[BaseException] = []
+
+    def start(self) -> None:
+        self.send_next()
+        conf = self.reader.ctx.conf
+        spec = conf.speculativeReadTimeout / 1000.0
+        if spec > 0 and len(self.bookies) > 1 and not self.finished:
+            self.timer = self.reader.ctx.loop.call_later(spec, self.speculate, spec)
+
+    def send_next(self) -> bool:
+        if self.next_i >= len(self.bookies):
+            return False
+        bookie = self.bookies[self.next_i]
+        self.next_i += 1
+        self.outstanding += 1
+        r = self.reader
+        r.ctx.ops.read(
+            bookie, r.ref.ledger_id, self.entry_id, r.ref.scope_id, _Answer(self, bookie).on_data,
+            flags=self.flags, master_key=self.master_key,
+        )
+        return True
+
+    def speculate(self, delay: float) -> None:
+        self.timer = None
+        if not self.finished and self.send_next():
+            nxt = delay * self.reader.ctx.conf.speculativeReadTimeoutBackoffMultiplier
+            self.timer = self.reader.ctx.loop.call_later(nxt, self.speculate, nxt)
+
+    def answer(self, bookie: str, data: Any, exc: BaseException | None) -> None:
+        self.outstanding -= 1
+        if self.finished:
+            return
+        r = self.reader
+        if exc is None:
+            try:
+                entry = r._verify(data, self.entry_id)
+            except DigestMismatchError as err:
+                log.warning("bookie %s returned a bad copy of %s/%s: %s", bookie, r.ref.ledger_id, self.entry_id, err)
+                exc = err
+            else:
+                self.finish(entry, None)
+                return
+        self.errors.append(exc)
+        if not isinstance(exc, _MISSING):
+            r.ctx.ops.pool.note_failure(bookie)
+        if not self.send_next() and self.outstanding == 0:
+            self.finish(None, pick_error(self.errors, ledger_id=r.ref.ledger_id, entry_id=self.entry_id))
+
+    def finish(self, entry: VerifiedEntry | None, exc: BaseException | None) -> None:
+        self.finished = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        callback, self.callback = self.callback, None  # type: ignore[assignment]
+        callback(entry, exc)
+
+
+class _Answer:
+    """Binds a replica's answer to its :class:`_EntryRead` (no closure, no cycle)."""
+
+    __slots__ = ("read", "bookie")
+
+    def __init__(self, read: _EntryRead, bookie: str) -> None:
+        self.read = read
+        self.bookie = bookie
+
+    def on_data(self, data: Any, _max_lac: Any, exc: BaseException | None) -> None:
+        self.read.answer(self.bookie, data, exc)
+
+
 class LedgerReader:
     """Reads of one ledger; the metadata and LAC are updated by the handle that owns it."""
 
@@ -115,73 +218,12 @@ class LedgerReader:
 
         Replicas are asked one after the other, in the policy's order; an error
         or a bad copy moves on at once, silence for ``speculativeReadTimeout``
-        asks the next one too (backing off).  Callback style, because a range
-        read runs thousands of these and a coroutine each costs more than the read.
+        asks the next one too (backing off).  See :class:`_EntryRead`.
         """
         _, ensemble = self._segment(entry_id)
         md = self.metadata
         order = self._order(ensemble, write_set(entry_id, md.ensemble_size, md.write_quorum_size))
-        ops = self.ctx.ops
-        pool = ops.pool
-        ledger_id, scope_id = self.ref.ledger_id, self.ref.scope_id
-        errors: list[BaseException] = []
-        next_i = 0
-        outstanding = 0
-        finished = False
-        timer: asyncio.TimerHandle | None = None
-
-        def finish(entry: VerifiedEntry | None, exc: BaseException | None) -> None:
-            nonlocal finished
-            finished = True
-            if timer is not None:
-                timer.cancel()
-            callback(entry, exc)
-
-        def send_next() -> bool:
-            nonlocal next_i, outstanding
-            if next_i >= len(order):
-                return False
-            bookie = ensemble[order[next_i]]
-            next_i += 1
-            outstanding += 1
-
-            def on_data(data: Any, _max_lac: Any, exc: BaseException | None) -> None:
-                nonlocal outstanding
-                outstanding -= 1
-                if finished:
-                    return
-                if exc is None:
-                    try:
-                        entry = self._verify(data, entry_id)
-                    except DigestMismatchError as err:
-                        log.warning("bookie %s returned a bad copy of %s/%s: %s", bookie, ledger_id, entry_id, err)
-                        exc = err
-                    else:
-                        finish(entry, None)
-                        return
-                errors.append(exc)
-                if not isinstance(exc, _MISSING):
-                    pool.note_failure(bookie)
-                if not send_next() and outstanding == 0:
-                    finish(None, pick_error(errors, ledger_id=ledger_id, entry_id=entry_id))
-
-            ops.read(bookie, ledger_id, entry_id, scope_id, on_data, flags=flags, master_key=master_key)
-            return True
-
-        conf = self.ctx.conf
-        loop = self.ctx.loop
-
-        def speculate(delay: float) -> None:
-            nonlocal timer
-            timer = None
-            if not finished and send_next():
-                nxt = delay * conf.speculativeReadTimeoutBackoffMultiplier
-                timer = loop.call_later(nxt, speculate, nxt)
-
-        send_next()
-        spec = conf.speculativeReadTimeout / 1000.0
-        if spec > 0 and len(order) > 1 and not finished:
-            timer = loop.call_later(spec, speculate, spec)
+        _EntryRead(self, entry_id, [ensemble[i] for i in order], callback, flags, master_key).start()
 
     async def read_entry(self, entry_id: int, *, flags: int = 0, master_key: bytes | None = None) -> VerifiedEntry:
         """One verified entry from its replicas (see :meth:`read_entry_cb`)."""
