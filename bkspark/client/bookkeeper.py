@@ -44,6 +44,8 @@ from bkspark.errors import (
 from bkspark.metadata.registry import BookieRegistry
 from bkspark.metadata.store import Versioned, ZkMetadataStore
 from bkspark.placement import policy_from_conf
+from bkspark.placement.base import conf_bool
+from bkspark.placement.rackaware import RESOLVE_BY_BOOKIE_ID
 from bkspark.protocol.digest import Digester, DigestType
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 
@@ -88,7 +90,14 @@ class BookKeeper:
                 address_resolver_enabled=self.conf.bookieAddressResolverEnabled,
                 address_tracking=self.conf.enableBookieAddressTracking,
             )
-            self.policy = policy_from_conf(self.conf.placement_conf())
+            placement_conf = self.conf.placement_conf()
+            self.policy = policy_from_conf(placement_conf)
+            if hasattr(self.policy, "set_bookie_address_resolver") and not conf_bool(
+                placement_conf, RESOLVE_BY_BOOKIE_ID, False
+            ):
+                # BP-41: the DNS-to-switch mapping gets the bookie's registered host, as Java's
+                # resolver gives it, not a BookieId that may not be an address at all.
+                self.policy.set_bookie_address_resolver(lambda bookie: self.registry.resolve(bookie)[0])
             self.registry.add_listener(self._cluster_changed)
             self.pool = BookiePool(
                 self.registry,

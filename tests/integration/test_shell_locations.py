@@ -244,3 +244,24 @@ def test_bad_location_configuration_is_one_line_and_exit_2(
     code, out, err = shell(capsys, "--metadata-service-uri", cluster.metadata_service_uri, "listbookies", "-l", *extra)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and fragment in err and "Traceback" not in err
+
+
+def test_client_placement_resolves_bp41_bookie_ids_to_their_registered_host(
+    cluster: PythonBookieCluster, module_zk_root: ZkRoot, tmp_path: Path
+) -> None:
+    """The client hands the policy's mapping each bookie's host, as Java's resolver does, not a BP-41 name."""
+    from bkspark.client import BookKeeper
+
+    script = write_script(tmp_path / "topology.sh", {"127.0.0.1": HOST_RACK}, OTHER_RACK)
+    with BookKeeper(
+        metadata_service_uri=module_zk_root.metadata_service_uri,
+        ensemblePlacementPolicy="rackaware",
+        networkTopologyScriptFileName=str(script),
+    ) as bk:
+        handle = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2, password=b"pw")
+        handle.append(b"placed")
+        handle.close()
+        assert "bookie-c" in handle.metadata.ensembles[0]
+        bk.delete_ledger(handle.ledger_id)
+    names = {name for call in script_calls(script) for name in call}
+    assert names == {"127.0.0.1"}, names
