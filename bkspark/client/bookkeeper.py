@@ -22,6 +22,7 @@ import secrets
 import threading
 import time
 import weakref
+from functools import partial
 from typing import Any, Awaitable, Callable, Iterator, Mapping, TypeVar
 
 from bkspark.client.conf import ClientConf
@@ -366,7 +367,7 @@ class LedgerHandle:
         self._writer = writer
         self._max_pending = bk.conf.maxPendingAdds
         self._in_flight = 0
-        self._inbox: list[Callable[[], None]] = []
+        self._inbox: list[tuple[bytes, concurrent.futures.Future[int]]] = []
         self._inbox_lock = threading.Lock()
         # Appenders wait on this only when maxPendingAdds entries are in flight.
         self._room = threading.Condition(self._inbox_lock)
@@ -407,8 +408,21 @@ class LedgerHandle:
         with self._inbox_lock:
             items, self._inbox = self._inbox, []
             self._inbox_scheduled = False
-        for fn in items:
-            fn()
+        append = self._writer.append
+        done = self._done
+        for data, fut in items:
+            append(data, partial(done, fut))
+
+    def _done(self, fut: "concurrent.futures.Future[int]", entry_id: int | None, exc: BaseException | None) -> None:
+        """An append finished (loop thread): free its slot, then complete its future."""
+        with self._inbox_lock:
+            self._in_flight -= 1
+            if self._waiting:
+                self._room.notify()
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(entry_id)  # type: ignore[arg-type]
 
     def append_async(self, payload: bytes) -> "concurrent.futures.Future[int]":
         """Queue one entry; the future gives its entry id once Qa bookies have it.
@@ -422,18 +436,6 @@ class LedgerHandle:
             raise ClientClosedError("client is closed")
         data = bytes(payload)
         fut: concurrent.futures.Future[int] = concurrent.futures.Future()
-
-        def done(entry_id: int | None, exc: BaseException | None) -> None:
-            with self._inbox_lock:
-                self._in_flight -= 1
-                if self._waiting:
-                    self._room.notify()
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                fut.set_result(entry_id)  # type: ignore[arg-type]
-
-        writer = self._writer
         with self._inbox_lock:
             while self._in_flight >= self._max_pending:
                 self._waiting += 1
@@ -442,7 +444,7 @@ class LedgerHandle:
                 finally:
                     self._waiting -= 1
             self._in_flight += 1
-            self._inbox.append(lambda: writer.append(data, done))
+            self._inbox.append((data, fut))
             if not self._inbox_scheduled:
                 self._inbox_scheduled = True
                 self._bk._call_soon(self._drain_inbox)

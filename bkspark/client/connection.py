@@ -37,6 +37,8 @@ __all__ = ["BookieConnection", "Callback", "V2", "V3"]
 
 log = logging.getLogger(__name__)
 
+_monotonic = time.monotonic
+
 V2 = "v2"
 V3 = "v3"
 
@@ -49,12 +51,16 @@ OP_BATCH_READ = 7
 
 
 class _Op:
-    __slots__ = ("key", "deadline", "callback")
+    __slots__ = ("key", "deadline", "callback", "arg")
 
-    def __init__(self, key: Any, deadline: float, callback: Callback) -> None:
+    def __init__(self, key: Any, deadline: float, callback: Callback, arg: Any = None) -> None:
         self.key = key
         self.deadline = deadline
         self.callback = callback
+        #: When not None, the callback is called as ``callback(response, error, arg)``: the
+        #: hot paths pass one shared bound method and a small context instead of a closure
+        #: per request (closures cost several GC-tracked objects each; see docs/client.md).
+        self.arg = arg
 
 
 class BookieConnection(asyncio.Protocol):
@@ -84,7 +90,8 @@ class BookieConnection(asyncio.Protocol):
         self._sweep_interval = sweep_interval
         self.closed = False
         self.lost_error: BaseException | None = None
-        self.connected = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self.connected = self._loop.create_future()
         #: Set when a batch read was outstanding when the bookie hung up (pre-4.17 bookie).
         self.lost_during_batch_read = False
 
@@ -132,7 +139,7 @@ class BookieConnection(asyncio.Protocol):
         self._out.append(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -144,8 +151,8 @@ class BookieConnection(asyncio.Protocol):
         else:
             self.transport.writelines(out)
 
-    def _register(self, key: Any, timeout: float, callback: Callback) -> None:
-        op = _Op(key, time.monotonic() + timeout, callback)
+    def _register(self, key: Any, timeout: float, callback: Callback, arg: Any = None) -> None:
+        op = _Op(key, _monotonic() + timeout, callback, arg)
         if key in self._ops:
             self._conflicts.setdefault(key, deque()).append(op)
         else:
@@ -158,12 +165,31 @@ class BookieConnection(asyncio.Protocol):
             return False
         return True
 
-    def send_v2(self, key: tuple[int, int, int], frame: bytes, timeout: float, callback: Callback) -> None:
-        """Send a whole v2 frame; ``key`` is (ledger, entry, opcode) or (request id, 7)."""
-        if not self._check_open(callback):
+    def send_v2(
+        self, key: tuple[int, ...], frame: bytes, timeout: float, callback: Callable[..., None], arg: Any = None
+    ) -> None:
+        """Send a whole v2 frame; ``key`` is (ledger, entry, opcode) or (request id, 7).
+
+        With ``arg`` (not None) the callback is ``callback(response, error, arg)``.
+        """
+        if self.closed:
+            error = self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id)
+            if arg is None:
+                callback(None, error)
+            else:
+                callback(None, error, arg)
             return
-        self._register(key, timeout, callback)
-        self._write(frame)
+        op = _Op(key, _monotonic() + timeout, callback, arg)
+        ops = self._ops
+        if key in ops:
+            self._conflicts.setdefault(key, deque()).append(op)
+        else:
+            ops[key] = op
+        self._count += 1
+        self._out.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
 
     def next_txn_id(self) -> int:
         return next(self._txn)
@@ -218,7 +244,10 @@ class BookieConnection(asyncio.Protocol):
     @staticmethod
     def _complete(op: _Op, response: Any, error: BaseException | None) -> None:
         try:
-            op.callback(response, error)
+            if op.arg is None:
+                op.callback(response, error)
+            else:
+                op.callback(response, error, op.arg)
         except Exception:
             log.exception("bookie response callback failed")
 

@@ -21,9 +21,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from functools import partial
 from typing import Any, Callable, NamedTuple
 
+from bkspark.client.connection import OP_READ, V2
 from bkspark.client.context import ClientContext, LedgerRef
+from bkspark.client.ops import FLAG_DO_FENCING, BookieOps, v2_error
 from bkspark.client.schedule import CoverageSet, is_striped, write_set
 from bkspark.errors import (
     BKError,
@@ -36,6 +39,7 @@ from bkspark.errors import (
 )
 from bkspark.protocol.digest import Digester, VerifiedEntry
 from bkspark.protocol.ledger_metadata import LedgerMetadata
+from bkspark.protocol.v2 import encode_read_request
 
 __all__ = ["LedgerEntry", "LedgerReader", "pick_error"]
 
@@ -114,11 +118,33 @@ class _EntryRead:
         self.next_i += 1
         self.outstanding += 1
         r = self.reader
-        r.ctx.ops.read(
-            bookie, r.ref.ledger_id, self.entry_id, r.ref.scope_id, _Answer(self, bookie).on_data,
+        ops = r.ctx.ops
+        ledger_id = r.ref.ledger_id
+        if r.ref.scope_id == 0 and type(ops) is BookieOps and ops.use_v2:
+            conn = ops.pool.ready(bookie, V2)
+            if conn is not None:
+                # Hot path: no closures, one shared bound method and the bookie id as context.
+                flags = self.flags
+                frame = encode_read_request(
+                    ledger_id, self.entry_id, flags, self.master_key if flags & FLAG_DO_FENCING else None
+                )
+                conn.send_v2((ledger_id, self.entry_id, OP_READ), frame, ops.read_timeout, self.on_v2, bookie)
+                return True
+        ops.read(
+            bookie, ledger_id, self.entry_id, r.ref.scope_id, _Answer(self, bookie).on_data,
             flags=self.flags, master_key=self.master_key,
         )
         return True
+
+    def on_v2(self, resp: Any, exc: BaseException | None, bookie: str) -> None:
+        """A v2 READENTRY answer (or failure) from ``bookie``."""
+        if exc is not None:
+            self.answer(bookie, None, exc)
+        elif resp.rc != 0:
+            r = self.reader
+            self.answer(bookie, None, v2_error(resp.rc, bookie, ledger_id=r.ref.ledger_id, entry_id=self.entry_id))
+        else:
+            self.answer(bookie, resp.entry, None)
 
     def speculate(self, delay: float) -> None:
         self.timer = None
@@ -220,10 +246,37 @@ class LedgerReader:
         or a bad copy moves on at once, silence for ``speculativeReadTimeout``
         asks the next one too (backing off).  See :class:`_EntryRead`.
         """
-        _, ensemble = self._segment(entry_id)
+        _EntryRead(self, entry_id, self._replicas(entry_id), callback, flags, master_key).start()
+
+    def _replicas(self, entry_id: int, cache: dict[tuple[int, int], list[str]] | None = None) -> list[str]:
+        """The bookies holding ``entry_id``, in the order to ask them.
+
+        ``cache`` (one read call's) reuses the order per (segment, write set): it only
+        depends on those, the failure history and the cluster view, which one call
+        may take as fixed.  Without it the order is computed afresh.
+        """
         md = self.metadata
+        if cache is not None:
+            seg = self._segment_start(entry_id)
+            ck = (seg, entry_id % md.ensemble_size)
+            bookies = cache.get(ck)
+            if bookies is not None:
+                return bookies
+        seg, ensemble = self._segment(entry_id)
         order = self._order(ensemble, write_set(entry_id, md.ensemble_size, md.write_quorum_size))
-        _EntryRead(self, entry_id, [ensemble[i] for i in order], callback, flags, master_key).start()
+        bookies = [ensemble[i] for i in order]
+        if cache is not None:
+            cache[(seg, entry_id % md.ensemble_size)] = bookies
+        return bookies
+
+    def _segment_start(self, entry_id: int) -> int:
+        key = -1
+        for k in self.metadata.ensembles:
+            if k <= entry_id or key < 0:
+                key = k
+            else:
+                break
+        return key
 
     async def read_entry(self, entry_id: int, *, flags: int = 0, master_key: bytes | None = None) -> VerifiedEntry:
         """One verified entry from its replicas (see :meth:`read_entry_cb`)."""
@@ -249,11 +302,13 @@ class LedgerReader:
         next_i = 0
         remaining = count
 
+        cache: dict[tuple[int, int], list[str]] = {}
+
         def start_one() -> None:
             nonlocal next_i
             i = next_i
             next_i += 1
-            self.read_entry_cb(first + i, lambda entry, exc: finished(i, entry, exc))
+            _EntryRead(self, first + i, self._replicas(first + i, cache), partial(finished, i), 0, None).start()
 
         def finished(i: int, entry: VerifiedEntry | None, exc: BaseException | None) -> None:
             nonlocal remaining
@@ -321,16 +376,16 @@ class LedgerReader:
                     break
                 continue
             clean = True
-            for i, data in enumerate(raw[: want - len(verified)]):
-                try:
-                    v = self._verify(data, cur + i)
-                except DigestMismatchError as exc:
-                    log.warning("bookie %s: bad copy of %s/%s in a batch: %s", bookie, self.ref.ledger_id, cur + i, exc)
-                    errors.append(exc)
-                    clean = False
-                    break
-                verified.append(self._entry(v))
-                used += 4 + len(data)
+            items = raw[: want - len(verified)]
+            ledger_id, scope_id = self.ref.ledger_id, self.ref.scope_id
+            payloads, bad = self.digester.verify_payloads(items, ledger_id, cur, scope_id)
+            for i, payload in enumerate(payloads):
+                verified.append(LedgerEntry(ledger_id, cur + i, payload, scope_id))
+                used += 4 + len(items[i])
+            if bad is not None:
+                log.warning("bookie %s: bad copy of %s/%s in a batch: %s", bookie, ledger_id, cur + len(payloads), bad)
+                errors.append(bad)
+                clean = False
             if clean or len(verified) >= want:
                 break
         if verified:

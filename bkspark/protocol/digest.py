@@ -365,6 +365,50 @@ class Digester:
             )
         return VerifiedEntry(got_ledger, got_entry, lac, length, payload, got_scope)
 
+    def verify_payloads(
+        self,
+        items: "list[bytes | bytearray | memoryview]",
+        ledger_id: int,
+        first_entry_id: int,
+        scope_id: int = 0,
+    ) -> "tuple[list[bytes], DigestMismatchError | None]":
+        """Verify consecutive entries ``first_entry_id, first_entry_id + 1, ...``; return their payloads.
+
+        The checks are :meth:`verify_entry`'s, item by item; the result is
+        ``(payloads of the verified prefix, the error that stopped it or None)``.
+        Each payload is detached (``bytes``).  The batch-read hot path: for
+        scope 0 and CRC32C no :class:`VerifiedEntry` is built per entry; any
+        item the fast check does not pass goes through :meth:`verify_entry`,
+        which raises the precise error (or accepts it).
+        """
+        out: list[bytes] = []
+        append = out.append
+        fast = scope_id == 0 and self.digest_type is DigestType.CRC32C
+        unpack_header = _V1_HEADER.unpack_from
+        unpack_crc = _INT32_UNSIGNED.unpack_from
+        crc = _crc32c.crc32c
+        start = ENTRY_HEADER_SIZE + 4
+        entry_id = first_entry_id
+        for data in items:
+            if fast and len(data) >= start and not data[0] & _FORMAT_HIGH_BIT:
+                got_ledger, got_entry, _lac, _length = unpack_header(data, 0)
+                payload = data[start:]
+                if (
+                    got_ledger == ledger_id
+                    and got_entry == entry_id
+                    and crc(payload, crc(data[:ENTRY_HEADER_SIZE])) == unpack_crc(data, ENTRY_HEADER_SIZE)[0]
+                ):
+                    append(bytes(payload))
+                    entry_id += 1
+                    continue
+            try:
+                verified = self.verify_entry(data, ledger_id, entry_id, scope_id)
+            except DigestMismatchError as exc:
+                return out, exc
+            append(bytes(verified.payload))
+            entry_id += 1
+        return out, None
+
     # -- explicit LAC -----------------------------------------------------------
 
     def package_lac(self, ledger_id: int, lac: int, scope_id: int = 0) -> bytes:
