@@ -143,7 +143,7 @@ def test_zk_roots_are_unique(zk_root: ZkRoot) -> None:
 
 
 def test_missing_zookeeper_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.harness import zookeeper as zk_module
+    from bkspark.devcluster import zookeeper as zk_module
 
     monkeypatch.delenv("ZOOKEEPER_HOME", raising=False)
     monkeypatch.setattr(zk_module, "DEBIAN_JAVA_DIR", tmp_path)
