@@ -25,7 +25,7 @@ venv: $(VENV)/.ok
 $(VENV)/.ok: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev]'
+	$(PY) -m pip install -q -e '.[test,dev]' --config-settings editable_mode=compat
 	touch $@
 
 # Java 17+ runs ZooKeeper and Apache BookKeeper; Maven resolves the BookKeeper jars.
