@@ -32,6 +32,7 @@ from bench.common import (
     java_bench,
     machine_facts,
     py_bench,
+    run_main,
     timed,
 )
 from bench.rawsocket import loopback_throughput
@@ -191,10 +192,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    report = run(args)
-    report.finish(args.json)
-    return 1 if report.failures else 0
+    return run_main(parser, run, argv)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -312,6 +312,18 @@ class Report:
         if json_path:
             Path(json_path).parent.mkdir(parents=True, exist_ok=True)
             Path(json_path).write_text(json.dumps(self.as_dict(), indent=1) + "\n")
+
+
+def run_main(
+    make_parser: Callable[[], argparse.ArgumentParser],
+    run: Callable[[argparse.Namespace], "Report"],
+    argv: list[str] | None,
+) -> int:
+    """The ``main`` of every side-by-side benchmark: parse, run, print the report; 1 if any part failed."""
+    args = make_parser().parse_args(argv)
+    report = run(args)
+    report.finish(args.json)
+    return 1 if report.failures else 0
 
 
 def command_line(module: str) -> str:
