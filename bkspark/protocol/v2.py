@@ -674,12 +674,28 @@ _RESPONSE_DECODERS: dict[int, Callable[[memoryview, int], Response]] = {
 }
 
 
+#: The header of every ADDENTRY response a v2 (version 2) bookie sends (flags 0): the client's hot path.
+_ADD_RESPONSE_HEADER_V2 = (PROTOCOL_VERSION << 24) | (ADD_ENTRY << 16)
+#: The same for READENTRY responses.
+_READ_RESPONSE_HEADER_V2 = (PROTOCOL_VERSION << 24) | (READ_ENTRY << 16)
+
+
 def decode_response(body: bytes | bytearray | memoryview) -> Response:
     """Decode a response frame body as the Java client does (entries stay zero-copy views)."""
     view = _body_view(body)
-    if len(view) < 4:
-        raise _too_short("v2 packet header", len(view), 4)
-    version, opcode, _flags = unpack_header(_BODY_HEADER.unpack_from(view, 0)[0])
+    size = len(view)
+    if size < 4:
+        raise _too_short("v2 packet header", size, 4)
+    header = _BODY_HEADER.unpack_from(view, 0)[0]
+    if header == _ADD_RESPONSE_HEADER_V2 and size >= RESPONSE_HEADER_SIZE:
+        # Fast path (one per bookie per add): what _decode_add_response does, without the lookups.
+        _, rc, ledger_id, entry_id = _BODY_RESPONSE_PREFIX.unpack_from(view, 0)
+        return AddResponse(rc, ledger_id, entry_id, PROTOCOL_VERSION)
+    if header == _READ_RESPONSE_HEADER_V2 and size >= RESPONSE_HEADER_SIZE:
+        # Fast path of single reads: what _decode_read_response does.
+        _, rc, ledger_id, entry_id = _BODY_RESPONSE_PREFIX.unpack_from(view, 0)
+        return ReadResponse(rc, ledger_id, entry_id, view[RESPONSE_HEADER_SIZE:], PROTOCOL_VERSION)
+    version, opcode, _flags = unpack_header(header)
     decoder = _RESPONSE_DECODERS.get(opcode)
     if decoder is None:
         raise UnknownOpcodeError("unknown v2 response opcode", opcode=opcode, version=version)

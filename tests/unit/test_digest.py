@@ -298,3 +298,43 @@ def test_lac_mismatches() -> None:
 def test_errors_are_bkerrors() -> None:
     assert issubclass(DigestMismatchError, BKError)
     assert issubclass(MalformedFrameError, BKError)
+
+
+# -- verify_payloads: the batch-read path must decide exactly as verify_entry does -----------------
+
+
+@pytest.mark.parametrize("digest_type", list(DigestType))
+@pytest.mark.parametrize("scope_id", [0, 9])
+def test_verify_payloads_agrees_with_verify_entry(digest_type: DigestType, scope_id: int) -> None:
+    digester = Digester(digest_type, b"pw")
+    payloads = [b"", b"a", b"x" * 1000, bytes(range(256))]
+    items = [
+        digester.package_entry(5, 10 + i, 9 + i, 100 + i, p, scope_id=scope_id) for i, p in enumerate(payloads)
+    ]
+    got, error = digester.verify_payloads([memoryview(i) for i in items], 5, 10, scope_id=scope_id)
+    assert error is None
+    assert got == payloads and all(type(p) is bytes for p in got)
+
+
+@pytest.mark.parametrize("digest_type", [DigestType.CRC32, DigestType.CRC32C, DigestType.HMAC])
+def test_verify_payloads_stops_at_the_first_bad_entry_with_verify_entrys_error(digest_type: DigestType) -> None:
+    digester = Digester(digest_type, b"pw")
+    items = [bytearray(digester.package_entry(5, 10 + i, -1, 10, b"payload-%d" % i)) for i in range(4)]
+    items[2][-1] ^= 0xFF  # tamper with the third entry's payload
+    got, error = digester.verify_payloads(items, 5, 10)
+    assert got == [b"payload-0", b"payload-1"]
+    assert isinstance(error, DigestMismatchError)
+    with pytest.raises(DigestMismatchError) as expected:
+        digester.verify_entry(bytes(items[2]), 5, 12)
+    assert str(error) == str(expected.value)
+
+
+def test_verify_payloads_rejects_a_wrong_ledger_or_a_gap_in_entry_ids() -> None:
+    digester = Digester(DigestType.CRC32C, b"")
+    first = digester.package_entry(5, 0, -1, 1, b"a")
+    other_ledger = digester.package_entry(6, 1, -1, 2, b"b")
+    got, error = digester.verify_payloads([first, other_ledger], 5, 0)
+    assert got == [b"a"] and isinstance(error, DigestMismatchError)
+    skipped = digester.package_entry(5, 2, -1, 2, b"c")
+    got, error = digester.verify_payloads([first, skipped], 5, 0)
+    assert got == [b"a"] and isinstance(error, DigestMismatchError)
