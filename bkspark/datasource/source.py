@@ -100,4 +100,6 @@ class BookKeeperDataSource(DataSource):
                 f"[BOOKKEEPER_PAYLOAD_TYPE] column 'payload' must be binary or string, not {field_type.simpleString()}; "
                 "cast it, e.g. df.withColumn('payload', col('payload').cast('binary'))"
             )
-        return BookKeeperWriter(options, index, isinstance(field_type, StringType), overwrite)
+        writer = BookKeeperWriter(options, index, isinstance(field_type, StringType), overwrite)
+        writer.reserve_parent()  # here, on the driver: the tasks get the id with the pickled writer
+        return writer

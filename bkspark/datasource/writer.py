@@ -7,9 +7,18 @@ ledger can still be found), appends its rows in order with pipelined adds,
 closes the ledger (close context "no more data") and returns its id.  The
 driver's ``commit`` publishes the committed ledgers in the dataset manifest
 (the commit point), deletes ledgers of failed or retried attempts, and, for
-``overwrite``, the dataset's previous ledgers; ``abort`` deletes every ledger
-of the job.  Rows of attempts that did not commit never become visible
-through the dataset.
+``overwrite``, the dataset's previous ledgers (and their jobs' parents);
+``abort`` deletes every ledger of the job.  Rows of attempts that did not
+commit never become visible through the dataset.
+
+Job parent (so the orphan audit sees the ledgers of a job whose driver died):
+the driver reserves a ledger id for the job when it creates the writer
+(:meth:`BookKeeperWriter.reserve_parent`; it travels to the tasks with the
+pickled writer), every task ledger names it with ``childOfLedger``, and only
+``commit`` creates that ledger (empty, closed, tagged like the job), *before*
+the manifest's compare-and-set.  A job killed before its commit never creates
+it, so the audit lists every ledger it left as ``BROKEN_PARENT_REF``.  See
+docs/connector.md for why the parent comes before the commit point.
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ __all__ = [
     "TAG_PARTITION",
     "TAG_ATTEMPT",
     "TAG_APPLICATION",
+    "TAG_ROLE",
+    "JOB_PARENT_ROLE",
     "NO_LEDGER",
 ]
 
@@ -43,6 +54,9 @@ TAG_JOB = "bkspark.job"
 TAG_PARTITION = "bkspark.partition"
 TAG_ATTEMPT = "bkspark.attempt"
 TAG_APPLICATION = "application"
+#: Custom metadata key of the job's parent ledger, whose value is ``JOB_PARENT_ROLE``.
+TAG_ROLE = "bkspark.role"
+JOB_PARENT_ROLE = b"job-commit-marker"
 
 #: ``ledger_id`` of the commit message of a task that had no rows (it creates no ledger).
 NO_LEDGER = -1
@@ -80,12 +94,34 @@ def _payloads(batch: Any, index: int, is_string: bool) -> list[bytes]:
 class BookKeeperWriter(DataSourceArrowWriter):
     """Writes the ``payload`` column (binary or string) of every row as one entry."""
 
-    def __init__(self, options: WriteOptions, payload_index: int, payload_is_string: bool, overwrite: bool) -> None:
+    def __init__(
+        self,
+        options: WriteOptions,
+        payload_index: int,
+        payload_is_string: bool,
+        overwrite: bool,
+        parent_ledger_id: int | None = None,
+    ) -> None:
         self.options = options
         self.payload_index = payload_index
         self.payload_is_string = payload_is_string
         self.overwrite = overwrite
         self.job_id = uuid.uuid4().hex
+        #: The job's parent ledger id (in the job's scope), reserved on the driver; None: no job parent.
+        self.parent_ledger_id = parent_ledger_id
+
+    def reserve_parent(self) -> int:
+        """Reserve the job's parent ledger id (driver side, before the writer is pickled to the tasks).
+
+        Scope 0 draws it from the cluster's id generator, so no other ledger can ever get it; a BP-35 scope has
+        no generator, so it is a random 63-bit id, as the client draws for scoped ledgers.
+        """
+        if self.parent_ledger_id is None:
+            if self.options.scope_id == 0:
+                self.parent_ledger_id = int(self._client().store.generate_ledger_id())
+            else:
+                self.parent_ledger_id = uuid.uuid4().int & ((1 << 63) - 1)
+        return self.parent_ledger_id
 
     def _client(self) -> Any:
         from bkspark.datasource.clients import client_conf, get_client
@@ -110,8 +146,10 @@ class BookKeeperWriter(DataSourceArrowWriter):
             .created_by(CREATOR_ENTERPRISE, CREATOR_SYSTEM, f"job-{self.job_id}", host[:256])
             .part_of_data_set(opts.dataset)
             .expected_average_entry_size(int(statistics.fmean(sizes)), statistics.pstdev(sizes))
-            .build()
         )
+        if self.parent_ledger_id is not None:
+            context = context.child_of_ledger(self.parent_ledger_id, opts.scope_id)
+        context = context.build()
         tags = {
             TAG_DATASET: opts.dataset.encode(),
             TAG_JOB: self.job_id.encode(),
@@ -229,6 +267,13 @@ class BookKeeperWriter(DataSourceArrowWriter):
 
     # -- driver ------------------------------------------------------------
     def commit(self, messages: list[Any]) -> None:
+        """Create the job's parent, then publish the committed ledgers (the commit point), then clean up.
+
+        The parent is created *before* the manifest's compare-and-set: if the driver dies between the two, the
+        job's ledgers have a parent but no manifest names them (a leak that ``<root>/bkspark/jobs/<job>`` still
+        lists), whereas the other order could leave committed data reported as orphans, which an operator
+        deleting orphans would lose.  A job that committed no ledger creates no parent.
+        """
         bk = self._client()
         registry = self._registry(bk)
         committed = [
@@ -236,11 +281,76 @@ class BookKeeperWriter(DataSourceArrowWriter):
             for m in messages
             if isinstance(m, LedgerCommitMessage) and m.ledger_id != NO_LEDGER
         ]
+        if committed and self.parent_ledger_id is not None:
+            self._create_parent(bk)
         _, dropped = registry.commit(self.options.dataset, committed, replace=self.overwrite)
         keep = set(committed)
         leftovers = [pair for pair in registry.job_ledgers(self.job_id) if pair not in keep]
-        self._delete(bk, leftovers + [pair for pair in dropped if pair not in keep])
+        dropped = [pair for pair in dropped if pair not in keep]
+        # Overwrite: the manifest is now exactly this job's ledgers, so no committed ledger names the parents of
+        # the dropped ones any more; they go right after their children (children first, so a crash in between
+        # leaves only garbage reported as orphans, never a committed ledger).
+        old_parents = self._parents_of(bk, dropped) if self.parent_ledger_id is not None else []
+        self._delete(bk, leftovers + dropped)
+        self._delete(bk, old_parents)
         registry.forget_job(self.job_id)
+
+    def _create_parent(self, bk: Any) -> None:
+        """Create and close the job's empty parent ledger (the job's commit marker), with the reserved id."""
+        from bkspark.context import LedgerCloseContext, LedgerCreateContext, close_with_context, create_ledger_with_context
+        from bkspark.errors import LedgerExistsError
+
+        opts = self.options
+        assert self.parent_ledger_id is not None
+        context = (
+            LedgerCreateContext.builder()
+            .created_by(CREATOR_ENTERPRISE, CREATOR_SYSTEM, f"job-{self.job_id}/commit-marker", socket.gethostname()[:256])
+            .part_of_data_set(opts.dataset)
+            .expected_max_entries(0)
+            .expected_max_length(0)
+            .build()
+        )
+        tags = {
+            TAG_DATASET: opts.dataset.encode(),
+            TAG_JOB: self.job_id.encode(),
+            TAG_ROLE: JOB_PARENT_ROLE,
+            TAG_APPLICATION: f"bkspark-spark-writer@{socket.gethostname()}".encode(),
+        }
+        try:
+            handle = create_ledger_with_context(
+                bk, context, custom_metadata=tags, ledger_id=self.parent_ledger_id, scope_id=opts.scope_id,
+                ensemble_size=opts.ensemble_size, write_quorum_size=opts.write_quorum_size,
+                ack_quorum_size=opts.ack_quorum_size, digest_type=opts.digest_type, password=opts.password,
+            )
+        except LedgerExistsError:
+            existing = bk.get_ledger_metadata(self.parent_ledger_id, scope_id=opts.scope_id)
+            if existing.custom_metadata.get(TAG_JOB) != self.job_id.encode():
+                raise  # the reserved id was taken by someone else: committing would hang our ledgers on theirs
+            return  # an earlier commit attempt of this job created it
+        close_with_context(bk, handle, LedgerCloseContext.builder().because_no_more_data().build())
+
+    @staticmethod
+    def _parents_of(bk: Any, ledgers: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The job parents (``bkspark.role`` = commit marker) that ``ledgers`` name, read before they go."""
+        from bkspark.context import read_create_context
+        from bkspark.errors import BadMetadataError, NoSuchLedgerMetadataError
+
+        parents: list[tuple[int, int]] = []
+        for scope_id, ledger_id in ledgers:
+            try:
+                create = read_create_context(bk.get_ledger_metadata(ledger_id, scope_id=scope_id).custom_metadata)
+            except (NoSuchLedgerMetadataError, BadMetadataError):
+                continue
+            link = create.child_of_ledger if create is not None else None
+            if link is None or (link.scope_id, link.ledger_id) in parents:
+                continue
+            try:
+                role = bk.get_ledger_metadata(link.ledger_id, scope_id=link.scope_id).custom_metadata.get(TAG_ROLE)
+            except NoSuchLedgerMetadataError:
+                continue
+            if role == JOB_PARENT_ROLE:  # never delete a parent that another application gave its ledger
+                parents.append((link.scope_id, link.ledger_id))
+        return parents
 
     def abort(self, messages: list[Any]) -> None:
         bk = self._client()
@@ -252,6 +362,9 @@ class BookKeeperWriter(DataSourceArrowWriter):
             if isinstance(m, LedgerCommitMessage) and m.ledger_id != NO_LEDGER
         )
         self._delete(bk, sorted(created))
+        if self.parent_ledger_id is not None:
+            # Normally never created; a commit that failed after creating it is followed by this abort.
+            self._delete(bk, [(self.options.scope_id, self.parent_ledger_id)])
         registry.forget_job(self.job_id)
 
     @staticmethod

@@ -18,7 +18,7 @@ import pytest
 
 from bkspark.client import BookKeeper
 from bkspark.datasource.datasets import DatasetRegistry
-from bkspark.datasource.writer import TAG_ATTEMPT, TAG_DATASET, TAG_JOB, TAG_PARTITION
+from bkspark.datasource.writer import JOB_PARENT_ROLE, TAG_ATTEMPT, TAG_DATASET, TAG_JOB, TAG_PARTITION, TAG_ROLE
 from tests.harness.java_bookkeeper import JavaTools
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
@@ -148,6 +148,28 @@ def ledgers_between(bk: BookKeeper, low: int, high: int) -> list[int]:
     return [lid for lid in bk.list_ledgers() if low < lid < high]
 
 
+def parent_of(bk: BookKeeper, lid: int, scope_id: int = 0) -> tuple[int, int]:
+    """(scope, id) of the job parent a connector ledger names in its create context (childOfLedger)."""
+    from bkspark.context import read_create_context
+
+    create = read_create_context(bk.get_ledger_metadata(lid, scope_id=scope_id).custom_metadata)
+    assert create is not None and create.child_of_ledger is not None, f"ledger {lid} names no job parent"
+    return create.child_of_ledger.scope_id, create.child_of_ledger.ledger_id
+
+
+def assert_committed_job_parent(bk: BookKeeper, ledgers, dataset: str) -> tuple[int, int]:
+    """Every ledger of one committed job names the same parent, which exists: closed, empty, tagged as its marker."""
+    parents = {parent_of(bk, lid, scope) for scope, lid in ledgers}
+    assert len(parents) == 1, parents
+    (scope, parent), = parents
+    md = bk.get_ledger_metadata(parent, scope_id=scope)
+    assert md.custom_metadata[TAG_ROLE] == JOB_PARENT_ROLE and md.custom_metadata[TAG_DATASET] == dataset.encode()
+    assert md.state.name == "CLOSED" and md.last_entry_id == -1
+    jobs = {bk.get_ledger_metadata(lid, scope_id=s).custom_metadata[TAG_JOB] for s, lid in ledgers}
+    assert jobs == {md.custom_metadata[TAG_JOB]}
+    return scope, parent
+
+
 # -- reads -----------------------------------------------------------------------------------------------------------
 
 
@@ -248,6 +270,7 @@ def test_write_then_read_back_exactly(spark, bk, py_cluster) -> None:
     assert manifest is not None and len(manifest.ledgers) == 3
     got = entries_of(read_dataset(spark, uri, "exact"))
     assert sorted(got) == sorted(lid for _, lid in manifest.ledgers)
+    assert_committed_job_parent(bk, manifest.ledgers, "exact")
     # Every task wrote its partition's rows in order: each ledger is one contiguous run of ids.
     all_payloads = []
     for lid, rows in got.items():
@@ -292,7 +315,9 @@ def test_writes_and_reads_in_a_scope_other_than_zero(spark, bk, py_cluster) -> N
     assert sorted(bytes(r.payload) for r in got.collect()) == sorted(f"s-{i}".encode() for i in range(200))
     lid = manifest.ledgers[0][1]
     by_id = entries_of(read_ledgers(spark, uri, str(lid), scopeId="7"))
-    assert len(by_id[lid]) == 100 and sorted(bk.list_ledgers(scope_id=7)) == sorted(l for _, l in manifest.ledgers)
+    _, parent = assert_committed_job_parent(bk, manifest.ledgers, "scoped")
+    assert len(by_id[lid]) == 100
+    assert sorted(bk.list_ledgers(scope_id=7)) == sorted([parent] + [l for _, l in manifest.ledgers])
 
 
 def test_append_adds_and_overwrite_replaces_the_previous_ledgers(spark, bk, py_cluster) -> None:
@@ -302,6 +327,8 @@ def test_append_adds_and_overwrite_replaces_the_previous_ledgers(spark, bk, py_c
     write_dataset(payload_frame(spark, 100, 2, "two-"), uri, "ow")
     before = registry.manifest("ow")
     assert before is not None and len(before.ledgers) == 4
+    old_parents = {parent_of(bk, lid) for _, lid in before.ledgers}
+    assert len(old_parents) == 2 and all(bk.get_ledger_metadata(p).state.name == "CLOSED" for _, p in old_parents)
     assert read_dataset(spark, uri, "ow").count() == 200
     write_dataset(payload_frame(spark, 60, 3, "three-"), uri, "ow", mode="overwrite")
     after = registry.manifest("ow")
@@ -310,12 +337,14 @@ def test_append_adds_and_overwrite_replaces_the_previous_ledgers(spark, bk, py_c
     assert payloads == sorted(f"three-{i}".encode() for i in range(60))
     listed = set(bk.list_ledgers())
     assert not {lid for _, lid in before.ledgers} & listed, "overwrite must delete the previous ledgers"
+    assert not {p for _, p in old_parents} & listed, "overwrite must delete the previous jobs' parents"
+    _, new_parent = assert_committed_job_parent(bk, after.ledgers, "ow")
     # Overwriting with no rows empties the dataset: empty partitions create no ledger.
     write_dataset(spark.createDataFrame([], "payload binary"), uri, "ow", mode="overwrite")
     emptied = registry.manifest("ow")
     assert emptied is not None and emptied.ledgers == ()
     assert read_dataset(spark, uri, "ow").count() == 0
-    assert not {lid for _, lid in after.ledgers} & set(bk.list_ledgers())
+    assert not ({lid for _, lid in after.ledgers} | {new_parent}) & set(bk.list_ledgers())
 
 
 def failing_payload(cluster: PythonBookieCluster, fail_partition: int, fail_from_row: int, attempts: dict[int, int]):
@@ -375,10 +404,13 @@ def test_a_retried_task_leaves_only_the_committed_ledgers(spark, bk, py_cluster)
     manifest = DatasetRegistry(bk.store.zk, bk.store.root).manifest("retried")
     assert manifest is not None
     committed = sorted(lid for _, lid in manifest.ledgers)
-    # Three ledgers were created (partition 0, partition 1's failed and retried attempts): the ids between the
-    # two markers say so, and only the two committed ones are left.
-    assert high - low - 1 == 3
-    assert ledgers_between(bk, low, high) == committed and len(committed) == 2
+    # Three ledgers were created (partition 0, partition 1's failed and retried attempts) plus the job's parent,
+    # whose id was reserved first: the ids between the two markers say so, and only the two committed ones and
+    # the parent are left.
+    assert high - low - 1 == 4
+    _, parent = assert_committed_job_parent(bk, manifest.ledgers, "retried")
+    assert parent == low + 1
+    assert ledgers_between(bk, low, high) == [parent] + committed and len(committed) == 2
     attempts = {bk.get_ledger_metadata(lid).custom_metadata[TAG_PARTITION]: bk.get_ledger_metadata(lid).custom_metadata[TAG_ATTEMPT]
                 for lid in committed}
     assert attempts == {b"0": b"0", b"1": b"1"}
@@ -404,16 +436,21 @@ def test_a_failed_job_leaves_no_ledger_and_keeps_the_dataset(spark, bk, py_clust
         high = marker_ledger(bk)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    assert high - low - 1 == 3  # partition 0 and both attempts of partition 1 created a ledger
+    # The job reserved its parent's id, and partition 0 and both attempts of partition 1 created a ledger; the
+    # abort deleted them, and the parent was never created.
+    assert high - low - 1 == 4
     assert ledgers_between(bk, low, high) == []
     assert registry.manifest("failing") == before
     assert sorted(bytes(r.payload) for r in read_dataset(spark, uri, "failing").collect()) == [
         f"kept-{i}".encode() for i in range(10)
     ]
+    kept_parent = assert_committed_job_parent(bk, before.ledgers, "failing")
     for lid in bk.list_ledgers():
         tags = bk.get_ledger_metadata(lid).custom_metadata
         if tags.get(TAG_DATASET) == b"failing":
-            assert (0, lid) in before.ledgers, f"ledger {lid} of the failed job ({tags.get(TAG_JOB)!r}) survived"
+            assert (0, lid) in before.ledgers + (kept_parent,), (
+                f"ledger {lid} of the failed job ({tags.get(TAG_JOB)!r}) survived"
+            )
 
 
 # -- errors ----------------------------------------------------------------------------------------------------------
