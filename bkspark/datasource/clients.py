@@ -150,13 +150,24 @@ def evict_client(uri: str, conf: dict[str, Any]) -> None:
             pass
 
 
+#: How long interpreter exit waits for the cached clients to close (their ZooKeeper may be gone already).
+EXIT_CLOSE_TIMEOUT = 5.0
+
+
 @atexit.register
 def _close_all() -> None:
     with _LOCK:
         clients = list(_CLIENTS.values())
         _CLIENTS.clear()
-    for client in clients:
-        try:
-            client.close()
-        except Exception:  # noqa: BLE001
-            pass
+
+    def close_each() -> None:
+        for client in clients:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+    # A daemon thread, so that a close stuck on an unreachable ZooKeeper never holds the worker's exit.
+    closer = threading.Thread(target=close_each, name="bkspark-close-clients", daemon=True)
+    closer.start()
+    closer.join(EXIT_CLOSE_TIMEOUT)

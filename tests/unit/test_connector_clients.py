@@ -1,0 +1,26 @@
+"""The per-worker client cache never holds a Python worker's exit on a client that cannot close."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+def test_interpreter_exit_does_not_wait_for_a_stuck_client() -> None:
+    script = textwrap.dedent(
+        """
+        import time
+        import bkspark.datasource.clients as clients
+
+        class StuckClient:
+            def close(self):
+                time.sleep(120)  # e.g. a ZooKeeper session whose server is gone
+
+        clients._CLIENTS[("zk+hierarchical://127.0.0.1:1/ledgers", ())] = StuckClient()
+        clients.EXIT_CLOSE_TIMEOUT = 0.5
+        """
+    )
+    # A hang here would run into the timeout (far below the stuck close's 120 s) and fail the test.
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
