@@ -406,7 +406,21 @@ class _AppendFuture(concurrent.futures.Future):  # type: ignore[type-arg]
         return super().exception(0)
 
 
-class LedgerHandle:
+class _LedgerIdentity:
+    """The (scope id, ledger id) of a handle, from its ``LedgerRef``."""
+
+    _ref: LedgerRef
+
+    @property
+    def ledger_id(self) -> int:
+        return self._ref.ledger_id
+
+    @property
+    def scope_id(self) -> int:
+        return self._ref.scope_id
+
+
+class LedgerHandle(_LedgerIdentity):
     """Write handle of a ledger this client created (appends in order, then close)."""
 
     def __init__(self, bk: BookKeeper, ref: LedgerRef, writer: LedgerWriter) -> None:
@@ -423,14 +437,6 @@ class LedgerHandle:
         self._inbox_scheduled = False
         #: Shared by every future of this handle (see _AppendFuture).
         self._futures_cond = threading.Condition()
-
-    @property
-    def ledger_id(self) -> int:
-        return self._ref.ledger_id
-
-    @property
-    def scope_id(self) -> int:
-        return self._ref.scope_id
 
     @property
     def last_add_confirmed(self) -> int:
@@ -541,7 +547,7 @@ class LedgerHandle:
         self.close()
 
 
-class ReadHandle:
+class ReadHandle(_LedgerIdentity):
     """Read handle of an opened ledger."""
 
     def __init__(
@@ -554,14 +560,6 @@ class ReadHandle:
         self._password = password
         self._reader = LedgerReader(bk.ctx, ref, versioned.metadata, digester)
         self._closed = False
-
-    @property
-    def ledger_id(self) -> int:
-        return self._ref.ledger_id
-
-    @property
-    def scope_id(self) -> int:
-        return self._ref.scope_id
 
     @property
     def metadata(self) -> LedgerMetadata:
