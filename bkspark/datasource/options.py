@@ -37,7 +37,7 @@ _READ_KEYS = {
 }
 _WRITE_KEYS = {
     "metadataserviceuri", "dataset", "scopeid", "ensemblesize", "writequorumsize",
-    "ackquorumsize", "digesttype", "password", "path",
+    "ackquorumsize", "digesttype", "password", "path", "applicationid",
 }
 
 
@@ -187,6 +187,8 @@ class WriteOptions:
     digest_type: str = "CRC32C"
     password: bytes = b""
     client_conf: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    #: Spark's application id, for the BP-44 ``createdBy`` of the ledgers (Spark does not hand it to data sources).
+    application_id: str | None = None
 
 
 def parse_read_options(options: Mapping[str, str | None]) -> ReadOptions:
@@ -253,4 +255,14 @@ def parse_write_options(options: Mapping[str, str | None]) -> WriteOptions:
         digest_type=_digest(opts, "CRC32C") or "CRC32C",
         password=(opts.get("password") or "").encode("utf-8"),
         client_conf=_client_conf(opts),
+        application_id=_application_id(opts),
     )
+
+
+def _application_id(opts: Mapping[str, str]) -> str | None:
+    raw = (opts.get("applicationid") or "").strip()
+    if not raw:
+        return None
+    if len(raw) > 200 or not raw.isprintable():
+        raise _bad("applicationId", raw, "expected Spark's application id, e.g. spark.sparkContext.applicationId")
+    return raw

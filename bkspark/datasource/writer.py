@@ -134,6 +134,11 @@ class BookKeeperWriter(DataSourceArrowWriter):
 
         return DatasetRegistry(client_zk(bk), client_root(bk))
 
+    def creator_application(self) -> str:
+        """``createdBy``'s application: Spark's application id when the job passed it, then the write job."""
+        app = self.options.application_id
+        return f"{app}/job-{self.job_id}" if app else f"job-{self.job_id}"
+
     # -- executor -------------------------------------------------------------
     def _create_ledger(self, bk: Any, partition_id: int, attempt: int, first: list[bytes]) -> Any:
         from bkspark.context import LedgerCreateContext, create_ledger_with_context
@@ -143,7 +148,7 @@ class BookKeeperWriter(DataSourceArrowWriter):
         sizes = [len(p) for p in first]
         context = (
             LedgerCreateContext.builder()
-            .created_by(CREATOR_ENTERPRISE, CREATOR_SYSTEM, f"job-{self.job_id}", host[:256])
+            .created_by(CREATOR_ENTERPRISE, CREATOR_SYSTEM, self.creator_application(), host[:256])
             .part_of_data_set(opts.dataset)
             .expected_average_entry_size(int(statistics.fmean(sizes)), statistics.pstdev(sizes))
         )
@@ -304,7 +309,10 @@ class BookKeeperWriter(DataSourceArrowWriter):
         assert self.parent_ledger_id is not None
         context = (
             LedgerCreateContext.builder()
-            .created_by(CREATOR_ENTERPRISE, CREATOR_SYSTEM, f"job-{self.job_id}/commit-marker", socket.gethostname()[:256])
+            .created_by(
+                CREATOR_ENTERPRISE, CREATOR_SYSTEM, f"{self.creator_application()}/commit-marker",
+                socket.gethostname()[:256],
+            )
             .part_of_data_set(opts.dataset)
             .expected_max_entries(0)
             .expected_max_length(0)

@@ -296,12 +296,17 @@ def test_write_then_read_back_exactly(spark, bk, py_cluster) -> None:
     # Strings are written as UTF-8; the BP-44 context records the dataset and the close reason.
     from bkspark.context import read_context
 
-    write_dataset(spark.createDataFrame([("héllo",), ("wörld",)], "payload string").coalesce(1), uri, "strings")
+    app_id = spark.sparkContext.applicationId
+    write_dataset(
+        spark.createDataFrame([("héllo",), ("wörld",)], "payload string").coalesce(1), uri, "strings",
+        applicationId=app_id,
+    )
     got = entries_of(read_dataset(spark, uri, "strings"))
     (lid, rows), = got.items()
     assert [p for _, p in rows] == ["héllo".encode(), "wörld".encode()]
     context = read_context(bk.get_ledger_metadata(lid))
     assert context.create is not None and context.create.data_set == "strings"
+    assert context.create.created_by is not None and context.create.created_by.service.startswith(f"{app_id}/job-")
     assert context.close is not None and context.close.reason is not None and context.close.reason.name == "NO_MORE_DATA"
 
 

@@ -103,3 +103,16 @@ def test_auto_registration_module_exposes_default_source() -> None:
     import pyspark_bookkeeper
 
     assert pyspark_bookkeeper.DefaultSource.name() == "bookkeeper"
+
+
+def test_application_id_option_names_the_spark_application_in_created_by() -> None:
+    from bkspark.datasource.writer import BookKeeperWriter
+
+    opts = parse_write_options({"metadataserviceuri": URI, "dataset": "d", "applicationid": "local-1795320451855"})
+    assert opts.application_id == "local-1795320451855"
+    writer = BookKeeperWriter(opts, 0, False, False)
+    assert writer.creator_application() == f"local-1795320451855/job-{writer.job_id}"
+    plain = BookKeeperWriter(parse_write_options({"metadataserviceuri": URI, "dataset": "d"}), 0, False, False)
+    assert plain.creator_application() == f"job-{plain.job_id}"
+    with pytest.raises(InvalidOptionError, match="'applicationId'"):
+        parse_write_options({"metadataserviceuri": URI, "dataset": "d", "applicationid": "x" * 201})
