@@ -15,7 +15,6 @@ Measurements alternate between the bookies (client A on Python, on Java, client 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from typing import Any
 
@@ -28,18 +27,13 @@ from bench.common import (
     command_line,
     java_bench,
     machine_facts,
+    median_run,
     py_bench,
     run_main,
     timed,
 )
 
 CLIENTS = ("bkspark", "java")
-
-
-def _median(results: list[dict[str, Any]], key: str = "entries_per_sec") -> dict[str, Any]:
-    """The run whose `key` is the median (lower median for an even count)."""
-    ordered = sorted(results, key=lambda r: float(r[key]))
-    return ordered[(len(ordered) - 1) // 2]
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -113,7 +107,7 @@ def run(args: argparse.Namespace) -> Report:
                     if not runs:
                         figures[(bookie, op)] = None
                         continue
-                    m = _median(runs)
+                    m = median_run(runs)
                     figures[(bookie, op)] = float(m["entries_per_sec"])
                     lat = m.get("latency_ms", {})
                     report.row(

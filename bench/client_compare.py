@@ -32,18 +32,12 @@ from bench.common import (
     command_line,
     java_bench,
     machine_facts,
+    median_run,
     py_bench,
     run_main,
     timed,
 )
 from bench.rawsocket import loopback_throughput
-
-
-def _median(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    if not runs:
-        return None
-    ordered = sorted(runs, key=lambda r: float(r["entries_per_sec"]))
-    return ordered[(len(ordered) - 1) // 2]
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -138,7 +132,7 @@ def run(args: argparse.Namespace) -> Report:
             ("single read", "single reads (pipelined ranges)"),
             ("entry read", "single reads (one entry per call)"),
         ):
-            m = _median(runs.get((client, what), []))
+            m = median_run(runs.get((client, what), []))
             fig[(client, what)] = m
             if m is None:
                 continue

@@ -314,6 +314,14 @@ class Report:
             Path(json_path).write_text(json.dumps(self.as_dict(), indent=1) + "\n")
 
 
+def median_run(runs: list[dict[str, Any]], key: str = "entries_per_sec") -> dict[str, Any] | None:
+    """The run whose ``key`` is the median (lower median for an even count); None when there is none."""
+    if not runs:
+        return None
+    ordered = sorted(runs, key=lambda r: float(r[key]))
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def run_main(
     make_parser: Callable[[], argparse.ArgumentParser],
     run: Callable[[argparse.Namespace], "Report"],
