@@ -71,6 +71,7 @@ class Bookie:
         self._fence_pending: dict[tuple[int, int], asyncio.Future[None]] = {}
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._checkpointing = False
+        self._write_cache_waiters: list[Callable[[], None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._queued_records: list[bytes] = []
         self._queued_dones: list[Callable[[BaseException | None], None]] = []
@@ -169,6 +170,25 @@ class Bookie:
             self.journal.trim(self.storage.checkpoint_mark)
         finally:
             self._checkpointing = False
+            waiters, self._write_cache_waiters = self._write_cache_waiters, []
+            for wake in waiters:
+                wake()
+
+    @property
+    def write_cache_full(self) -> bool:
+        """True while a checkpoint runs and the write cache is at its bound: new adds must wait.
+
+        (DbLedgerStorage blocks adds the same way; without this the cache would grow
+        without bound while the disk is slow.)
+        """
+        return self._checkpointing and self.storage.needs_flush
+
+    def wait_write_cache(self, wake: Callable[[], None]) -> None:
+        """Run ``wake`` once the running checkpoint ends (a connection parked on a full write cache)."""
+        if self.write_cache_full:
+            self._write_cache_waiters.append(wake)
+        else:
+            wake()
 
     # -- read-only state ----------------------------------------------------------------
     @property
