@@ -32,8 +32,7 @@ from bookie_server.journal import (
     RecordType,
     encode_add,
     encode_record,
-    iter_records,
-    journal_files,
+    replay_journals,
 )
 from bookie_server.storage import LedgerInfo, LedgerStorage
 
@@ -62,9 +61,8 @@ class Bookie:
             read_cache_max_bytes=conf.dbStorage_readAheadCacheMaxSizeMb * 1024 * 1024,
             entry_log_size_limit=conf.logSizeLimit,
         )
-        # One journal directory is used for writing; all are replayed (a later
-        # configuration may have listed more).
-        self.journal_dir = conf.journal_paths[0] / "current"
+        # Every journal directory is written (file n in directory n % count) and replayed.
+        self.journal_dirs = [path / "current" for path in conf.journal_paths]
         self.journal: Journal | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lac_waiters: dict[tuple[int, int], list[asyncio.Future[None]]] = {}
@@ -88,7 +86,7 @@ class Bookie:
         self.storage.open()
         replayed = self._replay()
         self.journal = Journal(
-            self.journal_dir,
+            self.journal_dirs,
             sync_data=self.conf.journalSyncData,
             max_file_size=self.conf.journalMaxSizeMB * 1024 * 1024,
             dispatch=self._loop.call_soon_threadsafe,
@@ -103,16 +101,13 @@ class Bookie:
         self.started = True
 
     def _replay(self) -> int:
-        mark = self.storage.checkpoint_mark
-        count = 0
-        for file_id, path in journal_files(self.journal_dir):
-            if file_id < mark.file_id:
-                continue
-            start = mark.offset if file_id == mark.file_id else 0
-            for _end, record in iter_records(path, start):
-                self.storage.apply(record)
-                count += 1
-        return count
+        """Strict replay of every journal directory (see :func:`replay_journals`)."""
+        return replay_journals(
+            self.journal_dirs,
+            self.storage.checkpoint_mark,
+            self.storage.apply,
+            skip_invalid_records=self.conf.skipReplayJournalInvalidRecord,
+        )
 
     async def stop(self) -> None:
         """Stop flushing, sync the journal, checkpoint everything, close files."""
