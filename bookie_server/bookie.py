@@ -28,6 +28,7 @@ from bkspark.errors import (
 from bookie_server.config import BookieConfig
 from bookie_server.journal import (
     Journal,
+    JournalFaults,
     JournalPosition,
     RecordType,
     encode_add,
@@ -91,6 +92,7 @@ class Bookie:
             max_file_size=self.conf.journalMaxSizeMB * 1024 * 1024,
             dispatch=self._loop.call_soon_threadsafe,
             on_batch=getattr(self.metrics, "journal_batch", None),
+            faults=JournalFaults.from_env(),
         )
         self.journal.open()
         # Everything replayed is now written to entry logs, so old journals can go.

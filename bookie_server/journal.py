@@ -36,6 +36,7 @@ import enum
 import logging
 import os
 import re
+import signal
 import struct
 import threading
 import time
@@ -60,6 +61,7 @@ __all__ = [
     "all_journal_files",
     "replay_journals",
     "SKIP_INVALID_KEY",
+    "JournalFaults",
 ]
 
 log = logging.getLogger("bookie_server.journal")
@@ -302,6 +304,45 @@ def _truncate(path: Path, size: int) -> None:
 Completion = Callable[[BaseException | None], None]
 
 
+@dataclass(frozen=True, slots=True)
+class JournalFaults:
+    """Test-only fault points of the journal writer, read from the environment (never set in production).
+
+    ``BKSPARK_TEST_JOURNAL_POWER_CUT_AT_BATCH=N``: bytes written but not yet synced are
+    kept in memory (they stand for the page cache), and the N-th group commit, once
+    written and before its sync, kills the process with SIGKILL: its unsynced records
+    are really lost, as in a power cut.  (A plain kill -9 keeps the page cache, so it
+    cannot tell an acknowledgement sent before the sync from one sent after.)
+
+    ``BKSPARK_TEST_JOURNAL_ACK_BEFORE_SYNC=1`` swaps the order this module exists to
+    keep: completions are dispatched after the write and before the sync.  The
+    ack-after-sync test uses it to show that it catches the bug.
+    """
+
+    power_cut_at_batch: int | None = None
+    ack_before_sync: bool = False
+
+    POWER_CUT_ENV = "BKSPARK_TEST_JOURNAL_POWER_CUT_AT_BATCH"
+    ACK_BEFORE_SYNC_ENV = "BKSPARK_TEST_JOURNAL_ACK_BEFORE_SYNC"
+
+    @classmethod
+    def from_env(cls) -> "JournalFaults | None":
+        """The faults the environment asks for, or None (the normal case)."""
+        cut = os.environ.get(cls.POWER_CUT_ENV)
+        swap = os.environ.get(cls.ACK_BEFORE_SYNC_ENV, "") not in ("", "0")
+        if cut is None and not swap:
+            return None
+        log.warning("journal test faults active: power cut at batch %s, ack before sync %s", cut, swap)
+        return cls(power_cut_at_batch=int(cut) if cut else None, ack_before_sync=swap)
+
+    def power_cut(self, dispatched_acks: bool) -> None:
+        """Die like a machine losing power (after giving dispatched acks time to reach their clients)."""
+        if dispatched_acks:
+            time.sleep(0.5)
+        log.warning("journal test fault: power cut now, unsynced journal bytes are lost")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 class Journal:
     """Append-only journal with one group-commit writer thread.
 
@@ -320,6 +361,7 @@ class Journal:
         max_file_size: int = 2048 * 1024 * 1024,
         dispatch: Callable[[Callable[[], None]], None] | None = None,
         on_batch: Callable[[int, int, float], None] | None = None,
+        faults: JournalFaults | None = None,
     ) -> None:
         paths = [directory] if isinstance(directory, (str, os.PathLike)) else list(directory)
         #: Journal directories; file ``n`` goes to ``directories[n % len(directories)]``.
@@ -329,6 +371,10 @@ class Journal:
         self.max_file_size = max_file_size
         self._dispatch = dispatch or (lambda fn: fn())
         self._on_batch = on_batch
+        self._faults = faults
+        self._batches = 0
+        #: With a power-cut fault: bytes "written" but held back from the file until the sync.
+        self._unsynced: list[bytes] = []
         self._cond = threading.Condition()
         self._pending: list[bytes] = []
         self._waiters: list[Completion] = []
@@ -432,12 +478,26 @@ class Journal:
                     too_big = self._file_size + len(data) > self.max_file_size
                     if (roll or too_big) and self._file_size > _FILE_HEADER.size:
                         self._open_file(self._file_id + 1)
-                    _write_all(self._fd, data)
+                    faults = self._faults
+                    if faults is not None and faults.power_cut_at_batch is not None:
+                        self._unsynced.append(data)
+                    else:
+                        _write_all(self._fd, data)
                     self._file_size += len(data)
                     self.written_position = JournalPosition(self._file_id, self._file_size)
                     if early:
                         self._dispatch(_completion_batch(early, None))
                         early = []
+                    if faults is not None:
+                        self._batches += 1
+                        if faults.ack_before_sync:
+                            self._dispatch(_completion_batch(waiters, None))
+                            waiters = []
+                        if self._batches == faults.power_cut_at_batch:
+                            faults.power_cut(dispatched_acks=faults.ack_before_sync)
+                        if self._unsynced:
+                            _write_all(self._fd, b"".join(self._unsynced))
+                            self._unsynced.clear()
                     if self.sync_data:
                         os.fdatasync(self._fd)
             except OSError as exc:
