@@ -247,3 +247,118 @@ def test_add_flood_without_reading_acks_is_bounded_and_loses_nothing_acked(zk_ro
             for (ledger, eid), data in sorted(acked.items()):
                 resp = c.call_v2(v2.encode_read_request(ledger, eid))
                 assert resp.rc == v2.EOK and bytes(resp.entry) == data, (ledger, eid, resp.rc)
+
+
+def count_closed(socks: list[socket.socket], timeout: float) -> int:
+    """How many of ``socks`` the bookie has closed (EOF or reset) within ``timeout``."""
+    import selectors
+
+    closed = 0
+    open_socks = set(socks)
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        for s in open_socks:
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ)
+        while open_socks and time.monotonic() < deadline:
+            for key, _ in sel.select(max(0.0, deadline - time.monotonic())):
+                s = key.fileobj
+                assert isinstance(s, socket.socket)
+                try:
+                    data = s.recv(4096)
+                except (ConnectionResetError, BlockingIOError):
+                    data = b""
+                if not data:
+                    closed += 1
+                    sel.unregister(s)
+                    open_socks.discard(s)
+    return closed
+
+
+def test_idle_connections_over_the_limit_are_closed_and_others_served(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """2,000 connections opened and left idle against serverMaxConnections=1500 and a 5 s idle timeout."""
+    conf = {"serverMaxConnections": 1500, "serverConnectionIdleTimeoutMs": 5000}
+    with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides=conf) as cluster:
+        port = cluster.bookies[0].port
+        pid = cluster.bookies[0].process.pid  # type: ignore[union-attr]
+        write_ledger(port, 1, 100)
+        good = GoodClient(port, ledger=2, read_ledger=1, read_entries=100)
+        idle: list[socket.socket] = []
+        try:
+            with rss_sampler(pid) as samples:
+                for _ in range(2000):
+                    idle.append(socket.create_connection(("127.0.0.1", port)))
+                    if len(idle) % 100 == 0:
+                        good.op()  # the good client keeps being served while the others pile up
+                over_limit = count_closed(idle, timeout=3.0)
+                p99 = good.p99(50)
+            print(
+                f"\n2,000 idle connections: {over_limit} closed at once (over serverMaxConnections), "
+                f"RSS max {max(samples):.0f} MiB, good client p99 {p99:.2f} ms"
+            )
+            assert 500 <= over_limit <= 502  # 2,000 - (1,500 - the good client's slot), give or take a probe
+            assert max(samples) < RSS_BOUND_MIB
+            assert len(limit_log_lines(cluster, "serverMaxConnections")) == 1  # logged once, not 500 times
+            # The idle timeout frees the other slots; the active good client is not idle and stays.
+            wait_for(lambda: all_closed(idle), 30.0, "idle connections to be closed")
+            assert len(limit_log_lines(cluster, "serverConnectionIdleTimeoutMs")) == 1
+            good.p99(20)
+            with RawBookieConnection(port) as fresh:
+                assert fresh.call_v2(v2.encode_read_request(1, 0)).rc == v2.EOK
+        finally:
+            for s in idle:
+                s.close()
+            good.close()
+
+
+def all_closed(socks: list[socket.socket]) -> bool:
+    """True when the bookie has closed every socket (each reads EOF or reset now)."""
+    for s in socks:
+        s.setblocking(False)
+        try:
+            if s.recv(4096):
+                return False
+        except BlockingIOError:
+            return False
+        except (ConnectionResetError, OSError):
+            pass
+    return True
+
+
+def test_slowloris_partial_frames_are_cut_and_logged_once(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Three clients each send a frame one byte a second; serverPartialFrameTimeoutMs=2000 cuts them."""
+    conf = {"serverPartialFrameTimeoutMs": 2000}
+    with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides=conf) as cluster:
+        port = cluster.bookies[0].port
+        write_ledger(port, 1, 100)
+        good = GoodClient(port, ledger=2, read_ledger=1, read_entries=100)
+        frame = v2.encode_read_request(1, 0)
+        slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        cut_after: list[float] = []
+        try:
+            started = time.monotonic()
+            open_socks = list(slow)
+            sent = 0
+            while open_socks and time.monotonic() - started < 20:
+                for s in list(open_socks):
+                    try:
+                        s.sendall(frame[sent % len(frame) : sent % len(frame) + 1])
+                    except (BrokenPipeError, ConnectionResetError):
+                        open_socks.remove(s)
+                        cut_after.append(time.monotonic() - started)
+                        continue
+                    if closed_by_peer(s, 0.0001):
+                        open_socks.remove(s)
+                        cut_after.append(time.monotonic() - started)
+                sent += 1
+                good.op()  # served meanwhile
+                time.sleep(1.0)
+            print(f"\nslowloris: 3 clients sending 1 byte/s cut after {[round(t, 1) for t in cut_after]} s")
+            assert len(cut_after) == 3 and max(cut_after) < 10
+            assert sent < len(frame) * 2  # none of them got to finish even two frames
+            assert len(limit_log_lines(cluster, "serverPartialFrameTimeoutMs")) == 1
+            good.p99(20)
+        finally:
+            for s in slow:
+                s.close()
+            good.close()
