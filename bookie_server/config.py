@@ -100,9 +100,9 @@ class BookieConfig:
     httpServerHost: str = "0.0.0.0"
     longPollMaxTimeoutMs: int = 60000
     # -- bounds on what clients can make the bookie hold (docs/bookie.md, "Limits") --
-    maxAddsInProgressLimit: int = 1000
+    maxAddsInProgressLimit: int = 10000
     maxAddsInProgressBytes: int = 64 * 1024 * 1024
-    maxReadsInProgressLimit: int = 1000
+    maxReadsInProgressLimit: int = 10000
     maxLongPollReadsInProgress: int = 1000
     serverWriteBufferLowWaterMark: int = 384 * 1024
     serverWriteBufferHighWaterMark: int = 512 * 1024
