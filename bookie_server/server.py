@@ -161,7 +161,9 @@ class _Connection(asyncio.Protocol):
         self._parked = False  # waiting for a gate (adds/reads/long polls) or the write cache
         self._reading_paused = False
         self._rejected = False
-        self._permit: tuple[InFlightGate, int] | None = None
+        # One-shot release of the permit of the request being dispatched (None: it needs none).
+        self._permit: Callable[[], None] | None = None
+        self._permit_taken = False
         self._permits_held = 0
         self.last_activity = time.monotonic()
         self.partial_since: float | None = None
@@ -240,11 +242,19 @@ class _Connection(asyncio.Protocol):
                 if not self._admit(parsed, is_v2):
                     break
                 backlog.popleft()
-                if is_v2:
-                    self._handle_v2(parsed)  # type: ignore[arg-type]
-                else:
-                    self._handle_v3(parsed)  # type: ignore[arg-type]
-                self._return_unused_permit()
+                release = self._permit or _no_release
+                try:
+                    if is_v2:
+                        self._handle_v2(parsed)  # type: ignore[arg-type]
+                    else:
+                        self._handle_v3(parsed)  # type: ignore[arg-type]
+                except BaseException:
+                    release()  # the request dies with the connection: its permit must not leak
+                    raise
+                finally:
+                    self._permit = None
+                if release is not _no_release and not self._permit_taken:
+                    release()  # the handler answered without taking it (e.g. a bad version)
             except ProtocolError as exc:
                 self._protocol_error(exc)
                 return
@@ -297,8 +307,18 @@ class _Connection(asyncio.Protocol):
         if not gate.try_acquire(nbytes):
             self._park(gate.wait, _GATE_KEYS[gate.name])
             return False
-        self._permit = (gate, nbytes)
         self._permits_held += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._permits_held -= 1
+                gate.release(nbytes)
+
+        self._permit = release
+        self._permit_taken = False
         return True
 
     def _park(self, register: Callable[[Callable[[], None]], None], limit: str) -> None:
@@ -313,24 +333,8 @@ class _Connection(asyncio.Protocol):
 
     def _take_permit(self) -> Callable[[], None]:
         """The permit of the request being dispatched, as a one-shot release (call it on reply)."""
-        permit, self._permit = self._permit, None
-        if permit is None:
-            return _no_release
-        gate, nbytes = permit
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self._permits_held -= 1
-                gate.release(nbytes)
-
-        return release
-
-    def _return_unused_permit(self) -> None:
-        if self._permit is not None:
-            self._take_permit()()
+        self._permit_taken = True
+        return self._permit or _no_release
 
     def check_timeouts(self, now: float) -> None:
         """Close the connection when idle too long or stuck in a partial frame (the sweeper's call)."""
@@ -392,10 +396,11 @@ class _Connection(asyncio.Protocol):
     def _send_v3(self, response: pb.Response) -> None:
         self._send(v3.encode_response(response))
 
-    def _spawn(self, coro: object) -> None:
+    def _spawn(self, coro: object) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
+        return task
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -626,7 +631,8 @@ class _Connection(asyncio.Protocol):
             return
         fencing = read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER
         if not fencing and read.HasField("previousLAC"):
-            self._spawn(self._v3_long_poll(request, release))
+            # Released when the task ends, however it ends (even cancelled before its first step).
+            self._spawn(self._v3_long_poll(request)).add_done_callback(lambda _task: release())
             return
         start = _now_ms()
         scope_id, ledger_id, entry_id = v3.scope_id_of(read), read.ledgerId, read.entryId
@@ -658,13 +664,7 @@ class _Connection(asyncio.Protocol):
                 lambda e: reply(v3.read_response(request, pb.EIO)),
             )
 
-    async def _v3_long_poll(self, request: pb.Request, release: Callable[[], None]) -> None:
-        try:
-            await self._v3_long_poll_answer(request)
-        finally:
-            release()  # also when the connection closes and the task is cancelled
-
-    async def _v3_long_poll_answer(self, request: pb.Request) -> None:
+    async def _v3_long_poll(self, request: pb.Request) -> None:
         start = _now_ms()
         read = request.readRequest
         scope_id, ledger_id, entry_id = v3.scope_id_of(read), read.ledgerId, read.entryId

@@ -103,3 +103,32 @@ async def test_full_write_cache_blocks_adds_while_a_checkpoint_runs(bookie: Book
     for _ in range(total - acked):
         assert v2.decode_response(await c.body(timeout=10.0)).rc == v2.EOK
     c.close()
+
+
+@with_bookie(maxLongPollReadsInProgress=1, maxReadsInProgressLimit=1)
+async def test_permits_come_back_when_connections_close_or_requests_fail(bookie: Bookie, server: BookieServer) -> None:
+    c = await Conn.open(server.port)
+    assert (await c.v2(v2.encode_add_request(0, KEY, make_entry(1, 0, b"a")))).rc == v2.EOK
+    poller = await Conn.open(server.port)
+    poller.send(v3.encode_request(v3.read_request(1, 1, 0, previous_lac=0, timeout_ms=20_000)))
+    for _ in range(50):
+        if server.long_polls_gate.count == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert server.long_polls_gate.count == 1
+    poller.close()  # the poll's task is cancelled with its connection: its permit comes back
+    for _ in range(100):
+        if server.long_polls_gate.count == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert server.long_polls_gate.count == 0
+    # Reads answered with an error (bad version, unknown ledger) give their permit back too.
+    v3_conn = await Conn.open(server.port)
+    bad = v3.read_request(2, 1, 0)
+    bad.header.version = pb.VERSION_TWO
+    assert (await v3_conn.v3(bad)).status == pb.EBADVERSION
+    v3_conn.close()
+    assert (await c.v2(v2.encode_read_request(99, 0))).rc == v2.ENOLEDGER
+    assert (await c.v2(v2.encode_read_request(1, 0))).rc == v2.EOK  # the one read slot is free again
+    assert server.reads_gate.count == 0
+    c.close()
