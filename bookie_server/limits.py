@@ -86,8 +86,14 @@ class InFlightGate:
 class LimitLog:
     """Logs a limit's first hit, then a count of hits at most once per interval (per limit)."""
 
-    def __init__(self, interval_s: float = LIMIT_LOG_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        interval_s: float = LIMIT_LOG_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+        on_hit: Callable[[str], None] | None = None,
+    ) -> None:
         self.interval_s = interval_s
+        self._on_hit = on_hit
         self._clock = clock
         self._last: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
@@ -96,6 +102,8 @@ class LimitLog:
     def hit(self, limit: str, message: str, *args: object) -> None:
         """Count one hit of ``limit``; log it if it is the first or the interval has passed."""
         self.hits[limit] = self.hits.get(limit, 0) + 1
+        if self._on_hit is not None:
+            self._on_hit(limit)
         now = self._clock()
         last = self._last.get(limit)
         if last is not None and now - last < self.interval_s:

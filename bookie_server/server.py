@@ -94,7 +94,9 @@ class BookieServer:
         self.adds_gate = InFlightGate("adds", conf.maxAddsInProgressLimit, conf.maxAddsInProgressBytes)
         self.reads_gate = InFlightGate("reads", conf.maxReadsInProgressLimit)
         self.long_polls_gate = InFlightGate("long polls", conf.maxLongPollReadsInProgress)
-        self.limit_log = LimitLog()
+        self.limit_log = LimitLog(on_hit=lambda limit: metrics.limit_hits.labels(limit=limit).inc())
+        metrics.adds_in_progress.set_function(lambda: self.adds_gate.count)
+        metrics.reads_in_progress.set_function(lambda: self.reads_gate.count + self.long_polls_gate.count)
         self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self, sock: socket.socket | None = None) -> None:

@@ -37,6 +37,9 @@ async def test_adds_in_progress_never_pass_the_limit(bookie: Bookie, server: Boo
     assert peak[0] == 5  # reached, never passed
     assert server.limit_log.hits.get("maxAddsInProgressLimit", 0) > 0
     assert server.adds_gate.count == 0 and server.adds_gate.bytes == 0  # every permit came back
+    rendered = server.metrics.render().decode()
+    assert 'bookkeeper_server_LIMIT_HITS_total{limit="maxAddsInProgressLimit"}' in rendered
+    assert "bookkeeper_server_ADD_ENTRY_IN_PROGRESS 0.0" in rendered
     c.close()
 
 
