@@ -62,9 +62,10 @@ class InFlightGate:
 
     def release(self, nbytes: int = 0) -> None:
         """Give a slot back and wake the parked connections (they retry in FIFO order)."""
-        self.count -= 1
-        self.bytes -= nbytes
-        self._wake()
+        self.count = max(self.count - 1, 0)
+        self.bytes = max(self.bytes - nbytes, 0)
+        if self._waiters:
+            self._wake()
 
     def wait(self, wake: Callable[[], None]) -> None:
         """Park a connection until a slot may be free; ``wake`` runs once, on a later release."""

@@ -69,9 +69,7 @@ def _now_ms() -> float:
     return time.perf_counter() * 1000.0
 
 
-def _no_release() -> None:
-    """Release of a request that took no permit."""
-
+_PB_REQUEST = pb.Request
 
 #: Configuration key of each gate, for the limit log.
 _GATE_KEYS = {
@@ -157,14 +155,14 @@ class _Connection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._loop = asyncio.get_running_loop()
-        # Requests received but not dispatched yet: frame bodies, or (request, v2?) once parsed.
-        self._backlog: deque[memoryview | tuple[object, bool]] = deque()
+        # Requests received but not dispatched yet: frame bodies, or requests once parsed.
+        self._backlog: deque[object] = deque()
         self._write_blocked = False  # queued responses over the high water mark
         self._parked = False  # waiting for a gate (adds/reads/long polls) or the write cache
         self._reading_paused = False
         self._rejected = False
-        # One-shot release of the permit of the request being dispatched (None: it needs none).
-        self._permit: Callable[[], None] | None = None
+        # (gate, bytes) of the request being dispatched (None: it needs no permit).
+        self._permit: tuple[InFlightGate, int] | None = None
         self._permit_taken = False
         self._permits_held = 0
         self.last_activity = time.monotonic()
@@ -231,32 +229,31 @@ class _Connection(asyncio.Protocol):
     def _drain(self) -> None:
         """Dispatch backlogged requests until one must wait; pause reading while any waits."""
         backlog = self._backlog
-        while backlog and not self.closed and not self._write_blocked and not self._parked:
-            item = backlog[0]
+        while backlog and not (self.closed or self._write_blocked or self._parked):
+            request = backlog[0]
             try:
-                if isinstance(item, memoryview):
+                if type(request) is memoryview:
                     # Parsed in arrival order, so v2/v3 detection sees frames as Java's does.
                     # MalformedFrameError / UnknownOpcodeError close the connection, as in Java.
-                    v3_request = self.detector.parse(item)
-                    item = (v2.decode_request(item), True) if v3_request is None else (v3_request, False)
-                    backlog[0] = item
-                parsed, is_v2 = item
-                if not self._admit(parsed, is_v2):
+                    v3_request = self.detector.parse(request)
+                    request = v2.decode_request(request) if v3_request is None else v3_request
+                if not self._admit(request):
+                    backlog[0] = request  # parsed once: it waits as a request
                     break
                 backlog.popleft()
-                release = self._permit or _no_release
+                permit = self._permit
                 try:
-                    if is_v2:
-                        self._handle_v2(parsed)  # type: ignore[arg-type]
+                    if type(request) is _PB_REQUEST:
+                        self._handle_v3(request)  # type: ignore[arg-type]
                     else:
-                        self._handle_v3(parsed)  # type: ignore[arg-type]
+                        self._handle_v2(request)
                 except BaseException:
-                    release()  # the request dies with the connection: its permit must not leak
+                    self._release(permit)  # the request dies with the connection: its permit must not leak
                     raise
                 finally:
                     self._permit = None
-                if release is not _no_release and not self._permit_taken:
-                    release()  # the handler answered without taking it (e.g. a bad version)
+                if permit is not None and not self._permit_taken:
+                    self._release(permit)  # the handler answered without taking it (e.g. a bad version)
             except ProtocolError as exc:
                 self._protocol_error(exc)
                 return
@@ -280,48 +277,43 @@ class _Connection(asyncio.Protocol):
             if self.partial_since is not None:
                 self.partial_since = time.monotonic()  # our pause is not the client's delay
 
-    def _admit(self, request: object, is_v2: bool) -> bool:
+    def _admit(self, request: object) -> bool:
         """Take the permit the request needs (``self._permit``); park the connection if it must wait."""
-        gate: InFlightGate | None = None
-        nbytes = 0
-        if is_v2:
-            if isinstance(request, v2.AddRequest):
-                gate, nbytes = self.server.adds_gate, len(request.entry)
-            elif isinstance(request, (v2.ReadRequest, v2.BatchReadRequest)):
-                gate = self.server.reads_gate
+        cls = type(request)
+        server = self.server
+        if cls is v2.AddRequest:
+            gate, nbytes = server.adds_gate, len(request.entry)  # type: ignore[attr-defined]
+        elif cls is v2.ReadRequest or cls is v2.BatchReadRequest:
+            gate, nbytes = server.reads_gate, 0
+        elif cls is _PB_REQUEST:
+            gate, nbytes = self._v3_gate(request)  # type: ignore[arg-type]
         else:
-            assert isinstance(request, pb.Request)
-            op = request.header.operation
-            if op == pb.ADD_ENTRY:
-                gate, nbytes = self.server.adds_gate, len(request.addRequest.body)
-            elif op == pb.READ_ENTRY:
-                read = request.readRequest
-                fencing = read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER
-                long_poll = not fencing and read.HasField("previousLAC")
-                gate = self.server.long_polls_gate if long_poll else self.server.reads_gate
-            elif op == pb.BATCH_READ_ENTRY:
-                gate = self.server.reads_gate
+            gate = None
         if gate is None:
             return True
-        if gate is self.server.adds_gate and self.bookie.write_cache_full:
+        if gate is server.adds_gate and self.bookie.write_cache_full:
             self._park(self.bookie.wait_write_cache, "dbStorage_writeCacheMaxSizeMb")
             return False
         if not gate.try_acquire(nbytes):
             self._park(gate.wait, _GATE_KEYS[gate.name])
             return False
         self._permits_held += 1
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self._permits_held -= 1
-                gate.release(nbytes)
-
-        self._permit = release
+        self._permit = (gate, nbytes)
         self._permit_taken = False
         return True
+
+    def _v3_gate(self, request: pb.Request) -> tuple[InFlightGate | None, int]:
+        op = request.header.operation
+        if op == pb.ADD_ENTRY:
+            return self.server.adds_gate, len(request.addRequest.body)
+        if op == pb.READ_ENTRY:
+            read = request.readRequest
+            fencing = read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER
+            long_poll = not fencing and read.HasField("previousLAC")
+            return (self.server.long_polls_gate if long_poll else self.server.reads_gate), 0
+        if op == pb.BATCH_READ_ENTRY:
+            return self.server.reads_gate, 0
+        return None, 0
 
     def _park(self, register: Callable[[Callable[[], None]], None], limit: str) -> None:
         self._parked = True
@@ -333,10 +325,15 @@ class _Connection(asyncio.Protocol):
 
         register(wake)
 
-    def _take_permit(self) -> Callable[[], None]:
-        """The permit of the request being dispatched, as a one-shot release (call it on reply)."""
+    def _take_permit(self) -> tuple[InFlightGate, int] | None:
+        """The permit of the request being dispatched; its handler passes it to :meth:`_release` once, on reply."""
         self._permit_taken = True
-        return self._permit or _no_release
+        return self._permit
+
+    def _release(self, permit: tuple[InFlightGate, int] | None) -> None:
+        if permit is not None:
+            self._permits_held -= 1
+            permit[0].release(permit[1])
 
     def check_timeouts(self, now: float) -> None:
         """Close the connection when idle too long or stuck in a partial frame (the sweeper's call)."""
@@ -441,20 +438,20 @@ class _Connection(asyncio.Protocol):
 
     def _v2_add(self, req: v2.AddRequest) -> None:
         start = _now_ms()
-        release = self._take_permit()
+        permit = self._take_permit()
         entry = req.entry
         try:
             scope_id, ledger_id, entry_id, lac = entry_header(entry)
         except MalformedFrameError:
             # Java takes the ids from bytes 0-15 (the decoder guaranteed 16) and fails later.
             ledger_id, entry_id = req.ledger_id, req.entry_id
-            release()
+            self._release(permit)
             self._send(v2.encode_add_response(v2.EBADREQ, ledger_id, entry_id, req.version))
             return
         version = req.version
 
         def reply(rc: int) -> None:
-            release()
+            self._release(permit)
             self._send(v2.encode_add_response(rc, ledger_id, entry_id, version))
             self.metrics.observe_request("ADD_ENTRY", _now_ms() - start, rc == v2.EOK)
 
@@ -494,10 +491,10 @@ class _Connection(asyncio.Protocol):
         start = _now_ms()
         ledger_id, entry_id, version = req.ledger_id, req.entry_id, req.version
         op = "READ_ENTRY_FENCE_REQUEST" if req.flags & v2.FLAG_DO_FENCING else "READ_ENTRY"
-        release = self._take_permit()
+        permit = self._take_permit()
 
         def reply(rc: int, data: bytes = b"") -> None:
-            release()
+            self._release(permit)
             self._send(v2.encode_read_response(rc, ledger_id, entry_id, data, version))
             self.metrics.observe_request(op, _now_ms() - start, rc == v2.EOK)
 
@@ -546,10 +543,10 @@ class _Connection(asyncio.Protocol):
     def _v2_batch_read(self, req: v2.BatchReadRequest) -> None:
         start = _now_ms()
         ledger_id, first, request_id, version = req.ledger_id, req.start_entry_id, req.request_id, req.version
-        release = self._take_permit()
+        permit = self._take_permit()
 
         def reply(rc: int, entries: list[bytes] | None = None) -> None:
-            release()
+            self._release(permit)
             frame = v2.encode_batch_read_response(rc, ledger_id, first, request_id, entries or (), version)
             self._send(frame)
             self.metrics.observe_request("BATCH_READ_ENTRY", _now_ms() - start, rc == v2.EOK)
@@ -589,15 +586,15 @@ class _Connection(asyncio.Protocol):
     def _v3_add(self, request: pb.Request) -> None:
         start = _now_ms()
         add = request.addRequest
-        release = self._take_permit()
+        permit = self._take_permit()
 
         def reply(status: int) -> None:
-            release()
+            self._release(permit)
             self._send_v3(v3.add_response(request, status))
             self.metrics.observe_request("ADD_ENTRY", _now_ms() - start, status == pb.EOK)
 
         if not self._v3_version_ok(request, lambda s: v3.add_response(request, s)):
-            release()
+            self._release(permit)
             return
         try:
             scope_id, ledger_id, entry_id, lac = entry_header(add.body)
@@ -627,21 +624,21 @@ class _Connection(asyncio.Protocol):
 
     def _v3_read(self, request: pb.Request) -> None:
         read = request.readRequest
-        release = self._take_permit()
+        permit = self._take_permit()
         if not self._v3_version_ok(request, lambda s: v3.read_response(request, s)):
-            release()
+            self._release(permit)
             return
         fencing = read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER
         if not fencing and read.HasField("previousLAC"):
             # Released when the task ends, however it ends (even cancelled before its first step).
-            self._spawn(self._v3_long_poll(request)).add_done_callback(lambda _task: release())
+            self._spawn(self._v3_long_poll(request)).add_done_callback(lambda _task: self._release(permit))
             return
         start = _now_ms()
         scope_id, ledger_id, entry_id = v3.scope_id_of(read), read.ledgerId, read.entryId
         op = "READ_ENTRY_FENCE_REQUEST" if fencing else "READ_ENTRY"
 
         def reply(resp: pb.Response) -> None:
-            release()
+            self._release(permit)
             self._send_v3(resp)
             self.metrics.observe_request(op, _now_ms() - start, resp.status == pb.EOK)
 
@@ -711,17 +708,17 @@ class _Connection(asyncio.Protocol):
     def _v3_batch_read(self, request: pb.Request) -> None:
         start = _now_ms()
         batch = request.batchReadRequest
-        release = self._take_permit()
+        permit = self._take_permit()
 
         def reply(resp: pb.Response) -> None:
-            release()
+            self._release(permit)
             self._send_v3(resp)
             self.metrics.observe_request("BATCH_READ_ENTRY", _now_ms() - start, resp.status == pb.EOK)
             if resp.status == pb.EOK:
                 self.metrics.batch_read_response_size.observe(resp.ByteSize() + 4)
 
         if not self._v3_version_ok(request, lambda s: v3.batch_read_response(request, s)):
-            release()
+            self._release(permit)
             return
         scope_id, ledger_id = v3.scope_id_of(batch), batch.ledgerId
         fencing = batch.HasField("flag") and batch.flag == pb.BatchReadRequest.FENCE_LEDGER
