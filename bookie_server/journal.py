@@ -366,7 +366,6 @@ class Journal:
         paths = [directory] if isinstance(directory, (str, os.PathLike)) else list(directory)
         #: Journal directories; file ``n`` goes to ``directories[n % len(directories)]``.
         self.directories = [Path(d) for d in paths]
-        self.directory = self.directories[0]
         self.sync_data = sync_data
         self.max_file_size = max_file_size
         self._dispatch = dispatch or (lambda fn: fn())
