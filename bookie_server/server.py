@@ -216,11 +216,10 @@ class _Connection(asyncio.Protocol):
         except FrameTooLargeError as exc:
             self._protocol_error(exc)
             return
-        if self.splitter.buffered:
-            if self.partial_since is None:
-                self.partial_since = self.last_activity
-        else:
+        if not self.splitter.buffered:
             self.partial_since = None
+        elif bodies or self.partial_since is None:
+            self.partial_since = self.last_activity  # a new frame started (earlier ones completed)
         if bodies:
             self._backlog.extend(bodies)
             self._drain()
