@@ -10,7 +10,7 @@ from bkspark.protocol import v2, v3
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bookie_server.bookie import Bookie
 from bookie_server.server import BookieServer
-from tests.unit.test_bookie_server import KEY, Conn, make_entry, with_bookie
+from tests.unit.test_bookie_server import DIGEST, KEY, Conn, make_entry, with_bookie
 
 
 def track_max(gate: object) -> list[int]:
@@ -157,3 +157,18 @@ async def test_partial_frame_timeout_counts_per_frame_not_per_stream(bookie: Boo
     assert server.limit_log.hits.get("serverPartialFrameTimeoutMs") == 1
     c.close()
     slow.close()
+
+
+@with_bookie(maxAddsInProgressLimit=1)
+async def test_explicit_lac_writes_and_force_ledger_count_among_adds_in_progress(bookie: Bookie, server: BookieServer) -> None:
+    peak = track_max(server.adds_gate)
+    c = await Conn.open(server.port)
+    assert (await c.v3(v3.add_request(1, 1, 0, KEY, make_entry(1, 0, b"a")))).status == pb.EOK
+    lac_blob = DIGEST.package_lac(1, 0)
+    for txn in range(20):
+        c.send(v3.encode_request(v3.write_lac_request(100 + txn, 1, 0, KEY, lac_blob)))
+        c.send(v3.encode_request(v3.force_ledger_request(200 + txn, 1)))
+    answers = [v3.decode_response(await c.body()) for _ in range(40)]
+    assert all(a.status == pb.EOK for a in answers)
+    assert peak[0] == 1 and server.adds_gate.count == 0
+    c.close()
