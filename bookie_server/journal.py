@@ -338,7 +338,7 @@ class JournalFaults:
     def power_cut(self, dispatched_acks: bool) -> None:
         """Die like a machine losing power (after giving dispatched acks time to reach their clients)."""
         if dispatched_acks:
-            time.sleep(0.5)
+            time.sleep(1.0)
         log.warning("journal test fault: power cut now, unsynced journal bytes are lost")
         os.kill(os.getpid(), signal.SIGKILL)
 
