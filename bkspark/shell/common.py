@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from bkspark.errors import InvalidOptionError
 from bkspark.metadata.store import ZkMetadataStore
+from bkspark.protocol.layout import MetadataServiceUri, parse_metadata_service_uri
 from bkspark.protocol.ledger_name import parse_qualified_name, qualified_name
 
 __all__ = [
@@ -34,6 +35,8 @@ __all__ = [
     "client_conf",
     "read_properties",
     "open_store",
+    "open_zookeeper",
+    "confirm",
     "open_client",
     "Output",
     "Progress",
@@ -247,6 +250,44 @@ def open_store(args: argparse.Namespace) -> Iterator[ZkMetadataStore]:
         yield store
     finally:
         store.close()
+
+
+@contextmanager
+def open_zookeeper(args: argparse.Namespace, uri: str | None = None) -> Iterator[tuple[Any, MetadataServiceUri]]:
+    """A started kazoo client on the cluster's ZooKeeper and the parsed URI, for commands that create or delete
+    the cluster itself (no LAYOUT needed, unlike :func:`open_store`)."""
+    from kazoo.client import KazooClient
+
+    parsed = parse_metadata_service_uri(uri or metadata_service_uri(args))
+    timeout = float(getattr(args, "zk_timeout", 10.0))
+    zk = KazooClient(hosts=parsed.connect_string, timeout=timeout)
+    try:
+        zk.start(timeout=timeout)
+    except Exception:  # kazoo raises a bare timeout
+        zk.close()
+        raise ShellError(f"cannot connect to ZooKeeper at {parsed.connect_string}") from None
+    try:
+        yield zk, parsed
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def confirm(question: str) -> bool:
+    """Ask ``question (Y or N)`` on the terminal until answered, as Java's ``IOUtils.confirmPrompt``.
+
+    Without a terminal there is no one to ask: a :class:`ShellError` says which flag skips the question.
+    """
+    if not sys.stdin.isatty():
+        raise ShellError(
+            f"{question} -- stdin is not a terminal to confirm on; pass -n/--nonInteractive and -f/--force", 2
+        )
+    while True:
+        answer = input(f"{question} (Y or N) ").strip().lower()
+        if answer in ("y", "yes"):
+            return True
+        if answer in ("n", "no"):
+            return False
 
 
 @contextmanager
