@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import base64
 import concurrent.futures
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -34,7 +33,6 @@ from bkspark.errors import (
     BadMetadataError,
     BKError,
     BookieUnavailableError,
-    MalformedFrameError,
     NoSuchLedgerMetadataError,
 )
 from bkspark.metadata.registry import BookieRegistry
@@ -45,7 +43,7 @@ from bkspark.placement.rackaware import (
     RackawareEnsemblePlacementPolicy,
     TopologyAwareEnsemblePlacementPolicy,
 )
-from bkspark.protocol import framing, v3, zk_paths
+from bkspark.protocol import zk_paths
 from bkspark.protocol.layout import LedgerLayout, MetadataServiceUri
 from bkspark.protocol.ledger_metadata import LedgerMetadata
 from bkspark.shell import admin
@@ -403,28 +401,6 @@ def cmd_listbookies(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def _bookie_info(address: tuple[str, int], timeout: float) -> tuple[int, int]:
-    """``(free, total)`` disk bytes from one bookie: a v3 GET_BOOKIE_INFO over a short-lived connection."""
-    request = v3.encode_request(v3.get_bookie_info_request(1))
-    with socket.create_connection(address, timeout=timeout) as sock:
-        sock.settimeout(timeout)
-        sock.sendall(request)
-        splitter = framing.FrameSplitter()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            for body in splitter.feed(chunk):
-                response = v3.decode_response(body)
-                status = v3.response_status(response)
-                if status != 0:
-                    raise BookieUnavailableError("bookie refused GET_BOOKIE_INFO", status=status)
-                info = response.getBookieInfoResponse
-                return info.freeDiskSpace, info.totalDiskCapacity
-    raise BookieUnavailableError("no answer to GET_BOOKIE_INFO", address=f"{address[0]}:{address[1]}")
-
-
 def _human(n: int) -> str:
     value = float(n)
     for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
@@ -437,21 +413,15 @@ def _human(n: int) -> str:
 def cmd_bookieinfo(args: argparse.Namespace, out: Output) -> int:
     """Free and total disk space of every registered bookie, and the cluster's sums."""
     rows: list[dict[str, Any]] = []
-    with open_store(args) as store:
-        registry = BookieRegistry(store.zk, store.root, retry=store.retry)
-        registry.start()
-        try:
-            bookies = sorted(registry.writable_bookies() | registry.readonly_bookies())
-            for bookie in bookies:
-                row: dict[str, Any] = {"bookieId": bookie}
-                try:
-                    free, total = _bookie_info(registry.resolve(bookie), float(args.zk_timeout))
-                    row.update(free=free, total=total)
-                except (OSError, BookieUnavailableError, MalformedFrameError) as exc:
-                    row["error"] = str(exc) or type(exc).__name__
-                rows.append(row)
-        finally:
-            registry.close()
+    with open_client(args) as bk:
+        for bookie in sorted(bk.writable_bookies() | bk.readonly_bookies()):
+            row: dict[str, Any] = {"bookieId": bookie}
+            try:
+                total, free = bk.bookie_info(bookie)  # the client's order: (total, free)
+                row.update(free=free, total=total)
+            except (OSError, TimeoutError, BKError) as exc:
+                row["error"] = str(exc) or type(exc).__name__
+            rows.append(row)
     if not rows:
         raise ShellError("no bookies are registered")
     free_sum = sum(r.get("free", 0) for r in rows)
