@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from bkspark.shell.commands import COMMANDS
 from bkspark.shell.common import Output, ShellError, add_common_options, add_ledger_options
 
 __all__ = ["register", "run", "ShellError"]
@@ -154,4 +153,6 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 def run(args: argparse.Namespace) -> int:
     """Run the chosen shell command; errors propagate to ``bkspark.cli`` for the one-line report."""
+    from bkspark.shell.commands import COMMANDS  # the client and placement: only when a command runs
+
     return COMMANDS[args.shell_command](args, Output(args))

@@ -17,12 +17,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from bkspark.errors import InvalidOptionError
-from bkspark.metadata.store import ZkMetadataStore
 from bkspark.protocol.layout import MetadataServiceUri, parse_metadata_service_uri
 from bkspark.protocol.ledger_name import parse_qualified_name, qualified_name
+
+if TYPE_CHECKING:
+    from bkspark.metadata.store import ZkMetadataStore
 
 __all__ = [
     "ENV_URI",
@@ -243,6 +245,8 @@ def metadata_service_uri(args: argparse.Namespace) -> str:
 @contextmanager
 def open_store(args: argparse.Namespace) -> Iterator[ZkMetadataStore]:
     """A metadata store on the cluster's ZooKeeper (never creates LAYOUT: the shell only looks)."""
+    from bkspark.metadata.store import ZkMetadataStore  # kazoo and the metadata layer: only when a command runs
+
     store = ZkMetadataStore(
         metadata_service_uri(args), session_timeout=float(getattr(args, "zk_timeout", 10.0)), create_layout=False
     )
