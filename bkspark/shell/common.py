@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from bkspark.errors import InvalidOptionError
+from bkspark.properties import parse_properties
 from bkspark.protocol.layout import MetadataServiceUri, parse_metadata_service_uri
 from bkspark.protocol.ledger_name import parse_qualified_name, qualified_name
 
@@ -35,7 +35,6 @@ __all__ = [
     "resolve_ledger",
     "metadata_service_uri",
     "client_conf",
-    "read_properties",
     "open_store",
     "open_zookeeper",
     "confirm",
@@ -177,32 +176,6 @@ def resolve_ledger(args: argparse.Namespace) -> LedgerName:
     return LedgerName(parse_int(raw, "ledger id"), resolve_scope(args))
 
 
-def read_properties(text: str) -> dict[str, str]:
-    """A Java ``.properties`` document (what BookKeeper's ``client.conf`` is) as a dict.
-
-    ``key=value``, ``key: value`` or ``key value``; ``#``/``!`` comment lines; a line
-    ending in an odd number of backslashes continues on the next.  Escapes other
-    than the line continuation are kept as written (configuration values rarely
-    use them, and paths must survive).
-    """
-    props: dict[str, str] = {}
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].lstrip()
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and i < len(lines):
-            line = line[:-1] + lines[i].lstrip()
-            i += 1
-        match = re.match(r"((?:[^\\:=\s]|\\.)+)\s*[:=]?\s*(.*)$", line)
-        if match is None:  # a line of only separators: nothing to keep
-            continue
-        props[match.group(1)] = match.group(2).rstrip()
-    return props
-
-
 def client_conf(args: argparse.Namespace) -> dict[str, str]:
     """Client settings from ``--client-conf FILE`` then every ``--conf KEY=VALUE`` (later ones win).
 
@@ -216,7 +189,7 @@ def client_conf(args: argparse.Namespace) -> dict[str, str]:
         if path:
             try:
                 with open(path, encoding="utf-8") as handle:
-                    conf.update(read_properties(handle.read()))
+                    conf.update(parse_properties(handle.read()))
             except OSError as exc:
                 raise ShellError(f"cannot read client configuration {path}: {exc.strerror or exc}", 2) from None
             except UnicodeDecodeError:

@@ -44,6 +44,8 @@ FLOOR_UNIT_TESTS = [
 ]
 #: A real ZooKeeper, a real Python bookie and the client, with kazoo at its floor.
 FLOOR_INTEGRATION_TESTS = ["tests/integration/test_shell_cluster_admin.py"]
+#: What `pip install` needs of the checkout to build the package.
+PACKAGE_FILES = ("pyproject.toml", "README.md", "bkspark", "bookie_server", "pyspark_bookkeeper")
 #: Test tools at their floors too (the ``test`` extra's own pins, without the Spark ones).
 TEST_TOOLS = ("pytest", "pytest-timeout", "hypothesis")
 
@@ -102,8 +104,17 @@ def floor_env() -> Path:
             done = _run([*pip, *pins])
             assert done.returncode == 0, f"cannot install the floors {pins}: {done.stderr[-3000:]}"
             # The package itself, its dependencies resolved by pip: the floors satisfy them, nothing else comes.
-            done = _run([*pip, str(REPO)], cwd=str(env))
+            # Built from a copy: setuptools writes build/ and *.egg-info next to the sources it builds.
+            source = env / "source"
+            source.mkdir()
+            for name in PACKAGE_FILES:
+                if (REPO / name).is_dir():
+                    shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    shutil.copy2(REPO / name, source / name)
+            done = _run([*pip, str(source)], cwd=str(env))
             assert done.returncode == 0, f"pip install bkspark failed: {done.stderr[-3000:]}"
+            shutil.rmtree(source)
             (env / ".ok").write_text("\n".join(pins) + "\n")
     return env
 
