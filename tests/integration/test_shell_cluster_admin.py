@@ -141,3 +141,52 @@ def test_init_format_and_nuke_a_cluster_and_format_its_bookie(
             bookie.process.terminate()
         zk.stop()
         zk.close()
+
+
+def test_each_command_can_be_run_again_from_where_a_crash_left_it(
+    zookeeper: ZooKeeperServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The commands do not retry; a crash between their steps leaves a state that the same (or the next)
+    command completes."""
+    root = f"/bk-shell-admin-{next(_roots)}"
+    uri = f"zk+hierarchical://{zookeeper.connect_string}{root}"
+    zk = zookeeper.client()
+    try:
+        # initnewcluster stopped after its multi, before LAYOUT: it refuses the root; metaformat completes it.
+        for node in (root, f"{root}/available", f"{root}/available/readonly"):
+            zk.create(node, b"")
+        zk.create(f"{root}/INSTANCEID", b"old")
+        code, _, err = shell(capsys, uri, "initnewcluster")
+        assert code == 1 and "already exists" in err
+        assert shell_json(capsys, uri, "metaformat", "-n", "-f")["existed"]
+        assert tree(zk, root) == ["/", "/INSTANCEID", "/LAYOUT", "/available", "/available/readonly"]
+
+        # metaformat stopped after deleting the ledgers and LAYOUT, before the cookies and INSTANCEID: run again.
+        zk.create(f"{root}/cookies/127.0.0.1:3181", b"cookie", makepath=True)
+        zk.create(f"{root}/00/0000/L0001", b"", makepath=True)
+        zk.delete(f"{root}/00", recursive=True)
+        zk.delete(f"{root}/LAYOUT")
+        again = shell_json(capsys, uri, "metaformat", "-n", "-f")
+        assert zk.get(f"{root}/INSTANCEID")[0].decode() == again["instanceId"]
+        assert zk.exists(f"{root}/cookies") is None and zk.exists(f"{root}/LAYOUT") is not None
+
+        # nukeexistingcluster stopped half-way (ledger trees and LAYOUT gone, the rest left): run again.
+        zk.create(f"{root}/scopes/0000", b"", makepath=True)
+        zk.delete(f"{root}/scopes", recursive=True)
+        zk.delete(f"{root}/LAYOUT")
+        assert shell_json(capsys, uri, "nukeexistingcluster", "-p", root, "-f")["nuked"]
+        assert zk.exists(root) is None
+
+        # bookieformat on directories that a crash left half-emptied, or never created.
+        conf = tmp_path / "bookie.conf"
+        journal, ledgers = tmp_path / "j", tmp_path / "l"
+        conf.write_text(f"journalDirectories={journal}\nledgerDirectories={ledgers}\nbookiePort=3181\n")
+        journal.mkdir()
+        (journal / "current").mkdir()
+        (journal / "current" / "left-over").write_bytes(b"x")
+        done = shell_json(capsys, uri, "bookieformat", "--bookie-conf", str(conf), "-n", "-f")
+        assert done["cookieDeleted"] is False
+        assert journal.is_dir() and not any(journal.iterdir()) and ledgers.is_dir() and not any(ledgers.iterdir())
+    finally:
+        zk.stop()
+        zk.close()
