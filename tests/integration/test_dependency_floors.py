@@ -8,8 +8,9 @@ codecs, storage and bookie, and a real ZooKeeper + Python bookie test);
 the connector's modules import without PySpark and say which extra is
 missing.  The env is built once per set of floors and kept in
 ``$BKSPARK_CACHE/floor-venv`` (the first build needs the package index);
-later runs only run the tests.  The newest set is what ``make venv`` resolves,
-and the whole suite runs on it.
+later runs only run the tests.  The connector's floor (pyarrow; PySpark's is
+what ``make venv`` installs) runs the connector's unit tests.  The newest set
+is what ``make venv`` resolves, and the whole suite runs on it.
 """
 
 from __future__ import annotations
@@ -146,6 +147,45 @@ print(json.dumps(out))
     assert "pip install 'bkspark[spark]'" in seen["error"]
     script = _floor(floor_env, "shell", "--help", program="bkspark")  # the console script pip installed
     assert script.returncode == 0 and "initnewcluster" in script.stdout, script.stderr
+
+
+#: The connector's unit tests (Arrow batches, options, clients), run with pyarrow at its floor.
+CONNECTOR_UNIT_TESTS = [
+    "tests/unit/test_connector_runtime.py",
+    "tests/unit/test_connector_options.py",
+    "tests/unit/test_connector_clients.py",
+]
+
+
+def spark_floor(project: dict, name: str) -> str:  # type: ignore[type-arg]
+    """The floor version of ``name`` in the ``spark`` extra."""
+    for requirement in project["optional-dependencies"]["spark"]:
+        match = re.fullmatch(rf"\s*{re.escape(name)}\s*>=\s*([0-9][0-9A-Za-z.]*)\s*(,.*)?", requirement)
+        if match:
+            return match.group(1)
+    raise AssertionError(f"pyproject.toml: no '{name}>=' floor in the spark extra")
+
+
+def test_the_connector_passes_with_pyarrow_at_its_floor() -> None:
+    """pyarrow at the spark extra's floor, over this env's PySpark (whose floor is what `make venv` installs)."""
+    floor = spark_floor(_pyproject()["project"], "pyarrow")
+    base = cache_dir() / "floor-venv"
+    target = base / f"pyarrow-{floor}"
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / ".ok").exists():
+            shutil.rmtree(target, ignore_errors=True)
+            done = _run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                         "--target", str(target), f"pyarrow=={floor}"])
+            assert done.returncode == 0, f"cannot install pyarrow=={floor}: {done.stderr[-3000:]}"
+            (target / ".ok").write_text(floor + "\n")
+    environ = {**os.environ, "PYTHONPATH": f"{target}{os.pathsep}{REPO}", "BKSPARK_CACHE": str(cache_dir())}
+    seen = _run([sys.executable, "-c", "import pyarrow; print(pyarrow.__version__)"], env=environ)
+    assert seen.stdout.strip().split(".")[: len(floor.split("."))] == floor.split("."), seen.stderr
+    result = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *CONNECTOR_UNIT_TESTS],
+                  cwd=str(REPO), env=environ)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
 
 
 def test_client_bookie_and_shell_tests_pass_on_the_floors(floor_env: Path) -> None:
