@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bkspark.protocol.cookie import Cookie
+from bookie_server.registration import write_dir_cookie
+
 
 def _bookie_server(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     argv = [
@@ -28,26 +31,10 @@ def _assert_one_plain_error_line(result: subprocess.CompletedProcess[str], *frag
 
 
 def test_a_cookie_mismatch_is_one_line(tmp_path: Path) -> None:
-    # The first bookie stamps the directories with its cookie; start it once with SIGTERM after start-up.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    first = subprocess.Popen(
-        [sys.executable, "-m", "bookie_server", "--journalDirectories", str(tmp_path / "j"),
-         "--ledgerDirectories", str(tmp_path / "l"), "--bookieId", "bookie-a", "--bookiePort", str(port),
-         "-D", "bindAddress=127.0.0.1", "-D", "journalSyncData=false"],
-        stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        assert first.stderr is not None
-        for line in first.stderr:  # until it says it started
-            if "bookie started" in line:
-                break
-        else:
-            raise AssertionError("the first bookie never started")
-    finally:
-        first.terminate()
-        first.wait(60)
+    # The directories carry the cookie of another bookie (bookie-a), as if it had run there.
+    cookie = Cookie.generate("bookie-a", [str(tmp_path / "j")], [str(tmp_path / "l")])
+    for directory in (tmp_path / "j", tmp_path / "l"):
+        write_dir_cookie(directory, cookie)
     result = _bookie_server(tmp_path, "--bookieId", "bookie-b", "--bookiePort", "0")
     _assert_one_plain_error_line(result, "bookie-b")
 
