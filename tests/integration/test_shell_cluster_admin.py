@@ -4,33 +4,20 @@ real Python bookie: a Python-only user creates, formats and deletes a cluster as
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bkspark import cli
 from bkspark.client import BookKeeper
 from bkspark.errors import NoSuchLedgerError, NoSuchLedgerMetadataError
 from tests.harness.python_bookie import PythonBookie
 from tests.harness.zookeeper import ZooKeeperServer
+from tests.integration.test_shell_java import shell, shell_json  # `bkspark shell` in-process: (code, out, err)
 
 pytestmark = pytest.mark.integration
 
 _roots = itertools.count(1)
-
-
-def shell(capsys: pytest.CaptureFixture[str], uri: str, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(["shell", "--metadata-service-uri", uri, *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def shell_json(capsys: pytest.CaptureFixture[str], uri: str, *argv: str) -> Any:
-    code, out, err = shell(capsys, uri, "--json", *argv)
-    assert code == 0, err
-    return json.loads(out)
 
 
 def tree(zk: Any, root: str) -> list[str]:
