@@ -1,4 +1,4 @@
-"""The ``bkspark`` console script: a dispatcher over subcommands (``shell``, ``auditor``, later ``cluster``).
+"""The ``bkspark`` console script: a dispatcher over subcommands (``shell``, ``auditor``, ``cluster``).
 
 Each subcommand registers itself through a function in :data:`REGISTRARS`
 (``register(subparsers)``, setting ``handler`` on its parser); ``main`` parses,
