@@ -44,7 +44,9 @@ FLOOR_UNIT_TESTS = [
     "tests/unit/test_bookie_app.py",
 ]
 #: A real ZooKeeper, a real Python bookie and the client, with kazoo at its floor.
-FLOOR_INTEGRATION_TESTS = ["tests/integration/test_shell_cluster_admin.py"]
+FLOOR_INTEGRATION_TESTS = [
+    "tests/integration/test_shell_cluster_admin.py::test_init_format_and_nuke_a_cluster_and_format_its_bookie"
+]
 #: What `pip install` needs of the checkout to build the package.
 PACKAGE_FILES = ("pyproject.toml", "README.md", "bkspark", "bookie_server", "pyspark_bookkeeper")
 #: Test tools at their floors too (the ``test`` extra's own pins, without the Spark ones).
