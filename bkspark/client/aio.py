@@ -57,7 +57,7 @@ from bkspark.protocol.service_info import SCOPE_IDS_EXTENSION
 from bkspark.protocol.values import INT64_MAX, check_int
 from bkspark.retry import METADATA_CAS_RETRY
 
-__all__ = ["AsyncBookKeeper", "AsyncLedgerHandle", "AsyncReadHandle", "check_payload", "check_password"]
+__all__ = ["AsyncBookKeeper", "AsyncLedgerHandle", "AsyncReadHandle", "HandleIdentity", "check_payload", "check_password"]
 
 log = logging.getLogger(__name__)
 
@@ -429,8 +429,8 @@ class AsyncBookKeeper:
         return self.registry.readonly_bookies()
 
 
-class _LedgerIdentity:
-    """The (scope id, ledger id) of a handle, from its ``LedgerRef``."""
+class HandleIdentity:
+    """The (scope id, ledger id) of a handle, from its ``LedgerRef`` (async and blocking handles alike)."""
 
     ref: LedgerRef
 
@@ -443,7 +443,7 @@ class _LedgerIdentity:
         return self.ref.scope_id
 
 
-class AsyncLedgerHandle(_LedgerIdentity):
+class AsyncLedgerHandle(HandleIdentity):
     """Write handle of a ledger this client created (appends in order, then close); loop thread only."""
 
     def __init__(self, bk: AsyncBookKeeper, ref: LedgerRef, writer: LedgerWriter) -> None:
@@ -530,7 +530,7 @@ class AsyncLedgerHandle(_LedgerIdentity):
         await self.close()
 
 
-class AsyncReadHandle(_LedgerIdentity):
+class AsyncReadHandle(HandleIdentity):
     """Read handle of an opened ledger; loop thread only."""
 
     def __init__(

@@ -26,7 +26,7 @@ import time
 from functools import partial
 from typing import Any, Awaitable, Callable, Iterator, Mapping, TypeVar
 
-from bkspark.client.aio import AsyncBookKeeper, AsyncLedgerHandle, AsyncReadHandle, check_payload
+from bkspark.client.aio import AsyncBookKeeper, AsyncLedgerHandle, AsyncReadHandle, HandleIdentity, check_payload
 from bkspark.client.conf import ClientConf
 from bkspark.client.reader import LedgerEntry
 from bkspark.client.services import ClientServices
@@ -361,7 +361,7 @@ class AppendFuture:
         return f"<AppendFuture {_STATE_NAMES[self._state]}>"
 
 
-class LedgerHandle:
+class LedgerHandle(HandleIdentity):
     """Write handle of a ledger this client created (appends in order, then close); any thread.
 
     Wraps an :class:`AsyncLedgerHandle` (:attr:`aio`) that lives on the client's loop.
@@ -370,6 +370,7 @@ class LedgerHandle:
     def __init__(self, bk: BookKeeper, handle: AsyncLedgerHandle) -> None:
         self._bk = bk
         self.aio = handle
+        self.ref = handle.ref
         self._writer = handle.writer
         self._max_pending = bk.conf.maxPendingAdds
         self._in_flight = 0
@@ -381,14 +382,6 @@ class LedgerHandle:
         self._inbox_scheduled = False
         #: Shared by every future of this handle (see AppendFuture).
         self._futures_cond = threading.Condition()
-
-    @property
-    def ledger_id(self) -> int:
-        return self.aio.ledger_id
-
-    @property
-    def scope_id(self) -> int:
-        return self.aio.scope_id
 
     @property
     def last_add_confirmed(self) -> int:
@@ -507,20 +500,13 @@ class LedgerHandle:
         self.close()
 
 
-class ReadHandle:
+class ReadHandle(HandleIdentity):
     """Read handle of an opened ledger; any thread.  Wraps an :class:`AsyncReadHandle` (:attr:`aio`)."""
 
     def __init__(self, bk: BookKeeper, handle: AsyncReadHandle) -> None:
         self._bk = bk
         self.aio = handle
-
-    @property
-    def ledger_id(self) -> int:
-        return self.aio.ledger_id
-
-    @property
-    def scope_id(self) -> int:
-        return self.aio.scope_id
+        self.ref = handle.ref
 
     @property
     def metadata(self) -> LedgerMetadata:

@@ -66,6 +66,16 @@ class BookieOps:
 
         asyncio.ensure_future(connect_then_send())
 
+    def _send_v2(
+        self, bookie_id: str, key: tuple[int, ...], frame: bytes, timeout: float, callback: Callback, arg: Any
+    ) -> None:
+        """The v2 hot path: straight to the open connection (one table insert, one buffered write)."""
+        conn = self.pool.ready(bookie_id, V2)
+        if conn is not None:
+            conn.send_v2(key, frame, timeout, callback, arg)
+            return
+        self._with_conn(bookie_id, V2, lambda c: c.send_v2(key, frame, timeout, callback, arg), callback, arg)
+
     async def _request(
         self,
         bookie_id: str,
@@ -116,14 +126,7 @@ class BookieOps:
         """
         if self.use_v2 and scope_id == 0:
             frame = v2_frame if v2_frame is not None else self.encode_v2_add(master_key, entry, flags)
-            key = add_key(ledger_id, entry_id)
-            conn = self.pool.ready(bookie_id, V2)
-            if conn is not None:
-                conn.send_v2(key, frame, self.add_timeout, callback, arg)
-                return
-            self._with_conn(
-                bookie_id, V2, lambda c: c.send_v2(key, frame, self.add_timeout, callback, arg), callback, arg
-            )
+            self._send_v2(bookie_id, add_key(ledger_id, entry_id), frame, self.add_timeout, callback, arg)
             return
 
         def send(conn: BookieConnection) -> None:
@@ -157,14 +160,7 @@ class BookieOps:
         key_for_fence = master_key if flags & FLAG_DO_FENCING else None
         if self.use_v2 and scope_id == 0:
             frame = v2.encode_read_request(ledger_id, entry_id, flags, key_for_fence)
-            key = read_key(ledger_id, entry_id)
-            conn = self.pool.ready(bookie_id, V2)
-            if conn is not None:
-                conn.send_v2(key, frame, self.read_timeout, callback, arg)
-                return
-            self._with_conn(
-                bookie_id, V2, lambda c: c.send_v2(key, frame, self.read_timeout, callback, arg), callback, arg
-            )
+            self._send_v2(bookie_id, read_key(ledger_id, entry_id), frame, self.read_timeout, callback, arg)
             return
 
         def send(conn: BookieConnection) -> None:

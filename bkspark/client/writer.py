@@ -210,6 +210,8 @@ class LedgerWriter:
             else:
                 self.error = error  # nothing pending: every later append fails with it
             return
+        if self.closed:
+            return  # a late failure of a closed ledger's bookie: nothing will be written there again
         # A failure after the entry was acknowledged still replaces the bookie (Java
         # remembers it and changes ensemble on the next add): later entries need it.
         log.info("ledger %s: bookie %s failed entry %s: %s", self.ref.ledger_id, bookie, op.entry_id, error)
