@@ -400,8 +400,13 @@ class AsyncBookKeeper:
         self._check_usable()
         return self.services.in_thread(lambda: list(self.store.list_ledgers(scope)))
 
-    async def get_ledger_metadata(self, ledger_id: int, scope_id: int = 0) -> LedgerMetadata:
+    def get_ledger_metadata(self, ledger_id: int, scope_id: int = 0) -> Awaitable[LedgerMetadata]:
         """The ledger's current metadata."""
+        lid, scope = _check_ledger_id(ledger_id), _check_scope_id(scope_id)
+        self._check_usable()
+        return self._metadata(lid, scope)
+
+    async def _metadata(self, ledger_id: int, scope_id: int) -> LedgerMetadata:
         versioned = await self.services.in_thread(self.store.read_ledger_metadata, ledger_id, scope_id)
         return versioned.metadata  # type: ignore[no-any-return]
 

@@ -36,13 +36,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from bkspark.protocol.values import INT64_MAX, INT64_MIN
-from bkspark.errors import (
-    BadLedgerContextError,
-    InvalidOptionError,
-    LedgerClosedError,
-    MetadataVersionError,
-    NoSuchLedgerMetadataError,
-)
+from bkspark.errors import BadLedgerContextError, InvalidOptionError
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 
 __all__ = [
