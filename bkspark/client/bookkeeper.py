@@ -87,7 +87,9 @@ class BookKeeper:
             if asyncio.iscoroutine(coro):
                 coro.close()
             raise IllegalOpError("blocking client call from the client's own event loop")
-        return asyncio.run_coroutine_threadsafe(_awaited(coro), self._loop).result(timeout)
+        if not asyncio.iscoroutine(coro):
+            coro = _awaited(coro)  # a future or another awaitable: run_coroutine_threadsafe wants a coroutine
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def _call_soon(self, fn: Callable[[], None]) -> None:
         self._loop.call_soon_threadsafe(fn)
