@@ -62,9 +62,15 @@ def test_quorum_and_custom_metadata_checks() -> None:
     assert check_custom_metadata(None) == {} and check_custom_metadata({"k": bytearray(b"v")}) == {"k": b"v"}
     with pytest.raises(TypeError):
         check_custom_metadata({"b:1"})
-    policy = RandomEnsemblePlacementPolicy().initialize({})
-    with pytest.raises(TypeError):
-        policy.new_ensemble(3, "2", 2)  # type: ignore[arg-type]
+    from bkspark.placement.rackaware import RackawareEnsemblePlacementPolicy
+
+    for policy in (RandomEnsemblePlacementPolicy().initialize({}), RackawareEnsemblePlacementPolicy().initialize({})):
+        policy.on_cluster_changed({"a:1", "b:1", "c:1"}, set())
+        with pytest.raises(TypeError, match="custom_metadata"):
+            policy.new_ensemble(3, 2, 2, {"a:1"})  # type: ignore[arg-type]  # a set taken for custom metadata
+        with pytest.raises(TypeError):
+            policy.new_ensemble(3, "2", 2)  # type: ignore[arg-type]
+        assert sorted(policy.new_ensemble(3, 2, 2, {"app": b"x"}, exclude=frozenset())) == ["a:1", "b:1", "c:1"]
 
 
 def test_async_client_start_needs_a_reachable_zookeeper() -> None:
