@@ -36,16 +36,12 @@ from bkspark.metadata.store import ZkMetadataStore
 from bkspark.placement.base import EnsemblePlacementPolicy
 from bkspark.protocol.digest import DigestType
 from bkspark.protocol.ledger_metadata import LedgerMetadata
-from bkspark.protocol.service_info import SCOPE_IDS_EXTENSION
 
-__all__ = ["BookKeeper", "LedgerHandle", "ReadHandle", "LedgerEntry", "AppendFuture", "SCOPE_EXTENSION"]
+__all__ = ["BookKeeper", "LedgerHandle", "ReadHandle", "LedgerEntry", "AppendFuture"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-#: The ``bkspark.extensions`` value a bookie advertises when it stores scope ids != 0.
-SCOPE_EXTENSION = SCOPE_IDS_EXTENSION
 
 
 class BookKeeper:
