@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import abc
 import enum
+import functools
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from bkspark.errors import InvalidOptionError, NotEnoughBookiesError
+from bkspark.protocol.ledger_metadata import check_custom_metadata
+from bkspark.protocol.values import parse_bool
 
 __all__ = [
     "EnsemblePlacementPolicy",
@@ -86,24 +89,12 @@ def conf_float(conf: Mapping[str, Any], key: str, default: float) -> float:
         raise InvalidOptionError("expected a number", key=key, value=value) from None
 
 
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off", ""}
-
-
 def conf_bool(conf: Mapping[str, Any], key: str, default: bool) -> bool:
     """A boolean option; accepts Java's ``true``/``false`` spelling as strings."""
     value = conf_get(conf, key, default)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return value != 0
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE:
-            return False
-    raise InvalidOptionError("expected true or false", key=key, value=value)
+    if isinstance(value, str) and not value.strip():
+        return False  # an empty value in a properties file reads as false, as Java's getBoolean does
+    return parse_bool(value, key)
 
 
 def conf_str(conf: Mapping[str, Any], key: str, default: str | None = None) -> str | None:
@@ -130,7 +121,15 @@ def conf_list(conf: Mapping[str, Any], key: str, sep: str = ";") -> list[str]:
 
 
 def check_quorums(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:
-    """Reject E/Qw/Qa combinations no policy can honour (E >= Qw >= Qa >= 1)."""
+    """Reject E/Qw/Qa combinations no policy can honour (E >= Qw >= Qa >= 1): the one quorum check.
+
+    A non-int (or a bool) is a ``TypeError``, a bad combination an :class:`InvalidOptionError`.
+    """
+    for name, value in (
+        ("ensemble_size", ensemble_size), ("write_quorum_size", write_quorum_size), ("ack_quorum_size", ack_quorum_size)
+    ):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if not (ensemble_size >= write_quorum_size >= ack_quorum_size >= 1):
         raise InvalidOptionError(
             "need ensemble_size >= write_quorum_size >= ack_quorum_size >= 1",
@@ -234,6 +233,35 @@ class EnsemblePlacementPolicy(abc.ABC):
 
     #: The Java class a BookKeeper client would configure for the same behaviour.
     java_class_name: str = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every policy's ``new_ensemble`` checks its arguments first, here, once for all policies.
+
+        A set or a list given as ``custom_metadata`` (say ``new_ensemble(3, 2, 2, {bookie})``) is a
+        ``TypeError``, not custom metadata; quorum sizes go through :func:`check_quorums`.
+        """
+        super().__init_subclass__(**kwargs)
+        impl = cls.__dict__.get("new_ensemble")
+        if impl is None or getattr(impl, "__isabstractmethod__", False) or getattr(impl, "_checks_arguments", False):
+            return
+
+        @functools.wraps(impl)
+        def new_ensemble(
+            self: "EnsemblePlacementPolicy",
+            ensemble_size: int,
+            write_quorum_size: int,
+            ack_quorum_size: int,
+            custom_metadata: Mapping[str, bytes] | None = None,
+            exclude: Collection[str] = frozenset(),
+        ) -> list[str]:
+            check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
+            check_custom_metadata(custom_metadata)
+            if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Collection):
+                raise TypeError(f"exclude must be a collection of bookie ids, not {type(exclude).__name__}")
+            return impl(self, ensemble_size, write_quorum_size, ack_quorum_size, custom_metadata, exclude)  # type: ignore[no-any-return]
+
+        new_ensemble._checks_arguments = True  # type: ignore[attr-defined]
+        cls.new_ensemble = new_ensemble  # type: ignore[method-assign]
 
     def __init__(self) -> None:
         self.conf: Mapping[str, Any] = {}
