@@ -11,8 +11,9 @@ A plan is ``<point>=<action>[,<point>=<action>...]``; an action is
 
 - ``connection-loss``: raise kazoo's ``ConnectionLoss`` (what a ZooKeeper call raises when the link drops);
 - ``delete-refused``: raise :class:`~bkspark.errors.BookieIOError` (a ledger delete the cluster refused);
-- ``kill``: SIGKILL this process's whole process group (a driver that dies at once: run the job in a session
-  of its own, ``start_new_session=True``).
+- ``kill``: SIGKILL every process of this process's session (Linux), itself last: the whole driver dies at
+  once (JVM, Python planners and workers; PySpark's worker daemon has a process group of its own, but not a
+  session).  Run the job in a session of its own (``start_new_session=True``).
 
 ``<action>*<n>`` fires only the first n times.  With a plan file, that count is kept in ``<file>.fired``
 (shared by every process reading the plan); in-process plans count per :func:`injected` block.
@@ -121,7 +122,7 @@ def fault_point(point: str) -> None:
     if not _should_fire(point, times, plan_file):
         return
     if action == "kill":
-        os.killpg(os.getpgrp(), signal.SIGKILL)
+        _kill_session()
     if action == "connection-loss":
         from kazoo.exceptions import ConnectionLoss
 
@@ -129,6 +130,23 @@ def fault_point(point: str) -> None:
     from bkspark.errors import BookieIOError
 
     raise BookieIOError(f"injected at {point}: the delete was refused")
+
+
+def _kill_session() -> None:
+    """SIGKILL every process whose session is ours (from /proc), then ourselves."""
+    session = os.getsid(0)
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) == session:  # after the command: state, ppid, pgrp, session
+                os.kill(int(entry), signal.SIGKILL)
+        except (OSError, IndexError, ValueError):
+            continue
+    os.kill(me, signal.SIGKILL)
 
 
 @contextmanager

@@ -37,7 +37,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p = command("listorphaned", "list the orphaned ledgers the last audit recorded")
     p.add_argument(
         "--printorphanreason", "-printorphanreason", action="store_true",
-        help="print each reason: LEDGER DELETE_OVERDUE <delete time, s> or LEDGER BROKEN_PARENT_REF <parent>",
+        help="print each reason: LEDGER DELETE_OVERDUE <delete time, s>, LEDGER BROKEN_PARENT_REF <parent> "
+        "or LEDGER DATASET_LEFTOVER <parent>",
     )
     add_ledger_options(p, scope_only=True)
 

@@ -552,3 +552,81 @@ def test_a_dataset_of_the_old_single_znode_manifest_reads_and_migrates_on_the_ne
 def test_every_fault_point_is_named_by_a_test() -> None:
     named = {p for p, _ in COMMIT_FAULTS} | set(ABORT_FAULTS) | set(KILL_POINTS) | {"ledger.delete", "job.begun"}
     assert named == set(FAULT_POINTS)
+
+
+# -- 100,000 ledgers ----------------------------------------------------------------------------------------------
+
+BIG = 100_000
+
+
+def publish_ids(registry: DatasetRegistry, dataset: str, ledgers: list[tuple[int, int]], *, replace_all: bool) -> None:
+    """Publish ``ledgers`` as a job of their own would (job record, multi, forget)."""
+    import uuid
+
+    from bkspark.datasource.datasets import CommitKey, JobRecord
+
+    job_id = uuid.uuid4().hex
+    registry.begin_job(job_id, JobRecord(JobState.WRITING, dataset))
+    result = registry.publish(dataset, ledgers, replace_all=replace_all, job_id=job_id, key=CommitKey(job_id))
+    assert not result.already
+    registry.forget_job(job_id)
+
+
+def test_a_dataset_of_100000_ledgers_commits_lists_and_appends(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """Past ZooKeeper's 1 MB znode limit: the manifest is sharded, its root stays small, appends stay cheap.
+
+    The 100,000 ledgers are ids published without ledgers behind them (commit and list need only the manifest;
+    test_connector_commit_big.py plans 100,000 real ledger metadata, marked ``fault``); a real Spark-style job
+    then appends real rows on top and reads them back through the manifest.
+    """
+    dataset = "big"
+    ids = [(0, 50_000_000 + i) for i in range(BIG)]
+    for start in range(0, BIG, 25_000):  # four jobs of 25,000 ledgers each
+        publish_ids(registry, dataset, ids[start : start + 25_000], replace_all=False)
+    root = registry.root(dataset)
+    assert root is not None and root.ledger_count == BIG
+    data, _ = bk.store.zk.get(registry.dataset_path(dataset))
+    assert len(data) < 10_000  # the root names shards, not ledgers
+    for ref in root.shards:
+        shard, _ = bk.store.zk.get(f"{registry.shards_path(dataset)}/{ref.shard_id}")
+        assert len(shard) < 1_000_000
+    assert len(root.shards) <= 2 * BIG // 10_000 + 1
+    manifest = registry.manifest(dataset)
+    assert manifest is not None and manifest.ledgers == tuple(ids)
+    # A single job's 100,000 ledgers in one commit (shards written before the one multi).
+    publish_ids(registry, "big-one-job", ids, replace_all=True)
+    assert registry.manifest("big-one-job").ledgers == tuple(ids)  # type: ignore[union-attr]
+    # Appends on top only rewrite the last shard, whose content moves into a new one.
+    writer = new_writer(uri, dataset, overwrite=False)
+    assert spark_commit(writer, run_job(writer, [rows("tail", 3)])) == "committed"
+    after = registry.root(dataset)
+    assert after is not None and after.ledger_count == BIG + 1
+    assert after.shards[:-1] == root.shards[: len(after.shards) - 1]
+    manifest = registry.manifest(dataset)
+    assert manifest is not None and manifest.ledgers[:BIG] == tuple(ids)
+    new_ledger = manifest.ledgers[-1]
+    got = []
+    reader = BookKeeperReader(parse_read_options({"metadataserviceuri": uri, "ledgers": str(new_ledger[1])}))
+    for part in reader.partitions():
+        for batch in reader.read(part):
+            got.extend(batch.column("payload").to_pylist())
+    assert sorted(got) == rows("tail", 3)
+    assert jobs_of(registry, dataset) == [] and root.retired == ()
+
+
+def test_a_fault_right_after_the_job_began_leaves_a_record_recoverjobs_removes(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Transition (none) -> WRITING, then the driver fails before any task: only the job's record is left."""
+    dataset = "begun"
+    old = seed(uri, dataset)
+    with injected("job.begun=connection-loss"), pytest.raises(Exception, match="job.begun"):
+        new_writer(uri, dataset, overwrite=True)
+    (job,) = jobs_of(registry, dataset)
+    assert registry.job(job).state is JobState.WRITING  # type: ignore[union-attr]
+    out = recoverjobs(uri, capsys)
+    assert f"{job} stale writing job aborted" in out
+    assert_clean(bk, registry, dataset)
+    assert read_rows(uri, dataset) == old
