@@ -52,13 +52,20 @@ ROOT = "/bk-connector-commit"
 
 @pytest.fixture(scope="module")
 def py_cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonBookieCluster]:
+    yield from two_bookies(zookeeper, tmp_path_factory, ROOT)
+
+
+def two_bookies(
+    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory, root: str
+) -> Iterator[PythonBookieCluster]:
+    """Two Python bookies on a cluster root of their own (the commit tests' cluster)."""
     zk = zookeeper.client()
     try:
-        init_new_cluster(zk, ROOT)
+        init_new_cluster(zk, root)
     finally:
         zk.stop()
         zk.close()
-    uri = f"zk+hierarchical://{zookeeper.connect_string}{ROOT}"
+    uri = f"zk+hierarchical://{zookeeper.connect_string}{root}"
     with PythonBookieCluster(uri, tmp_path_factory.mktemp("commit-bookies"), bookies=2) as cluster:
         yield cluster
 
@@ -415,17 +422,8 @@ def test_the_driver_killed_after_each_step_leaves_old_or_new_rows_and_the_next_j
 # -- concurrency ---------------------------------------------------------------------------------------------------
 
 
-def test_concurrent_appends_all_commit_and_keep_each_others_ledgers(
-    uri: str, bk: BookKeeper, registry: DatasetRegistry
-) -> None:
-    dataset = "concurrent-appends"
-    writers = [new_writer(uri, dataset, overwrite=False) for _ in range(4)]
-    expected: list[bytes] = []
-    jobs = []
-    for i, writer in enumerate(writers):
-        data = rows(f"job{i}", 3)
-        expected += data
-        jobs.append((writer, run_job(writer, [data[:1], data[1:]])))
+def commit_at_once(jobs: list[tuple[BookKeeperWriter, list[Any]]]) -> list[str]:
+    """Every job's commit from a thread of its own, released together by a barrier; their outcomes."""
     barrier = threading.Barrier(len(jobs))
     outcomes: list[str] = []
 
@@ -438,7 +436,21 @@ def test_concurrent_appends_all_commit_and_keep_each_others_ledgers(
         t.start()
     for t in threads:
         t.join(120)
-    assert outcomes == ["committed"] * 4
+    return outcomes
+
+
+def test_concurrent_appends_all_commit_and_keep_each_others_ledgers(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    dataset = "concurrent-appends"
+    writers = [new_writer(uri, dataset, overwrite=False) for _ in range(4)]
+    expected: list[bytes] = []
+    jobs = []
+    for i, writer in enumerate(writers):
+        data = rows(f"job{i}", 3)
+        expected += data
+        jobs.append((writer, run_job(writer, [data[:1], data[1:]])))
+    assert commit_at_once(jobs) == ["committed"] * 4
     assert read_rows(uri, dataset) == sorted(expected)
     assert registry.root(dataset).generation == 4  # type: ignore[union-attr]
     assert_clean(bk, registry, dataset)
@@ -452,19 +464,7 @@ def test_concurrent_overwrites_exactly_one_wins_cleanly(uri: str, bk: BookKeeper
     for i in range(3):
         writer = new_writer(uri, dataset, overwrite=True)
         jobs.append((writer, run_job(writer, [rows(f"job{i}", 2), rows(f"job{i}-b", 2)])))
-    barrier = threading.Barrier(len(jobs))
-    outcomes: list[str] = []
-
-    def commit(writer: BookKeeperWriter, messages: list[Any]) -> None:
-        barrier.wait()
-        outcomes.append(spark_commit(writer, messages))
-
-    threads = [threading.Thread(target=commit, args=job) for job in jobs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert outcomes == ["committed"] * 3
+    assert commit_at_once(jobs) == ["committed"] * 3
     got = read_rows(uri, dataset)
     candidates = [sorted(rows(f"job{i}", 2) + rows(f"job{i}-b", 2)) for i in range(3)]
     assert got in candidates and got != old

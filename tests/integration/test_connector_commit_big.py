@@ -24,7 +24,8 @@ from bkspark.datasource.reader import BookKeeperReader
 from bkspark.protocol import ledger_metadata as md_codec
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from tests.harness.python_bookie import PythonBookieCluster
-from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
+from tests.harness.zookeeper import ZooKeeperServer
+from tests.integration.test_connector_commit import two_bookies
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
@@ -35,15 +36,7 @@ FIRST_ID = 7_000_000
 
 @pytest.fixture(scope="module")
 def py_cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonBookieCluster]:
-    zk = zookeeper.client()
-    try:
-        init_new_cluster(zk, ROOT)
-    finally:
-        zk.stop()
-        zk.close()
-    uri = f"zk+hierarchical://{zookeeper.connect_string}{ROOT}"
-    with PythonBookieCluster(uri, tmp_path_factory.mktemp("big-bookies"), bookies=2) as cluster:
-        yield cluster
+    yield from two_bookies(zookeeper, tmp_path_factory, ROOT)
 
 
 def create_metadata(bk: BookKeeper, ids: list[int]) -> None:

@@ -23,10 +23,9 @@ from bkspark import cli
 from bkspark.client import BookKeeper
 from bkspark.datasource.datasets import DatasetRegistry
 from bkspark.datasource.faults import ENV_FAULTS
-from bkspark.datasource.writer import TAG_DATASET
-from bkspark.errors import NoSuchLedgerMetadataError
 from tests.harness.python_bookie import PythonBookieCluster
-from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
+from tests.harness.zookeeper import ZooKeeperServer
+from tests.integration.test_connector_commit import ledgers_of, two_bookies
 
 pytestmark = [pytest.mark.integration]
 
@@ -88,15 +87,7 @@ DRIVER = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def py_cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonBookieCluster]:
-    zk = zookeeper.client()
-    try:
-        init_new_cluster(zk, ROOT)
-    finally:
-        zk.stop()
-        zk.close()
-    uri = f"zk+hierarchical://{zookeeper.connect_string}{ROOT}"
-    with PythonBookieCluster(uri, tmp_path_factory.mktemp("commit-spark-bookies"), bookies=2) as cluster:
-        yield cluster
+    yield from two_bookies(zookeeper, tmp_path_factory, ROOT)
 
 
 @pytest.fixture(scope="module")
@@ -129,17 +120,6 @@ def payloads(prefix: str, n: int) -> list[str]:
     return sorted(f"{prefix}-{i}" for i in range(n))
 
 
-def dataset_ledgers(bk: BookKeeper, dataset: str) -> set[int]:
-    found = set()
-    for lid in bk.list_ledgers():
-        try:
-            if bk.get_ledger_metadata(lid).custom_metadata.get(TAG_DATASET) == dataset.encode():
-                found.add(lid)
-        except NoSuchLedgerMetadataError:
-            pass
-    return found
-
-
 def assert_only_committed(bk: BookKeeper, dataset: str) -> None:
     """After `bkspark shell recoverjobs`: the dataset's ledgers are its manifest's and their parents, no job left."""
     registry = DatasetRegistry(bk.store.zk, bk.store.root)
@@ -147,8 +127,8 @@ def assert_only_committed(bk: BookKeeper, dataset: str) -> None:
     assert manifest is not None
     committed = {lid for _, lid in manifest.ledgers}
     # Every ledger of the dataset is committed, or the parent (commit marker) of committed ones.
-    assert committed <= dataset_ledgers(bk, dataset)
-    assert len(dataset_ledgers(bk, dataset) - committed) <= len(committed)
+    assert committed <= ledgers_of(bk, dataset)
+    assert len(ledgers_of(bk, dataset) - committed) <= len(committed)
     assert not [j for j in registry.jobs() if (r := registry.job(j)) is not None and r.dataset == dataset]
 
 
