@@ -629,3 +629,51 @@ def test_a_fault_right_after_the_job_began_leaves_a_record_recoverjobs_removes(
     assert f"{job} stale writing job aborted" in out
     assert_clean(bk, registry, dataset)
     assert read_rows(uri, dataset) == old
+
+
+def test_another_committer_publishes_with_an_idempotency_key_in_the_same_multi(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API a streaming sink uses: a record per micro-batch, CommitKey(query, batchId); a replay is a no-op."""
+    import uuid
+
+    from bkspark.datasource import datasets
+    from bkspark.datasource.datasets import CommitKey, JobRecord
+    from bkspark.datasource.writer import CommitCleaner
+
+    dataset = "stream"
+    cleaner = CommitCleaner(bk, registry)
+
+    def batch(batch_id: int, payload: bytes) -> tuple[str, tuple[int, int], bool]:
+        job_id = uuid.uuid4().hex
+        registry.begin_job(job_id, JobRecord(JobState.WRITING, dataset))
+        handle = bk.create_ledger(ensemble_size=2, write_quorum_size=2, ack_quorum_size=2)
+        registry.register(job_id, 0, handle.ledger_id)
+        handle.append(payload)
+        handle.close()
+        ledger = (0, handle.ledger_id)
+        result = registry.publish(dataset, [ledger], replace_all=False, job_id=job_id,
+                                  key=CommitKey("stream-q1", batch_id))
+        if result.already:
+            cleaner.abort_job(job_id, dataset)
+        else:
+            assert cleaner.finish_commit(job_id, dataset)
+        return job_id, ledger, result.already
+
+    _, first, already = batch(0, b"b0")
+    assert not already
+    _, replayed, already = batch(0, b"b0-again")  # the query restarted and replayed batch 0
+    assert already and replayed[1] not in ledgers_of(bk)
+    _, second, already = batch(1, b"b1")
+    assert not already
+    assert registry.manifest(dataset).ledgers == (first, second)  # type: ignore[union-attr]
+    assert registry.root(dataset).token("stream-q1") == 1  # type: ignore[union-attr]
+    assert jobs_of(registry, dataset) == []
+    # The root remembers the most recently published writers only.
+    monkeypatch.setattr(datasets, "MAX_COMMIT_KEYS", 2)
+    for writer in ("other-a", "other-b"):
+        job_id = uuid.uuid4().hex
+        registry.begin_job(job_id, JobRecord(JobState.WRITING, dataset))
+        registry.publish(dataset, [], replace_all=False, job_id=job_id, key=CommitKey(writer, 0))
+        registry.forget_job(job_id)
+    assert [w for w, _ in registry.root(dataset).keys] == ["other-a", "other-b"]  # type: ignore[union-attr]
