@@ -378,7 +378,13 @@ KILL_POINTS = ["commit.shards-written", "commit.published", "commit.attempts-del
                "commit.forgotten", "abort.fenced", "abort.ledgers-deleted"]
 
 
-@pytest.mark.parametrize("point", KILL_POINTS)
+#: Kill points in the default run (one before and one after the commit point, one in abort); the rest are `fault`.
+KILL_DEFAULT = ("commit.shards-written", "commit.published", "abort.fenced")
+
+
+@pytest.mark.parametrize(
+    "point", [p if p in KILL_DEFAULT else pytest.param(p, marks=pytest.mark.fault) for p in KILL_POINTS]
+)
 def test_the_driver_killed_after_each_step_leaves_old_or_new_rows_and_the_next_job_cleans_up(
     uri: str, bk: BookKeeper, registry: DatasetRegistry, tmp_path: Path, point: str,
 ) -> None:
