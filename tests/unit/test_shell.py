@@ -30,7 +30,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_every_command_has_help(capsys):
     commands = ["listorphaned", "showowner", "predictlifespan", "listledgers", "ledgermetadata", "readledger",
                 "deleteledger", "listbookies", "bookieinfo", "simpletest", "auditconfig", "auditstatus",
-                "initnewcluster", "metaformat", "nukeexistingcluster", "bookieformat"]
+                "initnewcluster", "metaformat", "nukeexistingcluster", "bookieformat", "recoverjobs"]
     for argv in (["--help"], ["shell", "--help"], ["auditor", "--help"], *(["shell", c, "--help"] for c in commands)):
         code, out, err = run(capsys, *argv)
         assert code == 0 and "usage:" in out and err == "", argv
