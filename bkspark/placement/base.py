@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import enum
 import functools
+import inspect
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -246,19 +247,17 @@ class EnsemblePlacementPolicy(abc.ABC):
             return
 
         @functools.wraps(impl)
-        def new_ensemble(
-            self: "EnsemblePlacementPolicy",
-            ensemble_size: int,
-            write_quorum_size: int,
-            ack_quorum_size: int,
-            custom_metadata: Mapping[str, bytes] | None = None,
-            exclude: Collection[str] = frozenset(),
-        ) -> list[str]:
-            check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
-            check_custom_metadata(custom_metadata)
+        def new_ensemble(self: "EnsemblePlacementPolicy", *args: Any, **kwargs: Any) -> list[str]:
+            # Bound against the abstract method's signature: the one statement of the arguments.
+            bound = inspect.signature(EnsemblePlacementPolicy.new_ensemble).bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            given = bound.arguments
+            check_quorums(given["ensemble_size"], given["write_quorum_size"], given["ack_quorum_size"])
+            check_custom_metadata(given["custom_metadata"])
+            exclude = given["exclude"]
             if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Collection):
                 raise TypeError(f"exclude must be a collection of bookie ids, not {type(exclude).__name__}")
-            return impl(self, ensemble_size, write_quorum_size, ack_quorum_size, custom_metadata, exclude)  # type: ignore[no-any-return]
+            return impl(self, *args, **kwargs)  # type: ignore[no-any-return]
 
         new_ensemble._checks_arguments = True  # type: ignore[attr-defined]
         cls.new_ensemble = new_ensemble  # type: ignore[method-assign]
