@@ -51,6 +51,9 @@ __all__ = [
     "InvalidTopologyError",
     "ClientClosedError",
     "LocalClusterError",
+    "SecurityError",
+    "TlsHandshakeError",
+    "AuthenticationError",
     "error_for_rc",
     "error_for_status",
     "rc_for_error",
@@ -311,6 +314,24 @@ class LocalClusterError(BKError, RuntimeError):
     """A local server (ZooKeeper, bookie) of a dev cluster or the test harness did not start, answer or stop."""
 
     code = -999
+
+
+class SecurityError(BKError):
+    """TLS or authentication is misconfigured, or the peer refused it (Java's SecurityException)."""
+
+    code = -24
+
+
+class TlsHandshakeError(SecurityError, BookieUnavailableError):
+    """The TLS upgrade with a bookie failed (untrusted certificate, no client certificate, START_TLS refused)."""
+
+    code, retriable = -24, False
+
+
+class AuthenticationError(SecurityError, BookieUnavailableError):
+    """A bookie refused our SASL credentials, or we refused its proof (Java's UnauthorizedAccessException)."""
+
+    code, retriable = -102, False
 
 
 class ClientClosedError(BKError):

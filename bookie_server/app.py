@@ -33,6 +33,7 @@ from bookie_server.gc import GarbageCollector
 from bookie_server.http_admin import AdminHttpServer, json_body
 from bookie_server.metrics import BookieMetrics
 from bookie_server.registration import Registration, check_local_cookies, dir_is_empty, write_dir_cookie
+from bookie_server.security import BookieSecurity
 from bookie_server.server import BookieServer
 
 __all__ = ["BookieApp", "run"]
@@ -45,6 +46,8 @@ class BookieApp:
 
     def __init__(self, conf: BookieConfig) -> None:
         self.conf = conf
+        # TLS and SASL settings are checked before anything starts (docs/security.md).
+        self.security = BookieSecurity.from_conf(conf.extra)
         self.metrics = BookieMetrics()
         self.bookie = Bookie(conf, metrics=self.metrics)
         self.server: BookieServer | None = None
@@ -77,7 +80,7 @@ class BookieApp:
         else:
             self._local_cookies()
         await self.bookie.start()
-        self.server = BookieServer(self.bookie, self.conf, self.metrics)
+        self.server = BookieServer(self.bookie, self.conf, self.metrics, self.security)
         assert self._sock is not None
         await self.server.start(self._sock)
         http_port = None

@@ -41,6 +41,7 @@ from bkspark.protocol import zk_paths
 from bkspark.protocol.bookie_id import BookieId
 from bkspark.protocol.cookie import VERSION_FILENAME, Cookie
 from bkspark.protocol.layout import LedgerLayout, parse_metadata_service_uri
+from bkspark.security.tls import tls_enabled
 
 from bookie_server.config import BookieConfig
 
@@ -256,7 +257,9 @@ class Registration:
     def service_info(self, port: int, http_port: int | None) -> bytes:
         """Our BookieServiceInfo: bookie-rpc endpoint, http endpoint, extension property."""
         host = self.conf.advertised_host()
-        endpoints = [si.Endpoint("bookie", host, port, si.BOOKIE_RPC)]
+        # BookieService.publishInfo: extension "tls" when a TLS provider factory is configured.
+        tls = ("tls",) if tls_enabled(self.conf.extra) else ()
+        endpoints = [si.Endpoint("bookie", host, port, si.BOOKIE_RPC, (), tls)]
         if http_port is not None:
             endpoints.append(si.Endpoint("httpserver", host, http_port, si.HTTP))
         info = si.BookieServiceInfo(tuple(endpoints), {EXTENSIONS_PROPERTY: EXTENSIONS})

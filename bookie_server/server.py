@@ -44,6 +44,7 @@ from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bookie_server.bookie import Bookie
 from bookie_server.config import BookieConfig
 from bookie_server.metrics import BookieMetrics
+from bookie_server.security import BookieSecurity, ConnectionSecurity
 
 __all__ = ["BookieServer", "AUTH_DISABLED_PLUGIN"]
 
@@ -61,10 +62,14 @@ def _now_ms() -> float:
 class BookieServer:
     """Accepts connections and serves them with one :class:`Bookie`."""
 
-    def __init__(self, bookie: Bookie, conf: BookieConfig, metrics: BookieMetrics) -> None:
+    def __init__(
+        self, bookie: Bookie, conf: BookieConfig, metrics: BookieMetrics, security: BookieSecurity | None = None
+    ) -> None:
         self.bookie = bookie
         self.conf = conf
         self.metrics = metrics
+        #: TLS and SASL (docs/security.md); from the configuration when not given.
+        self.security = security if security is not None else BookieSecurity.from_conf(conf.extra)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_Connection] = set()
         self.port = conf.bookiePort
@@ -111,6 +116,8 @@ class _Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[None]] = set()
         self._out: list[bytes] = []
         self._loop = asyncio.get_running_loop()
+        security = server.security
+        self.sec = ConnectionSecurity(security) if security.tls is not None or security.sasl is not None else None
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -139,16 +146,30 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
+        if self.sec is not None and self.sec.upgrading:
+            self.sec.held_data.append(bytes(data))
+            return
         try:
             bodies = self.splitter.feed(data)
         except FrameTooLargeError as exc:
             self._protocol_error(exc)
             return
-        for body in bodies:
+        self.serve_frames(bodies)
+
+    def serve_frames(self, bodies: list[memoryview]) -> None:
+        """Serve whole frame bodies in order (also those held back by a TLS upgrade)."""
+        for i, body in enumerate(bodies):
             if self.closed:
                 return
             try:
                 request = self.detector.parse(body)
+                sec = self.sec
+                if sec is not None:
+                    if not sec.authenticated and sec.screen(self, body, request):
+                        continue
+                    if request is not None and request.header.operation == pb.START_TLS:
+                        sec.start_tls(self, request, bodies[i + 1 :])
+                        return
                 if request is None:
                     self._handle_v2(body)
                 else:

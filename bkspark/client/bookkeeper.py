@@ -26,6 +26,7 @@ from functools import partial
 from typing import Any, Awaitable, Callable, Iterator, Mapping, TypeVar
 
 from bkspark.client.conf import ClientConf
+from bkspark.security.auth import ClientSecurity
 from bkspark.client.context import ClientContext, LedgerRef
 from bkspark.client.ops import BookieOps
 from bkspark.client.pool import BookiePool
@@ -70,6 +71,8 @@ class BookKeeper:
 
     def __init__(self, metadata_service_uri: str, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         self.conf = ClientConf.from_mapping(conf, **kwargs)
+        # TLS and SASL settings are checked before anything connects (docs/security.md).
+        security = ClientSecurity.from_conf(self.conf.extra)
         self.metadata_service_uri = metadata_service_uri
         self._closed = False
         self._writers: weakref.WeakSet[LedgerWriter] = weakref.WeakSet()
@@ -104,6 +107,7 @@ class BookKeeper:
                 self.registry,
                 max_frame_size=self.conf.nettyMaxFrameSizeBytes,
                 connect_timeout=self.conf.connectTimeoutMillis / 1000.0,
+                security=security,
             )
             self.registry.add_address_listener(
                 lambda bookie_id: self._loop.call_soon_threadsafe(self.pool.drop, bookie_id)
