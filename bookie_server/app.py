@@ -24,6 +24,7 @@ import socket
 import time
 from typing import Any
 
+from bkspark.confkeys import BOOKIE_KEYS, check_keys, check_unsupported
 from bkspark.errors import CookieMismatchError
 from bkspark.protocol.cookie import Cookie
 
@@ -46,7 +47,9 @@ class BookieApp:
 
     def __init__(self, conf: BookieConfig) -> None:
         self.conf = conf
-        # TLS and SASL settings are checked before anything starts (docs/security.md).
+        # Keys and TLS/SASL settings are checked before anything starts (docs/security.md).
+        check_keys(conf.extra, BOOKIE_KEYS, "bookie")
+        check_unsupported(conf.extra)
         self.security = BookieSecurity.from_conf(conf.extra)
         self.metrics = BookieMetrics()
         self.bookie = Bookie(conf, metrics=self.metrics)

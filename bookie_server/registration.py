@@ -42,6 +42,7 @@ from bkspark.protocol.bookie_id import BookieId
 from bkspark.protocol.cookie import VERSION_FILENAME, Cookie
 from bkspark.protocol.layout import LedgerLayout, parse_metadata_service_uri
 from bkspark.security.tls import tls_enabled
+from bkspark.security.zk import ZkSecurity
 
 from bookie_server.config import BookieConfig
 
@@ -145,6 +146,7 @@ class Registration:
             hosts=uri.connect_string,
             timeout=max(conf.zkTimeout, 1000) / 1000.0,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=5),
+            **ZkSecurity.from_conf(conf.extra).kazoo_kwargs(),  # credentials and ACLs: docs/security.md
         )
         self._lock = threading.RLock()
         self._registered = False

@@ -27,6 +27,7 @@ from typing import Any, Awaitable, Callable, Iterator, Mapping, TypeVar
 
 from bkspark.client.conf import ClientConf
 from bkspark.security.auth import ClientSecurity
+from bkspark.security.zk import ZkSecurity
 from bkspark.client.context import ClientContext, LedgerRef
 from bkspark.client.ops import BookieOps
 from bkspark.client.pool import BookiePool
@@ -86,6 +87,7 @@ class BookKeeper:
                 session_timeout=self.conf.zkTimeout,
                 metadata_format_version=self.conf.ledgerMetadataVersion,
                 store_ctime=self.conf.storeSystemTimeAsLedgerCreationTime,
+                zk_security=ZkSecurity.from_conf(self.conf.extra),
             )
             self.registry = BookieRegistry(
                 self.store.zk,

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from bkspark.errors import InvalidOptionError
 from bkspark.metadata.store import ZkMetadataStore
 from bkspark.protocol.ledger_name import parse_qualified_name, qualified_name
+from bkspark.security.zk import ZkSecurity
 
 __all__ = [
     "ENV_URI",
@@ -241,7 +242,10 @@ def metadata_service_uri(args: argparse.Namespace) -> str:
 def open_store(args: argparse.Namespace) -> Iterator[ZkMetadataStore]:
     """A metadata store on the cluster's ZooKeeper (never creates LAYOUT: the shell only looks)."""
     store = ZkMetadataStore(
-        metadata_service_uri(args), session_timeout=float(getattr(args, "zk_timeout", 10.0)), create_layout=False
+        metadata_service_uri(args),
+        session_timeout=float(getattr(args, "zk_timeout", 10.0)),
+        create_layout=False,
+        zk_security=ZkSecurity.from_conf(client_conf(args)),
     )
     try:
         yield store
