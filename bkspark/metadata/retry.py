@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar
 
 from kazoo.exceptions import (
+    AuthFailedError,
     ConnectionLoss,
+    NoAuthError,
     OperationTimeoutError,
     SessionExpiredError,
     ZookeeperError,
@@ -50,5 +52,13 @@ class RetryPolicy:
             raise MetadataError("ZooKeeper session expired") from exc
 
     def wrap_error(self, exc: ZookeeperError, **context: object) -> MetadataError:
-        """A :class:`MetadataError` for a ZooKeeper error no retry can fix."""
-        return MetadataError(f"ZooKeeper error: {type(exc).__name__}", **context)
+        """A :class:`MetadataError` for a ZooKeeper error no retry can fix (auth ones say what to do)."""
+        name = type(exc).__name__
+        if isinstance(exc, (AuthFailedError, NoAuthError)) or "RequireSasl" in name:
+            return MetadataError(
+                f"ZooKeeper error: {name}: ZooKeeper requires authentication or refused these credentials "
+                "(give them with a JAAS 'Client' section or zkDigestAuthPath; znodes created with "
+                "zkEnableSecurity=true belong to their creator: docs/security.md)",
+                **context,
+            )
+        return MetadataError(f"ZooKeeper error: {name}", **context)

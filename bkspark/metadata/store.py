@@ -102,10 +102,14 @@ class ZkMetadataStore:
                 self.zk.start(timeout=session_timeout)
             except Exception as exc:  # kazoo raises a bare timeout_exception
                 self.zk.close()
+                hint = (
+                    " (were the ZooKeeper credentials refused? see docs/security.md)"
+                    if zk_security is not None and zk_security.authenticated
+                    else " (if ZooKeeper requires authentication, give credentials: zkDigestAuthPath or a JAAS "
+                    "'Client' section, see docs/security.md)"
+                )
                 raise MetadataError(
-                    "cannot connect to ZooKeeper"
-                    + ("" if zk_security is not None and zk_security.authenticated else
-                       " (if it requires authentication, see zkDigestAuthPath / the JAAS 'Client' section)"),
+                    "cannot connect to ZooKeeper" + hint,
                     hosts=self.uri.connect_string,
                     error=f"{type(exc).__name__}: {exc}",
                 ) from exc
