@@ -119,7 +119,7 @@ def _password(opts: Mapping[str, str]) -> bytes:
 
 
 def _looks_secret(key: str) -> bool:
-    return any(word in key.lower() for word in ("pass", "secret", "token", "credential"))
+    return any(word in key.lower() for word in ("pass", "pasw", "pwd", "secret", "token", "credential"))
 
 
 def _check_unknown(opts: Mapping[str, str], known: set[str], kind: str) -> None:
