@@ -47,6 +47,7 @@ __all__ = [
     "BookieTimeoutError",
     "InvalidBookieIdError",
     "CookieMismatchError",
+    "CorruptJournalError",
     "InvalidOptionError",
     "InvalidTopologyError",
     "ClientClosedError",
@@ -338,3 +339,7 @@ class ClientClosedError(BKError):
     """The client was closed and can do no more work."""
 
     code = -19
+
+
+class CorruptJournalError(BKError):
+    """A bookie journal holds a damaged record that is not a torn tail: replaying past it would lose data."""

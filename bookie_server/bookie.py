@@ -28,12 +28,12 @@ from bkspark.errors import (
 from bookie_server.config import BookieConfig
 from bookie_server.journal import (
     Journal,
+    JournalFaults,
     JournalPosition,
     RecordType,
     encode_add,
     encode_record,
-    iter_records,
-    journal_files,
+    replay_journals,
 )
 from bookie_server.storage import LedgerInfo, LedgerStorage
 
@@ -62,15 +62,15 @@ class Bookie:
             read_cache_max_bytes=conf.dbStorage_readAheadCacheMaxSizeMb * 1024 * 1024,
             entry_log_size_limit=conf.logSizeLimit,
         )
-        # One journal directory is used for writing; all are replayed (a later
-        # configuration may have listed more).
-        self.journal_dir = conf.journal_paths[0] / "current"
+        # Every journal directory is written (file n in directory n % count) and replayed.
+        self.journal_dirs = [path / "current" for path in conf.journal_paths]
         self.journal: Journal | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lac_waiters: dict[tuple[int, int], list[asyncio.Future[None]]] = {}
         self._fence_pending: dict[tuple[int, int], asyncio.Future[None]] = {}
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._checkpointing = False
+        self._write_cache_waiters: list[Callable[[], None]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._queued_records: list[bytes] = []
         self._queued_dones: list[Callable[[BaseException | None], None]] = []
@@ -87,11 +87,12 @@ class Bookie:
         self.storage.open()
         replayed = self._replay()
         self.journal = Journal(
-            self.journal_dir,
+            self.journal_dirs,
             sync_data=self.conf.journalSyncData,
             max_file_size=self.conf.journalMaxSizeMB * 1024 * 1024,
             dispatch=self._loop.call_soon_threadsafe,
             on_batch=getattr(self.metrics, "journal_batch", None),
+            faults=JournalFaults.from_env(),
         )
         self.journal.open()
         # Everything replayed is now written to entry logs, so old journals can go.
@@ -102,16 +103,13 @@ class Bookie:
         self.started = True
 
     def _replay(self) -> int:
-        mark = self.storage.checkpoint_mark
-        count = 0
-        for file_id, path in journal_files(self.journal_dir):
-            if file_id < mark.file_id:
-                continue
-            start = mark.offset if file_id == mark.file_id else 0
-            for _end, record in iter_records(path, start):
-                self.storage.apply(record)
-                count += 1
-        return count
+        """Strict replay of every journal directory (see :func:`replay_journals`)."""
+        return replay_journals(
+            self.journal_dirs,
+            self.storage.checkpoint_mark,
+            self.storage.apply,
+            skip_invalid_records=self.conf.skipReplayJournalInvalidRecord,
+        )
 
     async def stop(self) -> None:
         """Stop flushing, sync the journal, checkpoint everything, close files."""
@@ -169,6 +167,25 @@ class Bookie:
             self.journal.trim(self.storage.checkpoint_mark)
         finally:
             self._checkpointing = False
+            waiters, self._write_cache_waiters = self._write_cache_waiters, []
+            for wake in waiters:
+                wake()
+
+    @property
+    def write_cache_full(self) -> bool:
+        """True while a checkpoint runs and the write cache is at its bound: new adds must wait.
+
+        (DbLedgerStorage blocks adds the same way; without this the cache would grow
+        without bound while the disk is slow.)
+        """
+        return self._checkpointing and self.storage.needs_flush
+
+    def wait_write_cache(self, wake: Callable[[], None]) -> None:
+        """Run ``wake`` once the running checkpoint ends (a connection parked on a full write cache)."""
+        if self.write_cache_full:
+            self._write_cache_waiters.append(wake)
+        else:
+            wake()
 
     # -- read-only state ----------------------------------------------------------------
     @property

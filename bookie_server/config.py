@@ -101,6 +101,17 @@ class BookieConfig:
     httpServerPort: int = 8000
     httpServerHost: str = "0.0.0.0"
     longPollMaxTimeoutMs: int = 60000
+    # -- bounds on what clients can make the bookie hold (docs/bookie.md, "Limits") --
+    maxAddsInProgressLimit: int = 10000
+    maxAddsInProgressBytes: int = 64 * 1024 * 1024
+    maxReadsInProgressLimit: int = 10000
+    maxLongPollReadsInProgress: int = 1000
+    serverWriteBufferLowWaterMark: int = 384 * 1024
+    serverWriteBufferHighWaterMark: int = 512 * 1024
+    serverMaxConnections: int = 4096
+    serverConnectionIdleTimeoutMs: int = 600000
+    serverPartialFrameTimeoutMs: int = 30000
+    skipReplayJournalInvalidRecord: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
     # -- building -----------------------------------------------------------------------
@@ -151,6 +162,23 @@ class BookieConfig:
             raise InvalidOptionError("journalDirectories and ledgerDirectories must not be empty")
         if self.nettyMaxFrameSizeBytes < 1024:
             raise InvalidOptionError("nettyMaxFrameSizeBytes too small", value=self.nettyMaxFrameSizeBytes)
+        for key in (
+            "maxAddsInProgressLimit",
+            "maxAddsInProgressBytes",
+            "maxReadsInProgressLimit",
+            "maxLongPollReadsInProgress",
+            "serverMaxConnections",
+            "serverConnectionIdleTimeoutMs",
+            "serverPartialFrameTimeoutMs",
+        ):
+            if getattr(self, key) < 0:
+                raise InvalidOptionError(f"{key} must be >= 0 (0 = no limit)", value=getattr(self, key))
+        if not 0 < self.serverWriteBufferLowWaterMark <= self.serverWriteBufferHighWaterMark:
+            raise InvalidOptionError(
+                "need 0 < serverWriteBufferLowWaterMark <= serverWriteBufferHighWaterMark",
+                serverWriteBufferLowWaterMark=self.serverWriteBufferLowWaterMark,
+                serverWriteBufferHighWaterMark=self.serverWriteBufferHighWaterMark,
+            )
         if not 0 < self.diskUsageLwmThreshold <= self.diskUsageThreshold <= 1:
             raise InvalidOptionError(
                 "need 0 < diskUsageLwmThreshold <= diskUsageThreshold <= 1",

@@ -13,10 +13,21 @@ Record layout (all big-endian)::
     [body length: u32][crc32c(body): u32][body]
     body = [type: u8][scope id: i64][ledger id: i64][payload]
 
-A journal file starts with a 16-byte header ``b"BKSJ" + u32 version + u64 file id``.
-Replay stops at the first record that is truncated or fails its CRC: a crash
-can only tear the tail of the file that was being written, and everything
-before that point was complete (and everything acknowledged was synced).
+A journal file starts with a 16-byte header ``b"BKSJ" + u32 version + u64 file id``
+(written and synced before any record).  File ids are unique across all journal
+directories: file ``n`` lives in directory ``n % len(journalDirectories)``, so
+successive files (the journal rolls at every checkpoint) spread over the disks.
+
+Replay (:func:`replay_journals`) is strict.  It reads every directory's files in
+id order from the checkpoint mark.  A crash can only tear the end of the newest
+file (a file is complete and synced before the next one is started), so damage
+there that looks like an interrupted write -- a record running past the end of
+the file, a checksum mismatch in the very last record, zero fill -- is truncated
+away with a warning: nothing in it was acknowledged.  Any other damage stops the
+bookie with :class:`~bkspark.errors.CorruptJournalError` naming the file and the
+offset, unless the operator sets ``skipReplayJournalInvalidRecord=true``
+(BookKeeper's key): then the rest of that file is skipped, with an error logged,
+and its records are lost.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import enum
 import logging
 import os
 import re
+import signal
 import struct
 import threading
 import time
@@ -34,16 +46,22 @@ from pathlib import Path
 
 import crc32c
 
-from bkspark.errors import BookieIOError
+from bkspark.errors import BookieIOError, CorruptJournalError
 
 __all__ = [
     "RecordType",
     "JournalRecord",
     "JournalPosition",
     "Journal",
+    "JournalDamage",
+    "JournalFileScan",
     "encode_record",
     "iter_records",
     "journal_files",
+    "all_journal_files",
+    "replay_journals",
+    "SKIP_INVALID_KEY",
+    "JournalFaults",
 ]
 
 log = logging.getLogger("bookie_server.journal")
@@ -56,6 +74,8 @@ _BODY_HEADER = struct.Struct(">Bqq")
 #: Sanity bound on one record body: an entry can never exceed the frame limit by much.
 MAX_RECORD_BODY = 256 * 1024 * 1024
 _FILE_NAME = re.compile(r"^([0-9a-f]{16})\.txn$")
+#: The configuration key that lets an operator accept the loss of a damaged journal file's tail.
+SKIP_INVALID_KEY = "skipReplayJournalInvalidRecord"
 
 
 class RecordType(enum.IntEnum):
@@ -130,50 +150,197 @@ def journal_files(directory: Path) -> list[tuple[int, Path]]:
     return found
 
 
-def iter_records(path: Path, start_offset: int = 0) -> Iterator[tuple[int, JournalRecord]]:
-    """Yield ``(end offset, record)`` for each complete record from ``start_offset``.
+def all_journal_files(directories: Sequence[Path]) -> list[tuple[int, Path]]:
+    """``(file id, path)`` of the journal files of every directory, oldest first (ids are global)."""
+    found: dict[int, Path] = {}
+    for directory in directories:
+        for file_id, path in journal_files(directory):
+            if file_id in found:
+                raise CorruptJournalError(
+                    f"journal file id {file_id:016x} exists twice ({found[file_id]} and {path}); "
+                    "remove the copy that does not belong to this bookie"
+                )
+            found[file_id] = path
+    return sorted(found.items())
 
-    Stops quietly (with a warning) at a torn or corrupt tail; a file whose
-    header is damaged yields nothing.
+
+@dataclass(frozen=True, slots=True)
+class JournalDamage:
+    """Where and how a journal file stops being readable."""
+
+    path: Path
+    offset: int
+    reason: str
+    #: True when it looks like a write interrupted by a crash (only possible at the end of the newest file).
+    torn: bool
+
+
+class JournalFileScan:
+    """Iterate ``(end offset, record)`` over one journal file; :attr:`damage` says why it stopped early.
+
+    The file is read whole (journal files roll at checkpoints, so they stay small).
     """
-    with open(path, "rb") as fh:
-        data = fh.read()
-    if len(data) < _FILE_HEADER.size:
-        if data:
-            log.warning("journal file %s: header truncated (%d bytes), ignored", path, len(data))
-        return
-    magic, version, _file_id = _FILE_HEADER.unpack_from(data, 0)
-    if magic != _FILE_MAGIC or version != _FILE_VERSION:
-        log.warning("journal file %s: bad header, ignored", path)
-        return
-    offset = max(start_offset, _FILE_HEADER.size)
-    size = len(data)
-    view = memoryview(data)
-    while offset < size:
-        if size - offset < _RECORD_PREFIX.size:
-            log.warning("journal file %s: truncated record prefix at %d; replay stops there", path, offset)
+
+    def __init__(self, path: Path, start_offset: int = 0) -> None:
+        self.path = path
+        self.start_offset = start_offset
+        self.damage: JournalDamage | None = None
+
+    def _damaged(self, offset: int, reason: str, torn: bool) -> None:
+        self.damage = JournalDamage(self.path, offset, reason, torn)
+
+    def __iter__(self) -> Iterator[tuple[int, JournalRecord]]:
+        with open(self.path, "rb") as fh:
+            data = fh.read()
+        size = len(data)
+        if size == 0:
+            return  # created, crashed before its header: nothing was ever written to it
+        if size < _FILE_HEADER.size:
+            self._damaged(0, f"file header truncated ({size} bytes)", torn=True)
             return
-        length, crc = _RECORD_PREFIX.unpack_from(data, offset)
-        start = offset + _RECORD_PREFIX.size
-        end = start + length
-        if length < _BODY_HEADER.size or length > MAX_RECORD_BODY or end > size:
-            log.warning("journal file %s: truncated or bad record at %d; replay stops there", path, offset)
+        magic, version, _file_id = _FILE_HEADER.unpack_from(data, 0)
+        if magic != _FILE_MAGIC or version != _FILE_VERSION:
+            self._damaged(0, "bad file header", torn=False)
             return
-        body = view[start:end]
-        if crc32c.crc32c(body) != crc:
-            log.warning("journal file %s: checksum mismatch at %d; replay stops there", path, offset)
-            return
-        rtype, scope_id, ledger_id = _BODY_HEADER.unpack_from(body, 0)
-        try:
-            kind = RecordType(rtype)
-        except ValueError:
-            log.warning("journal file %s: unknown record type %d at %d; replay stops there", path, rtype, offset)
-            return
-        yield end, JournalRecord(kind, scope_id, ledger_id, bytes(body[_BODY_HEADER.size :]))
-        offset = end
+        offset = max(self.start_offset, _FILE_HEADER.size)
+        view = memoryview(data)
+        while offset < size:
+            if size - offset < _RECORD_PREFIX.size:
+                self._damaged(offset, "truncated record prefix", torn=True)
+                return
+            length, crc = _RECORD_PREFIX.unpack_from(data, offset)
+            start = offset + _RECORD_PREFIX.size
+            end = start + length
+            if length < _BODY_HEADER.size or length > MAX_RECORD_BODY:
+                zero_fill = not any(view[offset:])
+                self._damaged(offset, f"bad record length {length}", torn=zero_fill)
+                return
+            if end > size:
+                self._damaged(offset, "record runs past the end of the file", torn=True)
+                return
+            body = view[start:end]
+            if crc32c.crc32c(body) != crc:
+                # The very last record of the file may be half-written; one followed by more data is not.
+                self._damaged(offset, "checksum mismatch", torn=end == size)
+                return
+            rtype, scope_id, ledger_id = _BODY_HEADER.unpack_from(body, 0)
+            try:
+                kind = RecordType(rtype)
+            except ValueError:
+                self._damaged(offset, f"unknown record type {rtype}", torn=False)
+                return
+            yield end, JournalRecord(kind, scope_id, ledger_id, bytes(body[_BODY_HEADER.size :]))
+            offset = end
+
+
+def iter_records(path: Path, start_offset: int = 0) -> Iterator[tuple[int, JournalRecord]]:
+    """``(end offset, record)`` of each readable record of one file (stops at damage, see :class:`JournalFileScan`)."""
+    return iter(JournalFileScan(path, start_offset))
+
+
+def replay_journals(
+    directories: Sequence[Path],
+    mark: JournalPosition,
+    apply: Callable[[JournalRecord], None],
+    *,
+    skip_invalid_records: bool = False,
+) -> int:
+    """Apply every record after ``mark`` from all directories, oldest file first; the number applied.
+
+    A torn tail of the newest file is truncated (and synced) so later starts see a clean file.
+    Other damage raises :class:`CorruptJournalError`, or with ``skip_invalid_records`` skips the
+    rest of that file with an error logged.
+    """
+    files = all_journal_files(directories)
+    count = 0
+    for index, (file_id, path) in enumerate(files):
+        if file_id < mark.file_id:
+            continue
+        scan = JournalFileScan(path, mark.offset if file_id == mark.file_id else 0)
+        for _end, record in scan:
+            apply(record)
+            count += 1
+        damage = scan.damage
+        if damage is None:
+            continue
+        if damage.torn and index == len(files) - 1:
+            dropped = path.stat().st_size - damage.offset
+            log.warning(
+                "journal file %s: %s at offset %d is the torn tail of an interrupted write; "
+                "truncated (%d bytes dropped, none of them acknowledged)",
+                path,
+                damage.reason,
+                damage.offset,
+                dropped,
+            )
+            _truncate(path, damage.offset)
+            continue
+        if skip_invalid_records:
+            log.error(
+                "journal file %s: %s at offset %d; %s=true: the rest of this file is skipped and its records are lost",
+                path,
+                damage.reason,
+                damage.offset,
+                SKIP_INVALID_KEY,
+            )
+            continue
+        raise CorruptJournalError(
+            f"journal file {path}: {damage.reason} at offset {damage.offset}; the records after it cannot be "
+            f"replayed, so the bookie will not start. Restore the file, or set {SKIP_INVALID_KEY}=true to skip "
+            "the rest of this file and accept the loss of its records"
+        )
+    return count
+
+
+def _truncate(path: Path, size: int) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 Completion = Callable[[BaseException | None], None]
+
+
+@dataclass(frozen=True, slots=True)
+class JournalFaults:
+    """Test-only fault points of the journal writer, read from the environment (never set in production).
+
+    ``BKSPARK_TEST_JOURNAL_POWER_CUT_AT_BATCH=N``: bytes written but not yet synced are
+    kept in memory (they stand for the page cache), and the N-th group commit, once
+    written and before its sync, kills the process with SIGKILL: its unsynced records
+    are really lost, as in a power cut.  (A plain kill -9 keeps the page cache, so it
+    cannot tell an acknowledgement sent before the sync from one sent after.)
+
+    ``BKSPARK_TEST_JOURNAL_ACK_BEFORE_SYNC=1`` swaps the order this module exists to
+    keep: completions are dispatched after the write and before the sync.  The
+    ack-after-sync test uses it to show that it catches the bug.
+    """
+
+    power_cut_at_batch: int | None = None
+    ack_before_sync: bool = False
+
+    POWER_CUT_ENV = "BKSPARK_TEST_JOURNAL_POWER_CUT_AT_BATCH"
+    ACK_BEFORE_SYNC_ENV = "BKSPARK_TEST_JOURNAL_ACK_BEFORE_SYNC"
+
+    @classmethod
+    def from_env(cls) -> "JournalFaults | None":
+        """The faults the environment asks for, or None (the normal case)."""
+        cut = os.environ.get(cls.POWER_CUT_ENV)
+        swap = os.environ.get(cls.ACK_BEFORE_SYNC_ENV, "") not in ("", "0")
+        if cut is None and not swap:
+            return None
+        log.warning("journal test faults active: power cut at batch %s, ack before sync %s", cut, swap)
+        return cls(power_cut_at_batch=int(cut) if cut else None, ack_before_sync=swap)
+
+    def power_cut(self, dispatched_acks: bool) -> None:
+        """Die like a machine losing power (after giving dispatched acks time to reach their clients)."""
+        if dispatched_acks:
+            time.sleep(0.5)
+        log.warning("journal test fault: power cut now, unsynced journal bytes are lost")
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Journal:
@@ -188,18 +355,26 @@ class Journal:
 
     def __init__(
         self,
-        directory: Path,
+        directory: Path | Sequence[Path],
         *,
         sync_data: bool = True,
         max_file_size: int = 2048 * 1024 * 1024,
         dispatch: Callable[[Callable[[], None]], None] | None = None,
         on_batch: Callable[[int, int, float], None] | None = None,
+        faults: JournalFaults | None = None,
     ) -> None:
-        self.directory = Path(directory)
+        paths = [directory] if isinstance(directory, (str, os.PathLike)) else list(directory)
+        #: Journal directories; file ``n`` goes to ``directories[n % len(directories)]``.
+        self.directories = [Path(d) for d in paths]
+        self.directory = self.directories[0]
         self.sync_data = sync_data
         self.max_file_size = max_file_size
         self._dispatch = dispatch or (lambda fn: fn())
         self._on_batch = on_batch
+        self._faults = faults
+        self._batches = 0
+        #: With a power-cut fault: bytes "written" but held back from the file until the sync.
+        self._unsynced: list[bytes] = []
         self._cond = threading.Condition()
         self._pending: list[bytes] = []
         self._waiters: list[Completion] = []
@@ -217,19 +392,21 @@ class Journal:
     # -- life cycle ---------------------------------------------------------------------
     def open(self) -> None:
         """Start a fresh journal file (after replay) and the writer thread."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        existing = journal_files(self.directory)
+        for directory in self.directories:
+            directory.mkdir(parents=True, exist_ok=True)
+        existing = all_journal_files(self.directories)
         next_id = (existing[-1][0] + 1) if existing else 1
         self._open_file(next_id)
         self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
         self._thread.start()
 
     def _open_file(self, file_id: int) -> None:
-        path = self.directory / f"{file_id:016x}.txn"
+        directory = self.directories[file_id % len(self.directories)]
+        path = directory / f"{file_id:016x}.txn"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         os.write(fd, _FILE_HEADER.pack(_FILE_MAGIC, _FILE_VERSION, file_id))
         os.fsync(fd)
-        _fsync_dir(self.directory)
+        _fsync_dir(directory)
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = fd
@@ -301,12 +478,26 @@ class Journal:
                     too_big = self._file_size + len(data) > self.max_file_size
                     if (roll or too_big) and self._file_size > _FILE_HEADER.size:
                         self._open_file(self._file_id + 1)
-                    _write_all(self._fd, data)
+                    faults = self._faults
+                    if faults is not None and faults.power_cut_at_batch is not None:
+                        self._unsynced.append(data)
+                    else:
+                        _write_all(self._fd, data)
                     self._file_size += len(data)
                     self.written_position = JournalPosition(self._file_id, self._file_size)
                     if early:
                         self._dispatch(_completion_batch(early, None))
                         early = []
+                    if faults is not None:
+                        self._batches += 1
+                        if faults.ack_before_sync:
+                            self._dispatch(_completion_batch(waiters, None))
+                            waiters = []
+                        if self._batches == faults.power_cut_at_batch:
+                            faults.power_cut(dispatched_acks=faults.ack_before_sync)
+                        if self._unsynced:
+                            _write_all(self._fd, b"".join(self._unsynced))
+                            self._unsynced.clear()
                     if self.sync_data:
                         os.fdatasync(self._fd)
             except OSError as exc:
@@ -327,7 +518,7 @@ class Journal:
     def trim(self, mark: JournalPosition) -> list[Path]:
         """Delete journal files wholly before ``mark`` (their records are checkpointed)."""
         removed = []
-        for file_id, path in journal_files(self.directory):
+        for file_id, path in all_journal_files(self.directories):
             if file_id < mark.file_id and file_id != self._file_id:
                 try:
                     path.unlink()

@@ -103,6 +103,19 @@ class BookieMetrics:
             "bookie_write_cache_size", "Bytes in the write cache", registry=self.registry
         )
         self.ledgers = Gauge("bookie_ledgers_count", "Ledgers stored on this bookie", registry=self.registry)
+        # Back-pressure (docs/bookie.md, "Limits"); BookKeeper's names for the first two.
+        self.adds_in_progress = Gauge(
+            "bookkeeper_server_ADD_ENTRY_IN_PROGRESS", "Adds accepted and not yet acknowledged", registry=self.registry
+        )
+        self.reads_in_progress = Gauge(
+            "bookkeeper_server_READ_ENTRY_IN_PROGRESS", "Reads accepted and not yet answered", registry=self.registry
+        )
+        self.limit_hits = Counter(
+            "bookkeeper_server_LIMIT_HITS",
+            "Times a client ran into a limit (label: its configuration key)",
+            ["limit"],
+            registry=self.registry,
+        )
 
         # Labelled children resolved once: ``labels()`` is too slow for the request path.
         self._observers = {

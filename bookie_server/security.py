@@ -1,8 +1,8 @@
 """The bookie's side of TLS and SASL, per connection, as Java's bookie does it (docs/security.md).
 
 * START_TLS (v3): without TLS configured, EBADREQ.  With TLS, the EOK answer leaves in the clear and
-  the same connection is upgraded (``loop.start_tls(server_side=True)``); frames that arrived behind
-  START_TLS before the upgrade are served after it.  A client that never sends START_TLS is still
+  the same connection is upgraded (``loop.start_tls(server_side=True)``); requests that arrived behind
+  START_TLS before the upgrade wait in the connection's backlog and are served after it.  A client that never sends START_TLS is still
   served in plain text, as a Java bookie does.
 * SASL (``bookieAuthProviderFactoryClass``): until the DIGEST-MD5 exchange completes, only AUTH and
   START_TLS pass (``AuthHandler.ServerSideHandler``): a v2 add or read gets EUA, any other v2 request
@@ -38,32 +38,37 @@ class ConnectionSecurity:
         self.authenticated = self._sasl is None
         #: True between START_TLS and the end of the TLS handshake: received bytes wait in :attr:`held`.
         self.upgrading = False
-        self.held: list[bytes] = []  # frame bodies that came behind START_TLS
         self.held_data: list[bytes] = []  # bytes delivered while the handshake ran
         self.tls = False
 
-    # -- the gate -----------------------------------------------------------------------
-    def screen(self, conn: "_Connection", body: memoryview, request: Any) -> bool:
-        """Handle a frame of a not yet authenticated connection; True when it was consumed here."""
-        if request is None:  # v2
-            req = v2.decode_request(body)
-            if isinstance(req, v2.AuthRequest):
-                self._auth(conn, req.auth_plugin_name, req.payload, v2_version=req.version)
-            elif isinstance(req, v2.AddRequest):
-                conn._send(v2.encode_add_response(v2.EUA, req.ledger_id, req.entry_id, req.version))
-            elif isinstance(req, v2.ReadRequest):
-                conn._send(v2.encode_read_response(v2.EUA, req.ledger_id, req.entry_id, b"", req.version))
+    # -- the gate ----------------------------------------------------------------------
+    def intercepts(self, request: Any) -> bool:
+        """Whether this (parsed) request is ours: anything before authentication, and START_TLS."""
+        return not self.authenticated or (type(request) is pb.Request and request.header.operation == pb.START_TLS)
+
+    def handle(self, conn: "_Connection", request: Any) -> bool:
+        """Handle an intercepted request; True when dispatching must stop (a TLS upgrade started)."""
+        if type(request) is pb.Request:
+            op = request.header.operation
+            if op == pb.START_TLS and request.HasField("startTLSRequest"):
+                self.start_tls(conn, request)
+                return self.upgrading
+            if self.authenticated:
+                conn._handle_v3(request)  # a START_TLS without its sub-message: EBADREQ as usual
+            elif op == pb.AUTH and request.HasField("authRequest"):
+                self._auth(conn, request.authRequest.authPluginName, bytes(request.authRequest.payload), v3_request=request)
             else:
-                conn._protocol_error(ProtocolError("request before authentication", peer=conn.peer))
-            return True
-        op = request.header.operation
-        if op == pb.START_TLS and request.HasField("startTLSRequest"):
+                conn._send_v3(v3.error_response(request, pb.EUA))
             return False
-        if op == pb.AUTH and request.HasField("authRequest"):
-            self._auth(conn, request.authRequest.authPluginName, bytes(request.authRequest.payload), v3_request=request)
+        if isinstance(request, v2.AuthRequest):
+            self._auth(conn, request.auth_plugin_name, request.payload, v2_version=request.version)
+        elif isinstance(request, v2.AddRequest):
+            conn._send(v2.encode_add_response(v2.EUA, request.ledger_id, request.entry_id, request.version))
+        elif isinstance(request, v2.ReadRequest):
+            conn._send(v2.encode_read_response(v2.EUA, request.ledger_id, request.entry_id, b"", request.version))
         else:
-            conn._send_v3(v3.error_response(request, pb.EUA))
-        return True
+            raise ProtocolError("request before authentication", peer=conn.peer)
+        return False
 
     def _auth(
         self, conn: "_Connection", plugin: str, payload: bytes, *, v2_version: int | None = None, v3_request: Any = None
@@ -90,8 +95,8 @@ class ConnectionSecurity:
             log.info("client %s authenticated as %s", conn.peer, self._sasl.user)
 
     # -- START_TLS ----------------------------------------------------------------------
-    def start_tls(self, conn: "_Connection", request: Any, rest: list[memoryview]) -> None:
-        """Answer START_TLS and upgrade; ``rest`` are frames received behind it (served after the upgrade)."""
+    def start_tls(self, conn: "_Connection", request: Any) -> None:
+        """Answer START_TLS and upgrade; requests still in the connection's backlog are served after it."""
         provider = self.security.tls
         if provider is None or self.tls or self.upgrading:
             conn._send_v3(v3.start_tls_response(request, pb.EBADREQ))
@@ -99,7 +104,6 @@ class ConnectionSecurity:
         conn._send_v3(v3.start_tls_response(request, pb.EOK))
         conn._flush()  # the answer leaves in the clear, before the handshake
         self.upgrading = True
-        self.held = [bytes(b) for b in rest]
         conn._spawn(self._upgrade(conn, provider.context(), provider.settings.start_tls_timeout))
 
     async def _upgrade(self, conn: "_Connection", ctx: Any, timeout: float) -> None:
@@ -120,8 +124,8 @@ class ConnectionSecurity:
         self.tls = True
         self.upgrading = False
         log.info("TLS handshake with %s done", conn.peer)
-        held, self.held = self.held, []
+        conn._reading_paused = False  # start_tls resumed reading on the new transport
+        conn._drain()  # requests that came behind START_TLS
         data, self.held_data = self.held_data, []
-        conn.serve_frames([memoryview(b) for b in held])
         if data and not conn.closed:
             conn.data_received(b"".join(data))

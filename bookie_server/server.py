@@ -13,6 +13,14 @@ opcode or a v2 frame that cannot be decoded closes that connection (what
 ``BookieRequestHandler.exceptionCaught`` does); a v3 request for an unknown
 operation gets EBADREQ with its header echoed.  Nothing a client sends can
 stop the server.
+
+Memory is bounded whatever a client does (docs/bookie.md, "Limits"): frames
+are dispatched one at a time and dispatching stops -- and the connection is
+no longer read -- while its queued responses are over
+``serverWriteBufferHighWaterMark`` (until they drain under the low mark), while
+the bookie's adds, reads or long polls in progress are at their limit, or
+while the write cache is full during a checkpoint.  Connections over
+``serverMaxConnections``, idle ones and ones stuck in a partial frame are closed.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import asyncio
 import logging
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 
 from bkspark.errors import (
@@ -43,6 +52,7 @@ from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 
 from bookie_server.bookie import Bookie
 from bookie_server.config import BookieConfig
+from bookie_server.limits import InFlightGate, LimitLog
 from bookie_server.metrics import BookieMetrics
 from bookie_server.security import BookieSecurity, ConnectionSecurity
 
@@ -52,11 +62,22 @@ log = logging.getLogger("bookie_server.server")
 
 AUTH_DISABLED_PLUGIN = "AuthDisabledPlugin"
 _BATCH_FRAME_BASE = 24 + 8 + 4  # BatchedReadEntryProcessor: response prefix + requestId + frame length
-_HIGH_WATER = 4 * 1024 * 1024
+#: Longest pause between two sweeps for idle connections and stalled partial frames.
+_SWEEP_INTERVAL_S = 1.0
 
 
 def _now_ms() -> float:
     return time.perf_counter() * 1000.0
+
+
+_PB_REQUEST = pb.Request
+
+#: Configuration key of each gate, for the limit log.
+_GATE_KEYS = {
+    "adds": "maxAddsInProgressLimit",
+    "reads": "maxReadsInProgressLimit",
+    "long polls": "maxLongPollReadsInProgress",
+}
 
 
 class BookieServer:
@@ -73,6 +94,13 @@ class BookieServer:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_Connection] = set()
         self.port = conf.bookiePort
+        self.adds_gate = InFlightGate("adds", conf.maxAddsInProgressLimit, conf.maxAddsInProgressBytes)
+        self.reads_gate = InFlightGate("reads", conf.maxReadsInProgressLimit)
+        self.long_polls_gate = InFlightGate("long polls", conf.maxLongPollReadsInProgress)
+        self.limit_log = LimitLog(on_hit=lambda limit: metrics.limit_hits.labels(limit=limit).inc())
+        metrics.adds_in_progress.set_function(lambda: self.adds_gate.count)
+        metrics.reads_in_progress.set_function(lambda: self.reads_gate.count + self.long_polls_gate.count)
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self, sock: socket.socket | None = None) -> None:
         """Listen on ``bindAddress:bookiePort`` (port 0 picks a free one), or on a bound ``sock``."""
@@ -84,10 +112,25 @@ class BookieServer:
                 lambda: _Connection(self), self.conf.bindAddress, self.conf.bookiePort, reuse_address=True, backlog=1024
             )
         self.port = self._server.sockets[0].getsockname()[1]
+        if self.conf.serverConnectionIdleTimeoutMs or self.conf.serverPartialFrameTimeoutMs:
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="bookie-connection-sweeper")
         log.info("bookie listening", extra={"port": self.port})
+
+    async def _sweep_forever(self) -> None:
+        """Close connections idle for serverConnectionIdleTimeoutMs or stuck in a partial frame."""
+        timeouts = [t for t in (self.conf.serverConnectionIdleTimeoutMs, self.conf.serverPartialFrameTimeoutMs) if t]
+        interval = min(_SWEEP_INTERVAL_S, min(timeouts) / 4000.0)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for conn in list(self._connections):
+                conn.check_timeouts(now)
 
     async def stop_accepting(self) -> None:
         """Stop taking new connections (existing ones keep being served)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -115,65 +158,121 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._out: list[bytes] = []
+        self._out_bytes = 0
         self._loop = asyncio.get_running_loop()
+        # Requests received but not dispatched yet: frame bodies, or requests once parsed.
+        self._backlog: deque[object] = deque()
+        self._write_blocked = False  # queued responses over the high water mark
+        self._parked = False  # waiting for a gate (adds/reads/long polls) or the write cache
+        self._reading_paused = False
+        self._rejected = False
+        # (gate, bytes) of the request being dispatched (None: it needs no permit).
+        self._permit: tuple[InFlightGate, int] | None = None
+        self._permit_taken = False
+        self._permits_held = 0
+        self.last_activity = time.monotonic()
+        self.partial_since: float | None = None
         security = server.security
+        #: TLS and SASL state (bookie_server/security.py); None when the bookie has neither.
         self.sec = ConnectionSecurity(security) if security.tls is not None or security.sasl is not None else None
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        transport.set_write_buffer_limits(high=_HIGH_WATER)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        limit = self.conf.serverMaxConnections
+        if limit and len(self.server._connections) >= limit:
+            # No free slot: closed at once (a client sees the connection drop, as when a
+            # Java bookie closes a channel) and it never counts as a connection.
+            self._rejected = self.closed = True
+            self.server.limit_log.hit(
+                "serverMaxConnections", "connection from %s closed: serverMaxConnections=%d reached", self.peer, limit
+            )
+            transport.close()
+            return
+        transport.set_write_buffer_limits(
+            high=self.conf.serverWriteBufferHighWaterMark, low=self.conf.serverWriteBufferLowWaterMark
+        )
         self.server._connections.add(self)
         self.metrics.connections.inc()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._backlog.clear()
+        if self._rejected:
+            return
         self.server._connections.discard(self)
         self.metrics.connections.dec()
         for task in list(self._tasks):
             task.cancel()
 
     def pause_writing(self) -> None:
-        # A client that does not read its responses stops being read from.
-        if self.transport is not None:
-            self.transport.pause_reading()
+        # A client that does not read its responses stops being read from (Netty's water marks).
+        self._write_blocked = True
+        self._update_reading()
 
     def resume_writing(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.resume_reading()
+        self._write_blocked = False
+        self._drain()
 
     def data_received(self, data: bytes) -> None:
+        self.last_activity = time.monotonic()
         if self.sec is not None and self.sec.upgrading:
-            self.sec.held_data.append(bytes(data))
+            self.sec.held_data.append(bytes(data))  # decrypted bytes that beat the end of start_tls
             return
         try:
             bodies = self.splitter.feed(data)
         except FrameTooLargeError as exc:
             self._protocol_error(exc)
             return
-        self.serve_frames(bodies)
+        if self.splitter.buffered:
+            if self.partial_since is None:
+                self.partial_since = self.last_activity
+        else:
+            self.partial_since = None
+        if bodies:
+            self._backlog.extend(bodies)
+            self._drain()
 
-    def serve_frames(self, bodies: list[memoryview]) -> None:
-        """Serve whole frame bodies in order (also those held back by a TLS upgrade)."""
-        for i, body in enumerate(bodies):
-            if self.closed:
-                return
+    # -- dispatch with bounds -----------------------------------------------------------
+    def _drain(self) -> None:
+        """Dispatch backlogged requests until one must wait; pause reading while any waits."""
+        backlog = self._backlog
+        sec = self.sec
+        while backlog and not (self.closed or self._write_blocked or self._parked):
+            if sec is not None and sec.upgrading:
+                return  # the TLS upgrade resumes dispatching when it is done
+            request = backlog[0]
             try:
-                request = self.detector.parse(body)
-                sec = self.sec
-                if sec is not None:
-                    if not sec.authenticated and sec.screen(self, body, request):
-                        continue
-                    if request is not None and request.header.operation == pb.START_TLS:
-                        sec.start_tls(self, request, bodies[i + 1 :])
+                if type(request) is memoryview:
+                    # Parsed in arrival order, so v2/v3 detection sees frames as Java's does.
+                    # MalformedFrameError / UnknownOpcodeError close the connection, as in Java.
+                    v3_request = self.detector.parse(request)
+                    request = v2.decode_request(request) if v3_request is None else v3_request
+                if sec is not None and sec.intercepts(request):
+                    backlog.popleft()  # START_TLS, or anything before authentication (no permit needed)
+                    if sec.handle(self, request):
                         return
-                if request is None:
-                    self._handle_v2(body)
-                else:
-                    self._handle_v3(request)
+                    continue
+                if not self._admit(request):
+                    backlog[0] = request  # parsed once: it waits as a request
+                    break
+                backlog.popleft()
+                permit = self._permit
+                try:
+                    if type(request) is _PB_REQUEST:
+                        self._handle_v3(request)  # type: ignore[arg-type]
+                    else:
+                        self._handle_v2(request)
+                except BaseException:
+                    self._release(permit)  # the request dies with the connection: its permit must not leak
+                    raise
+                finally:
+                    self._permit = None
+                if permit is not None and not self._permit_taken:
+                    self._release(permit)  # the handler answered without taking it (e.g. a bad version)
             except ProtocolError as exc:
                 self._protocol_error(exc)
                 return
@@ -182,6 +281,103 @@ class _Connection(asyncio.Protocol):
                 log.exception("unexpected error serving %s; closing the connection", self.peer)
                 self.close()
                 return
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        if self.closed or self.transport is None:
+            return
+        pause = self._write_blocked or bool(self._backlog)
+        if pause and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        elif not pause and self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
+            if self.partial_since is not None:
+                self.partial_since = time.monotonic()  # our pause is not the client's delay
+
+    def _admit(self, request: object) -> bool:
+        """Take the permit the request needs (``self._permit``); park the connection if it must wait."""
+        cls = type(request)
+        server = self.server
+        if cls is v2.AddRequest:
+            gate, nbytes = server.adds_gate, len(request.entry)  # type: ignore[attr-defined]
+        elif cls is v2.ReadRequest or cls is v2.BatchReadRequest:
+            gate, nbytes = server.reads_gate, 0
+        elif cls is _PB_REQUEST:
+            gate, nbytes = self._v3_gate(request)  # type: ignore[arg-type]
+        else:
+            gate = None
+        if gate is None:
+            return True
+        if gate is server.adds_gate and self.bookie.write_cache_full:
+            self._park(self.bookie.wait_write_cache, "dbStorage_writeCacheMaxSizeMb")
+            return False
+        if not gate.try_acquire(nbytes):
+            self._park(gate.wait, _GATE_KEYS[gate.name])
+            return False
+        self._permits_held += 1
+        self._permit = (gate, nbytes)
+        self._permit_taken = False
+        return True
+
+    def _v3_gate(self, request: pb.Request) -> tuple[InFlightGate | None, int]:
+        op = request.header.operation
+        if op == pb.ADD_ENTRY:
+            return self.server.adds_gate, len(request.addRequest.body)
+        if op == pb.READ_ENTRY:
+            read = request.readRequest
+            fencing = read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER
+            long_poll = not fencing and read.HasField("previousLAC")
+            return (self.server.long_polls_gate if long_poll else self.server.reads_gate), 0
+        if op == pb.BATCH_READ_ENTRY:
+            return self.server.reads_gate, 0
+        return None, 0
+
+    def _park(self, register: Callable[[Callable[[], None]], None], limit: str) -> None:
+        self._parked = True
+        self.server.limit_log.hit(limit, "%s reached: stopped reading requests from %s until it frees", limit, self.peer)
+
+        def wake() -> None:
+            self._parked = False
+            self._loop.call_soon(self._drain)
+
+        register(wake)
+
+    def _take_permit(self) -> tuple[InFlightGate, int] | None:
+        """The permit of the request being dispatched; its handler passes it to :meth:`_release` once, on reply."""
+        self._permit_taken = True
+        return self._permit
+
+    def _release(self, permit: tuple[InFlightGate, int] | None) -> None:
+        if permit is not None:
+            self._permits_held -= 1
+            permit[0].release(permit[1])
+
+    def check_timeouts(self, now: float) -> None:
+        """Close the connection when idle too long or stuck in a partial frame (the sweeper's call)."""
+        if self.closed:
+            return
+        partial_ms = self.conf.serverPartialFrameTimeoutMs
+        if partial_ms and self.partial_since is not None and not self._reading_paused:
+            if (now - self.partial_since) * 1000.0 > partial_ms:
+                self.server.limit_log.hit(
+                    "serverPartialFrameTimeoutMs",
+                    "closing %s: a frame stayed incomplete for over serverPartialFrameTimeoutMs=%d",
+                    self.peer,
+                    partial_ms,
+                )
+                self.close()
+                return
+        idle_ms = self.conf.serverConnectionIdleTimeoutMs
+        if idle_ms and not self._permits_held and not self._backlog and (now - self.last_activity) * 1000.0 > idle_ms:
+            self.server.limit_log.hit(
+                "serverConnectionIdleTimeoutMs",
+                "closing %s: idle for over serverConnectionIdleTimeoutMs=%d",
+                self.peer,
+                idle_ms,
+            )
+            self.close()
 
     # -- helpers ------------------------------------------------------------------------
     def close(self) -> None:
@@ -190,30 +386,39 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def _protocol_error(self, exc: BaseException) -> None:
+        self._backlog.clear()
         self.metrics.protocol_errors.inc()
         log.warning("closing connection from %s: %s", self.peer, exc)
         self.close()
 
     def _send(self, data: bytes) -> None:
-        # Responses produced in one loop iteration leave in one write (one syscall, not one each).
+        # Responses produced in one loop iteration leave in one write (one syscall, not one each),
+        # unless they pass the high water mark: then they go to the transport now, which calls
+        # pause_writing if they cannot leave.
         if self.closed:
             return
         if not self._out:
             self._loop.call_soon(self._flush)
         self._out.append(data)
+        self._out_bytes += len(data)
+        if self._out_bytes >= self.conf.serverWriteBufferHighWaterMark:
+            self._flush()
 
     def _flush(self) -> None:
         out, self._out = self._out, []
+        self._out_bytes = 0
         if not self.closed and self.transport is not None and out:
+            self.last_activity = time.monotonic()
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _send_v3(self, response: pb.Response) -> None:
         self._send(v3.encode_response(response))
 
-    def _spawn(self, coro: object) -> None:
+    def _spawn(self, coro: object) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
+        return task
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -236,9 +441,7 @@ class _Connection(asyncio.Protocol):
         fut.add_done_callback(done)
 
     # -- v2 -----------------------------------------------------------------------------
-    def _handle_v2(self, body: memoryview) -> None:
-        # MalformedFrameError / UnknownOpcodeError propagate: the connection is closed, as in Java.
-        request = v2.decode_request(body)
+    def _handle_v2(self, request: object) -> None:
         if isinstance(request, v2.AddRequest):
             self._v2_add(request)
         elif isinstance(request, v2.ReadRequest):
@@ -254,17 +457,20 @@ class _Connection(asyncio.Protocol):
 
     def _v2_add(self, req: v2.AddRequest) -> None:
         start = _now_ms()
+        permit = self._take_permit()
         entry = req.entry
         try:
             scope_id, ledger_id, entry_id, lac = entry_header(entry)
         except MalformedFrameError:
             # Java takes the ids from bytes 0-15 (the decoder guaranteed 16) and fails later.
             ledger_id, entry_id = req.ledger_id, req.entry_id
+            self._release(permit)
             self._send(v2.encode_add_response(v2.EBADREQ, ledger_id, entry_id, req.version))
             return
         version = req.version
 
         def reply(rc: int) -> None:
+            self._release(permit)
             self._send(v2.encode_add_response(rc, ledger_id, entry_id, version))
             self.metrics.observe_request("ADD_ENTRY", _now_ms() - start, rc == v2.EOK)
 
@@ -304,8 +510,10 @@ class _Connection(asyncio.Protocol):
         start = _now_ms()
         ledger_id, entry_id, version = req.ledger_id, req.entry_id, req.version
         op = "READ_ENTRY_FENCE_REQUEST" if req.flags & v2.FLAG_DO_FENCING else "READ_ENTRY"
+        permit = self._take_permit()
 
         def reply(rc: int, data: bytes = b"") -> None:
+            self._release(permit)
             self._send(v2.encode_read_response(rc, ledger_id, entry_id, data, version))
             self.metrics.observe_request(op, _now_ms() - start, rc == v2.EOK)
 
@@ -354,8 +562,10 @@ class _Connection(asyncio.Protocol):
     def _v2_batch_read(self, req: v2.BatchReadRequest) -> None:
         start = _now_ms()
         ledger_id, first, request_id, version = req.ledger_id, req.start_entry_id, req.request_id, req.version
+        permit = self._take_permit()
 
         def reply(rc: int, entries: list[bytes] | None = None) -> None:
+            self._release(permit)
             frame = v2.encode_batch_read_response(rc, ledger_id, first, request_id, entries or (), version)
             self._send(frame)
             self.metrics.observe_request("BATCH_READ_ENTRY", _now_ms() - start, rc == v2.EOK)
@@ -395,12 +605,15 @@ class _Connection(asyncio.Protocol):
     def _v3_add(self, request: pb.Request) -> None:
         start = _now_ms()
         add = request.addRequest
+        permit = self._take_permit()
 
         def reply(status: int) -> None:
+            self._release(permit)
             self._send_v3(v3.add_response(request, status))
             self.metrics.observe_request("ADD_ENTRY", _now_ms() - start, status == pb.EOK)
 
         if not self._v3_version_ok(request, lambda s: v3.add_response(request, s)):
+            self._release(permit)
             return
         try:
             scope_id, ledger_id, entry_id, lac = entry_header(add.body)
@@ -430,17 +643,21 @@ class _Connection(asyncio.Protocol):
 
     def _v3_read(self, request: pb.Request) -> None:
         read = request.readRequest
+        permit = self._take_permit()
         if not self._v3_version_ok(request, lambda s: v3.read_response(request, s)):
+            self._release(permit)
             return
         fencing = read.HasField("flag") and read.flag == pb.ReadRequest.FENCE_LEDGER
         if not fencing and read.HasField("previousLAC"):
-            self._spawn(self._v3_long_poll(request))
+            # Released when the task ends, however it ends (even cancelled before its first step).
+            self._spawn(self._v3_long_poll(request)).add_done_callback(lambda _task: self._release(permit))
             return
         start = _now_ms()
         scope_id, ledger_id, entry_id = v3.scope_id_of(read), read.ledgerId, read.entryId
         op = "READ_ENTRY_FENCE_REQUEST" if fencing else "READ_ENTRY"
 
         def reply(resp: pb.Response) -> None:
+            self._release(permit)
             self._send_v3(resp)
             self.metrics.observe_request(op, _now_ms() - start, resp.status == pb.EOK)
 
@@ -510,14 +727,17 @@ class _Connection(asyncio.Protocol):
     def _v3_batch_read(self, request: pb.Request) -> None:
         start = _now_ms()
         batch = request.batchReadRequest
+        permit = self._take_permit()
 
         def reply(resp: pb.Response) -> None:
+            self._release(permit)
             self._send_v3(resp)
             self.metrics.observe_request("BATCH_READ_ENTRY", _now_ms() - start, resp.status == pb.EOK)
             if resp.status == pb.EOK:
                 self.metrics.batch_read_response_size.observe(resp.ByteSize() + 4)
 
         if not self._v3_version_ok(request, lambda s: v3.batch_read_response(request, s)):
+            self._release(permit)
             return
         scope_id, ledger_id = v3.scope_id_of(batch), batch.ledgerId
         fencing = batch.HasField("flag") and batch.flag == pb.BatchReadRequest.FENCE_LEDGER

@@ -27,6 +27,7 @@ from bookie_server.journal import (
     RecordType,
     encode_add,
     encode_record,
+    JournalFileScan,
     iter_records,
     journal_files,
 )
@@ -60,7 +61,7 @@ def test_journal_group_commit_and_replay(tmp_path: Path) -> None:
     assert records[5].ledger_id == 7 and records[5].payload.endswith(b"p5")
 
 
-def test_journal_torn_tail_is_ignored_after_last_complete_record(tmp_path: Path) -> None:
+def test_journal_scan_stops_at_damage_and_says_where(tmp_path: Path) -> None:
     journal = Journal(tmp_path)
     journal.open()
     for i in range(3):
@@ -71,13 +72,17 @@ def test_journal_torn_tail_is_ignored_after_last_complete_record(tmp_path: Path)
     # A partial fourth record (as a crash mid-write leaves it) ...
     torn = encode_record(RecordType.FENCE, 0, 3)[:-5]
     path.write_bytes(full + torn)
-    assert [r.ledger_id for _, r in iter_records(path)] == [0, 1, 2]
-    # ... and a corrupted byte inside the third record: replay stops before it.
-    third_start = len(full) - len(encode_record(RecordType.FENCE, 0, 2))
+    scan = JournalFileScan(path)
+    assert [r.ledger_id for _, r in scan] == [0, 1, 2]
+    assert scan.damage is not None and scan.damage.torn and scan.damage.offset == len(full)
+    # ... and a corrupted byte inside the second record: the scan stops before it, not torn.
+    second_start = len(full) - 2 * len(encode_record(RecordType.FENCE, 0, 2))
     damaged = bytearray(full)
-    damaged[third_start + 12] ^= 0xFF
+    damaged[second_start + 12] ^= 0xFF
     path.write_bytes(bytes(damaged))
-    assert [r.ledger_id for _, r in iter_records(path)] == [0, 1]
+    scan = JournalFileScan(path)
+    assert [r.ledger_id for _, r in scan] == [0]
+    assert scan.damage is not None and not scan.damage.torn and scan.damage.offset == second_start
 
 
 def test_journal_after_close_fails_submissions(tmp_path: Path) -> None:

@@ -1,0 +1,137 @@
+"""Back-pressure inside one bookie over real sockets: adds in progress, long polls, the write cache during a
+checkpoint (docs/bookie.md, "Limits")."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from bkspark.protocol import v2, v3
+from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
+from bookie_server.bookie import Bookie
+from bookie_server.server import BookieServer
+from tests.unit.test_bookie_server import KEY, Conn, make_entry, with_bookie
+
+
+def track_max(gate: object) -> list[int]:
+    """Record the gate's count after every admission."""
+    seen = [0]
+    acquire = gate.try_acquire  # type: ignore[attr-defined]
+
+    def tracked(nbytes: int = 0) -> bool:
+        ok = acquire(nbytes)
+        seen[0] = max(seen[0], gate.count)  # type: ignore[attr-defined]
+        return ok
+
+    gate.try_acquire = tracked  # type: ignore[attr-defined]
+    return seen
+
+
+@with_bookie(maxAddsInProgressLimit=5)
+async def test_adds_in_progress_never_pass_the_limit(bookie: Bookie, server: BookieServer) -> None:
+    peak = track_max(server.adds_gate)
+    c = await Conn.open(server.port)
+    c.send(b"".join(v2.encode_add_request(0, KEY, make_entry(1, i, b"x" * 100)) for i in range(200)))
+    acks = [v2.decode_response(await c.body()) for _ in range(200)]
+    assert sorted(a.entry_id for a in acks if a.rc == v2.EOK) == list(range(200))
+    assert peak[0] == 5  # reached, never passed
+    assert server.limit_log.hits.get("maxAddsInProgressLimit", 0) > 0
+    assert server.adds_gate.count == 0 and server.adds_gate.bytes == 0  # every permit came back
+    rendered = server.metrics.render().decode()
+    assert 'bookkeeper_server_LIMIT_HITS_total{limit="maxAddsInProgressLimit"}' in rendered
+    assert "bookkeeper_server_ADD_ENTRY_IN_PROGRESS 0.0" in rendered
+    c.close()
+
+
+@with_bookie(maxLongPollReadsInProgress=2)
+async def test_long_polls_are_bounded_and_the_connection_waits(bookie: Bookie, server: BookieServer) -> None:
+    writer = await Conn.open(server.port)
+    assert (await writer.v2(v2.encode_add_request(0, KEY, make_entry(1, 0, b"a")))).rc == v2.EOK
+    poller = await Conn.open(server.port)
+    for txn in range(3):
+        poller.send(v3.encode_request(v3.read_request(txn, 1, 0, previous_lac=0, timeout_ms=20_000)))
+    poller.send(v3.encode_request(v3.read_lac_request(9, 1)))
+    await asyncio.sleep(0.3)
+    assert server.long_polls_gate.count == 2  # the third poll waits, and the READ_LAC behind it too
+    assert not poller.bodies and not await _readable(poller, 0.2)
+    # Other connections are served meanwhile.
+    assert (await writer.v2(v2.encode_read_request(1, 0))).rc == v2.EOK
+    # The LAC moves: both polls answer, then the third one runs (and answers at once), then READ_LAC.
+    assert (await writer.v2(v2.encode_add_request(0, KEY, make_entry(1, 1, b"b", lac=0)))).rc == v2.EOK
+    assert (await writer.v2(v2.encode_add_request(0, KEY, make_entry(1, 2, b"c", lac=1)))).rc == v2.EOK
+    answers = [v3.decode_response(await poller.body()) for _ in range(4)]
+    assert sorted(a.header.txnId for a in answers) == [0, 1, 2, 9]
+    assert all(a.status == pb.EOK for a in answers)
+    assert server.long_polls_gate.count == 0
+    writer.close()
+    poller.close()
+
+
+async def _readable(conn: Conn, timeout: float) -> bool:
+    try:
+        data = await asyncio.wait_for(conn.reader.read(1), timeout)
+    except asyncio.TimeoutError:
+        return False
+    conn.splitter.feed(data)
+    return True
+
+
+@with_bookie(dbStorage_writeCacheMaxSizeMb=1, flushInterval=600000)
+async def test_full_write_cache_blocks_adds_while_a_checkpoint_runs(bookie: Bookie, server: BookieServer) -> None:
+    release = threading.Event()
+    write = bookie.storage.write_checkpoint
+
+    def slow_write(snapshot: object) -> None:
+        release.wait(30)  # a disk that takes its time
+        write(snapshot)  # type: ignore[arg-type]
+
+    bookie.storage.write_checkpoint = slow_write  # type: ignore[method-assign]
+    c = await Conn.open(server.port)
+    payload = b"p" * 64 * 1024
+    total = 48  # 3 MiB: one cache to flush, one to fill while the checkpoint runs, and more
+    c.send(b"".join(v2.encode_add_request(0, KEY, make_entry(1, i, payload)) for i in range(total)))
+    acked = 0
+    while True:
+        try:
+            resp = v2.decode_response(await c.body(timeout=1.0))
+        except asyncio.TimeoutError:
+            break
+        assert resp.rc == v2.EOK
+        acked += 1
+    assert bookie.write_cache_full
+    assert acked < total
+    assert bookie.storage.write_cache_bytes <= 1024 * 1024 + len(payload) + 100  # bounded, not growing
+    assert server.limit_log.hits.get("dbStorage_writeCacheMaxSizeMb", 0) > 0
+    release.set()  # the checkpoint ends: the parked adds go on
+    for _ in range(total - acked):
+        assert v2.decode_response(await c.body(timeout=10.0)).rc == v2.EOK
+    c.close()
+
+
+@with_bookie(maxLongPollReadsInProgress=1, maxReadsInProgressLimit=1)
+async def test_permits_come_back_when_connections_close_or_requests_fail(bookie: Bookie, server: BookieServer) -> None:
+    c = await Conn.open(server.port)
+    assert (await c.v2(v2.encode_add_request(0, KEY, make_entry(1, 0, b"a")))).rc == v2.EOK
+    poller = await Conn.open(server.port)
+    poller.send(v3.encode_request(v3.read_request(1, 1, 0, previous_lac=0, timeout_ms=20_000)))
+    for _ in range(50):
+        if server.long_polls_gate.count == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert server.long_polls_gate.count == 1
+    poller.close()  # the poll's task is cancelled with its connection: its permit comes back
+    for _ in range(100):
+        if server.long_polls_gate.count == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert server.long_polls_gate.count == 0
+    # Reads answered with an error (bad version, unknown ledger) give their permit back too.
+    v3_conn = await Conn.open(server.port)
+    bad = v3.read_request(2, 1, 0)
+    bad.header.version = pb.VERSION_TWO
+    assert (await v3_conn.v3(bad)).status == pb.EBADVERSION
+    v3_conn.close()
+    assert (await c.v2(v2.encode_read_request(99, 0))).rc == v2.ENOLEDGER
+    assert (await c.v2(v2.encode_read_request(1, 0))).rc == v2.EOK  # the one read slot is free again
+    assert server.reads_gate.count == 0
+    c.close()
