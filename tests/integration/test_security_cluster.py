@@ -18,6 +18,7 @@ from kazoo.security import CREATOR_ALL_ACL
 from bkspark.audit import Auditor
 from bkspark.client import BookKeeper
 from bkspark.errors import MetadataError
+from bkspark.protocol import service_info as si
 from bkspark.security.zk import ZkSecurity
 from tests.harness.python_bookie import REPO_ROOT, PythonBookieCluster
 from tests.harness.security import (
@@ -108,10 +109,13 @@ def test_client_with_credentials_and_acls(secured) -> None:  # type: ignore[no-u
     # zkEnableSecurity: the ledger znode belongs to the authenticated creator only (CREATOR_ALL_ACL).
     acls, _ = admin.get_acls(path)
     assert [(a.id.scheme, a.id.id, a.perms) for a in acls] == [("sasl", SASL_USER, 31)]
-    # Bookie registrations too.
+    # Bookie registrations too; they advertise the TLS endpoint as Java's BookieService does.
     bookie = secured["cluster"].bookie_ids[0]
     acls, _ = admin.get_acls(f"{ROOT}/available/{bookie}")
     assert acls[0].id.scheme == "sasl"
+    data, _ = admin.get(f"{ROOT}/available/{bookie}")
+    rpc = [e for e in si.parse(data, bookie).endpoints if e.protocol == si.BOOKIE_RPC]
+    assert rpc and rpc[0].extensions == ("tls",)
 
 
 def test_client_without_zookeeper_credentials_fails_clearly(secured) -> None:  # type: ignore[no-untyped-def]

@@ -1,10 +1,10 @@
 """TLS and SASL interop with Apache BookKeeper 4.17 (Java), both ways.
 
-* bkspark client -> Java TLS bookies (PEM): START_TLS on v2 and v3 connections, mutual TLS off and on
-  (with and without a client certificate), a wrong CA refused clearly;
-* bkspark client -> Java bookies with ``SASLBookieAuthProviderFactory``; a wrong password refused;
-* Java client -> Python bookies with TLS (mutual) and SASL, over v2 and v3; the Java client with a
-  wrong password refused.
+* bkspark client -> a Java bookie with TLS (PEM) and ``SASLBookieAuthProviderFactory``: START_TLS and
+  SASL on v2 and v3 connections, a wrong CA refused clearly, a wrong password refused;
+* bkspark client -> a Java bookie requiring mutual TLS: with a client certificate, and refused without;
+* Java client -> Python bookies with mutual TLS and SASL, writing over v2 and reading over v3; the Java
+  client with a wrong password refused.
 
 Each Java cluster is one bookie (ensemble 1) on its own root, to keep the JVM count small.
 """
@@ -75,14 +75,19 @@ def _write_read(uri: str, conf: dict[str, object], v2_protocol: bool, n: int = 3
 
 
 @pytest.fixture(scope="module")
-def java_tls(module_java_cluster_factory, roots, pki):  # type: ignore[no-untyped-def]
-    root = roots("java-tls")
-    module_java_cluster_factory(VERSION, bookies=1, root=root, journal_sync_data=False, conf_overrides=tls_bookie_conf(pki))
+def java_tls(module_java_cluster_factory, roots, pki, jaas):  # type: ignore[no-untyped-def]
+    """One Java bookie with TLS (no client certificate required) and SASL."""
+    root = roots("java-tls-sasl")
+    module_java_cluster_factory(
+        VERSION, bookies=1, root=root, journal_sync_data=False, conf_overrides={**tls_bookie_conf(pki), **SASL_BOOKIE},
+        jvm_args=[f"-Djava.security.auth.login.config={jaas}"],
+    )
     return root
 
 
 @pytest.fixture(scope="module")
 def java_mtls(module_java_cluster_factory, roots, pki):  # type: ignore[no-untyped-def]
+    """One Java bookie requiring a client certificate (mutual TLS)."""
     root = roots("java-mtls")
     module_java_cluster_factory(
         VERSION, bookies=1, root=root, journal_sync_data=False, conf_overrides=tls_bookie_conf(pki, client_auth=True)
@@ -90,23 +95,13 @@ def java_mtls(module_java_cluster_factory, roots, pki):  # type: ignore[no-untyp
     return root
 
 
-@pytest.fixture(scope="module")
-def java_sasl(module_java_cluster_factory, roots, jaas):  # type: ignore[no-untyped-def]
-    root = roots("java-sasl")
-    module_java_cluster_factory(
-        VERSION, bookies=1, root=root, journal_sync_data=False, conf_overrides=SASL_BOOKIE,
-        jvm_args=[f"-Djava.security.auth.login.config={jaas}"],
-    )
-    return root
-
-
 @pytest.mark.parametrize("v2_protocol", [True, False], ids=["v2", "v3"])
-def test_python_client_to_java_tls_bookie(java_tls, pki, v2_protocol) -> None:  # type: ignore[no-untyped-def]
-    _write_read(java_tls.metadata_service_uri, tls_client_conf(pki), v2_protocol)
+def test_python_client_to_java_tls_sasl_bookie(java_tls, pki, jaas, v2_protocol) -> None:  # type: ignore[no-untyped-def]
+    _write_read(java_tls.metadata_service_uri, {**tls_client_conf(pki), **sasl_client_conf(jaas)}, v2_protocol)
 
 
-def test_python_client_wrong_ca_refused_by_java_bookie(java_tls, pki) -> None:  # type: ignore[no-untyped-def]
-    with BookKeeper(java_tls.metadata_service_uri, tls_client_conf(pki, ca=pki.other_ca)) as bk:
+def test_python_client_wrong_ca_refused_by_java_bookie(java_tls, pki, jaas) -> None:  # type: ignore[no-untyped-def]
+    with BookKeeper(java_tls.metadata_service_uri, {**tls_client_conf(pki, ca=pki.other_ca), **sasl_client_conf(jaas)}) as bk:
         bookie = sorted(bk.writable_bookies())[0]
         with pytest.raises(TlsHandshakeError, match="not signed by a CA in tlsTrustStore"):
             bk._run(bk.pool.get(bookie, "v2"), timeout=30)
@@ -141,14 +136,10 @@ async def _read_lac(conn):  # type: ignore[no-untyped-def]
     return error
 
 
-@pytest.mark.parametrize("v2_protocol", [True, False], ids=["v2", "v3"])
-def test_python_client_sasl_with_java_bookie(java_sasl, jaas, v2_protocol) -> None:  # type: ignore[no-untyped-def]
-    _write_read(java_sasl.metadata_service_uri, sasl_client_conf(jaas), v2_protocol)
-
-
-def test_python_client_wrong_password_refused_by_java_bookie(java_sasl, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_python_client_wrong_password_refused_by_java_bookie(java_tls, pki, tmp_path) -> None:  # type: ignore[no-untyped-def]
     bad = write_jaas(tmp_path / "bad.conf", password="wrong")
-    with BookKeeper(java_sasl.metadata_service_uri, sasl_client_conf(bad), connectTimeoutMillis=3000) as bk:
+    conf = {**tls_client_conf(pki), **sasl_client_conf(bad)}
+    with BookKeeper(java_tls.metadata_service_uri, conf, connectTimeoutMillis=3000) as bk:
         bookie = sorted(bk.writable_bookies())[0]
         with pytest.raises(AuthenticationError, match="SASL authentication with bookie timed out"):
             bk._run(bk.pool.get(bookie, "v3"), timeout=30)
@@ -184,13 +175,13 @@ def _java(java_tools, uri: str, conf: dict[str, object], jaas_file: Path, *args:
     return proc, events
 
 
-@pytest.mark.parametrize("v2_protocol", ["true", "false"], ids=["v2", "v3"])
-def test_java_client_to_python_tls_sasl_bookie(java_tools, python_secured, pki, jaas, v2_protocol) -> None:  # type: ignore[no-untyped-def]
+def test_java_client_to_python_tls_sasl_bookie(java_tools, python_secured, pki, jaas) -> None:  # type: ignore[no-untyped-def]
+    """The Java client writes over v2 (START_TLS as v3, then v2 inside TLS) and reads back over v3."""
     uri = python_secured.metadata_service_uri
     conf = {**tls_client_conf(pki, client_auth=True), **SASL_CLIENT}
     proc, events = _java(
         java_tools, uri, conf, jaas, "create-and-write", "--ensemble", "1", "--write", "1", "--ack", "1",
-        "--digest", "CRC32C", "--password", "pw", "--entries", "20", "--v2", v2_protocol,
+        "--digest", "CRC32C", "--password", "pw", "--entries", "20", "--v2", "true",
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     ledger_id = [e for e in events if e["event"] == "closed"][0]["ledger_id"]
@@ -199,8 +190,10 @@ def test_java_client_to_python_tls_sasl_bookie(java_tools, python_secured, pki, 
         rh = bk.open_ledger(ledger_id, password=b"pw")
         assert [e.payload for e in rh.read(0, 19)] == [b"entry-%d" % i for i in range(20)]
     proc, events = _java(java_tools, uri, conf, jaas, "read", "--ledger", str(ledger_id), "--digest", "CRC32C",
-                         "--password", "pw", "--v2", v2_protocol)
+                         "--password", "pw", "--v2", "false")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    done = [e for e in events if e["event"] == "done"]
+    assert done and done[0]["count"] == 20, events[-3:]
 
 
 def test_java_client_wrong_password_refused_by_python_bookie(java_tools, python_secured, pki, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -370,3 +370,18 @@ def test_frames_behind_start_tls_are_served_after_the_upgrade(tmp_path: Path, pk
         writer.close()
 
     _serve(tmp_path, tls_bookie_conf(pki), {}, body)
+
+
+def test_bookie_refuses_every_request_before_authentication(tmp_path: Path) -> None:
+    jaas = write_jaas(tmp_path / "jaas.conf")
+
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        # A client without SASL: its requests reach the bookie unauthenticated.
+        assert await _read_lac(pool) == pb.EUA
+        assert await _v2_read(pool) == v2.EUA
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(v2.encode_batch_read_request(7, 0, 1, 10, 1024))  # any other v2 request: closed
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+
+    _serve(tmp_path, sasl_bookie_conf(jaas), {}, body)
