@@ -26,6 +26,7 @@ from typing import Any
 
 from bkspark.confkeys import BOOKIE_KEYS, check_keys, check_unsupported
 from bkspark.errors import CookieMismatchError
+from bkspark.placement.base import conf_bool
 from bkspark.protocol.cookie import Cookie
 
 from bookie_server.bookie import Bookie
@@ -193,8 +194,18 @@ class BookieApp:
         http.route("GET", "/api/v1/bookie/info", info)
         http.route("GET", "/api/v1/bookie/state", state)
         http.route("GET", "/api/v1/bookie/state/readonly", get_readonly)
-        http.route("PUT", "/api/v1/bookie/state/readonly", set_readonly)
-        http.route("PUT", "/api/v1/bookie/gc", gc)
+        http.route("PUT", "/api/v1/bookie/state/readonly", self._state_changing(set_readonly))
+        http.route("PUT", "/api/v1/bookie/gc", self._state_changing(gc))
+
+    def _state_changing(self, handler: Any) -> Any:
+        """The route itself, or a 403 when ``httpAdminWriteEnabled=false`` (docs/security.md)."""
+        if conf_bool(self.conf.extra, "httpAdminWriteEnabled", True):
+            return handler
+
+        async def refused(_body: bytes) -> tuple[int, str, bytes]:
+            return 403, "text/plain", b"state-changing admin routes are disabled (httpAdminWriteEnabled=false)\n"
+
+        return refused
 
     # -- stop ---------------------------------------------------------------------------
     async def stop(self) -> None:

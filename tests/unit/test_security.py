@@ -385,3 +385,24 @@ def test_bookie_refuses_every_request_before_authentication(tmp_path: Path) -> N
         writer.close()
 
     _serve(tmp_path, sasl_bookie_conf(jaas), {}, body)
+
+
+def test_http_admin_state_changing_routes_can_be_disabled(tmp_path: Path) -> None:
+    from bookie_server.app import BookieApp
+    from tests.unit.test_bookie_app import conf_for, http
+
+    async def body() -> None:
+        app = BookieApp(conf_for(tmp_path, httpAdminWriteEnabled="false"))
+        await app.start()
+        try:
+            assert app.http is not None
+            port = app.http.port
+            status, payload = await http(port, "PUT", "/api/v1/bookie/state/readonly", b'{"readOnly": true}')
+            assert status == 403 and b"httpAdminWriteEnabled=false" in payload
+            assert (await http(port, "PUT", "/api/v1/bookie/gc"))[0] == 403
+            assert not app.bookie.readonly
+            assert (await http(port, "GET", "/api/v1/bookie/state/readonly"))[0] == 200
+        finally:
+            await app.stop()
+
+    asyncio.run(body())
