@@ -96,6 +96,11 @@ async def _sasl(conn: BookieConnection, security: ClientSecurity) -> None:
             conn.send_raw(v3.encode_request(v3.auth_request(conn.next_txn_id(), PLUGIN_NAME, token)))
         try:
             body = await conn.next_handshake_frame()
+            while _late_start_tls_answer(body):
+                # A Java bookie with SASL answers START_TLS a second time, with EIO, when its TLS handshake
+                # ends before the SASL exchange (BookieRequestProcessor.processStartTLSRequestV3); the Java
+                # client drops it as unmatched, and so do we.
+                body = await conn.next_handshake_frame()
         except BKError as exc:
             raise AuthenticationError(
                 "bookie closed the connection during SASL authentication (wrong user name or password?)",
@@ -110,6 +115,15 @@ async def _sasl(conn: BookieConnection, security: ClientSecurity) -> None:
             raise AuthenticationError("bookie runs another auth plugin", bookie_id=conn.bookie_id, plugin=name)
         token = mech.evaluate(payload)
     log.info("connection to bookie %s authenticated as %s", conn.bookie_id, security.sasl.username)
+
+
+def _late_start_tls_answer(body: bytes) -> bool:
+    if not body or body[0] != 0x0A:  # a v3 Response starts with its header (field 1); a v2 one with version 0-2
+        return False
+    try:
+        return v3.decode_response(body).header.operation == pb.START_TLS
+    except MalformedFrameError:
+        return False
 
 
 def _auth_payload(conn: BookieConnection, body: bytes) -> tuple[str, bytes]:
