@@ -193,3 +193,21 @@ def test_spark_read_write_secured_and_no_password_leaks(secured, tmp_path, caplo
         assert LEDGER_PASSWORD not in text and SASL_PASSWORD not in text
     for record in caplog.records:
         assert LEDGER_PASSWORD not in record.getMessage() and SASL_PASSWORD not in record.getMessage()
+
+
+@pytest.mark.compat
+def test_java_client_opens_acl_protected_ledger_with_same_credentials(secured, java_tools) -> None:  # type: ignore[no-untyped-def]
+    """A ledger bkspark created under zkEnableSecurity (CREATOR_ALL_ACL, sasl:<user>) is read by Apache
+    BookKeeper's Java client logged in as the same user (JAAS 'Client' for ZooKeeper, 'BookKeeper' for the
+    bookies), over TLS."""
+    uri, conf = secured["uri"], secured["client_conf"]
+    ledger_id = _write(uri, conf, n=5)
+    java_conf = {k: v for k, v in conf.items() if k != "java.security.auth.login.config"}
+    java_conf["clientAuthProviderFactoryClass"] = "org.apache.bookkeeper.sasl.SASLClientProviderFactory"
+    proc = java_tools.run(
+        "4.17.3", "bkspark.tools.JavaClient", "read", "--ledger", str(ledger_id), "--digest", "CRC32C",
+        "--password", LEDGER_PASSWORD, metadata_service_uri=uri, conf=java_conf,
+        jvm_args=[f"-Djava.security.auth.login.config={secured['jaas']}"], timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert '"count":5' in proc.stdout.replace(" ", ""), proc.stdout[-2000:]
