@@ -29,8 +29,6 @@ from bkspark.security.secrets import Secret, read_password_file, secret_from
 from bkspark.security.tls import TlsContextProvider, TlsSettings
 from bkspark.security.zk import ZkSecurity
 from bookie_server.bookie import Bookie
-from bookie_server.config import BookieConfig
-from bookie_server.metrics import BookieMetrics
 from bookie_server.server import BookieServer
 from tests.harness.security import (
     SASL_PASSWORD,
@@ -43,6 +41,7 @@ from tests.harness.security import (
     tls_client_conf,
     write_jaas,
 )
+from tests.unit.test_bookie_server import with_bookie
 
 # -- DIGEST-MD5 ----------------------------------------------------------------------------------------------------
 
@@ -271,28 +270,18 @@ class _Resolver:
 
 
 def _serve(tmp_path: Path, bookie_conf: dict[str, Any], client_conf: dict[str, Any], body: Any) -> None:
-    async def main() -> None:
-        values: dict[str, Any] = {
-            "journalDirectories": str(tmp_path / "j"), "ledgerDirectories": str(tmp_path / "l"), "bookiePort": 0,
-            "bindAddress": "127.0.0.1", "journalSyncData": "false", **bookie_conf,
-        }
-        cfg = BookieConfig.from_mapping(values)
-        metrics = BookieMetrics()
-        bookie = Bookie(cfg, metrics=metrics)
-        await bookie.start()
-        server = BookieServer(bookie, cfg, metrics)
-        await server.start()
+    """Run ``body(pool, server)``: a client pool with ``client_conf``'s security, an in-process bookie."""
+
+    @with_bookie(**bookie_conf)
+    async def run(bookie: Bookie, server: BookieServer) -> None:
         pool = BookiePool(_Resolver(server.port), max_frame_size=5 << 20, connect_timeout=5,
                           security=ClientSecurity.from_conf(client_conf))
         try:
             await body(pool, server)
         finally:
             await pool.close()
-            await server.stop_accepting()
-            await server.close_connections()
-            await bookie.stop()
 
-    asyncio.run(main())
+    run(tmp_path)
 
 
 async def _read_lac(pool: BookiePool) -> int:
