@@ -3,8 +3,21 @@
 Bookie return codes map to one class each, registered by their v2 ``rc`` and
 v3 ``StatusCode`` (as kazoo registers ZooKeeper codes).  Each class also
 carries the Java client's ``BKException.Code`` so messages and logs line up
-with what a BookKeeper user already knows, and a ``retriable`` flag that the
-retry policy reads instead of matching on types.
+with what a BookKeeper user already knows, and flags that say what to do,
+read by the code that decides instead of matching on types (as aiokafka's
+``retriable`` / ``invalid_metadata``):
+
+* ``retriable``: trying again (on the same or another bookie, or after
+  re-reading the metadata) can succeed; :mod:`bkspark.retry` policies retry
+  exactly these;
+* ``ends_writes``: a ledger writer that gets it stops (fails every pending
+  and later add) instead of replacing the bookie that answered: no ensemble
+  change can help (fenced, wrong password, closed);
+* ``invalidates_client``: a long-lived client (the connector's cached one)
+  may hold stale connections or sessions after it: start a fresh one.
+
+:func:`is_retriable`, :func:`ends_writes` and :func:`invalidates_client` read
+them for any exception (False for what is not a :class:`BKError`).
 
 Errors say whose fault it was (as h11 does): :class:`ProtocolError` means a
 peer sent bytes that break the protocol; :class:`LocalProtocolError` means our
@@ -59,6 +72,10 @@ __all__ = [
     "error_for_status",
     "rc_for_error",
     "status_for_error",
+    "EntryTooLargeError",
+    "is_retriable",
+    "ends_writes",
+    "invalidates_client",
 ]
 
 
@@ -72,6 +89,8 @@ class BKError(Exception):
 
     code: ClassVar[int] = -999  # BKException.Code.UnexpectedConditionException
     retriable: ClassVar[bool] = False
+    ends_writes: ClassVar[bool] = False
+    invalidates_client: ClassVar[bool] = False
 
     def __init__(self, message: str = "", **context: object) -> None:
         self.context = context
@@ -118,6 +137,8 @@ _BY_V3_STATUS: dict[int, type["BookieError"]] = {}
 class BookieError(BKError):
     """A bookie answered a request with a non-OK return code."""
 
+    invalidates_client = True
+
     v2_rc: ClassVar[int | None] = None
     v3_status: ClassVar[int | None] = None
 
@@ -157,6 +178,7 @@ class UnauthorizedAccessError(BookieError):
     """Wrong ledger password / master key, or an unauthenticated connection (EUA)."""
 
     v2_rc, v3_status, code = 102, 502, -102
+    ends_writes = True
 
 
 class ProtocolVersionError(BookieError):
@@ -169,6 +191,7 @@ class LedgerFencedError(BookieError):
     """The ledger is fenced: a recovery took it over, adds are refused (EFENCED)."""
 
     v2_rc, v3_status, code = 104, 504, -101
+    ends_writes = True
 
 
 class WriteOnReadOnlyBookieError(BookieError):
@@ -224,7 +247,17 @@ class DigestMismatchError(BKError):
 class IllegalOpError(BKError):
     """The operation is not allowed here (e.g. a scope id != 0 over the v2 protocol)."""
 
-    code = -100
+    code, ends_writes = -100, True
+
+
+class EntryTooLargeError(BKError, ValueError):
+    """An entry cannot fit one frame of ``nettyMaxFrameSizeBytes``: refused before it is sent.
+
+    The ledger stays writable and no bookie is blamed (every bookie would drop
+    the connection on such a frame).
+    """
+
+    code = -2  # Java's client fails such an add locally too (its encoder refuses the frame)
 
 
 class NotEnoughBookiesError(BKError):
@@ -236,7 +269,7 @@ class NotEnoughBookiesError(BKError):
 class LedgerClosedError(BKError):
     """The ledger is closed (or this handle was closed) and takes no more adds."""
 
-    code = -11
+    code, ends_writes = -11, True
 
 
 class LedgerExistsError(BKError):
@@ -248,25 +281,25 @@ class LedgerExistsError(BKError):
 class MetadataError(BKError):
     """The metadata store (ZooKeeper) failed or holds something unexpected."""
 
-    code, retriable = -9, True
+    code, retriable, invalidates_client = -9, True, True
 
 
 class MetadataVersionError(MetadataError):
     """Compare-and-set on ledger metadata lost against a concurrent update."""
 
-    code, retriable = -17, True
+    code, retriable, invalidates_client = -17, True, False
 
 
 class NoSuchLedgerMetadataError(MetadataError):
     """No ledger metadata exists for this ledger id."""
 
-    code, retriable = -25, False
+    code, retriable, invalidates_client = -25, False, False
 
 
 class BadMetadataError(MetadataError):
     """Stored metadata (ledger, cookie, layout, service info) cannot be parsed."""
 
-    code, retriable = -999, False
+    code, retriable, invalidates_client = -999, False, False
 
 
 class BadLedgerContextError(BadMetadataError):
@@ -278,7 +311,7 @@ class BadLedgerContextError(BadMetadataError):
 class BookieUnavailableError(BKError):
     """The bookie cannot be reached or its BookieId cannot be resolved."""
 
-    code, retriable = -8, True
+    code, retriable, invalidates_client = -8, True, True
 
 
 class BookieTimeoutError(BookieUnavailableError):
@@ -338,7 +371,22 @@ class AuthenticationError(SecurityError, BookieUnavailableError):
 class ClientClosedError(BKError):
     """The client was closed and can do no more work."""
 
-    code = -19
+    code, ends_writes, invalidates_client = -19, True, True
+
+
+def is_retriable(error: BaseException) -> bool:
+    """Whether trying again can succeed (the ``retriable`` flag; False for non-bkspark errors)."""
+    return isinstance(error, BKError) and error.retriable
+
+
+def ends_writes(error: BaseException) -> bool:
+    """Whether a ledger writer must stop on ``error`` rather than replace the bookie that answered."""
+    return isinstance(error, BKError) and error.ends_writes
+
+
+def invalidates_client(error: BaseException) -> bool:
+    """Whether a cached client should be dropped after ``error`` (its connections or session may be stale)."""
+    return isinstance(error, BKError) and error.invalidates_client
 
 
 class CorruptJournalError(BKError):

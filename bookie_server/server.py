@@ -56,12 +56,10 @@ from bookie_server.limits import InFlightGate, LimitLog
 from bookie_server.metrics import BookieMetrics
 from bookie_server.security import BookieSecurity, ConnectionSecurity
 
-__all__ = ["BookieServer", "AUTH_DISABLED_PLUGIN"]
+__all__ = ["BookieServer"]
 
 log = logging.getLogger("bookie_server.server")
 
-AUTH_DISABLED_PLUGIN = "AuthDisabledPlugin"
-_BATCH_FRAME_BASE = 24 + 8 + 4  # BatchedReadEntryProcessor: response prefix + requestId + frame length
 #: Longest pause between two sweeps for idle connections and stalled partial frames.
 _SWEEP_INTERVAL_S = 1.0
 
@@ -449,7 +447,7 @@ class _Connection(asyncio.Protocol):
         elif isinstance(request, v2.BatchReadRequest):
             self._v2_batch_read(request)
         else:
-            self._send(v2.encode_auth_response(AUTH_DISABLED_PLUGIN, b"", request.version))
+            self._send(v2.encode_auth_response(v2.AUTH_DISABLED_PLUGIN_NAME, b"", request.version))
 
     @staticmethod
     def _bad_version(version: int) -> bool:
@@ -542,9 +540,9 @@ class _Connection(asyncio.Protocol):
             max_count = 0x7FFFFFFF
         limit = min(max_size, self.conf.maxBatchReadSize)
         if start_entry >= 0:
-            return self.bookie.storage.get_range(scope_id, ledger_id, start_entry, max_count, limit - _BATCH_FRAME_BASE)
+            return self.bookie.storage.get_range(scope_id, ledger_id, start_entry, max_count, limit - v2.BATCH_RESPONSE_OVERHEAD)
         # Start -1 reads "the last entry" first, as Java's readEntry(-1) does, then -1 + i.
-        frame_size = _BATCH_FRAME_BASE
+        frame_size = v2.BATCH_RESPONSE_OVERHEAD
         entries: list[bytes] = []
         for i in range(max_count):
             try:
@@ -853,7 +851,7 @@ class _Connection(asyncio.Protocol):
         self._send_v3(v3.start_tls_response(request, pb.EBADREQ))
 
     def _v3_auth(self, request: pb.Request) -> None:
-        self._send_v3(v3.auth_response(request, AUTH_DISABLED_PLUGIN, b""))
+        self._send_v3(v3.auth_response(request, v2.AUTH_DISABLED_PLUGIN_NAME, b""))
 
     _V3_HANDLERS: dict[int, Callable[["_Connection", pb.Request], None]] = {
         pb.ADD_ENTRY: _v3_add,

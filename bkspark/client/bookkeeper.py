@@ -1,10 +1,13 @@
-"""The public client: ``BookKeeper``, ``LedgerHandle`` (writer) and ``ReadHandle``.
+"""The blocking client: ``BookKeeper``, ``LedgerHandle`` (writer) and ``ReadHandle``.
 
-An asyncio core runs on one event loop in a background thread owned by the
-``BookKeeper`` object; the methods here are a blocking facade over it (what a
-Spark executor task wants), plus ``append_async`` returning a
-``concurrent.futures.Future``.  ZooKeeper work (kazoo, thread-based) runs in
-the loop's executor so the loop never blocks on it.
+A thin facade over :mod:`bkspark.client.aio`: a ``BookKeeper`` owns one
+``AsyncBookKeeper`` and one event loop, run by a daemon thread named
+``bkspark-client``; every blocking method hands the async one's coroutine to
+that loop and waits (what a Spark executor task wants).  The async methods
+check their arguments when called, on the caller's thread, so a bad argument
+raises here before anything reaches the loop.  ``append_async`` returns an
+:class:`AppendFuture` and is the one hot path that does not go through a
+coroutine: entries queue in an inbox the loop drains in batches.
 
     with BookKeeper(metadata_service_uri="zk+hierarchical://127.0.0.1:2181/ledgers") as bk:
         lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
@@ -18,113 +21,54 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import secrets
 import threading
 import time
-import weakref
 from functools import partial
 from typing import Any, Awaitable, Callable, Iterator, Mapping, TypeVar
 
+from bkspark.client.aio import AsyncBookKeeper, AsyncLedgerHandle, AsyncReadHandle, HandleIdentity, check_payload
 from bkspark.client.conf import ClientConf
-from bkspark.security.auth import ClientSecurity
-from bkspark.security.zk import ZkSecurity
-from bkspark.client.context import ClientContext, LedgerRef
-from bkspark.client.ops import BookieOps
-from bkspark.client.pool import BookiePool
-from bkspark.client.reader import LedgerEntry, LedgerReader
-from bkspark.client.recovery import recover_ledger
-from bkspark.client.writer import LedgerWriter
-from bkspark.errors import (
-    ClientClosedError,
-    DigestMismatchError,
-    IllegalOpError,
-    InvalidOptionError,
-    LedgerClosedError,
-    LedgerExistsError,
-    NotEnoughBookiesError,
-    UnauthorizedAccessError,
-)
+from bkspark.client.reader import LedgerEntry
+from bkspark.client.services import ClientServices
+from bkspark.errors import ClientClosedError, IllegalOpError
 from bkspark.metadata.registry import BookieRegistry
-from bkspark.metadata.store import Versioned, ZkMetadataStore
-from bkspark.placement import policy_from_conf
-from bkspark.placement.base import conf_bool
-from bkspark.placement.rackaware import RESOLVE_BY_BOOKIE_ID
-from bkspark.protocol.digest import Digester, DigestType
-from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bkspark.metadata.store import ZkMetadataStore
+from bkspark.placement.base import EnsemblePlacementPolicy
+from bkspark.protocol.digest import DigestType
+from bkspark.protocol.ledger_metadata import LedgerMetadata
+from bkspark.protocol.service_info import SCOPE_IDS_EXTENSION
 
-__all__ = ["BookKeeper", "LedgerHandle", "ReadHandle", "LedgerEntry", "SCOPE_EXTENSION"]
+__all__ = ["BookKeeper", "LedgerHandle", "ReadHandle", "LedgerEntry", "AppendFuture", "SCOPE_EXTENSION"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 #: The ``bkspark.extensions`` value a bookie advertises when it stores scope ids != 0.
-SCOPE_EXTENSION = "scope-ids"
+SCOPE_EXTENSION = SCOPE_IDS_EXTENSION
 
 
 class BookKeeper:
-    """A BookKeeper client: ledgers on the bookies of one cluster (context manager).
+    """A BookKeeper client: ledgers on the bookies of one cluster (context manager); any thread but its own.
 
     ``conf`` takes BookKeeper client keys (``useV2WireProtocol``,
     ``addEntryTimeoutSec``, ``ensemblePlacementPolicy``...); keyword arguments
-    override them.  See :class:`ClientConf`.
+    override them.  See :class:`ClientConf`.  :attr:`aio` is the
+    :class:`AsyncBookKeeper` underneath, for coroutines scheduled on :attr:`loop`.
     """
 
     def __init__(self, metadata_service_uri: str, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
-        self.conf = ClientConf.from_mapping(conf, **kwargs)
-        # TLS and SASL settings are checked before anything connects (docs/security.md).
-        security = ClientSecurity.from_conf(self.conf.extra)
+        self.aio = AsyncBookKeeper(metadata_service_uri, conf, **kwargs)
+        self.conf: ClientConf = self.aio.conf
         self.metadata_service_uri = metadata_service_uri
         self._closed = False
-        self._writers: weakref.WeakSet[LedgerWriter] = weakref.WeakSet()
         self._loop = asyncio.new_event_loop()
-        self._loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="bkspark-zk"))
         self._thread = threading.Thread(target=self._run_loop, name="bkspark-client", daemon=True)
         self._thread.start()
         try:
-            self.store = ZkMetadataStore(
-                metadata_service_uri,
-                session_timeout=self.conf.zkTimeout,
-                metadata_format_version=self.conf.ledgerMetadataVersion,
-                store_ctime=self.conf.storeSystemTimeAsLedgerCreationTime,
-                zk_security=ZkSecurity.from_conf(self.conf.extra),
-            )
-            self.registry = BookieRegistry(
-                self.store.zk,
-                self.store.root,
-                retry=self.store.retry,
-                address_resolver_enabled=self.conf.bookieAddressResolverEnabled,
-                address_tracking=self.conf.enableBookieAddressTracking,
-            )
-            placement_conf = self.conf.placement_conf()
-            self.policy = policy_from_conf(placement_conf)
-            if hasattr(self.policy, "set_bookie_address_resolver") and not conf_bool(
-                placement_conf, RESOLVE_BY_BOOKIE_ID, False
-            ):
-                # BP-41: the DNS-to-switch mapping gets the bookie's registered host, as Java's
-                # resolver gives it, not a BookieId that may not be an address at all.
-                self.policy.set_bookie_address_resolver(lambda bookie: self.registry.resolve(bookie)[0])
-            self.registry.add_listener(self._cluster_changed)
-            self.pool = BookiePool(
-                self.registry,
-                max_frame_size=self.conf.nettyMaxFrameSizeBytes,
-                connect_timeout=self.conf.connectTimeoutMillis / 1000.0,
-                security=security,
-            )
-            self.registry.add_address_listener(
-                lambda bookie_id: self._loop.call_soon_threadsafe(self.pool.drop, bookie_id)
-            )
-            ops = BookieOps(
-                self.pool,
-                use_v2=self.conf.useV2WireProtocol,
-                add_timeout=self.conf.addEntryTimeoutSec,
-                read_timeout=self.conf.readEntryTimeoutSec,
-            )
-            self.ctx = ClientContext(self.conf, self._loop, ops, self.store, self.registry, self.policy)
+            self._run(self.aio.start())
         except BaseException:
             self._stop_loop()
-            if hasattr(self, "store"):
-                self.store.close()
             raise
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -133,9 +77,6 @@ class BookKeeper:
         asyncio.set_event_loop(self._loop)
         self._loop.run_forever()
 
-    def _cluster_changed(self, writable: frozenset[str], readonly: frozenset[str]) -> None:
-        self._loop.call_soon_threadsafe(self.policy.on_cluster_changed, writable, readonly)
-
     def _run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
         """Run a coroutine on the client loop and wait for it (not from the loop thread)."""
         if self._closed:
@@ -143,8 +84,10 @@ class BookKeeper:
                 coro.close()
             raise ClientClosedError("client is closed")
         if threading.current_thread() is self._thread:
+            if asyncio.iscoroutine(coro):
+                coro.close()
             raise IllegalOpError("blocking client call from the client's own event loop")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)  # type: ignore[arg-type]
+        return asyncio.run_coroutine_threadsafe(_awaited(coro), self._loop).result(timeout)
 
     def _call_soon(self, fn: Callable[[], None]) -> None:
         self._loop.call_soon_threadsafe(fn)
@@ -155,6 +98,29 @@ class BookKeeper:
             self._thread.join(10)
         if not self._loop.is_running():
             self._loop.close()
+
+    @property
+    def store(self) -> ZkMetadataStore:
+        """The ledger metadata store (blocking, thread-safe)."""
+        return self.aio.store
+
+    @property
+    def registry(self) -> BookieRegistry:
+        return self.aio.registry
+
+    @property
+    def policy(self) -> EnsemblePlacementPolicy:
+        return self.aio.policy
+
+    @property
+    def pool(self) -> Any:
+        """The bookie connections (loop thread only)."""
+        return self.aio.pool
+
+    @property
+    def ctx(self) -> ClientServices:
+        """The services every handle shares (loop thread only)."""
+        return self.aio.services
 
     @property
     def zk(self) -> Any:
@@ -176,22 +142,11 @@ class BookKeeper:
         if self._closed:
             return
         try:
-            self._run(self._shutdown(), timeout=10)
+            self._run(self.aio.close(), timeout=30)
         except Exception:
-            log.debug("error closing bookie connections", exc_info=True)
+            log.debug("error closing the client", exc_info=True)
         self._closed = True
-        self.registry.close()
-        self.policy.uninitialize()
         self._stop_loop()
-        self.store.close()
-
-    async def _shutdown(self) -> None:
-        """Fail what is still pending (no caller waits forever), then close the connections."""
-        error = ClientClosedError("client closed")
-        for writer in list(self._writers):
-            if writer.pending or not writer.closed:
-                writer._fail_all(error)
-        await self.pool.close()
 
     def __enter__(self) -> "BookKeeper":
         return self
@@ -212,83 +167,19 @@ class BookKeeper:
         scope_id: int = 0,
         ledger_id: int | None = None,
     ) -> "LedgerHandle":
-        """Create a ledger and return its write handle.
-
-        ``ledger_id`` given (the "adv" form, e.g. from ``ledger_name.ids_from_uuid``)
-        uses that id and no ZooKeeper counter; :class:`LedgerExistsError` if taken.
-        Otherwise, in scope 0 the id comes from the cluster's generator, retried on
-        collision as Java's ``LedgerCreateOp`` does; in a scope != 0 (BP-35,
-        decentralised ids) it is a random 63-bit id, redrawn on collision.
-        """
-        if not (ensemble_size >= write_quorum_size >= ack_quorum_size >= 1):
-            raise InvalidOptionError(
-                "need ensemble_size >= write_quorum_size >= ack_quorum_size >= 1",
-                ensemble_size=ensemble_size,
-                write_quorum_size=write_quorum_size,
-                ack_quorum_size=ack_quorum_size,
+        """Create a ledger and return its write handle (see :meth:`AsyncBookKeeper.create_ledger`)."""
+        self._check_open()
+        handle = self._run(
+            self.aio.create_ledger(
+                ensemble_size, write_quorum_size, ack_quorum_size, digest_type, password, custom_metadata, scope_id,
+                ledger_id,
             )
-        if not isinstance(password, (bytes, bytearray)):
-            raise TypeError("password must be bytes")
-        dtype = DigestType.parse(digest_type)
-        custom = dict(custom_metadata or {})
-        return self._run(
-            self._create(ensemble_size, write_quorum_size, ack_quorum_size, dtype, bytes(password), custom, scope_id, ledger_id)
         )
+        return LedgerHandle(self, handle)
 
     def create_ledger_adv(self, ledger_id: int, scope_id: int = 0, **kwargs: Any) -> "LedgerHandle":
         """Create a ledger with a caller-chosen id (Java's ``createLedgerAdv``; BP-35 scope ids)."""
         return self.create_ledger(ledger_id=ledger_id, scope_id=scope_id, **kwargs)
-
-    async def _create(
-        self, e: int, w: int, a: int, dtype: DigestType, password: bytes, custom: dict[str, bytes], scope_id: int,
-        ledger_id: int | None,
-    ) -> "LedgerHandle":
-        ctx = self.ctx
-        exclude: set[str] = set()
-        if scope_id != 0:
-            # Scope != 0 always goes over v3 (BookieOps.data_version), to bookies that store scope ids.
-            writable = self.registry.writable_bookies()
-            capable = {b for b in writable if SCOPE_EXTENSION in self.registry.extensions(b)}
-            exclude = set(writable) - capable
-            if len(capable) < e:
-                raise NotEnoughBookiesError(
-                    f"scope ids != 0 need bookies advertising '{SCOPE_EXTENSION}' in bkspark.extensions "
-                    "(Apache BookKeeper bookies do not)",
-                    wanted=e,
-                    capable=len(capable),
-                )
-        ensemble = ctx.policy.new_ensemble(e, w, a, custom, frozenset(exclude))
-        md = LedgerMetadata(
-            ensemble_size=e,
-            write_quorum_size=w,
-            ack_quorum_size=a,
-            digest_type=dtype,
-            password=password,
-            ensembles={0: tuple(ensemble)},
-            ctime=int(time.time() * 1000),
-            custom_metadata=custom,
-            format_version=self.conf.ledgerMetadataVersion,
-            store_ctime=self.conf.storeSystemTimeAsLedgerCreationTime,
-        )
-        attempts = 0
-        while True:
-            attempts += 1
-            if ledger_id is not None:
-                lid = ledger_id
-            elif scope_id != 0:
-                lid = secrets.randbits(63)  # BP-35: no counter for scoped ledgers
-            else:
-                lid = await ctx.in_thread(self.store.generate_ledger_id)
-            try:
-                versioned = await ctx.in_thread(self.store.create_ledger_metadata, lid, md, scope_id)
-                break
-            except LedgerExistsError:
-                if ledger_id is not None or attempts >= 10:
-                    raise
-        ref = LedgerRef(lid, scope_id)
-        writer = LedgerWriter(ctx, ref, versioned, password)
-        self._writers.add(writer)
-        return LedgerHandle(self, ref, writer)
 
     def open_ledger(
         self,
@@ -299,149 +190,197 @@ class BookKeeper:
         digest_type: str | int | DigestType | None = None,
     ) -> "ReadHandle":
         """Open a ledger for reading; ``recovery=True`` fences and closes it first (spec §4.6, §4.7)."""
-        return self._run(self._open(ledger_id, scope_id, recovery, bytes(password), digest_type))
-
-    async def _open(
-        self, ledger_id: int, scope_id: int, recovery: bool, password: bytes, digest_type: Any
-    ) -> "ReadHandle":
-        ctx = self.ctx
-        ref = LedgerRef(ledger_id, scope_id)
-        versioned: Versioned = await ctx.in_thread(self.store.read_ledger_metadata, ledger_id, scope_id)
-        md = versioned.metadata
-        if md.has_password and md.password != password:
-            raise UnauthorizedAccessError("wrong password for ledger", ledger_id=ledger_id)
-        if md.has_password and (self.conf.enableDigestTypeAutodetection or digest_type is None):
-            dtype = md.digest_type
-        else:
-            dtype = DigestType.parse(digest_type if digest_type is not None else "CRC32C")
-            if md.digest_type is not None and md.digest_type != dtype:
-                raise DigestMismatchError(
-                    "digest type does not match the ledger's", ledger_id=ledger_id, requested=dtype.name,
-                    stored=md.digest_type.name,
-                )
-        assert dtype is not None
-        digester = Digester(dtype, password)
-        if md.state == LedgerState.CLOSED:
-            return ReadHandle(self, ref, versioned, digester, md.last_entry_id, password)
-        if recovery:
-            versioned = await recover_ledger(ctx, ref, versioned, password)
-            return ReadHandle(self, ref, versioned, digester, versioned.metadata.last_entry_id, password)
-        reader = LedgerReader(ctx, ref, md, digester)
-        lac = await reader.read_lac()
-        # The writer may have changed ensemble (or closed) between our metadata read and the LAC
-        # read; Java keeps a metadata watch for this, one re-read serves the same purpose here.
-        versioned = await ctx.in_thread(self.store.read_ledger_metadata, ledger_id, scope_id)
-        if versioned.metadata.state == LedgerState.CLOSED:
-            lac = versioned.metadata.last_entry_id
-        return ReadHandle(self, ref, versioned, digester, lac, password)
+        self._check_open()
+        return ReadHandle(self, self._run(self.aio.open_ledger(ledger_id, scope_id, recovery, password, digest_type)))
 
     def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
         """Delete the ledger's metadata; bookies garbage-collect its entries."""
-        self._run(self.ctx.in_thread(self.store.delete_ledger_metadata, ledger_id, scope_id))
+        self._check_open()
+        self._run(self.aio.delete_ledger(ledger_id, scope_id))
 
     def list_ledgers(self, scope_id: int = 0) -> list[int]:
         """Every ledger id of a scope, ascending (walking ZooKeeper as Java does)."""
-        return self._run(self.ctx.in_thread(lambda: list(self.store.list_ledgers(scope_id))))
+        self._check_open()
+        return self._run(self.aio.list_ledgers(scope_id))
 
     def get_ledger_metadata(self, ledger_id: int, scope_id: int = 0) -> LedgerMetadata:
         """The ledger's current metadata."""
-        return self._run(self.ctx.in_thread(self.store.read_ledger_metadata, ledger_id, scope_id)).metadata
+        self._check_open()
+        return self._run(self.aio.get_ledger_metadata(ledger_id, scope_id))
 
     def bookie_info(self, bookie_id: str) -> tuple[int, int]:
         """GET_BOOKIE_INFO over v3: ``(total disk capacity, free disk space)`` in bytes."""
-        return self._run(self.ctx.ops.bookie_info_async(bookie_id))
+        self._check_open()
+        return self._run(self.aio.bookie_info(bookie_id))
 
     def list_entries_on_bookie(self, bookie_id: str, ledger_id: int, scope_id: int = 0) -> list[int]:
         """GET_LIST_OF_ENTRIES_OF_LEDGER over v3: the entry ids one bookie stores for a ledger."""
-        return self._run(self.ctx.ops.list_entries_async(bookie_id, ledger_id, scope_id))
+        self._check_open()
+        return self._run(self.aio.list_entries_on_bookie(bookie_id, ledger_id, scope_id))
 
     def writable_bookies(self) -> frozenset[str]:
         """BookieIds of the writable bookies (``<root>/available``)."""
-        return self.registry.writable_bookies()
+        return self.aio.writable_bookies()
 
     def readonly_bookies(self) -> frozenset[str]:
         """BookieIds of the read-only bookies (``<root>/available/readonly``)."""
-        return self.registry.readonly_bookies()
+        return self.aio.readonly_bookies()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("client is closed")
 
 
-_PENDING = "PENDING"
-_DONE_STATES = ("FINISHED", "CANCELLED", "CANCELLED_AND_NOTIFIED")
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    """A coroutine for ``run_coroutine_threadsafe`` from any awaitable the async API returns."""
+    return await awaitable
 
 
-class _AppendFuture(concurrent.futures.Future):  # type: ignore[type-arg]
-    """The ``concurrent.futures.Future`` that ``append_async`` returns, cheaper to make.
+_PENDING, _FINISHED, _FAILED, _CANCELLED = 0, 1, 2, 3
+_STATE_NAMES = {_PENDING: "pending", _FINISHED: "finished", _FAILED: "failed", _CANCELLED: "cancelled"}
 
-    A plain Future builds its own ``threading.Condition`` (an RLock, a deque and
-    five bound methods: about ten GC-tracked objects), which the profile of a
-    write load showed as the largest allocation per entry.  These futures share
-    their handle's condition instead.  Waiters on a shared condition can be
-    woken by another future's completion, so :meth:`result` and
-    :meth:`exception` wait in a loop until *this* future is done or the timeout
-    has passed; everything else is the standard implementation.
+
+class AppendFuture:
+    """What ``append_async`` returns: the ``concurrent.futures.Future`` API, lighter to make.
+
+    A ``concurrent.futures.Future`` builds its own ``threading.Condition`` (an
+    RLock, a deque and five bound methods: about ten GC-tracked objects), which
+    the profile of a write load showed as the largest allocation per entry.
+    These futures share their handle's condition instead and keep their state in
+    four slots.  They offer ``result``, ``exception``, ``done``, ``cancel``,
+    ``cancelled``, ``running`` and ``add_done_callback`` with the standard
+    meaning (timeouts raise ``concurrent.futures.TimeoutError``), but they are
+    not ``concurrent.futures.Future`` instances: ``concurrent.futures.wait`` does
+    not take them (call :meth:`result` on each, in order).  Completed on the
+    client's loop thread; waited on from any other thread.
     """
 
-    def __init__(self, condition: threading.Condition) -> None:  # noqa: D107 - no super().__init__ on purpose
+    __slots__ = ("_condition", "_state", "_value", "_callbacks")
+
+    def __init__(self, condition: threading.Condition) -> None:
         self._condition = condition
         self._state = _PENDING
-        self._result = None
-        self._exception = None
-        self._waiters = []
-        self._done_callbacks = []
+        #: The entry id once FINISHED, the exception once FAILED.
+        self._value: Any = None
+        self._callbacks: list[Callable[["AppendFuture"], Any]] | None = None
+
+    # -- completion (loop thread) -----------------------------------------------------
+
+    def _settle(self, state: int, value: Any) -> None:
+        with self._condition:
+            if self._state != _PENDING:
+                raise concurrent.futures.InvalidStateError(f"future already {_STATE_NAMES[self._state]}")
+            self._state = state
+            self._value = value
+            self._condition.notify_all()
+        self._run_callbacks()
+
+    def set_result(self, entry_id: int) -> None:
+        self._settle(_FINISHED, entry_id)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._settle(_FAILED, error)
+
+    def _run_callbacks(self) -> None:
+        callbacks, self._callbacks = self._callbacks, None
+        for fn in callbacks or ():
+            try:
+                fn(self)
+            except Exception:
+                log.exception("append future callback failed")
+
+    # -- the Future API (any thread) -----------------------------------------------------
+
+    def done(self) -> bool:
+        return self._state != _PENDING
+
+    def running(self) -> bool:
+        return False
+
+    def cancelled(self) -> bool:
+        return self._state == _CANCELLED
+
+    def cancel(self) -> bool:
+        """Stop waiting for the entry (it may still be written); False once it completed."""
+        with self._condition:
+            if self._state == _CANCELLED:
+                return True
+            if self._state != _PENDING:
+                return False
+            self._state = _CANCELLED
+            self._condition.notify_all()
+        self._run_callbacks()
+        return True
+
+    def add_done_callback(self, fn: Callable[["AppendFuture"], Any]) -> None:
+        """Call ``fn(future)`` once done (at once, on this thread, if it already is)."""
+        with self._condition:
+            if self._state == _PENDING:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(fn)
+                return
+        try:
+            fn(self)
+        except Exception:
+            log.exception("append future callback failed")
 
     def _wait_done(self, timeout: float | None) -> None:
-        if self._state in _DONE_STATES:
+        """Wait on the shared condition until *this* future is done (others wake it too)."""
+        if self._state != _PENDING:
             return
         with self._condition:
             if timeout is None:
-                while self._state not in _DONE_STATES:
+                while self._state == _PENDING:
                     self._condition.wait()
                 return
             deadline = time.monotonic() + timeout
-            while self._state not in _DONE_STATES:
+            while self._state == _PENDING:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return
+                    raise concurrent.futures.TimeoutError()
                 self._condition.wait(remaining)
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> int:
+        """The entry id; raises the append's error, ``CancelledError`` or ``TimeoutError``."""
         self._wait_done(timeout)
-        return super().result(0)
+        if self._state == _FINISHED:
+            return self._value  # type: ignore[no-any-return]
+        if self._state == _FAILED:
+            raise self._value
+        raise concurrent.futures.CancelledError()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The append's error (None if it succeeded); ``CancelledError`` or ``TimeoutError`` as :meth:`result`."""
         self._wait_done(timeout)
-        return super().exception(0)
+        if self._state == _CANCELLED:
+            raise concurrent.futures.CancelledError()
+        return self._value if self._state == _FAILED else None
+
+    def __repr__(self) -> str:
+        return f"<AppendFuture {_STATE_NAMES[self._state]}>"
 
 
-class _LedgerIdentity:
-    """The (scope id, ledger id) of a handle, from its ``LedgerRef``."""
+class LedgerHandle(HandleIdentity):
+    """Write handle of a ledger this client created (appends in order, then close); any thread.
 
-    _ref: LedgerRef
+    Wraps an :class:`AsyncLedgerHandle` (:attr:`aio`) that lives on the client's loop.
+    """
 
-    @property
-    def ledger_id(self) -> int:
-        return self._ref.ledger_id
-
-    @property
-    def scope_id(self) -> int:
-        return self._ref.scope_id
-
-
-class LedgerHandle(_LedgerIdentity):
-    """Write handle of a ledger this client created (appends in order, then close)."""
-
-    def __init__(self, bk: BookKeeper, ref: LedgerRef, writer: LedgerWriter) -> None:
+    def __init__(self, bk: BookKeeper, handle: AsyncLedgerHandle) -> None:
         self._bk = bk
-        self._ref = ref
-        self._writer = writer
+        self.aio = handle
+        self.ref = handle.ref
+        self._writer = handle.writer
         self._max_pending = bk.conf.maxPendingAdds
         self._in_flight = 0
-        self._inbox: list[tuple[bytes, concurrent.futures.Future[int]]] = []
+        self._inbox: list[tuple[bytes, AppendFuture]] = []
         self._inbox_lock = threading.Lock()
         # Appenders wait on this only when maxPendingAdds entries are in flight.
         self._room = threading.Condition(self._inbox_lock)
         self._waiting = 0
         self._inbox_scheduled = False
-        #: Shared by every future of this handle (see _AppendFuture).
+        #: Shared by every future of this handle (see AppendFuture).
         self._futures_cond = threading.Condition()
 
     @property
@@ -466,7 +405,13 @@ class LedgerHandle(_LedgerIdentity):
     def is_closed(self) -> bool:
         return self._writer.closed
 
+    @property
+    def max_payload(self) -> int:
+        """The largest entry one add can carry (``nettyMaxFrameSizeBytes`` less the frame's own bytes)."""
+        return self._writer.max_payload
+
     def _drain_inbox(self) -> None:
+        """Hand queued entries to the writer (loop thread)."""
         with self._inbox_lock:
             items, self._inbox = self._inbox, []
             self._inbox_scheduled = False
@@ -475,7 +420,7 @@ class LedgerHandle(_LedgerIdentity):
         for data, fut in items:
             append(data, partial(done, fut))
 
-    def _done(self, fut: "concurrent.futures.Future[int]", entry_id: int | None, exc: BaseException | None) -> None:
+    def _done(self, fut: AppendFuture, entry_id: int | None, exc: BaseException | None) -> None:
         """An append finished (loop thread): free its slot, then complete its future."""
         with self._inbox_lock:
             self._in_flight -= 1
@@ -489,18 +434,20 @@ class LedgerHandle(_LedgerIdentity):
         except concurrent.futures.InvalidStateError:
             pass  # the caller cancelled the future; the entry was still written
 
-    def append_async(self, payload: bytes) -> "concurrent.futures.Future[int]":
+    def append_async(self, payload: bytes) -> AppendFuture:
         """Queue one entry; the future gives its entry id once Qa bookies have it.
 
         Blocks while ``maxPendingAdds`` entries are in flight (bounded pipelining).
-        Entries are sent in the order of calls.
+        Entries are sent in the order of calls.  Raises at once, with nothing
+        queued and the ledger still writable, for a payload that is not bytes
+        (``TypeError``) or larger than :attr:`max_payload` (:class:`EntryTooLargeError`).
         """
-        if not isinstance(payload, (bytes, bytearray, memoryview)):
-            raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+        check_payload(payload)
+        self._writer.check_payload_size(len(payload))
         if self._bk._closed:
             raise ClientClosedError("client is closed")
         data = bytes(payload)
-        fut: concurrent.futures.Future[int] = _AppendFuture(self._futures_cond)
+        fut = AppendFuture(self._futures_cond)
         with self._inbox_lock:
             while self._in_flight >= self._max_pending:
                 self._waiting += 1
@@ -526,15 +473,15 @@ class LedgerHandle(_LedgerIdentity):
     async def _flush(self) -> None:
         await asyncio.sleep(0)  # let queued appends reach the writer first
         self._drain_inbox()
-        await self._writer.drain()
+        await self.aio.flush()
 
     def write_lac(self) -> int:
         """Store the current LAC explicitly on its write set (WRITE_LAC over v3); returns it."""
-        return self._bk._run(self._writer.write_lac())
+        return self._bk._run(self.aio.write_lac())
 
     def force(self) -> int:
         """FORCE_LEDGER on every bookie of the current ensemble (v3); returns the LAC made durable."""
-        return self._bk._run(self._writer.force())
+        return self._bk._run(self.aio.force())
 
     def close(self) -> None:
         """Wait for pending appends, then close the ledger (CLOSED at the LAC in the metadata)."""
@@ -544,7 +491,7 @@ class LedgerHandle(_LedgerIdentity):
 
     async def _close(self) -> None:
         self._drain_inbox()
-        await self._writer.close()
+        await self.aio.close()
 
     def __enter__(self) -> "LedgerHandle":
         return self
@@ -553,100 +500,66 @@ class LedgerHandle(_LedgerIdentity):
         self.close()
 
 
-class ReadHandle(_LedgerIdentity):
-    """Read handle of an opened ledger."""
+class ReadHandle(HandleIdentity):
+    """Read handle of an opened ledger; any thread.  Wraps an :class:`AsyncReadHandle` (:attr:`aio`)."""
 
-    def __init__(
-        self, bk: BookKeeper, ref: LedgerRef, versioned: Versioned, digester: Digester, lac: int, password: bytes
-    ) -> None:
+    def __init__(self, bk: BookKeeper, handle: AsyncReadHandle) -> None:
         self._bk = bk
-        self._ref = ref
-        self._versioned = versioned
-        self._lac = lac
-        self._password = password
-        self._reader = LedgerReader(bk.ctx, ref, versioned.metadata, digester)
-        self._closed = False
+        self.aio = handle
+        self.ref = handle.ref
 
     @property
     def metadata(self) -> LedgerMetadata:
-        return self._versioned.metadata
+        return self.aio.metadata
 
     @property
     def last_add_confirmed(self) -> int:
-        return self._lac
+        return self.aio.lac
 
     @property
     def length(self) -> int:
-        return self.metadata.length
+        return self.aio.length
 
     @property
     def is_closed(self) -> bool:
         """Whether the ledger (not this handle) is closed."""
-        return self.metadata.state == LedgerState.CLOSED
-
-    def _check(self) -> None:
-        if self._closed:
-            raise LedgerClosedError("read handle is closed", ledger_id=self.ledger_id)
+        return self.aio.is_closed
 
     def read(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first..last`` inclusive; ``last`` must not be beyond the LAC."""
-        self._check()
-        if first < 0 or last < first:
-            raise InvalidOptionError("bad entry range", first=first, last=last)
-        if last > self._lac:
-            raise InvalidOptionError("cannot read beyond the last add confirmed", last=last, lac=self._lac)
-        return self._bk._run(self._reader.read_range(first, last))
+        return self._bk._run(self.aio.read(first, last))
 
     def read_unconfirmed(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first..last`` without the LAC check (they may not exist yet)."""
-        self._check()
-        if first < 0 or last < first:
-            raise InvalidOptionError("bad entry range", first=first, last=last)
-        return self._bk._run(self._reader.read_range(first, last))
+        return self._bk._run(self.aio.read_unconfirmed(first, last))
 
     def batch_read(self, start: int, max_count: int = 100, max_size: int = 0) -> list[LedgerEntry]:
         """BP-62 batch read: up to ``max_count`` entries / ``max_size`` bytes from ``start`` (maybe fewer)."""
-        self._check()
-        return self._bk._run(self._reader.batch_read(start, max_count, max_size, self._lac))
+        return self._bk._run(self.aio.batch_read(start, max_count, max_size))
 
     def read_batched(
         self, first: int, last: int, batch_size: int = 100, max_size: int = 0, parallel: int = 4
     ) -> Iterator[LedgerEntry]:
         """Every entry ``first..last`` (up to the LAC) through batch reads, ``parallel`` batches in flight."""
-        self._check()
-        last = min(last, self._lac)
+        self.aio.check_open()
+        last = min(last, self.aio.lac)
         window = max(1, batch_size) * max(1, parallel)
         cur = first
         while cur <= last:
             end = min(last, cur + window - 1)
-            entries = self._bk._run(self._reader.read_range_batched(cur, end, batch_size, max_size, self._lac, parallel))
-            yield from entries
+            yield from self._bk._run(self.aio.read_range_batched(cur, end, batch_size, max_size, parallel))
             cur = end + 1
 
     def read_last_add_confirmed(self) -> int:
         """Ask the bookies for the LAC (no RPC for a closed ledger); updates :attr:`last_add_confirmed`."""
-        self._check()
-        if self.is_closed:
-            return self._lac
-        lac = self._bk._run(self._refresh_and_read_lac())
-        self._lac = max(self._lac, lac)
-        return self._lac
-
-    async def _refresh_and_read_lac(self) -> int:
-        ctx = self._bk.ctx
-        versioned = await ctx.in_thread(ctx.store.read_ledger_metadata, self.ledger_id, self.scope_id)
-        self._versioned = versioned
-        self._reader.metadata = versioned.metadata
-        if versioned.metadata.state == LedgerState.CLOSED:
-            return versioned.metadata.last_entry_id
-        return await self._reader.read_lac()
+        return self._bk._run(self.aio.read_last_add_confirmed())
 
     def __iter__(self) -> Iterator[LedgerEntry]:
         """Every entry up to the LAC, read in batches."""
-        return self.read_batched(0, self._lac)
+        return self.read_batched(0, self.aio.lac)
 
     def close(self) -> None:
-        self._closed = True
+        self.aio.close()
 
     def __enter__(self) -> "ReadHandle":
         return self

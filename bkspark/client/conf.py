@@ -17,6 +17,7 @@ from typing import Any, Mapping
 from bkspark.confkeys import CLIENT_KEYS, check_keys, check_unsupported
 from bkspark.errors import InvalidOptionError
 from bkspark.protocol.framing import DEFAULT_MAX_FRAME_SIZE
+from bkspark.protocol.values import parse_bool
 
 __all__ = ["ClientConf"]
 
@@ -97,12 +98,7 @@ class ClientConf:
         t = str(typ)
         try:
             if t.startswith("bool"):
-                if isinstance(value, str):
-                    low = value.strip().lower()
-                    if low not in ("true", "false", "1", "0", "yes", "no"):
-                        raise ValueError(value)
-                    return low in ("true", "1", "yes")
-                return bool(value)
+                return parse_bool(value, name)
             if t.startswith("int"):
                 return int(value)
             if t.startswith("float"):

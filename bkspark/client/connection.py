@@ -2,12 +2,12 @@
 
 An ``asyncio.Protocol``: bytes in go through the sans-IO ``FrameSplitter`` and
 the v2/v3 decoders; every request waits in a table until its response comes
-back, matched the way the Java client matches them (``PerChannelBookieClient``):
-
-* v2 add/read: by ``(ledger id, entry id as sent, opcode)``; several requests
-  may share a key, any response completes one of them;
-* v2 batch read: by ``(request id, BATCH_READ_ENTRY)``;
-* v3: by ``txnId`` (unique per connection).
+back, matched by the keys of :mod:`bkspark.protocol.correlation` (the Java
+client's: ``(ledger, entry, opcode)`` for v2 adds and reads, several requests
+may share one; ``(request id, 7)`` for v2 batch reads; ``txnId`` for v3).  A
+response's non-OK return code becomes its typed error here, once
+(:func:`correlation.response_error`), so every callback gets either a
+successful response or an error: ``callback(response, error, arg)``.
 
 A periodic sweep fails requests that outlived their timeout with
 :class:`BookieTimeoutError`; a lost connection fails everything still waiting
@@ -30,7 +30,7 @@ from bkspark.errors import (
     BookieUnavailableError,
     ProtocolError,
 )
-from bkspark.protocol import v2, v3
+from bkspark.protocol import correlation, v2, v3
 from bkspark.protocol.framing import FrameSplitter
 
 __all__ = ["BookieConnection", "Callback", "V2", "V3"]
@@ -42,12 +42,12 @@ _monotonic = time.monotonic
 V2 = "v2"
 V3 = "v3"
 
-#: ``callback(response, error)``: exactly one of the two is None.
-Callback = Callable[[Any, BaseException | None], None]
-
-OP_ADD = 1
-OP_READ = 2
-OP_BATCH_READ = 7
+#: ``callback(response, error, arg)``: ``error`` is None on success; on a bookie's non-OK
+#: return code the response is given too (READ_LAC carries data beside ENOENTRY), after a
+#: timeout or a lost connection it is None.  ``arg`` is what the sender passed: the hot paths
+#: pass one shared bound method and a small context instead of a closure per request
+#: (closures cost several GC-tracked objects each; see docs/client.md).
+Callback = Callable[[Any, BaseException | None, Any], None]
 
 
 class _Op:
@@ -57,9 +57,6 @@ class _Op:
         self.key = key
         self.deadline = deadline
         self.callback = callback
-        #: When not None, the callback is called as ``callback(response, error, arg)``: the
-        #: hot paths pass one shared bound method and a small context instead of a closure
-        #: per request (closures cost several GC-tracked objects each; see docs/client.md).
         self.arg = arg
 
 
@@ -133,7 +130,7 @@ class BookieConnection(asyncio.Protocol):
             "connection to bookie lost", bookie_id=self.bookie_id, error=str(exc) if exc else "closed by peer"
         )
         self.lost_error = error
-        if any(isinstance(k, tuple) and len(k) == 2 and k[1] == OP_BATCH_READ for k in self._ops):
+        if self.version == V2 and any(correlation.is_batch_read_key(k) for k in self._ops):
             self.lost_during_batch_read = True
         if not self.connected.done():
             self.connected.set_exception(error)
@@ -207,25 +204,17 @@ class BookieConnection(asyncio.Protocol):
             self._ops[key] = op
         self._count += 1
 
-    def _check_open(self, callback: Callback) -> bool:
+    def _check_open(self, callback: Callback, arg: Any) -> bool:
         if self.closed:
-            callback(None, self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id))
+            callback(None, self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id), arg)
             return False
         return True
 
-    def send_v2(
-        self, key: tuple[int, ...], frame: bytes, timeout: float, callback: Callable[..., None], arg: Any = None
-    ) -> None:
-        """Send a whole v2 frame; ``key`` is (ledger, entry, opcode) or (request id, 7).
-
-        With ``arg`` (not None) the callback is ``callback(response, error, arg)``.
-        """
+    def send_v2(self, key: tuple[int, ...], frame: bytes, timeout: float, callback: Callback, arg: Any = None) -> None:
+        """Send a whole v2 frame under its :mod:`correlation` key; ``callback(response, error, arg)``."""
         if self.closed:
             error = self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id)
-            if arg is None:
-                callback(None, error)
-            else:
-                callback(None, error, arg)
+            callback(None, error, arg)
             return
         op = _Op(key, _monotonic() + timeout, callback, arg)
         ops = self._ops
@@ -242,11 +231,11 @@ class BookieConnection(asyncio.Protocol):
     def next_txn_id(self) -> int:
         return next(self._txn)
 
-    def send_v3(self, request: "v3.pb.Request", timeout: float, callback: Callback) -> None:
+    def send_v3(self, request: "v3.pb.Request", timeout: float, callback: Callback, arg: Any = None) -> None:
         """Send a v3 request (its header's txnId must come from :meth:`next_txn_id`)."""
-        if not self._check_open(callback):
+        if not self._check_open(callback, arg):
             return
-        self._register(request.header.txnId, timeout, callback)
+        self._register(request.header.txnId, timeout, callback, arg)
         self._write(v3.encode_request(request))
 
     @property
@@ -269,33 +258,27 @@ class BookieConnection(asyncio.Protocol):
         return op
 
     def _dispatch_v2(self, response: Any) -> None:
-        op_code = _V2_OPCODES.get(type(response))
-        if op_code == OP_BATCH_READ:
-            key: Any = (response.request_id, OP_BATCH_READ)
-        elif op_code is not None:
-            key = (response.ledger_id, response.entry_id, op_code)
-        else:
+        key = correlation.v2_response_key(response)
+        if key is None:
             return  # AUTH responses: auth is disabled on the bookies we talk to
         op = self._pop(key)
         if op is None:
             log.debug("unmatched v2 response from %s: %r", self.bookie_id, key)
             return
-        self._complete(op, response, None)
+        error = None if response.rc == v2.EOK else correlation.response_error(response, self.bookie_id)
+        self._complete(op, response, error)
 
     def _dispatch_v3(self, response: "v3.pb.Response") -> None:
         op = self._pop(response.header.txnId)
         if op is None:
             log.debug("unmatched v3 response from %s: txn %s", self.bookie_id, response.header.txnId)
             return
-        self._complete(op, response, None)
+        self._complete(op, response, correlation.response_error(response, self.bookie_id))
 
     @staticmethod
     def _complete(op: _Op, response: Any, error: BaseException | None) -> None:
         try:
-            if op.arg is None:
-                op.callback(response, error)
-            else:
-                op.callback(response, error, op.arg)
+            op.callback(response, error, op.arg)
         except Exception:
             log.exception("bookie response callback failed")
 
@@ -350,10 +333,3 @@ class BookieConnection(asyncio.Protocol):
         self._flush()
         if self.transport is not None and not self.closed:
             self.transport.close()
-
-
-_V2_OPCODES: dict[type, int] = {
-    v2.AddResponse: OP_ADD,
-    v2.ReadResponse: OP_READ,
-    v2.BatchReadResponse: OP_BATCH_READ,
-}

@@ -1,48 +1,41 @@
 """Single bookie requests: add, read, batch read, read LAC, over v2 or v3.
 
 Each function picks the connection the protocol rules call for (v2 for data
-unless configured otherwise or the scope id is not 0; v3 for READ_LAC), turns a
-non-OK return code into the registered :mod:`bkspark.errors` class, and hands
-back raw entry bytes: digest checks are the caller's business, because what to
-verify (entry id or not) depends on the operation.
+unless configured otherwise or the scope id is not 0; v3 for READ_LAC) and
+hands back raw entry bytes: digest checks are the caller's business, because
+what to verify (entry id or not) depends on the operation.  Return codes are
+already typed errors when a response gets here (the connection applies
+:func:`bkspark.protocol.correlation.response_error`); :meth:`BookieOps._request`
+is the one "response -> result, error -> exception, callback -> future" step
+of every awaitable operation.
+
+This is the only module that writes requests to a :class:`BookieConnection`:
+the write and read paths call :meth:`BookieOps.add` and :meth:`BookieOps.read`,
+whose hot path (v2, connection open) is one table insert and one buffered
+write, with the caller's shared callback and context passed straight through.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any, Callable
 
-from bkspark.client.connection import OP_ADD, OP_BATCH_READ, OP_READ, V2, V3, BookieConnection, Callback
+from bkspark.client.connection import V2, V3, BookieConnection, Callback
 from bkspark.client.pool import BookiePool
-from bkspark.errors import (
-    BKError,
-    IllegalOpError,
-    MalformedFrameError,
-    error_for_rc,
-    error_for_status,
-)
+from bkspark.errors import BadRequestError, BookieTimeoutError, BookieUnavailableError
 from bkspark.protocol import v2, v3
+from bkspark.protocol.correlation import add_key, batch_read_key, read_key
+from bkspark.protocol.service_info import BATCH_READ_V3_EXTENSION
+from bkspark.protocol.v2 import FLAG_DO_FENCING, FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
 
-__all__ = ["BookieOps", "FLAG_DO_FENCING", "FLAG_RECOVERY_ADD", "FLAG_HIGH_PRIORITY", "v2_error"]
+__all__ = ["BookieOps", "FLAG_DO_FENCING", "FLAG_RECOVERY_ADD", "FLAG_HIGH_PRIORITY"]
 
-FLAG_DO_FENCING = 0x0001
-FLAG_RECOVERY_ADD = 0x0002
-FLAG_HIGH_PRIORITY = 0x0004
-
-_EOK = 0
-
-
-def v2_error(rc: int, bookie_id: str, **ctx: Any) -> BKError:
-    """The registered error for a v2 ``rc`` from ``bookie_id``."""
-    return error_for_rc(rc)(f"bookie answered rc={rc}", bookie_id=bookie_id, **ctx)
-
-
-def _v3_error(status: int, bookie_id: str, **ctx: Any) -> BKError:
-    return error_for_status(status)(f"bookie answered status={status}", bookie_id=bookie_id, **ctx)
+log = logging.getLogger(__name__)
 
 
 class BookieOps:
-    """Request primitives over a :class:`BookiePool`, shared by every ledger handle."""
+    """Request primitives over a :class:`BookiePool`, shared by every ledger handle (loop thread)."""
 
     def __init__(self, pool: BookiePool, *, use_v2: bool, add_timeout: float, read_timeout: float) -> None:
         self.pool = pool
@@ -54,8 +47,10 @@ class BookieOps:
         """The connection kind adds and reads of this scope use."""
         return V2 if self.use_v2 and scope_id == 0 else V3
 
-    def _with_conn(self, bookie_id: str, version: str, send: Callable[[BookieConnection], None], callback: Callback) -> None:
-        """Run ``send(conn)`` now if connected, else once the connection is up."""
+    def _with_conn(
+        self, bookie_id: str, version: str, send: Callable[[BookieConnection], None], callback: Callback, arg: Any = None
+    ) -> None:
+        """Run ``send(conn)`` now if connected, else once the connection is up (or fail ``callback``)."""
         conn = self.pool.ready(bookie_id, version)
         if conn is not None:
             send(conn)
@@ -65,11 +60,49 @@ class BookieOps:
             try:
                 c = await self.pool.get(bookie_id, version)
             except BaseException as exc:  # noqa: BLE001 - handed to the callback
-                callback(None, exc)
+                callback(None, exc, arg)
                 return
             send(c)
 
         asyncio.ensure_future(connect_then_send())
+
+    def _send_v2(
+        self, bookie_id: str, key: tuple[int, ...], frame: bytes, timeout: float, callback: Callback, arg: Any
+    ) -> None:
+        """The v2 hot path: straight to the open connection (one table insert, one buffered write)."""
+        conn = self.pool.ready(bookie_id, V2)
+        if conn is not None:
+            conn.send_v2(key, frame, timeout, callback, arg)
+            return
+        self._with_conn(bookie_id, V2, lambda c: c.send_v2(key, frame, timeout, callback, arg), callback, arg)
+
+    async def _request(
+        self,
+        bookie_id: str,
+        version: str,
+        send: Callable[[BookieConnection, Callback], None],
+        result: Callable[[Any, BaseException | None], Any],
+    ) -> Any:
+        """Send one request and wait: ``result(response, error)`` gives the value or raises.
+
+        ``result`` is called with the error too when a response came with it (a
+        non-OK return code), so an operation may still use what the response carries.
+        """
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def on_response(resp: Any, exc: BaseException | None, _arg: Any) -> None:
+            if fut.done():
+                return
+            if exc is not None and resp is None:
+                fut.set_exception(exc)
+                return
+            try:
+                fut.set_result(result(resp, exc))
+            except BaseException as err:  # noqa: BLE001 - handed to the waiter
+                fut.set_exception(err)
+
+        self._with_conn(bookie_id, version, lambda conn: send(conn, on_response), on_response)
+        return await fut
 
     # -- add ------------------------------------------------------------------------
 
@@ -82,43 +115,25 @@ class BookieOps:
         entry: bytes,
         flags: int,
         scope_id: int,
-        callback: Callable[[BaseException | None], None],
+        callback: Callback,
+        arg: Any = None,
         v2_frame: bytes | None = None,
     ) -> None:
-        """Send one add; ``callback(None)`` on EOK, ``callback(error)`` otherwise.
+        """Send one add; ``callback(response, error, arg)`` on the loop thread, error None on EOK.
 
         ``v2_frame`` lets the writer encode the (identical) v2 request once for
-        the whole write set.
+        the whole write set (:meth:`encode_v2_add`).
         """
-        version = self.data_version(scope_id)
-
-        def on_response(resp: Any, exc: BaseException | None) -> None:
-            if exc is not None:
-                callback(exc)
-            elif version == V2:
-                callback(None if resp.rc == _EOK else v2_error(resp.rc, bookie_id, entry_id=entry_id))
-            else:
-                try:
-                    status = v3.response_status(resp)
-                except MalformedFrameError as err:
-                    callback(err)
-                    return
-                callback(None if status == _EOK else _v3_error(status, bookie_id, entry_id=entry_id))
-
-        if version == V2:
+        if self.use_v2 and scope_id == 0:
             frame = v2_frame if v2_frame is not None else self.encode_v2_add(master_key, entry, flags)
+            self._send_v2(bookie_id, add_key(ledger_id, entry_id), frame, self.add_timeout, callback, arg)
+            return
 
-            def send(conn: BookieConnection) -> None:
-                conn.send_v2((ledger_id, entry_id, OP_ADD), frame, self.add_timeout, on_response)
-        else:
+        def send(conn: BookieConnection) -> None:
+            req = v3.add_request(conn.next_txn_id(), ledger_id, entry_id, master_key, entry, flags, scope_id=scope_id)
+            conn.send_v3(req, self.add_timeout, callback, arg)
 
-            def send(conn: BookieConnection) -> None:
-                req = v3.add_request(
-                    conn.next_txn_id(), ledger_id, entry_id, master_key, entry, flags, scope_id=scope_id
-                )
-                conn.send_v3(req, self.add_timeout, on_response)
-
-        self._with_conn(bookie_id, version, send, on_response)
+        self._with_conn(bookie_id, V3, send, callback, arg)
 
     @staticmethod
     def encode_v2_add(master_key: bytes, entry: bytes, flags: int) -> bytes:
@@ -132,187 +147,109 @@ class BookieOps:
         ledger_id: int,
         entry_id: int,
         scope_id: int,
-        callback: Callable[[bytes | memoryview | None, int | None, BaseException | None], None],
+        callback: Callback,
+        arg: Any = None,
         *,
         flags: int = 0,
         master_key: bytes | None = None,
     ) -> None:
-        """Read one stored entry (-1: the bookie's last); ``callback(data, max_lac, error)``."""
-        version = self.data_version(scope_id)
-        if version == V2 and scope_id != 0:
-            callback(None, None, IllegalOpError("scope ids need the v3 protocol"))
+        """Read one stored entry (-1: the bookie's last); ``callback(response, error, arg)``.
+
+        The entry bytes of a successful response are :func:`correlation.read_body`.
+        """
+        key_for_fence = master_key if flags & FLAG_DO_FENCING else None
+        if self.use_v2 and scope_id == 0:
+            frame = v2.encode_read_request(ledger_id, entry_id, flags, key_for_fence)
+            self._send_v2(bookie_id, read_key(ledger_id, entry_id), frame, self.read_timeout, callback, arg)
             return
 
-        def on_response(resp: Any, exc: BaseException | None) -> None:
-            if exc is not None:
-                callback(None, None, exc)
-            elif version == V2:
-                if resp.rc != _EOK:
-                    callback(None, None, v2_error(resp.rc, bookie_id, ledger_id=ledger_id, entry_id=entry_id))
-                else:
-                    callback(resp.entry, None, None)
-            else:
-                try:
-                    status = v3.response_status(resp)
-                except MalformedFrameError as err:
-                    callback(None, None, err)
-                    return
-                if status != _EOK:
-                    callback(None, None, _v3_error(status, bookie_id, ledger_id=ledger_id, entry_id=entry_id))
-                else:
-                    r = resp.readResponse
-                    callback(r.body, r.maxLAC if r.HasField("maxLAC") else None, None)
+        def send(conn: BookieConnection) -> None:
+            req = v3.read_request(
+                conn.next_txn_id(), ledger_id, entry_id, flags, master_key=key_for_fence, scope_id=scope_id
+            )
+            conn.send_v3(req, self.read_timeout, callback, arg)
 
-        if version == V2:
-            frame = v2.encode_read_request(ledger_id, entry_id, flags, master_key if flags & FLAG_DO_FENCING else None)
-
-            def send(conn: BookieConnection) -> None:
-                conn.send_v2((ledger_id, entry_id, OP_READ), frame, self.read_timeout, on_response)
-        else:
-
-            def send(conn: BookieConnection) -> None:
-                req = v3.read_request(
-                    conn.next_txn_id(),
-                    ledger_id,
-                    entry_id,
-                    flags,
-                    master_key=master_key if flags & FLAG_DO_FENCING else None,
-                    scope_id=scope_id,
-                )
-                conn.send_v3(req, self.read_timeout, on_response)
-
-        self._with_conn(bookie_id, version, send, on_response)
-
-    async def read_async(
-        self, bookie_id: str, ledger_id: int, entry_id: int, scope_id: int, *, flags: int = 0, master_key: bytes | None = None
-    ) -> tuple[bytes | memoryview, int | None]:
-        """Awaitable :meth:`read`: ``(data, max_lac)`` or raises."""
-        fut: asyncio.Future[tuple[Any, Any]] = asyncio.get_running_loop().create_future()
-
-        def done(data: Any, max_lac: Any, exc: BaseException | None) -> None:
-            if fut.done():
-                return
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                fut.set_result((data, max_lac))
-
-        self.read(bookie_id, ledger_id, entry_id, scope_id, done, flags=flags, master_key=master_key)
-        return await fut
+        self._with_conn(bookie_id, V3, send, callback, arg)
 
     # -- batch read -------------------------------------------------------------------
 
     def can_batch_read(self, bookie_id: str, scope_id: int) -> bool:
         """Whether this bookie can serve one batch request for this scope."""
-        if not self.pool.supports_batch_read(bookie_id):
+        version = self.data_version(scope_id)
+        if not self.pool.supports_batch_read(bookie_id, version):
             return False
-        if self.data_version(scope_id) == V2:
-            return True
-        return "batch-read-v3" in self.pool.extensions(bookie_id)
+        return version == V2 or BATCH_READ_V3_EXTENSION in self.pool.extensions(bookie_id)
 
     async def batch_read_async(
         self, bookie_id: str, ledger_id: int, start: int, max_count: int, max_size: int, scope_id: int
     ) -> list[bytes | memoryview]:
-        """One batch read: the stored entries from ``start`` on (possibly fewer than asked)."""
-        version = self.data_version(scope_id)
-        fut: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        """One batch read: the stored entries from ``start`` on (possibly fewer than asked).
 
-        def on_response(resp: Any, exc: BaseException | None) -> None:
-            if fut.done():
-                return
-            if exc is not None:
-                fut.set_exception(exc)
-            elif version == V2:
-                if resp.rc != _EOK:
-                    fut.set_exception(v2_error(resp.rc, bookie_id, ledger_id=ledger_id, entry_id=start))
-                else:
-                    fut.set_result(list(resp.entries))
-            else:
-                try:
-                    status = v3.response_status(resp)
-                except MalformedFrameError as err:
-                    fut.set_exception(err)
-                    return
-                if status != _EOK:
-                    fut.set_exception(_v3_error(status, bookie_id, ledger_id=ledger_id, entry_id=start))
-                else:
-                    fut.set_result(list(resp.batchReadResponse.entries))
+        A v3 bookie that turns out not to know our batch read is remembered in the
+        pool, and :meth:`can_batch_read` says no from then on: Java >= 4.17 answers
+        EBADREQ, Java < 4.17 fails to parse the request and closes the connection
+        (docs/extensions.md §3.2).
+        """
+        timeout = self.read_timeout
+        if self.data_version(scope_id) == V2:
 
-        if version == V2:
-
-            def send(conn: BookieConnection) -> None:
+            def send_v2(conn: BookieConnection, cb: Callback) -> None:
                 request_id = conn.next_txn_id()
                 frame = v2.encode_batch_read_request(ledger_id, start, request_id, max_count, max_size)
-                conn.send_v2((request_id, OP_BATCH_READ), frame, self.read_timeout, on_response)
-        else:
+                conn.send_v2(batch_read_key(request_id), frame, timeout, cb)
 
-            def send(conn: BookieConnection) -> None:
-                req = v3.batch_read_request(conn.next_txn_id(), ledger_id, start, max_count, max_size, scope_id=scope_id)
-                conn.send_v3(req, self.read_timeout, on_response)
+            return await self._request(bookie_id, V2, send_v2, _v2_batch_entries)
 
-        self._with_conn(bookie_id, version, send, on_response)
-        return await fut
+        sent = False
+
+        def send_v3(conn: BookieConnection, cb: Callback) -> None:
+            nonlocal sent
+            req = v3.batch_read_request(conn.next_txn_id(), ledger_id, start, max_count, max_size, scope_id=scope_id)
+            sent = not conn.closed  # a closed connection fails the request before it leaves
+            conn.send_v3(req, timeout, cb)
+
+        try:
+            return await self._request(bookie_id, V3, send_v3, _v3_batch_entries)
+        except BookieTimeoutError:
+            raise  # slow, not ignorant
+        except (BadRequestError, BookieUnavailableError):
+            if sent:  # EBADREQ, or a hang-up while our request was out (not a failed connect)
+                log.info("bookie %s does not serve v3 batch reads: using single reads with it", bookie_id)
+                self.pool.note_no_batch_read(bookie_id, V3)
+            raise
 
     # -- read LAC (v3 only) -------------------------------------------------------------
 
     async def read_lac_async(
         self, bookie_id: str, ledger_id: int, scope_id: int
     ) -> tuple[bytes | None, bytes | None]:
-        """READ_LAC: ``(explicit LAC blob or None, last entry or None)``; raises on errors."""
-        fut: asyncio.Future[tuple[Any, Any]] = asyncio.get_running_loop().create_future()
+        """READ_LAC: ``(explicit LAC blob or None, last entry or None)``; raises on errors.
 
-        def on_response(resp: Any, exc: BaseException | None) -> None:
-            if fut.done():
-                return
-            if exc is not None:
-                fut.set_exception(exc)
-                return
-            try:
-                status = v3.response_status(resp)
-            except MalformedFrameError as err:
-                fut.set_exception(err)
-                return
+        A bookie may answer a non-OK status and still carry one of the two: that counts.
+        """
+
+        def result(resp: Any, exc: BaseException | None) -> tuple[Any, Any]:
             r = resp.readLacResponse
             lac_body = r.lacBody if r.HasField("lacBody") else None
             last = r.lastEntryBody if r.HasField("lastEntryBody") else None
-            if status != _EOK and lac_body is None and last is None:
-                fut.set_exception(_v3_error(status, bookie_id, ledger_id=ledger_id))
-            else:
-                fut.set_result((lac_body, last))
+            if exc is not None and lac_body is None and last is None:
+                raise exc
+            return lac_body, last
 
-        def send(conn: BookieConnection) -> None:
-            conn.send_v3(v3.read_lac_request(conn.next_txn_id(), ledger_id, scope_id=scope_id), self.read_timeout, on_response)
+        def send(conn: BookieConnection, cb: Callback) -> None:
+            conn.send_v3(v3.read_lac_request(conn.next_txn_id(), ledger_id, scope_id=scope_id), self.read_timeout, cb)
 
-        self._with_conn(bookie_id, V3, send, on_response)
-        return await fut
+        return await self._request(bookie_id, V3, send, result)  # type: ignore[no-any-return]
 
     # -- other v3-only operations ------------------------------------------------------------
 
     async def v3_call(self, bookie_id: str, build: Callable[[int], "v3.pb.Request"], timeout: float | None = None) -> Any:
         """Send ``build(txn_id)`` on the bookie's v3 connection; the response, or the status as an error."""
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
-        def on_response(resp: Any, exc: BaseException | None) -> None:
-            if fut.done():
-                return
-            if exc is not None:
-                fut.set_exception(exc)
-                return
-            try:
-                status = v3.response_status(resp)
-            except MalformedFrameError as err:
-                fut.set_exception(err)
-                return
-            if status != _EOK:
-                fut.set_exception(_v3_error(status, bookie_id, operation=resp.header.operation))
-            else:
-                fut.set_result(resp)
+        def send(conn: BookieConnection, cb: Callback) -> None:
+            conn.send_v3(build(conn.next_txn_id()), timeout or self.read_timeout, cb)
 
-        def send(conn: BookieConnection) -> None:
-            conn.send_v3(build(conn.next_txn_id()), timeout or self.read_timeout, on_response)
-
-        self._with_conn(bookie_id, V3, send, on_response)
-        return await fut
+        return await self._request(bookie_id, V3, send, _ok_response)
 
     async def write_lac_async(
         self, bookie_id: str, ledger_id: int, lac: int, master_key: bytes, blob: bytes, scope_id: int
@@ -337,3 +274,21 @@ class BookieOps:
         """GET_LIST_OF_ENTRIES_OF_LEDGER: the entry ids the bookie stores for the ledger."""
         resp = await self.v3_call(bookie_id, lambda txn: v3.get_list_of_entries_request(txn, ledger_id, scope_id=scope_id))
         return v3.decode_availability(resp.getListOfEntriesOfLedgerResponse.availabilityOfEntriesOfLedger)
+
+
+def _ok_response(resp: Any, exc: BaseException | None) -> Any:
+    if exc is not None:
+        raise exc
+    return resp
+
+
+def _v2_batch_entries(resp: Any, exc: BaseException | None) -> list[Any]:
+    if exc is not None:
+        raise exc
+    return list(resp.entries)
+
+
+def _v3_batch_entries(resp: Any, exc: BaseException | None) -> list[Any]:
+    if exc is not None:
+        raise exc
+    return list(resp.batchReadResponse.entries)

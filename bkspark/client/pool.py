@@ -8,13 +8,15 @@ as the Java client keeps its "v3 enforced" pool beside the v2 one.  With
 
 Addresses come from the :class:`BookieRegistry` (BP-41); a connection that
 fails makes the registry forget the cached address so the next attempt
-re-reads the bookie's registration.  The pool also remembers which bookies hung
-up on a v2 batch read (pre-4.17 bookies close the connection on opcode 7).
+re-reads the bookie's registration.  The pool also remembers which bookies
+cannot serve batch reads: pre-4.17 bookies close the connection on v2 opcode 7,
+and bookies without our v3 batch read answer EBADREQ or hang up (``BookieOps``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from typing import Protocol
@@ -48,15 +50,21 @@ class BookiePool:
         *,
         max_frame_size: int,
         connect_timeout: float = 10.0,
+        executor: concurrent.futures.Executor | None = None,
         security: ClientSecurity | None = None,
     ) -> None:
         self.resolver = resolver
+        #: Where the (blocking, ZooKeeper-backed) address resolution runs; None: the loop's default.
+        self.executor = executor
+        #: START_TLS and SASL before a connection is used (docs/security.md); None: plain connections.
         self.security = security if security is not None and security.enabled else None
         self.max_frame_size = max_frame_size
         self.connect_timeout = connect_timeout
         self._conns: dict[tuple[str, str], BookieConnection] = {}
         self._connecting: dict[tuple[str, str], asyncio.Future[BookieConnection]] = {}
-        self.batch_unsupported: set[str] = set()
+        #: Bookies that cannot serve batch reads, per connection kind (v2: pre-4.17 hung up on
+        #: opcode 7; v3: EBADREQ or a hang-up on our v3 batch read).
+        self.batch_unsupported: dict[str, set[str]] = {V2: set(), V3: set()}
         #: bookie id -> monotonic time of its last failure (read ordering, quarantine-like hints).
         self.failure_history: dict[str, float] = {}
         self._closed = False
@@ -86,7 +94,7 @@ class BookiePool:
     async def _connect(self, bookie_id: str, version: str) -> BookieConnection:
         loop = asyncio.get_running_loop()
         try:
-            host, port = await loop.run_in_executor(None, self.resolver.resolve, bookie_id)
+            host, port = await loop.run_in_executor(self.executor, self.resolver.resolve, bookie_id)
         except BookieUnavailableError:
             self.note_failure(bookie_id)
             raise
@@ -126,7 +134,7 @@ class BookiePool:
         if conn.lost_during_batch_read:
             # A pre-4.17 bookie closes the connection on v2 opcode 7 (spec §2.2, §7.1).
             log.info("bookie %s hung up on a batch read: using single reads with it", conn.bookie_id)
-            self.batch_unsupported.add(conn.bookie_id)
+            self.note_no_batch_read(conn.bookie_id, V2)
         self.resolver.forget(conn.bookie_id)
 
     def note_failure(self, bookie_id: str) -> None:
@@ -138,8 +146,12 @@ class BookiePool:
         recent = sorted((t, b) for b, t in self.failure_history.items() if now - t <= window_s)
         return {b: i for i, (_, b) in enumerate(recent)}
 
-    def supports_batch_read(self, bookie_id: str) -> bool:
-        return bookie_id not in self.batch_unsupported
+    def note_no_batch_read(self, bookie_id: str, version: str) -> None:
+        """Remember that ``bookie_id`` cannot serve batch reads over ``version`` (until it re-registers)."""
+        self.batch_unsupported[version].add(bookie_id)
+
+    def supports_batch_read(self, bookie_id: str, version: str = V2) -> bool:
+        return bookie_id not in self.batch_unsupported[version]
 
     def extensions(self, bookie_id: str) -> frozenset[str]:
         try:
@@ -152,8 +164,8 @@ class BookiePool:
 
         A restarted bookie may have been upgraded, so its "no batch reads" mark goes too.
         """
-        self.batch_unsupported.discard(bookie_id)
         for version in (V2, V3):
+            self.batch_unsupported[version].discard(bookie_id)
             conn = self._conns.pop((bookie_id, version), None)
             if conn is not None:
                 conn.close()

@@ -24,10 +24,9 @@ import logging
 from functools import partial
 from typing import Any, Callable, NamedTuple
 
-from bkspark.client.connection import OP_READ, V2
-from bkspark.client.context import ClientContext, LedgerRef
-from bkspark.client.ops import FLAG_DO_FENCING, BookieOps, v2_error
-from bkspark.client.schedule import CoverageSet, is_striped, write_set
+from bkspark.client.services import ClientServices
+from bkspark.protocol.ledger_name import LedgerRef
+from bkspark.client.schedule import CoverageSet, is_striped
 from bkspark.errors import (
     BKError,
     BookieUnavailableError,
@@ -39,15 +38,14 @@ from bkspark.errors import (
 )
 from bkspark.protocol.digest import Digester, VerifiedEntry
 from bkspark.protocol.ledger_metadata import LedgerMetadata
-from bkspark.protocol.v2 import encode_read_request
+from bkspark.protocol.correlation import read_body
+from bkspark.protocol.v2 import BATCH_RESPONSE_OVERHEAD
 
 __all__ = ["LedgerEntry", "LedgerReader", "pick_error"]
 
 log = logging.getLogger(__name__)
 
 _MISSING = (NoSuchEntryError, NoSuchLedgerError)
-#: The bookie's own accounting for a batch response without items (4 + 24 + 8).
-_BATCH_RESPONSE_OVERHEAD = 36
 
 
 class LedgerEntry(NamedTuple):
@@ -118,33 +116,16 @@ class _EntryRead:
         self.next_i += 1
         self.outstanding += 1
         r = self.reader
-        ops = r.ctx.ops
-        ledger_id = r.ref.ledger_id
-        if r.ref.scope_id == 0 and type(ops) is BookieOps and ops.use_v2:
-            conn = ops.pool.ready(bookie, V2)
-            if conn is not None:
-                # Hot path: no closures, one shared bound method and the bookie id as context.
-                flags = self.flags
-                frame = encode_read_request(
-                    ledger_id, self.entry_id, flags, self.master_key if flags & FLAG_DO_FENCING else None
-                )
-                conn.send_v2((ledger_id, self.entry_id, OP_READ), frame, ops.read_timeout, self.on_v2, bookie)
-                return True
-        ops.read(
-            bookie, ledger_id, self.entry_id, r.ref.scope_id, _Answer(self, bookie).on_data,
+        # One shared bound method and the bookie id as context: no closure per request.
+        r.ctx.ops.read(
+            bookie, r.ref.ledger_id, self.entry_id, r.ref.scope_id, self.on_response, bookie,
             flags=self.flags, master_key=self.master_key,
         )
         return True
 
-    def on_v2(self, resp: Any, exc: BaseException | None, bookie: str) -> None:
-        """A v2 READENTRY answer (or failure) from ``bookie``."""
-        if exc is not None:
-            self.answer(bookie, None, exc)
-        elif resp.rc != 0:
-            r = self.reader
-            self.answer(bookie, None, v2_error(resp.rc, bookie, ledger_id=r.ref.ledger_id, entry_id=self.entry_id))
-        else:
-            self.answer(bookie, resp.entry, None)
+    def on_response(self, resp: Any, exc: BaseException | None, bookie: str) -> None:
+        """A READENTRY answer (or failure) from ``bookie``."""
+        self.answer(bookie, None if exc is not None else read_body(resp), exc)
 
     def speculate(self, delay: float) -> None:
         self.timer = None
@@ -181,39 +162,16 @@ class _EntryRead:
         callback(entry, exc)
 
 
-class _Answer:
-    """Binds a replica's answer to its :class:`_EntryRead` (no closure, no cycle)."""
-
-    __slots__ = ("read", "bookie")
-
-    def __init__(self, read: _EntryRead, bookie: str) -> None:
-        self.read = read
-        self.bookie = bookie
-
-    def on_data(self, data: Any, _max_lac: Any, exc: BaseException | None) -> None:
-        self.read.answer(self.bookie, data, exc)
-
-
 class LedgerReader:
     """Reads of one ledger; the metadata and LAC are updated by the handle that owns it."""
 
-    def __init__(self, ctx: ClientContext, ref: LedgerRef, metadata: LedgerMetadata, digester: Digester) -> None:
+    def __init__(self, ctx: ClientServices, ref: LedgerRef, metadata: LedgerMetadata, digester: Digester) -> None:
         self.ctx = ctx
         self.ref = ref
         self.metadata = metadata
         self.digester = digester
 
     # -- helpers ----------------------------------------------------------------------------
-
-    def _segment(self, entry_id: int) -> tuple[int, tuple[str, ...]]:
-        keys = list(self.metadata.ensembles)
-        key = keys[0]
-        for k in keys:
-            if k <= entry_id:
-                key = k
-            else:
-                break
-        return key, self.metadata.ensembles[key]
 
     def _order(self, ensemble: tuple[str, ...], ws: list[int]) -> list[int]:
         if not self.ctx.conf.reorderReadSequenceEnabled:
@@ -257,26 +215,17 @@ class LedgerReader:
         """
         md = self.metadata
         if cache is not None:
-            seg = self._segment_start(entry_id)
+            seg = md.segment(entry_id)[0]
             ck = (seg, entry_id % md.ensemble_size)
             bookies = cache.get(ck)
             if bookies is not None:
                 return bookies
-        seg, ensemble = self._segment(entry_id)
-        order = self._order(ensemble, write_set(entry_id, md.ensemble_size, md.write_quorum_size))
+        seg, ensemble = md.segment(entry_id)
+        order = self._order(ensemble, md.write_set(entry_id))
         bookies = [ensemble[i] for i in order]
         if cache is not None:
             cache[(seg, entry_id % md.ensemble_size)] = bookies
         return bookies
-
-    def _segment_start(self, entry_id: int) -> int:
-        key = -1
-        for k in self.metadata.ensembles:
-            if k <= entry_id or key < 0:
-                key = k
-            else:
-                break
-        return key
 
     async def read_entry(self, entry_id: int, *, flags: int = 0, master_key: bytes | None = None) -> VerifiedEntry:
         """One verified entry from its replicas (see :meth:`read_entry_cb`)."""
@@ -344,28 +293,28 @@ class LedgerReader:
         frame_limit = self.ctx.conf.nettyMaxFrameSizeBytes
         max_size = frame_limit if max_size <= 0 else min(max_size, frame_limit)
         end = last_readable if max_count <= 0 else min(last_readable, start + max_count - 1)
-        next_segment = self.metadata.segment_end(self._segment(start)[0])
+        next_segment = self.metadata.next_segment_start(start)
         if next_segment is not None:
             end = min(end, next_segment - 1)
         md = self.metadata
         if not self.ctx.conf.batchReadEnabled or is_striped(md.ensemble_size, md.write_quorum_size):
             return await self._fallback(start, end, max_size)
-        _, ensemble = self._segment(start)
-        order = self._order(ensemble, write_set(start, md.ensemble_size, md.write_quorum_size))
+        ensemble = md.ensemble_at(start)
+        order = self._order(ensemble, md.write_set(start))
         ops = self.ctx.ops
         capable = [i for i in order if ops.can_batch_read(ensemble[i], self.ref.scope_id)]
         if not capable:
             return await self._fallback(start, end, max_size)
         want = end - start + 1
         verified: list[LedgerEntry] = []
-        used = _BATCH_RESPONSE_OVERHEAD
+        used = BATCH_RESPONSE_OVERHEAD
         errors: list[BaseException] = []
         for idx in capable:
             bookie = ensemble[idx]
             cur = start + len(verified)
             try:
                 raw = await ops.batch_read_async(
-                    bookie, self.ref.ledger_id, cur, want - len(verified), max(max_size - used + _BATCH_RESPONSE_OVERHEAD, 1), self.ref.scope_id
+                    bookie, self.ref.ledger_id, cur, want - len(verified), max(max_size - used + BATCH_RESPONSE_OVERHEAD, 1), self.ref.scope_id
                 )
             except BKError as exc:
                 errors.append(exc)
@@ -436,7 +385,7 @@ class LedgerReader:
     async def _fallback(self, start: int, end: int, max_size: int) -> list[LedgerEntry]:
         """Pipelined single reads of ``start..end`` within ``max_size`` bytes (at least one entry)."""
         out: list[LedgerEntry] = []
-        used = _BATCH_RESPONSE_OVERHEAD
+        used = BATCH_RESPONSE_OVERHEAD
         chunk = max(1, self.ctx.conf.readPipelineDepth)
         cur = start
         while cur <= end:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Callable
 
-from bkspark.client.context import ClientContext, LedgerRef, update_metadata
+from bkspark.client.services import ClientServices, update_metadata
+from bkspark.protocol.ledger_name import LedgerRef
 from bkspark.client.ops import FLAG_DO_FENCING, FLAG_HIGH_PRIORITY
 from bkspark.client.reader import LedgerReader, pick_error
-from bkspark.client.schedule import CoverageSet, write_set
+from bkspark.client.schedule import CoverageSet
 from bkspark.client.writer import LedgerWriter
 from bkspark.errors import (
     BKError,
@@ -31,6 +32,7 @@ from bkspark.errors import (
     UnauthorizedAccessError,
 )
 from bkspark.metadata.store import Versioned
+from bkspark.protocol.correlation import read_body
 from bkspark.protocol.digest import Digester, VerifiedEntry, master_key
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 
@@ -41,8 +43,14 @@ log = logging.getLogger(__name__)
 _MISSING = (NoSuchEntryError, NoSuchLedgerError)
 
 
+def _on_read_response(resp: Any, exc: BaseException | None, arg: tuple[Callable[[int, Any, Any], None], int]) -> None:
+    """Hand a recovery read's entry bytes (or error) to ``answer(index, data, error)``."""
+    answer, idx = arg
+    answer(idx, None if exc is not None else read_body(resp), exc)
+
+
 async def fence_and_read_last(
-    ctx: ClientContext, ref: LedgerRef, md: LedgerMetadata, digester: Digester, key: bytes
+    ctx: ClientServices, ref: LedgerRef, md: LedgerMetadata, digester: Digester, key: bytes
 ) -> tuple[int, int]:
     """Fence the last segment's bookies; ``(max piggy-backed LAC, its length)`` once covered."""
     ensemble = md.last_ensemble
@@ -83,7 +91,8 @@ async def fence_and_read_last(
             ref.ledger_id,
             -1,
             ref.scope_id,
-            lambda data, _lac, exc, i=idx: answer(i, data, exc),
+            _on_read_response,
+            (answer, idx),
             flags=FLAG_DO_FENCING,
             master_key=key,
         )
@@ -91,11 +100,11 @@ async def fence_and_read_last(
 
 
 async def _recovery_read(
-    ctx: ClientContext, ref: LedgerRef, md: LedgerMetadata, ensemble: tuple[str, ...], entry_id: int,
+    ctx: ClientServices, ref: LedgerRef, md: LedgerMetadata, ensemble: tuple[str, ...], entry_id: int,
     digester: Digester, key: bytes,
 ) -> VerifiedEntry | None:
     """Read ``entry_id`` for recovery: the entry, or None once Qw - Qa + 1 bookies lack it."""
-    ws = write_set(entry_id, md.ensemble_size, md.write_quorum_size)
+    ws = md.write_set(entry_id)
     needed_missing = md.write_quorum_size - md.ack_quorum_size + 1
     loop = asyncio.get_running_loop()
     done: asyncio.Future[VerifiedEntry | None] = loop.create_future()
@@ -132,14 +141,15 @@ async def _recovery_read(
             ref.ledger_id,
             entry_id,
             ref.scope_id,
-            lambda data, _lac, exc: answer(data, exc),
+            _on_read_response,
+            (lambda _idx, data, exc: answer(data, exc), idx),
             flags=FLAG_DO_FENCING | FLAG_HIGH_PRIORITY,
             master_key=key,
         )
     return await done
 
 
-async def recover_ledger(ctx: ClientContext, ref: LedgerRef, versioned: Versioned, password: bytes) -> Versioned:
+async def recover_ledger(ctx: ClientServices, ref: LedgerRef, versioned: Versioned, password: bytes) -> Versioned:
     """Run the whole recovery; returns the CLOSED metadata (ours or a concurrent closer's)."""
     md = versioned.metadata
     if md.state == LedgerState.CLOSED:

@@ -1,39 +1,16 @@
-"""Where entries live and when enough bookies answered: pure functions, no I/O.
+"""When enough bookies answered, and whether batch reads apply: pure functions, no I/O.
 
-* write sets: BookKeeper's ``RoundRobinDistributionSchedule`` (spec §4.1);
-* the ack set of a pending add (distinct bookies, spec §4.2);
 * the coverage rule of fencing / LAC reads (``RRQuorumCoverageSet``, spec §4.7);
-* the ensemble in force for an entry (greatest segment start <= entry).
+* striping (E > Qw: no bookie holds every entry).
+
+Write sets and the segment holding an entry are the ledger's own rules:
+:func:`bkspark.protocol.ledger_metadata.write_set` and
+:meth:`LedgerMetadata.segment <bkspark.protocol.ledger_metadata.LedgerMetadata.segment>`.
 """
 
 from __future__ import annotations
 
-import bisect
-from typing import Mapping, Sequence
-
-__all__ = ["write_set", "ensemble_for", "segment_end", "CoverageSet", "is_striped"]
-
-
-def write_set(entry_id: int, ensemble_size: int, write_quorum_size: int) -> list[int]:
-    """Ensemble indexes holding ``entry_id``: ``(e + i) mod E`` for ``i < Qw``, in that order."""
-    return [(entry_id + i) % ensemble_size for i in range(write_quorum_size)]
-
-
-def ensemble_for(ensembles: Mapping[int, Sequence[str]], entry_id: int) -> tuple[int, Sequence[str]]:
-    """``(first_entry_id, bookies)`` of the segment holding ``entry_id``."""
-    keys = sorted(ensembles)
-    pos = bisect.bisect_right(keys, entry_id) - 1
-    if pos < 0:
-        pos = 0
-    key = keys[pos]
-    return key, ensembles[key]
-
-
-def segment_end(ensembles: Mapping[int, Sequence[str]], entry_id: int) -> int | None:
-    """Last entry id of the segment holding ``entry_id`` (None for the last segment)."""
-    keys = sorted(ensembles)
-    pos = bisect.bisect_right(keys, entry_id)
-    return keys[pos] - 1 if pos < len(keys) else None
+__all__ = ["CoverageSet", "is_striped"]
 
 
 def is_striped(ensemble_size: int, write_quorum_size: int) -> bool:

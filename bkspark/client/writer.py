@@ -9,8 +9,9 @@
   replaces that bookie: a new segment starting at LAC + 1 is CAS-written to
   the metadata (re-reading on conflict), completions are held while that runs,
   then every pending entry is re-sent to the replaced indexes.
-* Fatal errors (fenced, unauthorized, illegal op) fail every pending add and
-  every later one: a fenced writer never acknowledges another entry.
+* Errors flagged ``ends_writes`` (fenced, unauthorized, illegal op, client
+  closed) fail every pending add and every later one: a fenced writer never
+  acknowledges another entry.
 * Recovery re-adds use the same machinery with RECOVERY_ADD | HIGH_PRIORITY,
   but keep replacement ensembles local until the recovered close writes them.
 """
@@ -23,22 +24,25 @@ from collections import deque
 from dataclasses import replace
 from typing import Any, Callable
 
-from bkspark.client.context import ClientContext, LedgerRef, update_metadata
-from bkspark.client.connection import OP_ADD, V2
-from bkspark.client.ops import FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD, v2_error
-from bkspark.client.schedule import write_set
+from bkspark.client.services import ClientServices, update_metadata
+from bkspark.protocol.ledger_name import LedgerRef
+from bkspark.client.connection import V2
+from bkspark.client.ops import FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
 from bkspark.errors import (
     BKError,
+    EntryTooLargeError,
     IllegalOpError,
     LedgerClosedError,
     LedgerFencedError,
     MetadataVersionError,
     NotEnoughBookiesError,
-    UnauthorizedAccessError,
+    ends_writes,
 )
 from bkspark.metadata.store import Versioned
+from bkspark.protocol import v2, v3
 from bkspark.protocol.digest import Digester, master_key
-from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState, write_set
+from bkspark.protocol.service_info import SCOPE_IDS_EXTENSION
 
 __all__ = ["LedgerWriter", "AddCallback"]
 
@@ -46,8 +50,6 @@ log = logging.getLogger(__name__)
 
 #: ``callback(entry_id, error)`` on the loop thread: entry id on success, else the error.
 AddCallback = Callable[[int | None, BaseException | None], None]
-
-_FATAL = (LedgerFencedError, UnauthorizedAccessError, IllegalOpError)
 
 
 class _PendingAdd:
@@ -70,7 +72,7 @@ class LedgerWriter:
 
     def __init__(
         self,
-        ctx: ClientContext,
+        ctx: ClientServices,
         ref: LedgerRef,
         versioned: Versioned,
         password: bytes,
@@ -108,6 +110,10 @@ class LedgerWriter:
         self._lac_piggybacked = last_add_confirmed
         self._lac_explicit = last_add_confirmed
         self._lac_timer: asyncio.TimerHandle | None = None
+        #: The largest payload one add frame can carry (any thread may read it: it never changes).
+        self.max_payload = ctx.conf.nettyMaxFrameSizeBytes - self.digester.entry_overhead(ref.scope_id) - (
+            v2.ADD_REQUEST_OVERHEAD if ctx.ops.data_version(ref.scope_id) == V2 else v3.add_request_overhead(ref.scope_id)
+        )
         interval = ctx.conf.explicitLacInterval / 1000.0
         if interval > 0 and not recovery:
             self._lac_timer = ctx.loop.call_later(interval, self._explicit_lac_tick, interval)
@@ -118,8 +124,29 @@ class LedgerWriter:
     def metadata(self) -> LedgerMetadata:
         return self.versioned.metadata
 
+    def check_payload_size(self, size: int) -> None:
+        """Refuse a payload no add frame can carry (any thread): every bookie would hang up on it.
+
+        Raised before an entry id is taken, so the ledger stays writable and no bookie is blamed.
+        """
+        if size > self.max_payload:
+            raise EntryTooLargeError(
+                f"an entry of {size} bytes cannot fit one frame: this ledger's adds carry at most "
+                f"{self.max_payload} bytes of payload within nettyMaxFrameSizeBytes="
+                f"{self.ctx.conf.nettyMaxFrameSizeBytes} (raise that client option, and the bookies' own, for larger entries)",
+                ledger_id=self.ref.ledger_id,
+                size=size,
+                max_payload=self.max_payload,
+            )
+
     def append(self, payload: bytes, callback: AddCallback, entry_id: int | None = None) -> None:
         """Queue one entry (loop thread).  ``entry_id`` is only for recovery re-adds."""
+        if len(payload) > self.max_payload:
+            try:
+                self.check_payload_size(len(payload))
+            except EntryTooLargeError as exc:
+                callback(None, exc)
+                return
         if self.error is not None:
             callback(None, self.error)
             return
@@ -142,51 +169,29 @@ class LedgerWriter:
         op.entry = self.digester.package_entry(
             self.ref.ledger_id, op.entry_id, self.lac, op.length, op.payload, scope_id=self.ref.scope_id
         )
-        if self.ctx.ops.data_version(self.ref.scope_id) == "v2":
+        if self.ctx.ops.data_version(self.ref.scope_id) == V2:
             op.frame = self.ctx.ops.encode_v2_add(self.master_key, op.entry, self.flags)
 
     def _send(self, op: _PendingAdd, indexes: list[int] | None) -> None:
         if not op.sent:
             self._package(op)
             op.sent = True
-        E = self.E
         entry_id = op.entry_id
-        targets = [(entry_id + i) % E for i in range(self.W)] if indexes is None else indexes
-        ops = self.ctx.ops
-        frame = op.frame
-        key = (self.ref.ledger_id, entry_id, OP_ADD)
+        targets = write_set(entry_id, self.E, self.W) if indexes is None else indexes
+        add = self.ctx.ops.add
+        ensemble = self.ensemble
+        ledger_id, scope_id, key, flags, entry, frame = (
+            self.ref.ledger_id, self.ref.scope_id, self.master_key, self.flags, op.entry, op.frame
+        )
+        on_response = self._on_add_response
         for idx in targets:
-            bookie = self.ensemble[idx]
-            if frame is not None:
-                # Hot path: v2 connection already open.  One shared bound method and a
-                # tuple per (entry, bookie), no closure (fewer GC-tracked objects).
-                conn = ops.pool.ready(bookie, V2)
-                if conn is not None:
-                    conn.send_v2(key, frame, ops.add_timeout, self._on_v2_ack, (op, idx, bookie))
-                    continue
-            ops.add(
-                bookie,
-                self.ref.ledger_id,
-                op.entry_id,
-                self.master_key,
-                op.entry,
-                self.flags,
-                self.ref.scope_id,
-                self._make_ack(op, idx, bookie),
-                v2_frame=op.frame,
-            )
+            bookie = ensemble[idx]
+            # One shared bound method and a tuple per (entry, bookie), no closure (fewer GC-tracked objects).
+            add(bookie, ledger_id, entry_id, key, entry, flags, scope_id, on_response, (op, idx, bookie), frame)
 
-    def _on_v2_ack(self, resp: Any, exc: BaseException | None, arg: tuple[_PendingAdd, int, str]) -> None:
+    def _on_add_response(self, _resp: Any, error: BaseException | None, arg: tuple[_PendingAdd, int, str]) -> None:
         op, idx, bookie = arg
-        if exc is None and resp.rc != 0:
-            exc = v2_error(resp.rc, bookie, entry_id=op.entry_id)
-        self._on_ack(op, idx, bookie, exc)
-
-    def _make_ack(self, op: _PendingAdd, idx: int, bookie: str) -> Callable[[BaseException | None], None]:
-        def on_ack(error: BaseException | None) -> None:
-            self._on_ack(op, idx, bookie, error)
-
-        return on_ack
+        self._on_ack(op, idx, bookie, error)
 
     def _on_ack(self, op: _PendingAdd, idx: int, bookie: str, error: BaseException | None) -> None:
         if self.error is not None or self.ensemble[idx] != bookie:
@@ -199,12 +204,14 @@ class LedgerWriter:
                 op.completed = True
                 self._complete_in_order()
             return
-        if isinstance(error, _FATAL):
+        if ends_writes(error):
             if op.callback is not None or self.pending:
                 self._fail_all(error)
             else:
                 self.error = error  # nothing pending: every later append fails with it
             return
+        if self.closed:
+            return  # a late failure of a closed ledger's bookie: nothing will be written there again
         # A failure after the entry was acknowledged still replaces the bookie (Java
         # remembers it and changes ensemble on the next add): later entries need it.
         log.info("ledger %s: bookie %s failed entry %s: %s", self.ref.ledger_id, bookie, op.entry_id, error)
@@ -306,7 +313,7 @@ class LedgerWriter:
         if self.ref.scope_id == 0:
             return set()
         pool = self.ctx.ops.pool
-        return {b for b in self.ctx.policy.writable if "scope-ids" not in pool.extensions(b)}
+        return {b for b in self.ctx.policy.writable if SCOPE_IDS_EXTENSION not in pool.extensions(b)}
 
     async def _replace_bookies(self, failed: dict[int, str]) -> list[str]:
         start = self.lac + 1
@@ -394,15 +401,19 @@ class LedgerWriter:
     # -- drain and close ---------------------------------------------------------------------
 
     def _notify_drained(self) -> None:
-        if not self.pending:
+        if not self.pending and not self.changing_ensemble:
             waiters, self._drained = self._drained, []
             for fut in waiters:
                 if not fut.done():
                     fut.set_result(None)
 
     async def drain(self) -> None:
-        """Wait until every add queued so far has been acknowledged or failed."""
-        if not self.pending:
+        """Wait until every add queued so far has been acknowledged or failed, and no ensemble change runs.
+
+        So a close that follows never races an ensemble change started by a failure that came
+        after the last acknowledgement: the closed metadata includes the replacement.
+        """
+        if not self.pending and not self.changing_ensemble:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._drained.append(fut)

@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "get_client",
     "evict_client",
+    "evict_if_stale",
     "client_conf",
     "client_zk",
     "client_root",
@@ -148,6 +149,17 @@ def evict_client(uri: str, conf: dict[str, Any]) -> None:
             client.close()
         except Exception:  # noqa: BLE001 - closing a broken client must not mask the real error
             pass
+
+
+def evict_if_stale(uri: str, conf: dict[str, Any], error: BaseException) -> None:
+    """Evict the cached client when ``error`` says it may hold stale connections or a stale session.
+
+    Decided by the error's ``invalidates_client`` flag (bkspark/errors.py), not by its type.
+    """
+    from bkspark.errors import invalidates_client
+
+    if invalidates_client(error):
+        evict_client(uri, conf)
 
 
 #: How long interpreter exit waits for the cached clients to close (their ZooKeeper may be gone already).

@@ -125,8 +125,8 @@ class BookKeeperReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         if not isinstance(partition, LedgerSlice):
             return  # Spark turns an empty plan into one InputPartition(None): nothing to read
-        from bkspark.datasource.clients import evict_client, get_client
-        from bkspark.errors import BookieError, BookieUnavailableError, NoSuchLedgerMetadataError
+        from bkspark.datasource.clients import evict_if_stale, get_client
+        from bkspark.errors import NoSuchLedgerMetadataError
 
         opts = self.options
         settings = _client_settings(opts)
@@ -145,8 +145,8 @@ class BookKeeperReader(DataSourceReader):
             return
         try:
             yield from self._read_slice(handle, partition)
-        except (BookieError, BookieUnavailableError):
-            evict_client(opts.metadata_service_uri, settings)  # the next task starts with a fresh client
+        except Exception as exc:
+            evict_if_stale(opts.metadata_service_uri, settings, exc)  # the next task starts with a fresh client
             raise
         finally:
             handle.close()

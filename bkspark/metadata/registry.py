@@ -27,13 +27,13 @@ from kazoo.protocol.states import EventType, WatchedEvent
 from bkspark.errors import BadMetadataError, BookieUnavailableError, InvalidBookieIdError
 from bkspark.metadata.retry import RetryPolicy
 from bkspark.protocol import service_info as si
+from bkspark.protocol import zk_paths
 from bkspark.protocol.bookie_id import BookieId
 
-__all__ = ["BookieRegistry", "ClusterListener", "READONLY"]
+__all__ = ["BookieRegistry", "ClusterListener"]
 
 log = logging.getLogger(__name__)
 
-READONLY = "readonly"
 ClusterListener = Callable[[frozenset[str], frozenset[str]], None]
 
 
@@ -51,8 +51,8 @@ class BookieRegistry:
     ) -> None:
         self.zk = zk
         self.root = root.rstrip("/")
-        self.available = f"{self.root}/available"
-        self.readonly_path = f"{self.available}/{READONLY}"
+        self.available = zk_paths.available_path(self.root)
+        self.readonly_path = zk_paths.readonly_path(self.root)
         self.retry = retry or RetryPolicy()
         self.address_resolver_enabled = address_resolver_enabled
         self.address_tracking = address_tracking
@@ -98,7 +98,7 @@ class BookieRegistry:
         except Exception:  # a closed/suspended session: the next event re-reads
             log.warning("cannot list writable bookies", exc_info=True)
             return
-        self._set(writable=frozenset(c for c in children if c != READONLY))
+        self._set(writable=frozenset(c for c in children if c != zk_paths.READONLY))
 
     def _refresh_readonly(self, event: WatchedEvent | None = None) -> None:
         if self._closed:
@@ -207,7 +207,7 @@ class BookieRegistry:
 
     def extensions(self, bookie_id: str) -> frozenset[str]:
         """Our protocol extensions the bookie advertises (``bkspark.extensions``)."""
-        raw = self.properties(bookie_id).get("bkspark.extensions", "")
+        raw = self.properties(bookie_id).get(si.EXTENSIONS_PROPERTY, "")
         return frozenset(x.strip() for x in raw.split(",") if x.strip())
 
     def resolve(self, bookie_id: str) -> tuple[str, int]:

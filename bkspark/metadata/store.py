@@ -35,6 +35,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import WatchedEvent
 
+from bkspark.protocol.values import INT64_MAX
 from bkspark.errors import (
     BadMetadataError,
     InvalidOptionError,
@@ -244,7 +245,7 @@ class ZkMetadataStore:
 
     def new_ctoken(self) -> int:
         """What Java puts in ``cToken``: ``ThreadLocalRandom.nextLong(Long.MAX_VALUE)``."""
-        return random.randrange(0, 2**63 - 1)
+        return random.randrange(0, INT64_MAX)
 
     def create_ledger_metadata(self, ledger_id: int, metadata: LedgerMetadata, scope_id: int = 0) -> Versioned:
         """Create the ledger's znode (version 0); :class:`LedgerExistsError` if it is there.

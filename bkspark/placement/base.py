@@ -17,6 +17,7 @@ import random
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from bkspark.protocol.values import parse_bool
 from bkspark.errors import InvalidOptionError, NotEnoughBookiesError
 
 __all__ = [
@@ -86,24 +87,12 @@ def conf_float(conf: Mapping[str, Any], key: str, default: float) -> float:
         raise InvalidOptionError("expected a number", key=key, value=value) from None
 
 
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off", ""}
-
-
 def conf_bool(conf: Mapping[str, Any], key: str, default: bool) -> bool:
     """A boolean option; accepts Java's ``true``/``false`` spelling as strings."""
     value = conf_get(conf, key, default)
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return value != 0
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE:
-            return False
-    raise InvalidOptionError("expected true or false", key=key, value=value)
+    if isinstance(value, str) and not value.strip():
+        return False  # an empty value in a properties file reads as false, as Java's getBoolean does
+    return parse_bool(value, key)
 
 
 def conf_str(conf: Mapping[str, Any], key: str, default: str | None = None) -> str | None:
@@ -130,7 +119,15 @@ def conf_list(conf: Mapping[str, Any], key: str, sep: str = ";") -> list[str]:
 
 
 def check_quorums(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:
-    """Reject E/Qw/Qa combinations no policy can honour (E >= Qw >= Qa >= 1)."""
+    """Reject E/Qw/Qa combinations no policy can honour (E >= Qw >= Qa >= 1): the one quorum check.
+
+    A non-int (or a bool) is a ``TypeError``, a bad combination an :class:`InvalidOptionError`.
+    """
+    for name, value in (
+        ("ensemble_size", ensemble_size), ("write_quorum_size", write_quorum_size), ("ack_quorum_size", ack_quorum_size)
+    ):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if not (ensemble_size >= write_quorum_size >= ack_quorum_size >= 1):
         raise InvalidOptionError(
             "need ensemble_size >= write_quorum_size >= ack_quorum_size >= 1",

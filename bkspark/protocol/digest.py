@@ -268,6 +268,10 @@ class Digester:
 
     # -- entries ----------------------------------------------------------------
 
+    def entry_overhead(self, scope_id: int = 0) -> int:
+        """Bytes :meth:`package_entry` adds to a payload: the header of the entry format, then the digest."""
+        return (ENTRY_HEADER_SIZE if scope_id == 0 else ENTRY_V2_HEADER_SIZE) + self.size
+
     def package_entry(
         self,
         ledger_id: int,

@@ -29,6 +29,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bkspark.protocol.values import INT32_MAX, INT64_RANGE, encode_varint
 from bkspark.errors import BadMetadataError, InvalidBookieIdError, LocalProtocolError
 from bkspark.protocol._textformat import parse_text, print_java
 from bkspark.protocol.bookie_id import java_parse_int, java_split, validate_bookie_id
@@ -38,6 +39,8 @@ from bkspark.protocol.proto import DataFormats_pb2 as pb
 __all__ = [
     "LedgerState",
     "LedgerMetadata",
+    "write_set",
+    "check_custom_metadata",
     "serialize",
     "parse",
     "header_version",
@@ -58,8 +61,6 @@ V1_IN_RECOVERY_ENTRY_ID = -102
 
 _MAX_VERSION_DIGITS = 10
 _V1_CLOSED_TAG = "CLOSED"
-_INT32 = (-(2**31), 2**31 - 1)
-_INT64 = (-(2**63), 2**63 - 1)
 _LINE_RE = re.compile(r"\r\n|\r|\n")  # BufferedReader.readLine's terminators
 
 
@@ -73,6 +74,35 @@ class LedgerState(enum.IntEnum):
 
 def _int_in(value: object, bounds: tuple[int, int]) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and bounds[0] <= value <= bounds[1]
+
+
+def write_set(entry_id: int, ensemble_size: int, write_quorum_size: int) -> list[int]:
+    """Ensemble indexes holding ``entry_id``: ``(e + i) mod E`` for ``i < Qw``, in that order.
+
+    BookKeeper's ``RoundRobinDistributionSchedule``; the first index is the one
+    a striped ledger's single copy and every read start from.
+    """
+    return [(entry_id + i) % ensemble_size for i in range(write_quorum_size)]
+
+
+def check_custom_metadata(custom_metadata: object) -> dict[str, bytes]:
+    """A copy of ``custom_metadata`` as ``{str: bytes}``; ``TypeError`` for anything else (None: empty).
+
+    Java's ``customMetadata`` is ``Map<String, byte[]>``: a set, a list, or text
+    values are a caller's mistake, refused before they reach ZooKeeper.
+    """
+    if custom_metadata is None:
+        return {}
+    if not isinstance(custom_metadata, Mapping):
+        raise TypeError(f"custom_metadata must be a mapping of str to bytes, not {type(custom_metadata).__name__}")
+    out: dict[str, bytes] = {}
+    for key, value in custom_metadata.items():
+        if not isinstance(key, str):
+            raise TypeError(f"custom_metadata keys must be str, not {type(key).__name__} ({key!r})")
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise TypeError(f"custom_metadata[{key!r}] must be bytes, not {type(value).__name__}")
+        out[key] = bytes(value)
+    return out
 
 
 @dataclass(frozen=True)
@@ -114,7 +144,7 @@ class LedgerMetadata:
         if self.format_version not in (1, 2, 3):
             return f"format version {self.format_version!r} is not 1, 2 or 3"
         sizes = (self.ensemble_size, self.write_quorum_size, self.ack_quorum_size)
-        if not all(_int_in(s, (1, _INT32[1])) for s in sizes):
+        if not all(_int_in(s, (1, INT32_MAX)) for s in sizes):
             return f"ensemble/write quorum/ack quorum sizes must be positive int32: {sizes}"
         if self.ensemble_size < self.write_quorum_size:
             return "Write quorum must be less or equal to ensemble size"
@@ -124,7 +154,7 @@ class LedgerMetadata:
             object.__setattr__(self, "state", LedgerState(self.state))
         except ValueError:
             return f"unknown state {self.state!r}"
-        if not (_int_in(self.last_entry_id, _INT64) and _int_in(self.length, _INT64)):
+        if not (_int_in(self.last_entry_id, INT64_RANGE) and _int_in(self.length, INT64_RANGE)):
             return "last_entry_id and length must be int64"
         if self.state != LedgerState.CLOSED and (self.last_entry_id != INVALID_ENTRY_ID or self.length != 0):
             return "a ledger that is not closed has last_entry_id -1 and length 0"
@@ -142,7 +172,7 @@ class LedgerMetadata:
             return "There must be at least one ensemble in the ledger"
         ensembles: dict[int, tuple[str, ...]] = {}
         for first in sorted(self.ensembles):
-            if not _int_in(first, _INT64):
+            if not _int_in(first, INT64_RANGE):
                 return f"segment key {first!r} is not an int64 entry id"
             members = tuple(self.ensembles[first])
             if len(members) != self.ensemble_size:
@@ -163,7 +193,7 @@ class LedgerMetadata:
                 return "custom metadata maps str keys to bytes values"
             custom[key] = bytes(value)
         object.__setattr__(self, "custom_metadata", custom)
-        if not (_int_in(self.ctime, _INT64) and _int_in(self.ctoken, _INT64)):
+        if not (_int_in(self.ctime, INT64_RANGE) and _int_in(self.ctoken, INT64_RANGE)):
             return "ctime and ctoken must be int64"
         return None
 
@@ -184,21 +214,32 @@ class LedgerMetadata:
         """The current (highest) segment's bookies."""
         return self.ensembles[next(reversed(self.ensembles))]  # type: ignore[call-overload]
 
-    def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
-        """The bookies of the segment holding ``entry_id`` (greatest first entry id <= ``entry_id``)."""
+    def segment(self, entry_id: int) -> tuple[int, tuple[str, ...]]:
+        """``(first entry id, bookies)`` of the segment holding ``entry_id``: the greatest first entry id <= it.
+
+        The one segment lookup of the code base (the client's reads, writes and recovery use it).
+        """
         keys = list(self.ensembles)
         index = bisect.bisect_right(keys, entry_id) - 1
         if index < 0:
             raise LocalProtocolError(
                 "no ensemble covers this entry", entry_id=entry_id, first_segment=keys[0]
             )
-        return self.ensembles[keys[index]]
+        return keys[index], self.ensembles[keys[index]]
 
-    def segment_end(self, first_entry_id: int) -> int | None:
-        """The first entry id of the segment after ``first_entry_id``'s, ``None`` for the last one."""
+    def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
+        """The bookies of the segment holding ``entry_id``."""
+        return self.segment(entry_id)[1]
+
+    def next_segment_start(self, entry_id: int) -> int | None:
+        """The first entry id of the segment after the one holding ``entry_id``; ``None`` in the last one."""
         keys = list(self.ensembles)
-        index = bisect.bisect_right(keys, first_entry_id)
+        index = bisect.bisect_right(keys, entry_id)
         return keys[index] if index < len(keys) else None
+
+    def write_set(self, entry_id: int) -> list[int]:
+        """Ensemble indexes holding ``entry_id`` (:func:`write_set` with this ledger's E and Qw)."""
+        return write_set(entry_id, self.ensemble_size, self.write_quorum_size)
 
     # -- derivations (Java's LedgerMetadataBuilder.from(...): cToken is dropped) -------
 
@@ -280,15 +321,6 @@ def _build_format(md: LedgerMetadata, include_ctoken: bool) -> pb.LedgerMetadata
     return fmt
 
 
-def _varint32(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _serialize_v1(md: LedgerMetadata) -> bytes:
     lines = [str(md.write_quorum_size), str(md.ensemble_size), str(md.length)]
     text = "".join(line + "\n" for line in lines)
@@ -312,7 +344,7 @@ def serialize(md: LedgerMetadata, version: int | None = None) -> bytes:
     header = HEADER_KEY + str(version).encode("ascii") + b"\n"
     if version == 3:
         body = _build_format(md, include_ctoken=True).SerializeToString()
-        return header + _varint32(len(body)) + body
+        return header + encode_varint(len(body)) + body
     if version == 2:
         return header + print_java(_build_format(md, include_ctoken=False)).encode("utf-8")
     if version == 1:
@@ -343,7 +375,7 @@ def header_version(data: bytes) -> tuple[int, int]:
     raise BadMetadataError("Unable to find end of version number, metadata appears corrupt")
 
 
-def _read_varint32(data: bytes, pos: int) -> tuple[int, int]:
+def _readencode_varint(data: bytes, pos: int) -> tuple[int, int]:
     """protobuf-java's ``readRawVarint32``: up to 10 bytes, the value truncated to a signed int32."""
     result = 0
     for i in range(10):
@@ -431,7 +463,7 @@ def _from_format(
 
 
 def _parse_v3(data: bytes, pos: int, znode_ctime: int | None) -> LedgerMetadata:
-    size, pos = _read_varint32(data, pos)
+    size, pos = _readencode_varint(data, pos)
     if size < 0:
         raise BadMetadataError(f"V3 ledger metadata has a negative length {size}")
     if pos + size > len(data):
@@ -463,7 +495,7 @@ def _parse_v1(data: bytes, pos: int) -> LedgerMetadata:
         raise BadMetadataError("V1 ledger metadata needs quorum size, ensemble size and length lines")
     write_quorum = java_parse_int(lines[0])
     ensemble_size = java_parse_int(lines[1])
-    length = java_parse_int(lines[2], *_INT64)
+    length = java_parse_int(lines[2], *INT64_RANGE)
     if write_quorum is None or ensemble_size is None or length is None:
         raise BadMetadataError(f"V1 ledger metadata has a bad size line: {lines[:3]!r}")
     state, last_entry_id, final_length = LedgerState.OPEN, INVALID_ENTRY_ID, 0
@@ -473,7 +505,7 @@ def _parse_v1(data: bytes, pos: int) -> LedgerMetadata:
         if len(parts) < 2:
             raise BadMetadataError(f"V1 ledger metadata line {line!r} has fewer than 2 fields")
         if parts[1] == _V1_CLOSED_TAG:
-            closed_at = java_parse_int(parts[0], *_INT64)
+            closed_at = java_parse_int(parts[0], *INT64_RANGE)
             if closed_at is None:
                 raise BadMetadataError(f"V1 ledger metadata has a bad CLOSED line {line!r}")
             if closed_at == V1_IN_RECOVERY_ENTRY_ID:
@@ -486,7 +518,7 @@ def _parse_v1(data: bytes, pos: int) -> LedgerMetadata:
                 validate_bookie_id(member)
             except InvalidBookieIdError as exc:
                 raise BadMetadataError(f"V1 ledger metadata: {exc}") from None
-        first = java_parse_int(parts[0], *_INT64)
+        first = java_parse_int(parts[0], *INT64_RANGE)
         if first is None:
             raise BadMetadataError(f"V1 ledger metadata has a bad first entry id in {line!r}")
         if len(parts) - 1 != ensemble_size:

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import re
 import uuid
+from dataclasses import dataclass
 
+from bkspark.protocol.values import INT64_MAX, INT64_MIN
 from bkspark.errors import InvalidOptionError
 
-__all__ = ["qualified_name", "parse_qualified_name", "ids_from_uuid"]
+__all__ = ["LedgerRef", "qualified_name", "parse_qualified_name", "ids_from_uuid"]
 
 _UINT64 = 2**64
-_INT64_MAX = 2**63 - 1
-_LEDGER_MASK = _INT64_MAX
+_LEDGER_MASK = INT64_MAX
 _HEX32 = re.compile(r"[0-9a-fA-F]{32}")
 _UUID_FORM = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
@@ -36,10 +37,18 @@ def _check_int(value: object, what: str, lo: int, hi: int) -> int:
     return value
 
 
+@dataclass(frozen=True)
+class LedgerRef:
+    """A ledger's 128-bit name (BP-35): its ledger id and scope id (0: the classic namespace)."""
+
+    ledger_id: int
+    scope_id: int = 0
+
+
 def qualified_name(scope_id: int, ledger_id: int) -> str:
     """The 32 lower-case hex digit name of ledger ``ledger_id`` in scope ``scope_id``."""
-    _check_int(scope_id, "scope id", -(2**63), _INT64_MAX)
-    _check_int(ledger_id, "ledger id", 0, _INT64_MAX)
+    _check_int(scope_id, "scope id", INT64_MIN, INT64_MAX)
+    _check_int(ledger_id, "ledger id", 0, INT64_MAX)
     return f"{scope_id % _UINT64:016x}{ledger_id:016x}"
 
 
@@ -60,12 +69,12 @@ def parse_qualified_name(text: str) -> tuple[int, int]:
             f"bad ledger qualified name {text!r}: expected 32 hex digits (optionally 0x-prefixed or UUID-dashed)"
         )
     high, low = int(body[:16], 16), int(body[16:], 16)
-    if low > _INT64_MAX:
+    if low > INT64_MAX:
         raise InvalidOptionError(
             f"bad ledger qualified name {text!r}: the ledger half has its top bit set, and ledger ids are "
             "non-negative int64s (for a UUID use ids_from_uuid)"
         )
-    scope_id = high - _UINT64 if high > _INT64_MAX else high
+    scope_id = high - _UINT64 if high > INT64_MAX else high
     return scope_id, low
 
 
@@ -83,5 +92,5 @@ def ids_from_uuid(value: uuid.UUID) -> tuple[int, int]:
     if high == 0:
         # Scope 0 is BookKeeper's own id space, allocated centrally by ZooKeeper.
         raise InvalidOptionError(f"UUID {value} has zero high bits: it would land in scope 0")
-    scope_id = high - _UINT64 if high > _INT64_MAX else high
+    scope_id = high - _UINT64 if high > INT64_MAX else high
     return scope_id, low & _LEDGER_MASK

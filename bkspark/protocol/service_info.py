@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from bkspark.protocol.values import encode_varint
 from bkspark.errors import BadMetadataError, BookieUnavailableError, InvalidBookieIdError
 from bkspark.protocol.bookie_id import BookieId
 from bkspark.protocol.proto import DataFormats_pb2 as pb
@@ -26,12 +27,22 @@ __all__ = [
     "parse",
     "legacy_service_info",
     "endpoint_for",
+    "EXTENSIONS_PROPERTY",
+    "SCOPE_IDS_EXTENSION",
+    "BATCH_READ_V3_EXTENSION",
 ]
 
 #: Protocol of the endpoint a stock bookie publishes for its BookKeeper RPC port (id ``bookie``).
 BOOKIE_RPC = "bookie-rpc"
 #: Protocol of the HTTP admin endpoint (id ``httpserver``).
 HTTP = "http"
+
+#: The property through which a bookie advertises our v3 extensions, comma-separated (docs/extensions.md).
+EXTENSIONS_PROPERTY = "bkspark.extensions"
+#: The extension of a bookie that stores scope ids != 0 (BP-35).
+SCOPE_IDS_EXTENSION = "scope-ids"
+#: The extension of a bookie that serves v3 BATCH_READ_ENTRY.
+BATCH_READ_V3_EXTENSION = "batch-read-v3"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,17 +98,10 @@ def serialize(info: BookieServiceInfo) -> bytes:
 _PROPERTIES_FIELD = 7
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _length_delimited(field_number: int, payload: bytes) -> bytes:
-    return _varint(field_number << 3 | 2) + _varint(len(payload)) + payload
+    return encode_varint(field_number << 3 | 2) + encode_varint(len(payload)) + payload
 
 
 def legacy_service_info(bookie_id: str) -> BookieServiceInfo:

@@ -60,6 +60,8 @@ __all__ = [
     "MASTER_KEY_LENGTH",
     "RESPONSE_HEADER_SIZE",
     "BATCH_RESPONSE_HEADER_SIZE",
+    "BATCH_RESPONSE_OVERHEAD",
+    "ADD_REQUEST_OVERHEAD",
     "EOK",
     "ENOLEDGER",
     "ENOENTRY",
@@ -124,6 +126,11 @@ MASTER_KEY_LENGTH = 20
 RESPONSE_HEADER_SIZE = 24
 #: The batch response prefix adds the requestId.
 BATCH_RESPONSE_HEADER_SIZE = 32
+#: Frame bytes of an ADDENTRY request besides its entry: length prefix, header, master key.
+ADD_REQUEST_OVERHEAD = 4 + 4 + MASTER_KEY_LENGTH
+#: What a batch response costs before its first item, as the Java bookie's
+#: ``BatchedReadEntryProcessor`` counts it against ``maxSize``: the prefix plus the frame length.
+BATCH_RESPONSE_OVERHEAD = BATCH_RESPONSE_HEADER_SIZE + 4
 
 # v2 return codes (wire-protocol.md §2.4); bkspark.errors maps them to exceptions.
 EOK = 0

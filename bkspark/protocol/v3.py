@@ -19,12 +19,14 @@ from typing import Final, Union
 
 from google.protobuf.message import DecodeError, EncodeError, Message
 
+from bkspark.protocol.values import INT64_MAX
 from bkspark.errors import LocalProtocolError, MalformedFrameError
 from bkspark.protocol.framing import encode_frame
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bkspark.protocol.v2 import FLAG_DO_FENCING, FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
 
 __all__ = [
+    "add_request_overhead",
     "pb",
     "Buffer",
     "Request",
@@ -259,6 +261,19 @@ def add_request(
     except (ValueError, TypeError) as e:
         raise _bad_argument("ADD_ENTRY request", e) from None
     return req
+
+
+def add_request_overhead(scope_id: int = 0) -> int:
+    """The most frame bytes an ADD_ENTRY request takes besides its entry (length prefix included).
+
+    Every id at its widest varint, a recovery add at high priority, the scope
+    field when ``scope_id`` is not 0, plus 5 bytes for the body's length varint.
+    """
+    widest = add_request(
+        2**64 - 1, 2**63 - 1, 2**63 - 1, bytes(20), b"", FLAG_RECOVERY_ADD | FLAG_HIGH_PRIORITY,
+        scope_id=scope_id, write_flags=2**31 - 1,
+    )
+    return len(encode_request(widest)) + 5
 
 
 def read_request(
@@ -663,7 +678,6 @@ _AV_GROUP = struct.Struct(">qqii")
 _AV_HEADER_SIZE: Final = 64
 _AV_VERSION: Final = 0
 _MAX_INT32: Final = 0x7FFFFFFF
-_MAX_INT64: Final = 0x7FFFFFFFFFFFFFFF
 
 
 class SequenceGroup:
@@ -724,7 +738,7 @@ class AvailabilityOfEntriesOfLedger:
         for e in entry_ids:
             if not isinstance(e, int) or isinstance(e, bool):
                 raise LocalProtocolError("entry ids must be ints", entry_id=e)
-            if e <= prev or e > _MAX_INT64:
+            if e <= prev or e > INT64_MAX:
                 raise LocalProtocolError("entry ids must be strictly increasing int64 >= 0", entry_id=e, previous=prev)
             if prev < 0 or e != prev + 1 or e - start >= _MAX_INT32:
                 if prev >= 0:
@@ -756,7 +770,7 @@ class AvailabilityOfEntriesOfLedger:
                 raise MalformedFrameError("bad availability sequence group", group=group)
             if last != first and (period < size or (last - first) % period):
                 raise MalformedFrameError("bad availability sequence period", group=group)
-            if group.end - 1 > _MAX_INT64:
+            if group.end - 1 > INT64_MAX:
                 raise MalformedFrameError("availability sequence group overflows int64", group=group)
             next_free = group.end
             groups.append(group)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 
+from bkspark.protocol.values import INT64_MAX, INT64_MIN
 from bkspark.errors import BadMetadataError, InvalidOptionError
 
 __all__ = [
@@ -96,7 +97,6 @@ SCHEMES = ("hierarchical", "longhierarchical", "legacyhierarchical", "flat")
 #: Ids below this use the short path in the hybrid scheme (``Integer.MAX_VALUE``).
 MAX_SHORT_LEDGER_ID = 2**31 - 1
 
-_INT64_MAX = 2**63 - 1
 _UINT64 = 2**64
 _PARENT_RE = {
     "legacyhierarchical": re.compile(r"[0-9]{2}"),
@@ -136,13 +136,13 @@ def check_root(root: str) -> str:
 
 
 def _check_ledger_id(ledger_id: int) -> int:
-    if not isinstance(ledger_id, int) or isinstance(ledger_id, bool) or not 0 <= ledger_id <= _INT64_MAX:
+    if not isinstance(ledger_id, int) or isinstance(ledger_id, bool) or not 0 <= ledger_id <= INT64_MAX:
         raise InvalidOptionError(f"ledger id {ledger_id!r} is not a non-negative int64")
     return ledger_id
 
 
 def _check_scope_id(scope_id: int) -> int:
-    if not isinstance(scope_id, int) or isinstance(scope_id, bool) or not -(2**63) <= scope_id <= _INT64_MAX:
+    if not isinstance(scope_id, int) or isinstance(scope_id, bool) or not INT64_MIN <= scope_id <= INT64_MAX:
         raise InvalidOptionError(f"scope id {scope_id!r} is not an int64")
     return scope_id
 
@@ -235,13 +235,13 @@ def parse_ledger_path(root: str, path: str, scheme: str = "hierarchical") -> tup
         if unsigned_scope == 0 or unsigned_scope >= _UINT64:
             raise BadMetadataError(f"scoped ledger znode {path!r} names scope 0 or one beyond 64 bits")
         ledger_id = _parse_digits(parts[6:], (3, 4, 4, 4, 4), path)
-        if ledger_id > _INT64_MAX:
+        if ledger_id > INT64_MAX:
             raise BadMetadataError(f"ledger znode {path!r} names an id beyond int64")
-        scope_id = unsigned_scope - _UINT64 if unsigned_scope > _INT64_MAX else unsigned_scope
+        scope_id = unsigned_scope - _UINT64 if unsigned_scope > INT64_MAX else unsigned_scope
         return scope_id, ledger_id
     if scheme == "flat":
         digits = parts[0][len(LEDGER_PREFIX) :] if len(parts) == 1 and parts[0].startswith(LEDGER_PREFIX) else ""
-        if not _DIGITS.fullmatch(digits) or f"{int(digits):010d}" != digits or int(digits) > _INT64_MAX:
+        if not _DIGITS.fullmatch(digits) or f"{int(digits):010d}" != digits or int(digits) > INT64_MAX:
             raise BadMetadataError(f"ledger znode {path!r} is not a flat ledger path")
         return 0, int(digits)
     if len(parts) == 3 and scheme != "longhierarchical":
@@ -251,7 +251,7 @@ def parse_ledger_path(root: str, path: str, scheme: str = "hierarchical") -> tup
         return 0, ledger_id
     if len(parts) == 5 and scheme != "legacyhierarchical":
         ledger_id = _parse_digits(parts, (3, 4, 4, 4, 4), path)
-        if ledger_id > _INT64_MAX:
+        if ledger_id > INT64_MAX:
             raise BadMetadataError(f"ledger znode {path!r} names an id beyond int64")
         if scheme == "hierarchical" and ledger_id < MAX_SHORT_LEDGER_ID:
             raise BadMetadataError(f"ledger znode {path!r}: id {ledger_id} belongs in the short form")
@@ -366,7 +366,7 @@ def parse_hob(name: str) -> int | None:
     if not re.fullmatch(r"[+-]?[0-9]+", text):
         return None
     value = int(text)
-    return value if -(2**63) <= value <= _INT64_MAX else None
+    return value if INT64_MIN <= value <= INT64_MAX else None
 
 
 def sequential_id(created_path: str, prefix: str) -> int:

@@ -164,7 +164,7 @@ def test_wrong_password_writer_gets_eua_from_bookies(cluster, bk) -> None:  # ty
     done: concurrent.futures.Future = concurrent.futures.Future()
     bookie = lh.metadata.last_ensemble[0]
     bk.loop.call_soon_threadsafe(
-        lambda: ops.add(bookie, lh.ledger_id, 1, master_key(b"two"), entry, 0, 0, lambda e: done.set_result(e))
+        lambda: ops.add(bookie, lh.ledger_id, 1, master_key(b"two"), entry, 0, 0, lambda _r, e, _a: done.set_result(e))
     )
     assert isinstance(done.result(10), UnauthorizedAccessError)
     other.close()
@@ -175,6 +175,7 @@ def test_tampered_copy_is_detected_and_next_replica_used(cluster, bk) -> None:  
     """Write a bad copy of entry 3 to one bookie directly with the v2 codec; reads skip it."""
     import concurrent.futures
 
+    from bkspark.protocol.correlation import read_body
     from bkspark.protocol.digest import Digester, master_key
 
     lh = bk.create_ledger(3, 3, 3, password=b"pw")
@@ -189,7 +190,7 @@ def test_tampered_copy_is_detected_and_next_replica_used(cluster, bk) -> None:  
     ops = bk.ctx.ops
     # RECOVERY_ADD overwrites the stored copy on a closed (fenced-free) ledger.
     bk.loop.call_soon_threadsafe(
-        lambda: ops.add(first, lh.ledger_id, 3, master_key(b"pw"), bytes(bad), 0x0002, 0, lambda e: done.set_result(e))
+        lambda: ops.add(first, lh.ledger_id, 3, master_key(b"pw"), bytes(bad), 0x0002, 0, lambda _r, e, _a: done.set_result(e))
     )
     assert done.result(10) is None
     rh = bk.open_ledger(lh.ledger_id, password=b"pw")
@@ -202,7 +203,7 @@ def test_tampered_copy_is_detected_and_next_replica_used(cluster, bk) -> None:  
     # The tampered copy itself fails verification.
     raw = concurrent.futures.Future()
     bk.loop.call_soon_threadsafe(
-        lambda: ops.read(first, lh.ledger_id, 3, 0, lambda d, _l, e: raw.set_result(bytes(d) if d is not None else e))
+        lambda: ops.read(first, lh.ledger_id, 3, 0, lambda r, e, _a: raw.set_result(e or bytes(read_body(r))))
     )
     with pytest.raises(DigestMismatchError):
         Digester("CRC32C", b"pw").verify_entry(raw.result(10), lh.ledger_id, 3)
@@ -236,3 +237,20 @@ def test_pipelined_throughput_sanity(bk) -> None:  # type: ignore[no-untyped-def
     lh.close()
     rh = bk.open_ledger(lh.ledger_id)
     assert sum(1 for _ in rh) == 3000
+
+
+def test_entry_over_the_frame_limit_is_refused_locally(cluster) -> None:  # type: ignore[no-untyped-def]
+    """A 6 MB entry fails before anything is sent; the largest entry that fits is taken by Java bookies (v2 and v3)."""
+    from bkspark.errors import EntryTooLargeError
+
+    for use_v2 in (True, False):
+        with BookKeeper(cluster.metadata_service_uri, useV2WireProtocol=use_v2) as client:
+            lh = client.create_ledger(3, 3, 2)
+            with pytest.raises(EntryTooLargeError, match="nettyMaxFrameSizeBytes"):
+                lh.append(b"x" * 6_000_000)
+            assert lh.append(b"ok") == 0  # still writable, and the refused entry took no id
+            assert lh.append(b"y" * lh.max_payload) == 1  # exactly at the limit: Java's frame decoder accepts it
+            lh.close()
+            assert len(lh.metadata.ensembles) == 1 and client.pool.failure_history == {}
+            rh = client.open_ledger(lh.ledger_id)
+            assert [len(e.payload) for e in rh.read(0, 1)] == [2, lh.max_payload]

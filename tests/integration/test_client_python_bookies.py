@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from bkspark.client import BookKeeper
-from bkspark.errors import IllegalOpError, LedgerExistsError, NoSuchLedgerMetadataError
+from bkspark.errors import LedgerExistsError, NoSuchEntryError, NoSuchLedgerError, NoSuchLedgerMetadataError
 from bkspark.protocol.ledger_metadata import LedgerState
 from bkspark.protocol.ledger_name import ids_from_uuid
 from tests.harness.python_bookie import PythonBookieCluster
@@ -65,23 +65,18 @@ def test_scoped_ledger_roundtrip_over_v3(cluster, zk_root) -> None:  # type: ign
         assert bk.open_ledger(auto.ledger_id, scope_id=scope_id).read(0, 0)[0].payload == b"auto"
 
 
-def test_v2_request_with_scope_is_illegal(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]
-    """The v2 codec cannot carry a scope id: asking for one is refused before anything is sent."""
+def test_scoped_request_goes_over_v3_even_with_v2_configured(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]
+    """The v2 codec cannot carry a scope id: a scoped read takes the v3 connection, never the v2 one."""
     import concurrent.futures
 
-    with BookKeeper(zk_root.metadata_service_uri) as bk:
+    with BookKeeper(zk_root.metadata_service_uri, useV2WireProtocol=True) as bk:
         ops = bk.ctx.ops
         bookie = sorted(bk.writable_bookies())[0]
         done: concurrent.futures.Future = concurrent.futures.Future()
-        ops.use_v2 = True
-
-        def go() -> None:
-            # Force the v2 path for a scoped read (data_version would pick v3).
-            ops.data_version = lambda scope_id: "v2"  # type: ignore[method-assign]
-            ops.read(bookie, 1, 0, 5, lambda d, l, e: done.set_result(e))
-
-        bk.loop.call_soon_threadsafe(go)
-        assert isinstance(done.result(10), IllegalOpError)
+        bk.loop.call_soon_threadsafe(lambda: ops.read(bookie, 1, 0, 5, lambda _r, e, _a: done.set_result(e)))
+        assert isinstance(done.result(10), (NoSuchLedgerError, NoSuchEntryError))  # the bookie answered
+        assert bk.pool.ready(bookie, "v3") is not None
+        assert bk.pool.ready(bookie, "v2") is None
 
 
 def test_plain_ledgers_on_python_bookies(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from bkspark.client.connection import OP_ADD, OP_BATCH_READ, OP_READ, V2, V3, BookieConnection
-from bkspark.errors import BookieTimeoutError, BookieUnavailableError
+from bkspark.client.connection import V2, V3, BookieConnection
+from bkspark.errors import BookieTimeoutError, BookieUnavailableError, NoSuchEntryError
+from bkspark.protocol.correlation import add_key, batch_read_key, read_key
 from bkspark.protocol import v2, v3
 
 
@@ -46,8 +47,8 @@ def test_v2_matching_by_key_with_conflicts_and_coalesced_writes() -> None:
         conn, t = _conn(V2)
         got: list[tuple[str, Any]] = []
         for tag in ("first", "second"):  # two reads with the same (ledger, entry, op)
-            conn.send_v2((5, 1, OP_READ), v2.encode_read_request(5, 1), 5.0, lambda r, e, tag=tag: got.append((tag, r)))
-        conn.send_v2((5, 2, OP_ADD), b"frame-add", 5.0, lambda r, e: got.append(("add", r)))
+            conn.send_v2(read_key(5, 1), v2.encode_read_request(5, 1), 5.0, lambda r, e, _a, tag=tag: got.append((tag, r)))
+        conn.send_v2(add_key(5, 2), b"frame-add", 5.0, lambda r, e, _a: got.append(("add", r)))
         await asyncio.sleep(0)
         assert len(t.writes) == 1  # one transport write for the whole loop iteration
         assert conn.pending == 3
@@ -60,7 +61,7 @@ def test_v2_matching_by_key_with_conflicts_and_coalesced_writes() -> None:
         assert got[0][1].rc == 0 and bytes(got[1][1].entry) == b"one" and got[2][1].rc == 2
         assert conn.pending == 0
         # Batch reads are matched by request id.
-        conn.send_v2((77, OP_BATCH_READ), b"x", 5.0, lambda r, e: got.append(("batch", r)))
+        conn.send_v2(batch_read_key(77), b"x", 5.0, lambda r, e, _a: got.append(("batch", r)))
         conn.data_received(v2.encode_response(v2.BatchReadResponse(0, 5, 10, 77, [b"a", b"b"])))
         assert got[-1][0] == "batch" and [bytes(x) for x in got[-1][1].entries] == [b"a", b"b"]
 
@@ -73,7 +74,7 @@ def test_v3_matching_by_txn_id() -> None:
         got: dict[int, Any] = {}
         reqs = [v3.read_lac_request(conn.next_txn_id(), 9) for _ in range(3)]
         for r in reqs:
-            conn.send_v3(r, 5.0, lambda resp, e, txn=r.header.txnId: got.__setitem__(txn, resp))
+            conn.send_v3(r, 5.0, lambda resp, e, _a, txn=r.header.txnId: got.__setitem__(txn, resp))
         for r in reversed(reqs):  # answers out of order
             conn.data_received(v3.encode_response(v3.read_lac_response(r, 403)))
         assert sorted(got) == [r.header.txnId for r in reqs]
@@ -86,16 +87,16 @@ def test_timeouts_and_connection_loss() -> None:
     async def run() -> None:
         conn, t = _conn(V2, sweep=0.02)
         errors: list[BaseException | None] = []
-        conn.send_v2((1, 1, OP_READ), b"r", 0.05, lambda r, e: errors.append(e))
-        conn.send_v2((1, 1, OP_READ), b"r", 0.05, lambda r, e: errors.append(e))  # a conflicting key times out too
+        conn.send_v2(read_key(1, 1), b"r", 0.05, lambda r, e, _a: errors.append(e))
+        conn.send_v2(read_key(1, 1), b"r", 0.05, lambda r, e, _a: errors.append(e))  # a conflicting key times out too
         await asyncio.sleep(0.2)
         assert len(errors) == 2 and all(isinstance(e, BookieTimeoutError) for e in errors)
-        conn.send_v2((2, OP_BATCH_READ), b"b", 5.0, lambda r, e: errors.append(e))
-        conn.send_v2((1, 3, OP_ADD), b"a", 5.0, lambda r, e: errors.append(e))
+        conn.send_v2(batch_read_key(2), b"b", 5.0, lambda r, e, _a: errors.append(e))
+        conn.send_v2(add_key(1, 3), b"a", 5.0, lambda r, e, _a: errors.append(e))
         t.close()  # the bookie hung up with a batch read outstanding (a pre-4.17 bookie does)
         assert conn.lost_during_batch_read
         assert all(isinstance(e, BookieUnavailableError) for e in errors[2:]) and len(errors) == 4
-        conn.send_v2((1, 4, OP_ADD), b"a", 5.0, lambda r, e: errors.append(e))
+        conn.send_v2(add_key(1, 4), b"a", 5.0, lambda r, e, _a: errors.append(e))
         assert isinstance(errors[-1], BookieUnavailableError)  # closed: fails at once
 
     asyncio.run(run())

@@ -10,11 +10,12 @@ from typing import Any, Callable
 import pytest
 
 from bkspark.client.conf import ClientConf
-from bkspark.client.context import ClientContext, LedgerRef
+from bkspark.client.services import ClientServices
+from bkspark.protocol.ledger_name import LedgerRef
 from bkspark.client.pool import BookiePool
 from bkspark.client.reader import LedgerReader
 from bkspark.client.recovery import recover_ledger
-from bkspark.client.schedule import CoverageSet, ensemble_for, is_striped, segment_end, write_set
+from bkspark.client.schedule import CoverageSet, is_striped
 from bkspark.client.writer import LedgerWriter
 from bkspark.errors import (
     BookieIOError,
@@ -31,7 +32,8 @@ from bkspark.errors import (
 from bkspark.metadata.store import Versioned
 from bkspark.placement.random_policy import RandomEnsemblePlacementPolicy
 from bkspark.protocol.digest import Digester, DigestType
-from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState, write_set
+from bkspark.protocol.v2 import ReadResponse
 
 BOOKIES = [f"b{i}:3181" for i in range(6)]
 
@@ -67,7 +69,7 @@ class FakeOps:
     def encode_v2_add(master_key: bytes, entry: bytes, flags: int) -> bytes:
         return b""
 
-    def add(self, bookie_id, ledger_id, entry_id, master_key, entry, flags, scope_id, callback, v2_frame=None):  # type: ignore[no-untyped-def]
+    def add(self, bookie_id, ledger_id, entry_id, master_key, entry, flags, scope_id, callback, arg=None, v2_frame=None):  # type: ignore[no-untyped-def]
         b = self.bookies[bookie_id]
 
         def answer() -> None:
@@ -77,15 +79,20 @@ class FakeOps:
             if err is None:
                 b.entries[(ledger_id, entry_id)] = bytes(entry)
                 b.adds.append((ledger_id, entry_id))
-            callback(err)
+            callback(None, err, arg)
 
         if b.hang:
-            asyncio.get_running_loop().call_later(self.timeout, callback, BookieTimeoutError("timeout", bookie_id=bookie_id))
+            asyncio.get_running_loop().call_later(
+                self.timeout, callback, None, BookieTimeoutError("timeout", bookie_id=bookie_id), arg
+            )
             return
         asyncio.get_running_loop().call_later(b.delay, answer)
 
-    def read(self, bookie_id, ledger_id, entry_id, scope_id, callback, *, flags=0, master_key=None):  # type: ignore[no-untyped-def]
+    def read(self, bookie_id, ledger_id, entry_id, scope_id, callback, arg=None, *, flags=0, master_key=None):  # type: ignore[no-untyped-def]
         b = self.bookies[bookie_id]
+
+        def reply(data: bytes | None, err: BaseException | None) -> None:
+            callback(None if data is None else ReadResponse(0, ledger_id, entry_id, data), err, arg)
 
         def answer() -> None:
             b.reads.append(entry_id)
@@ -93,31 +100,26 @@ class FakeOps:
                 b.fenced.add(ledger_id)
             err = b.read_error(entry_id)
             if err is not None:
-                callback(None, None, err)
+                reply(None, err)
                 return
             if entry_id == -1:
                 mine = [e for (lid, e) in b.entries if lid == ledger_id]
                 if not mine:
-                    callback(None, None, NoSuchLedgerError("none"))
+                    reply(None, NoSuchLedgerError("none"))
                     return
                 entry_id_ = max(mine)
-                callback(b.entries[(ledger_id, entry_id_)], None, None)
+                reply(b.entries[(ledger_id, entry_id_)], None)
                 return
             data = b.entries.get((ledger_id, entry_id))
             if data is None:
-                callback(None, None, NoSuchEntryError("missing"))
+                reply(None, NoSuchEntryError("missing"))
             else:
-                callback(data, None, None)
+                reply(data, None)
 
         if b.hang:
-            asyncio.get_running_loop().call_later(self.timeout, callback, None, None, BookieTimeoutError("timeout"))
+            asyncio.get_running_loop().call_later(self.timeout, reply, None, BookieTimeoutError("timeout"))
             return
         asyncio.get_running_loop().call_later(b.delay, answer)
-
-    async def read_async(self, bookie_id, ledger_id, entry_id, scope_id, *, flags=0, master_key=None):  # type: ignore[no-untyped-def]
-        fut = asyncio.get_running_loop().create_future()
-        self.read(bookie_id, ledger_id, entry_id, scope_id, lambda d, l, e: fut.set_exception(e) if e else fut.set_result((d, l)), flags=flags, master_key=master_key)
-        return await fut
 
     def can_batch_read(self, bookie_id: str, scope_id: int) -> bool:
         return self.pool.supports_batch_read(bookie_id)
@@ -185,9 +187,9 @@ class Harness:
         self.ref = LedgerRef(7)
         self.digester = Digester(DigestType.CRC32C, b"pw")
 
-    def ctx(self) -> ClientContext:
+    def ctx(self) -> ClientServices:
         loop = asyncio.get_running_loop()
-        return ClientContext(self.conf, loop, self.ops, self.store, None, self.policy)  # type: ignore[arg-type]
+        return ClientServices(self.conf, loop, self.ops, self.store, None, self.policy)  # type: ignore[arg-type]
 
     def writer(self) -> LedgerWriter:
         return LedgerWriter(self.ctx(), self.ref, self.store.data[7], b"pw")
@@ -223,9 +225,6 @@ async def append_all(writer: LedgerWriter, payloads: list[bytes]) -> list[Any]:
 def test_write_sets_round_robin_like_java() -> None:
     assert [write_set(e, 4, 3) for e in range(4)] == [[0, 1, 2], [1, 2, 3], [2, 3, 0], [3, 0, 1]]
     assert write_set(10, 5, 2) == [0, 1]
-    ens = {0: ("a",), 10: ("b",), 20: ("c",)}
-    assert ensemble_for(ens, 15) == (10, ("b",)) and ensemble_for(ens, 25) == (20, ("c",))
-    assert segment_end(ens, 12) == 19 and segment_end(ens, 22) is None
     assert is_striped(5, 2) and not is_striped(3, 3)
 
 
@@ -474,7 +473,7 @@ def test_batch_read_fallbacks_and_limits() -> None:
         assert [e.entry_id for e in one] == [0]
         h.conf.batchReadEnabled = True
         for b in h.bookies:
-            h.ops.pool.batch_unsupported.add(b)  # e.g. 4.16 bookies
+            h.ops.pool.note_no_batch_read(b, "v2")  # e.g. 4.16 bookies
         assert [e.entry_id for e in await reader.batch_read(5, 100, 0, 9)] == list(range(5, 10))
         with pytest.raises(InvalidOptionError):
             await reader.batch_read(10, 1, 0, 9)

@@ -24,3 +24,28 @@ def test_interpreter_exit_does_not_wait_for_a_stuck_client() -> None:
     # A hang here would run into the timeout (far below the stuck close's 120 s) and fail the test.
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_eviction_follows_the_errors_flag() -> None:
+    """A cached client goes after an error flagged ``invalidates_client``, and stays after any other."""
+    import bkspark.datasource.clients as clients
+    from bkspark.errors import BookieUnavailableError, DigestMismatchError, MetadataVersionError
+
+    class Client:
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    uri, conf = "zk+hierarchical://127.0.0.1:1/ledgers", {"x": "1"}
+    client = Client()
+    clients._CLIENTS[clients._key(uri, conf)] = client
+    try:
+        clients.evict_if_stale(uri, conf, MetadataVersionError("lost a race"))
+        clients.evict_if_stale(uri, conf, DigestMismatchError("bad copy"))
+        clients.evict_if_stale(uri, conf, ValueError("not ours"))
+        assert clients._CLIENTS.get(clients._key(uri, conf)) is client and not client.closed
+        clients.evict_if_stale(uri, conf, BookieUnavailableError("gone"))
+        assert clients._key(uri, conf) not in clients._CLIENTS and client.closed
+    finally:
+        clients._CLIENTS.pop(clients._key(uri, conf), None)

@@ -6,6 +6,8 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
+
+from bkspark.retry import RetryPolicy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -434,5 +436,7 @@ def test_record_close_context_refuses_an_open_ledger():
 
 
 def test_record_close_context_gives_up_after_too_many_conflicts():
+    store = FakeStore(md(), conflicts=100)
     with pytest.raises(MetadataVersionError):
-        record_close_context(FakeStore(md(), conflicts=100), 5, full_close(), max_attempts=3)
+        record_close_context(store, 5, full_close(), retry=RetryPolicy(max_tries=3, delay=0.0))
+    assert store.conflicts == 100 - 3  # exactly the policy's three tries

@@ -20,12 +20,12 @@ from bkspark.protocol.ledger_metadata import (
     HEADER_KEY,
     LedgerMetadata,
     LedgerState,
-    _varint32,
     header_version,
     parse,
     serialize,
 )
 from bkspark.protocol.proto import DataFormats_pb2 as pb
+from bkspark.protocol.values import encode_varint
 
 JAVA_V1 = bytes.fromhex(
     "426f6f6b69654d65746164617461466f726d617456657273696f6e09310a320a330a313233340a300931302e302e302e"
@@ -120,7 +120,7 @@ def _java_ledger(version: int) -> LedgerMetadata:
 
 def _v3(fmt: pb.LedgerMetadataFormat, header: bytes = b"3", extra: bytes = b"") -> bytes:
     body = fmt.SerializePartialToString()
-    return HEADER_KEY + header + b"\n" + _varint32(len(body)) + body + extra
+    return HEADER_KEY + header + b"\n" + encode_varint(len(body)) + body + extra
 
 
 def _fmt(**fields: object) -> pb.LedgerMetadataFormat:
@@ -320,7 +320,7 @@ def test_invalid_utf8_member_is_bad_metadata() -> None:
     seg = b"\x0a\x02\xff\xfe" * 3 + b"\x10\x00"
     body = b"\x08\x01\x10\x03\x18\x00\x28\x01\x32" + bytes([len(seg)]) + seg
     with pytest.raises(BadMetadataError, match="not valid"):
-        parse(HEADER_KEY + b"3\n" + _varint32(len(body)) + body)
+        parse(HEADER_KEY + b"3\n" + encode_varint(len(body)) + body)
 
 
 # --- the model and its helpers ---------------------------------------------------
@@ -331,7 +331,9 @@ def test_ensemble_at_and_segments() -> None:
     assert md.ensemble_at(0) == BOOKIES and md.ensemble_at(9) == BOOKIES
     assert md.ensemble_at(10) == ("a:1", "b:1", "c:1") and md.ensemble_at(10**12) == ("d:1", "b:1", "c:1")
     assert md.last_ensemble == ("d:1", "b:1", "c:1")
-    assert (md.segment_end(0), md.segment_end(10), md.segment_end(20)) == (10, 20, None)
+    assert (md.next_segment_start(0), md.next_segment_start(12), md.next_segment_start(20)) == (10, 20, None)
+    assert md.segment(15) == (10, ("a:1", "b:1", "c:1")) and md.segment(25)[0] == 20
+    assert [md.write_set(e) for e in range(3)] == [[0, 1], [1, 2], [2, 0]]  # E = 3, Qw = 2
     with pytest.raises(LocalProtocolError):
         md.ensemble_at(-1)
 

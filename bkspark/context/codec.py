@@ -1,4 +1,4 @@
-"""Ledger create and close context (this project's BP-44): who made a ledger, why it closed, when it may go.
+"""The BP-44 codec: ledger create and close contexts, their builders and their customMetadata encoding.
 
 Apache BookKeeper has nothing of this, so the context must live where Java
 keeps what it does not understand *intact*: the ledger's ``customMetadata``.
@@ -33,8 +33,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any
 
+from bkspark.protocol.values import INT64_MAX, INT64_MIN
 from bkspark.errors import (
     BadLedgerContextError,
     InvalidOptionError,
@@ -43,10 +44,6 @@ from bkspark.errors import (
     NoSuchLedgerMetadataError,
 )
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
-
-if TYPE_CHECKING:  # only for annotations: the client imports nothing from here
-    from bkspark.client.bookkeeper import BookKeeper, LedgerHandle
-    from bkspark.metadata.store import Versioned, ZkMetadataStore
 
 __all__ = [
     "CREATE_KEY",
@@ -70,9 +67,6 @@ __all__ = [
     "read_create_context",
     "read_close_context",
     "read_seal_time",
-    "create_ledger_with_context",
-    "close_with_context",
-    "record_close_context",
 ]
 
 CONTEXT_PREFIX = "bkspark.ctx."
@@ -88,7 +82,6 @@ MAX_VALUE_BYTES = 8192
 #: The ``"v"`` we write.
 ENCODING_VERSION = 1
 
-_INT64_MAX = 2**63 - 1
 _MAX_SEAL_DIGITS = 19
 
 
@@ -108,13 +101,13 @@ def _check_name(value: object, what: str, max_bytes: int = MAX_NAME_BYTES) -> st
 def _check_count(value: object, what: str, minimum: int = 0) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidOptionError(f"{what} must be an integer, not {type(value).__name__}")
-    if not minimum <= value <= _INT64_MAX:
-        raise InvalidOptionError(f"{what} {value} out of range [{minimum}, {_INT64_MAX}]")
+    if not minimum <= value <= INT64_MAX:
+        raise InvalidOptionError(f"{what} {value} out of range [{minimum}, {INT64_MAX}]")
     return value
 
 
 def _check_scope(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not -(2**63) <= value <= _INT64_MAX:
+    if not isinstance(value, int) or isinstance(value, bool) or not INT64_MIN <= value <= INT64_MAX:
         raise InvalidOptionError(f"scope id {value!r} is not an int64")
     return value
 
@@ -136,7 +129,7 @@ def _check_instant(value: object, what: str) -> datetime:
     utc = value.astimezone(timezone.utc)
     utc = utc.replace(microsecond=utc.microsecond - utc.microsecond % 1000)
     ms = _to_ms(utc)
-    if not 0 <= ms <= _INT64_MAX:
+    if not 0 <= ms <= INT64_MAX:
         raise InvalidOptionError(f"{what} {value.isoformat()} is before the epoch")
     return utc
 
@@ -239,7 +232,7 @@ class LedgerCreateContext:
                 raise InvalidOptionError("expected max open duration must be a timedelta")
             if duration <= timedelta(0):
                 raise InvalidOptionError(f"expected max open duration must be positive, not {duration}")
-            if duration // timedelta(milliseconds=1) > _INT64_MAX:
+            if duration // timedelta(milliseconds=1) > INT64_MAX:
                 raise InvalidOptionError("expected max open duration is too long")
             object.__setattr__(self, "expected_max_open_duration", timedelta(milliseconds=duration // timedelta(milliseconds=1)))
         if self.expected_average_entry_size is not None and not isinstance(self.expected_average_entry_size, EntrySizeHint):
@@ -688,7 +681,7 @@ def read_seal_time(custom_metadata: Mapping[str, bytes]) -> int | None:
     if not isinstance(data, (bytes, bytearray)) or not 0 < len(data) <= _MAX_SEAL_DIGITS or not bytes(data).isdigit():
         raise BadLedgerContextError(f"{SEAL_TIME_KEY} must be decimal milliseconds, got {bytes(data)[:40]!r}")
     value = int(data)
-    if value > _INT64_MAX:
+    if value > INT64_MAX:
         raise BadLedgerContextError(f"{SEAL_TIME_KEY} {value} is out of range")
     return value
 
@@ -739,97 +732,3 @@ def read_context(metadata: LedgerMetadata) -> LedgerContext:
         seal_time_ms=read_seal_time(custom),
         closed=metadata.state == LedgerState.CLOSED,
     )
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Writing: create through the client, close through a metadata compare-and-set after the client's close
-
-
-def create_ledger_with_context(
-    bk: "BookKeeper",
-    create_context: LedgerCreateContext,
-    *,
-    custom_metadata: Mapping[str, bytes] | None = None,
-    **kwargs: Any,
-) -> "LedgerHandle":
-    """``bk.create_ledger(**kwargs)`` with ``create_context`` stored in the ledger's first metadata."""
-    if not isinstance(create_context, LedgerCreateContext):
-        raise InvalidOptionError("create_context must be a LedgerCreateContext")
-    return bk.create_ledger(custom_metadata=create_context.to_custom_metadata(custom_metadata), **kwargs)
-
-
-def record_close_context(
-    store: "ZkMetadataStore",
-    ledger_id: int,
-    close_context: LedgerCloseContext,
-    *,
-    scope_id: int = 0,
-    seal_time_ms: int | None = None,
-    max_attempts: int = 20,
-) -> "Versioned":
-    """Put ``close_context`` (and the seal time) into a CLOSED ledger's customMetadata, by compare-and-set.
-
-    A lost CAS re-reads and tries again (Java's ``MetadataUpdateLoop``), so a
-    concurrent re-replication or ensemble fix is never overwritten.  A seal time
-    already stored is kept: the ledger was sealed once.  Raises
-    :class:`LedgerClosedError` if the ledger is not closed (a close context on
-    an open ledger would lie), :class:`NoSuchLedgerMetadataError` if it is gone.
-    """
-    if not isinstance(close_context, LedgerCloseContext):
-        raise InvalidOptionError("close_context must be a LedgerCloseContext")
-    seal = int(time.time() * 1000) if seal_time_ms is None else _check_count(seal_time_ms, "seal time")
-    encoded = close_context.to_bytes()
-    current = store.read_ledger_metadata(ledger_id, scope_id)
-    for _ in range(max_attempts):
-        md = current.metadata
-        if md.state != LedgerState.CLOSED:
-            raise LedgerClosedError(
-                "a close context can only be recorded on a closed ledger", ledger_id=ledger_id, state=md.state.name
-            )
-        custom = dict(md.custom_metadata)
-        custom[CLOSE_KEY] = encoded
-        custom.setdefault(SEAL_TIME_KEY, str(seal).encode("ascii"))
-        if custom == md.custom_metadata:
-            return current
-        try:
-            return store.write_ledger_metadata(ledger_id, md.with_custom_metadata(custom), current.version, scope_id)
-        except MetadataVersionError:
-            current = store.read_ledger_metadata(ledger_id, scope_id)
-    raise MetadataVersionError("kept losing the metadata race while recording the close context", ledger_id=ledger_id)
-
-
-def close_with_context(
-    bk: "BookKeeper",
-    handle: "LedgerHandle",
-    close_context: LedgerCloseContext,
-    *,
-    clock: Callable[[], float] = time.time,
-) -> LedgerMetadata:
-    """Close ``handle`` (the client's own close), then record ``close_context`` and the seal time.
-
-    The client's ``close()`` has no context hook, so the context is a second
-    metadata update right after the CLOSED one.  If the close fails because
-    someone else (a recovery) closed the ledger first, the context is still
-    recorded on the ledger as they closed it, and the close error is raised
-    afterwards.  Returns the metadata as finally stored.
-    """
-    if not isinstance(close_context, LedgerCloseContext):
-        raise InvalidOptionError("close_context must be a LedgerCloseContext")
-    close_error: BaseException | None = None
-    try:
-        handle.close()
-    except MetadataVersionError as exc:  # recovered concurrently: closed, but not at our end
-        close_error = exc
-    seal = int(clock() * 1000)
-    try:
-        versioned = record_close_context(
-            bk.store, handle.ledger_id, close_context, scope_id=handle.scope_id, seal_time_ms=seal
-        )
-    except (LedgerClosedError, NoSuchLedgerMetadataError):
-        if close_error is not None:
-            raise close_error from None
-        raise
-    if close_error is not None:
-        raise close_error
-    return versioned.metadata
-

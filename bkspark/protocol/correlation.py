@@ -1,0 +1,111 @@
+"""Request/response correlation and "return code -> error", for v2 and v3, in one place.
+
+Sans-IO.  A connection keeps its requests in a table keyed the way the Java
+client keys them (``PerChannelBookieClient``):
+
+* v2 ADDENTRY / READENTRY: ``(ledger id, entry id as sent, opcode)``; several
+  requests may share a key and any response with it completes one of them;
+* v2 BATCH_READ_ENTRY: ``(request id, opcode 7)``;
+* v3: the header's ``txnId`` (unique per connection).
+
+:func:`response_error` turns a response's non-OK return code into the class
+:mod:`bkspark.errors` registers for it (v2 ``rc`` or v3 status, the status
+being the one a Java client acts on: :func:`v3.response_status`).  The bookie
+client calls it once per response, so every operation above the connection
+sees either a successful response or a typed error.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable
+
+from bkspark.errors import BKError, error_for_rc, error_for_status
+from bkspark.protocol import v2, v3
+
+__all__ = [
+    "add_key",
+    "read_key",
+    "batch_read_key",
+    "v2_response_key",
+    "v2_error",
+    "v3_error",
+    "response_error",
+    "read_body",
+    "is_batch_read_key",
+]
+
+_ADD = v2.ADD_ENTRY
+_READ = v2.READ_ENTRY
+_BATCH = v2.BATCH_READ_ENTRY
+
+
+def add_key(ledger_id: int, entry_id: int) -> tuple[int, int, int]:
+    """The table key of a v2 ADDENTRY request (and of its response)."""
+    return (ledger_id, entry_id, _ADD)
+
+
+def read_key(ledger_id: int, entry_id: int) -> tuple[int, int, int]:
+    """The table key of a v2 READENTRY request; ``entry_id`` as sent (-1 stays -1)."""
+    return (ledger_id, entry_id, _READ)
+
+
+def batch_read_key(request_id: int) -> tuple[int, int]:
+    """The table key of a v2 BATCH_READ_ENTRY request (its request id is unique per connection)."""
+    return (request_id, _BATCH)
+
+
+def is_batch_read_key(key: Hashable) -> bool:
+    """Whether a v2 table key belongs to a batch read (a pre-4.17 bookie hangs up on those)."""
+    return type(key) is tuple and len(key) == 2 and key[1] == _BATCH
+
+
+def v2_response_key(response: Any) -> Hashable | None:
+    """The table key a v2 response answers; None for responses nothing waits for (AUTH)."""
+    kind = type(response)
+    if kind is v2.AddResponse:
+        return (response.ledger_id, response.entry_id, _ADD)
+    if kind is v2.ReadResponse:
+        return (response.ledger_id, response.entry_id, _READ)
+    if kind is v2.BatchReadResponse:
+        return (response.request_id, _BATCH)
+    return None
+
+
+def v2_error(rc: int, bookie_id: str, **context: Any) -> BKError:
+    """The registered error for a v2 ``rc`` from ``bookie_id``."""
+    return error_for_rc(rc)(f"bookie answered rc={rc}", bookie_id=bookie_id, **context)
+
+
+def v3_error(status: int, bookie_id: str, **context: Any) -> BKError:
+    """The registered error for a v3 ``StatusCode`` from ``bookie_id``."""
+    return error_for_status(status)(f"bookie answered status={status}", bookie_id=bookie_id, **context)
+
+
+def response_error(response: Any, bookie_id: str) -> BKError | None:
+    """None for a successful response; else the typed error its return code stands for.
+
+    v2: the ``rc`` (AUTH responses carry none and count as successful).  v3:
+    :func:`v3.response_status`, which raises :class:`MalformedFrameError` for an
+    EOK response without its sub-response (returned here as the error).
+    """
+    if type(response) is v3.pb.Response:
+        try:
+            status = v3.response_status(response)
+        except BKError as exc:
+            return exc
+        if status == v3.pb.EOK:
+            return None
+        return v3_error(status, bookie_id, operation=response.header.operation)
+    rc = getattr(response, "rc", v2.EOK)
+    if rc == v2.EOK:
+        return None
+    if type(response) is v2.BatchReadResponse:
+        return v2_error(rc, bookie_id, ledger_id=response.ledger_id, entry_id=response.start_entry_id)
+    return v2_error(rc, bookie_id, ledger_id=response.ledger_id, entry_id=response.entry_id)
+
+
+def read_body(response: Any) -> bytes | memoryview:
+    """The stored entry of a successful READENTRY response, v2 or v3."""
+    if type(response) is v2.ReadResponse:
+        return response.entry
+    return response.readResponse.body  # type: ignore[no-any-return]

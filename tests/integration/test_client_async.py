@@ -1,0 +1,88 @@
+"""The asyncio API on the caller's own loop, and entries too large for a frame, against real Python bookies."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bkspark.client import BookKeeper
+from bkspark.client.aio import AsyncBookKeeper
+from bkspark.errors import EntryTooLargeError, LedgerClosedError
+from bkspark.protocol.framing import DEFAULT_MAX_FRAME_SIZE
+from tests.harness.python_bookie import PythonBookieCluster
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(module_zk_root, tmp_path_factory):  # type: ignore[no-untyped-def]
+    with PythonBookieCluster(
+        module_zk_root.metadata_service_uri, tmp_path_factory.mktemp("async"), bookies=3, journal_sync_data=False
+    ) as c:
+        c.start_all()
+        yield c
+
+
+def test_async_client_on_the_callers_loop(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """Create, pipelined appends, close, open, read, batch read, async iteration, delete: all awaited."""
+
+    async def run() -> None:
+        async with AsyncBookKeeper(module_zk_root.metadata_service_uri) as bk:
+            assert bk.loop is asyncio.get_running_loop()
+            lh = await bk.create_ledger(3, 3, 2, password=b"pw", custom_metadata={"app": b"aio"})
+            ids = await asyncio.gather(*(lh.append(b"row-%d" % i) for i in range(200)))
+            assert ids == list(range(200)) and lh.last_add_confirmed == 199
+            await lh.close()
+            assert lh.is_closed
+            with pytest.raises(LedgerClosedError):
+                await lh.append(b"late")
+            rh = await bk.open_ledger(lh.ledger_id, password=b"pw")
+            assert rh.last_add_confirmed == 199 and rh.metadata.custom_metadata["app"] == b"aio"
+            assert [e.payload for e in await rh.read(0, 9)] == [b"row-%d" % i for i in range(10)]
+            batch = await rh.batch_read(10, 50)
+            assert [e.entry_id for e in batch] == list(range(10, 10 + len(batch))) and batch
+            everything = [e.payload async for e in rh.read_batched(0, 199, batch_size=40)]
+            assert everything == [b"row-%d" % i for i in range(200)]
+            assert lh.ledger_id in await bk.list_ledgers()
+            await bk.delete_ledger(lh.ledger_id)
+            assert lh.ledger_id not in await bk.list_ledgers()
+        assert bk.closed
+
+    asyncio.run(run())
+
+
+def test_entry_over_the_frame_limit_is_refused_locally_and_the_ledger_stays_writable(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """A 6 MB entry (over the 5 MiB frame) fails at once, names the option, blames no bookie; the next append works."""
+    with BookKeeper(module_zk_root.metadata_service_uri) as bk:
+        lh = bk.create_ledger(3, 3, 2)
+        lh.append(b"before")
+        with pytest.raises(EntryTooLargeError, match="nettyMaxFrameSizeBytes") as info:
+            lh.append(b"x" * 6_000_000)
+        assert info.value.context["max_payload"] == lh.max_payload < DEFAULT_MAX_FRAME_SIZE
+        with pytest.raises(EntryTooLargeError):
+            lh.append_async(b"x" * 6_000_000)
+        assert lh.append(b"ok") == 1  # ids stay dense: nothing was taken by the refused entries
+        # The largest entry that fits is accepted by every bookie (the limit is exact or conservative).
+        assert lh.append(b"y" * lh.max_payload) == 2
+        lh.close()
+        assert len(lh.metadata.ensembles) == 1  # no ensemble change: no bookie was blamed
+        assert bk.pool.failure_history == {}
+        rh = bk.open_ledger(lh.ledger_id)
+        assert [len(e.payload) for e in rh.read(0, 2)] == [6, 2, lh.max_payload]
+
+
+def test_entry_limit_over_v3_and_on_the_async_handle(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """Same rule over v3 (a larger request header), through the asyncio API."""
+
+    async def run() -> None:
+        async with AsyncBookKeeper(module_zk_root.metadata_service_uri, useV2WireProtocol=False) as bk:
+            lh = await bk.create_ledger(3, 3, 2)
+            with pytest.raises(EntryTooLargeError):
+                lh.append(b"z" * (lh.max_payload + 1))
+            assert await lh.append(b"z" * lh.max_payload) == 0
+            assert await lh.append(b"small") == 1
+            await lh.close()
+            assert len(lh.metadata.ensembles) == 1
+
+    asyncio.run(run())

@@ -1,0 +1,92 @@
+"""The client API checks its arguments when called, before anything is sent or awaited."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from bkspark.client.aio import AsyncBookKeeper
+from bkspark.errors import ClientClosedError, InvalidOptionError, MetadataError, NoSuchEntryError, NoSuchLedgerError
+from bkspark.placement.base import check_quorums
+from bkspark.placement.random_policy import RandomEnsemblePlacementPolicy
+from bkspark.protocol import v2, v3
+from bkspark.protocol.correlation import add_key, read_key, response_error, v2_response_key
+from bkspark.protocol.ledger_metadata import check_custom_metadata
+
+URI = "zk+hierarchical://127.0.0.1:1/ledgers"  # never contacted: checks come first
+
+
+def test_create_ledger_checks_types_eagerly() -> None:
+    bk = AsyncBookKeeper(URI)
+    with pytest.raises(TypeError, match="custom_metadata"):
+        bk.create_ledger(3, 2, 2, "CRC32C", b"", {"bookie:3181"})  # type: ignore[arg-type]  # a set, not a mapping
+    with pytest.raises(TypeError, match="ensemble_size"):
+        bk.create_ledger("3", 2, 2)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ack_quorum_size"):
+        bk.create_ledger(3, 2, True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="password"):
+        bk.create_ledger(password="secret")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="custom_metadata"):
+        bk.create_ledger(custom_metadata={"app": "text, not bytes"})  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="scope id"):
+        bk.create_ledger(scope_id=1.5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOptionError):
+        bk.create_ledger(2, 3, 2)  # E < Qw
+    with pytest.raises(InvalidOptionError, match="ledger id"):
+        bk.create_ledger(ledger_id=-1)
+    # Good arguments on a client nobody started: a clear error, and no coroutine left behind.
+    with pytest.raises(ClientClosedError, match="start"):
+        bk.create_ledger(3, 2, 2)
+
+
+def test_open_and_delete_check_types_eagerly() -> None:
+    bk = AsyncBookKeeper(URI)
+    with pytest.raises(TypeError, match="ledger id"):
+        bk.open_ledger("7")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="recovery"):
+        bk.open_ledger(7, recovery="no")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="password"):
+        bk.open_ledger(7, password="pw")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ledger id"):
+        bk.delete_ledger(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="metadata_service_uri"):
+        AsyncBookKeeper(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="conf"):
+        AsyncBookKeeper(URI, ["not", "a", "mapping"])  # type: ignore[arg-type]
+
+
+def test_quorum_and_custom_metadata_checks() -> None:
+    with pytest.raises(TypeError):
+        check_quorums(3, 2.0, 2)  # type: ignore[arg-type]
+    assert check_custom_metadata(None) == {} and check_custom_metadata({"k": bytearray(b"v")}) == {"k": b"v"}
+    with pytest.raises(TypeError):
+        check_custom_metadata({"b:1"})
+    policy = RandomEnsemblePlacementPolicy().initialize({})
+    with pytest.raises(TypeError):
+        policy.new_ensemble(3, "2", 2)  # type: ignore[arg-type]
+
+
+def test_async_client_start_needs_a_reachable_zookeeper() -> None:
+    async def run() -> None:
+        bk = AsyncBookKeeper(URI, zkTimeout=0.5)
+        with pytest.raises(MetadataError):
+            await bk.start()
+        assert bk.closed
+        with pytest.raises(ClientClosedError):
+            bk.create_ledger()
+
+    asyncio.run(run())
+
+
+def test_responses_turn_into_typed_errors_once() -> None:
+    """v2 rc and v3 status map to the registered classes; keys match requests to responses."""
+    ok = v2.AddResponse(0, 5, 2)
+    assert response_error(ok, "b:1") is None and v2_response_key(ok) == add_key(5, 2)
+    missing = v2.ReadResponse(2, 5, 1)
+    err = response_error(missing, "b:1")
+    assert isinstance(err, NoSuchEntryError) and err.context["bookie_id"] == "b:1" and err.context["entry_id"] == 1
+    assert v2_response_key(missing) == read_key(5, 1)
+    request = v3.read_request(9, 5, 1, 0)
+    assert isinstance(response_error(v3.read_response(request, 402), "b:2"), NoSuchLedgerError)
+    assert response_error(v3.read_response(request, 0, body=b"x"), "b:2") is None

@@ -1,0 +1,115 @@
+"""Retry policies: bounded tries, back-off, deadline, and the errors' flags deciding."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from bkspark.errors import (
+    BookieIOError,
+    BookieUnavailableError,
+    ClientClosedError,
+    LedgerFencedError,
+    MetadataError,
+    MetadataVersionError,
+    NoSuchLedgerMetadataError,
+    UnauthorizedAccessError,
+    ends_writes,
+    invalidates_client,
+    is_retriable,
+)
+from bkspark.retry import BOOKIE_RETRY, METADATA_CAS_RETRY, RetryPolicy
+
+
+class Flaky:
+    """Fails with ``errors`` in turn, then returns ``"ok"``; counts its calls."""
+
+    def __init__(self, *errors: BaseException) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "ok"
+
+
+def test_flags_say_what_to_do() -> None:
+    assert is_retriable(BookieUnavailableError()) and is_retriable(MetadataVersionError())
+    assert not is_retriable(LedgerFencedError()) and not is_retriable(ValueError("not ours"))
+    assert ends_writes(LedgerFencedError()) and ends_writes(UnauthorizedAccessError()) and ends_writes(ClientClosedError())
+    assert not ends_writes(BookieIOError()) and not ends_writes(BookieUnavailableError())
+    assert invalidates_client(BookieIOError()) and invalidates_client(MetadataError())
+    assert not invalidates_client(NoSuchLedgerMetadataError()) and not invalidates_client(MetadataVersionError())
+
+
+def test_retriable_errors_are_retried_until_success() -> None:
+    fn = Flaky(BookieUnavailableError(), BookieIOError())
+    assert RetryPolicy(max_tries=3, delay=0.0).call(fn) == "ok" and fn.calls == 3
+
+
+def test_non_retriable_error_is_raised_at_once() -> None:
+    fn = Flaky(LedgerFencedError("fenced"))
+    with pytest.raises(LedgerFencedError):
+        RetryPolicy(max_tries=5, delay=0.0).call(fn)
+    assert fn.calls == 1
+
+
+def test_tries_are_bounded_and_the_last_error_is_raised() -> None:
+    errors = [BookieUnavailableError(f"try {i}") for i in range(10)]
+    fn = Flaky(*errors)
+    with pytest.raises(BookieUnavailableError, match="try 2"):
+        RetryPolicy(max_tries=3, delay=0.0).call(fn)
+    assert fn.calls == 3
+
+
+def test_deadline_stops_before_the_tries_run_out() -> None:
+    fn = Flaky(*[BookieUnavailableError() for _ in range(100)])
+    started = time.monotonic()
+    with pytest.raises(BookieUnavailableError):
+        RetryPolicy(max_tries=100, delay=0.05, backoff=1.0, deadline=0.2, jitter=0.0).call(fn)
+    assert time.monotonic() - started < 0.5
+    assert 2 <= fn.calls <= 5  # 0.05 s apart within 0.2 s
+
+
+def test_backoff_grows_to_the_cap() -> None:
+    attempts = RetryPolicy(max_tries=10, delay=0.1, backoff=2.0, max_delay=0.3, jitter=0.0, deadline=None).start()
+    delays = [attempts.next_delay(BookieUnavailableError()) for _ in range(5)]
+    assert delays == pytest.approx([0.1, 0.2, 0.3, 0.3, 0.3])
+
+
+def test_retry_on_overrides_the_flag_for_one_call_site() -> None:
+    policy = RetryPolicy(max_tries=3, delay=0.0).with_(retry_on=lambda exc: isinstance(exc, KeyError))
+    fn = Flaky(KeyError("taken"), KeyError("taken"))
+    assert policy.call(fn) == "ok" and fn.calls == 3
+
+
+def test_call_async_sleeps_on_the_loop() -> None:
+    async def run() -> None:
+        fn = Flaky(MetadataVersionError(), MetadataVersionError())
+
+        async def attempt() -> str:
+            return fn()
+
+        assert await RetryPolicy(max_tries=3, delay=0.01).call_async(attempt) == "ok"
+        assert fn.calls == 3
+
+    asyncio.run(run())
+
+
+def test_bad_policies_are_refused() -> None:
+    with pytest.raises(ValueError):
+        RetryPolicy(max_tries=0)
+    with pytest.raises(ValueError):
+        RetryPolicy(deadline=0)
+    with pytest.raises(ValueError):
+        RetryPolicy(backoff=0.5)
+
+
+def test_the_two_policies_are_bounded() -> None:
+    for policy in (BOOKIE_RETRY, METADATA_CAS_RETRY):
+        assert policy.max_tries < 100 and policy.deadline is not None
+    assert METADATA_CAS_RETRY.retry_on(MetadataVersionError()) and not METADATA_CAS_RETRY.retry_on(NoSuchLedgerMetadataError())
