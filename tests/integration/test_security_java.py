@@ -129,7 +129,7 @@ async def _read_lac(conn):  # type: ignore[no-untyped-def]
     from bkspark.protocol import v3
 
     fut = asyncio.get_running_loop().create_future()
-    conn.send_v3(v3.read_lac_request(conn.next_txn_id(), 1), 10, lambda r, e: fut.done() or fut.set_result((r, e)))
+    conn.send_v3(v3.read_lac_request(conn.next_txn_id(), 1), 10, lambda r, e, _arg: fut.done() or fut.set_result((r, e)))
     _, error = await fut
     if isinstance(error, BookieUnavailableError):
         raise TlsHandshakeError("connection lost after the TLS handshake", error=str(error))
