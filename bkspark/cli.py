@@ -1,4 +1,4 @@
-"""The ``bkspark`` console script: a dispatcher over subcommands (``shell``, ``auditor``, later ``cluster``).
+"""The ``bkspark`` console script: a dispatcher over subcommands (``shell``, ``auditor``, ``cluster``).
 
 Each subcommand registers itself through a function in :data:`REGISTRARS`
 (``register(subparsers)``, setting ``handler`` on its parser); ``main`` parses,
@@ -25,7 +25,7 @@ from kazoo.exceptions import KazooException
 
 from bkspark.errors import BKError, InvalidOptionError
 
-__all__ = ["main", "build_parser", "REGISTRARS"]
+__all__ = ["main", "build_parser", "one_line", "REGISTRARS"]
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
@@ -153,9 +153,9 @@ def _prog(args: argparse.Namespace | None) -> str:
     return " ".join(p for p in parts if p)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (a command's errors are one line on stderr)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -183,16 +183,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bkspark.shell.common import ShellError
 
         if isinstance(exc, ShellError):
-            print(f"{_prog(args)}: error: {_one_line(exc)}", file=sys.stderr)
+            print(f"{_prog(args)}: error: {one_line(exc)}", file=sys.stderr)
             return exc.exit_code
         if isinstance(exc, BKError):
-            print(f"{_prog(args)}: error: {_one_line(exc)}", file=sys.stderr)
+            print(f"{_prog(args)}: error: {one_line(exc)}", file=sys.stderr)
             return 2 if isinstance(exc, InvalidOptionError) else 1
         if isinstance(exc, KazooException):
-            print(f"{_prog(args)}: error: ZooKeeper: {type(exc).__name__} {_one_line(exc)}".rstrip(), file=sys.stderr)
+            print(f"{_prog(args)}: error: ZooKeeper: {type(exc).__name__} {one_line(exc)}".rstrip(), file=sys.stderr)
             return 1
         if isinstance(exc, (OSError, TimeoutError)):
-            print(f"{_prog(args)}: error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+            print(f"{_prog(args)}: error: {type(exc).__name__}: {one_line(exc)}", file=sys.stderr)
             return 1
         raise
 

@@ -6,7 +6,10 @@
                   [--httpServerPort 8000] [-D key=value ...]
 
 The conf file uses Apache BookKeeper's key names (bk_server.conf); flags win
-over the file.  Logs are JSON lines on stderr.
+over the file.  Logs are JSON lines on stderr.  A bookie that cannot start
+(a cookie mismatch, a port in use, an unreachable ZooKeeper) ends with one
+plain line on stderr, ``bookie-server: error: cannot start: ...``, and exit
+status 1; ``--log-level DEBUG`` adds the traceback as a log record.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from bkspark.cli import one_line
 from bkspark.errors import BKError
 
 from bookie_server.app import run
@@ -91,7 +95,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler], force=True)
     logging.getLogger("kazoo").setLevel(logging.WARNING)
-    return asyncio.run(run(conf))
+    try:
+        return asyncio.run(run(conf))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - whatever stopped the start, the user gets one line
+        logging.getLogger("bookie_server").debug("bookie failed to start", exc_info=True)
+        # Our errors say what went wrong in words; anyone else's (OSError, kazoo's) also need their type.
+        what = one_line(exc) if isinstance(exc, BKError) else f"{type(exc).__name__}: {one_line(exc)}"
+        if type(exc).__module__.startswith("kazoo."):  # its timeouts are no KazooException
+            what = f"ZooKeeper of {conf.metadataServiceUri}: {what}"
+        print(f"bookie-server: error: cannot start: {what}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -237,7 +237,7 @@ class BookieApp:
 
 
 async def run(conf: BookieConfig) -> int:
-    """Run a bookie until SIGTERM/SIGINT; the process exit status."""
+    """Run a bookie until SIGTERM/SIGINT; the process exit status.  A start that fails raises, after cleaning up."""
     app = BookieApp(conf)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -245,10 +245,9 @@ async def run(conf: BookieConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await app.start()
-    except Exception:
-        log.exception("bookie failed to start")
+    except BaseException:
         await app.stop()
-        return 1
+        raise  # the caller (bookie_server.__main__) reports it as one line
     await stop.wait()
     log.info("signal received: shutting down")
     await app.stop()

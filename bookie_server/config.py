@@ -18,35 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bkspark.errors import InvalidOptionError
+from bkspark.properties import parse_properties as parse_conf_text  # the one properties parser
 
 __all__ = ["BookieConfig", "parse_conf_text", "load_conf"]
-
-
-def parse_conf_text(text: str) -> dict[str, str]:
-    """``key -> raw value`` of a Java properties text (continuation lines joined)."""
-    values: dict[str, str] = {}
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if pending:
-            line = pending + line
-            pending = ""
-        if not line or line[0] in "#!":
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending = line[:-1]
-            continue
-        for i, ch in enumerate(line):
-            if ch in "=:":
-                key, value = line[:i].strip(), line[i + 1 :].strip()
-                break
-            if ch.isspace():
-                key, value = line[:i].strip(), line[i:].strip().lstrip("=:").strip()
-                break
-        else:
-            key, value = line, ""
-        values[key] = value
-    return values
 
 
 def _bool(value: str | bool, key: str) -> bool:

@@ -1,4 +1,4 @@
-"""The bookie's small HTTP endpoint on ``httpServerPort`` (no web framework).
+"""The bookie's small HTTP endpoint on ``httpServerPort``, served by aiohttp.
 
 Routes, shaped like Apache BookKeeper's HTTP service:
 
@@ -9,25 +9,31 @@ Routes, shaped like Apache BookKeeper's HTTP service:
 * ``PUT /api/v1/bookie/state/readonly`` with ``{"readOnly": true|false}`` -> admin read-only switch;
 * ``PUT /api/v1/bookie/gc`` -> run one garbage-collection round now.
 
-It runs on the bookie's event loop with ``asyncio.start_server``: one request
-per connection, bodies capped at 64 KiB, errors answered with a status code.
+HTTP/1.1 parsing is aiohttp's (a well-kept server: this port is a security
+surface), on the bookie's own event loop.  What stays ours is the small
+contract the bookie registers its routes against: a handler takes the request
+body and returns ``(status, content type, body)``.  One request per connection
+(every answer says ``Connection: close``), bodies capped at 64 KiB (413
+beyond), 404 for an unknown path, 405 for a known path with another method,
+500 when a handler fails (logged).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["AdminHttpServer", "Route"]
+from aiohttp import web
+
+__all__ = ["AdminHttpServer", "Route", "json_body", "MAX_BODY"]
 
 log = logging.getLogger("bookie_server.http")
 
 Route = Callable[[bytes], Awaitable[tuple[int, str, bytes]]]
-_MAX_BODY = 64 * 1024
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
+#: The largest request body accepted (the admin API takes small JSON documents).
+MAX_BODY = 64 * 1024
 
 
 def json_body(value: Any) -> tuple[int, str, bytes]:
@@ -36,66 +42,67 @@ def json_body(value: Any) -> tuple[int, str, bytes]:
 
 
 class AdminHttpServer:
-    """Dispatch ``(method, path)`` to coroutines returning ``(status, content type, body)``."""
+    """Dispatch ``(method, path)`` to coroutines returning ``(status, content type, body)``.
+
+    Runs on the event loop that calls :meth:`start` (the bookie's).
+    """
 
     def __init__(self, host: str, port: int) -> None:
         self.host = host
         self.port = port
         self.routes: dict[tuple[str, str], Route] = {}
-        self._server: asyncio.base_events.Server | None = None
+        self._runner: web.AppRunner | None = None
 
     def route(self, method: str, path: str, handler: Route) -> None:
-        """Register a handler."""
+        """Register a handler (before :meth:`start`)."""
         self.routes[(method, path)] = handler
 
     async def start(self) -> None:
         """Listen (port 0 picks a free one)."""
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, reuse_address=True)
-        self.port = self._server.sockets[0].getsockname()[1]
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[_close_after_answer])
+        for (method, path), handler in self.routes.items():
+            app.router.add_route(method, path, _adapt(handler))
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        self._runner = runner
+        self.port = runner.addresses[0][1]  # the port bound (port 0 asked for any)
 
     async def stop(self) -> None:
-        """Stop listening."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        """Stop listening and close open connections."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        status, ctype, body = 400, "text/plain", b"bad request\n"
+
+def _adapt(handler: Route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """An aiohttp handler around one of ours: body in, ``(status, type, body)`` out."""
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        payload = await request.read()
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-            lines = head.decode("latin-1").split("\r\n")
-            method, target, _version = lines[0].split(" ", 2)
-            headers = {}
-            for line in lines[1:]:
-                if ":" in line:
-                    key, value = line.split(":", 1)
-                    headers[key.strip().lower()] = value.strip()
-            length = int(headers.get("content-length", "0") or 0)
-            if length > _MAX_BODY:
-                raise ValueError("body too large")
-            payload = await asyncio.wait_for(reader.readexactly(length), 10) if length else b""
-            path = target.split("?", 1)[0]
-            handler = self.routes.get((method, path))
-            if handler is None:
-                known = any(p == path for _m, p in self.routes)
-                status, ctype, body = (405 if known else 404), "text/plain", b"not found\n"
-            else:
-                status, ctype, body = await handler(payload)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ValueError):
-            pass
+            status, content_type, body = await handler(payload)
         except Exception:
-            log.exception("HTTP handler failed")
-            status, ctype, body = 500, "text/plain", b"internal error\n"
-        try:
-            reason = _REASONS.get(status, "OK")
-            writer.write(
-                f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n".encode("latin-1")
-                + body
-            )
-            await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
+            log.exception("HTTP handler failed", extra={"path": request.path})
+            return web.Response(status=500, text="internal error\n")
+        response = web.Response(status=status, body=body)
+        response.content_type, _, charset = content_type.partition(";")
+        if charset.strip().startswith("charset="):
+            response.charset = charset.strip().removeprefix("charset=")
+        return response
+
+    return serve
+
+
+@web.middleware
+async def _close_after_answer(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """One request per connection, as before aiohttp: every answer, errors included, closes it."""
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:  # 404, 405, 413 ... from aiohttp's router and body limit
+        response = web.Response(status=exc.status, text=f"{exc.reason.lower()}\n")
+    response.force_close()
+    return response

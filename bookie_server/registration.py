@@ -163,7 +163,7 @@ class Registration:
         if not self.zk.exists(zk_paths.instance_id_path(self.root)):
             raise MetadataError(
                 f"BookKeeper cluster not initialised at {self.root} (no INSTANCEID): "
-                "run `bookkeeper shell initnewcluster` first"
+                "run `bkspark shell --metadata-service-uri URI initnewcluster` first"
             )
 
     def close(self) -> None:

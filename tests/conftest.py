@@ -23,6 +23,7 @@ _MARKERS = {
     "compat": "talks to real Apache BookKeeper (Java) bookies, client or shell",
     "integration": "needs a real ZooKeeper and real bookies",
     "fault": "kills or cuts servers on purpose (slow)",
+    "floors": "installs and tests the oldest dependency versions pyproject.toml allows (a venv cached in .cache)",
 }
 
 

@@ -129,8 +129,8 @@ class DatasetRegistry:
             return []
         pairs = []
         for child in children:
-            scope, _, ledger = child.partition("-")
-            if scope.isdigit() and ledger.isdigit():
+            scope, _, ledger = child.rpartition("-")  # "<scope>-<ledger>"; a scope may be negative ("-7-12")
+            if scope.removeprefix("-").isdigit() and ledger.isdigit():
                 pairs.append((int(scope), int(ledger)))
         return sorted(pairs)
 

@@ -30,6 +30,7 @@ DIGEST_TYPES = ("CRC32", "CRC32C", "MAC", "HMAC", "DUMMY")
 _CLIENT_PREFIX = "bookkeeper."
 _DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _INT64_MAX = (1 << 63) - 1
+_INT64_MIN = -(1 << 63)  # scope ids are signed 64-bit (a Java long), as in the client and the shell
 
 _READ_KEYS = {
     "metadataserviceuri", "ledgers", "scopeid", "dataset", "startentry", "endentry",
@@ -233,7 +234,7 @@ def parse_read_options(options: Mapping[str, str | None]) -> ReadOptions:
         metadata_service_uri=uri,
         ledger_ranges=parse_ledger_list(ledgers_text) if ledgers_text else None,
         dataset=dataset,
-        scope_id=_int(opts, "scopeId", 0, minimum=0),
+        scope_id=_int(opts, "scopeId", 0, minimum=_INT64_MIN),
         start_entry=start_entry,
         end_entry=None if end_entry == -1 else end_entry,
         include_open_ledgers=_bool(opts, "includeOpenLedgers", False),
@@ -265,7 +266,7 @@ def parse_write_options(options: Mapping[str, str | None]) -> WriteOptions:
     return WriteOptions(
         metadata_service_uri=uri,
         dataset=dataset,
-        scope_id=_int(opts, "scopeId", 0, minimum=0),
+        scope_id=_int(opts, "scopeId", 0, minimum=_INT64_MIN),
         ensemble_size=ensemble,
         write_quorum_size=write_quorum,
         ack_quorum_size=ack_quorum,

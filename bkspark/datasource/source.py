@@ -13,27 +13,28 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWrite
 
 __all__ = ["BookKeeperDataSource"]
 
-#: The PySpark planner module that calls ``reader()`` and then ``pushFilters()`` (only when pushdown is on).
-_PUSHDOWN_PLANNER = "data_source_pushdown_filters"
+#: The PySpark worker module that plans a read with filter pushdown; Spark runs it only when
+#: ``spark.sql.python.filterPushdown.enabled`` is true.
+PUSHDOWN_PLANNER_MODULE = "pyspark.sql.worker.data_source_pushdown_filters"
 
 
-def _pushdown_enabled_by_caller(depth: int = 2) -> bool:
-    """Whether the PySpark planner that called ``reader()`` has filter pushdown on.
+def running_in_pushdown_planner() -> bool:
+    """Whether this process is PySpark's filter-pushdown planner (then ``reader()`` may define ``pushFilters``).
 
-    Spark runs ``reader()`` from one of two planner modules: the pushdown one
-    (``pyspark/sql/worker/data_source_pushdown_filters.py``, only run when
-    ``spark.sql.python.filterPushdown.enabled`` is true) or the plain one
-    (``plan_data_source_read.py``, whose ``_main`` keeps the conf in its local
-    ``enable_pushdown``).  Planners run as ``python -m``, so the module is told
-    by its file name, not ``__name__``.
+    Spark starts a planner either as ``python -m <module>`` or by forking its
+    daemon, which then imports ``<module>``; nothing else imports the
+    pushdown planner.  So the answer is which modules this process loaded,
+    not a walk over PySpark's stack frames.  It fails safe both ways: a plain
+    reader where pushdown was possible only scans more (Spark filters the
+    rows), and the plain planner, which fails a query whose reader defines
+    ``pushFilters`` while the conf is off, never gets the pushdown reader.
+    tests/integration/test_connector_spark.py pins it on the PySpark version
+    installed (the plan must shrink with the conf on).
     """
-    import os
-
-    frame = sys._getframe(depth)
-    filename = os.path.basename(frame.f_code.co_filename)
-    if filename.startswith(_PUSHDOWN_PLANNER):
+    if PUSHDOWN_PLANNER_MODULE in sys.modules:
         return True
-    return frame.f_locals.get("enable_pushdown") is True
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) == PUSHDOWN_PLANNER_MODULE
 
 
 class BookKeeperDataSource(DataSource):
@@ -74,8 +75,8 @@ class BookKeeperDataSource(DataSource):
         check_user_schema(schema)
         options = parse_read_options(self.options)
         # Spark fails a query whose reader defines pushFilters while its pushdown conf is
-        # off; the planner that called us tells whether it is on, so users never see that.
-        if _pushdown_enabled_by_caller():
+        # off; only the pushdown planner gets a reader that defines it, so users never see that.
+        if running_in_pushdown_planner():
             return BookKeeperPushdownReader(options)
         return BookKeeperReader(options)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from pathlib import Path
 
 __all__ = ["register"]
 
@@ -20,9 +19,22 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "(`make zookeeper` installs Debian's package; or set ZOOKEEPER_HOME).",
     )
     actions = parser.add_subparsers(dest="cluster_command", required=True, metavar="{start,stop,status}")
-    start = actions.add_parser("start", help="start ZooKeeper and the bookies in the background")
+    start = actions.add_parser(
+        "start",
+        help="start ZooKeeper and the bookies in the background (again after a stop: the same cluster and data)",
+        description="Start a local cluster in --dir. A directory that held one before brings it back with its "
+        "ledgers, on the same ports (they are its metadataServiceUri and its bookies' ids); --fresh deletes "
+        "that cluster's data first.",
+    )
     start.add_argument("--dir", default=DEFAULT_DIR, help=f"where data, logs and state live (default {DEFAULT_DIR})")
-    start.add_argument("--bookies", type=int, default=3, help="number of bookies (default 3)")
+    start.add_argument(
+        "--bookies", type=int, default=None,
+        help="number of bookies (default: as many as the cluster in --dir had, else 3; more adds bookies)",
+    )
+    start.add_argument(
+        "--fresh", action="store_true",
+        help="delete the data of the cluster that --dir held (its zookeeper/ and bookie-N/ directories) and start anew",
+    )
     start.add_argument(
         "--no-journal-sync", action="store_true", help="don't fsync the journal (faster, loses data on power loss)"
     )
@@ -36,13 +48,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def _start(args: argparse.Namespace) -> int:
-    from bkspark.devcluster.local import STATE_FILE, LocalCluster
+    from bkspark.devcluster.local import LocalCluster, running_state
     from bkspark.errors import LocalClusterError
 
-    if (Path(args.dir) / STATE_FILE).exists():
+    if running_state(args.dir) is not None:
         raise LocalClusterError(f"a cluster already runs in {args.dir}: `bkspark cluster stop --dir {args.dir}` first")
     cluster = LocalCluster(
-        args.dir, bookies=args.bookies, journal_sync_data=not args.no_journal_sync, detached=True
+        args.dir, bookies=args.bookies, journal_sync_data=not args.no_journal_sync, detached=True, fresh=args.fresh
     ).start()
     print(cluster.metadata_service_uri)
     return 0
@@ -57,11 +69,11 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from bkspark.devcluster.local import STATE_FILE
+    from bkspark.devcluster.local import running_state
     from bkspark.errors import LocalClusterError
 
-    path = Path(args.dir) / STATE_FILE
-    if not path.exists():
+    state = running_state(args.dir)
+    if state is None:
         raise LocalClusterError(f"no cluster runs in {args.dir}")
-    print(json.dumps(json.loads(path.read_text(encoding="utf-8")), indent=2))
+    print(json.dumps(state, indent=2))
     return 0

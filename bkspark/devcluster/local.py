@@ -1,15 +1,20 @@
 """A local BookKeeper cluster for demos and notebooks: one ZooKeeper and N Python bookies.
 
 Used by ``bkspark cluster start|stop`` and ``make demo``.  Everything listens
-on 127.0.0.1 on free ports and lives under one directory; ``cluster.json``
-there records the processes so that a later ``bkspark cluster stop`` finds
-them.
+on 127.0.0.1 and lives under one directory.  ``layout.json`` there keeps the
+ports chosen at the first start: a bookie's default BookieId is its
+``127.0.0.1:port``, named in its cookies and in every ledger's ensemble, so
+a restart must give each bookie the same port to bring back the same cluster
+with its data (``fresh=True`` deletes the data and starts anew).
+``cluster.json`` records the running processes so that a later ``bkspark
+cluster stop`` finds them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -17,15 +22,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bkspark.devcluster.ports import free_port, port_is_open
+from bkspark.devcluster.ports import free_port, port_is_free, port_is_open
 from bkspark.devcluster.process import ManagedProcess
 from bkspark.devcluster.zookeeper import ZooKeeperServer, init_new_cluster
 from bkspark.errors import LocalClusterError
 
-__all__ = ["LocalCluster", "stop_cluster", "STATE_FILE"]
+__all__ = ["LocalCluster", "stop_cluster", "running_state", "STATE_FILE", "LAYOUT_FILE"]
 
 STATE_FILE = "cluster.json"
+#: Kept across stops: the ZooKeeper port, the ledgers root and each bookie's port (its BookieId).
+LAYOUT_FILE = "layout.json"
 DEFAULT_ROOT = "/ledgers"
+DEFAULT_BOOKIES = 3
+ZOOKEEPER_DIR = "zookeeper"
+BOOKIE_DIR_PREFIX = "bookie-"
 
 
 class LocalCluster:
@@ -34,26 +44,49 @@ class LocalCluster:
     As a context manager it starts everything and stops it on exit.  With
     ``detached=True`` the processes outlive this Python process (for
     ``bkspark cluster start``); stop them with :func:`stop_cluster`.
+
+    A ``base_dir`` that held a cluster before brings it back: the same ports,
+    BookieIds, ledgers and data (``bookies=None`` starts as many bookies as it
+    had; more adds new ones).  ``fresh=True`` deletes what an earlier cluster
+    left there (its ``zookeeper/``, ``bookie-N/`` and layout, nothing else).
+    Errors are one-line :class:`LocalClusterError` messages that name the log.
     """
 
     def __init__(
         self,
         base_dir: str | os.PathLike[str] | None = None,
         *,
-        bookies: int = 3,
+        bookies: int | None = None,
         root: str = DEFAULT_ROOT,
         journal_sync_data: bool = True,
         detached: bool = False,
+        fresh: bool = False,
     ) -> None:
-        if bookies < 1:
+        if bookies is not None and bookies < 1:
             raise LocalClusterError(f"a cluster needs at least one bookie, not {bookies}")
         self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="bkspark-cluster-"))
-        self.bookie_count = bookies
+        if fresh:
+            _delete_cluster_data(self.base_dir)
+        layout = _read_layout(self.base_dir)
+        kept_ports: list[int] = [int(b["port"]) for b in layout.get("bookies", [])] if layout else []
+        if layout and layout.get("root", root) != root:
+            raise LocalClusterError(
+                f"{self.base_dir} holds a cluster rooted at {layout.get('root')}, not {root}; "
+                "use that root, or start afresh with --fresh (deletes its data)"
+            )
+        if bookies is not None and bookies < len(kept_ports):
+            raise LocalClusterError(
+                f"{self.base_dir} holds a cluster of {len(kept_ports)} bookies, more than the {bookies} asked for "
+                "(their ledgers need them all): start them all, or start afresh with --fresh (deletes its data)"
+            )
+        self.bookie_count = bookies if bookies is not None else (len(kept_ports) or DEFAULT_BOOKIES)
         self.root = root
         self.journal_sync_data = journal_sync_data
         self.detached = detached
-        self.zookeeper = ZooKeeperServer(self.base_dir / "zookeeper", die_with_parent=not detached)
-        self.bookie_ports: list[int] = []
+        self.restarted = bool(layout)
+        zk_port = int(layout["zookeeperPort"]) if layout else None
+        self.zookeeper = ZooKeeperServer(self.base_dir / ZOOKEEPER_DIR, port=zk_port, die_with_parent=not detached)
+        self.bookie_ports: list[int] = kept_ports + [free_port() for _ in range(self.bookie_count - len(kept_ports))]
         self._bookies: list[ManagedProcess] = []
 
     @property
@@ -65,10 +98,43 @@ class LocalCluster:
     def bookie_ids(self) -> list[str]:
         return [f"127.0.0.1:{port}" for port in self.bookie_ports]
 
+    def _check_ports_free(self) -> None:
+        """Refuse, before starting anything, when a kept port is taken: the bookie's id depends on it."""
+        if not self.restarted:
+            return
+        wanted = [(ZOOKEEPER_DIR, self.zookeeper.port)] + [
+            (f"{BOOKIE_DIR_PREFIX}{i}", port) for i, port in enumerate(self.bookie_ports)
+        ]
+        for name, port in wanted:
+            if not port_is_free(port):
+                raise LocalClusterError(
+                    f"port {port} of {name} in {self.base_dir} is in use by another process; the cluster keeps its "
+                    "ports across restarts (they are its metadataServiceUri and BookieIds): free the port, or "
+                    "start afresh with --fresh (deletes the cluster's data)"
+                )
+
+    def _write_layout(self) -> None:
+        layout = {
+            "zookeeperPort": self.zookeeper.port,
+            "root": self.root,
+            "bookies": [{"port": port} for port in self.bookie_ports],
+        }
+        (self.base_dir / LAYOUT_FILE).write_text(json.dumps(layout, indent=2) + "\n", encoding="utf-8")
+
     def start(self, timeout: float = 120.0) -> "LocalCluster":
-        """Start ZooKeeper, format the root as ``initnewcluster`` does, start the bookies, wait for them."""
+        """Start ZooKeeper, format the root as ``initnewcluster`` does (first start only), start the bookies.
+
+        The layout is written before anything starts, so a start that fails
+        half-way is retried on the same ports (ZooKeeper may hold cookies by then).
+        """
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        self.zookeeper.start(timeout=timeout)
+        self._check_ports_free()
+        self._write_layout()
+        try:
+            self.zookeeper.start(timeout=timeout)
+        except LocalClusterError as exc:
+            self.stop()
+            raise self._brief(self.zookeeper.process, exc) from None
         if self.detached and self.zookeeper.process is not None:
             self.zookeeper.process.release()
         zk = self.zookeeper.client()
@@ -80,11 +146,14 @@ class LocalCluster:
             deadline = time.monotonic() + timeout
             for process, port in zip(self._bookies, self.bookie_ports):
                 registered = f"{self.root}/available/127.0.0.1:{port}"
-                process.wait_until(
-                    lambda: port_is_open(port) and zk.exists(registered) is not None,
-                    timeout=max(1.0, deadline - time.monotonic()),
-                    what=f"bookie 127.0.0.1:{port} to register",
-                )
+                try:
+                    process.wait_until(
+                        lambda: port_is_open(port) and zk.exists(registered) is not None,
+                        timeout=max(1.0, deadline - time.monotonic()),
+                        what=f"bookie 127.0.0.1:{port} to register",
+                    )
+                except LocalClusterError as exc:
+                    raise self._brief(process, exc) from None
         except BaseException:
             zk.stop()
             zk.close()
@@ -98,10 +167,17 @@ class LocalCluster:
         self._write_state()
         return self
 
+    @staticmethod
+    def _brief(process: ManagedProcess | None, exc: LocalClusterError) -> LocalClusterError:
+        """One line: what failed, the process's last word on it, and where its log is."""
+        if process is None:
+            return exc
+        return process.brief_failure(str(exc).splitlines()[0])
+
     def _start_bookie(self, index: int) -> ManagedProcess:
-        directory = self.base_dir / f"bookie-{index}"
+        directory = self.base_dir / f"{BOOKIE_DIR_PREFIX}{index}"
         directory.mkdir(parents=True, exist_ok=True)
-        port = free_port()
+        port = self.bookie_ports[index]
         conf = {
             "bookiePort": port,
             "advertisedAddress": "127.0.0.1",
@@ -121,7 +197,6 @@ class LocalCluster:
             die_with_parent=not self.detached,
         )
         process.start()
-        self.bookie_ports.append(port)
         return process
 
     def _write_state(self) -> None:
@@ -146,6 +221,67 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _read_layout(base_dir: Path) -> dict[str, Any]:
+    """What an earlier start kept in ``base_dir`` ({} when none)."""
+    path = base_dir / LAYOUT_FILE
+    try:
+        layout = json.loads(path.read_text(encoding="utf-8"))
+        int(layout["zookeeperPort"])
+        [int(b["port"]) for b in layout["bookies"]]
+    except FileNotFoundError:
+        return {}
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        raise LocalClusterError(
+            f"{path} cannot be read ({exc}); repair it, or start afresh with --fresh (deletes the cluster's data)"
+        ) from None
+    return layout  # type: ignore[no-any-return]
+
+
+def _delete_cluster_data(base_dir: Path) -> None:
+    """Delete what a cluster keeps in ``base_dir``, and only that (the directory may hold other things)."""
+    if (base_dir / STATE_FILE).exists() and running_state(base_dir) is not None:
+        raise LocalClusterError(f"a cluster runs in {base_dir}: `bkspark cluster stop --dir {base_dir}` first")
+    if not base_dir.is_dir():
+        return
+    for child in base_dir.iterdir():
+        if child.name == ZOOKEEPER_DIR or (
+            child.name.startswith(BOOKIE_DIR_PREFIX) and child.name[len(BOOKIE_DIR_PREFIX):].isdigit()
+        ):
+            shutil.rmtree(child)
+        elif child.name in (LAYOUT_FILE, STATE_FILE):
+            child.unlink()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def running_state(base_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The state of the cluster running in ``base_dir``, or None.
+
+    A ``cluster.json`` whose processes are all gone (a reboot, a kill -9) is
+    stale: it is removed, so that ``start`` can bring the cluster back.
+    """
+    path = Path(base_dir) / STATE_FILE
+    try:
+        state: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (ValueError, OSError) as exc:
+        raise LocalClusterError(f"{path} cannot be read: {exc}") from None
+    pids = [state.get("zookeeper", {}).get("pid")] + [b.get("pid") for b in state.get("bookies", [])]
+    if any(pid and _pid_alive(int(pid)) for pid in pids):
+        return state
+    path.unlink(missing_ok=True)
+    return None
 
 
 def _terminate_group(pid: int, timeout: float) -> None:

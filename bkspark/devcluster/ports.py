@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 
-__all__ = ["free_port", "port_is_open"]
+__all__ = ["free_port", "port_is_free", "port_is_open"]
 
 _lock = threading.Lock()
 _handed_out: set[int] = set()
@@ -31,3 +31,16 @@ def port_is_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bo
             return True
     except OSError:
         return False
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when a server could listen on host:port now (nothing listens on it, nothing holds it bound)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    with _lock:
+        _handed_out.add(port)  # never hand it to someone else in this process
+    return True

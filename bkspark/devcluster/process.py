@@ -47,13 +47,13 @@ _registry_lock = threading.Lock()
 _registry: dict[int, "ManagedProcess"] = {}
 
 
-def tail(path: Path, lines: int = 60) -> str:
-    """Last `lines` lines of a text file ('' when it does not exist)."""
+def tail(path: Path, lines: int = 60, since: int = 0) -> str:
+    """Last `lines` lines of a text file, from byte `since` on ('' when it does not exist)."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
+            fh.seek(max(since, size - 64 * 1024))
             data = fh.read()
     except OSError:
         return ""
@@ -91,6 +91,7 @@ class ManagedProcess:
         self.extra_logs = [Path(p) for p in extra_logs]
         self.die_with_parent = die_with_parent
         self._popen: subprocess.Popen[bytes] | None = None
+        self._log_offsets: dict[Path, int] = {}  # where the last start's output begins in each (appended) log
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> "ManagedProcess":
@@ -98,6 +99,7 @@ class ManagedProcess:
         if self.is_alive:
             raise LocalClusterError(f"{self.name} is already running (pid {self.pid})")
         with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
+            self._log_offsets = {self.stdout_path: out.tell(), self.stderr_path: err.tell()}
             try:
                 popen = subprocess.Popen(
                     self.argv,
@@ -220,6 +222,22 @@ class ManagedProcess:
             if text:
                 parts.append(f"--- {path} (last {lines} lines) ---\n{text}")
         return "\n".join(parts) if parts else f"(no output in {self.log_dir})"
+
+    def last_words(self, limit: int = 400) -> str:
+        """The line of its output that best says why it stopped: the last one naming an error, else the last one."""
+        for path in (self.stderr_path, self.stdout_path):
+            lines = [line.strip() for line in tail(path, 200, since=self._log_offsets.get(path, 0)).splitlines()]
+            lines = [line for line in lines if line]
+            if lines:
+                named = [line for line in lines if "error" in line.lower() or "exception" in line.lower()]
+                line = (named or lines)[-1]
+                return line if len(line) <= limit else line[: limit - 3] + "..."
+        return ""
+
+    def brief_failure(self, message: str) -> LocalClusterError:
+        """A one-line LocalClusterError: `message`, the process's last words and the path of its log."""
+        words = self.last_words()
+        return LocalClusterError(f"{message}{': ' + words if words else ''} (log: {self.stderr_path})")
 
     def failure(self, message: str) -> LocalClusterError:
         """A LocalClusterError carrying `message`, the command and the log tails."""

@@ -1,10 +1,9 @@
-"""A real ZooKeeper server on 127.0.0.1, and cluster formatting as Apache BookKeeper's initNewCluster does it."""
+"""A real ZooKeeper server on 127.0.0.1 (cluster formatting, ``init_new_cluster``, is bkspark.shell.admin's)."""
 
 from __future__ import annotations
 
 import os
 import socket
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from kazoo.client import KazooClient
 from bkspark.devcluster.java import JVM_OPTS, java_executable
 from bkspark.devcluster.ports import free_port
 from bkspark.devcluster.process import LocalClusterError, ManagedProcess
+from bkspark.shell.admin import HIERARCHICAL_LAYOUT, init_new_cluster  # one home: `bkspark shell initnewcluster`
 
 __all__ = [
     "HIERARCHICAL_LAYOUT",
@@ -26,8 +26,6 @@ __all__ = [
 
 DEBIAN_JAVA_DIR = Path("/usr/share/java")
 
-# LedgerLayout text for HierarchicalLedgerManagerFactory, layout format 2, manager version 1 (no newline at end).
-HIERARCHICAL_LAYOUT = b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1"
 
 
 def zookeeper_classpath() -> list[str]:
@@ -187,31 +185,6 @@ class ZooKeeperServer:
 
     def __repr__(self) -> str:
         return f"<ZooKeeperServer {self.connect_string} alive={self.is_alive}>"
-
-
-def init_new_cluster(zk: KazooClient, root: str, layout: bytes = HIERARCHICAL_LAYOUT) -> str:
-    """Format `root` exactly as `BookKeeperAdmin.initNewCluster` does for a ZooKeeper metadata store.
-
-    Java (`ZKRegistrationManager.initNewCluster`) creates, in one multi: `<root>`, `<root>/available`,
-    `<root>/available/readonly` (all empty, persistent, OPEN_ACL_UNSAFE) and `<root>/INSTANCEID` (a random UUID in
-    UTF-8); then `AbstractZkLedgerManagerFactory.newLedgerManagerFactory` writes `<root>/LAYOUT`. `cookies`,
-    `idgen` and `underreplication` are created later, by bookies and clients. Returns the instance id.
-    The parent of `root` must exist (as in Java); fails if `root` exists.
-    """
-    if not root.startswith("/") or root.endswith("/") or root == "/":
-        raise ValueError(f"ledgers root must be an absolute ZooKeeper path, not {root!r}")
-    instance_id = str(uuid.uuid4())
-    txn = zk.transaction()
-    txn.create(root, b"")
-    txn.create(f"{root}/available", b"")
-    txn.create(f"{root}/available/readonly", b"")
-    txn.create(f"{root}/INSTANCEID", instance_id.encode("utf-8"))
-    results = txn.commit()
-    failures = [r for r in results if isinstance(r, Exception)]
-    if failures:
-        raise LocalClusterError(f"cannot format BookKeeper cluster root {root}: {failures}")
-    zk.create(f"{root}/LAYOUT", layout)
-    return instance_id
 
 
 @dataclass

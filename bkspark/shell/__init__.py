@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from bkspark.shell.commands import COMMANDS
 from bkspark.shell.common import Output, ShellError, add_common_options, add_ledger_options
 
 __all__ = ["register", "run", "ShellError"]
@@ -107,9 +106,53 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
     command("auditstatus", "show the running auditors and the last audit pass")
 
+    def interactive_flags(parser: argparse.ArgumentParser, what: str) -> None:
+        parser.add_argument(
+            "-n", "--nonInteractive", "-nonInteractive", dest="non_interactive", action="store_true",
+            help=f"never ask; without -f, leave existing {what} alone and fail",
+        )
+        parser.add_argument(
+            "-f", "--force", "-force", dest="force", action="store_true",
+            help=f"with -n: delete existing {what} without asking",
+        )
+
+    command(
+        "initnewcluster",
+        "initialize a new cluster: its ledgers root, registration nodes, INSTANCEID and LAYOUT (fails if the root "
+        "exists: nukeexistingcluster it first)",
+    )
+    p = command("metaformat", "format the cluster's metadata in ZooKeeper: deletes every ledger and cookie")
+    interactive_flags(p, "metadata")
+    p = command("nukeexistingcluster", "delete the cluster's metadata, root included (no bookie may be running)")
+    p.add_argument(
+        "-p", "--zkledgersrootpath", "-zkledgersrootpath", dest="zkledgersrootpath", required=True, metavar="PATH",
+        help="the cluster's ledgers root path, as a check (must match the metadataServiceUri's)",
+    )
+    p.add_argument(
+        "-i", "--instanceid", "-instanceid", dest="instanceid", metavar="INSTANCEID",
+        help="the cluster's instance id, as a check (or -f)",
+    )
+    p.add_argument("-f", "--force", "-force", dest="force", action="store_true", help="nuke without the instance id check")
+    p = command(
+        "bookieformat",
+        "format a stopped bookie's journal and ledger directories (and with -d its cookie in ZooKeeper)",
+    )
+    p.add_argument(
+        "--bookie-conf", dest="bookie_conf", required=True, metavar="FILE",
+        help="the bookie's configuration (bk_server.conf keys: journalDirectories, ledgerDirectories, "
+        "metadataServiceUri, bookieId/bookiePort ...)",
+    )
+    interactive_flags(p, "bookie data")
+    p.add_argument(
+        "-d", "--deleteCookie", "-deleteCookie", dest="delete_cookie", action="store_true",
+        help="also delete the bookie's cookie in ZooKeeper, so that it can join again as a new bookie",
+    )
+
     shell.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the chosen shell command; errors propagate to ``bkspark.cli`` for the one-line report."""
+    from bkspark.shell.commands import COMMANDS  # the client and placement: only when a command runs
+
     return COMMANDS[args.shell_command](args, Output(args))

@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import base64
 import concurrent.futures
-import socket
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from kazoo.exceptions import NoNodeError
 
 from bkspark.audit.records import (
     CONFIG_KEYS,
@@ -32,7 +33,6 @@ from bkspark.errors import (
     BadMetadataError,
     BKError,
     BookieUnavailableError,
-    MalformedFrameError,
     NoSuchLedgerMetadataError,
 )
 from bkspark.metadata.registry import BookieRegistry
@@ -43,16 +43,20 @@ from bkspark.placement.rackaware import (
     RackawareEnsemblePlacementPolicy,
     TopologyAwareEnsemblePlacementPolicy,
 )
-from bkspark.protocol import framing, v3
+from bkspark.protocol import zk_paths
+from bkspark.protocol.layout import LedgerLayout, MetadataServiceUri
 from bkspark.protocol.ledger_metadata import LedgerMetadata
+from bkspark.shell import admin
 from bkspark.shell.common import (
     LedgerName,
     Output,
     Progress,
     ShellError,
     client_conf,
+    confirm,
     open_client,
     open_store,
+    open_zookeeper,
     parse_int,
     resolve_ledger,
     resolve_scope,
@@ -397,28 +401,6 @@ def cmd_listbookies(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def _bookie_info(address: tuple[str, int], timeout: float) -> tuple[int, int]:
-    """``(free, total)`` disk bytes from one bookie: a v3 GET_BOOKIE_INFO over a short-lived connection."""
-    request = v3.encode_request(v3.get_bookie_info_request(1))
-    with socket.create_connection(address, timeout=timeout) as sock:
-        sock.settimeout(timeout)
-        sock.sendall(request)
-        splitter = framing.FrameSplitter()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            for body in splitter.feed(chunk):
-                response = v3.decode_response(body)
-                status = v3.response_status(response)
-                if status != 0:
-                    raise BookieUnavailableError("bookie refused GET_BOOKIE_INFO", status=status)
-                info = response.getBookieInfoResponse
-                return info.freeDiskSpace, info.totalDiskCapacity
-    raise BookieUnavailableError("no answer to GET_BOOKIE_INFO", address=f"{address[0]}:{address[1]}")
-
-
 def _human(n: int) -> str:
     value = float(n)
     for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
@@ -431,21 +413,15 @@ def _human(n: int) -> str:
 def cmd_bookieinfo(args: argparse.Namespace, out: Output) -> int:
     """Free and total disk space of every registered bookie, and the cluster's sums."""
     rows: list[dict[str, Any]] = []
-    with open_store(args) as store:
-        registry = BookieRegistry(store.zk, store.root, retry=store.retry)
-        registry.start()
-        try:
-            bookies = sorted(registry.writable_bookies() | registry.readonly_bookies())
-            for bookie in bookies:
-                row: dict[str, Any] = {"bookieId": bookie}
-                try:
-                    free, total = _bookie_info(registry.resolve(bookie), float(args.zk_timeout))
-                    row.update(free=free, total=total)
-                except (OSError, BookieUnavailableError, MalformedFrameError) as exc:
-                    row["error"] = str(exc) or type(exc).__name__
-                rows.append(row)
-        finally:
-            registry.close()
+    with open_client(args) as bk:
+        for bookie in sorted(bk.writable_bookies() | bk.readonly_bookies()):
+            row: dict[str, Any] = {"bookieId": bookie}
+            try:
+                total, free = bk.bookie_info(bookie)  # the client's order: (total, free)
+                row.update(free=free, total=total)
+            except (OSError, TimeoutError, BKError) as exc:
+                row["error"] = str(exc) or type(exc).__name__
+            rows.append(row)
     if not rows:
         raise ShellError("no bookies are registered")
     free_sum = sum(r.get("free", 0) for r in rows)
@@ -573,6 +549,128 @@ def cmd_auditstatus(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Cluster and bookie formatting (bkspark/shell/admin.py has Java's steps)
+
+
+def _ledger_scheme(zk: Any, uri: MetadataServiceUri) -> str:
+    """The ledger path scheme: the URI's, else the cluster's LAYOUT, else Java's default."""
+    if uri.scheme is not None:
+        return uri.scheme
+    try:
+        data, _ = zk.get(zk_paths.layout_path(uri.root))
+    except NoNodeError:
+        return "hierarchical"
+    return LedgerLayout.parse(data).scheme
+
+
+def cmd_initnewcluster(args: argparse.Namespace, out: Output) -> int:
+    """Create a new cluster's root, registration nodes, INSTANCEID and LAYOUT (refuses an existing root)."""
+    with open_zookeeper(args) as (zk, uri):
+        layout = LedgerLayout.for_scheme(uri.scheme or "hierarchical").serialize()
+        instance_id = admin.init_new_cluster(zk, uri.root, layout)
+    if out.json:
+        out.document({"ledgersRootPath": uri.root, "instanceId": instance_id})
+    else:
+        out.line(f"Successfully initiated cluster {uri.root} (instance id {instance_id})")
+    return 0
+
+
+def cmd_metaformat(args: argparse.Namespace, out: Output) -> int:
+    """Format the cluster's metadata: every ledger, cookie and id generator goes; a new INSTANCEID."""
+    with open_zookeeper(args) as (zk, uri):
+        scheme = _ledger_scheme(zk, uri)
+        existed = admin.prepare_format(zk, uri.root)
+        if existed:
+            if args.non_interactive:
+                if not args.force:
+                    raise ShellError(
+                        f"ledgers root {uri.root} already exists; not formatting it without -f/--force "
+                        "(-n/--nonInteractive was given)"
+                    )
+            elif not confirm(
+                "Ledger root already exists. Are you sure to format bookkeeper metadata? This may cause data loss."
+            ):
+                out.line("not formatted")
+                return 1
+        instance_id = admin.format_metadata(zk, uri.root, scheme)
+    if out.json:
+        out.document({"ledgersRootPath": uri.root, "instanceId": instance_id, "existed": existed})
+    else:
+        out.line(f"Successfully formatted BookKeeper metadata in {uri.root} (instance id {instance_id})")
+    return 0
+
+
+def cmd_nukeexistingcluster(args: argparse.Namespace, out: Output) -> int:
+    """Delete a whole cluster's metadata: its root must be named, and its instance id given unless ``-f``."""
+    if args.force == (args.instanceid is not None):
+        raise ShellError("give either -i/--instanceid INSTANCEID or -f/--force (not both)", 2)
+    with open_zookeeper(args) as (zk, uri):
+        if args.zkledgersrootpath != uri.root:
+            raise ShellError(
+                f"-p/--zkledgersrootpath {args.zkledgersrootpath} does not match the cluster's ledgers root "
+                f"{uri.root}; not nuking"
+            )
+        if not args.force:
+            stored = admin.read_instance_id(zk, uri.root)
+            if zk.exists(uri.root) is not None and stored != args.instanceid:
+                raise ShellError(f"instance id {args.instanceid} does not match the cluster's ({stored}); not nuking")
+        nuked = admin.nuke_existing_cluster(zk, uri.root, _ledger_scheme(zk, uri))
+    if out.json:
+        out.document({"ledgersRootPath": uri.root, "nuked": nuked})
+    elif nuked:
+        out.line(f"Successfully nuked existing cluster {uri.root}")
+    else:
+        out.line(f"There is no existing cluster at {uri.root}")
+    return 0
+
+
+def cmd_bookieformat(args: argparse.Namespace, out: Output) -> int:
+    """Empty a (stopped) bookie's journal and ledger directories; ``-d`` also deletes its cookie in ZooKeeper."""
+    from bookie_server.config import load_conf
+
+    try:
+        conf = load_conf(args.bookie_conf)
+    except BKError as exc:
+        raise ShellError(f"bookie configuration {args.bookie_conf}: {exc}", 2) from None
+    dirs = admin.BookieDirs(conf.journal_paths, conf.ledger_paths)
+    uri = conf.metadataServiceUri or getattr(args, "metadata_service_uri", None) or None
+    bookie_id = conf.bookie_id()
+    if args.delete_cookie or uri:
+        with open_zookeeper(args, uri) as (zk, parsed):
+            writable, readonly = admin.registered_bookies(zk, parsed.root)
+            if bookie_id in writable or bookie_id in readonly:
+                raise ShellError(f"bookie {bookie_id} is running (registered in {parsed.root}): stop it first")
+    if admin.bookie_dirs_with_data(dirs):
+        if args.non_interactive:
+            if not args.force:
+                raise ShellError(
+                    f"bookie {bookie_id} has data in {', '.join(map(str, dirs.journal))}; not formatting it "
+                    "without -f/--force (-n/--nonInteractive was given)"
+                )
+        elif not confirm("Are you sure to format Bookie data..?"):
+            out.line("Bookie format aborted")
+            return 1
+    admin.format_bookie_dirs(dirs)
+    cookie_deleted = False
+    if args.delete_cookie:
+        if not uri:
+            raise ShellError("-d/--deleteCookie needs the cluster: metadataServiceUri in the bookie configuration", 2)
+        with open_zookeeper(args, uri) as (zk, parsed):
+            try:
+                zk.delete(zk_paths.cookie_path(parsed.root, bookie_id))
+                cookie_deleted = True
+            except NoNodeError:
+                pass
+    if out.json:
+        out.document({"bookieId": bookie_id, "formatted": [str(d) for d in dirs.all], "cookieDeleted": cookie_deleted})
+    else:
+        out.line(f"Bookie {bookie_id} formatted: {', '.join(str(d) for d in dirs.all)}")
+        if args.delete_cookie:
+            out.line(f"cookie of {bookie_id} {'deleted' if cookie_deleted else 'was not in ZooKeeper'}")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
     "listorphaned": cmd_listorphaned,
     "showowner": cmd_showowner,
@@ -586,4 +684,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
     "simpletest": cmd_simpletest,
     "auditconfig": cmd_auditconfig,
     "auditstatus": cmd_auditstatus,
+    "initnewcluster": cmd_initnewcluster,
+    "metaformat": cmd_metaformat,
+    "nukeexistingcluster": cmd_nukeexistingcluster,
+    "bookieformat": cmd_bookieformat,
 }

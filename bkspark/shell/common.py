@@ -11,18 +11,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from bkspark.errors import InvalidOptionError
-from bkspark.metadata.store import ZkMetadataStore
+from bkspark.properties import parse_properties
+from bkspark.protocol.layout import MetadataServiceUri, parse_metadata_service_uri
 from bkspark.protocol.ledger_name import parse_qualified_name, qualified_name
 from bkspark.security.zk import ZkSecurity
+
+if TYPE_CHECKING:
+    from bkspark.metadata.store import ZkMetadataStore
 
 __all__ = [
     "ENV_URI",
@@ -33,8 +36,9 @@ __all__ = [
     "resolve_ledger",
     "metadata_service_uri",
     "client_conf",
-    "read_properties",
     "open_store",
+    "open_zookeeper",
+    "confirm",
     "open_client",
     "Output",
     "Progress",
@@ -173,32 +177,6 @@ def resolve_ledger(args: argparse.Namespace) -> LedgerName:
     return LedgerName(parse_int(raw, "ledger id"), resolve_scope(args))
 
 
-def read_properties(text: str) -> dict[str, str]:
-    """A Java ``.properties`` document (what BookKeeper's ``client.conf`` is) as a dict.
-
-    ``key=value``, ``key: value`` or ``key value``; ``#``/``!`` comment lines; a line
-    ending in an odd number of backslashes continues on the next.  Escapes other
-    than the line continuation are kept as written (configuration values rarely
-    use them, and paths must survive).
-    """
-    props: dict[str, str] = {}
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].lstrip()
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        while (len(line) - len(line.rstrip("\\"))) % 2 == 1 and i < len(lines):
-            line = line[:-1] + lines[i].lstrip()
-            i += 1
-        match = re.match(r"((?:[^\\:=\s]|\\.)+)\s*[:=]?\s*(.*)$", line)
-        if match is None:  # a line of only separators: nothing to keep
-            continue
-        props[match.group(1)] = match.group(2).rstrip()
-    return props
-
-
 def client_conf(args: argparse.Namespace) -> dict[str, str]:
     """Client settings from ``--client-conf FILE`` then every ``--conf KEY=VALUE`` (later ones win).
 
@@ -212,7 +190,7 @@ def client_conf(args: argparse.Namespace) -> dict[str, str]:
         if path:
             try:
                 with open(path, encoding="utf-8") as handle:
-                    conf.update(read_properties(handle.read()))
+                    conf.update(parse_properties(handle.read()))
             except OSError as exc:
                 raise ShellError(f"cannot read client configuration {path}: {exc.strerror or exc}", 2) from None
             except UnicodeDecodeError:
@@ -241,6 +219,8 @@ def metadata_service_uri(args: argparse.Namespace) -> str:
 @contextmanager
 def open_store(args: argparse.Namespace) -> Iterator[ZkMetadataStore]:
     """A metadata store on the cluster's ZooKeeper (never creates LAYOUT: the shell only looks)."""
+    from bkspark.metadata.store import ZkMetadataStore  # kazoo and the metadata layer: only when a command runs
+
     store = ZkMetadataStore(
         metadata_service_uri(args),
         session_timeout=float(getattr(args, "zk_timeout", 10.0)),
@@ -251,6 +231,44 @@ def open_store(args: argparse.Namespace) -> Iterator[ZkMetadataStore]:
         yield store
     finally:
         store.close()
+
+
+@contextmanager
+def open_zookeeper(args: argparse.Namespace, uri: str | None = None) -> Iterator[tuple[Any, MetadataServiceUri]]:
+    """A started kazoo client on the cluster's ZooKeeper and the parsed URI, for commands that create or delete
+    the cluster itself (no LAYOUT needed, unlike :func:`open_store`)."""
+    from kazoo.client import KazooClient
+
+    parsed = parse_metadata_service_uri(uri or metadata_service_uri(args))
+    timeout = float(getattr(args, "zk_timeout", 10.0))
+    zk = KazooClient(hosts=parsed.connect_string, timeout=timeout)
+    try:
+        zk.start(timeout=timeout)
+    except Exception:  # kazoo raises a bare timeout
+        zk.close()
+        raise ShellError(f"cannot connect to ZooKeeper at {parsed.connect_string}") from None
+    try:
+        yield zk, parsed
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def confirm(question: str) -> bool:
+    """Ask ``question (Y or N)`` on the terminal until answered, as Java's ``IOUtils.confirmPrompt``.
+
+    Without a terminal there is no one to ask: a :class:`ShellError` says which flag skips the question.
+    """
+    if not sys.stdin.isatty():
+        raise ShellError(
+            f"{question} -- stdin is not a terminal to confirm on; pass -n/--nonInteractive and -f/--force", 2
+        )
+    while True:
+        answer = input(f"{question} (Y or N) ").strip().lower()
+        if answer in ("y", "yes"):
+            return True
+        if answer in ("n", "no"):
+            return False
 
 
 @contextmanager

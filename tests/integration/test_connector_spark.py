@@ -311,18 +311,19 @@ def test_write_then_read_back_exactly(spark, bk, py_cluster) -> None:
 
 
 def test_writes_and_reads_in_a_scope_other_than_zero(spark, bk, py_cluster) -> None:
+    """A negative scope: scope ids are signed 64-bit, as in the client and the shell."""
     uri = py_cluster.metadata_service_uri
-    write_dataset(payload_frame(spark, 200, 2, "s-"), uri, "scoped", scopeId="7")
+    write_dataset(payload_frame(spark, 200, 2, "s-"), uri, "scoped", scopeId="-7")
     manifest = DatasetRegistry(bk.store.zk, bk.store.root).manifest("scoped")
-    assert manifest is not None and {scope for scope, _ in manifest.ledgers} == {7}
+    assert manifest is not None and {scope for scope, _ in manifest.ledgers} == {-7}
     got = read_dataset(spark, uri, "scoped")
-    assert {r.scope_id for r in got.select("scope_id").distinct().collect()} == {7}
+    assert {r.scope_id for r in got.select("scope_id").distinct().collect()} == {-7}
     assert sorted(bytes(r.payload) for r in got.collect()) == sorted(f"s-{i}".encode() for i in range(200))
     lid = manifest.ledgers[0][1]
-    by_id = entries_of(read_ledgers(spark, uri, str(lid), scopeId="7"))
+    by_id = entries_of(read_ledgers(spark, uri, str(lid), scopeId="-7"))
     _, parent = assert_committed_job_parent(bk, manifest.ledgers, "scoped")
     assert len(by_id[lid]) == 100
-    assert sorted(bk.list_ledgers(scope_id=7)) == sorted([parent] + [l for _, l in manifest.ledgers])
+    assert sorted(bk.list_ledgers(scope_id=-7)) == sorted([parent] + [l for _, l in manifest.ledgers])
 
 
 def test_append_adds_and_overwrite_replaces_the_previous_ledgers(spark, bk, py_cluster) -> None:

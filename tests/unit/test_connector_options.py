@@ -51,6 +51,28 @@ def test_bad_read_options_name_the_option(options: dict, names: str) -> None:
         parse_read_options(options)
 
 
+@pytest.mark.parametrize("scope", [-7, -(2**63), 2**63 - 1])
+def test_scope_ids_are_signed_64_bit_in_reads_and_writes(scope: int) -> None:
+    assert parse_read_options({"metadataserviceuri": URI, "ledgers": "1", "scopeid": str(scope)}).scope_id == scope
+    assert parse_write_options({"metadataserviceuri": URI, "dataset": "d", "scopeid": str(scope)}).scope_id == scope
+
+
+@pytest.mark.parametrize("scope", [str(-(2**63) - 1), str(2**63), "1.5"])
+def test_scope_ids_beyond_64_bits_are_refused(scope: str) -> None:
+    with pytest.raises(InvalidOptionError, match="'scopeId'"):
+        parse_read_options({"metadataserviceuri": URI, "ledgers": "1", "scopeid": scope})
+    with pytest.raises(InvalidOptionError, match="'scopeId'"):
+        parse_write_options({"metadataserviceuri": URI, "dataset": "d", "scopeid": scope})
+
+
+def test_bounds_admit_every_signed_scope_until_a_filter_narrows_them() -> None:
+    bounds = Bounds()
+    assert all(bounds.admits("scope_id", s) for s in (-(2**63), -7, 0, 2**63 - 1))
+    assert not bounds.admits("ledger_id", -1)
+    push_filters([EqualTo(("scope_id",), -7)], bounds)
+    assert bounds.admits("scope_id", -7) and not bounds.admits("scope_id", 0)
+
+
 def test_write_options_defaults_and_quorum_checks() -> None:
     opts = parse_write_options({"metadataserviceuri": URI, "dataset": "events"})
     assert (opts.ensemble_size, opts.write_quorum_size, opts.ack_quorum_size, opts.digest_type) == (3, 2, 2, "CRC32C")

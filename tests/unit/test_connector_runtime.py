@@ -3,8 +3,11 @@ reader by planner, Arrow payloads, and the writer's commit/abort bookkeeping (on
 
 from __future__ import annotations
 
+import importlib.machinery
 import pickle
 import socket
+import sys
+import types
 
 import pyarrow as pa
 import pytest
@@ -14,7 +17,7 @@ from bkspark.datasource.clients import _zk_hosts, check_zookeeper_reachable, cli
 from bkspark.datasource.options import parse_write_options
 from bkspark.datasource.reader import BookKeeperPushdownReader, BookKeeperReader
 from bkspark.datasource.schema import spark_schema
-from bkspark.datasource.source import BookKeeperDataSource
+from bkspark.datasource.source import PUSHDOWN_PLANNER_MODULE, BookKeeperDataSource
 from bkspark.datasource.writer import NO_LEDGER, BookKeeperWriter, LedgerCommitMessage, _payloads
 from bkspark.errors import MetadataError
 
@@ -48,29 +51,40 @@ def test_the_zookeeper_probe_fails_fast_on_a_closed_port_and_passes_on_a_listeni
         check_zookeeper_reachable(f"zk+hierarchical://127.0.0.1:{port}/ledgers")
 
 
-def _call_reader_from(filename: str, enable_pushdown: bool | None) -> object:
-    """Call ``reader()`` from a function compiled as if it lived in ``filename`` (as Spark's planners do)."""
+def _reader_in_process_started_as(module: str | None, monkeypatch: pytest.MonkeyPatch) -> object:
+    """Call ``reader()`` in a process whose ``__main__`` was started as ``python -m module`` (as Spark's planners are)."""
+    main = types.ModuleType("__main__")
+    main.__spec__ = None if module is None else importlib.machinery.ModuleSpec(module, None)  # type: ignore[assignment]
+    monkeypatch.setitem(sys.modules, "__main__", main)
     source = BookKeeperDataSource({"metadataserviceuri": URI, "ledgers": "1"})
-    body = "def _main(data_source, schema):\n"
-    if enable_pushdown is not None:
-        body += f"    enable_pushdown = {enable_pushdown}\n"
-    body += "    return data_source.reader(schema=schema)\n"
-    namespace: dict[str, object] = {}
-    exec(compile(body, filename, "exec"), namespace)
-    return namespace["_main"](source, spark_schema())  # type: ignore[operator]
+    return source.reader(spark_schema())
 
 
-def test_reader_has_push_filters_only_when_the_calling_planner_has_pushdown_on() -> None:
-    planner = "/x/pyspark/sql/worker/"
-    assert type(_call_reader_from(planner + "data_source_pushdown_filters.py", None)) is BookKeeperPushdownReader
-    assert type(_call_reader_from(planner + "plan_data_source_read.py", True)) is BookKeeperPushdownReader
-    plain = _call_reader_from(planner + "plan_data_source_read.py", False)
-    assert type(plain) is BookKeeperReader
+def test_reader_has_push_filters_only_in_the_pushdown_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+    pushdown = _reader_in_process_started_as(PUSHDOWN_PLANNER_MODULE, monkeypatch)
+    assert type(pushdown) is BookKeeperPushdownReader
+    # Forked from Spark's daemon, which imports the planner module by name:
+    monkeypatch.setitem(sys.modules, PUSHDOWN_PLANNER_MODULE, types.ModuleType(PUSHDOWN_PLANNER_MODULE))
+    assert type(_reader_in_process_started_as("pyspark.daemon", monkeypatch)) is BookKeeperPushdownReader
+    monkeypatch.delitem(sys.modules, PUSHDOWN_PLANNER_MODULE)
     from pyspark.sql.datasource import DataSourceReader
 
-    # What Spark checks before failing with DATA_SOURCE_PUSHDOWN_DISABLED:
-    assert getattr(plain.pushFilters, "__func__", None) is DataSourceReader.pushFilters  # type: ignore[attr-defined]
-    assert pickle.loads(pickle.dumps(plain)).options == plain.options  # type: ignore[attr-defined]
+    for module in ("pyspark.sql.worker.plan_data_source_read", None):
+        plain = _reader_in_process_started_as(module, monkeypatch)
+        assert type(plain) is BookKeeperReader
+        # What Spark checks before failing with DATA_SOURCE_PUSHDOWN_DISABLED:
+        assert getattr(plain.pushFilters, "__func__", None) is DataSourceReader.pushFilters  # type: ignore[attr-defined]
+        assert pickle.loads(pickle.dumps(plain)).options == plain.options  # type: ignore[attr-defined]
+
+
+def test_the_pushdown_planner_module_is_the_one_pyspark_ships() -> None:
+    """The module name the switch looks for exists in the PySpark installed, and runs as a planner."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(PUSHDOWN_PLANNER_MODULE)
+    assert spec is not None and spec.origin is not None
+    with open(spec.origin, encoding="utf-8") as handle:
+        assert 'if __name__ == "__main__":' in handle.read()
 
 
 def test_arrow_payloads_strings_as_utf8_and_nulls_as_empty_entries() -> None:

@@ -29,7 +29,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 def test_every_command_has_help(capsys):
     commands = ["listorphaned", "showowner", "predictlifespan", "listledgers", "ledgermetadata", "readledger",
-                "deleteledger", "listbookies", "bookieinfo", "simpletest", "auditconfig", "auditstatus"]
+                "deleteledger", "listbookies", "bookieinfo", "simpletest", "auditconfig", "auditstatus",
+                "initnewcluster", "metaformat", "nukeexistingcluster", "bookieformat"]
     for argv in (["--help"], ["shell", "--help"], ["auditor", "--help"], *(["shell", c, "--help"] for c in commands)):
         code, out, err = run(capsys, *argv)
         assert code == 0 and "usage:" in out and err == "", argv
@@ -121,7 +122,8 @@ def test_bad_uri_is_one_line(capsys, uri):
     [
         ["listledgers"], ["listorphaned"], ["showowner", "1"], ["predictlifespan", "1"], ["ledgermetadata", "-l", "1"],
         ["deleteledger", "-l", "1", "-f"], ["listbookies"], ["bookieinfo"], ["auditconfig"], ["auditstatus"],
-        ["readledger", "1"], ["simpletest", "-n", "1"],
+        ["readledger", "1"], ["simpletest", "-n", "1"], ["initnewcluster"], ["metaformat", "-n", "-f"],
+        ["nukeexistingcluster", "-p", "/ledgers", "-f"],
     ],
 )
 def test_unreachable_zookeeper_is_one_line_exit_1(capsys, argv):

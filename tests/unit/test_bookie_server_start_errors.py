@@ -1,0 +1,48 @@
+"""``bookie-server`` that cannot start: one plain line on stderr and exit status 1, never a traceback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from bkspark.protocol.cookie import Cookie
+from bookie_server.registration import write_dir_cookie
+
+
+def _bookie_server(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [
+        sys.executable, "-m", "bookie_server",
+        "--journalDirectories", str(tmp_path / "j"), "--ledgerDirectories", str(tmp_path / "l"),
+        "--advertisedAddress", "127.0.0.1", "-D", "bindAddress=127.0.0.1", "-D", "journalSyncData=false",
+        *args,
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, input="")
+
+
+def _assert_one_plain_error_line(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("bookie-server: error: cannot start: "), result.stderr
+    for fragment in fragments:
+        assert fragment in last, last
+    assert "Traceback" not in result.stderr and '"exc"' not in result.stderr
+
+
+def test_a_cookie_mismatch_is_one_line(tmp_path: Path) -> None:
+    # The directories carry the cookie of another bookie (bookie-a), as if it had run there.
+    cookie = Cookie.generate("bookie-a", [str(tmp_path / "j")], [str(tmp_path / "l")])
+    for directory in (tmp_path / "j", tmp_path / "l"):
+        write_dir_cookie(directory, cookie)
+    result = _bookie_server(tmp_path, "--bookieId", "bookie-b", "--bookiePort", "0")
+    _assert_one_plain_error_line(result, "bookie-b")
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = _bookie_server(tmp_path, "--bookiePort", str(port))
+    _assert_one_plain_error_line(result, "OSError", "in use")
