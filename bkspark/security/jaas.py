@@ -57,7 +57,8 @@ def _tokens(text: str) -> list[str]:
         m = _TOKEN.match(text, pos)
         if m is None or m.end() == pos:
             if text[pos:].strip():
-                raise InvalidOptionError("cannot parse the JAAS configuration", near=text[pos : pos + 20])
+                # The offset only: the text around it may hold a password.
+                raise InvalidOptionError("cannot parse the JAAS configuration", offset=pos)
             break
         pos = m.end()
         if m.group(1):
