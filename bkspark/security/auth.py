@@ -52,6 +52,18 @@ def _jaas_file(conf: Mapping[str, Any], what: str) -> str:
     return path
 
 
+def _sasl_factory(conf: Mapping[str, Any], key: str, expected: str, side: str) -> bool:
+    """Whether ``key`` turns SASL on; an error for any class but BookKeeper's (never a silent no-auth)."""
+    factory = lookup(conf, key)
+    if factory is None:
+        return False
+    if str(factory).strip() != expected:
+        raise InvalidOptionError(
+            f"unsupported {side} auth provider: bkspark implements {expected} only", key=key, value=str(factory)
+        )
+    return True
+
+
 @dataclass(frozen=True)
 class ClientSasl:
     """A client's DIGEST-MD5 credentials (from its JAAS section)."""
@@ -62,15 +74,8 @@ class ClientSasl:
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> "ClientSasl | None":
-        factory = lookup(conf, "clientAuthProviderFactoryClass")
-        if factory is None:
+        if not _sasl_factory(conf, "clientAuthProviderFactoryClass", CLIENT_SASL_FACTORY, "client"):
             return None
-        if str(factory).strip() != CLIENT_SASL_FACTORY:
-            raise InvalidOptionError(
-                f"unsupported client auth provider: bkspark implements {CLIENT_SASL_FACTORY} only",
-                key="clientAuthProviderFactoryClass",
-                value=str(factory),
-            )
         system = str(lookup(conf, "clientRole", "")).strip().lower() == "system"
         section = str(
             lookup(conf, "saslJaasAuditorSectionName", "Auditor")
@@ -95,15 +100,8 @@ class BookieSasl:
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> "BookieSasl | None":
-        factory = lookup(conf, "bookieAuthProviderFactoryClass")
-        if factory is None:
+        if not _sasl_factory(conf, "bookieAuthProviderFactoryClass", BOOKIE_SASL_FACTORY, "bookie"):
             return None
-        if str(factory).strip() != BOOKIE_SASL_FACTORY:
-            raise InvalidOptionError(
-                f"unsupported bookie auth provider: bkspark implements {BOOKIE_SASL_FACTORY} only",
-                key="bookieAuthProviderFactoryClass",
-                value=str(factory),
-            )
         section = str(lookup(conf, "saslJaasBookieSectionName", "Bookie"))
         users = jaas.bookie_credentials(_jaas_file(conf, "SASL"), section)
         allowed = str(lookup(conf, "saslJaasClientAllowedIds", DEFAULT_ALLOWED_IDS))
