@@ -31,11 +31,12 @@ import time
 from pathlib import Path
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import AuthFailedError, NodeExistsError, NoAuthError, NoNodeError, SessionClosedRequireSaslError
 from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 
 from bkspark.errors import BadMetadataError, CookieMismatchError, InvalidOptionError, MetadataError
+from bkspark.metadata.retry import zk_error
 from bkspark.protocol import service_info as si
 from bkspark.protocol import zk_paths
 from bkspark.protocol.bookie_id import BookieId
@@ -159,8 +160,12 @@ class Registration:
     def start(self, timeout: float = 30.0) -> None:
         """Connect and check that the cluster is initialised."""
         self.zk.add_listener(self._on_state)
-        self.zk.start(timeout=timeout)
-        if not self.zk.exists(zk_paths.instance_id_path(self.root)):
+        try:
+            self.zk.start(timeout=timeout)
+            initialised = self.zk.exists(zk_paths.instance_id_path(self.root))
+        except (AuthFailedError, NoAuthError, SessionClosedRequireSaslError) as exc:
+            raise zk_error(exc, uri=self.conf.metadataServiceUri) from None
+        if not initialised:
             raise MetadataError(
                 f"BookKeeper cluster not initialised at {self.root} (no INSTANCEID): "
                 "run `bkspark shell --metadata-service-uri URI initnewcluster` first"

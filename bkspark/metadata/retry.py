@@ -22,12 +22,25 @@ from kazoo.retry import KazooRetry, RetryFailedError
 
 from bkspark.errors import MetadataError
 
-__all__ = ["RetryPolicy", "TRANSIENT_ZK_ERRORS"]
+__all__ = ["RetryPolicy", "TRANSIENT_ZK_ERRORS", "zk_error"]
 
 T = TypeVar("T")
 
 #: ZooKeeper errors after which the request may or may not have been applied.
 TRANSIENT_ZK_ERRORS: tuple[type[BaseException], ...] = (ConnectionLoss, OperationTimeoutError)
+
+
+def zk_error(exc: BaseException, **context: object) -> MetadataError:
+    """A :class:`MetadataError` for a ZooKeeper error; authentication failures say what to do (docs/security.md)."""
+    name = type(exc).__name__
+    if isinstance(exc, (AuthFailedError, NoAuthError)) or "RequireSasl" in name:
+        return MetadataError(
+            f"ZooKeeper error: {name}: ZooKeeper requires authentication or refused these credentials "
+            "(give them with a JAAS 'Client' section or zkDigestAuthPath; znodes created with "
+            "zkEnableSecurity=true belong to their creator: docs/security.md)",
+            **context,
+        )
+    return MetadataError(f"ZooKeeper error: {name}", **context)
 
 
 class RetryPolicy:
@@ -52,13 +65,5 @@ class RetryPolicy:
             raise MetadataError("ZooKeeper session expired") from exc
 
     def wrap_error(self, exc: ZookeeperError, **context: object) -> MetadataError:
-        """A :class:`MetadataError` for a ZooKeeper error no retry can fix (auth ones say what to do)."""
-        name = type(exc).__name__
-        if isinstance(exc, (AuthFailedError, NoAuthError)) or "RequireSasl" in name:
-            return MetadataError(
-                f"ZooKeeper error: {name}: ZooKeeper requires authentication or refused these credentials "
-                "(give them with a JAAS 'Client' section or zkDigestAuthPath; znodes created with "
-                "zkEnableSecurity=true belong to their creator: docs/security.md)",
-                **context,
-            )
-        return MetadataError(f"ZooKeeper error: {name}", **context)
+        """A :class:`MetadataError` for a ZooKeeper error no retry can fix (see :func:`zk_error`)."""
+        return zk_error(exc, **context)

@@ -211,3 +211,20 @@ def test_java_client_opens_acl_protected_ledger_with_same_credentials(secured, j
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert '"count":5' in proc.stdout.replace(" ", ""), proc.stdout[-2000:]
+
+
+def test_bookie_without_zookeeper_credentials_fails_clearly(secured) -> None:  # type: ignore[no-untyped-def]
+    from tests.harness.python_bookie import PythonBookie
+
+    conf = {k: v for k, v in secured["client_conf"].items() if not k.startswith(("tls", "client"))}
+    conf.pop("java.security.auth.login.config")
+    bookie = PythonBookie("no-creds", secured["base"], secured["uri"], journal_sync_data=False, conf_overrides=conf)
+    bookie.launch()
+    assert bookie.process is not None
+    try:
+        code = bookie.process.wait_exit(60)
+    finally:
+        bookie.process.kill()
+    assert code != 0
+    log = bookie.log_tail(200)
+    assert "ZooKeeper requires authentication" in log or "requires authentication" in log, log[-3000:]
