@@ -25,9 +25,11 @@ import time
 from typing import Any
 
 from bkspark.confkeys import BOOKIE_KEYS, check_keys, check_unsupported
-from bkspark.errors import CookieMismatchError
+from bkspark.errors import CookieMismatchError, InvalidOptionError
 from bkspark.placement.base import conf_bool
 from bkspark.protocol.cookie import Cookie
+from bkspark.security.secrets import read_password_file
+from bkspark.security.tls import lookup
 
 from bookie_server.bookie import Bookie
 from bookie_server.config import BookieConfig
@@ -89,7 +91,7 @@ class BookieApp:
         await self.server.start(self._sock)
         http_port = None
         if self.conf.httpServerEnabled:
-            self.http = AdminHttpServer(self.conf.httpServerHost, self.conf.httpServerPort)
+            self.http = AdminHttpServer(self.conf.httpServerHost, self.conf.httpServerPort, self._admin_token())
             self._routes(self.http)
             await self.http.start()
             http_port = self.http.port
@@ -194,8 +196,18 @@ class BookieApp:
         http.route("GET", "/api/v1/bookie/info", info)
         http.route("GET", "/api/v1/bookie/state", state)
         http.route("GET", "/api/v1/bookie/state/readonly", get_readonly)
-        http.route("PUT", "/api/v1/bookie/state/readonly", self._state_changing(set_readonly))
-        http.route("PUT", "/api/v1/bookie/gc", self._state_changing(gc))
+        http.route("PUT", "/api/v1/bookie/state/readonly", self._state_changing(set_readonly), state_changing=True)
+        http.route("PUT", "/api/v1/bookie/gc", self._state_changing(gc), state_changing=True)
+
+    def _admin_token(self) -> bytes | None:
+        """The token of ``httpAdminTokenPath`` (a file), needed by the state-changing routes when set."""
+        path = lookup(self.conf.extra, "httpAdminTokenPath")
+        if path is None:
+            return None
+        token = read_password_file(str(path)).reveal_bytes()
+        if not token:
+            raise InvalidOptionError("httpAdminTokenPath names an empty file", path=str(path))
+        return token
 
     def _state_changing(self, handler: Any) -> Any:
         """The route itself, or a 403 when ``httpAdminWriteEnabled=false`` (docs/security.md)."""

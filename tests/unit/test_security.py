@@ -404,3 +404,37 @@ def test_http_admin_state_changing_routes_can_be_disabled(tmp_path: Path) -> Non
             await app.stop()
 
     asyncio.run(body())
+
+
+def test_http_admin_state_changing_routes_need_the_token(tmp_path: Path) -> None:
+    from bookie_server.app import BookieApp
+    from tests.unit.test_bookie_app import conf_for
+
+    (tmp_path / "token").write_text("t0ken-Xy\n")
+
+    async def put(port: int, auth: str | None) -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        head = "PUT /api/v1/bookie/state/readonly HTTP/1.1\r\nHost: x\r\nContent-Length: 19\r\n"
+        if auth is not None:
+            head += f"Authorization: {auth}\r\n"
+        writer.write(head.encode() + b"\r\n" + b'{"readOnly": false}')
+        data = await reader.read()
+        writer.close()
+        return int(data.split()[1])
+
+    async def body() -> None:
+        app = BookieApp(conf_for(tmp_path, httpAdminTokenPath=str(tmp_path / "token")))
+        await app.start()
+        try:
+            assert app.http is not None
+            port = app.http.port
+            assert await put(port, None) == 401
+            assert await put(port, "Bearer wrong") == 401
+            assert await put(port, "Bearer t0ken-Xy") == 200
+            from tests.unit.test_bookie_app import http
+
+            assert (await http(port, "GET", "/api/v1/bookie/state"))[0] == 200  # reads stay open
+        finally:
+            await app.stop()
+
+    asyncio.run(body())
