@@ -8,6 +8,7 @@ import io
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import redirect_stdout
 
@@ -151,6 +152,23 @@ def test_shell_and_auditor_with_and_without_credentials(secured, tmp_path) -> No
         auditor.stop()
     with pytest.raises(MetadataError, match="requires authentication"):
         Auditor(uri, session_timeout=5)
+    # `bkspark auditor --client-conf FILE` joins the election with the file's credentials.
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bkspark.cli", "auditor", "--metadata-service-uri", uri, "--client-conf", str(conf_file),
+         "--audit-period", "3600"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT,
+    )
+    admin = secured["admin"]
+    try:
+        deadline = time.monotonic() + 60
+        while not (admin.exists(f"{ROOT}/bkspark/audit/election") and admin.get_children(f"{ROOT}/bkspark/audit/election")):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the auditor did not join the election"
+            time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def test_spark_read_write_secured_and_no_password_leaks(secured, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]

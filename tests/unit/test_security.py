@@ -438,3 +438,17 @@ def test_http_admin_state_changing_routes_need_the_token(tmp_path: Path) -> None
             await app.stop()
 
     asyncio.run(body())
+
+
+def test_tls_bookie_still_serves_plain_clients(tmp_path: Path, pki: Pki) -> None:
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        assert isinstance(await _read_lac(pool), (NoSuchEntryError, NoSuchLedgerError))
+        assert not any(c.tls for c in pool._conns.values())
+
+    _serve(tmp_path, tls_bookie_conf(pki), {}, body)
+
+
+def test_tls_protocols_and_hostname_verification(pki: Pki) -> None:
+    conf = {**tls_client_conf(pki), "tlsEnabledProtocols": "TLSv1.2", "tlsHostnameVerificationEnabled": "true"}
+    ctx = TlsSettings.from_conf(conf, server_side=False).build()  # type: ignore[union-attr]
+    assert ctx.maximum_version == ssl.TLSVersion.TLSv1_2 and ctx.check_hostname
