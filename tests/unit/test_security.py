@@ -452,3 +452,19 @@ def test_tls_protocols_and_hostname_verification(pki: Pki) -> None:
     conf = {**tls_client_conf(pki), "tlsEnabledProtocols": "TLSv1.2", "tlsHostnameVerificationEnabled": "true"}
     ctx = TlsSettings.from_conf(conf, server_side=False).build()  # type: ignore[union-attr]
     assert ctx.maximum_version == ssl.TLSVersion.TLSv1_2 and ctx.check_hostname
+
+
+def test_client_role_system_reads_the_auditor_section(tmp_path: Path) -> None:
+    from bkspark.security.auth import ClientSasl
+
+    jaas = tmp_path / "jaas.conf"
+    jaas.write_text(
+        'BookKeeper { m.M required username="bookkeeper-app" password="a"; };\n'
+        'Auditor { m.M required username="bookkeeper-auditor" password="b"; };\n'
+        'Custom { m.M required username="bookkeeper-custom" password="c"; };\n'
+    )
+    base = sasl_client_conf(jaas)
+    assert ClientSasl.from_conf(base).username == "bookkeeper-app"  # type: ignore[union-attr]
+    assert ClientSasl.from_conf({**base, "clientRole": "system"}).username == "bookkeeper-auditor"  # type: ignore[union-attr]
+    custom = {**base, "saslJaasClientSectionName": "Custom"}
+    assert ClientSasl.from_conf(custom).username == "bookkeeper-custom"  # type: ignore[union-attr]
