@@ -407,17 +407,25 @@ class AsyncBookKeeper:
         self._check_usable()
         return self.services.in_thread(lambda: list(self.store.list_ledgers(scope)))
 
-    async def get_ledger_metadata(self, ledger_id: int, scope_id: int = 0) -> LedgerMetadata:
+    def get_ledger_metadata(self, ledger_id: int, scope_id: int = 0) -> Awaitable[LedgerMetadata]:
         """The ledger's current metadata."""
+        lid, scope = _check_ledger_id(ledger_id), _check_scope_id(scope_id)
+        self._check_usable()
+        return self._metadata(lid, scope)
+
+    async def _metadata(self, ledger_id: int, scope_id: int) -> LedgerMetadata:
         versioned = await self.services.in_thread(self.store.read_ledger_metadata, ledger_id, scope_id)
         return versioned.metadata  # type: ignore[no-any-return]
 
     def bookie_info(self, bookie_id: str) -> Awaitable[tuple[int, int]]:
-        """GET_BOOKIE_INFO over v3: ``(total disk capacity, free disk space)`` in bytes."""
+        """GET_BOOKIE_INFO over v3: ``(total disk capacity, free disk space)`` in bytes.
+
+        A retriable failure (the bookie restarting, overloaded) is tried again under ``BOOKIE_RETRY``.
+        """
         if not isinstance(bookie_id, str):
             raise TypeError(f"bookie_id must be a str, not {type(bookie_id).__name__}")
         self._check_usable()
-        return self.services.ops.bookie_info_async(bookie_id)
+        return self.services.bookie_retry.call_async(self.services.ops.bookie_info_async, bookie_id)
 
     def list_entries_on_bookie(self, bookie_id: str, ledger_id: int, scope_id: int = 0) -> Awaitable[list[int]]:
         """GET_LIST_OF_ENTRIES_OF_LEDGER over v3: the entry ids one bookie stores for a ledger."""
@@ -425,7 +433,7 @@ class AsyncBookKeeper:
             raise TypeError(f"bookie_id must be a str, not {type(bookie_id).__name__}")
         lid, scope = _check_ledger_id(ledger_id), _check_scope_id(scope_id)
         self._check_usable()
-        return self.services.ops.list_entries_async(bookie_id, lid, scope)
+        return self.services.bookie_retry.call_async(self.services.ops.list_entries_async, bookie_id, lid, scope)
 
     def writable_bookies(self) -> frozenset[str]:
         """BookieIds of the writable bookies (``<root>/available``)."""

@@ -36,16 +36,12 @@ from bkspark.metadata.store import ZkMetadataStore
 from bkspark.placement.base import EnsemblePlacementPolicy
 from bkspark.protocol.digest import DigestType
 from bkspark.protocol.ledger_metadata import LedgerMetadata
-from bkspark.protocol.service_info import SCOPE_IDS_EXTENSION
 
-__all__ = ["BookKeeper", "LedgerHandle", "ReadHandle", "LedgerEntry", "AppendFuture", "SCOPE_EXTENSION"]
+__all__ = ["BookKeeper", "LedgerHandle", "ReadHandle", "LedgerEntry", "AppendFuture"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-#: The ``bkspark.extensions`` value a bookie advertises when it stores scope ids != 0.
-SCOPE_EXTENSION = SCOPE_IDS_EXTENSION
 
 
 class BookKeeper:
@@ -87,7 +83,9 @@ class BookKeeper:
             if asyncio.iscoroutine(coro):
                 coro.close()
             raise IllegalOpError("blocking client call from the client's own event loop")
-        return asyncio.run_coroutine_threadsafe(_awaited(coro), self._loop).result(timeout)
+        if not asyncio.iscoroutine(coro):
+            coro = _awaited(coro)  # a future or another awaitable: run_coroutine_threadsafe wants a coroutine
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def _call_soon(self, fn: Callable[[], None]) -> None:
         self._loop.call_soon_threadsafe(fn)

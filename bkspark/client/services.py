@@ -21,7 +21,7 @@ from bkspark.metadata.store import Versioned, ZkMetadataStore
 from bkspark.placement.base import EnsemblePlacementPolicy
 from bkspark.protocol.ledger_metadata import LedgerMetadata
 from bkspark.protocol.ledger_name import LedgerRef
-from bkspark.retry import METADATA_CAS_RETRY, RetryPolicy
+from bkspark.retry import BOOKIE_RETRY, METADATA_CAS_RETRY, RetryPolicy
 
 __all__ = ["ClientServices", "update_metadata"]
 
@@ -38,6 +38,9 @@ class ClientServices:
     policy: EnsemblePlacementPolicy
     #: Compare-and-set loops on ledger metadata (ensemble change, close, recovery).
     cas_retry: RetryPolicy = METADATA_CAS_RETRY
+    #: Idempotent requests to one named bookie (GET_BOOKIE_INFO, GET_LIST_OF_ENTRIES_OF_LEDGER):
+    #: there is no other replica to move on to, so a retriable failure is tried again.
+    bookie_retry: RetryPolicy = BOOKIE_RETRY
     #: Where blocking (ZooKeeper) calls run; None: the loop's default executor.
     executor: concurrent.futures.Executor | None = None
 

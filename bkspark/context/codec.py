@@ -35,14 +35,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from bkspark.protocol.values import INT64_MAX, INT64_MIN
-from bkspark.errors import (
-    BadLedgerContextError,
-    InvalidOptionError,
-    LedgerClosedError,
-    MetadataVersionError,
-    NoSuchLedgerMetadataError,
-)
+from bkspark.protocol.values import INT64_MAX, is_int64
+from bkspark.errors import BadLedgerContextError, InvalidOptionError
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 
 __all__ = [
@@ -107,9 +101,9 @@ def _check_count(value: object, what: str, minimum: int = 0) -> int:
 
 
 def _check_scope(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not INT64_MIN <= value <= INT64_MAX:
+    if not is_int64(value):
         raise InvalidOptionError(f"scope id {value!r} is not an int64")
-    return value
+    return value  # type: ignore[return-value]
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -1,9 +1,11 @@
-"""The one retry policy for ZooKeeper calls: kazoo's ``KazooRetry``.
+"""The retry policy for ZooKeeper connection loss: kazoo's ``KazooRetry``.
 
-Every metadata call that is safe to repeat goes through :func:`zk_retry`.
-Calls that are *not* safe to repeat blindly (creating a ledger znode) catch
-``ConnectionLoss`` themselves and check what reached the server first
-(see :meth:`ZkMetadataStore.create_ledger_metadata`).
+Every metadata call that is safe to repeat goes through a :class:`RetryPolicy`
+call.  Calls that are *not* safe to repeat blindly (creating a ledger znode, a
+conditional set) check what reached the server after each loss, in a loop
+bounded by the same policy (:meth:`RetryPolicy.start`, a
+:class:`bkspark.retry.Attempts` that retries exactly the transient ZooKeeper
+errors).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from kazoo.exceptions import (
 )
 from kazoo.retry import KazooRetry, RetryFailedError
 
+from bkspark import retry as bk_retry
 from bkspark.errors import MetadataError
 
 __all__ = ["RetryPolicy", "TRANSIENT_ZK_ERRORS", "zk_error"]
@@ -54,6 +57,14 @@ class RetryPolicy:
         self._template = KazooRetry(
             max_tries=max_tries, delay=delay, backoff=2, max_delay=max_delay, deadline=deadline, ignore_expire=False
         )
+        self._bounds = bk_retry.RetryPolicy(
+            max_tries=max_tries, delay=delay, backoff=2.0, max_delay=max_delay, deadline=deadline,
+            retry_on=lambda exc: isinstance(exc, TRANSIENT_ZK_ERRORS),
+        )
+
+    def start(self) -> bk_retry.Attempts:
+        """The tries of one hand-checked operation: the same bounds, retrying transient ZooKeeper errors only."""
+        return self._bounds.start()
 
     def __call__(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``func(*args, **kwargs)``, retrying on connection loss (a fresh KazooRetry per call)."""

@@ -258,23 +258,24 @@ class ZkMetadataStore:
             metadata = replace(metadata, ctoken=self.new_ctoken())
         data = md_codec.serialize(metadata, version=metadata.format_version)
         path = self.ledger_path(ledger_id, scope_id)
-        attempts = 0
+        attempts = self.retry.start()
         while True:
-            attempts += 1
             try:
                 self.zk.create(path, data, makepath=True)
                 return Versioned(metadata, 0)
             except NodeExistsError:
-                if attempts > 1 and self._is_our_znode(path, metadata, data):
+                if attempts.tries > 0 and self._is_our_znode(path, metadata, data):
                     return Versioned(metadata, 0)
                 raise LedgerExistsError("ledger already exists", ledger_id=ledger_id, scope_id=scope_id) from None
-            except TRANSIENT_ZK_ERRORS:
+            except TRANSIENT_ZK_ERRORS as exc:
                 # The create may or may not have reached the server: look before trying again.
                 self._wait_connected()
                 try:
                     existing, stat = self.retry(self.zk.get, path)
                 except NoNodeError:
-                    if attempts >= 8:
+                    try:
+                        attempts.backoff(exc)
+                    except TRANSIENT_ZK_ERRORS:
                         raise MetadataError("create of ledger metadata kept losing the connection", path=path) from None
                     continue
                 if self._same_creation(existing, metadata, data):
@@ -361,19 +362,27 @@ class ZkMetadataStore:
         return Versioned(metadata, stat.version)
 
     def _set_with_retry(self, path: str, data: bytes, version: int):  # type: ignore[no-untyped-def]
-        """``set`` with a conditional version; a retry that hits BadVersion checks whether it was us."""
-        attempts = 0
+        """``set`` with a conditional version; after a connection loss, look whether it was applied.
+
+        Applied (the znode holds our bytes one version up): done.  Changed by
+        someone else: :class:`BadVersionError`.  Unchanged: try again while the
+        ZooKeeper policy allows, then :class:`MetadataError`.
+        """
+        attempts = self.retry.start()
         while True:
-            attempts += 1
             try:
                 return self.zk.set(path, data, version=version)
-            except TRANSIENT_ZK_ERRORS:
+            except TRANSIENT_ZK_ERRORS as exc:
                 self._wait_connected()
                 current, stat = self.retry(self.zk.get, path)
                 if stat.version == version + 1 and current == data:
                     return stat  # our write went through before the connection dropped
-                if stat.version != version or attempts >= 8:
+                if stat.version != version:
                     raise BadVersionError() from None
+                try:
+                    attempts.backoff(exc)
+                except TRANSIENT_ZK_ERRORS:
+                    raise MetadataError("compare-and-set of ledger metadata kept losing the connection", path=path) from None
 
     def delete_ledger_metadata(self, ledger_id: int, scope_id: int = 0, version: int = -1) -> None:
         """Delete the ledger's znode (then its empty parents); an absent znode is fine."""

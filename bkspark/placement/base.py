@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import abc
 import enum
+import functools
+import inspect
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from bkspark.protocol.values import parse_bool
 from bkspark.errors import InvalidOptionError, NotEnoughBookiesError
+from bkspark.protocol.ledger_metadata import check_custom_metadata
+from bkspark.protocol.values import parse_bool
 
 __all__ = [
     "EnsemblePlacementPolicy",
@@ -231,6 +234,33 @@ class EnsemblePlacementPolicy(abc.ABC):
 
     #: The Java class a BookKeeper client would configure for the same behaviour.
     java_class_name: str = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every policy's ``new_ensemble`` checks its arguments first, here, once for all policies.
+
+        A set or a list given as ``custom_metadata`` (say ``new_ensemble(3, 2, 2, {bookie})``) is a
+        ``TypeError``, not custom metadata; quorum sizes go through :func:`check_quorums`.
+        """
+        super().__init_subclass__(**kwargs)
+        impl = cls.__dict__.get("new_ensemble")
+        if impl is None or getattr(impl, "__isabstractmethod__", False) or getattr(impl, "_checks_arguments", False):
+            return
+
+        @functools.wraps(impl)
+        def new_ensemble(self: "EnsemblePlacementPolicy", *args: Any, **kwargs: Any) -> list[str]:
+            # Bound against the abstract method's signature: the one statement of the arguments.
+            bound = inspect.signature(EnsemblePlacementPolicy.new_ensemble).bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            given = bound.arguments
+            check_quorums(given["ensemble_size"], given["write_quorum_size"], given["ack_quorum_size"])
+            check_custom_metadata(given["custom_metadata"])
+            exclude = given["exclude"]
+            if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Collection):
+                raise TypeError(f"exclude must be a collection of bookie ids, not {type(exclude).__name__}")
+            return impl(self, *args, **kwargs)  # type: ignore[no-any-return]
+
+        new_ensemble._checks_arguments = True  # type: ignore[attr-defined]
+        cls.new_ensemble = new_ensemble  # type: ignore[method-assign]
 
     def __init__(self) -> None:
         self.conf: Mapping[str, Any] = {}

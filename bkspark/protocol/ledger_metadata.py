@@ -23,6 +23,7 @@ carries ``cToken = 0``.  Our derivation helpers (:meth:`LedgerMetadata.close`,
 from __future__ import annotations
 
 import bisect
+import functools
 import dataclasses
 import enum
 import re
@@ -219,7 +220,7 @@ class LedgerMetadata:
 
         The one segment lookup of the code base (the client's reads, writes and recovery use it).
         """
-        keys = list(self.ensembles)
+        keys = self._segment_starts
         index = bisect.bisect_right(keys, entry_id) - 1
         if index < 0:
             raise LocalProtocolError(
@@ -227,13 +228,18 @@ class LedgerMetadata:
             )
         return keys[index], self.ensembles[keys[index]]
 
+    @functools.cached_property
+    def _segment_starts(self) -> list[int]:
+        """The segments' first entry ids, ascending (computed once: the metadata is immutable)."""
+        return list(self.ensembles)
+
     def ensemble_at(self, entry_id: int) -> tuple[str, ...]:
         """The bookies of the segment holding ``entry_id``."""
         return self.segment(entry_id)[1]
 
     def next_segment_start(self, entry_id: int) -> int | None:
         """The first entry id of the segment after the one holding ``entry_id``; ``None`` in the last one."""
-        keys = list(self.ensembles)
+        keys = self._segment_starts
         index = bisect.bisect_right(keys, entry_id)
         return keys[index] if index < len(keys) else None
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from bkspark.protocol.values import INT64_MAX, INT64_MIN
+from bkspark.protocol.values import INT64_MAX, INT64_MIN, is_int64
 from bkspark.errors import BadMetadataError, InvalidOptionError
 
 __all__ = [
@@ -142,7 +142,7 @@ def _check_ledger_id(ledger_id: int) -> int:
 
 
 def _check_scope_id(scope_id: int) -> int:
-    if not isinstance(scope_id, int) or isinstance(scope_id, bool) or not INT64_MIN <= scope_id <= INT64_MAX:
+    if not is_int64(scope_id):
         raise InvalidOptionError(f"scope id {scope_id!r} is not an int64")
     return scope_id
 

@@ -15,9 +15,11 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from kazoo.client import KazooClient
+
+from bkspark.errors import InvalidOptionError
+from bkspark.protocol import layout
 
 from tests.harness.cds import CdsArchive, CdsUse
 from tests.harness.java import JVM_OPTS, java_executable, repo_root
@@ -115,13 +117,15 @@ def bookkeeper_classpath(version: str, with_tools: bool = True) -> list[str]:
 
 
 def parse_metadata_service_uri(uri: str) -> tuple[str, str]:
-    """Split `zk+hierarchical://h1:p1;h2:p2/ledgers` into (kazoo hosts "h1:p1,h2:p2", root path "/ledgers")."""
-    parts = urlsplit(uri)
-    if not parts.scheme.startswith("zk"):
-        raise HarnessError(f"not a ZooKeeper metadata service URI: {uri!r}")
-    hosts = parts.netloc.replace(";", ",")
-    root = parts.path.rstrip("/") or "/ledgers"
-    return hosts, root
+    """Split `zk+hierarchical://h1:p1;h2:p2/ledgers` into (kazoo hosts "h1:p1,h2:p2", root path "/ledgers").
+
+    The client's own parser (`bkspark.protocol.layout`) does the work; an empty root means `/ledgers`.
+    """
+    try:
+        parsed = layout.parse_metadata_service_uri(uri)
+    except InvalidOptionError as exc:
+        raise HarnessError(f"not a ZooKeeper metadata service URI: {exc}") from None
+    return parsed.connect_string, parsed.root or "/ledgers"
 
 
 def _conf_value(value: ConfValue) -> str:

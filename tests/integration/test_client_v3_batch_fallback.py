@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from bkspark.client import BookKeeper
+from bkspark.errors import BadRequestError, BookieUnavailableError
 from bkspark.protocol.service_info import BATCH_READ_V3_EXTENSION
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
@@ -28,6 +29,13 @@ def test_v3_batch_read_falls_back_and_is_remembered_per_bookie(java_cluster_fact
         bk.registry.extensions = lambda bookie_id: frozenset({BATCH_READ_V3_EXTENSION})  # type: ignore[method-assign]
         rh = bk.open_ledger(lh.ledger_id)
         ensemble = set(lh.metadata.last_ensemble)
+        # What each Java version does with the request, seen through the ops layer.
+        probe = lh.metadata.last_ensemble[0]
+        expected = BadRequestError if version == "4.17.3" else BookieUnavailableError
+        with pytest.raises(expected):
+            bk._run(bk.ctx.ops.batch_read_async(probe, lh.ledger_id, 0, 10, 0, 0))
+        assert bk.pool.batch_unsupported["v3"] == {probe}
+        bk._run(_forget(bk, probe))
         first = rh.batch_read(0, 20)
         assert first and [e.payload for e in first] == [b"entry-%03d" % i for i in range(len(first))]
         unsupported = bk.pool.batch_unsupported["v3"]
@@ -42,3 +50,8 @@ def test_v3_batch_read_falls_back_and_is_remembered_per_bookie(java_cluster_fact
         # Single reads and other v3 calls on the same bookies still work.
         assert rh.read(59, 59)[0].payload == b"entry-059"
         assert rh.read_last_add_confirmed() == 59
+
+
+async def _forget(bk: BookKeeper, bookie_id: str) -> None:
+    """Clear the pool's memory of one bookie (loop thread), as a new registration of it would."""
+    bk.pool.batch_unsupported["v3"].discard(bookie_id)

@@ -153,6 +153,34 @@ def test_create_lost_to_connection_loss_is_not_duplicated(zk_root, store, monkey
         store.create_ledger_metadata(other, _md())
 
 
+def test_conditional_set_after_connection_loss_checks_what_was_applied(zk_root, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A set lost to a connection loss: ours if applied; retried within the policy's bounds otherwise."""
+    from bkspark.errors import MetadataError
+    from bkspark.metadata.retry import RetryPolicy
+
+    store = ZkMetadataStore(zk_root.metadata_service_uri, zk=zk_root.zk_client, retry=RetryPolicy(max_tries=3, delay=0.01))
+    lid = store.generate_ledger_id()
+    created = store.create_ledger_metadata(lid, _md())
+    real_set = store.zk.set
+    calls: list[int] = []
+
+    def set_then_lose(path, value, version=-1):  # type: ignore[no-untyped-def]
+        calls.append(version)
+        real_set(path, value, version=version)
+        raise ConnectionLoss()
+
+    monkeypatch.setattr(store.zk, "set", set_then_lose)
+    written = store.write_ledger_metadata(lid, created.metadata.in_recovery(), created.version)
+    assert written.version == 1 and calls == [0]  # applied once, recognised as ours, not repeated
+    monkeypatch.setattr(store.zk, "set", lambda *a, **k: (_ for _ in ()).throw(ConnectionLoss()))
+    started = time.monotonic()
+    with pytest.raises(MetadataError, match="kept losing the connection"):
+        store.write_ledger_metadata(lid, written.metadata, written.version)
+    assert time.monotonic() - started < 10  # bounded by the policy (3 tries)
+    monkeypatch.undo()
+    assert store.read_ledger_metadata(lid).version == 1  # nothing half-written
+
+
 def test_adv_ids_scopes_and_listing(zk_root, store) -> None:  # type: ignore[no-untyped-def]
     small = [3, 17, 2147483646]
     big = [2147483647, 9223372036854775807]

@@ -62,9 +62,15 @@ def test_quorum_and_custom_metadata_checks() -> None:
     assert check_custom_metadata(None) == {} and check_custom_metadata({"k": bytearray(b"v")}) == {"k": b"v"}
     with pytest.raises(TypeError):
         check_custom_metadata({"b:1"})
-    policy = RandomEnsemblePlacementPolicy().initialize({})
-    with pytest.raises(TypeError):
-        policy.new_ensemble(3, "2", 2)  # type: ignore[arg-type]
+    from bkspark.placement.rackaware import RackawareEnsemblePlacementPolicy
+
+    for policy in (RandomEnsemblePlacementPolicy().initialize({}), RackawareEnsemblePlacementPolicy().initialize({})):
+        policy.on_cluster_changed({"a:1", "b:1", "c:1"}, set())
+        with pytest.raises(TypeError, match="custom_metadata"):
+            policy.new_ensemble(3, 2, 2, {"a:1"})  # type: ignore[arg-type]  # a set taken for custom metadata
+        with pytest.raises(TypeError):
+            policy.new_ensemble(3, "2", 2)  # type: ignore[arg-type]
+        assert sorted(policy.new_ensemble(3, 2, 2, {"app": b"x"}, exclude=frozenset())) == ["a:1", "b:1", "c:1"]
 
 
 def test_async_client_start_needs_a_reachable_zookeeper() -> None:
@@ -90,3 +96,36 @@ def test_responses_turn_into_typed_errors_once() -> None:
     request = v3.read_request(9, 5, 1, 0)
     assert isinstance(response_error(v3.read_response(request, 402), "b:2"), NoSuchLedgerError)
     assert response_error(v3.read_response(request, 0, body=b"x"), "b:2") is None
+
+
+def test_requests_to_one_bookie_are_retried_by_the_bookie_policy() -> None:
+    """bookie_info: retriable failures are tried again within BOOKIE_RETRY's bounds; others are not."""
+    from types import SimpleNamespace
+
+    from bkspark.errors import BookieUnavailableError, UnauthorizedAccessError
+    from bkspark.retry import RetryPolicy
+
+    async def run() -> None:
+        bk = AsyncBookKeeper(URI)
+        answers: list[BaseException | tuple[int, int]] = [BookieUnavailableError("restarting"), (100, 40)]
+        asked: list[str] = []
+
+        async def bookie_info_async(bookie_id: str) -> tuple[int, int]:
+            asked.append(bookie_id)
+            answer = answers.pop(0)
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
+
+        bk._started = True  # a started client's services, without servers
+        bk.services = SimpleNamespace(  # type: ignore[assignment]
+            ops=SimpleNamespace(bookie_info_async=bookie_info_async), bookie_retry=RetryPolicy(max_tries=3, delay=0.0)
+        )
+        assert await bk.bookie_info("b:1") == (100, 40) and asked == ["b:1", "b:1"]
+        answers[:] = [UnauthorizedAccessError("no"), (1, 1)]
+        with pytest.raises(UnauthorizedAccessError):
+            await bk.bookie_info("b:2")
+        assert asked[-1] == "b:2" and len(asked) == 3  # not retried
+        bk.zk_executor.shutdown(wait=False)
+
+    asyncio.run(run())

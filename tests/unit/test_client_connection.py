@@ -46,8 +46,12 @@ def test_v2_matching_by_key_with_conflicts_and_coalesced_writes() -> None:
     async def run() -> None:
         conn, t = _conn(V2)
         got: list[tuple[str, Any]] = []
+        errors: list[BaseException | None] = []
         for tag in ("first", "second"):  # two reads with the same (ledger, entry, op)
-            conn.send_v2(read_key(5, 1), v2.encode_read_request(5, 1), 5.0, lambda r, e, _a, tag=tag: got.append((tag, r)))
+            conn.send_v2(
+                read_key(5, 1), v2.encode_read_request(5, 1), 5.0,
+                lambda r, e, _a, tag=tag: (got.append((tag, r)), errors.append(e)),
+            )
         conn.send_v2(add_key(5, 2), b"frame-add", 5.0, lambda r, e, _a: got.append(("add", r)))
         await asyncio.sleep(0)
         assert len(t.writes) == 1  # one transport write for the whole loop iteration
@@ -59,6 +63,8 @@ def test_v2_matching_by_key_with_conflicts_and_coalesced_writes() -> None:
         conn.data_received(body[7:])
         assert [g[0] for g in got] == ["add", "first", "second"]
         assert got[0][1].rc == 0 and bytes(got[1][1].entry) == b"one" and got[2][1].rc == 2
+        # The non-OK rc reached the callback as its registered error, the response alongside.
+        assert errors[0] is None and isinstance(errors[1], NoSuchEntryError) and errors[1].context["bookie_id"] == "b:1"
         assert conn.pending == 0
         # Batch reads are matched by request id.
         conn.send_v2(batch_read_key(77), b"x", 5.0, lambda r, e, _a: got.append(("batch", r)))

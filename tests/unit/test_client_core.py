@@ -323,6 +323,54 @@ def test_ensemble_change_retries_on_metadata_conflict() -> None:
     asyncio.run(run())
 
 
+def test_metadata_conflicts_are_bounded_by_the_cas_policy() -> None:
+    """A close that keeps losing the compare-and-set gives up after the policy's tries; the metadata stays OPEN."""
+    from bkspark.retry import RetryPolicy
+
+    h = Harness(3, 2, 2)
+    h.store.conflicts = 100
+
+    async def run() -> None:
+        ctx = h.ctx()
+        ctx.cas_retry = RetryPolicy(max_tries=3, delay=0.0)
+        w = LedgerWriter(ctx, h.ref, h.store.data[7], b"pw")
+        await append_all(w, [b"x"] * 2)
+        with pytest.raises(MetadataVersionError):
+            await w.close()
+        assert h.store.conflicts == 100 - 3 and h.store.writes == 0
+        assert h.store.data[7].metadata.state == LedgerState.OPEN
+        h.store.conflicts = 0
+        md = await w.close()  # the race is over: the same handle closes at the same end
+        assert md.state == LedgerState.CLOSED and md.last_entry_id == 1
+
+    asyncio.run(run())
+
+
+def test_close_waits_for_a_running_ensemble_change() -> None:
+    """A bookie failing after the last ack starts an ensemble change; close waits for it and keeps its segment."""
+    h = Harness(3, 3, 2, bookies=4)
+
+    async def run() -> None:
+        w = h.writer()
+        await append_all(w, [b"a"] * 3)
+        w._on_ack(_late_op(w), 0, BOOKIES[0], BookieIOError("disk"))  # a failure that arrives after the ack
+        assert w.changing_ensemble
+        md = await w.close()
+        assert md.state == LedgerState.CLOSED and sorted(md.ensembles) == [0, 3]
+        assert BOOKIES[0] not in md.ensembles[3]
+
+    asyncio.run(run())
+
+
+def _late_op(w: LedgerWriter):  # type: ignore[no-untyped-def]
+    """A stand-in for an add that was acknowledged already (its failure arrives after the ack)."""
+    from bkspark.client.writer import _PendingAdd
+
+    op = _PendingAdd(w.lac, b"", w.length, None)  # type: ignore[arg-type]
+    op.callback = None  # type: ignore[assignment]
+    return op
+
+
 def test_no_replacement_fails_pending_adds() -> None:
     h = Harness(3, 3, 2, bookies=3)
     h.bookies[BOOKIES[0]].add_error = lambda e: BookieIOError("disk")
