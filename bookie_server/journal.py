@@ -338,7 +338,7 @@ class JournalFaults:
     def power_cut(self, dispatched_acks: bool) -> None:
         """Die like a machine losing power (after giving dispatched acks time to reach their clients)."""
         if dispatched_acks:
-            time.sleep(0.5)
+            time.sleep(1.0)
         log.warning("journal test fault: power cut now, unsynced journal bytes are lost")
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -366,7 +366,6 @@ class Journal:
         paths = [directory] if isinstance(directory, (str, os.PathLike)) else list(directory)
         #: Journal directories; file ``n`` goes to ``directories[n % len(directories)]``.
         self.directories = [Path(d) for d in paths]
-        self.directory = self.directories[0]
         self.sync_data = sync_data
         self.max_file_size = max_file_size
         self._dispatch = dispatch or (lambda fn: fn())

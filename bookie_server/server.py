@@ -225,11 +225,10 @@ class _Connection(asyncio.Protocol):
         except FrameTooLargeError as exc:
             self._protocol_error(exc)
             return
-        if self.splitter.buffered:
-            if self.partial_since is None:
-                self.partial_since = self.last_activity
-        else:
+        if not self.splitter.buffered:
             self.partial_since = None
+        elif bodies or self.partial_since is None:
+            self.partial_since = self.last_activity  # a new frame started (earlier ones completed)
         if bodies:
             self._backlog.extend(bodies)
             self._drain()
@@ -330,6 +329,12 @@ class _Connection(asyncio.Protocol):
             return (self.server.long_polls_gate if long_poll else self.server.reads_gate), 0
         if op == pb.BATCH_READ_ENTRY:
             return self.server.reads_gate, 0
+        # These wait for the journal as adds do, so they count among adds in progress (their
+        # records sit in the journal's queue meanwhile).
+        if op == pb.WRITE_LAC:
+            return self.server.adds_gate, len(request.writeLacRequest.body)
+        if op == pb.FORCE_LEDGER:
+            return self.server.adds_gate, 0
         return None, 0
 
     def _park(self, register: Callable[[Callable[[], None]], None], limit: str) -> None:
@@ -786,11 +791,13 @@ class _Connection(asyncio.Protocol):
         sub = request.writeLacRequest
 
         def reply(status: int) -> None:
+            self._release(permit)
             self._send_v3(v3.write_lac_response(request, status))
             self.metrics.observe_request("WRITE_LAC", _now_ms() - start, status == pb.EOK)
 
         if not self._v3_version_ok(request, lambda s: v3.write_lac_response(request, s)):
             return
+        permit = self._take_permit()
         try:
             scope_id, ledger_id, lac = lac_header(sub.body)
             fut = self.bookie.write_lac(scope_id, ledger_id, sub.body, sub.masterKey, lac)
@@ -806,11 +813,13 @@ class _Connection(asyncio.Protocol):
         start = _now_ms()
 
         def reply(status: int) -> None:
+            self._release(permit)
             self._send_v3(v3.force_ledger_response(request, status))
             self.metrics.observe_request("FORCE_LEDGER", _now_ms() - start, status == pb.EOK)
 
         if not self._v3_version_ok(request, lambda s: v3.force_ledger_response(request, s)):
             return
+        permit = self._take_permit()
         self._on_durable(self.bookie.force_ledger(), lambda: reply(pb.EOK), lambda e: reply(pb.EIO))
 
     def _v3_bookie_info(self, request: pb.Request) -> None:

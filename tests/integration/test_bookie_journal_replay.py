@@ -80,17 +80,21 @@ def newest_journal(cluster: PythonBookieCluster) -> Path:
     return all_journal_files(journal_dirs(cluster))[-1][1]
 
 
+def write_then_crash(cluster: PythonBookieCluster, ledger: int, count: int) -> tuple[dict[tuple[int, int], bytes], Path]:
+    """Acknowledged adds, then SIGKILL; the adds and the newest journal file (which holds them)."""
+    acked = add_entries(cluster.bookies[0].port, ledger, count)
+    crash(cluster)
+    return acked, newest_journal(cluster)
+
+
 def test_second_journal_directory_is_written_and_replayed(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     with two_journal_cluster(zk_root, tmp_path) as cluster:
         port = cluster.bookies[0].port
-        acked = add_entries(port, 1, 20)
-        crash(cluster)
-        first = newest_journal(cluster)
+        acked, first = write_then_crash(cluster, 1, 20)
         cluster.start(0)
         assert_readable(port, acked)
-        acked.update(add_entries(port, 2, 20))
-        crash(cluster)
-        second = newest_journal(cluster)
+        more, second = write_then_crash(cluster, 2, 20)
+        acked.update(more)
         assert {first.parent, second.parent} == set(journal_dirs(cluster))  # both directories hold records
         cluster.start(0)
         assert_readable(port, acked)
@@ -99,9 +103,7 @@ def test_second_journal_directory_is_written_and_replayed(zk_root, tmp_path: Pat
 def test_torn_tail_is_truncated_and_bookie_starts(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     with two_journal_cluster(zk_root, tmp_path) as cluster:
         port = cluster.bookies[0].port
-        acked = add_entries(port, 1, 30)
-        crash(cluster)
-        path = newest_journal(cluster)
+        acked, path = write_then_crash(cluster, 1, 30)
         intact = path.stat().st_size
         with open(path, "ab") as fh:
             fh.write(encode_record(RecordType.FENCE, 0, 77)[:-4])
@@ -118,9 +120,7 @@ def test_torn_tail_is_truncated_and_bookie_starts(zk_root, tmp_path: Path) -> No
 def test_bad_crc_in_the_middle_stops_the_bookie_until_the_operator_accepts_the_loss(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     with two_journal_cluster(zk_root, tmp_path) as cluster:
         port = cluster.bookies[0].port
-        add_entries(port, 1, 30)
-        crash(cluster)
-        path = newest_journal(cluster)
+        _, path = write_then_crash(cluster, 1, 30)
         data = bytearray(path.read_bytes())
         middle = len(data) // 2
         data[middle] ^= 0xFF
@@ -140,9 +140,7 @@ def test_bad_crc_in_the_middle_stops_the_bookie_until_the_operator_accepts_the_l
 
 def test_bad_header_stops_the_bookie(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     with two_journal_cluster(zk_root, tmp_path) as cluster:
-        add_entries(cluster.bookies[0].port, 1, 5)
-        crash(cluster)
-        path = newest_journal(cluster)
+        _, path = write_then_crash(cluster, 1, 5)
         data = bytearray(path.read_bytes())
         data[0:4] = b"JUNK"
         path.write_bytes(bytes(data))

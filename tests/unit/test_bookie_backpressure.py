@@ -10,7 +10,7 @@ from bkspark.protocol import v2, v3
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bookie_server.bookie import Bookie
 from bookie_server.server import BookieServer
-from tests.unit.test_bookie_server import KEY, Conn, make_entry, with_bookie
+from tests.unit.test_bookie_server import DIGEST, KEY, Conn, make_entry, with_bookie
 
 
 def track_max(gate: object) -> list[int]:
@@ -134,4 +134,41 @@ async def test_permits_come_back_when_connections_close_or_requests_fail(bookie:
     assert (await c.v2(v2.encode_read_request(99, 0))).rc == v2.ENOLEDGER
     assert (await c.v2(v2.encode_read_request(1, 0))).rc == v2.EOK  # the one read slot is free again
     assert server.reads_gate.count == 0
+    c.close()
+
+
+@with_bookie(serverPartialFrameTimeoutMs=1000)
+async def test_partial_frame_timeout_counts_per_frame_not_per_stream(bookie: Bookie, server: BookieServer) -> None:
+    """A client streaming big frames (every chunk ending mid-frame) for longer than the timeout is not a slowloris;
+    one that leaves a frame unfinished is cut."""
+    c = await Conn.open(server.port)
+    frame = v2.encode_add_request(0, KEY, make_entry(1, 0, b"z" * 20_000))
+    stream = frame * 40
+    step = 15_000  # never a frame boundary at a chunk's end
+    for eid, offset in enumerate(range(0, len(stream), step)):
+        c.send(stream[offset : offset + step])
+        await c.writer.drain()
+        await asyncio.sleep(0.05)  # 2.7 s in all, well over the 1 s timeout
+    acks = [v2.decode_response(await c.body()) for _ in range(40)]
+    assert all(a.rc == v2.EOK for a in acks)
+    slow = await Conn.open(server.port)
+    slow.send(frame[:100])
+    assert await slow.closed_by_peer(timeout=5.0)
+    assert server.limit_log.hits.get("serverPartialFrameTimeoutMs") == 1
+    c.close()
+    slow.close()
+
+
+@with_bookie(maxAddsInProgressLimit=1)
+async def test_explicit_lac_writes_and_force_ledger_count_among_adds_in_progress(bookie: Bookie, server: BookieServer) -> None:
+    peak = track_max(server.adds_gate)
+    c = await Conn.open(server.port)
+    assert (await c.v3(v3.add_request(1, 1, 0, KEY, make_entry(1, 0, b"a")))).status == pb.EOK
+    lac_blob = DIGEST.package_lac(1, 0)
+    for txn in range(20):
+        c.send(v3.encode_request(v3.write_lac_request(100 + txn, 1, 0, KEY, lac_blob)))
+        c.send(v3.encode_request(v3.force_ledger_request(200 + txn, 1)))
+    answers = [v3.decode_response(await c.body()) for _ in range(40)]
+    assert all(a.status == pb.EOK for a in answers)
+    assert peak[0] == 1 and server.adds_gate.count == 0
     c.close()
