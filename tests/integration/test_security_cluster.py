@@ -203,6 +203,13 @@ def test_spark_read_write_secured_and_no_password_leaks(secured, tmp_path, caplo
         plan = out.getvalue()
         assert "bookkeeper" in plan.lower() or "BatchScan" in plan
         assert LEDGER_PASSWORD not in plan and SASL_PASSWORD not in plan
+        # Without ZooKeeper credentials (JAAS file gone): a clear error, not a hang.
+        no_creds = {k: v for k, v in opts.items() if not k.endswith(("login.config", "clientAuthProviderFactoryClass"))}
+        with pytest.raises(Exception, match="requires authentication"):
+            (
+                spark.read.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", "sec")
+                .option("password", LEDGER_PASSWORD).options(**no_creds).load().collect()
+            )
     finally:
         spark.stop()
     # No password in any log: the bookies' logs, this process's captured records.
