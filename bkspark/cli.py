@@ -67,13 +67,19 @@ def _register_auditor(subparsers: "argparse._SubParsersAction[argparse.ArgumentP
         "--zk-timeout", type=float, default=10.0, metavar="SECONDS",
         help="ZooKeeper session timeout: how long a crashed leader holds the leadership (default 10)",
     )
+    parser.add_argument(
+        "--client-conf", dest="client_conf", metavar="FILE",
+        help="client configuration (ZooKeeper credentials and zkEnableSecurity: docs/security.md)",
+    )
+    parser.add_argument("--conf", action="append", metavar="KEY=VALUE", help="one client setting (repeatable)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.set_defaults(handler=_run_auditor)
 
 
 def _run_auditor(args: argparse.Namespace) -> int:
     from bkspark.audit import Auditor
-    from bkspark.shell.common import metadata_service_uri
+    from bkspark.security.zk import ZkSecurity
+    from bkspark.shell.common import client_conf, metadata_service_uri
 
     uri = metadata_service_uri(args)
     # Log lines are the auditor's output: to stderr for as long as it runs (removed after, for embedders and tests).
@@ -94,6 +100,7 @@ def _run_auditor(args: argparse.Namespace) -> int:
             grace_period=args.grace_period,
             parent_grace_period=args.parent_grace_period,
             session_timeout=args.zk_timeout,
+            zk_security=ZkSecurity.from_conf(client_conf(args)),
         )
 
         def on_signal(signum: int, _frame: Any) -> None:

@@ -65,6 +65,9 @@ __all__ = [
     "InvalidTopologyError",
     "ClientClosedError",
     "LocalClusterError",
+    "SecurityError",
+    "TlsHandshakeError",
+    "AuthenticationError",
     "error_for_rc",
     "error_for_status",
     "rc_for_error",
@@ -347,14 +350,28 @@ class LocalClusterError(BKError, RuntimeError):
     code = -999
 
 
+class SecurityError(BKError):
+    """TLS or authentication is misconfigured, or the peer refused it (Java's SecurityException)."""
+
+    code = -24
+
+
+class TlsHandshakeError(SecurityError, BookieUnavailableError):
+    """The TLS upgrade with a bookie failed (untrusted certificate, no client certificate, START_TLS refused)."""
+
+    code, retriable = -24, False
+
+
+class AuthenticationError(SecurityError, BookieUnavailableError):
+    """A bookie refused our SASL credentials, or we refused its proof (Java's UnauthorizedAccessException)."""
+
+    code, retriable = -102, False
+
+
 class ClientClosedError(BKError):
     """The client was closed and can do no more work."""
 
     code, ends_writes, invalidates_client = -19, True, True
-
-
-class CorruptJournalError(BKError):
-    """A bookie journal holds a damaged record that is not a torn tail: replaying past it would lose data."""
 
 
 def is_retriable(error: BaseException) -> bool:
@@ -370,3 +387,7 @@ def ends_writes(error: BaseException) -> bool:
 def invalidates_client(error: BaseException) -> bool:
     """Whether a cached client should be dropped after ``error`` (its connections or session may be stale)."""
     return isinstance(error, BKError) and error.invalidates_client
+
+
+class CorruptJournalError(BKError):
+    """A bookie journal holds a damaged record that is not a torn tail: replaying past it would lose data."""

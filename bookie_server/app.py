@@ -24,8 +24,12 @@ import socket
 import time
 from typing import Any
 
-from bkspark.errors import CookieMismatchError
+from bkspark.confkeys import BOOKIE_KEYS, check_keys, check_unsupported
+from bkspark.errors import CookieMismatchError, InvalidOptionError
+from bkspark.placement.base import conf_bool
 from bkspark.protocol.cookie import Cookie
+from bkspark.security.secrets import read_password_file
+from bkspark.security.tls import lookup
 
 from bookie_server.bookie import Bookie
 from bookie_server.config import BookieConfig
@@ -33,6 +37,7 @@ from bookie_server.gc import GarbageCollector
 from bookie_server.http_admin import AdminHttpServer, json_body
 from bookie_server.metrics import BookieMetrics
 from bookie_server.registration import Registration, check_local_cookies, dir_is_empty, write_dir_cookie
+from bookie_server.security import BookieSecurity
 from bookie_server.server import BookieServer
 
 __all__ = ["BookieApp", "run"]
@@ -45,6 +50,10 @@ class BookieApp:
 
     def __init__(self, conf: BookieConfig) -> None:
         self.conf = conf
+        # Keys and TLS/SASL settings are checked before anything starts (docs/security.md).
+        check_keys(conf.extra, BOOKIE_KEYS, "bookie")
+        check_unsupported(conf.extra)
+        self.security = BookieSecurity.from_conf(conf.extra)
         self.metrics = BookieMetrics()
         self.bookie = Bookie(conf, metrics=self.metrics)
         self.server: BookieServer | None = None
@@ -77,12 +86,12 @@ class BookieApp:
         else:
             self._local_cookies()
         await self.bookie.start()
-        self.server = BookieServer(self.bookie, self.conf, self.metrics)
+        self.server = BookieServer(self.bookie, self.conf, self.metrics, self.security)
         assert self._sock is not None
         await self.server.start(self._sock)
         http_port = None
         if self.conf.httpServerEnabled:
-            self.http = AdminHttpServer(self.conf.httpServerHost, self.conf.httpServerPort)
+            self.http = AdminHttpServer(self.conf.httpServerHost, self.conf.httpServerPort, self._admin_token())
             self._routes(self.http)
             await self.http.start()
             http_port = self.http.port
@@ -187,8 +196,28 @@ class BookieApp:
         http.route("GET", "/api/v1/bookie/info", info)
         http.route("GET", "/api/v1/bookie/state", state)
         http.route("GET", "/api/v1/bookie/state/readonly", get_readonly)
-        http.route("PUT", "/api/v1/bookie/state/readonly", set_readonly)
-        http.route("PUT", "/api/v1/bookie/gc", gc)
+        http.route("PUT", "/api/v1/bookie/state/readonly", self._state_changing(set_readonly), state_changing=True)
+        http.route("PUT", "/api/v1/bookie/gc", self._state_changing(gc), state_changing=True)
+
+    def _admin_token(self) -> bytes | None:
+        """The token of ``httpAdminTokenPath`` (a file), needed by the state-changing routes when set."""
+        path = lookup(self.conf.extra, "httpAdminTokenPath")
+        if path is None:
+            return None
+        token = read_password_file(str(path)).reveal_bytes()
+        if not token:
+            raise InvalidOptionError("httpAdminTokenPath names an empty file", path=str(path))
+        return token
+
+    def _state_changing(self, handler: Any) -> Any:
+        """The route itself, or a 403 when ``httpAdminWriteEnabled=false`` (docs/security.md)."""
+        if conf_bool(self.conf.extra, "httpAdminWriteEnabled", True):
+            return handler
+
+        async def refused(_body: bytes) -> tuple[int, str, bytes]:
+            return 403, "text/plain", b"state-changing admin routes are disabled (httpAdminWriteEnabled=false)\n"
+
+        return refused
 
     # -- stop ---------------------------------------------------------------------------
     async def stop(self) -> None:

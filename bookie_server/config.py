@@ -1,8 +1,10 @@
 """Bookie configuration, read from a BookKeeper-style ``bk_server.conf``.
 
 Key names are Apache BookKeeper's own (``bookiePort``, ``journalDirectories``,
-``metadataServiceUri`` ...) so an operator can reuse what they know; keys we
-do not use are kept in :attr:`BookieConfig.extra` and ignored.  The file format
+``metadataServiceUri`` ...) so an operator can reuse what they know; other keys
+are kept in :attr:`BookieConfig.extra`, where the TLS, SASL and ZooKeeper security
+settings are read, and any key nobody reads is warned about at start
+(:mod:`bkspark.confkeys`).  The file format
 is the Java ``PropertiesConfiguration`` subset bookie configs use: ``key=value``
 (or ``key: value``) lines, ``#``/``!`` comments, comma-separated lists.
 """

@@ -20,6 +20,7 @@ beyond), 404 for an unknown path, 405 for a known path with another method,
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -47,21 +48,27 @@ class AdminHttpServer:
     Runs on the event loop that calls :meth:`start` (the bookie's).
     """
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, write_token: bytes | None = None) -> None:
         self.host = host
         self.port = port
         self.routes: dict[tuple[str, str], Route] = {}
+        #: Routes that change the bookie's state: with a token, they need ``Authorization: Bearer <token>``.
+        self.state_changing: set[tuple[str, str]] = set()
+        self._write_token = write_token
         self._runner: web.AppRunner | None = None
 
-    def route(self, method: str, path: str, handler: Route) -> None:
+    def route(self, method: str, path: str, handler: Route, *, state_changing: bool = False) -> None:
         """Register a handler (before :meth:`start`)."""
         self.routes[(method, path)] = handler
+        if state_changing:
+            self.state_changing.add((method, path))
 
     async def start(self) -> None:
         """Listen (port 0 picks a free one)."""
         app = web.Application(client_max_size=MAX_BODY, middlewares=[_close_after_answer])
         for (method, path), handler in self.routes.items():
-            app.router.add_route(method, path, _adapt(handler))
+            token = self._write_token if (method, path) in self.state_changing else None
+            app.router.add_route(method, path, _adapt(handler, token))
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
@@ -76,10 +83,15 @@ class AdminHttpServer:
             self._runner = None
 
 
-def _adapt(handler: Route) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """An aiohttp handler around one of ours: body in, ``(status, type, body)`` out."""
+def _adapt(handler: Route, token: bytes | None = None) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """An aiohttp handler around one of ours: body in, ``(status, type, body)`` out; with ``token``, a request
+    without ``Authorization: Bearer <token>`` gets 401 (docs/security.md)."""
 
     async def serve(request: web.Request) -> web.StreamResponse:
+        if token is not None:
+            given = request.headers.get("Authorization", "").encode("utf-8", "replace")
+            if not hmac.compare_digest(given, b"Bearer " + token):
+                return web.Response(status=401, text="this route needs Authorization: Bearer <httpAdminTokenPath's token>\n")
         payload = await request.read()
         try:
             status, content_type, body = await handler(payload)

@@ -31,16 +31,19 @@ import time
 from pathlib import Path
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import AuthFailedError, NodeExistsError, NoAuthError, NoNodeError, SessionClosedRequireSaslError
 from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 
 from bkspark.errors import BadMetadataError, CookieMismatchError, InvalidOptionError, MetadataError
+from bkspark.metadata.retry import zk_error
 from bkspark.protocol import service_info as si
 from bkspark.protocol import zk_paths
 from bkspark.protocol.bookie_id import BookieId
 from bkspark.protocol.cookie import VERSION_FILENAME, Cookie
 from bkspark.protocol.layout import LedgerLayout, parse_metadata_service_uri
+from bkspark.security.tls import tls_enabled
+from bkspark.security.zk import ZkSecurity
 
 from bookie_server.config import BookieConfig
 
@@ -144,6 +147,7 @@ class Registration:
             hosts=uri.connect_string,
             timeout=max(conf.zkTimeout, 1000) / 1000.0,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=5),
+            **ZkSecurity.from_conf(conf.extra).kazoo_kwargs(),  # credentials and ACLs: docs/security.md
         )
         self._lock = threading.RLock()
         self._registered = False
@@ -156,8 +160,12 @@ class Registration:
     def start(self, timeout: float = 30.0) -> None:
         """Connect and check that the cluster is initialised."""
         self.zk.add_listener(self._on_state)
-        self.zk.start(timeout=timeout)
-        if not self.zk.exists(zk_paths.instance_id_path(self.root)):
+        try:
+            self.zk.start(timeout=timeout)
+            initialised = self.zk.exists(zk_paths.instance_id_path(self.root))
+        except (AuthFailedError, NoAuthError, SessionClosedRequireSaslError) as exc:
+            raise zk_error(exc, uri=self.conf.metadataServiceUri) from None
+        if not initialised:
             raise MetadataError(
                 f"BookKeeper cluster not initialised at {self.root} (no INSTANCEID): "
                 "run `bkspark shell --metadata-service-uri URI initnewcluster` first"
@@ -256,7 +264,9 @@ class Registration:
     def service_info(self, port: int, http_port: int | None) -> bytes:
         """Our BookieServiceInfo: bookie-rpc endpoint, http endpoint, extension property."""
         host = self.conf.advertised_host()
-        endpoints = [si.Endpoint("bookie", host, port, si.BOOKIE_RPC)]
+        # BookieService.publishInfo: extension "tls" when a TLS provider factory is configured.
+        tls = ("tls",) if tls_enabled(self.conf.extra) else ()
+        endpoints = [si.Endpoint("bookie", host, port, si.BOOKIE_RPC, (), tls)]
         if http_port is not None:
             endpoints.append(si.Endpoint("httpserver", host, http_port, si.HTTP))
         info = si.BookieServiceInfo(tuple(endpoints), {EXTENSIONS_PROPERTY: EXTENSIONS})

@@ -54,6 +54,7 @@ from bookie_server.bookie import Bookie
 from bookie_server.config import BookieConfig
 from bookie_server.limits import InFlightGate, LimitLog
 from bookie_server.metrics import BookieMetrics
+from bookie_server.security import BookieSecurity, ConnectionSecurity
 
 __all__ = ["BookieServer"]
 
@@ -80,10 +81,14 @@ _GATE_KEYS = {
 class BookieServer:
     """Accepts connections and serves them with one :class:`Bookie`."""
 
-    def __init__(self, bookie: Bookie, conf: BookieConfig, metrics: BookieMetrics) -> None:
+    def __init__(
+        self, bookie: Bookie, conf: BookieConfig, metrics: BookieMetrics, security: BookieSecurity | None = None
+    ) -> None:
         self.bookie = bookie
         self.conf = conf
         self.metrics = metrics
+        #: TLS and SASL (docs/security.md); from the configuration when not given.
+        self.security = security if security is not None else BookieSecurity.from_conf(conf.extra)
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_Connection] = set()
         self.port = conf.bookiePort
@@ -165,6 +170,9 @@ class _Connection(asyncio.Protocol):
         self._permits_held = 0
         self.last_activity = time.monotonic()
         self.partial_since: float | None = None
+        security = server.security
+        #: TLS and SASL state (bookie_server/security.py); None when the bookie has neither.
+        self.sec = ConnectionSecurity(security) if security.tls is not None or security.sasl is not None else None
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -209,6 +217,9 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
+        if self.sec is not None and self.sec.upgrading:
+            self.sec.held_data.append(bytes(data))  # decrypted bytes that beat the end of start_tls
+            return
         try:
             bodies = self.splitter.feed(data)
         except FrameTooLargeError as exc:
@@ -226,7 +237,10 @@ class _Connection(asyncio.Protocol):
     def _drain(self) -> None:
         """Dispatch backlogged requests until one must wait; pause reading while any waits."""
         backlog = self._backlog
+        sec = self.sec
         while backlog and not (self.closed or self._write_blocked or self._parked):
+            if sec is not None and sec.upgrading:
+                return  # the TLS upgrade resumes dispatching when it is done
             request = backlog[0]
             try:
                 if type(request) is memoryview:
@@ -234,6 +248,11 @@ class _Connection(asyncio.Protocol):
                     # MalformedFrameError / UnknownOpcodeError close the connection, as in Java.
                     v3_request = self.detector.parse(request)
                     request = v2.decode_request(request) if v3_request is None else v3_request
+                if sec is not None and sec.intercepts(request):
+                    backlog.popleft()  # START_TLS, or anything before authentication (no permit needed)
+                    if sec.handle(self, request):
+                        return
+                    continue
                 if not self._admit(request):
                     backlog[0] = request  # parsed once: it waits as a request
                     break

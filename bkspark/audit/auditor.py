@@ -39,6 +39,7 @@ from bkspark.audit.records import (
 from bkspark.audit.scan import AuditResult, Progress, reconcile, scan
 from bkspark.errors import BadMetadataError, BKError, IllegalOpError
 from bkspark.metadata.store import ZkMetadataStore
+from bkspark.security.zk import ZkSecurity
 
 __all__ = ["Auditor"]
 
@@ -67,6 +68,7 @@ class Auditor:
         grace_period: float = AuditConfig.grace_period,
         parent_grace_period: float = AuditConfig.parent_grace_period,
         session_timeout: float = 10.0,
+        zk_security: ZkSecurity | None = None,
     ) -> None:
         self.defaults = AuditConfig(
             audit_period=audit_period, grace_period=grace_period, parent_grace_period=parent_grace_period
@@ -75,7 +77,7 @@ class Auditor:
         if not isinstance(self.identifier, str) or not self.identifier or len(self.identifier) > 256:
             raise IllegalOpError("auditor identifier must be a non-empty string of at most 256 characters")
         self.store = ZkMetadataStore(
-            metadata_service_uri, zk=zk, session_timeout=session_timeout, create_layout=False
+            metadata_service_uri, zk=zk, session_timeout=session_timeout, create_layout=False, zk_security=zk_security
         )
         self.zk = self.store.zk
         self.root = self.store.root

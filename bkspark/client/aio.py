@@ -56,6 +56,8 @@ from bkspark.protocol.ledger_name import LedgerRef
 from bkspark.protocol.service_info import SCOPE_IDS_EXTENSION
 from bkspark.protocol.values import INT64_MAX, check_int
 from bkspark.retry import METADATA_CAS_RETRY
+from bkspark.security.auth import ClientSecurity
+from bkspark.security.zk import ZkSecurity
 
 __all__ = ["AsyncBookKeeper", "AsyncLedgerHandle", "AsyncReadHandle", "HandleIdentity", "check_payload", "check_password"]
 
@@ -120,6 +122,9 @@ class AsyncBookKeeper:
         if conf is not None and not isinstance(conf, Mapping):
             raise TypeError(f"conf must be a mapping, not {type(conf).__name__}")
         self.conf = ClientConf.from_mapping(conf, **kwargs)
+        # TLS, SASL and ZooKeeper settings are checked before anything connects (docs/security.md).
+        self.security = ClientSecurity.from_conf(self.conf.extra)
+        self.zk_security = ZkSecurity.from_conf(self.conf.extra)
         self.metadata_service_uri = metadata_service_uri
         self.closed = False
         self._started = False
@@ -170,6 +175,7 @@ class AsyncBookKeeper:
                 max_frame_size=self.conf.nettyMaxFrameSizeBytes,
                 connect_timeout=self.conf.connectTimeoutMillis / 1000.0,
                 executor=self.zk_executor,
+                security=self.security,
             )
             self.registry.add_address_listener(lambda bookie_id: loop.call_soon_threadsafe(self.pool.drop, bookie_id))
             ops = BookieOps(
@@ -196,6 +202,7 @@ class AsyncBookKeeper:
             session_timeout=self.conf.zkTimeout,
             metadata_format_version=self.conf.ledgerMetadataVersion,
             store_ctime=self.conf.storeSystemTimeAsLedgerCreationTime,
+            zk_security=self.zk_security,
         )
         try:
             registry = BookieRegistry(

@@ -3,8 +3,9 @@
 ``ClientConf.from_mapping`` accepts Java keys (``addEntryTimeoutSec``) in any
 case (Spark lower-cases option keys), their snake_case spellings
 (``add_entry_timeout_sec``) and a few Pythonic aliases (``batch_read_enabled``),
-so a Spark option map and a BookKeeper ``client.conf`` both work.  Unknown keys are kept in ``extra`` and handed to
-the placement policy, which reads its own (``minNumRacksPerWriteQuorum``...).
+so a Spark option map and a BookKeeper ``client.conf`` both work.  Other keys are kept in ``extra`` and handed to
+the placement policy and the security settings, which read their own (``minNumRacksPerWriteQuorum``,
+``tlsTrustStore``...); a key none of them knows is warned about (:mod:`bkspark.confkeys`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from bkspark.confkeys import CLIENT_KEYS, check_keys, check_unsupported
 from bkspark.errors import InvalidOptionError
 from bkspark.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from bkspark.protocol.values import parse_bool
@@ -86,6 +88,9 @@ class ClientConf:
         if any(k.lower() in ("zktimeoutms", "zk_timeout_ms") for k in merged):
             out.zkTimeout = float(out.zkTimeout) / 1000.0
         out._validate()
+        # Nothing silently ignored: unknown keys warned about, unsupported values refused (docs/security.md).
+        check_keys(out.extra, CLIENT_KEYS, "client")
+        check_unsupported(out.extra)
         return out
 
     @staticmethod

@@ -91,6 +91,11 @@ class BookieConnection(asyncio.Protocol):
         self.connected = self._loop.create_future()
         #: Set when a batch read was outstanding when the bookie hung up (pre-4.17 bookie).
         self.lost_during_batch_read = False
+        #: Frames of the security handshake (bkspark/client/secure.py); None once it is over.
+        self._hs_inbox: deque[bytes] | None = None
+        self._hs_waiter: asyncio.Future[bytes] | None = None
+        #: True once the connection runs inside TLS.
+        self.tls = False
 
     # -- asyncio.Protocol -----------------------------------------------------------
 
@@ -104,6 +109,9 @@ class BookieConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             bodies = self._splitter.feed(data)
+            if self._hs_inbox is not None:
+                self._handshake_frames(bodies)
+                return
             if self.version == V2:
                 for body in bodies:
                     self._dispatch_v2(v2.decode_response(body))
@@ -126,9 +134,49 @@ class BookieConnection(asyncio.Protocol):
             self.lost_during_batch_read = True
         if not self.connected.done():
             self.connected.set_exception(error)
+        if self._hs_waiter is not None and not self._hs_waiter.done():
+            self._hs_waiter.set_exception(error)
         self._fail_all(error)
         if self._on_lost is not None:
             self._on_lost(self, exc)
+
+    # -- security handshake (START_TLS, AUTH): bkspark/client/secure.py drives it ----------
+
+    def send_raw(self, frame: bytes) -> None:
+        """Write a handshake frame now; its answer comes from :meth:`next_handshake_frame`."""
+        if self._hs_inbox is None:
+            self._hs_inbox = deque()
+        if self.closed or self.transport is None:
+            raise self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id)
+        self.transport.write(frame)
+
+    def _handshake_frames(self, bodies: list[memoryview]) -> None:
+        assert self._hs_inbox is not None
+        self._hs_inbox.extend(bytes(b) for b in bodies)
+        if self._hs_inbox and self._hs_waiter is not None and not self._hs_waiter.done():
+            self._hs_waiter.set_result(self._hs_inbox.popleft())
+
+    async def next_handshake_frame(self) -> bytes:
+        """The next frame body the bookie sent during the handshake."""
+        if self._hs_inbox:
+            return self._hs_inbox.popleft()
+        if self.closed:
+            raise self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id)
+        self._hs_waiter = self._loop.create_future()
+        return await self._hs_waiter
+
+    async def upgrade_tls(self, loop: asyncio.AbstractEventLoop, ctx: Any, host: str, timeout: float) -> None:
+        """Run the TLS handshake on this TCP connection (after the bookie's START_TLS EOK)."""
+        assert self.transport is not None
+        self.transport = await loop.start_tls(
+            self.transport, self, ctx, server_hostname=host, ssl_handshake_timeout=timeout
+        )
+        self.tls = True
+
+    def end_handshake(self) -> None:
+        """Back to normal dispatch (no frame may be left over: the bookie sends nothing unasked)."""
+        self._hs_inbox = None
+        self._hs_waiter = None
 
     # -- sending ------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ import time
 from typing import Protocol
 
 from bkspark.client.connection import V2, V3, BookieConnection
+from bkspark.client.secure import secure_connection
+from bkspark.security.auth import ClientSecurity
 from bkspark.errors import BookieUnavailableError, ClientClosedError
 
 __all__ = ["AddressResolver", "BookiePool"]
@@ -49,10 +51,13 @@ class BookiePool:
         max_frame_size: int,
         connect_timeout: float = 10.0,
         executor: concurrent.futures.Executor | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.resolver = resolver
         #: Where the (blocking, ZooKeeper-backed) address resolution runs; None: the loop's default.
         self.executor = executor
+        #: START_TLS and SASL before a connection is used (docs/security.md); None: plain connections.
+        self.security = security if security is not None and security.enabled else None
         self.max_frame_size = max_frame_size
         self.connect_timeout = connect_timeout
         self._conns: dict[tuple[str, str], BookieConnection] = {}
@@ -110,6 +115,12 @@ class BookiePool:
             raise BookieUnavailableError(
                 "cannot connect to bookie", bookie_id=bookie_id, address=f"{host}:{port}", error=str(exc) or type(exc).__name__
             ) from None
+        if self.security is not None:
+            try:
+                await secure_connection(conn, self.security, host, self.connect_timeout)
+            except BookieUnavailableError:
+                self.note_failure(bookie_id)
+                raise
         if self._closed:
             conn.close()
             raise ClientClosedError("client is closed")

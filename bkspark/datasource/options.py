@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from bkspark.errors import InvalidOptionError
+from bkspark.security.secrets import MASK, secret_from
 
 __all__ = [
     "ReadOptions",
@@ -34,11 +35,11 @@ _INT64_MIN = -(1 << 63)  # scope ids are signed 64-bit (a Java long), as in the 
 _READ_KEYS = {
     "metadataserviceuri", "ledgers", "scopeid", "dataset", "startentry", "endentry",
     "includeopenledgers", "maxentriesperpartition", "batchreadenabled", "batchmaxcount",
-    "batchmaxsize", "digesttype", "password", "failondataloss", "path",
+    "batchmaxsize", "digesttype", "password", "passwordfile", "passwordenv", "failondataloss", "path",
 }
 _WRITE_KEYS = {
     "metadataserviceuri", "dataset", "scopeid", "ensemblesize", "writequorumsize",
-    "ackquorumsize", "digesttype", "password", "path", "applicationid",
+    "ackquorumsize", "digesttype", "password", "passwordfile", "passwordenv", "path", "applicationid",
 }
 
 
@@ -106,10 +107,26 @@ def _client_conf(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k[len(_CLIENT_PREFIX):], v) for k, v in opts.items() if k.startswith(_CLIENT_PREFIX)))
 
 
+def _password(opts: Mapping[str, str]) -> bytes:
+    """The ledger password: ``password``, ``passwordFile`` (a file's contents) or ``passwordEnv`` (a variable's
+    value), resolved on the driver; the options' ``repr`` never shows it (docs/security.md)."""
+    try:
+        secret = secret_from(
+            value=opts.get("password"), file=opts.get("passwordfile"), env=opts.get("passwordenv"), what="the ledger password"
+        )
+    except InvalidOptionError as exc:
+        raise InvalidOptionError(f"[BOOKKEEPER_INVALID_OPTION] {exc} (options password, passwordFile, passwordEnv)") from None
+    return b"" if secret is None else secret.reveal_bytes()
+
+
+def _looks_secret(key: str) -> bool:
+    return any(word in key.lower() for word in ("pass", "pasw", "pwd", "secret", "token", "credential"))
+
+
 def _check_unknown(opts: Mapping[str, str], known: set[str], kind: str) -> None:
     for key in opts:
         if key not in known and not key.startswith(_CLIENT_PREFIX):
-            raise _bad(key, opts[key], f"not a {kind} option of the bookkeeper data source (see docs/connector.md); "
+            raise _bad(key, MASK if _looks_secret(key) else opts[key], f"not a {kind} option of the bookkeeper data source (see docs/connector.md); "
                        "client settings go in 'bookkeeper.<key>'")
 
 
@@ -170,7 +187,7 @@ class ReadOptions:
     batch_max_count: int = 1000
     batch_max_size: int = 4 * 1024 * 1024
     digest_type: str | None = None
-    password: bytes = b""
+    password: bytes = field(default=b"", repr=False)
     fail_on_data_loss: bool = True
     client_conf: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
@@ -186,7 +203,7 @@ class WriteOptions:
     write_quorum_size: int = 2
     ack_quorum_size: int = 2
     digest_type: str = "CRC32C"
-    password: bytes = b""
+    password: bytes = field(default=b"", repr=False)
     client_conf: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     #: Spark's application id, for the BP-44 ``createdBy`` of the ledgers (Spark does not hand it to data sources).
     application_id: str | None = None
@@ -226,7 +243,7 @@ def parse_read_options(options: Mapping[str, str | None]) -> ReadOptions:
         batch_max_count=_int(opts, "batchMaxCount", 1000, minimum=1, maximum=(1 << 31) - 1),
         batch_max_size=_int(opts, "batchMaxSize", 4 * 1024 * 1024, minimum=1024),
         digest_type=_digest(opts, None),
-        password=(opts.get("password") or "").encode("utf-8"),
+        password=_password(opts),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         client_conf=_client_conf(opts),
     )
@@ -254,7 +271,7 @@ def parse_write_options(options: Mapping[str, str | None]) -> WriteOptions:
         write_quorum_size=write_quorum,
         ack_quorum_size=ack_quorum,
         digest_type=_digest(opts, "CRC32C") or "CRC32C",
-        password=(opts.get("password") or "").encode("utf-8"),
+        password=_password(opts),
         client_conf=_client_conf(opts),
         application_id=_application_id(opts),
     )

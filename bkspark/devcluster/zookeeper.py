@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,8 +77,13 @@ class ZooKeeperServer:
         tick_time_ms: int = 500,
         *,
         die_with_parent: bool = True,
+        extra_config: Sequence[str] = (),
+        jvm_args: Sequence[str] = (),
     ) -> None:
         self.base_dir = Path(base_dir)
+        #: More zoo.cfg lines and JVM options (e.g. SASL authentication required: docs/security.md).
+        self.extra_config = list(extra_config)
+        self.jvm_args = list(jvm_args)
         self.port = port if port is not None else free_port()
         self.tick_time_ms = tick_time_ms
         self.data_dir = self.base_dir / "data"
@@ -112,6 +118,7 @@ class ZooKeeperServer:
             "4lw.commands.whitelist=*",
             "forceSync=no",
             "autopurge.purgeInterval=0",
+            *self.extra_config,
         ]
         self.config_path.write_text("\n".join(lines) + "\n")
         return self.config_path
@@ -128,6 +135,7 @@ class ZooKeeperServer:
             "-Dzookeeper.4lw.commands.whitelist=*",
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            *self.jvm_args,
             "-cp",
             os.pathsep.join(zookeeper_classpath()),
             "org.apache.zookeeper.server.ZooKeeperServerMain",

@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar
 
 from kazoo.exceptions import (
+    AuthFailedError,
     ConnectionLoss,
+    NoAuthError,
     OperationTimeoutError,
     SessionExpiredError,
     ZookeeperError,
@@ -23,12 +25,25 @@ from kazoo.retry import KazooRetry, RetryFailedError
 from bkspark import retry as bk_retry
 from bkspark.errors import MetadataError
 
-__all__ = ["RetryPolicy", "TRANSIENT_ZK_ERRORS"]
+__all__ = ["RetryPolicy", "TRANSIENT_ZK_ERRORS", "zk_error"]
 
 T = TypeVar("T")
 
 #: ZooKeeper errors after which the request may or may not have been applied.
 TRANSIENT_ZK_ERRORS: tuple[type[BaseException], ...] = (ConnectionLoss, OperationTimeoutError)
+
+
+def zk_error(exc: BaseException, **context: object) -> MetadataError:
+    """A :class:`MetadataError` for a ZooKeeper error; authentication failures say what to do (docs/security.md)."""
+    name = type(exc).__name__
+    if isinstance(exc, (AuthFailedError, NoAuthError)) or "RequireSasl" in name:
+        return MetadataError(
+            f"ZooKeeper error: {name}: ZooKeeper requires authentication or refused these credentials "
+            "(give them with a JAAS 'Client' section or zkDigestAuthPath; znodes created with "
+            "zkEnableSecurity=true belong to their creator: docs/security.md)",
+            **context,
+        )
+    return MetadataError(f"ZooKeeper error: {name}", **context)
 
 
 class RetryPolicy:
@@ -61,5 +76,5 @@ class RetryPolicy:
             raise MetadataError("ZooKeeper session expired") from exc
 
     def wrap_error(self, exc: ZookeeperError, **context: object) -> MetadataError:
-        """A :class:`MetadataError` for a ZooKeeper error no retry can fix."""
-        return MetadataError(f"ZooKeeper error: {type(exc).__name__}", **context)
+        """A :class:`MetadataError` for a ZooKeeper error no retry can fix (see :func:`zk_error`)."""
+        return zk_error(exc, **context)

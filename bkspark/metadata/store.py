@@ -49,6 +49,7 @@ from bkspark.protocol import layout as layout_codec
 from bkspark.protocol import ledger_metadata as md_codec
 from bkspark.protocol import zk_paths
 from bkspark.protocol.ledger_metadata import LedgerMetadata
+from bkspark.security.zk import ZkSecurity
 
 __all__ = ["Versioned", "ZkMetadataStore", "LEDGER_ID_MAX_SHORT"]
 
@@ -86,6 +87,7 @@ class ZkMetadataStore:
         metadata_format_version: int = 3,
         store_ctime: bool = False,
         create_layout: bool = True,
+        zk_security: ZkSecurity | None = None,
     ) -> None:
         self.uri = layout_codec.parse_metadata_service_uri(metadata_service_uri)
         self.root = zk_paths.check_root(self.uri.root)
@@ -93,13 +95,25 @@ class ZkMetadataStore:
         self.metadata_format_version = metadata_format_version
         self.store_ctime = store_ctime
         self._owns_zk = zk is None
-        self.zk = zk or KazooClient(hosts=self.uri.connect_string, timeout=session_timeout)
+        # Credentials and ACLs (zkEnableSecurity): docs/security.md.
+        security = zk_security.kazoo_kwargs() if zk_security is not None else {}
+        self.zk = zk or KazooClient(hosts=self.uri.connect_string, timeout=session_timeout, **security)
         if self._owns_zk:
             try:
                 self.zk.start(timeout=session_timeout)
             except Exception as exc:  # kazoo raises a bare timeout_exception
                 self.zk.close()
-                raise MetadataError("cannot connect to ZooKeeper", hosts=self.uri.connect_string) from exc
+                hint = (
+                    " (were the ZooKeeper credentials refused? see docs/security.md)"
+                    if zk_security is not None and zk_security.authenticated
+                    else " (if ZooKeeper requires authentication, give credentials: zkDigestAuthPath or a JAAS "
+                    "'Client' section, see docs/security.md)"
+                )
+                raise MetadataError(
+                    "cannot connect to ZooKeeper" + hint,
+                    hosts=self.uri.connect_string,
+                    error=f"{type(exc).__name__}: {exc}",
+                ) from exc
         self.scheme = self._load_layout(create_layout)
         self._idgen_long: bool | None = None
         self._lock = threading.Lock()

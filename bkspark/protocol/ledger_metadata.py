@@ -127,7 +127,7 @@ class LedgerMetadata:
     last_entry_id: int = INVALID_ENTRY_ID
     length: int = 0
     digest_type: DigestType | None = DigestType.CRC32C
-    password: bytes | None = b""
+    password: bytes | None = field(default=b"", repr=False)  # never printed (docs/security.md)
     ensembles: Mapping[int, tuple[str, ...]] = field(default_factory=dict, hash=False)
     ctime: int = -1
     custom_metadata: Mapping[str, bytes] = field(default_factory=dict, hash=False)

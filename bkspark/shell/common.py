@@ -22,6 +22,7 @@ from bkspark.errors import InvalidOptionError
 from bkspark.properties import parse_properties
 from bkspark.protocol.layout import MetadataServiceUri, parse_metadata_service_uri
 from bkspark.protocol.ledger_name import parse_qualified_name, qualified_name
+from bkspark.security.zk import ZkSecurity
 
 if TYPE_CHECKING:
     from bkspark.metadata.store import ZkMetadataStore
@@ -221,7 +222,10 @@ def open_store(args: argparse.Namespace) -> Iterator[ZkMetadataStore]:
     from bkspark.metadata.store import ZkMetadataStore  # kazoo and the metadata layer: only when a command runs
 
     store = ZkMetadataStore(
-        metadata_service_uri(args), session_timeout=float(getattr(args, "zk_timeout", 10.0)), create_layout=False
+        metadata_service_uri(args),
+        session_timeout=float(getattr(args, "zk_timeout", 10.0)),
+        create_layout=False,
+        zk_security=ZkSecurity.from_conf(client_conf(args)),
     )
     try:
         yield store

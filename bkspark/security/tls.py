@@ -1,0 +1,290 @@
+"""TLS settings and ``ssl.SSLContext``s built from BookKeeper's own configuration keys.
+
+What Apache BookKeeper's ``TLSContextFactory`` does, and so what we do
+(docs/security.md):
+
+* TLS is on when ``tlsProviderFactoryClass`` names ``org.apache.bookkeeper.tls.TLSContextFactory``;
+  ``tlsProvider`` (``JDK`` or ``OpenSSL``) only picks Java's engine: both mean Python's ``ssl`` here.
+* Client: always verifies the bookie's chain against ``tlsTrustStore``; checks the name only with
+  ``tlsHostnameVerificationEnabled=true`` (default false); presents ``tlsCertificatePath`` +
+  ``tlsKeyStore`` only with ``tlsClientAuthentication=true``.  The deprecated ``clientKeyStore*`` /
+  ``clientTrustStore*`` keys win over ``tlsKeyStore*`` / ``tlsTrustStore*`` on a client.
+* Bookie: presents ``tlsCertificatePath`` + ``tlsKeyStore``; with ``tlsClientAuthentication=true``
+  requires a client certificate signed by ``tlsTrustStore``.
+* Key and trust stores: ``PEM`` (the private key in PKCS#8, optionally encrypted with the password in
+  ``tlsKeyStorePasswordPath``).  ``JKS``/``PKCS12`` cannot be read by Python's ``ssl``: an error at start.
+* ``tlsCertFilesRefreshDurationSeconds`` > 0: the files are checked for changes at most that often and
+  the context is rebuilt when one changed (certificate rotation without a restart).
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bkspark.errors import InvalidOptionError, SecurityError
+from bkspark.security.secrets import Secret, read_password_file
+
+__all__ = ["TLS_FACTORY_CLASS", "TlsSettings", "TlsContextProvider", "TLS_KEYS", "lookup", "tls_enabled"]
+
+TLS_FACTORY_CLASS = "org.apache.bookkeeper.tls.TLSContextFactory"
+_PROVIDERS = ("JDK", "OPENSSL")
+_STORE_TYPES = ("PEM", "JKS", "PKCS12")
+_PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+
+#: Every TLS key we read (BookKeeper's names); used by the configuration-key registry.
+TLS_KEYS: tuple[str, ...] = (
+    "tlsProviderFactoryClass",
+    "tlsProvider",
+    "tlsKeyStoreType",
+    "tlsKeyStore",
+    "tlsKeyStorePasswordPath",
+    "tlsCertificatePath",
+    "tlsTrustStoreType",
+    "tlsTrustStore",
+    "tlsTrustStorePasswordPath",
+    "tlsClientAuthentication",
+    "tlsHostnameVerificationEnabled",
+    "tlsEnabledProtocols",
+    "tlsEnabledCipherSuites",
+    "tlsCertFilesRefreshDurationSeconds",
+    "clientKeyStoreType",
+    "clientKeyStore",
+    "clientKeyStorePasswordPath",
+    "clientTrustStoreType",
+    "clientTrustStore",
+    "clientTrustStorePasswordPath",
+    "startTLSTimeoutSecs",
+)
+
+
+def lookup(conf: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """``conf[key]`` whatever the case (Spark lower-cases option keys); ``default`` when absent or empty."""
+    if key in conf and conf[key] not in (None, ""):
+        return conf[key]
+    low = key.lower()
+    for k, v in conf.items():
+        if str(k).lower() == low and v not in (None, ""):
+            return v
+    return default
+
+
+def tls_enabled(conf: Mapping[str, Any]) -> bool:
+    """Whether the configuration names a TLS provider factory (what Java tests to turn TLS on)."""
+    return lookup(conf, "tlsProviderFactoryClass") is not None
+
+
+def _flag(conf: Mapping[str, Any], key: str, default: bool) -> bool:
+    raw = lookup(conf, key)
+    if raw is None:
+        return default
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off"):
+        return False
+    raise InvalidOptionError("not a boolean", key=key, value=raw)
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """The TLS part of a client or bookie configuration (file paths only: no secret is held here)."""
+
+    server_side: bool
+    trust_store: str | None = None
+    trust_store_password_path: str | None = None
+    certificate_path: str | None = None
+    key_store: str | None = None
+    key_store_password_path: str | None = None
+    client_authentication: bool = False
+    hostname_verification: bool = False
+    protocols: tuple[str, ...] = ()
+    refresh_seconds: float = 0.0
+    start_tls_timeout: float = 10.0
+    provider: str = "JDK"
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any], *, server_side: bool) -> "TlsSettings | None":
+        """The settings when ``tlsProviderFactoryClass`` is set, else None; an error for what we cannot honour."""
+        factory = lookup(conf, "tlsProviderFactoryClass")
+        if factory is None:
+            return None
+        factory = str(factory).strip()
+        if factory != TLS_FACTORY_CLASS:
+            raise InvalidOptionError(
+                f"unsupported TLS provider factory: only {TLS_FACTORY_CLASS} is implemented by bkspark",
+                key="tlsProviderFactoryClass",
+                value=factory,
+            )
+        provider = str(lookup(conf, "tlsProvider", "OpenSSL")).strip().upper()
+        if provider not in _PROVIDERS:
+            raise InvalidOptionError("tlsProvider must be JDK or OpenSSL", key="tlsProvider", value=provider)
+
+        def pick(client_key: str, key: str) -> Any:
+            # ClientConfiguration: the deprecated client* key first, then the tls* key.
+            return (None if server_side else lookup(conf, client_key)) or lookup(conf, key)
+
+        for client_key, key in (("clientKeyStoreType", "tlsKeyStoreType"), ("clientTrustStoreType", "tlsTrustStoreType")):
+            store_type = str(pick(client_key, key) or "JKS").strip().upper()
+            if store_type not in _STORE_TYPES:
+                raise InvalidOptionError("unknown key store type", key=key, value=store_type)
+        key_type = str(pick("clientKeyStoreType", "tlsKeyStoreType") or "JKS").strip().upper()
+        trust_type = str(pick("clientTrustStoreType", "tlsTrustStoreType") or "JKS").strip().upper()
+        client_auth = _flag(conf, "tlsClientAuthentication", False)
+        needs_key = server_side or client_auth
+        needs_trust = not server_side or client_auth
+        if needs_key and key_type != "PEM":
+            raise InvalidOptionError(
+                "only PEM key stores can be read by bkspark (Python's ssl has no JKS/PKCS12 reader): "
+                "convert it with keytool/openssl and set tlsKeyStoreType=PEM",
+                key="tlsKeyStoreType",
+                value=key_type,
+            )
+        if needs_trust and trust_type != "PEM":
+            raise InvalidOptionError(
+                "only PEM trust stores can be read by bkspark: set tlsTrustStoreType=PEM",
+                key="tlsTrustStoreType",
+                value=trust_type,
+            )
+        if lookup(conf, "tlsEnabledCipherSuites") is not None:
+            raise InvalidOptionError(
+                "tlsEnabledCipherSuites is not supported by bkspark (Java and OpenSSL name suites differently); "
+                "remove it to use Python's default suites",
+                key="tlsEnabledCipherSuites",
+            )
+        protocols = tuple(p.strip() for p in str(lookup(conf, "tlsEnabledProtocols", "")).split(",") if p.strip())
+        for proto in protocols:
+            if proto not in _PROTOCOLS:
+                raise InvalidOptionError("unsupported TLS protocol (TLSv1.2, TLSv1.3)", key="tlsEnabledProtocols", value=proto)
+        try:
+            refresh = float(lookup(conf, "tlsCertFilesRefreshDurationSeconds", 0))
+            timeout = float(lookup(conf, "startTLSTimeoutSecs", 10))
+        except (TypeError, ValueError) as exc:
+            raise InvalidOptionError("not a number", error=str(exc)) from None
+        settings = cls(
+            server_side=server_side,
+            trust_store=pick("clientTrustStore", "tlsTrustStore"),
+            trust_store_password_path=pick("clientTrustStorePasswordPath", "tlsTrustStorePasswordPath"),
+            certificate_path=lookup(conf, "tlsCertificatePath"),
+            key_store=pick("clientKeyStore", "tlsKeyStore"),
+            key_store_password_path=pick("clientKeyStorePasswordPath", "tlsKeyStorePasswordPath"),
+            client_authentication=client_auth,
+            hostname_verification=_flag(conf, "tlsHostnameVerificationEnabled", False),
+            protocols=protocols,
+            refresh_seconds=refresh,
+            start_tls_timeout=timeout if timeout > 0 else 10.0,
+            provider=provider,
+        )
+        settings._check_files()
+        return settings
+
+    def _check_files(self) -> None:
+        needs_key = self.server_side or self.client_authentication
+        needs_trust = not self.server_side or self.client_authentication
+        required = []
+        if needs_key:
+            required += [("tlsCertificatePath", self.certificate_path), ("tlsKeyStore", self.key_store)]
+        if needs_trust:
+            required.append(("tlsTrustStore", self.trust_store))
+        for key, path in required:
+            if not path:
+                raise InvalidOptionError(f"{key} is required for this TLS set-up", key=key)
+            if not os.path.isfile(path):
+                raise InvalidOptionError("TLS file not found", key=key, path=path)
+
+    def _paths(self) -> list[str]:
+        return [
+            p
+            for p in (
+                self.trust_store,
+                self.trust_store_password_path,
+                self.certificate_path,
+                self.key_store,
+                self.key_store_password_path,
+            )
+            if p
+        ]
+
+    def build(self) -> ssl.SSLContext:
+        """A fresh context from the files (raises :class:`SecurityError` naming the file that failed)."""
+        purpose = ssl.PROTOCOL_TLS_SERVER if self.server_side else ssl.PROTOCOL_TLS_CLIENT
+        ctx = ssl.SSLContext(purpose)
+        if self.protocols:
+            versions = sorted(_PROTOCOLS[p] for p in self.protocols)
+            ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
+        else:
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        needs_key = self.server_side or self.client_authentication
+        needs_trust = not self.server_side or self.client_authentication
+        if needs_key:
+            password: Secret | None = None
+            if self.key_store_password_path:
+                password = read_password_file(self.key_store_password_path)
+            try:
+                ctx.load_cert_chain(
+                    self.certificate_path,  # type: ignore[arg-type]
+                    self.key_store,
+                    password=(password.reveal() if password is not None and password.reveal() else None),
+                )
+            except (ssl.SSLError, OSError) as exc:
+                raise SecurityError(
+                    "cannot load the TLS certificate and private key (PEM; PKCS#8 key; wrong key password?)",
+                    certificate=self.certificate_path,
+                    key=self.key_store,
+                    error=str(exc),
+                ) from None
+        if needs_trust:
+            try:
+                ctx.load_verify_locations(cafile=self.trust_store)
+            except (ssl.SSLError, OSError) as exc:
+                raise SecurityError("cannot load the TLS trust store (PEM)", trust_store=self.trust_store, error=str(exc)) from None
+            ctx.verify_mode = ssl.CERT_REQUIRED
+        elif self.server_side:
+            ctx.verify_mode = ssl.CERT_NONE
+        if not self.server_side:
+            ctx.check_hostname = self.hostname_verification
+        return ctx
+
+
+class TlsContextProvider:
+    """Hands out the current context; rebuilds it when a file changed (``tlsCertFilesRefreshDurationSeconds``)."""
+
+    def __init__(self, settings: TlsSettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._ctx = settings.build()
+        self._stamps = self._mtimes()
+        self._checked = time.monotonic()
+
+    def _mtimes(self) -> tuple[float, ...]:
+        out = []
+        for path in self.settings._paths():
+            try:
+                out.append(os.stat(path).st_mtime)
+            except OSError:
+                out.append(-1.0)
+        return tuple(out)
+
+    def context(self) -> ssl.SSLContext:
+        """The context for the next handshake (any thread)."""
+        refresh = self.settings.refresh_seconds
+        if refresh > 0 and time.monotonic() - self._checked >= refresh:
+            with self._lock:
+                self._checked = time.monotonic()
+                stamps = self._mtimes()
+                if stamps != self._stamps:
+                    try:
+                        self._ctx = self.settings.build()
+                        self._stamps = stamps
+                    except SecurityError:
+                        # Keep serving with the old context, as TLSContextFactory does on a failed reload.
+                        pass
+        return self._ctx

@@ -1,0 +1,80 @@
+"""ZooKeeper authentication and ACLs for every kazoo client bkspark opens (client, bookie, shell, auditor).
+
+* ``zkEnableSecurity=true``: znodes are created with ZooKeeper's ``CREATOR_ALL_ACL`` (all rights to the
+  authenticated creator only), else ``OPEN_ACL_UNSAFE`` -- BookKeeper's ``ZkUtils.getACLs``.
+* SASL (DIGEST-MD5): as a Java ZooKeeper client, from the JAAS file's ``Client`` section (the section
+  name can be changed with ``zookeeper.sasl.clientconfig``); ``zookeeper.sasl.client=false`` turns it off.
+* digest: ``zkDigestAuthPath`` names a file holding ``user:password`` (bkspark's key: BookKeeper itself
+  has none), added with ``addauth digest`` on every session.
+
+See docs/security.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bkspark.errors import InvalidOptionError
+from bkspark.security import jaas
+from bkspark.security.secrets import Secret, read_password_file
+from bkspark.security.tls import lookup
+
+__all__ = ["ZK_SECURITY_KEYS", "ZkSecurity"]
+
+ZK_SECURITY_KEYS: tuple[str, ...] = (
+    "zkEnableSecurity",
+    "zkDigestAuthPath",
+    "zookeeper.sasl.clientconfig",
+    "zookeeper.sasl.client",
+)
+
+
+@dataclass(frozen=True)
+class ZkSecurity:
+    """Credentials and ACL policy of a kazoo client (secrets held as :class:`Secret`)."""
+
+    enable_acls: bool = False
+    sasl_user: str | None = None
+    sasl_password: Secret | None = field(default=None, repr=False)
+    digest: Secret | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any]) -> "ZkSecurity":
+        enable = str(lookup(conf, "zkEnableSecurity", "false")).strip().lower()
+        if enable not in ("true", "false"):
+            raise InvalidOptionError("not a boolean", key="zkEnableSecurity", value=enable)
+        digest = None
+        path = lookup(conf, "zkDigestAuthPath")
+        if path:
+            digest = read_password_file(str(path))
+            if ":" not in str(digest.reveal()):
+                raise InvalidOptionError("zkDigestAuthPath must hold 'user:password'", path=str(path))
+        user = password = None
+        jaas_file = jaas.jaas_path(conf)
+        sasl_on = str(lookup(conf, "zookeeper.sasl.client", "true")).strip().lower() != "false"
+        if jaas_file and sasl_on:
+            section = str(lookup(conf, "zookeeper.sasl.clientconfig", "Client"))
+            if section in jaas.load_jaas(jaas_file):
+                user, password = jaas.client_credentials(jaas_file, section)
+        return cls(enable == "true", user, password, digest)
+
+    def kazoo_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``KazooClient`` (auth_data, sasl_options, default_acl)."""
+        from kazoo.security import CREATOR_ALL_ACL, OPEN_ACL_UNSAFE
+
+        kwargs: dict[str, Any] = {"default_acl": list(CREATOR_ALL_ACL if self.enable_acls else OPEN_ACL_UNSAFE)}
+        if self.digest is not None:
+            kwargs["auth_data"] = [("digest", str(self.digest.reveal()))]
+        if self.sasl_user is not None and self.sasl_password is not None:
+            kwargs["sasl_options"] = {
+                "mechanism": "DIGEST-MD5",
+                "username": self.sasl_user,
+                "password": str(self.sasl_password.reveal()),
+            }
+        return kwargs
+
+    @property
+    def authenticated(self) -> bool:
+        return self.digest is not None or self.sasl_user is not None

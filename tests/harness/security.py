@@ -1,0 +1,127 @@
+"""Test material for secured clusters: PEM certificates made with `openssl`, JAAS files, TLS/SASL settings.
+
+`make_pki(dir)` writes a CA, a bookie certificate (subjectAltName IP:127.0.0.1 and DNS:localhost), a
+client certificate, and a second, unrelated CA (for "wrong CA" tests). Private keys are PKCS#8
+(`-----BEGIN PRIVATE KEY-----`), which both Java's TLSContextFactory (PEM) and Python's ssl read.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Pki", "make_pki", "write_jaas", "SASL_USER", "SASL_PASSWORD", "tls_client_conf", "tls_bookie_conf", "sasl_client_conf", "sasl_bookie_conf"]
+
+TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
+SASL_USER = "bookkeeperuser"
+SASL_PASSWORD = "s3cr3t-sasl-pw"
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: Path
+    bookie_cert: Path
+    bookie_key: Path
+    client_cert: Path
+    client_key: Path
+    other_ca: Path
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def _ca(d: Path, name: str) -> tuple[Path, Path]:
+    key, crt = d / f"{name}.key", d / f"{name}.crt"
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "2",
+             "-subj", f"/CN={name}", "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=d)
+    return key, crt
+
+
+def _leaf(d: Path, name: str, ca_key: Path, ca_crt: Path, san: str) -> tuple[Path, Path]:
+    key, csr, crt, ext = d / f"{name}.key", d / f"{name}.csr", d / f"{name}.crt", d / f"{name}.ext"
+    _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", str(key), cwd=d)
+    _openssl("req", "-new", "-key", str(key), "-out", str(csr), "-subj", f"/CN={name}", cwd=d)
+    ext.write_text(f"subjectAltName={san}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n")
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key), "-CAcreateserial",
+             "-out", str(crt), "-days", "2", "-extfile", str(ext), cwd=d)
+    return key, crt
+
+
+def make_pki(d: Path) -> Pki:
+    """Certificates for one test module (a few seconds of RSA key generation)."""
+    d.mkdir(parents=True, exist_ok=True)
+    ca_key, ca_crt = _ca(d, "ca")
+    bkey, bcrt = _leaf(d, "bookie", ca_key, ca_crt, "IP:127.0.0.1,DNS:localhost")
+    ckey, ccrt = _leaf(d, "client", ca_key, ca_crt, "DNS:bkspark-client")
+    _, other = _ca(d, "other-ca")
+    return Pki(ca_crt, bcrt, bkey, ccrt, ckey, other)
+
+
+def tls_bookie_conf(pki: Pki, client_auth: bool = False) -> dict[str, object]:
+    """bk_server.conf TLS keys (the same for Java and Python bookies)."""
+    return {
+        "tlsProviderFactoryClass": TLS_FACTORY,
+        "tlsProvider": "JDK",
+        "tlsKeyStoreType": "PEM",
+        "tlsKeyStore": str(pki.bookie_key),
+        "tlsCertificatePath": str(pki.bookie_cert),
+        "tlsTrustStoreType": "PEM",
+        "tlsTrustStore": str(pki.ca),
+        "tlsClientAuthentication": "true" if client_auth else "false",
+    }
+
+
+def tls_client_conf(pki: Pki, client_auth: bool = False, ca: Path | None = None) -> dict[str, object]:
+    """Client TLS keys (the same for the Java and the Python client)."""
+    conf: dict[str, object] = {
+        "tlsProviderFactoryClass": TLS_FACTORY,
+        "tlsProvider": "JDK",
+        "tlsTrustStoreType": "PEM",
+        "tlsTrustStore": str(ca or pki.ca),
+        "tlsHostnameVerificationEnabled": "false",
+    }
+    if client_auth:
+        conf.update(
+            tlsClientAuthentication="true",
+            tlsKeyStoreType="PEM",
+            tlsKeyStore=str(pki.client_key),
+            tlsCertificatePath=str(pki.client_cert),
+        )
+    return conf
+
+
+def write_jaas(path: Path, password: str = SASL_PASSWORD, user: str = SASL_USER, zk: bool = False) -> Path:
+    """A JAAS file with the sections BookKeeper reads (Bookie, BookKeeper, Auditor) and, with `zk`, the
+    ZooKeeper server's (Server) and client's (Client) DIGEST-MD5 sections."""
+    module = "org.apache.zookeeper.server.auth.DigestLoginModule"
+    text = (
+        f'Bookie {{\n  {module} required\n  user_{SASL_USER}="{SASL_PASSWORD}";\n}};\n'
+        f'BookKeeper {{\n  {module} required\n  username="{user}"\n  password="{password}";\n}};\n'
+        f'Auditor {{\n  {module} required\n  username="{user}"\n  password="{password}";\n}};\n'
+    )
+    if zk:
+        text += (
+            f'Server {{\n  {module} required\n  user_{SASL_USER}="{SASL_PASSWORD}";\n}};\n'
+            f'Client {{\n  {module} required\n  username="{user}"\n  password="{password}";\n}};\n'
+        )
+    path.write_text(text)
+    return path
+
+
+def sasl_bookie_conf(jaas: Path) -> dict[str, object]:
+    """Python bookie keys for SASL (a Java bookie gets the JAAS file as a JVM system property instead)."""
+    return {
+        "bookieAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory",
+        "java.security.auth.login.config": str(jaas),
+    }
+
+
+def sasl_client_conf(jaas: Path) -> dict[str, object]:
+    """Python client keys for SASL."""
+    return {
+        "clientAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLClientProviderFactory",
+        "java.security.auth.login.config": str(jaas),
+    }

@@ -1,0 +1,470 @@
+"""Security pieces: DIGEST-MD5 (both sides), JAAS files, TLS settings, the key registry, secrets; and the
+client's START_TLS/SASL handshake against an in-process bookie server (real sockets, real TLS)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pickle
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bkspark.client.conf import ClientConf
+from bkspark.client.connection import V2, V3
+from bkspark.client.pool import BookiePool
+from bkspark.confkeys import BOOKIE_KEYS, check_keys, check_unsupported
+from bkspark.datasource.options import parse_read_options, parse_write_options
+from bkspark.errors import (
+    AuthenticationError,
+    InvalidOptionError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    ProtocolError,
+    SecurityError,
+    TlsHandshakeError,
+    UnauthorizedAccessError,
+)
+from bkspark.protocol import v2, v3
+from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
+from bkspark.protocol.sasl import DigestMd5Client, DigestMd5Server, parse_directives
+from bkspark.security.auth import BookieSecurity, ClientSecurity
+from bkspark.security.jaas import bookie_credentials, client_credentials, parse_jaas
+from bkspark.security.secrets import Secret, read_password_file, secret_from
+from bkspark.security.tls import TlsContextProvider, TlsSettings
+from bkspark.security.zk import ZkSecurity
+from bookie_server.bookie import Bookie
+from bookie_server.server import BookieServer
+from tests.harness.security import (
+    SASL_PASSWORD,
+    SASL_USER,
+    Pki,
+    make_pki,
+    sasl_bookie_conf,
+    sasl_client_conf,
+    tls_bookie_conf,
+    tls_client_conf,
+    write_jaas,
+)
+from tests.unit.test_bookie_server import with_bookie
+
+# -- DIGEST-MD5 ----------------------------------------------------------------------------------------------------
+
+
+def _exchange(server: DigestMd5Server, client: DigestMd5Client) -> None:
+    challenge = server.evaluate(client.initial())
+    response = client.evaluate(challenge)
+    assert response is not None
+    final = server.evaluate(response)
+    assert client.evaluate(final) is None
+
+
+def test_digest_md5_roundtrip_with_pure_sasl_client() -> None:
+    server = DigestMd5Server({SASL_USER: Secret("pw")})
+    client = DigestMd5Client(SASL_USER, Secret("pw"))
+    _exchange(server, client)
+    assert server.complete and server.user == SASL_USER and client.complete
+
+
+def test_digest_md5_rfc2831_vector() -> None:
+    # RFC 2831 §4's example values, through our server's arithmetic (the response and rspauth it states).
+    from bkspark.protocol.sasl import _response_value
+
+    args = (b"chris", b"elwood.innosoft.com", b"secret", b"OA6MG9tEQGm2hh", b"OA6MHXh6VqTrRk", b"00000001", b"auth",
+            b"imap/elwood.innosoft.com", None)
+    assert _response_value(*args, b"AUTHENTICATE") == b"d388dad90d4bbd760a152321f2143af7"
+    assert _response_value(*args, b"") == b"ea40f60335c427b5527b84dbabcdfffd"
+
+
+@pytest.mark.parametrize(
+    "user,password,allowed,message",
+    [
+        (SASL_USER, "wrong", ".*bookkeeper.*", "wrong SASL password"),
+        ("alice", "pw", ".*bookkeeper.*", "unknown SASL user"),
+        ("alice", "pw", "bookkeeper.*", "not allowed by saslJaasClientAllowedIds"),
+    ],
+)
+def test_digest_md5_refusals(user: str, password: str, allowed: str, message: str) -> None:
+    users = {SASL_USER: Secret("pw")}
+    if message.startswith("not allowed"):
+        users["alice"] = Secret("pw")
+    server = DigestMd5Server(users, allowed)
+    client = DigestMd5Client(user, Secret(password))
+    response = client.evaluate(server.evaluate(b""))
+    with pytest.raises(AuthenticationError, match=message) as info:
+        server.evaluate(response or b"")
+    assert "pw" not in str(info.value).replace(SASL_USER, "") or password == "pw"
+
+
+def test_digest_md5_client_rejects_a_bookie_without_the_password() -> None:
+    real = DigestMd5Server({SASL_USER: Secret("pw")})
+    client = DigestMd5Client(SASL_USER, Secret("pw"))
+    response = client.evaluate(real.evaluate(b""))
+    real.evaluate(response or b"")
+    with pytest.raises(AuthenticationError, match="prove"):
+        client.evaluate(b"rspauth=00000000000000000000000000000000")
+
+
+def test_digest_md5_server_rejects_malformed_tokens() -> None:
+    server = DigestMd5Server({SASL_USER: Secret("pw")})
+    server.evaluate(b"")
+    for token in (b"username", b'username="x', b"x" * 5000, b'username="bookkeeperuser"'):
+        with pytest.raises((AuthenticationError, ProtocolError)):
+            server.evaluate(token)
+    assert parse_directives(b'a="q\\"x",b=c') == {"a": b'q"x', "b": b"c"}
+
+
+# -- JAAS ----------------------------------------------------------------------------------------------------------
+
+
+def test_jaas_sections_and_secrets(tmp_path: Path) -> None:
+    path = write_jaas(tmp_path / "jaas.conf", zk=True)
+    text = path.read_text() + '/* comment */ Other { x.Y optional a="b" // trailing\n ; };\n'
+    sections = parse_jaas(text)
+    assert set(sections) == {"Bookie", "BookKeeper", "Auditor", "Server", "Client", "Other"}
+    assert repr(sections["BookKeeper"][0].options["password"]) == "***"
+    assert client_credentials(str(path), "BookKeeper")[0] == SASL_USER
+    assert bookie_credentials(str(path), "Bookie")[SASL_USER].reveal() == SASL_PASSWORD
+    with pytest.raises(InvalidOptionError, match="no 'Nope' section"):
+        client_credentials(str(path), "Nope")
+    krb = tmp_path / "krb.conf"
+    krb.write_text('BookKeeper { com.sun.security.auth.module.Krb5LoginModule required principal="bk/h@R"; };')
+    with pytest.raises(InvalidOptionError, match="Kerberos"):
+        client_credentials(str(krb), "BookKeeper")
+    with pytest.raises(InvalidOptionError):
+        parse_jaas("BookKeeper { x required a= ; };")
+
+
+# -- TLS settings -------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def test_tls_settings_errors_at_start(pki: Pki) -> None:
+    base = tls_client_conf(pki)
+    assert TlsSettings.from_conf({}, server_side=False) is None
+    for change, message in [
+        ({"tlsProviderFactoryClass": "com.example.MyTls"}, "unsupported TLS provider factory"),
+        ({"tlsTrustStoreType": "JKS"}, "only PEM trust stores"),
+        ({"tlsProvider": "BoringSSL"}, "JDK or OpenSSL"),
+        ({"tlsEnabledCipherSuites": "TLS_AES_128_GCM_SHA256"}, "tlsEnabledCipherSuites is not supported"),
+        ({"tlsEnabledProtocols": "SSLv3"}, "unsupported TLS protocol"),
+        ({"tlsTrustStore": "/nonexistent/ca.crt"}, "TLS file not found"),
+        ({"tlsClientAuthentication": "true", "tlsKeyStoreType": "PEM"}, "tlsCertificatePath is required"),
+    ]:
+        with pytest.raises(InvalidOptionError, match=message):
+            TlsSettings.from_conf({**base, **change}, server_side=False)
+    with pytest.raises(InvalidOptionError, match="only PEM key stores"):
+        TlsSettings.from_conf({**tls_bookie_conf(pki), "tlsKeyStoreType": "PKCS12"}, server_side=True)
+
+
+def test_tls_client_keys_win_and_case_does_not_matter(pki: Pki) -> None:
+    conf = {k.lower(): v for k, v in tls_client_conf(pki).items()}  # as Spark hands them over
+    conf["clienttruststore"] = str(pki.other_ca)
+    settings = TlsSettings.from_conf(conf, server_side=False)
+    assert settings is not None and settings.trust_store == str(pki.other_ca)
+    ctx = settings.build()
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and not ctx.check_hostname
+
+
+def test_encrypted_key_with_password_file_and_reload(pki: Pki, tmp_path: Path) -> None:
+    import subprocess
+
+    key = tmp_path / "enc.key"
+    pw = tmp_path / "key.pw"
+    pw.write_text("keypass\n")
+    subprocess.run(["openssl", "pkcs8", "-topk8", "-in", str(pki.bookie_key), "-out", str(key), "-passout",
+                    "pass:keypass", "-v2", "aes-256-cbc"], check=True, capture_output=True)
+    conf = {**tls_bookie_conf(pki), "tlsKeyStore": str(key), "tlsKeyStorePasswordPath": str(pw),
+            "tlsCertFilesRefreshDurationSeconds": "0.05"}
+    settings = TlsSettings.from_conf(conf, server_side=True)
+    assert settings is not None
+    provider = TlsContextProvider(settings)
+    first = provider.context()
+    time.sleep(0.1)
+    assert provider.context() is first  # nothing changed
+    pw.write_text("keypass")  # same password, new mtime: the context is rebuilt
+    os.utime(pw, (time.time() + 5, time.time() + 5))
+    time.sleep(0.1)
+    assert provider.context() is not first
+    pw.write_text("wrong")
+    os.utime(pw, (time.time() + 10, time.time() + 10))
+    time.sleep(0.1)
+    assert provider.context() is not None  # a failed reload keeps the last good context
+    with pytest.raises(SecurityError, match="wrong key password"):
+        TlsSettings.from_conf({**conf, "tlsKeyStorePasswordPath": str(pw)}, server_side=True).build()  # type: ignore[union-attr]
+
+
+# -- the key registry, secrets ------------------------------------------------------------------------------------
+
+
+def test_unknown_keys_warned_with_closest_known(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="bkspark.conf"):
+        ClientConf.from_mapping({"tlsProvder": "JDK", "enableStatistics": "false", "minNumRacksPerWriteQuorum": "2"})
+        unknown = check_keys({"bookiePrt": "1", "tlsTrustStore": "x"}, BOOKIE_KEYS | {"bookiePort"}, "bookie")
+    assert unknown == ["bookiePrt"]
+    text = caplog.text
+    assert "unknown client configuration key 'tlsProvder' is ignored (did you mean 'tlsProvider'?)" in text
+    assert "'bookiePrt' is ignored (did you mean 'bookiePort'?)" in text
+    assert "'enableStatistics' of Apache BookKeeper has no effect" in text
+    assert "minNumRacksPerWriteQuorum" not in text
+
+
+def test_unsupported_values_are_errors() -> None:
+    with pytest.raises(InvalidOptionError, match="plain HTTP only"):
+        check_unsupported({"httpServerTlsEnable": "true"})
+    with pytest.raises(InvalidOptionError, match="unsupported client auth provider"):
+        ClientSecurity.from_conf({"clientAuthProviderFactoryClass": "org.example.Auth"})
+    with pytest.raises(InvalidOptionError, match="unsupported bookie auth provider"):
+        BookieSecurity.from_conf({"bookieAuthProviderFactoryClass": "org.example.Auth"})
+    with pytest.raises(InvalidOptionError, match="needs a JAAS configuration"):
+        ClientSecurity.from_conf({"clientAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLClientProviderFactory"})
+
+
+def test_secrets_never_print(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = Secret("hunter2")
+    assert repr(secret) == str(secret) == "***" and f"{secret}" == "***"
+    assert pickle.loads(pickle.dumps(secret)).reveal() == "hunter2"
+    (tmp_path / "pw").write_text("from-file\n")
+    monkeypatch.setenv("BK_PW", "from-env")
+    assert read_password_file(str(tmp_path / "pw")).reveal() == "from-file"
+    assert secret_from(env="BK_PW", what="x").reveal() == "from-env"  # type: ignore[union-attr]
+    with pytest.raises(InvalidOptionError, match="one way only"):
+        secret_from(value="a", file=str(tmp_path / "pw"), what="x")
+    base = {"metadataServiceUri": "zk://127.0.0.1:2181/l", "ledgers": "1"}
+    opts = parse_read_options({**base, "passwordFile": str(tmp_path / "pw")})
+    assert opts.password == b"from-file" and "from-file" not in repr(opts)
+    wopts = parse_write_options({"metadataServiceUri": "zk://127.0.0.1:2181/l", "dataset": "d", "passwordEnv": "BK_PW"})
+    assert wopts.password == b"from-env" and "from-env" not in repr(wopts)
+    with pytest.raises(InvalidOptionError) as info:
+        parse_read_options({**base, "pasword": "hunter2"})
+    assert "hunter2" not in str(info.value)
+
+
+def test_zk_security_from_conf(tmp_path: Path) -> None:
+    jaas = write_jaas(tmp_path / "jaas.conf", zk=True)
+    (tmp_path / "digest").write_text("alice:pw\n")
+    zk = ZkSecurity.from_conf({"zkEnableSecurity": "true", "java.security.auth.login.config": str(jaas),
+                               "zkDigestAuthPath": str(tmp_path / "digest")})
+    kwargs = zk.kazoo_kwargs()
+    assert kwargs["default_acl"][0].id.scheme == "auth"
+    assert kwargs["auth_data"] == [("digest", "alice:pw")]
+    assert kwargs["sasl_options"]["username"] == SASL_USER
+    assert "pw" not in repr(zk).replace(SASL_USER, "")
+    assert ZkSecurity.from_conf({}).kazoo_kwargs()["default_acl"][0].id.scheme == "world"
+
+
+# -- the handshake against an in-process bookie server ---------------------------------------------------------------
+
+
+class _Resolver:
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def resolve(self, bookie_id: str) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    def forget(self, bookie_id: str) -> None:
+        pass
+
+    def extensions(self, bookie_id: str) -> frozenset[str]:
+        return frozenset()
+
+
+def _serve(tmp_path: Path, bookie_conf: dict[str, Any], client_conf: dict[str, Any], body: Any) -> None:
+    """Run ``body(pool, server)``: a client pool with ``client_conf``'s security, an in-process bookie."""
+
+    @with_bookie(**bookie_conf)
+    async def run(bookie: Bookie, server: BookieServer) -> None:
+        pool = BookiePool(_Resolver(server.port), max_frame_size=5 << 20, connect_timeout=5,
+                          security=ClientSecurity.from_conf(client_conf))
+        try:
+            await body(pool, server)
+        finally:
+            await pool.close()
+
+    run(tmp_path)
+
+
+async def _read_lac(pool: BookiePool) -> Any:
+    """The bookie's answer to a v3 READ_LAC: the error it maps to (a ledger it does not have)."""
+    conn = await pool.get("b", V3)
+    fut = asyncio.get_running_loop().create_future()
+    conn.send_v3(v3.read_lac_request(conn.next_txn_id(), 42), 5, lambda r, e, _arg: fut.set_result((r, e)))
+    resp, error = await fut
+    return error if error is not None else resp.status
+
+
+async def _v2_read(pool: BookiePool) -> Any:
+    """The bookie's answer to a v2 read: the error it maps to (a ledger it does not have)."""
+    conn = await pool.get("b", V2)
+    fut = asyncio.get_running_loop().create_future()
+    conn.send_v2((42, 0, 2), v2.encode_read_request(42, 0), 5, lambda r, e, _arg: fut.set_result((r, e)))
+    resp, error = await fut
+    return error if error is not None else resp.rc
+
+
+def test_tls_and_sasl_handshake_v2_and_v3(tmp_path: Path, pki: Pki) -> None:
+    jaas = write_jaas(tmp_path / "jaas.conf")
+
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        assert isinstance(await _read_lac(pool), (NoSuchEntryError, NoSuchLedgerError))  # served: not EUA
+        assert isinstance(await _v2_read(pool), (NoSuchEntryError, NoSuchLedgerError))
+        assert all(c.tls for c in pool._conns.values())
+
+    _serve(tmp_path, {**tls_bookie_conf(pki, client_auth=True), **sasl_bookie_conf(jaas)},
+           {**tls_client_conf(pki, client_auth=True), **sasl_client_conf(jaas)}, body)
+
+
+def test_start_tls_refused_by_a_bookie_without_tls(tmp_path: Path, pki: Pki) -> None:
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        with pytest.raises(TlsHandshakeError, match="EBADREQ: it has no TLS configured"):
+            await pool.get("b", V2)
+
+    _serve(tmp_path, {}, tls_client_conf(pki), body)
+
+
+def test_wrong_ca_refused(tmp_path: Path, pki: Pki) -> None:
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        with pytest.raises(TlsHandshakeError, match="not signed by a CA in tlsTrustStore"):
+            await pool.get("b", V3)
+
+    _serve(tmp_path, tls_bookie_conf(pki), tls_client_conf(pki, ca=pki.other_ca), body)
+
+
+@pytest.mark.parametrize("version", [V2, V3])
+def test_wrong_sasl_password_refused(tmp_path: Path, version: str) -> None:
+    good = write_jaas(tmp_path / "good.conf")
+    bad = write_jaas(tmp_path / "bad.conf", password="nope")
+
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        with pytest.raises(AuthenticationError, match="wrong user name or password"):
+            await pool.get("b", version)
+
+    _serve(tmp_path, sasl_bookie_conf(good), sasl_client_conf(bad), body)
+
+
+def test_frames_behind_start_tls_are_served_after_the_upgrade(tmp_path: Path, pki: Pki) -> None:
+    """A client that pipelines a request right behind START_TLS gets its answer inside TLS."""
+
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(v3.encode_request(v3.start_tls_request(1)) + v3.encode_request(v3.read_lac_request(2, 9)))
+        await writer.drain()
+        n = int.from_bytes(await reader.readexactly(4), "big")
+        assert v3.decode_response(await reader.readexactly(n)).status == pb.EOK
+        ctx = TlsSettings.from_conf(tls_client_conf(pki), server_side=False).build()  # type: ignore[union-attr]
+        await writer.start_tls(ctx, server_hostname="127.0.0.1")
+        n = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), 10), "big")
+        resp = v3.decode_response(await reader.readexactly(n))
+        assert resp.header.txnId == 2 and resp.status in (pb.ENOLEDGER, pb.ENOENTRY)
+        writer.close()
+
+    _serve(tmp_path, tls_bookie_conf(pki), {}, body)
+
+
+def test_bookie_refuses_every_request_before_authentication(tmp_path: Path) -> None:
+    jaas = write_jaas(tmp_path / "jaas.conf")
+
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        # A client without SASL: its requests reach the bookie unauthenticated.
+        assert isinstance(await _read_lac(pool), UnauthorizedAccessError)
+        assert isinstance(await _v2_read(pool), UnauthorizedAccessError)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(v2.encode_batch_read_request(7, 0, 1, 10, 1024))  # any other v2 request: closed
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+
+    _serve(tmp_path, sasl_bookie_conf(jaas), {}, body)
+
+
+def test_http_admin_state_changing_routes_can_be_disabled(tmp_path: Path) -> None:
+    from bookie_server.app import BookieApp
+    from tests.unit.test_bookie_app import conf_for, http
+
+    async def body() -> None:
+        app = BookieApp(conf_for(tmp_path, httpAdminWriteEnabled="false"))
+        await app.start()
+        try:
+            assert app.http is not None
+            port = app.http.port
+            status, payload = await http(port, "PUT", "/api/v1/bookie/state/readonly", b'{"readOnly": true}')
+            assert status == 403 and b"httpAdminWriteEnabled=false" in payload
+            assert (await http(port, "PUT", "/api/v1/bookie/gc"))[0] == 403
+            assert not app.bookie.readonly
+            assert (await http(port, "GET", "/api/v1/bookie/state/readonly"))[0] == 200
+        finally:
+            await app.stop()
+
+    asyncio.run(body())
+
+
+def test_http_admin_state_changing_routes_need_the_token(tmp_path: Path) -> None:
+    from bookie_server.app import BookieApp
+    from tests.unit.test_bookie_app import conf_for
+
+    (tmp_path / "token").write_text("t0ken-Xy\n")
+
+    async def put(port: int, auth: str | None) -> int:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        head = "PUT /api/v1/bookie/state/readonly HTTP/1.1\r\nHost: x\r\nContent-Length: 19\r\n"
+        if auth is not None:
+            head += f"Authorization: {auth}\r\n"
+        writer.write(head.encode() + b"\r\n" + b'{"readOnly": false}')
+        data = await reader.read()
+        writer.close()
+        return int(data.split()[1])
+
+    async def body() -> None:
+        app = BookieApp(conf_for(tmp_path, httpAdminTokenPath=str(tmp_path / "token")))
+        await app.start()
+        try:
+            assert app.http is not None
+            port = app.http.port
+            assert await put(port, None) == 401
+            assert await put(port, "Bearer wrong") == 401
+            assert await put(port, "Bearer t0ken-Xy") == 200
+            from tests.unit.test_bookie_app import http
+
+            assert (await http(port, "GET", "/api/v1/bookie/state"))[0] == 200  # reads stay open
+        finally:
+            await app.stop()
+
+    asyncio.run(body())
+
+
+def test_tls_bookie_still_serves_plain_clients(tmp_path: Path, pki: Pki) -> None:
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        assert isinstance(await _read_lac(pool), (NoSuchEntryError, NoSuchLedgerError))
+        assert not any(c.tls for c in pool._conns.values())
+
+    _serve(tmp_path, tls_bookie_conf(pki), {}, body)
+
+
+def test_tls_protocols_and_hostname_verification(pki: Pki) -> None:
+    conf = {**tls_client_conf(pki), "tlsEnabledProtocols": "TLSv1.2", "tlsHostnameVerificationEnabled": "true"}
+    ctx = TlsSettings.from_conf(conf, server_side=False).build()  # type: ignore[union-attr]
+    assert ctx.maximum_version == ssl.TLSVersion.TLSv1_2 and ctx.check_hostname
+
+
+def test_client_role_system_reads_the_auditor_section(tmp_path: Path) -> None:
+    from bkspark.security.auth import ClientSasl
+
+    jaas = tmp_path / "jaas.conf"
+    jaas.write_text(
+        'BookKeeper { m.M required username="bookkeeper-app" password="a"; };\n'
+        'Auditor { m.M required username="bookkeeper-auditor" password="b"; };\n'
+        'Custom { m.M required username="bookkeeper-custom" password="c"; };\n'
+    )
+    base = sasl_client_conf(jaas)
+    assert ClientSasl.from_conf(base).username == "bookkeeper-app"  # type: ignore[union-attr]
+    assert ClientSasl.from_conf({**base, "clientRole": "system"}).username == "bookkeeper-auditor"  # type: ignore[union-attr]
+    custom = {**base, "saslJaasClientSectionName": "Custom"}
+    assert ClientSasl.from_conf(custom).username == "bookkeeper-custom"  # type: ignore[union-attr]
