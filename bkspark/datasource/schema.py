@@ -9,13 +9,21 @@ are defined here once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from functools import lru_cache
+from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-__all__ = ["SCHEMA_DDL", "spark_schema", "arrow_schema", "check_user_schema", "COLUMNS"]
+__all__ = [
+    "SCHEMA_DDL", "spark_schema", "arrow_schema", "check_user_schema", "COLUMNS", "entry_batch",
+    "MAX_BATCH_PAYLOAD_BYTES",
+]
+
+#: Payload bytes one Arrow batch may hold: ``binary`` columns have int32 offsets (2 GiB per array), and
+#: Spark's Arrow transfer is happier with batches of tens of MiB than with one huge one.
+MAX_BATCH_PAYLOAD_BYTES = 64 * 1024 * 1024
 
 #: Column names, in order.
 COLUMNS = ("scope_id", "ledger_id", "entry_id", "payload", "ledger_ctime", "custom_metadata")
@@ -51,11 +59,56 @@ def spark_schema() -> "StructType":
     )
 
 
+@lru_cache(maxsize=1)
 def arrow_schema() -> "pa.Schema":
     """The Arrow schema Spark checks yielded record batches against (``to_arrow_schema(..., "UTC")``)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(spark_schema(), timezone="UTC")
+
+
+def entry_batch(
+    scope_id: int,
+    ledger_id: int,
+    first_entry_id: int,
+    payloads: Sequence[bytes],
+    ctime_ms: int | None = None,
+    custom_metadata: Sequence[tuple[str, bytes]] = (),
+) -> "pa.RecordBatch":
+    """Consecutive entries ``first_entry_id ..`` of one ledger as one Arrow batch of :func:`arrow_schema`.
+
+    Built column-wise from buffers, with no Python object per row: the payloads are gathered into one
+    buffer and framed by an int32 offsets array (``BinaryArray.from_buffers``), entry ids are a numpy
+    ``arange``, and the ledger-level columns are repeated scalars.  Shared by every reader of the data
+    source (batch and streaming), so all of them yield the same rows.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    schema = arrow_schema()
+    n = len(payloads)
+    if n == 0:  # pa.repeat of a map scalar cannot make an empty array
+        return pa.RecordBatch.from_pylist([], schema=schema)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, payloads), dtype=np.int64, count=n), out=offsets[1:])
+    total = int(offsets[-1])
+    if total > (1 << 31) - 1:
+        raise ValueError(f"{total} payload bytes do not fit one Arrow binary array (2 GiB); use smaller batches")
+    data = pa.py_buffer(b"".join(payloads))
+    payload_col = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), data])
+    ctime = pa.scalar(ctime_ms * 1000 if ctime_ms else None, type=schema.field("ledger_ctime").type)
+    custom = pa.scalar(list(custom_metadata), type=schema.field("custom_metadata").type)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(scope_id, pa.int64()), n),
+            pa.repeat(pa.scalar(ledger_id, pa.int64()), n),
+            pa.array(np.arange(first_entry_id, first_entry_id + n, dtype=np.int64)),
+            payload_col,
+            pa.repeat(ctime, n),
+            pa.repeat(custom, n),
+        ],
+        schema=schema,
+    )
 
 
 def check_user_schema(schema: "StructType") -> None:
