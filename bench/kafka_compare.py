@@ -64,6 +64,8 @@ def _spark(cores: int, jars: list[str]) -> Any:
         SparkSession.builder.master(f"local[{cores}]")
         .appName("bkspark-kafka-compare")
         .config("spark.jars", ",".join(jars))
+        .config("spark.driver.host", "127.0.0.1")  # everything on loopback
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(cores))
         .config("spark.driver.memory", "2g")
