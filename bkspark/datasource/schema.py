@@ -96,19 +96,41 @@ def entry_batch(
         raise ValueError(f"{total} payload bytes do not fit one Arrow binary array (2 GiB); use smaller batches")
     data = pa.py_buffer(b"".join(payloads))
     payload_col = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), data])
-    ctime = pa.scalar(ctime_ms * 1000 if ctime_ms else None, type=schema.field("ledger_ctime").type)
-    custom = pa.scalar(list(custom_metadata), type=schema.field("custom_metadata").type)
     return pa.RecordBatch.from_arrays(
         [
             pa.repeat(pa.scalar(scope_id, pa.int64()), n),
             pa.repeat(pa.scalar(ledger_id, pa.int64()), n),
             pa.array(np.arange(first_entry_id, first_entry_id + n, dtype=np.int64)),
             payload_col,
-            pa.repeat(ctime, n),
-            pa.repeat(custom, n),
+            _repeated_ctime(schema.field("ledger_ctime").type, ctime_ms, n),
+            _repeated_map(schema.field("custom_metadata").type, custom_metadata, n),
         ],
         schema=schema,
     )
+
+
+def _repeated_ctime(ts_type: "pa.DataType", ctime_ms: int | None, n: int) -> "pa.Array":
+    """``n`` copies of one timestamp (or nulls), from a numpy buffer (``pa.repeat`` of the scalar is slower)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if not ctime_ms:
+        return pa.nulls(n, ts_type)
+    return pa.Array.from_buffers(ts_type, n, [None, pa.py_buffer(np.full(n, ctime_ms * 1000, dtype=np.int64))])
+
+
+def _repeated_map(map_type: "pa.MapType", pairs: Sequence[tuple[str, bytes]], n: int) -> "pa.Array":
+    """``n`` copies of one map, from offsets and tiled keys/values: ``pa.repeat`` of a map scalar costs
+    about 0.4 µs a row (4 ms per 10,000-row batch, the largest part of the batch's build before)."""
+    import numpy as np
+    import pyarrow as pa
+
+    k = len(pairs)
+    offsets = pa.array(np.arange(0, (n + 1) * k, k, dtype=np.int32) if k else np.zeros(n + 1, dtype=np.int32))
+    index = pa.array(np.tile(np.arange(k, dtype=np.int32), n))
+    keys = pa.array([key for key, _ in pairs], map_type.key_type).take(index)
+    items = pa.array([value for _, value in pairs], map_type.item_type).take(index)
+    return pa.MapArray.from_arrays(offsets, keys, items, type=map_type)
 
 
 def check_user_schema(schema: "StructType") -> None:
