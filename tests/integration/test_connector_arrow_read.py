@@ -21,7 +21,6 @@ from bkspark.datasource import schema as schema_module
 from bkspark.datasource.options import parse_read_options
 from bkspark.datasource.reader import BookKeeperReader
 from tests.harness.python_bookie import PythonBookieCluster
-from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
 from tests.integration.test_connector_spark import java_create_and_write, java_payload, write_bkspark_ledger
 from tests.unit.test_connector_arrow import reference_batch
 
@@ -29,15 +28,9 @@ pytestmark = [pytest.mark.integration]
 
 
 @pytest.fixture(scope="module")
-def py_cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonBookieCluster]:
-    zk = zookeeper.client()
-    try:
-        init_new_cluster(zk, "/bk-connector-arrow")
-    finally:
-        zk.stop()
-        zk.close()
-    uri = f"zk+hierarchical://{zookeeper.connect_string}/bk-connector-arrow"
-    with PythonBookieCluster(uri, tmp_path_factory.mktemp("arrow-bookies"), bookies=3) as cluster:
+def py_cluster(module_zk_root, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonBookieCluster]:
+    """Three Python bookies on this module's own ledgers root."""
+    with PythonBookieCluster(module_zk_root.metadata_service_uri, tmp_path_factory.mktemp("arrow-bookies"), bookies=3) as cluster:
         yield cluster
 
 
