@@ -65,3 +65,13 @@ def test_memoryview_payloads_are_gathered_too() -> None:
     views = [memoryview(raw)[i * 10:(i + 1) * 10] for i in range(50)]
     batch = entry_batch(1, 2, 0, views)
     assert batch.column("payload").to_pylist() == [bytes(v) for v in views]
+
+
+def test_custom_metadata_with_many_pairs_and_non_ascii_keys() -> None:
+    """The map column is built from tiled key and value buffers: every row holds the whole map, in order."""
+    custom = tuple(sorted({"bookkeeper.dataset": b"events", "ключ": b"\x00\xff", "empty": b"", "z" * 300: b"v" * 1000}.items()))
+    payloads = [b"p%d" % i for i in range(777)]
+    got = entry_batch(2, 9, 40, payloads, 1_700_000_000_123, custom)
+    assert got.equals(reference_batch(2, 9, 40, payloads, 1_700_000_000_123, custom))
+    assert got.column("custom_metadata")[776].as_py() == list(custom)
+    got.validate(full=True)
