@@ -28,13 +28,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from typing import Any
 
 from bench.common import (
-    BenchError,
     Cluster,
     Report,
     Unavailable,
@@ -44,6 +42,7 @@ from bench.common import (
     machine_facts,
     py_bench,
     run_main,
+    spark_session,
     timed,
 )
 from bench.kafka_broker import KAFKA_VERSION, SPARK_KAFKA_VERSION, KafkaBroker, spark_kafka_jars
@@ -54,30 +53,7 @@ BATCH_BYTES = 4 * 1024 * 1024
 
 def _spark(cores: int, jars: list[str]) -> Any:
     """local[cores] with Spark's Kafka connector on the classpath and the bookkeeper data source registered."""
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError as exc:
-        raise Unavailable(f"pyspark is not installed ({exc})") from exc
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName("bkspark-kafka-compare")
-        .config("spark.jars", ",".join(jars))
-        .config("spark.driver.host", "127.0.0.1")  # everything on loopback
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", str(cores))
-        .config("spark.driver.memory", "2g")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    from bkspark.datasource.source import BookKeeperDataSource
-
-    spark.dataSource.register(BookKeeperDataSource)
-    return spark
+    return spark_session(cores, "bkspark-kafka-compare", jars=jars, driver_memory="2g")
 
 
 def _frame(spark: Any, rows: int, size: int, cores: int, column: str) -> Any:
