@@ -2,6 +2,7 @@
 #   make test    - unit, integration and compatibility tests (real ZooKeeper, real bookies)
 #   make demo    - local ZooKeeper + bookies, a DataFrame written to ledgers and read back
 #   make compat  - only the tests against Apache BookKeeper's Java bookies, client and shell
+#   make bench   - side-by-side benchmarks (bench/), incl. Apache Kafka via `make kafka-jars` (bench only)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
