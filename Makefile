@@ -2,6 +2,7 @@
 #   make test    - unit, integration and compatibility tests (real ZooKeeper, real bookies)
 #   make demo    - local ZooKeeper + bookies, a DataFrame written to ledgers and read back
 #   make compat  - only the tests against Apache BookKeeper's Java bookies, client and shell
+#   make bench   - side-by-side benchmarks (bench/), incl. Apache Kafka via `make kafka-jars` (bench only)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -9,13 +10,16 @@ PY := $(VENV)/bin/python
 CACHE := $(CURDIR)/.cache
 BK_VERSIONS ?= 4.16.6 4.17.3 4.18.2
 BK_JARS := $(foreach v,$(BK_VERSIONS),$(CACHE)/bookkeeper/$(v)/.ok)
+# bench/kafka_compare.py only (not the tests): an Apache Kafka broker and Spark's own Kafka connector.
+KAFKA_VERSION ?= 4.1.1
+SPARK_KAFKA_VERSION ?= 4.2.0
 JAVA_TOOLS := $(shell find tools/java/src -name '*.java' 2>/dev/null | LC_ALL=C sort)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
 export BKSPARK_CACHE := $(CACHE)
 
-.PHONY: all setup venv zookeeper java jars jars-unlocked proto test unit compat fault demo bench clean
+.PHONY: all setup venv zookeeper java jars jars-unlocked kafka-jars proto test unit compat fault demo bench clean
 
 all: test
 
@@ -82,6 +86,23 @@ $(CACHE)/java-tools.list: FORCE
 FORCE:
 .PRECIOUS: $(CACHE)/bookkeeper/%/lib/.ok
 
+# The Kafka side of bench/kafka_compare.py, resolved by Maven (never by Spark's Ivy): the broker with its perf tools
+# (tools/kafka/broker-pom.xml) and Spark's Kafka connector without the jars PySpark already ships (spark-pom.xml).
+kafka-jars: java $(CACHE)/kafka/$(KAFKA_VERSION)/lib/.ok $(CACHE)/spark-kafka/$(SPARK_KAFKA_VERSION)/lib/.ok
+$(CACHE)/kafka/%/lib/.ok: tools/kafka/broker-pom.xml
+	rm -rf $(CACHE)/kafka/$*/lib.new
+	mvn -q -B -f tools/kafka/broker-pom.xml -Dkafka.version=$* dependency:copy-dependencies -DoutputDirectory=$(CACHE)/kafka/$*/lib.new \
+	  || { echo "bkspark: Maven could not resolve Apache Kafka $*"; exit 1; }
+	rm -rf $(CACHE)/kafka/$*/lib && mv $(CACHE)/kafka/$*/lib.new $(CACHE)/kafka/$*/lib
+	touch $@
+$(CACHE)/spark-kafka/%/lib/.ok: tools/kafka/spark-pom.xml
+	rm -rf $(CACHE)/spark-kafka/$*/lib.new
+	mvn -q -B -f tools/kafka/spark-pom.xml -Dspark.kafka.version=$* dependency:copy-dependencies -DincludeScope=runtime \
+	  -DoutputDirectory=$(CACHE)/spark-kafka/$*/lib.new || { echo "bkspark: Maven could not resolve Spark's Kafka connector $*"; exit 1; }
+	rm -rf $(CACHE)/spark-kafka/$*/lib && mv $(CACHE)/spark-kafka/$*/lib.new $(CACHE)/spark-kafka/$*/lib
+	touch $@
+.PRECIOUS: $(CACHE)/kafka/%/lib/.ok $(CACHE)/spark-kafka/%/lib/.ok
+
 # Regenerate the committed protobuf modules from bkspark/protocol/proto/*.proto.
 proto: venv
 	$(PY) -m grpc_tools.protoc -Ibkspark/protocol/proto --python_out=bkspark/protocol/proto --pyi_out=bkspark/protocol/proto bkspark/protocol/proto/*.proto
@@ -104,7 +125,7 @@ demo: venv zookeeper
 # Side-by-side benchmarks (bench/); rewrites the generated section of BENCHMARKS.md from this run.
 # BENCH_ARGS are handed to run_all, e.g. BENCH_ARGS=--quick (small sizes: checks the programs only).
 BENCH_ARGS ?=
-bench: setup
+bench: setup kafka-jars
 	$(PY) -m bench.run_all --update-md BENCHMARKS.md $(BENCH_ARGS)
 
 clean:

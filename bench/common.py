@@ -50,6 +50,7 @@ __all__ = [
     "machine_facts",
     "py_bench",
     "ratio",
+    "spark_session",
     "timed",
 ]
 
@@ -551,3 +552,33 @@ def timed(label: str) -> Iterator[None]:
     print(f"-- {label}", flush=True)
     yield
     print(f"   ({time.monotonic() - t0:.1f}s)", flush=True)
+
+
+def spark_session(cores: int, app: str, jars: Sequence[str] = (), driver_memory: str = "1g") -> Any:
+    """A ``local[cores]`` SparkSession on loopback whose Python workers run this interpreter, with the
+    ``bookkeeper`` data source registered and ``jars`` (e.g. Spark's Kafka connector) on its classpath."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise Unavailable(f"pyspark is not installed ({exc})") from exc
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    builder = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(cores))
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    from bkspark.datasource.source import BookKeeperDataSource
+
+    spark.dataSource.register(BookKeeperDataSource)
+    return spark

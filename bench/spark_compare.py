@@ -30,40 +30,18 @@ from bench.common import (
     BenchError,
     Cluster,
     Report,
-    Unavailable,
     add_common_args,
     command_line,
     machine_facts,
     py_bench,
     run_main,
+    spark_session,
     timed,
 )
 
 
 def _spark(cores: int) -> Any:
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError as exc:
-        raise Unavailable(f"pyspark is not installed ({exc})") from exc
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName("bkspark-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", str(cores))
-        .config("spark.driver.memory", "1g")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
-        from bkspark.datasource import BookKeeperDataSource  # type: ignore[attr-defined]
-    except ImportError:
-        from bkspark.datasource.source import BookKeeperDataSource
-    spark.dataSource.register(BookKeeperDataSource)
-    return spark
+    return spark_session(cores, "bkspark-bench")
 
 
 def _dataset_ledgers(uri: str, name: str) -> list[int]:

@@ -3,8 +3,8 @@
 The reader object is pickled from the planner to every executor, so it holds
 only options and bounds; the client lives in the per-worker cache
 (:mod:`bkspark.datasource.clients`).  ``read()`` yields ``pyarrow.RecordBatch``
-objects of about ``ROWS_PER_BATCH`` entries (2-4x faster than tuples in
-PySpark 4.3), built column-wise.
+objects of at most ``ROWS_PER_BATCH`` entries (2-4x faster than tuples in
+PySpark 4.3), built column-wise from the payloads by :func:`~bkspark.datasource.schema.entry_batch`.
 """
 
 from __future__ import annotations
@@ -187,32 +187,23 @@ class BookKeeperReader(DataSourceReader):
             handle.close()
 
     def _read_slice(self, handle: Any, part: LedgerSlice) -> Iterator[Any]:
-        import pyarrow as pa
+        """Arrow batches of the slice: payloads gathered per batch (see :func:`entry_batch`), never per row."""
+        from bkspark.datasource.schema import MAX_BATCH_PAYLOAD_BYTES, entry_batch
+        from bkspark.errors import NoSuchEntryError
 
-        from bkspark.datasource.schema import arrow_schema
-
-        schema = arrow_schema()
         opts = self.options
-        ctime = pa.scalar(part.ctime_ms * 1000 if part.ctime_ms else None, type=schema.field("ledger_ctime").type)
-        custom = pa.scalar(list(part.custom_metadata), type=schema.field("custom_metadata").type)
-        entry_ids: list[int] = []
         payloads: list[bytes] = []
+        pending_bytes = 0
+        batch_first = part.first_entry  # entry id of payloads[0]
 
         def flush() -> Any:
-            n = len(entry_ids)
-            batch = pa.RecordBatch.from_arrays(
-                [
-                    pa.repeat(pa.scalar(part.scope_id, pa.int64()), n),
-                    pa.repeat(pa.scalar(part.ledger_id, pa.int64()), n),
-                    pa.array(entry_ids, pa.int64()),
-                    pa.array(payloads, pa.binary()),
-                    pa.repeat(ctime, n),
-                    pa.repeat(custom, n),
-                ],
-                schema=schema,
+            nonlocal pending_bytes, batch_first
+            batch = entry_batch(
+                part.scope_id, part.ledger_id, batch_first, payloads, part.ctime_ms, part.custom_metadata
             )
-            entry_ids.clear()
+            batch_first += len(payloads)
             payloads.clear()
+            pending_bytes = 0
             return batch
 
         next_entry = part.first_entry
@@ -223,18 +214,24 @@ class BookKeeperReader(DataSourceReader):
             else:
                 entries = handle.read(next_entry, next_entry + min(remaining, opts.batch_max_count) - 1)
             if not entries:
-                from bkspark.errors import NoSuchEntryError
-
                 raise NoSuchEntryError(
                     f"ledger {part.ledger_id} returned no entry at {next_entry} (expected up to {part.last_entry})"
                 )
-            for entry in entries:
-                entry_ids.append(entry.entry_id)
-                payloads.append(entry.payload)
-            next_entry = entries[-1].entry_id + 1
-            if len(entry_ids) >= ROWS_PER_BATCH:
-                yield flush()
-        if entry_ids:
+            if entries[0].entry_id != next_entry or entries[-1].entry_id != next_entry + len(entries) - 1:
+                raise NoSuchEntryError(
+                    f"ledger {part.ledger_id}: asked for entries from {next_entry}, got "
+                    f"{entries[0].entry_id}..{entries[-1].entry_id} ({len(entries)} entries, not consecutive)"
+                )
+            got = [entry.payload for entry in entries[:remaining]]
+            next_entry += len(got)
+            while got:  # fill the pending batch; the byte bound is checked per response, not per row
+                take = ROWS_PER_BATCH - len(payloads)
+                chunk, got = got[:take], got[take:]
+                payloads.extend(chunk)
+                pending_bytes += sum(map(len, chunk))
+                if len(payloads) >= ROWS_PER_BATCH or pending_bytes >= MAX_BATCH_PAYLOAD_BYTES:
+                    yield flush()
+        if payloads:
             yield flush()
 
 

@@ -9,13 +9,21 @@ are defined here once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from functools import lru_cache
+from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-__all__ = ["SCHEMA_DDL", "spark_schema", "arrow_schema", "check_user_schema", "COLUMNS"]
+__all__ = [
+    "SCHEMA_DDL", "spark_schema", "arrow_schema", "check_user_schema", "COLUMNS", "entry_batch",
+    "MAX_BATCH_PAYLOAD_BYTES",
+]
+
+#: Payload bytes one Arrow batch may hold: ``binary`` columns have int32 offsets (2 GiB per array), and
+#: Spark's Arrow transfer is happier with batches of tens of MiB than with one huge one.
+MAX_BATCH_PAYLOAD_BYTES = 64 * 1024 * 1024
 
 #: Column names, in order.
 COLUMNS = ("scope_id", "ledger_id", "entry_id", "payload", "ledger_ctime", "custom_metadata")
@@ -51,11 +59,89 @@ def spark_schema() -> "StructType":
     )
 
 
+@lru_cache(maxsize=1)
 def arrow_schema() -> "pa.Schema":
     """The Arrow schema Spark checks yielded record batches against (``to_arrow_schema(..., "UTC")``)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(spark_schema(), timezone="UTC")
+
+
+def entry_batch(
+    scope_id: int,
+    ledger_id: int,
+    first_entry_id: int,
+    payloads: Sequence[bytes],
+    ctime_ms: int | None = None,
+    custom_metadata: Sequence[tuple[str, bytes]] = (),
+) -> "pa.RecordBatch":
+    """Consecutive entries ``first_entry_id ..`` of one ledger as one Arrow batch of :func:`arrow_schema`.
+
+    Built column-wise from buffers, with no Python object per row: the payloads are gathered into one
+    buffer and framed by an int32 offsets array (``BinaryArray.from_buffers``), entry ids are a numpy
+    ``arange``, and the ledger-level columns are repeated scalars.  Shared by every reader of the data
+    source (batch and streaming), so all of them yield the same rows.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    schema = arrow_schema()
+    n = len(payloads)
+    if n == 0:  # pa.repeat of a map scalar cannot make an empty array
+        return pa.RecordBatch.from_pylist([], schema=schema)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, payloads), dtype=np.int64, count=n), out=offsets[1:])
+    total = int(offsets[-1])
+    if total > (1 << 31) - 1:
+        raise ValueError(f"{total} payload bytes do not fit one Arrow binary array (2 GiB); use smaller batches")
+    data = pa.py_buffer(b"".join(payloads))
+    payload_col = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), data])
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(scope_id, pa.int64()), n),
+            pa.repeat(pa.scalar(ledger_id, pa.int64()), n),
+            pa.array(np.arange(first_entry_id, first_entry_id + n, dtype=np.int64)),
+            payload_col,
+            _repeated_ctime(schema.field("ledger_ctime").type, ctime_ms, n),
+            _repeated_map(schema.field("custom_metadata").type, custom_metadata, n),
+        ],
+        schema=schema,
+    )
+
+
+def _repeated_ctime(ts_type: "pa.DataType", ctime_ms: int | None, n: int) -> "pa.Array":
+    """``n`` copies of one timestamp (or nulls), from a numpy buffer (``pa.repeat`` of the scalar is slower)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if not ctime_ms:
+        return pa.nulls(n, ts_type)
+    return pa.Array.from_buffers(ts_type, n, [None, pa.py_buffer(np.full(n, ctime_ms * 1000, dtype=np.int64))])
+
+
+def _repeated_map(map_type: "pa.MapType", pairs: Sequence[tuple[str, bytes]], n: int) -> "pa.Array":
+    """``n`` copies of one map, from offsets and tiled key and value buffers: ``pa.repeat`` of a map scalar
+    costs about 0.4 µs a row (4 ms per 10,000-row batch, the largest part of the batch's build before)."""
+    import numpy as np
+    import pyarrow as pa
+
+    k = len(pairs)
+    offsets = np.arange(0, (n + 1) * k, k, dtype=np.int32) if k else np.zeros(n + 1, dtype=np.int32)
+    keys = _tiled(map_type.key_type, [key.encode("utf-8") for key, _ in pairs], n)
+    items = _tiled(map_type.item_type, [bytes(value) for _, value in pairs], n)
+    return pa.MapArray.from_arrays(pa.array(offsets), keys, items, type=map_type)
+
+
+def _tiled(value_type: "pa.DataType", values: list[bytes], n: int) -> "pa.Array":
+    """``values`` repeated ``n`` times as one string or binary array, built from one tiled buffer."""
+    import numpy as np
+    import pyarrow as pa
+
+    lengths = np.array([len(v) for v in values], dtype=np.int64)
+    offsets = np.zeros(len(values) * n + 1, dtype=np.int64)
+    np.cumsum(np.tile(lengths, n), out=offsets[1:])
+    data = pa.py_buffer(b"".join(values) * n)
+    return pa.Array.from_buffers(value_type, len(values) * n, [None, pa.py_buffer(offsets.astype(np.int32)), data])
 
 
 def check_user_schema(schema: "StructType") -> None:

@@ -156,6 +156,7 @@ CONNECTOR_UNIT_TESTS = [
     "tests/unit/test_connector_runtime.py",
     "tests/unit/test_connector_options.py",
     "tests/unit/test_connector_clients.py",
+    "tests/unit/test_connector_arrow.py",
 ]
 
 

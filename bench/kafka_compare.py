@@ -1,0 +1,327 @@
+"""Issue 14's anchor: bkspark against Apache Kafka and Spark's own Kafka connector, same machine, one run.
+
+    python -m bench.kafka_compare [--records 1000000] [--sizes 100,1024] [--bookie-kinds java,python]
+                                  [--cores 2] [--kafka-flush-messages N]
+
+One process tree: a ZooKeeper, one Java bookie (Apache BookKeeper --bk-version, fsync journal) and one Python
+bookie (bookie_server, fsync journal) on ledger roots of their own, one Kafka broker (KRaft, one node, jars
+from ``make kafka-jars``), and one Spark session ``local[--cores]`` whose ``spark.jars`` are Spark's Kafka
+connector (resolved by Maven, not Ivy) and which also has the ``bookkeeper`` data source.  For each record
+size, --records records:
+
+* Kafka raw: ``ProducerPerformance`` (kafka-producer-perf-test, acks=all) into a 2-partition topic, then
+  ``ConsumerPerformance`` (kafka-consumer-perf-test) of that topic (fetch rate: group join excluded).
+* Kafka Spark: ``df.write.format("kafka")`` of --records rows into a 2-partition topic (``--cores`` tasks),
+  then ``spark.read.format("kafka")`` of that topic (earliest..latest) into the ``noop`` sink.
+* per bookie kind, bookkeeper raw: ``bench.pyclient write`` (bkspark's client, one ledger, 1000 in flight)
+  and ``bench.pyclient read --mode batch`` of it (1000 entries / 4 MiB per call); Apache BookKeeper's Java
+  client the same way (tools/java BenchClient).
+* per bookie kind, bookkeeper Spark: ``df.write.format("bookkeeper")`` of --records rows (``--cores`` tasks,
+  one ledger each), then ``spark.read.format("bookkeeper")`` of that dataset, one partition per ledger (as
+  Kafka's connector makes one per topic partition), into the ``noop`` sink.
+
+Every Spark job runs once untimed on a small topic / dataset first.  Ratios are bkspark ÷ Kafka.  What is and
+is not comparable (replication, fsync, batching) is printed as notes and written up in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from typing import Any
+
+from bench.common import (
+    Cluster,
+    Report,
+    Unavailable,
+    add_common_args,
+    command_line,
+    java_bench,
+    machine_facts,
+    py_bench,
+    run_main,
+    spark_session,
+    timed,
+)
+from bench.kafka_broker import KAFKA_VERSION, SPARK_KAFKA_VERSION, KafkaBroker, spark_kafka_jars
+
+BATCH_COUNT = 1000
+BATCH_BYTES = 4 * 1024 * 1024
+
+
+def _spark(cores: int, jars: list[str]) -> Any:
+    """local[cores] with Spark's Kafka connector on the classpath and the bookkeeper data source registered."""
+    return spark_session(cores, "bkspark-kafka-compare", jars=jars, driver_memory="2g")
+
+
+def _frame(spark: Any, rows: int, size: int, cores: int, column: str) -> Any:
+    from pyspark.sql import functions as F
+
+    return spark.range(0, rows, 1, cores).select(F.expr(f"cast(repeat('x', {size}) as binary)").alias(column))
+
+
+def _noop(df: Any) -> float:
+    """Seconds to run ``df`` into the noop sink."""
+    t0 = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - t0
+
+
+class _Run:
+    """The figures of one run: rows/s keyed by (size, side, what), every raw result kept for the JSON."""
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        self.values: dict[tuple[int, str, str], float] = {}
+
+    def attempt(self, label: str, fn: Any) -> Any:
+        try:
+            return fn()
+        except Unavailable as exc:
+            self.report.fail(label, f"unavailable: {exc}")
+        except Exception as exc:  # noqa: BLE001 - one failed part must not stop the others
+            self.report.fail(label, f"{type(exc).__name__}: {str(exc)[:1500]}")
+        return None
+
+    def put(self, size: int, side: str, what: str, value: float | None, unit: str, **extra: Any) -> None:
+        if value is None:
+            return
+        self.values[(size, side, what)] = value
+        self.report.row(f"{size} B: {side}: {what}", value, unit, mb_s=value * size / 1e6, **extra)
+
+
+def _kafka_side(run: _Run, kafka: KafkaBroker, spark: Any, size: int, n: int, cores: int) -> None:
+    raw_topic, spark_topic = f"raw-{size}", f"spark-{size}"
+    with timed(f"{size} B: Kafka raw producer, {n} records"):
+        kafka.create_topic(raw_topic, 2)
+        res = run.attempt(f"{size} B Kafka ProducerPerformance", lambda: kafka.produce_perf(raw_topic, n, size))
+        if res:
+            run.report.raw.append({"size": size, "side": "kafka", "what": "producer", **res})
+            run.put(size, "Kafka", "raw producer (Java)", res["records_per_sec"], "records/s")
+    with timed(f"{size} B: Kafka raw consumer"):
+        res = run.attempt(f"{size} B Kafka ConsumerPerformance", lambda: kafka.consume_perf(raw_topic, n, f"g-{size}"))
+        if res:
+            run.report.raw.append({"size": size, "side": "kafka", "what": "consumer", **res})
+            run.put(size, "Kafka", "raw consumer (Java)", res["fetch_records_per_sec"], "records/s")
+    if spark is None:
+        return
+    opts = {"kafka.bootstrap.servers": kafka.bootstrap}
+
+    def spark_write() -> float:
+        kafka.create_topic(spark_topic, 2)
+        t0 = time.perf_counter()
+        _frame(spark, n, size, cores, "value").write.format("kafka").options(**opts).option("topic", spark_topic).save()
+        return n / (time.perf_counter() - t0)
+
+    def spark_scan() -> float:
+        df = (spark.read.format("kafka").options(**opts).option("subscribe", spark_topic)
+              .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
+        nparts = df.rdd.getNumPartitions()
+        secs = _noop(df)
+        run.report.notes.append(f"{size} B: Kafka's connector planned {nparts} partitions for the scan.")
+        return n / secs
+
+    with timed(f"{size} B: Spark write into Kafka"):
+        run.put(size, "Kafka", "Spark write", run.attempt(f"{size} B Spark write (kafka)", spark_write), "rows/s")
+    with timed(f"{size} B: Spark scan of Kafka"):
+        run.put(size, "Kafka", "Spark scan", run.attempt(f"{size} B Spark scan (kafka)", spark_scan), "rows/s")
+
+
+def _bookkeeper_side(
+    run: _Run, cluster: Cluster, uri: str, kind: str, spark: Any, size: int, n: int, cores: int, bk_version: str
+) -> None:
+    side = f"bkspark ({kind} bookie)"
+    common = dict(ensemble=1, write=1, ack=1, digest="CRC32C")
+    with timed(f"{size} B: {side}: raw client write + batched read"):
+        w = run.attempt(f"{size} B {side} raw write",
+                        lambda: py_bench(uri, "write", entries=n, size=size, outstanding=1000, warmup=min(n, 5000),
+                                         **common))
+        if w:
+            run.report.raw.append({"size": size, "side": side, **w})
+            run.put(size, side, "raw client write", float(w["entries_per_sec"]), "entries/s")
+            r = run.attempt(f"{size} B {side} raw batched read",
+                            lambda: py_bench(uri, "read", ledger=int(w["ledger_id"]), mode="batch",
+                                             batch_size=BATCH_COUNT, max_size=BATCH_BYTES, passes=1, warmup_passes=1,
+                                             digest="CRC32C"))
+            if r:
+                run.report.raw.append({"size": size, "side": side, **r})
+                run.put(size, side, "raw client batched read", float(r["entries_per_sec"]), "entries/s")
+    jside = f"BookKeeper Java client ({kind} bookie)"
+    with timed(f"{size} B: {jside}: write + batched read"):
+        w = run.attempt(f"{size} B {jside} write",
+                        lambda: java_bench(cluster, bk_version, uri, "write", entries=n, size=size, outstanding=1000,
+                                           warmup=min(n, 5000), **common))
+        if w:
+            run.report.raw.append({"size": size, "side": jside, **w})
+            run.put(size, jside, "raw client write", float(w["entries_per_sec"]), "entries/s")
+            r = run.attempt(f"{size} B {jside} batched read",
+                            lambda: java_bench(cluster, bk_version, uri, "read", ledger=int(w["ledger_id"]),
+                                               mode="batch", batch_size=BATCH_COUNT, max_size=BATCH_BYTES, passes=1,
+                                               warmup_passes=1, digest="CRC32C"))
+            if r:
+                run.report.raw.append({"size": size, "side": jside, **r})
+                run.put(size, jside, "raw client batched read", float(r["entries_per_sec"]), "entries/s")
+    if spark is None:
+        return
+    dataset = f"spark-{size}"
+    wopts = {"metadataServiceUri": uri, "ensembleSize": "1", "writeQuorumSize": "1", "ackQuorumSize": "1",
+             "digestType": "CRC32C"}
+
+    def spark_write() -> float:
+        t0 = time.perf_counter()
+        _frame(spark, n, size, cores, "payload").write.format("bookkeeper").options(**wopts).option(
+            "dataset", dataset).mode("append").save()
+        return n / (time.perf_counter() - t0)
+
+    def spark_scan() -> float:
+        df = spark.read.format("bookkeeper").options(
+            metadataServiceUri=uri, dataset=dataset, digestType="CRC32C",
+            maxEntriesPerPartition=str(max(1, math.ceil(n / cores))), batchMaxCount=str(BATCH_COUNT),
+            batchMaxSize=str(BATCH_BYTES),
+        ).load()
+        nparts = df.rdd.getNumPartitions()
+        secs = _noop(df)
+        run.report.notes.append(f"{size} B: {side}: the bookkeeper source planned {nparts} partitions for the scan.")
+        return n / secs
+
+    with timed(f"{size} B: Spark write into {side}"):
+        run.put(size, side, "Spark write", run.attempt(f"{size} B Spark write ({side})", spark_write), "rows/s")
+    with timed(f"{size} B: Spark scan of {side}"):
+        run.put(size, side, "Spark scan", run.attempt(f"{size} B Spark scan ({side})", spark_scan), "rows/s")
+
+
+def _warm_up(run: _Run, spark: Any, kafka: KafkaBroker, uris: dict[str, str], cores: int) -> None:
+    """One small untimed write and scan per format: JVM classes, Python workers and clients get ready."""
+    def kafka_warm() -> None:
+        kafka.create_topic("warmup", 2)
+        opts = {"kafka.bootstrap.servers": kafka.bootstrap}
+        _frame(spark, 2000, 100, cores, "value").write.format("kafka").options(**opts).option("topic", "warmup").save()
+        _noop(spark.read.format("kafka").options(**opts).option("subscribe", "warmup")
+              .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
+
+    with timed("Spark warm-up (untimed): Kafka"):
+        run.attempt("Spark warm-up (kafka)", kafka_warm)
+    for kind, uri in uris.items():
+        def bk_warm(uri: str = uri) -> None:
+            opts = {"metadataServiceUri": uri, "ensembleSize": "1", "writeQuorumSize": "1", "ackQuorumSize": "1"}
+            _frame(spark, 2000, 100, cores, "payload").write.format("bookkeeper").options(**opts).option(
+                "dataset", "warmup").mode("append").save()
+            _noop(spark.read.format("bookkeeper").options(metadataServiceUri=uri, dataset="warmup").load())
+
+        with timed(f"Spark warm-up (untimed): {kind} bookie"):
+            run.attempt(f"Spark warm-up ({kind} bookie)", bk_warm)
+
+
+def run(args: argparse.Namespace) -> Report:
+    cores = args.cores
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    kinds = [k.strip() for k in args.bookie_kinds.split(",") if k.strip()]
+    n = args.records
+    report = Report(
+        name="kafka_compare",
+        title="bkspark vs Apache Kafka and Spark's Kafka connector (issue 14)",
+        command=command_line("bench.kafka_compare"),
+        params={
+            "records": n,
+            "sizes": ",".join(map(str, sizes)),
+            "spark": f"local[{cores}]",
+            "kafka": f"{KAFKA_VERSION}, 1 KRaft node, 2 partitions, RF 1, "
+                     + (f"log.flush.interval.messages={args.kafka_flush_messages}" if args.kafka_flush_messages
+                        else "no fsync of its own (Kafka's default)"),
+            "spark_kafka_connector": SPARK_KAFKA_VERSION,
+            "bookies": ", ".join(f"1 x {k}" + (f" {args.bk_version}" if k == "java" else "") for k in kinds)
+                       + ", ensemble 1/1/1, fsync journal",
+            "batch_read": f"{BATCH_COUNT} entries / {BATCH_BYTES} bytes",
+        },
+    )
+    report.machine_before = machine_facts()
+    runs = _Run(report)
+    spark = None
+    with Cluster(args.workdir, args.keep, make_jars=not args.no_make) as cluster:
+        uris: dict[str, str] = {}
+        for kind in kinds:
+            with timed(f"starting one {kind} bookie"):
+                uri = cluster.new_root(kind)
+                ok = runs.attempt(f"{kind} bookie", lambda: (cluster.java_bookies(uri, 1, args.bk_version, "java")
+                                                              if kind == "java" else
+                                                              cluster.python_bookies(uri, 1, "python")))
+                if ok is not None:
+                    uris[kind] = uri
+        kafka = KafkaBroker(cluster.base / "kafka", flush_messages=args.kafka_flush_messages or None)
+        with timed(f"starting Kafka {KAFKA_VERSION} (KRaft)"):
+            try:
+                kafka.start()
+            except Exception as exc:  # noqa: BLE001
+                report.fail("Kafka broker", exc)
+                kafka = None  # type: ignore[assignment]
+        if kafka is not None:
+            cluster.callback(kafka.stop)
+        with timed(f"starting Spark local[{cores}] with Spark's Kafka connector {SPARK_KAFKA_VERSION}"):
+            spark = runs.attempt("Spark session", lambda: _spark(cores, spark_kafka_jars()))
+        if spark is not None and kafka is not None:
+            _warm_up(runs, spark, kafka, uris, cores)
+        try:
+            for size in sizes:
+                if kafka is not None:
+                    _kafka_side(runs, kafka, spark, size, n, cores)
+                for kind, uri in uris.items():
+                    _bookkeeper_side(runs, cluster, uri, kind, spark, size, n, cores, args.bk_version)
+        finally:
+            if spark is not None:
+                spark.stop()
+
+    v = runs.values
+    for size in sizes:
+        for kind in kinds:
+            side = f"bkspark ({kind} bookie)"
+            jside = f"BookKeeper Java client ({kind} bookie)"
+            report.add_ratio(f"{size} B, {kind} bookie: Spark scan, bkspark ÷ Kafka",
+                             v.get((size, side, "Spark scan")), v.get((size, "Kafka", "Spark scan")), goal=1.0)
+            report.add_ratio(f"{size} B, {kind} bookie: Spark write, bkspark ÷ Kafka",
+                             v.get((size, side, "Spark write")), v.get((size, "Kafka", "Spark write")), goal=1.0)
+            report.add_ratio(f"{size} B, {kind} bookie: raw read, bkspark client ÷ Kafka consumer",
+                             v.get((size, side, "raw client batched read")), v.get((size, "Kafka", "raw consumer (Java)")))
+            report.add_ratio(f"{size} B, {kind} bookie: raw write, bkspark client ÷ Kafka producer",
+                             v.get((size, side, "raw client write")), v.get((size, "Kafka", "raw producer (Java)")))
+            report.add_ratio(f"{size} B, {kind} bookie: raw read, BookKeeper Java client ÷ Kafka consumer",
+                             v.get((size, jside, "raw client batched read")), v.get((size, "Kafka", "raw consumer (Java)")))
+            report.add_ratio(f"{size} B, {kind} bookie: raw write, BookKeeper Java client ÷ Kafka producer",
+                             v.get((size, jside, "raw client write")), v.get((size, "Kafka", "raw producer (Java)")))
+    report.notes += [
+        "Same machine, one run: ZooKeeper, the bookies, the Kafka broker, Spark local[%d] and the clients share the "
+        "cores; figures from a loaded machine move a lot (see the load averages)." % cores,
+        "Replication: none on either side (Kafka RF 1 on one broker; ledgers 1/1/1 on one bookie).",
+        "fsync: each bookie fsyncs its journal before acknowledging an add (group commit); Kafka by default "
+        "acknowledges from the page cache and leaves flushing to the OS (--kafka-flush-messages 1 makes it fsync "
+        "after every append). Writes are therefore not like for like; reads are (both served from memory).",
+        "Batching: Kafka's producer batches records (batch.size 16 KiB, linger 5 ms in 4.x) and its consumer fetches "
+        "up to 50 MiB per request; bkspark sends one add per entry (1000 in flight) and reads %d entries / %d bytes "
+        "per batch-read call." % (BATCH_COUNT, BATCH_BYTES),
+        "Raw consumer figure: ConsumerPerformance's fetch rate (the consumer group join is left out).",
+        "Spark scans: one Spark partition per Kafka partition / per ledger (2 each), into the noop sink; each Spark "
+        "job's time covers planning, tasks and commit, after one untimed warm-up job per format.",
+    ]
+    report.machine_after = machine_facts()
+    return report
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.kafka_compare", description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", type=int, default=1_000_000, help="records per size and side (default 1000000)")
+    p.add_argument("--sizes", default="100,1024", help="record sizes in bytes, comma-separated (default 100,1024)")
+    p.add_argument("--bookie-kinds", default="java,python", help="bookies to compare, reported separately")
+    p.add_argument("--cores", type=int, default=2, help="Spark local[N] (default 2)")
+    p.add_argument("--kafka-flush-messages", type=int, default=0,
+                   help="Kafka's log.flush.interval.messages (0: Kafka's default, no fsync of its own)")
+    add_common_args(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(parser, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

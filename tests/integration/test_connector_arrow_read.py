@@ -1,0 +1,137 @@
+"""The data source's reader (planning and ``read()``) against real bookies: its Arrow batches, built from gathered
+payload buffers, hold exactly the rows of the row-by-row conversion it replaced.
+
+The reader runs in this process (no Spark: ``partitions()`` and ``read()`` are plain Python), so the batch
+size bounds can be shrunk with monkeypatch; Spark's own reads through the same code are in
+test_connector_spark.py and test_connector_standalone.py.  The reference rows come from the bkspark client's
+single-entry reads (``ReadHandle.read``), converted one value at a time (tests/unit/test_connector_arrow.py).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from bkspark.client import BookKeeper
+from bkspark.datasource import reader as reader_module
+from bkspark.datasource import schema as schema_module
+from bkspark.datasource.options import parse_read_options
+from bkspark.datasource.reader import BookKeeperReader
+from tests.harness.python_bookie import PythonBookieCluster
+from tests.integration.test_connector_spark import java_create_and_write, java_payload, write_bkspark_ledger
+from tests.unit.test_connector_arrow import reference_batch
+
+pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture(scope="module")
+def py_cluster(module_zk_root, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonBookieCluster]:
+    """Three Python bookies on this module's own ledgers root."""
+    with PythonBookieCluster(module_zk_root.metadata_service_uri, tmp_path_factory.mktemp("arrow-bookies"), bookies=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture(autouse=True)
+def close_cached_clients() -> Iterator[None]:
+    """The reader caches its clients per process (as on an executor): close them while ZooKeeper still runs."""
+    from bkspark.datasource import clients
+
+    yield
+    clients._close_all()
+
+
+def reader_table(uri: str, ledger: int, **options: str) -> tuple[pa.Table, list[pa.RecordBatch]]:
+    """Plan and read ``ledger`` with the data source's reader; the rows as one table, and the batches."""
+    opts = parse_read_options({"metadataServiceUri": uri, "ledgers": str(ledger), **options})
+    reader = BookKeeperReader(opts)
+    batches = [b for part in reader.partitions() for b in reader.read(part)]
+    for b in batches:
+        assert b.schema == schema_module.arrow_schema()
+        b.validate(full=True)
+    return pa.Table.from_batches(batches, schema=schema_module.arrow_schema()), batches
+
+
+def reference_table(uri: str, ledger: int, password: bytes = b"", digest_type: str | None = None) -> pa.Table:
+    """The same ledger read entry by entry with the client and converted row by row (the old reader's way)."""
+    with BookKeeper(uri) as bk:
+        md = bk.get_ledger_metadata(ledger)
+        with bk.open_ledger(ledger, recovery=False, password=password, digest_type=digest_type) as handle:
+            entries = handle.read(0, handle.last_add_confirmed)
+    assert [e.entry_id for e in entries] == list(range(len(entries)))
+    custom = tuple(sorted((k, bytes(v)) for k, v in (md.custom_metadata or {}).items()))
+    batch = reference_batch(0, ledger, 0, [e.payload for e in entries], md.ctime or None, custom)
+    return pa.Table.from_batches([batch])
+
+
+def assert_same_rows(got: pa.Table, want: pa.Table) -> None:
+    assert got.num_rows == want.num_rows
+    assert got.combine_chunks().equals(want.combine_chunks())
+
+
+def random_payloads(seed: int, n: int) -> list[bytes]:
+    rng = random.Random(seed)
+    return [rng.randbytes(rng.choice([0, 1, 100, 1024, 3000])) for _ in range(n)]
+
+
+def test_python_bookies_plain_striped_and_single_reads(py_cluster: PythonBookieCluster) -> None:
+    uri = py_cluster.metadata_service_uri
+    with BookKeeper(uri) as bk:
+        plain = write_bkspark_ledger(bk, random_payloads(1, 2500), ensemble_size=3, write_quorum_size=3,
+                                     ack_quorum_size=2, custom_metadata={"owner": b"arrow"})
+        striped = write_bkspark_ledger(bk, random_payloads(2, 777), ensemble_size=3, write_quorum_size=2,
+                                       ack_quorum_size=2)
+    want = reference_table(uri, plain)
+    got, _ = reader_table(uri, plain, maxEntriesPerPartition="1000", batchMaxCount="300")
+    assert_same_rows(got, want)
+    got, _ = reader_table(uri, plain, batchReadEnabled="false", batchMaxCount="64")
+    assert_same_rows(got, want)
+    got, _ = reader_table(uri, striped, maxEntriesPerPartition="500")  # striped: the client reads entry by entry
+    assert_same_rows(got, reference_table(uri, striped))
+
+
+def test_batches_are_cut_by_rows_and_by_bytes(py_cluster: PythonBookieCluster, monkeypatch) -> None:
+    uri = py_cluster.metadata_service_uri
+    payloads = [bytes([i % 256]) * 1000 for i in range(1000)]
+    with BookKeeper(uri) as bk:
+        lid = write_bkspark_ledger(bk, payloads, ensemble_size=2, write_quorum_size=2, ack_quorum_size=2)
+    want = reference_table(uri, lid)
+    monkeypatch.setattr(reader_module, "ROWS_PER_BATCH", 128)
+    got, batches = reader_table(uri, lid, batchMaxCount="100")
+    assert [b.num_rows for b in batches] == [128] * 7 + [104]
+    assert_same_rows(got, want)
+    assert [b.column("entry_id")[0].as_py() for b in batches] == list(range(0, 1000, 128))
+    # The byte bound is checked after each response: 100 entries of 1000 B per response, bound 150,000 B.
+    monkeypatch.setattr(reader_module, "ROWS_PER_BATCH", 10_000)
+    monkeypatch.setattr(schema_module, "MAX_BATCH_PAYLOAD_BYTES", 150_000)
+    got, batches = reader_table(uri, lid, batchMaxCount="100", batchMaxSize="1048576")
+    assert [b.num_rows for b in batches] == [200] * 5
+    assert_same_rows(got, want)
+
+
+@pytest.mark.compat
+def test_java_bookies_4_17_including_a_striped_ledger(java_cluster_factory, java_tools) -> None:
+    cluster = java_cluster_factory("4.17.3", bookies=3)
+    uri = cluster.metadata_service_uri
+    plain = java_create_and_write(java_tools, "4.17.3", uri, ensemble=3, write=3, ack=2, entries=1200, size=100)
+    striped = java_create_and_write(java_tools, "4.17.3", uri, ensemble=3, write=2, ack=2, entries=301, size=37,
+                                    digest="MAC", password="secret")
+    got, _ = reader_table(uri, plain, maxEntriesPerPartition="700")
+    assert_same_rows(got, reference_table(uri, plain))
+    assert got.column("payload").to_pylist() == [java_payload(i, 100) for i in range(1200)]
+    got, _ = reader_table(uri, striped, password="secret")
+    assert_same_rows(got, reference_table(uri, striped, password=b"secret"))
+    assert got.column("payload").to_pylist() == [java_payload(i, 37) for i in range(301)]
+
+
+@pytest.mark.compat
+def test_java_bookies_4_16_without_batch_reads(java_cluster_factory, java_tools) -> None:
+    cluster = java_cluster_factory("4.16.6", bookies=3)
+    uri = cluster.metadata_service_uri
+    lid = java_create_and_write(java_tools, "4.16.6", uri, ensemble=3, write=3, ack=2, entries=640, size=20,
+                                digest="CRC32")
+    got, _ = reader_table(uri, lid, batchMaxCount="64")
+    assert_same_rows(got, reference_table(uri, lid))
+    assert got.column("payload").to_pylist() == [java_payload(i, 20) for i in range(640)]
