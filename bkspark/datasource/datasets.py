@@ -75,6 +75,10 @@ class DatasetRegistry:
             return None
         return DatasetManifest.from_bytes(name, data, stat.version)
 
+    def watch_manifest(self, name: str, callback: "object") -> None:
+        """Call ``callback(event)`` once, when the manifest of ``name`` is created, changed or deleted."""
+        self._zk.exists(f"{self._datasets}/{name}", watch=callback)
+
     def commit(self, name: str, ledgers: Iterable[tuple[int, int]], *, replace: bool) -> tuple[DatasetManifest, list[tuple[int, int]]]:
         """Make ``ledgers`` part of dataset ``name`` atomically (compare-and-set on the manifest).
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceWriter
 
 __all__ = ["BookKeeperDataSource"]
 
@@ -62,8 +62,10 @@ class BookKeeperDataSource(DataSource):
     def schema(self) -> str:
         from bkspark.datasource.options import parse_read_options
         from bkspark.datasource.schema import SCHEMA_DDL
+        from bkspark.datasource.stream_reader import without_stream_options
 
-        parse_read_options(self.options)  # fail at load(), before any task runs
+        # Fail at load(), before any task runs (readStream's own options are checked by streamReader()).
+        parse_read_options(without_stream_options(self.options))
         return SCHEMA_DDL
 
     def reader(self, schema: Any) -> DataSourceReader:
@@ -78,6 +80,14 @@ class BookKeeperDataSource(DataSource):
         if _pushdown_enabled_by_caller():
             return BookKeeperPushdownReader(options)
         return BookKeeperReader(options)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
+        """``spark.readStream.format("bookkeeper")``: see docs/streaming.md."""
+        from bkspark.datasource.schema import check_user_schema
+        from bkspark.datasource.stream_reader import BookKeeperStreamReader, parse_stream_read_options
+
+        check_user_schema(schema)
+        return BookKeeperStreamReader(*parse_stream_read_options(self.options))
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
         from pyspark.sql.types import BinaryType, StringType
