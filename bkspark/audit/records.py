@@ -85,6 +85,10 @@ class OrphanReason(str, enum.Enum):
     DELETE_OVERDUE = "DELETE_OVERDUE"
     #: Created with ``childOfLedger`` naming a ledger that does not exist.
     BROKEN_PARENT_REF = "BROKEN_PARENT_REF"
+    #: Left by a Spark write job after its commit point and named by no dataset manifest (an attempt that did not
+    #: commit, or a ledger an overwrite replaced) while the job's clean-up is unfinished (docs/connector.md).
+    #: The detail is the job's parent ledger id when known, else 0.
+    DATASET_LEFTOVER = "DATASET_LEFTOVER"
 
 
 def _int(obj: dict[str, Any], key: str, default: int | None = None) -> int:
@@ -123,7 +127,7 @@ class OrphanRecord:
     @property
     def detail_label(self) -> str:
         """The detail as the seed prints it (a parent in another scope by its qualified name)."""
-        if self.reason is OrphanReason.BROKEN_PARENT_REF and self.detail_scope_id != 0:
+        if self.reason in (OrphanReason.BROKEN_PARENT_REF, OrphanReason.DATASET_LEFTOVER) and self.detail_scope_id != 0:
             return qualified_name(self.detail_scope_id, self.detail)
         return str(self.detail)
 

@@ -181,8 +181,21 @@ def scan(
                 result.unreadable.append((_label(scope_id, ledger_id), str(exc)))
         if progress is not None:
             progress(min(start + _WINDOW, len(refs)), len(refs))
+    result.orphans.extend(_dataset_leftovers(store, known))
     result.finished_ms = int(time.time() * 1000)
     return result
+
+
+def _dataset_leftovers(store: ZkMetadataStore, known: set[tuple[int, int]]) -> list[OrphanRecord]:
+    """Ledgers the Spark writer's unfinished clean-ups left (bkspark.datasource.datasets), among ``known``."""
+    from bkspark.datasource.datasets import DatasetRegistry
+
+    out = []
+    for (scope_id, ledger_id), parent in sorted(DatasetRegistry(store.zk, store.root).leftover_ledgers().items()):
+        if (scope_id, ledger_id) in known:
+            p_scope, p_id = parent if parent is not None else (0, 0)
+            out.append(OrphanRecord(ledger_id, scope_id, OrphanReason.DATASET_LEFTOVER, p_id, detail_scope_id=p_scope))
+    return out
 
 
 def reconcile(zk: KazooClient, root: str, found: list[OrphanRecord], now_ms: int | None = None) -> tuple[int, int]:

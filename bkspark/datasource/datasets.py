@@ -1,134 +1,414 @@
-"""Datasets: the committed output of Spark write jobs, kept in ZooKeeper.
+"""Datasets: the committed output of Spark write jobs, kept in ZooKeeper as a sharded manifest.
 
-A write job creates one ledger per task.  Spark's driver never hears about the
-ledgers of failed or retried task attempts, so every task registers its
-ledger under the job *before* writing to it; the driver's ``commit`` then
-knows every ledger the job made, keeps the committed ones and deletes the
-rest, and ``abort`` deletes them all.
+The manifest of a dataset is a small **root** znode that names immutable **shards** (each a list of at most
+``SHARD_MAX_LEDGERS`` ledgers).  Publishing is one ZooKeeper ``multi``: the new root (compare-and-set on its
+version) and the publishing job's record (compare-and-set, state ``committed``), plus any znode the publisher
+must create atomically with the commit (the Spark writer's job parent ledger).  That ``multi`` is the commit
+point: readers see the old root or the new one, never a mixture.  The protocol around it (who writes what,
+what a crash leaves, who removes it) is the state machine of docs/connector.md.
 
-Layout, under the cluster's ledgers root (Java's ledger iteration only
-descends into children named like ledger-id digit groups, so a ``bkspark``
-child is invisible to it; see docs/connector.md)::
+Layout, under the cluster's ledgers root (Java's ledger iteration only descends into children named like
+ledger-id digit groups, so a ``bkspark`` child is invisible to it)::
 
-    <root>/bkspark/datasets/<name>          JSON manifest: committed ledgers (the commit point)
-    <root>/bkspark/jobs/<jobId>/<scope>-<ledger>   ledgers a job's tasks created
+    <root>/bkspark/datasets/<name>                    root: JSON (format 2), or the old single-znode manifest (format 1)
+    <root>/bkspark/datasets/<name>/shards/<shard>     immutable shard: JSON list of (scope, ledger) and their parents
+    <root>/bkspark/jobs/<job>                         job record (JSON: state, dataset, mode) while the job is live
+    <root>/bkspark/jobs/<job>/<scope>-<ledger>        ledgers the job's tasks created, registered before writing
 
-Every ledger also carries ``bkspark.dataset`` and ``bkspark.job`` in its
-custom metadata, which the Java shell's ``ledgermetadata`` shows.
+A shard is named ``<job>.<random>.<n>`` by the job that wrote it.  A shard is deleted only when no root names
+it (neither as a live shard nor as ``retired``, the shards an overwrite replaced whose ledgers still await
+deletion) and its job's record is gone (:meth:`DatasetRegistry.sweep_shards`): a job still able to publish
+keeps its record, and its ``multi`` checks that record's version, so a shard it may still publish is never
+swept.  A reader that finds a shard gone re-reads the root (a newer root replaced it).
+
+A second kind of committer (the streaming sink) uses the same API: it creates a job record per micro-batch
+(:meth:`DatasetRegistry.begin_job`), registers its ledgers, and publishes with a :class:`CommitKey`
+``(writer, token)``, e.g. ``("stream-<queryId>", batchId)``; the root keeps the highest token per writer in
+the same ``multi``, so a replayed batch publishes once.  See docs/connector.md, "Publishing from another writer".
 """
 
 from __future__ import annotations
 
+import enum
 import json
-from dataclasses import dataclass
-from typing import Iterable
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Sequence
 
 from bkspark.errors import BadMetadataError, MetadataError
 
-__all__ = ["DatasetManifest", "DatasetRegistry", "BKSPARK_NODE"]
+__all__ = [
+    "BKSPARK_NODE",
+    "SHARD_MAX_LEDGERS",
+    "MAX_COMMIT_KEYS",
+    "CommitKey",
+    "DatasetManifest",
+    "DatasetRegistry",
+    "JobGoneError",
+    "JobRecord",
+    "JobState",
+    "ManifestRoot",
+    "PublishResult",
+    "ShardRef",
+]
 
 BKSPARK_NODE = "bkspark"
-_FORMAT_VERSION = 1
+#: The old manifest: one znode holding every ledger (read, and migrated by the next commit).
+FORMAT_SINGLE = 1
+#: The sharded manifest: a root naming immutable shards.
+FORMAT_SHARDED = 2
+#: Ledgers per shard: 10,000 pairs of 63-bit ids are under 250 kB of JSON, well inside ZooKeeper's 1 MB.
+SHARD_MAX_LEDGERS = 10_000
+#: Idempotency keys a root remembers (the least recently published writer is forgotten first).
+MAX_COMMIT_KEYS = 1000
+#: Compare-and-set attempts of one publish before it gives up (each lost one means another commit won).
+MAX_PUBLISH_ATTEMPTS = 100
+#: Root re-reads of one manifest read whose shards keep disappearing (each time a newer root replaced them).
+MAX_READ_ATTEMPTS = 50
+
+Ledger = tuple[int, int]
+
+
+class JobGoneError(MetadataError):
+    """The job was aborted (or finished and forgotten): it can no longer publish."""
+
+    code, retriable = -999, False
+
+
+class JobState(str, enum.Enum):
+    """A job record's state (docs/connector.md, "The commit protocol")."""
+
+    WRITING = "writing"
+    COMMITTED = "committed"
+    ABORTING = "aborting"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What ``<root>/bkspark/jobs/<job>`` holds; ``version`` is the znode's, for compare-and-set."""
+
+    state: JobState
+    dataset: str
+    overwrite: bool = False
+    parent: Ledger | None = None
+    created_ms: int = 0
+    version: int = -1
+
+    def to_bytes(self) -> bytes:
+        body = {
+            "state": self.state.value, "dataset": self.dataset, "overwrite": self.overwrite,
+            "parent": list(self.parent) if self.parent else None, "created_ms": self.created_ms,
+        }
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, version: int) -> "JobRecord | None":
+        """None for a record without data (a job registered by a writer older than this protocol)."""
+        if not data:
+            return None
+        try:
+            body = json.loads(data.decode())
+            parent = body.get("parent")
+            return cls(
+                state=JobState(body["state"]), dataset=str(body["dataset"]), overwrite=bool(body.get("overwrite")),
+                parent=(int(parent[0]), int(parent[1])) if parent else None, created_ms=int(body.get("created_ms", 0)),
+                version=version,
+            )
+        except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as exc:
+            raise BadMetadataError(f"job record cannot be parsed: {exc}") from None
+
+
+@dataclass(frozen=True)
+class CommitKey:
+    """An idempotency key published in the same ``multi`` as the ledgers: ``token`` only ever grows per writer."""
+
+    writer: str
+    token: int = 0
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    shard_id: str
+    count: int
+
+    @property
+    def owner(self) -> str:
+        """The job that wrote the shard (its record protects the shard from sweeping)."""
+        return self.shard_id.split(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class ManifestRoot:
+    """A dataset's root znode, parsed.  ``legacy`` holds the ledgers of a format-1 (single znode) manifest."""
+
+    name: str
+    generation: int = 0
+    shards: tuple[ShardRef, ...] = ()
+    retired: tuple[ShardRef, ...] = ()
+    keys: tuple[tuple[str, int], ...] = ()
+    legacy: tuple[Ledger, ...] | None = None
+    version: int = -1
+
+    @property
+    def committed(self) -> bool:
+        """Whether any job ever published (an empty root znode exists before the first publish)."""
+        return self.legacy is not None or self.generation > 0
+
+    @property
+    def ledger_count(self) -> int:
+        return len(self.legacy) if self.legacy is not None else sum(s.count for s in self.shards)
+
+    def token(self, writer: str) -> int | None:
+        for name, token in self.keys:
+            if name == writer:
+                return token
+        return None
+
+    def to_bytes(self) -> bytes:
+        body = {
+            "format": FORMAT_SHARDED, "name": self.name, "generation": self.generation,
+            "shards": [[s.shard_id, s.count] for s in self.shards],
+            "retired": [[s.shard_id, s.count] for s in self.retired],
+            "keys": [[w, t] for w, t in self.keys],
+        }
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, name: str, data: bytes, version: int) -> "ManifestRoot":
+        if not data:
+            return cls(name=name, version=version)
+        try:
+            body = json.loads(data.decode("utf-8"))
+            fmt = body.get("format")
+            if fmt == FORMAT_SINGLE:
+                legacy = tuple((int(s), int(lid)) for s, lid in body["ledgers"])
+                return cls(name=name, legacy=legacy, version=version)
+            if fmt != FORMAT_SHARDED:
+                raise ValueError(f"unknown manifest format {fmt!r}")
+            return cls(
+                name=name, generation=int(body["generation"]),
+                shards=tuple(ShardRef(str(i), int(c)) for i, c in body["shards"]),
+                retired=tuple(ShardRef(str(i), int(c)) for i, c in body["retired"]),
+                keys=tuple((str(w), int(t)) for w, t in body["keys"]), version=version,
+            )
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+            raise BadMetadataError(f"dataset manifest of {name!r} cannot be parsed: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard's content: ledgers in commit order, and the job parents they name (for clean-up)."""
+
+    ledgers: tuple[Ledger, ...]
+    parents: tuple[Ledger, ...] | None = ()  # None: unknown (migrated from a format-1 manifest)
+
+    def to_bytes(self) -> bytes:
+        body = {
+            "format": FORMAT_SHARDED, "ledgers": [list(p) for p in self.ledgers],
+            "parents": None if self.parents is None else [list(p) for p in self.parents],
+        }
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Shard":
+        try:
+            body = json.loads(data.decode("utf-8"))
+            parents = body.get("parents")
+            return cls(
+                ledgers=tuple((int(s), int(lid)) for s, lid in body["ledgers"]),
+                parents=None if parents is None else tuple((int(s), int(lid)) for s, lid in parents),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+            raise BadMetadataError(f"manifest shard cannot be parsed: {exc}") from None
 
 
 @dataclass(frozen=True)
 class DatasetManifest:
-    """The committed ledgers of one dataset, as ``(scope_id, ledger_id)`` pairs in commit order."""
+    """The committed ledgers of one dataset, as ``(scope_id, ledger_id)`` pairs in commit order.
+
+    ``to_bytes``/``from_bytes`` are the format-1 (single znode) encoding, kept to read datasets written before
+    the manifest was sharded (and to write one in the compatibility tests).
+    """
 
     name: str
-    ledgers: tuple[tuple[int, int], ...]
-    version: int = -1  # the znode version, for compare-and-set
+    ledgers: tuple[Ledger, ...]
+    version: int = -1  # the root znode's version
+    generation: int = 0
 
     def to_bytes(self) -> bytes:
-        body = {"format": _FORMAT_VERSION, "name": self.name, "ledgers": [list(pair) for pair in self.ledgers]}
+        body = {"format": FORMAT_SINGLE, "name": self.name, "ledgers": [list(pair) for pair in self.ledgers]}
         return json.dumps(body, separators=(",", ":")).encode("utf-8")
 
     @classmethod
     def from_bytes(cls, name: str, data: bytes, version: int) -> "DatasetManifest":
-        try:
-            body = json.loads(data.decode("utf-8"))
-            if body.get("format") != _FORMAT_VERSION:
-                raise ValueError(f"unknown manifest format {body.get('format')!r}")
-            ledgers = tuple((int(scope), int(ledger)) for scope, ledger in body["ledgers"])
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
-            raise BadMetadataError(f"dataset manifest of {name!r} cannot be parsed: {exc}") from None
-        return cls(name=name, ledgers=ledgers, version=version)
+        root = ManifestRoot.from_bytes(name, data, version)
+        if root.legacy is None:
+            raise BadMetadataError(f"dataset manifest of {name!r} is not a single-znode manifest")
+        return cls(name=name, ledgers=root.legacy, version=version)
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What a publish did: ``already`` when the key (or the job) had published before, and nothing changed."""
+
+    root: ManifestRoot
+    already: bool
+    #: Shards this publish retired (an overwrite): their ledgers await deletion, see :meth:`DatasetRegistry.retired`.
+    retired: tuple[ShardRef, ...] = ()
+
+
+@dataclass
+class _Plan:
+    """A publish under construction: the new root and the shard znodes to write first."""
+
+    root: ManifestRoot
+    new_shards: list[tuple[str, Shard]] = field(default_factory=list)
+    retired: tuple[ShardRef, ...] = ()
+
+
+def _chunks(items: Sequence[Ledger], size: int) -> list[tuple[Ledger, ...]]:
+    return [tuple(items[i : i + size]) for i in range(0, len(items), size)] or [()]
 
 
 class DatasetRegistry:
-    """Dataset manifests and per-job ledger registrations, on a kazoo client."""
+    """Dataset manifests and job records, on a started kazoo client."""
 
-    def __init__(self, zk: "object", ledgers_root: str) -> None:
+    def __init__(self, zk: Any, ledgers_root: str) -> None:
         self._zk = zk
         base = ledgers_root.rstrip("/") + "/" + BKSPARK_NODE
         self._datasets = base + "/datasets"
         self._jobs = base + "/jobs"
 
-    # -- datasets ---------------------------------------------------------
-    def manifest(self, name: str) -> DatasetManifest | None:
-        """The committed manifest of ``name``, or None if no job ever committed it."""
+    # -- paths --------------------------------------------------------------
+    def dataset_path(self, name: str) -> str:
+        return f"{self._datasets}/{name}"
+
+    def shards_path(self, name: str) -> str:
+        return f"{self._datasets}/{name}/shards"
+
+    def job_path(self, job_id: str) -> str:
+        return f"{self._jobs}/{job_id}"
+
+    # -- reading ------------------------------------------------------------
+    def root(self, name: str) -> ManifestRoot | None:
+        """The dataset's root as stored (None: no znode)."""
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, stat = self._zk.get(f"{self._datasets}/{name}")
+            data, stat = self._zk.get(self.dataset_path(name))
         except NoNodeError:
             return None
-        return DatasetManifest.from_bytes(name, data, stat.version)
+        return ManifestRoot.from_bytes(name, data, stat.version)
 
-    def watch_manifest(self, name: str, callback: "object") -> None:
-        """Call ``callback(event)`` once, when the manifest of ``name`` is created, changed or deleted."""
-        self._zk.exists(f"{self._datasets}/{name}", watch=callback)
+    def watch_manifest(self, name: str, callback: "Callable[[Any], None]") -> None:
+        """Call ``callback(event)`` once, when the root of ``name`` is created, changed or deleted."""
+        self._zk.exists(self.dataset_path(name), watch=callback)
 
-    def commit(self, name: str, ledgers: Iterable[tuple[int, int]], *, replace: bool) -> tuple[DatasetManifest, list[tuple[int, int]]]:
-        """Make ``ledgers`` part of dataset ``name`` atomically (compare-and-set on the manifest).
+    def read_shards(self, name: str, refs: Sequence[ShardRef]) -> list[Shard] | None:
+        """The shards' contents (pipelined reads); None if one is gone (a newer root replaced it)."""
+        from kazoo.exceptions import NoNodeError
 
-        With ``replace`` the manifest becomes exactly ``ledgers`` (overwrite);
-        otherwise they are appended.  Returns the new manifest and the ledgers
-        that left the dataset (for the caller to delete after the commit point).
-        """
-        from kazoo.exceptions import BadVersionError, NodeExistsError
-
-        new = tuple(ledgers)
-        path = f"{self._datasets}/{name}"
-        for _ in range(100):
-            current = self.manifest(name)
-            if current is None:
-                manifest = DatasetManifest(name, new)
-                try:
-                    self._zk.create(path, manifest.to_bytes(), makepath=True)
-                except NodeExistsError:
-                    continue
-                return self.manifest(name) or manifest, []
-            if replace:
-                kept = new
-                dropped = [pair for pair in current.ledgers if pair not in set(new)]
-            else:
-                kept = current.ledgers + tuple(pair for pair in new if pair not in set(current.ledgers))
-                dropped = []
-            manifest = DatasetManifest(name, kept)
+        pending = [(ref, self._zk.get_async(f"{self.shards_path(name)}/{ref.shard_id}")) for ref in refs]
+        shards: list[Shard] = []
+        missing = False
+        for ref, result in pending:
             try:
-                stat = self._zk.set(path, manifest.to_bytes(), version=current.version)
-            except BadVersionError:
+                data, _ = result.get(timeout=60)
+            except NoNodeError:
+                missing = True
                 continue
-            return DatasetManifest(name, kept, stat.version), dropped
-        raise MetadataError(f"could not commit dataset {name!r}: too many concurrent commits")
+            shard = Shard.from_bytes(data)
+            if len(shard.ledgers) != ref.count:
+                raise BadMetadataError(
+                    f"shard {ref.shard_id} of dataset {name!r} holds {len(shard.ledgers)} ledgers, its root says {ref.count}"
+                )
+            shards.append(shard)
+        return None if missing else shards
+
+    def snapshot(self, name: str) -> tuple[ManifestRoot, list[Shard]] | None:
+        """A consistent (root, its shards) pair, or None if the dataset was never committed."""
+        for _ in range(MAX_READ_ATTEMPTS):
+            root = self.root(name)
+            if root is None or not root.committed:
+                return None
+            if root.legacy is not None:
+                return root, [Shard(root.legacy, None)]
+            shards = self.read_shards(name, root.shards)
+            if shards is not None:
+                return root, shards
+        raise MetadataError(f"dataset {name!r}: its manifest kept changing while being read")
+
+    def manifest(self, name: str) -> DatasetManifest | None:
+        """The committed ledgers of ``name`` (old or new format), or None if no job ever committed it."""
+        snap = self.snapshot(name)
+        if snap is None:
+            return None
+        root, shards = snap
+        ledgers = tuple(pair for shard in shards for pair in shard.ledgers)
+        return DatasetManifest(name=name, ledgers=ledgers, version=root.version, generation=root.generation)
+
+    def datasets(self) -> list[str]:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            return sorted(self._zk.get_children(self._datasets))
+        except NoNodeError:
+            return []
 
     # -- jobs ---------------------------------------------------------------
-    def register(self, job_id: str, scope_id: int, ledger_id: int) -> None:
-        """Record that a task of ``job_id`` created this ledger (before it writes any entry)."""
+    def begin_job(self, job_id: str, record: JobRecord) -> None:
+        """Create the job's record (state ``writing``), before any task may register a ledger; idempotent."""
         from kazoo.exceptions import NodeExistsError
 
         try:
-            self._zk.create(f"{self._jobs}/{job_id}/{scope_id}-{ledger_id}", b"", makepath=True)
+            self._zk.create(self.job_path(job_id), record.to_bytes(), makepath=True)
         except NodeExistsError:
             pass
 
-    def job_ledgers(self, job_id: str) -> list[tuple[int, int]]:
+    def job(self, job_id: str) -> JobRecord | None:
+        """The job's record, or None when the job has none (finished and forgotten, or never begun)."""
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, stat = self._zk.get(self.job_path(job_id))
+        except NoNodeError:
+            return None
+        return JobRecord.from_bytes(data, stat.version)
+
+    def jobs(self) -> list[str]:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            return sorted(self._zk.get_children(self._jobs))
+        except NoNodeError:
+            return []
+
+    def job_age_seconds(self, job_id: str) -> float | None:
+        """Seconds since the job's record was created (its znode's ctime), None without one."""
+        stat = self._zk.exists(self.job_path(job_id))
+        return None if stat is None else max(0.0, time.time() - stat.ctime / 1000)
+
+    def register(self, job_id: str, scope_id: int, ledger_id: int) -> None:
+        """Record that a task of ``job_id`` created this ledger (before it writes any entry).
+
+        The job's record must exist: an aborted job's straggling task fails here instead of re-creating it.
+        """
+        from kazoo.exceptions import NodeExistsError, NoNodeError
+
+        try:
+            self._zk.create(f"{self.job_path(job_id)}/{scope_id}-{ledger_id}", b"")
+        except NodeExistsError:
+            pass
+        except NoNodeError:
+            raise JobGoneError(f"write job {job_id} has no record (aborted or finished): cannot register a ledger") from None
+
+    def job_ledgers(self, job_id: str) -> list[Ledger]:
         """Every ledger the tasks of ``job_id`` registered, failed attempts included."""
         from kazoo.exceptions import NoNodeError
 
         try:
-            children = self._zk.get_children(f"{self._jobs}/{job_id}")
+            children = self._zk.get_children(self.job_path(job_id))
         except NoNodeError:
             return []
         pairs = []
@@ -138,11 +418,292 @@ class DatasetRegistry:
                 pairs.append((int(scope), int(ledger)))
         return sorted(pairs)
 
+    def fence_job(self, job_id: str) -> JobRecord | None:
+        """Move a ``writing`` job to ``aborting`` (compare-and-set), so that it can never publish.
+
+        Returns the record after the fence: ``aborting``, or ``committed`` when the job's own publish won the
+        race (its ledgers are then committed and must not be deleted); None when the job has no record.
+        """
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        for _ in range(MAX_PUBLISH_ATTEMPTS):
+            record = self.job(job_id)
+            if record is None or record.state is not JobState.WRITING:
+                return record
+            fenced = replace(record, state=JobState.ABORTING)
+            try:
+                stat = self._zk.set(self.job_path(job_id), fenced.to_bytes(), version=record.version)
+            except (BadVersionError, NoNodeError):
+                continue
+            return replace(fenced, version=stat.version)
+        raise MetadataError(f"could not fence write job {job_id}: its record keeps changing")
+
     def forget_job(self, job_id: str) -> None:
-        """Drop the job's registrations once its ledgers are committed or deleted."""
+        """Drop the job's record and registrations once its ledgers are committed or deleted."""
         from kazoo.exceptions import NoNodeError
 
         try:
-            self._zk.delete(f"{self._jobs}/{job_id}", recursive=True)
-        except NoNodeError:  # no task of the job created a ledger
+            self._zk.delete(self.job_path(job_id), recursive=True)
+        except NoNodeError:
             pass
+
+    # -- publishing ----------------------------------------------------------
+    def publish(
+        self,
+        name: str,
+        ledgers: Iterable[Ledger],
+        *,
+        replace_all: bool,
+        job_id: str,
+        key: CommitKey,
+        parents: Iterable[Ledger] = (),
+        extra_creates: Sequence[tuple[str, bytes]] = (),
+        before_multi: Callable[[], None] | None = None,
+    ) -> PublishResult:
+        """Make ``ledgers`` part of dataset ``name`` in one ``multi`` (the commit point).
+
+        With ``replace_all`` (overwrite) the root names exactly ``ledgers`` and the previous shards become
+        ``retired``; otherwise the ledgers are appended.  The ``multi`` also moves the job's record from
+        ``writing`` to ``committed`` (compare-and-set: an abort's fence and this publish exclude each other),
+        records ``key``, and creates ``extra_creates`` (paths whose parents exist).  A key already published
+        (token not above the recorded one), or a job already committed, publishes nothing: ``already``.
+        ``before_multi`` runs after the new shards are written (a fault point for tests).
+        """
+        from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
+
+        new = tuple(ledgers)
+        parent_list = tuple(dict.fromkeys(parents))
+        self._zk.ensure_path(self.dataset_path(name))
+        for _ in range(MAX_PUBLISH_ATTEMPTS):
+            job = self.job(job_id)
+            root = self.root(name)
+            assert root is not None  # ensured above, and a root is never deleted
+            if job is not None and job.state is JobState.COMMITTED or self._has_key(root, key):
+                return PublishResult(root, True)
+            if job is None or job.state is not JobState.WRITING:
+                raise JobGoneError(f"write job {job_id} was aborted (or forgotten) before its commit: nothing published")
+            plan = self._plan(name, root, new, parent_list, replace_all=replace_all, job_id=job_id, key=key)
+            if plan is None:
+                continue  # a shard of the root vanished under us: a newer root exists
+            written = self._write_shards(name, plan.new_shards)
+            if before_multi is not None:
+                before_multi()
+            tx = self._zk.transaction()
+            tx.set_data(self.job_path(job_id), replace(job, state=JobState.COMMITTED).to_bytes(), version=job.version)
+            tx.set_data(self.dataset_path(name), plan.root.to_bytes(), version=root.version)
+            for path, data in extra_creates:
+                tx.create(path, data)
+            try:
+                results = tx.commit()
+            except (ConnectionLoss, OperationTimeoutError):
+                # Applied or not: the job's record says (it turns committed in the same multi).
+                self._wait_connected()
+                after = self.job(job_id)
+                if after is not None and after.state is JobState.COMMITTED:
+                    return PublishResult(self.root(name) or plan.root, False, plan.retired)
+                self._delete_shards(name, written)
+                continue
+            errors = [r for r in results if isinstance(r, Exception)]
+            if not errors:
+                stored = replace(plan.root, version=root.version + 1)
+                return PublishResult(stored, False, plan.retired)
+            self._delete_shards(name, written)
+            job_error, root_error = results[0], results[1]
+            if isinstance(root_error, BadVersionError) or isinstance(job_error, (BadVersionError, NoNodeError)):
+                continue  # another commit won (or our record changed): look again
+            create_errors = results[2:]
+            for (path, _), error in zip(extra_creates, create_errors):
+                if isinstance(error, NoNodeError):
+                    self._zk.ensure_path(path.rsplit("/", 1)[0])
+                elif isinstance(error, NodeExistsError):
+                    raise MetadataError(f"cannot commit dataset {name!r}: {path} already exists")
+            if any(isinstance(e, NoNodeError) for e in create_errors):
+                continue
+            raise MetadataError(f"cannot commit dataset {name!r}: {[type(e).__name__ for e in errors]}")
+        raise MetadataError(f"could not commit dataset {name!r}: too many concurrent commits")
+
+    @staticmethod
+    def _has_key(root: ManifestRoot, key: CommitKey) -> bool:
+        recorded = root.token(key.writer)
+        return recorded is not None and recorded >= key.token
+
+    def _plan(
+        self, name: str, root: ManifestRoot, new: tuple[Ledger, ...], parents: tuple[Ledger, ...], *,
+        replace_all: bool, job_id: str, key: CommitKey,
+    ) -> _Plan | None:
+        """The root to publish and the shards to write first; None if a shard we must read is gone."""
+        tag = uuid.uuid4().hex[:12]
+        counter = iter(range(1 << 30))
+
+        def shard_id() -> str:
+            return f"{job_id}.{tag}.{next(counter)}"
+
+        new_shards: list[tuple[str, Shard]] = []
+        kept: list[ShardRef] = []
+        retired: list[ShardRef] = list(root.retired)  # still awaiting deletion: every root carries them on
+        if root.legacy is not None:
+            # Migrate the format-1 manifest: its ledgers go into shards of their own (parents unknown).
+            legacy_refs = []
+            for chunk in _chunks(root.legacy, SHARD_MAX_LEDGERS):
+                if chunk:
+                    sid = shard_id()
+                    new_shards.append((sid, Shard(chunk, None)))
+                    legacy_refs.append(ShardRef(sid, len(chunk)))
+            current = legacy_refs
+        else:
+            current = list(root.shards)
+        if replace_all:
+            retired += current
+            tail: list[Ledger] = []
+            tail_parents: list[Ledger] = []
+        else:
+            kept = current
+            # Merge the new ledgers with the last shards while they fit in one shard: the number of shards stays
+            # about twice the ledgers / SHARD_MAX_LEDGERS, and each publish rewrites at most one shard's worth.
+            take: list[ShardRef] = []
+            while kept and kept[-1].count + sum(s.count for s in take) + len(new) <= SHARD_MAX_LEDGERS:
+                take.insert(0, kept.pop())
+            tail, tail_parents = [], []
+            fresh = {sid: shard for sid, shard in new_shards}
+            unread = [ref for ref in take if ref.shard_id not in fresh]
+            contents = self.read_shards(name, unread) if unread else []
+            if contents is None:
+                return None
+            by_id = dict(zip((r.shard_id for r in unread), contents))
+            unknown_parents = False
+            for ref in take:
+                shard = fresh.get(ref.shard_id) or by_id[ref.shard_id]
+                tail.extend(shard.ledgers)
+                if shard.parents is None:
+                    unknown_parents = True
+                else:
+                    tail_parents.extend(shard.parents)
+            new_shards = [(sid, shard) for sid, shard in new_shards if sid not in {r.shard_id for r in take}]
+            if unknown_parents:
+                # Ledgers whose parents are unknown keep a shard of their own (clean-up reads their metadata).
+                legacy_tail = [p for ref in take for p in (fresh.get(ref.shard_id) or by_id[ref.shard_id]).ledgers]
+                sid = shard_id()
+                new_shards.append((sid, Shard(tuple(legacy_tail), None)))
+                kept.append(ShardRef(sid, len(legacy_tail)))
+                tail, tail_parents = [], []
+        ledgers = tail + list(new)
+        all_parents = tuple(dict.fromkeys(tail_parents + list(parents)))
+        refs: list[ShardRef] = []
+        if ledgers:
+            for chunk in _chunks(ledgers, SHARD_MAX_LEDGERS):
+                sid = shard_id()
+                new_shards.append((sid, Shard(chunk, all_parents)))
+                refs.append(ShardRef(sid, len(chunk)))
+        keys = [(w, t) for w, t in root.keys if w != key.writer] + [(key.writer, key.token)]
+        new_root = ManifestRoot(
+            name=name, generation=root.generation + 1, shards=tuple(kept + refs), retired=tuple(retired),
+            keys=tuple(keys[-MAX_COMMIT_KEYS:]),
+        )
+        live = {r.shard_id for r in new_root.shards} | {r.shard_id for r in new_root.retired}
+        return _Plan(new_root, [(sid, s) for sid, s in new_shards if sid in live], tuple(r for r in retired if r not in root.retired))
+
+    def _write_shards(self, name: str, shards: list[tuple[str, Shard]]) -> list[str]:
+        written = []
+        for sid, shard in shards:
+            self._zk.create(f"{self.shards_path(name)}/{sid}", shard.to_bytes(), makepath=True)
+            written.append(sid)
+        return written
+
+    def _delete_shards(self, name: str, shard_ids: Iterable[str]) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        for sid in shard_ids:
+            try:
+                self._zk.delete(f"{self.shards_path(name)}/{sid}")
+            except NoNodeError:
+                pass
+
+    def _wait_connected(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not getattr(self._zk, "connected", True) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    # -- clean-up after the commit point ---------------------------------------
+    def retired(self, name: str) -> list[tuple[ShardRef, Shard]]:
+        """The retired shards of ``name`` (replaced by an overwrite) and their contents, awaiting deletion."""
+        root = self.root(name)
+        if root is None or not root.retired:
+            return []
+        shards = self.read_shards(name, root.retired)
+        if shards is None:  # dropped meanwhile by another clean-up: read again
+            return self.retired(name)
+        return list(zip(root.retired, shards))
+
+    def drop_retired(self, name: str, refs: Iterable[ShardRef]) -> None:
+        """Remove retired shards from the root (their ledgers are deleted), then delete their znodes."""
+        from kazoo.exceptions import BadVersionError
+
+        gone = {r.shard_id for r in refs}
+        for _ in range(MAX_PUBLISH_ATTEMPTS):
+            root = self.root(name)
+            if root is None:
+                return
+            if gone & {r.shard_id for r in root.retired}:
+                updated = replace(root, retired=tuple(r for r in root.retired if r.shard_id not in gone))
+                try:
+                    self._zk.set(self.dataset_path(name), updated.to_bytes(), version=root.version)
+                except BadVersionError:
+                    continue
+            self._delete_shards(name, gone)
+            return
+        raise MetadataError(f"could not update dataset {name!r}: too many concurrent commits")
+
+    def sweep_shards(self, name: str) -> int:
+        """Delete shards no root names whose job has no record any more; how many were deleted.
+
+        Order matters: list the shards, drop those whose job is still live, and only then read the root, so a
+        shard published by a job that finished meanwhile is seen as named.
+        """
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            children = self._zk.get_children(self.shards_path(name))
+        except NoNodeError:
+            return 0
+        candidates = [c for c in children if not self._zk.exists(self.job_path(c.split(".", 1)[0]))]
+        root = self.root(name)
+        if root is None:
+            return 0
+        named = {r.shard_id for r in root.shards} | {r.shard_id for r in root.retired}
+        doomed = [c for c in candidates if c not in named]
+        self._delete_shards(name, doomed)
+        return len(doomed)
+
+    # -- what crashes leave -----------------------------------------------------
+    def leftover_ledgers(self) -> dict[Ledger, Ledger | None]:
+        """Ledgers that write jobs left and no manifest names -> the job parent they belong to (if known).
+
+        Those registered by a ``committed`` job but not in its dataset's manifest (attempts that did not commit,
+        whose job's clean-up did not finish), and those of retired shards (replaced by an overwrite) with the
+        parents the shards list.  Ledgers of jobs that never committed are not here: their parent was never
+        created, so the orphan audit reports them as ``BROKEN_PARENT_REF`` anyway.
+        """
+        found: dict[Ledger, Ledger | None] = {}
+        named: dict[str, set[Ledger]] = {}
+
+        def names(dataset: str) -> set[Ledger]:
+            if dataset not in named:
+                manifest = self.manifest(dataset)
+                named[dataset] = set(manifest.ledgers) if manifest is not None else set()
+            return named[dataset]
+
+        for job_id in self.jobs():
+            record = self.job(job_id)
+            if record is None or record.state is not JobState.COMMITTED:
+                continue
+            for pair in self.job_ledgers(job_id):
+                if pair not in names(record.dataset):
+                    found[pair] = record.parent
+        for dataset in self.datasets():
+            for _ref, shard in self.retired(dataset):
+                for pair in shard.ledgers:
+                    if pair not in names(dataset):
+                        found.setdefault(pair, None)
+                for parent in shard.parents or ():
+                    found.setdefault(parent, None)
+        return found

@@ -1,24 +1,22 @@
-"""Batch writes: one ledger per task, committed as a dataset by the driver.
+"""Batch writes: one ledger per task, committed as a dataset by the driver in one ZooKeeper ``multi``.
 
-Each task that has rows creates a ledger tagged with the dataset, the job, the
-partition and the attempt (plus a BP-44 create context, :mod:`bkspark.context`),
-registers it under the job in ZooKeeper *before* writing (so a failed attempt's
-ledger can still be found), appends its rows in order with pipelined adds,
-closes the ledger (close context "no more data") and returns its id.  The
-driver's ``commit`` publishes the committed ledgers in the dataset manifest
-(the commit point), deletes ledgers of failed or retried attempts, and, for
-``overwrite``, the dataset's previous ledgers (and their jobs' parents);
-``abort`` deletes every ledger of the job.  Rows of attempts that did not
-commit never become visible through the dataset.
+The protocol is the state machine of docs/connector.md ("The commit protocol"):
 
-Job parent (so the orphan audit sees the ledgers of a job whose driver died):
-the driver reserves a ledger id for the job when it creates the writer
-(:meth:`BookKeeperWriter.reserve_parent`; it travels to the tasks with the
-pickled writer), every task ledger names it with ``childOfLedger``, and only
-``commit`` creates that ledger (empty, closed, tagged like the job), *before*
-the manifest's compare-and-set.  A job killed before its commit never creates
-it, so the audit lists every ledger it left as ``BROKEN_PARENT_REF``.  See
-docs/connector.md for why the parent comes before the commit point.
+- driver, ``writer()`` (:meth:`BookKeeperWriter.reserve_parent`): reserve the job's parent ledger id and create
+  the job's record ``<root>/bkspark/jobs/<job>`` in state ``writing``;
+- tasks: create a ledger tagged with the dataset, job, partition and attempt (and a BP-44 create context whose
+  ``childOfLedger`` is the job's parent), register it under the job *before* writing, append, close;
+- driver, ``commit``: write the new manifest shards, then one ``multi`` publishes the manifest root, turns the
+  job's record ``committed`` and creates the job's parent ledger (an empty closed ledger): **the commit point**.
+  After it the clean-up (other attempts' ledgers, the ledgers an overwrite replaced, the job's record) is
+  retried a bounded number of times and then left to the next job or ``bkspark shell recoverjobs``; it never
+  raises, so Spark never turns it into an abort;
+- driver, ``abort``: fence the job (``writing`` -> ``aborting``, compare-and-set: its publish can no longer
+  succeed), delete its ledgers that no manifest names, forget it.  An abort that finds the job ``committed``
+  finishes the commit's clean-up instead.
+
+Every step calls :func:`bkspark.datasource.faults.fault_point` once done, so tests can fail or kill the driver
+between any two steps.
 """
 
 from __future__ import annotations
@@ -26,12 +24,14 @@ from __future__ import annotations
 import logging
 import socket
 import statistics
+import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
+from bkspark.datasource.faults import fault_point
 from bkspark.datasource.options import WriteOptions
 
 __all__ = [
@@ -111,16 +111,27 @@ class BookKeeperWriter(DataSourceArrowWriter):
         self.parent_ledger_id = parent_ledger_id
 
     def reserve_parent(self) -> int:
-        """Reserve the job's parent ledger id (driver side, before the writer is pickled to the tasks).
+        """Driver side, before the writer is pickled to the tasks: reserve the parent id and begin the job.
 
-        Scope 0 draws it from the cluster's id generator, so no other ledger can ever get it; a BP-35 scope has
-        no generator, so it is a random 63-bit id, as the client draws for scoped ledgers.
+        Scope 0 draws the parent id from the cluster's id generator, so no other ledger can ever get it; a BP-35
+        scope has no generator, so it is a random 63-bit id, as the client draws for scoped ledgers.  Then the
+        job's record is created (state ``writing``): tasks can only register ledgers under an existing record,
+        and ``abort`` fences it.
         """
+        from bkspark.datasource.datasets import JobRecord, JobState
+
+        bk = self._client()
         if self.parent_ledger_id is None:
             if self.options.scope_id == 0:
-                self.parent_ledger_id = int(self._client().store.generate_ledger_id())
+                self.parent_ledger_id = int(bk.store.generate_ledger_id())
             else:
                 self.parent_ledger_id = uuid.uuid4().int & ((1 << 63) - 1)
+        record = JobRecord(
+            state=JobState.WRITING, dataset=self.options.dataset, overwrite=self.overwrite,
+            parent=(self.options.scope_id, self.parent_ledger_id), created_ms=int(time.time() * 1000),
+        )
+        self._registry(bk).begin_job(self.job_id, record)
+        fault_point("job.begun")
         return self.parent_ledger_id
 
     def _client(self) -> Any:
@@ -177,9 +188,10 @@ class BookKeeperWriter(DataSourceArrowWriter):
             handle = self._create_scoped(bk, context, settings)
         try:
             self._registry(bk).register(self.job_id, opts.scope_id, handle.ledger_id)
+            fault_point("task.registered")
         except BaseException:
             # Not registered: nobody could find it later, so it goes now.
-            self._delete(bk, [(opts.scope_id, handle.ledger_id)])
+            _delete_ledgers(bk, [(opts.scope_id, handle.ledger_id)])
             raise
         return handle
 
@@ -272,47 +284,60 @@ class BookKeeperWriter(DataSourceArrowWriter):
 
     # -- driver ------------------------------------------------------------
     def commit(self, messages: list[Any]) -> None:
-        """Create the job's parent, then publish the committed ledgers (the commit point), then clean up.
+        """Publish the committed ledgers (the commit point), then clean up; see docs/connector.md.
 
-        The parent is created *before* the manifest's compare-and-set: if the driver dies between the two, the
-        job's ledgers have a parent but no manifest names them (a leak that ``<root>/bkspark/jobs/<job>`` still
-        lists), whereas the other order could leave committed data reported as orphans, which an operator
-        deleting orphans would lose.  A job that committed no ledger creates no parent.
+        Before the commit point an error propagates (Spark then calls ``abort``).  After it the job is committed
+        whatever happens: each clean-up step is retried a bounded number of times, then logged and left for the
+        next job of the dataset or ``bkspark shell recoverjobs``.  Called again (a retried commit RPC), it
+        publishes nothing and finishes the clean-up.
         """
+        from bkspark.datasource.datasets import CommitKey, JobGoneError, JobState
+
         bk = self._client()
         registry = self._registry(bk)
-        committed = [
-            (m.scope_id, m.ledger_id)
-            for m in messages
-            if isinstance(m, LedgerCommitMessage) and m.ledger_id != NO_LEDGER
-        ]
-        if committed and self.parent_ledger_id is not None:
-            self._create_parent(bk)
-        _, dropped = registry.commit(self.options.dataset, committed, replace=self.overwrite)
-        keep = set(committed)
-        leftovers = [pair for pair in registry.job_ledgers(self.job_id) if pair not in keep]
-        dropped = [pair for pair in dropped if pair not in keep]
-        # Overwrite: the manifest is now exactly this job's ledgers, so no committed ledger names the parents of
-        # the dropped ones any more; they go right after their children (children first, so a crash in between
-        # leaves only garbage reported as orphans, never a committed ledger).
-        old_parents = self._parents_of(bk, dropped) if self.parent_ledger_id is not None else []
-        self._delete(bk, leftovers + dropped)
-        self._delete(bk, old_parents)
-        registry.forget_job(self.job_id)
+        opts = self.options
+        committed = _committed_ledgers(messages)
+        record = registry.job(self.job_id)
+        if record is None:
+            root = registry.root(opts.dataset)
+            if root is not None and root.token(self.job_id) is not None:
+                log.info("write job %s was committed and cleaned up before: nothing to do", self.job_id)
+                return
+            raise JobGoneError(f"write job {self.job_id} has no record (aborted, or never begun): cannot commit")
+        if record.state is JobState.ABORTING:
+            raise JobGoneError(f"write job {self.job_id} is being aborted: it can no longer commit")
+        parent = (opts.scope_id, self.parent_ledger_id) if committed and self.parent_ledger_id is not None else None
+        extra = []
+        if parent is not None and record.state is JobState.WRITING:
+            extra.append(self._parent_znode(bk, committed[0], parent))
+        result = registry.publish(
+            opts.dataset, committed, replace_all=self.overwrite, job_id=self.job_id, key=CommitKey(self.job_id, 0),
+            parents=[parent] if parent else [], extra_creates=extra,
+            before_multi=lambda: fault_point("commit.shards-written"),
+        )
+        if result.already:
+            log.info("write job %s had already published dataset %r: finishing its clean-up", self.job_id, opts.dataset)
+        CommitCleaner(bk, registry).finish_commit(self.job_id, opts.dataset, extra_ledgers=committed)
 
-    def _create_parent(self, bk: Any) -> None:
-        """Create and close the job's empty parent ledger (the job's commit marker), with the reserved id."""
-        from bkspark.context import LedgerCloseContext, LedgerCreateContext, close_with_context, create_ledger_with_context
-        from bkspark.errors import LedgerExistsError
+    def _parent_znode(self, bk: Any, model: tuple[int, int], parent: tuple[int, int]) -> tuple[str, bytes]:
+        """The metadata znode of the job's parent ledger (path, bytes), created by the publishing ``multi``.
+
+        The parent is an empty closed ledger (the job's commit marker) on the ensemble of one of the job's
+        ledgers.  Created in the same ``multi`` as the manifest, it exists exactly when the job is committed: the
+        ledgers of a job that never committed always name a missing parent, which the orphan audit reports.
+        """
+        import dataclasses
+
+        from bkspark.context import CLOSE_KEY, SEAL_TIME_KEY, LedgerCloseContext, LedgerCreateContext
+        from bkspark.datasource.clients import client_zk
+        from bkspark.protocol import ledger_metadata as md_codec
+        from bkspark.protocol.ledger_metadata import INVALID_ENTRY_ID, LedgerState
 
         opts = self.options
-        assert self.parent_ledger_id is not None
+        host = socket.gethostname()[:256]
         context = (
             LedgerCreateContext.builder()
-            .created_by(
-                CREATOR_ENTERPRISE, CREATOR_SYSTEM, f"{self.creator_application()}/commit-marker",
-                socket.gethostname()[:256],
-            )
+            .created_by(CREATOR_ENTERPRISE, CREATOR_SYSTEM, f"{self.creator_application()}/commit-marker", host)
             .part_of_data_set(opts.dataset)
             .expected_max_entries(0)
             .expected_max_length(0)
@@ -324,63 +349,221 @@ class BookKeeperWriter(DataSourceArrowWriter):
             TAG_ROLE: JOB_PARENT_ROLE,
             TAG_APPLICATION: f"bkspark-spark-writer@{socket.gethostname()}".encode(),
         }
-        try:
-            handle = create_ledger_with_context(
-                bk, context, custom_metadata=tags, ledger_id=self.parent_ledger_id, scope_id=opts.scope_id,
-                ensemble_size=opts.ensemble_size, write_quorum_size=opts.write_quorum_size,
-                ack_quorum_size=opts.ack_quorum_size, digest_type=opts.digest_type, password=opts.password,
-            )
-        except LedgerExistsError:
-            existing = bk.get_ledger_metadata(self.parent_ledger_id, scope_id=opts.scope_id)
-            if existing.custom_metadata.get(TAG_JOB) != self.job_id.encode():
-                raise  # the reserved id was taken by someone else: committing would hang our ledgers on theirs
-            return  # an earlier commit attempt of this job created it
-        close_with_context(bk, handle, LedgerCloseContext.builder().because_no_more_data().build())
-
-    @staticmethod
-    def _parents_of(bk: Any, ledgers: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """The job parents (``bkspark.role`` = commit marker) that ``ledgers`` name, read before they go."""
-        from bkspark.context import read_create_context
-        from bkspark.errors import BadMetadataError, NoSuchLedgerMetadataError
-
-        parents: list[tuple[int, int]] = []
-        for scope_id, ledger_id in ledgers:
-            try:
-                create = read_create_context(bk.get_ledger_metadata(ledger_id, scope_id=scope_id).custom_metadata)
-            except (NoSuchLedgerMetadataError, BadMetadataError):
-                continue
-            link = create.child_of_ledger if create is not None else None
-            if link is None or (link.scope_id, link.ledger_id) in parents:
-                continue
-            try:
-                role = bk.get_ledger_metadata(link.ledger_id, scope_id=link.scope_id).custom_metadata.get(TAG_ROLE)
-            except NoSuchLedgerMetadataError:
-                continue
-            if role == JOB_PARENT_ROLE:  # never delete a parent that another application gave its ledger
-                parents.append((link.scope_id, link.ledger_id))
-        return parents
+        now_ms = int(time.time() * 1000)
+        custom = context.to_custom_metadata(tags)
+        custom[CLOSE_KEY] = LedgerCloseContext.builder().because_no_more_data().build().to_bytes()
+        custom[SEAL_TIME_KEY] = str(now_ms).encode("ascii")
+        md = bk.get_ledger_metadata(model[1], scope_id=model[0])
+        first_segment = md.ensembles[min(md.ensembles)]
+        parent_md = dataclasses.replace(
+            md, state=LedgerState.CLOSED, last_entry_id=INVALID_ENTRY_ID, length=0, ensembles={0: first_segment},
+            ctime=now_ms, custom_metadata=custom,
+            ctoken=bk.store.new_ctoken() if md.format_version >= 3 else 0,
+        )
+        path = bk.store.ledger_path(parent[1], parent[0])
+        client_zk(bk).ensure_path(path.rsplit("/", 1)[0])
+        return path, md_codec.serialize(parent_md, version=parent_md.format_version)
 
     def abort(self, messages: list[Any]) -> None:
+        """Fence the job (it can never publish after this), then delete its ledgers; never committed ones.
+
+        If the job's publish won the race (a commit that failed after its commit point), this finishes that
+        commit's clean-up instead: committed work is never aborted.
+        """
         bk = self._client()
-        registry = self._registry(bk)
-        created = set(registry.job_ledgers(self.job_id))
-        created.update(
-            (m.scope_id, m.ledger_id)
-            for m in messages
-            if isinstance(m, LedgerCommitMessage) and m.ledger_id != NO_LEDGER
+        CommitCleaner(bk, self._registry(bk)).abort_job(
+            self.job_id, self.options.dataset, extra_ledgers=_committed_ledgers(messages)
         )
-        self._delete(bk, sorted(created))
-        if self.parent_ledger_id is not None:
-            # Normally never created; a commit that failed after creating it is followed by this abort.
-            self._delete(bk, [(self.options.scope_id, self.parent_ledger_id)])
-        registry.forget_job(self.job_id)
 
-    @staticmethod
-    def _delete(bk: Any, ledgers: list[tuple[int, int]]) -> None:
-        from bkspark.errors import NoSuchLedgerMetadataError
 
-        for scope_id, ledger_id in ledgers:
+def _committed_ledgers(messages: list[Any]) -> list[tuple[int, int]]:
+    """The ledgers of the tasks' commit messages (None for failed tasks; NO_LEDGER for empty partitions)."""
+    return [
+        (m.scope_id, m.ledger_id)
+        for m in messages
+        if isinstance(m, LedgerCommitMessage) and m.ledger_id != NO_LEDGER
+    ]
+
+
+def _delete_ledgers(bk: Any, ledgers: Iterable[tuple[int, int]]) -> None:
+    from bkspark.errors import NoSuchLedgerMetadataError
+
+    for scope_id, ledger_id in ledgers:
+        fault_point("ledger.delete")
+        try:
+            bk.delete_ledger(ledger_id, scope_id=scope_id)
+        except NoSuchLedgerMetadataError:
+            pass
+
+
+#: Attempts of one clean-up step after the commit point, and the pause before the first retry (doubling).
+CLEANUP_ATTEMPTS = 3
+CLEANUP_BACKOFF_SECONDS = 0.2
+
+
+class CommitCleaner:
+    """The steps after a job's commit point, and aborts: shared by the writer, the next job and the shell.
+
+    Every step is idempotent and checks the manifest before it deletes, so any process may run it again after
+    a crash or concurrently with another.
+    """
+
+    def __init__(self, bk: Any, registry: Any) -> None:
+        self.bk = bk
+        self.registry = registry
+
+    # -- committed jobs -------------------------------------------------------
+    def finish_commit(
+        self, job_id: str, dataset: str, extra_ledgers: Iterable[tuple[int, int]] = (), *, recover_others: bool = True
+    ) -> bool:
+        """Delete what a committed job leaves (other attempts' ledgers, what it replaced), then forget it.
+
+        Errors are retried, then logged: never raised (the job is committed).  True when everything was done;
+        False leaves the job's record (state committed) for the next job or ``bkspark shell recoverjobs``.
+        With ``recover_others``, then finishes the committed or aborting jobs of the dataset that crashes left.
+        """
+        extra = list(extra_ledgers)
+        steps = [
+            ("commit.published", "delete the ledgers of attempts that did not commit",
+             lambda: self._delete_uncommitted(job_id, dataset, extra)),
+            ("commit.attempts-deleted", "delete the ledgers an overwrite replaced", lambda: self.clean_dataset(dataset)),
+        ]
+        done = all([self._retrying(point, what, job_id, fn) for point, what, fn in steps])
+        if not done:
+            log.warning(
+                "write job %s is committed, but its clean-up is unfinished: its record stays under "
+                "<root>/bkspark/jobs for the next write of dataset %r or `bkspark shell recoverjobs`", job_id, dataset,
+            )
+            return False
+        forgotten = self._retrying("commit.retired-deleted", "forget the job", job_id, lambda: self._forget(job_id, dataset))
+        if forgotten and recover_others:
+            self._retrying("commit.forgotten", "finish other jobs' clean-up", job_id,
+                           lambda: recover_jobs(self.bk, self.registry, dataset=dataset, stale_after=None))
+        return forgotten
+
+    def _retrying(self, point: str, what: str, job_id: str, step: Callable[[], Any]) -> bool:
+        delay = CLEANUP_BACKOFF_SECONDS
+        for attempt in range(1, CLEANUP_ATTEMPTS + 1):
             try:
-                bk.delete_ledger(ledger_id, scope_id=scope_id)
-            except NoSuchLedgerMetadataError:
-                pass
+                fault_point(point)
+                step()
+                return True
+            except Exception as exc:  # noqa: BLE001 - after the commit point nothing may turn into an abort
+                log.warning("write job %s: could not %s (attempt %d of %d): %s: %s",
+                            job_id, what, attempt, CLEANUP_ATTEMPTS, type(exc).__name__, exc)
+                if attempt < CLEANUP_ATTEMPTS:
+                    time.sleep(delay)
+                    delay *= 2
+        return False
+
+    def _named(self, dataset: str) -> set[tuple[int, int]]:
+        manifest = self.registry.manifest(dataset)
+        return set(manifest.ledgers) if manifest is not None else set()
+
+    def _delete_uncommitted(self, job_id: str, dataset: str, extra: list[tuple[int, int]]) -> None:
+        """The job's registered ledgers that the manifest does not name (read after the commit point)."""
+        named = self._named(dataset)
+        candidates = set(self.registry.job_ledgers(job_id)) | set(extra)
+        _delete_ledgers(self.bk, sorted(candidates - named))
+
+    def _forget(self, job_id: str, dataset: str) -> None:
+        self.registry.forget_job(job_id)
+        self.registry.sweep_shards(dataset)
+
+    def clean_dataset(self, dataset: str) -> None:
+        """Delete the ledgers of the dataset's retired shards (parents first), drop the shards; sweep the rest."""
+        for ref, shard in self.registry.retired(dataset):
+            named = self._named(dataset)
+            ledgers = [p for p in shard.ledgers if p not in named]
+            parents = shard.parents if shard.parents is not None else _parents_of(self.bk, ledgers)
+            # Parents first: a crash in between leaves children naming a missing parent, which the audit reports
+            # and the next clean-up (the shard is still retired) deletes.
+            _delete_ledgers(self.bk, [p for p in parents if p not in named])
+            _delete_ledgers(self.bk, ledgers)
+            self.registry.drop_retired(dataset, [ref])
+        self.registry.sweep_shards(dataset)
+
+    # -- aborted jobs ----------------------------------------------------------
+    def abort_job(self, job_id: str, dataset: str, extra_ledgers: Iterable[tuple[int, int]] = ()) -> None:
+        """Fence, delete the job's ledgers that no manifest names, forget the job (errors propagate)."""
+        from bkspark.datasource.datasets import JobState
+
+        record = self.registry.fence_job(job_id)
+        fault_point("abort.fenced")
+        if record is not None and record.state is JobState.COMMITTED:
+            log.warning("write job %s: abort after its commit point; finishing the commit's clean-up instead", job_id)
+            self.finish_commit(job_id, record.dataset, extra_ledgers)
+            return
+        if record is None:
+            root = self.registry.root(dataset)
+            if root is not None and root.token(job_id) is not None:
+                return  # committed and cleaned up: nothing of it is garbage
+        named = self._named(dataset)
+        created = set(self.registry.job_ledgers(job_id)) | set(extra_ledgers)
+        if created & named:  # cannot happen while the fence holds; never delete committed data
+            log.error("write job %s: ledgers %s are committed in dataset %r: not deleting them",
+                      job_id, sorted(created & named), dataset)
+        _delete_ledgers(self.bk, sorted(created - named))
+        fault_point("abort.ledgers-deleted")
+        self._forget(job_id, dataset)
+        fault_point("abort.forgotten")
+
+
+def recover_jobs(
+    bk: Any, registry: Any, *, dataset: str | None = None, stale_after: float | None = None
+) -> list[tuple[str, str]]:
+    """Finish the jobs a crash left behind: ``(job id, what was done)`` for each.
+
+    Committed jobs get their clean-up finished, aborting jobs their abort; jobs still ``writing`` are aborted
+    only when ``stale_after`` is given and their record is at least that many seconds old (a younger one may
+    still be running: fencing it would fail its commit, never lose data).  Then every dataset concerned gets
+    its retired ledgers deleted and its unnamed shards swept.
+    """
+    from bkspark.datasource.datasets import JobState
+
+    cleaner = CommitCleaner(bk, registry)
+    done: list[tuple[str, str]] = []
+    touched: set[str] = set() if dataset is None else {dataset}
+    for job_id in registry.jobs():
+        record = registry.job(job_id)
+        if record is None or (dataset is not None and record.dataset != dataset):
+            continue
+        touched.add(record.dataset)
+        if record.state is JobState.COMMITTED:
+            if cleaner.finish_commit(job_id, record.dataset, recover_others=False):
+                done.append((job_id, "committed: clean-up finished"))
+        elif record.state is JobState.ABORTING:
+            cleaner.abort_job(job_id, record.dataset)
+            done.append((job_id, "aborted"))
+        elif stale_after is not None and (registry.job_age_seconds(job_id) or 0.0) >= stale_after:
+            cleaner.abort_job(job_id, record.dataset)
+            done.append((job_id, "stale writing job aborted"))
+    for name in sorted(touched):
+        cleaner.clean_dataset(name)
+    return done
+
+
+def _parents_of(bk: Any, ledgers: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The job parents (``bkspark.role`` = commit marker) that ``ledgers`` name, from their create contexts.
+
+    For ledgers of a format-1 manifest, whose shards do not list their parents.
+    """
+    from bkspark.context import read_create_context
+    from bkspark.errors import BadMetadataError, NoSuchLedgerMetadataError
+
+    parents: list[tuple[int, int]] = []
+    for scope_id, ledger_id in ledgers:
+        try:
+            create = read_create_context(bk.get_ledger_metadata(ledger_id, scope_id=scope_id).custom_metadata)
+        except (NoSuchLedgerMetadataError, BadMetadataError):
+            continue
+        link = create.child_of_ledger if create is not None else None
+        if link is None or (link.scope_id, link.ledger_id) in parents:
+            continue
+        try:
+            role = bk.get_ledger_metadata(link.ledger_id, scope_id=link.scope_id).custom_metadata.get(TAG_ROLE)
+        except NoSuchLedgerMetadataError:
+            continue
+        if role == JOB_PARENT_ROLE:  # never delete a parent that another application gave its ledger
+            parents.append((link.scope_id, link.ledger_id))
+    return parents

@@ -37,7 +37,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p = command("listorphaned", "list the orphaned ledgers the last audit recorded")
     p.add_argument(
         "--printorphanreason", "-printorphanreason", action="store_true",
-        help="print each reason: LEDGER DELETE_OVERDUE <delete time, s> or LEDGER BROKEN_PARENT_REF <parent>",
+        help="print each reason: LEDGER DELETE_OVERDUE <delete time, s>, LEDGER BROKEN_PARENT_REF <parent> "
+        "or LEDGER DATASET_LEFTOVER <parent>",
     )
     add_ledger_options(p, scope_only=True)
 
@@ -106,6 +107,16 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
 
     command("auditstatus", "show the running auditors and the last audit pass")
+
+    p = command(
+        "recoverjobs",
+        "finish the Spark write jobs a crash left: clean up committed ones, abort the others (docs/connector.md)",
+    )
+    p.add_argument("--dataset", dest="dataset", metavar="NAME", help="only the jobs of this dataset")
+    p.add_argument(
+        "--stale-after", dest="stale_after", type=float, default=3600.0, metavar="SECONDS",
+        help="abort a job still writing once its record is this old (default 3600; a live job's commit then fails)",
+    )
 
     shell.set_defaults(handler=run)
 

@@ -573,6 +573,23 @@ def cmd_auditstatus(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def cmd_recoverjobs(args: argparse.Namespace, out: Output) -> int:
+    """Finish crashed Spark write jobs (bkspark.datasource.writer.recover_jobs): one line per job handled."""
+    from bkspark.datasource.datasets import DatasetRegistry
+    from bkspark.datasource.writer import recover_jobs
+
+    with open_client(args) as bk:
+        done = recover_jobs(
+            bk, DatasetRegistry(bk.store.zk, bk.store.root), dataset=args.dataset, stale_after=args.stale_after
+        )
+    if out.json:
+        out.document({"jobs": [{"job": job, "done": what} for job, what in done]})
+    else:
+        for job, what in done:
+            out.line(f"{job} {what}")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
     "listorphaned": cmd_listorphaned,
     "showowner": cmd_showowner,
@@ -586,4 +603,5 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
     "simpletest": cmd_simpletest,
     "auditconfig": cmd_auditconfig,
     "auditstatus": cmd_auditstatus,
+    "recoverjobs": cmd_recoverjobs,
 }

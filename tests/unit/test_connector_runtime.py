@@ -15,7 +15,7 @@ from bkspark.datasource.options import parse_write_options
 from bkspark.datasource.reader import BookKeeperPushdownReader, BookKeeperReader
 from bkspark.datasource.schema import spark_schema
 from bkspark.datasource.source import BookKeeperDataSource
-from bkspark.datasource.writer import NO_LEDGER, BookKeeperWriter, LedgerCommitMessage, _payloads
+from bkspark.datasource.writer import NO_LEDGER, BookKeeperWriter, LedgerCommitMessage, _committed_ledgers, _payloads
 from bkspark.errors import MetadataError
 
 URI = "zk+hierarchical://127.0.0.1:2181/ledgers"
@@ -80,61 +80,11 @@ def test_arrow_payloads_strings_as_utf8_and_nulls_as_empty_entries() -> None:
     assert _payloads(batch, 0, False) == [b"\x00", b""]
 
 
-class _FakeRegistry:
-    def __init__(self, registered: list[tuple[int, int]], previous: list[tuple[int, int]]) -> None:
-        self.registered = registered
-        self.previous = previous
-        self.committed: list[tuple[int, int]] | None = None
-        self.forgotten: list[str] = []
-
-    def commit(self, name: str, ledgers, *, replace: bool):  # type: ignore[no-untyped-def]
-        self.committed = list(ledgers)
-        return None, (list(self.previous) if replace else [])
-
-    def job_ledgers(self, job_id: str) -> list[tuple[int, int]]:
-        return list(self.registered)
-
-    def forget_job(self, job_id: str) -> None:
-        self.forgotten.append(job_id)
-
-
-class _FakeClient:
-    def __init__(self) -> None:
-        self.deleted: list[tuple[int, int]] = []
-
-    def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
-        self.deleted.append((scope_id, ledger_id))
-
-
-def _writer(overwrite: bool, registry: _FakeRegistry, client: _FakeClient) -> BookKeeperWriter:
-    writer = BookKeeperWriter(parse_write_options({"metadataserviceuri": URI, "dataset": "d"}), 0, False, overwrite)
+def test_commit_messages_pickle_and_name_only_the_ledgers_of_tasks_that_wrote() -> None:
+    """What commit/abort act on (their protocol is tested against real servers in test_connector_commit.py)."""
+    writer = BookKeeperWriter(parse_write_options({"metadataserviceuri": URI, "dataset": "d"}), 0, False, True)
     assert pickle.loads(pickle.dumps(writer)).job_id == writer.job_id  # no client on it: it ships to executors
-    writer._client = lambda: client  # type: ignore[method-assign]
-    writer._registry = lambda bk: registry  # type: ignore[method-assign]
-    return writer
-
-
-def _message(ledger_id: int, partition: int, attempt: int = 0) -> LedgerCommitMessage:
-    return LedgerCommitMessage(0, ledger_id, 10, 100, partition, attempt)
-
-
-def test_commit_keeps_committed_ledgers_and_deletes_other_attempts_and_replaced_ones() -> None:
-    registry = _FakeRegistry(registered=[(0, 5), (0, 6), (0, 7)], previous=[(0, 1), (0, 2)])
-    client = _FakeClient()
-    writer = _writer(True, registry, client)
-    # Partition 1's first attempt (ledger 6) failed; partition 2 was empty; one task was killed (None).
-    writer.commit([_message(5, 0), _message(7, 1, attempt=1), _message(NO_LEDGER, 2), None])
-    assert registry.committed == [(0, 5), (0, 7)]
-    assert client.deleted == [(0, 6), (0, 1), (0, 2)]
-    assert registry.forgotten == [writer.job_id]
-
-
-def test_abort_deletes_every_ledger_of_the_job() -> None:
-    registry = _FakeRegistry(registered=[(0, 5), (0, 6)], previous=[(0, 1)])
-    client = _FakeClient()
-    writer = _writer(False, registry, client)
-    writer.abort([_message(5, 0), None, _message(NO_LEDGER, 2)])
-    assert registry.committed is None
-    assert client.deleted == [(0, 5), (0, 6)]
-    assert registry.forgotten == [writer.job_id]
-    assert pickle.loads(pickle.dumps(_message(5, 0))) == _message(5, 0)
+    message = LedgerCommitMessage(0, 5, 10, 100, 0, 0)
+    assert pickle.loads(pickle.dumps(message)) == message
+    empty = LedgerCommitMessage(0, NO_LEDGER, 0, 0, 2, 0)
+    assert _committed_ledgers([message, None, empty, LedgerCommitMessage(3, 7, 1, 1, 1, 1)]) == [(0, 5), (3, 7)]

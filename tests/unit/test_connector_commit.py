@@ -1,0 +1,102 @@
+"""The commit protocol's pieces without servers: manifest and job-record encodings, fault plans.
+
+The protocol itself runs against real ZooKeeper, bookies and Spark in tests/integration/test_connector_commit*.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kazoo.exceptions import ConnectionLoss
+
+from bkspark.datasource.datasets import (
+    DatasetManifest,
+    JobRecord,
+    JobState,
+    ManifestRoot,
+    Shard,
+    ShardRef,
+)
+from bkspark.datasource.faults import FAULT_POINTS, fault_point, injected
+from bkspark.errors import BadMetadataError, BookieIOError
+
+
+def test_a_root_names_shards_and_keys_and_round_trips() -> None:
+    root = ManifestRoot(
+        name="d", generation=3, shards=(ShardRef("job1.ab.0", 10_000), ShardRef("job2.cd.0", 5)),
+        retired=(ShardRef("job0.ef.0", 7),), keys=(("job1", 0), ("stream-q", 41)), version=9,
+    )
+    again = ManifestRoot.from_bytes("d", root.to_bytes(), 9)
+    assert again == root
+    assert again.ledger_count == 10_005 and again.committed and again.token("stream-q") == 41
+    assert again.token("nobody") is None
+    assert root.shards[0].owner == "job1"
+
+
+def test_an_empty_root_is_not_committed_and_a_format_1_manifest_reads_as_legacy() -> None:
+    empty = ManifestRoot.from_bytes("d", b"", 0)
+    assert not empty.committed and empty.ledger_count == 0
+    old = DatasetManifest("d", ((0, 5), (7, 9))).to_bytes()
+    root = ManifestRoot.from_bytes("d", old, 4)
+    assert root.legacy == ((0, 5), (7, 9)) and root.committed and root.ledger_count == 2
+    assert DatasetManifest.from_bytes("d", old, 4).ledgers == ((0, 5), (7, 9))
+
+
+@pytest.mark.parametrize("data", [b"{", b'{"format":3}', b'{"format":2,"name":"d"}', b"\xff", b"[]"])
+def test_a_malformed_root_is_a_typed_error(data: bytes) -> None:
+    with pytest.raises(BadMetadataError, match="dataset manifest of 'd'"):
+        ManifestRoot.from_bytes("d", data, 0)
+
+
+def test_shards_and_job_records_round_trip() -> None:
+    shard = Shard(((0, 1), (0, 2)), ((0, 99),))
+    assert Shard.from_bytes(shard.to_bytes()) == shard
+    legacy = Shard(((0, 1),), None)
+    assert Shard.from_bytes(legacy.to_bytes()).parents is None
+    with pytest.raises(BadMetadataError):
+        Shard.from_bytes(b'{"ledgers": 5}')
+    record = JobRecord(JobState.COMMITTED, "d", overwrite=True, parent=(0, 42), created_ms=1, version=3)
+    assert JobRecord.from_bytes(record.to_bytes(), 3) == record
+    assert JobRecord.from_bytes(b"", 0) is None  # a record of a writer older than the protocol
+    with pytest.raises(BadMetadataError):
+        JobRecord.from_bytes(b'{"state":"flying","dataset":"d"}', 0)
+
+
+def test_fault_plans_raise_the_real_error_types_and_count_their_firings() -> None:
+    fault_point("commit.published")  # no plan: nothing happens
+    with injected("commit.published=connection-loss*2, ledger.delete=delete-refused"):
+        for _ in range(2):
+            with pytest.raises(ConnectionLoss, match="commit.published"):
+                fault_point("commit.published")
+        fault_point("commit.published")  # fired twice already
+        with pytest.raises(BookieIOError):
+            fault_point("ledger.delete")
+        fault_point("commit.forgotten")
+    fault_point("ledger.delete")
+
+
+def test_fault_plan_files_are_read_at_every_point_and_counted_across_processes(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pathlib import Path
+
+    plan = Path(str(tmp_path)) / "plan"
+    monkeypatch.setenv("BKSPARK_WRITER_FAULTS", f"@{plan}")
+    fault_point("abort.fenced")  # no file yet
+    plan.write_text("abort.fenced=connection-loss*1\n")
+    with pytest.raises(ConnectionLoss):
+        fault_point("abort.fenced")
+    fault_point("abort.fenced")
+    assert (Path(str(plan) + ".fired")).read_text() == "abort.fenced\n"
+
+
+@pytest.mark.parametrize("plan", ["nowhere=kill", "commit.published=explode", "commit.published=kill*x"])
+def test_a_bad_fault_plan_is_refused(plan: str) -> None:
+    with pytest.raises(ValueError):
+        with injected(plan):
+            pass
+
+
+def test_every_fault_point_has_a_distinct_name() -> None:
+    assert len(set(FAULT_POINTS)) == len(FAULT_POINTS)
+    with pytest.raises(ValueError):
+        fault_point("commit.nowhere")
