@@ -414,7 +414,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def _keys(self, d: _Driver, start: Mapping[str, Any]) -> list[str]:
         if d.target is not None:
-            return list(d.target)
+            return list(dict.fromkeys([*d.target, *positions_of(start)]))
         return list(dict.fromkeys([*d.source_keys(), *positions_of(start)]))
 
     def _clip(self, d: _Driver, positions: list[LedgerPosition]) -> list[LedgerPosition]:
@@ -424,9 +424,11 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         out = []
         for pos in positions:
             stop = d.target.get(pos.key)
-            if stop is None:
+            if pos.missing:  # deleted: next_offset decides whether that lost anything
+                out.append(pos)
+            elif stop is None:
                 continue
-            if stop == DONE or pos.missing:
+            elif stop == DONE:
                 out.append(pos)
             else:
                 out.append(LedgerPosition(pos.key, min(pos.available, stop), False, pos.entry_size))
@@ -493,7 +495,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         """Freeze the target: what is confirmed now, in the ledgers the query follows now."""
         d = self._state()
         keys = list(dict.fromkeys(d.source_keys()))
-        d.target = {p.key: (DONE if p.closed else p.available) for p in d.positions(keys) if not p.missing}
+        d.target = {p.key: (DONE if p.closed or p.missing else p.available) for p in d.positions(keys)}
 
     # -- planning (driver) and reading (executors) ---------------------------------------------------
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:

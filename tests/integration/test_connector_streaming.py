@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bkspark.client import BookKeeper
-from bkspark.datasource.datasets import DatasetRegistry
+from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, JobState
 from tests.integration.test_connector_spark import bk, py_cluster, spark, write_bkspark_ledger  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.integration]
@@ -63,8 +63,25 @@ def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no
         time.sleep(0.05)
 
 
-def registry(bk: BookKeeper) -> DatasetRegistry:
-    return DatasetRegistry(bk.zk, bk.ledgers_root)
+class Publisher:
+    """Publishes ledgers to a dataset as another writer would (one job per call, through the registry's API)."""
+
+    def __init__(self, bk: BookKeeper) -> None:
+        self.registry = DatasetRegistry(bk.zk, bk.ledgers_root)
+        self.writer = f"test-{uuid.uuid4().hex[:8]}"
+        self.token = 0
+
+    def commit(self, name: str, ledgers: list[tuple[int, int]], replace: bool = False) -> None:
+        self.token += 1
+        job_id = f"{self.writer}-{self.token}"
+        self.registry.begin_job(job_id, JobRecord(JobState.WRITING, name, created_ms=int(time.time() * 1000)))
+        result = self.registry.publish(name, ledgers, replace_all=replace, job_id=job_id, key=CommitKey(self.writer, self.token))
+        assert not result.already
+        self.registry.forget_job(job_id)
+
+
+def registry(bk: BookKeeper) -> Publisher:
+    return Publisher(bk)
 
 
 def assert_exactly_once_in_order(rows: list[tuple[int, int, bytes]], expected: dict[int, list[bytes]]) -> None:
