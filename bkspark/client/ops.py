@@ -202,42 +202,23 @@ class BookieOps:
 
     async def long_poll_lac_async(
         self, bookie_id: str, ledger_id: int, scope_id: int, previous_lac: int, timeout_ms: int
-    ) -> tuple[bytes | memoryview | None, int | None]:
+    ) -> tuple[bytes | None, int | None]:
         """Long-poll LAC read over v3 (Java's ``readEntryWaitForLACUpdate`` with piggyback).
 
         The bookie answers once its LAC passes ``previous_lac`` or ``timeout_ms``
         ends: ``(entry previous_lac + 1 or None, the bookie's LAC or None)``.
         The request's own deadline is the poll's plus ``read_timeout``.
         """
-        fut: asyncio.Future[tuple[Any, Any]] = asyncio.get_running_loop().create_future()
-
-        def on_response(resp: Any, exc: BaseException | None) -> None:
-            if fut.done():
-                return
-            if exc is not None:
-                fut.set_exception(exc)
-                return
-            try:
-                status = v3.response_status(resp)
-            except MalformedFrameError as err:
-                fut.set_exception(err)
-                return
-            if status != _EOK:
-                fut.set_exception(_v3_error(status, bookie_id, ledger_id=ledger_id))
-                return
-            r = resp.readResponse
-            body = r.body if r.HasField("body") and len(r.body) else None
-            fut.set_result((body, r.maxLAC if r.HasField("maxLAC") else None))
-
-        def send(conn: BookieConnection) -> None:
-            req = v3.read_request(
-                conn.next_txn_id(), ledger_id, -1, previous_lac=previous_lac, timeout_ms=timeout_ms,
-                piggyback=True, scope_id=scope_id,
-            )
-            conn.send_v3(req, self.read_timeout + timeout_ms / 1000.0, on_response)
-
-        self._with_conn(bookie_id, V3, send, on_response)
-        return await fut
+        resp = await self.v3_call(
+            bookie_id,
+            lambda txn: v3.read_request(
+                txn, ledger_id, -1, previous_lac=previous_lac, timeout_ms=timeout_ms, piggyback=True, scope_id=scope_id
+            ),
+            self.read_timeout + timeout_ms / 1000.0,
+        )
+        r = resp.readResponse
+        body = r.body if r.HasField("body") and len(r.body) else None
+        return body, (r.maxLAC if r.HasField("maxLAC") else None)
 
     # -- batch read -------------------------------------------------------------------
 

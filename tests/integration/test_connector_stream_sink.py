@@ -27,7 +27,8 @@ from bkspark.datasource.options import parse_write_options
 from bkspark.datasource.stream_writer import BookKeeperStreamWriter, StreamCommitMessage
 from bkspark.datasource.writer import BookKeeperWriter
 from bkspark.errors import NoSuchLedgerMetadataError
-from tests.integration.test_connector_spark import bk, py_cluster, spark, write_bkspark_ledger  # noqa: F401 - fixtures
+from tests.integration.test_connector_spark import spark, write_bkspark_ledger  # noqa: F401 - the Spark fixture
+from tests.integration.test_connector_streaming import bk, py_cluster  # noqa: F401 - bookies of this module
 
 pytestmark = [pytest.mark.integration]
 

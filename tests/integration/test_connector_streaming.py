@@ -9,15 +9,37 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
 from bkspark.client import BookKeeper
 from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, JobState
-from tests.integration.test_connector_spark import bk, py_cluster, spark, write_bkspark_ledger  # noqa: F401 - fixtures
+from tests.harness.python_bookie import PythonBookieCluster
+from tests.harness.zookeeper import init_new_cluster
+from tests.integration.test_connector_spark import spark, write_bkspark_ledger  # noqa: F401 - the Spark fixture
 
 pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture(scope="module")
+def py_cluster(request: pytest.FixtureRequest, zookeeper: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonBookieCluster]:
+    """Three Python bookies on a cluster root named after the test module (each module that imports it has its own)."""
+    root = "/bk-" + request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")
+    zk = zookeeper.client()
+    try:
+        init_new_cluster(zk, root)
+    finally:
+        zk.stop()
+        zk.close()
+    with PythonBookieCluster(f"zk+hierarchical://{zookeeper.connect_string}{root}", tmp_path_factory.mktemp("bookies"), bookies=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def bk(py_cluster: PythonBookieCluster) -> Iterator[BookKeeper]:
+    with BookKeeper(py_cluster.metadata_service_uri) as client:
+        yield client
 
 
 class Collector:
