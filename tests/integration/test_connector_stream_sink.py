@@ -27,6 +27,7 @@ from bkspark.datasource.options import parse_write_options
 from bkspark.datasource.stream_writer import BookKeeperStreamWriter, StreamCommitMessage
 from bkspark.datasource.writer import BookKeeperWriter
 from bkspark.errors import NoSuchLedgerMetadataError
+from tests.integration.test_connector_commit import audit
 from tests.integration.test_connector_spark import spark, write_bkspark_ledger  # noqa: F401 - the Spark fixture
 from tests.integration.test_connector_streaming import bk, py_cluster  # noqa: F401 - bookies of this module
 
@@ -100,6 +101,11 @@ def test_commit_twice_publishes_once_and_replayed_or_aborted_batches_leave_nothi
     writer_b = run_task(other, 0, "runE", [b"d"])
     other.commit([writer_b], 0)
     assert dataset_payloads(bk, name) == [b"a", b"b", b"c", b"d"]
+
+    # A run whose driver died after its tasks wrote and before its commit: never published, and reported.
+    dead = run_task(writer, 2, "runDead", [b"e"])
+    assert dataset_payloads(bk, name) == [b"a", b"b", b"c", b"d"]
+    assert dead.ledger_id in audit(uri, bk)
 
 
 def test_bookkeeper_to_bookkeeper_query_writes_each_entry_once(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811

