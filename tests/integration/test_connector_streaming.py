@@ -163,7 +163,7 @@ def test_max_entries_per_trigger_and_available_now(spark, bk, py_cluster, tmp_pa
     second = write_bkspark_ledger(bk, [b"b%d" % i for i in range(50)])
     sink = Collector()
     query = (
-        stream(spark, uri, ledgers=f"{first},{second}", maxEntriesPerTrigger="30")
+        stream(spark, uri, ledgers=f"{first}-{second}", maxEntriesPerTrigger="30")  # a range: listed
         .writeStream.foreachBatch(sink)
         .trigger(availableNow=True)
         .option("checkpointLocation", str(tmp_path / "cp"))
