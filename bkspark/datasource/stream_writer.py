@@ -12,8 +12,8 @@ hands each side:
   ``multi``.  A batch committed again (Spark crashed after our commit and before its own ``commits/N``, then
   replayed the batch) publishes nothing: its new ledgers are duplicates and are deleted at once.
 * ``abort(messages, batchId)`` fences and deletes the batch's jobs of every run.  A run that died before its
-  commit or abort leaves a job in state ``writing``: ``bkspark shell recoverjobs`` removes it, and the orphan
-  audit reports its ledgers until then.
+  commit or abort leaves a job in state ``writing``: ``bkspark shell recoverjobs`` removes it (stream batches
+  have no job parent ledger, so the orphan audit does not flag those ledgers).
 """
 
 from __future__ import annotations

@@ -25,9 +25,8 @@ from bkspark.client import BookKeeper
 from bkspark.datasource.datasets import DatasetRegistry, JobRecord, JobState
 from bkspark.datasource.options import parse_write_options
 from bkspark.datasource.stream_writer import BookKeeperStreamWriter, StreamCommitMessage
-from bkspark.datasource.writer import BookKeeperWriter
+from bkspark.datasource.writer import BookKeeperWriter, recover_jobs
 from bkspark.errors import NoSuchLedgerMetadataError
-from tests.integration.test_connector_commit import audit
 from tests.integration.test_connector_spark import spark, write_bkspark_ledger  # noqa: F401 - the Spark fixture
 from tests.integration.test_connector_streaming import bk, py_cluster  # noqa: F401 - bookies of this module
 
@@ -102,10 +101,12 @@ def test_commit_twice_publishes_once_and_replayed_or_aborted_batches_leave_nothi
     other.commit([writer_b], 0)
     assert dataset_payloads(bk, name) == [b"a", b"b", b"c", b"d"]
 
-    # A run whose driver died after its tasks wrote and before its commit: never published, and reported.
+    # A run whose driver died after its tasks wrote and before its commit: never published; recoverjobs (here
+    # with no age limit) aborts its stale job and deletes its ledger.
     dead = run_task(writer, 2, "runDead", [b"e"])
     assert dataset_payloads(bk, name) == [b"a", b"b", b"c", b"d"]
-    assert dead.ledger_id in audit(uri, bk)
+    assert (dead.job_id, "stale writing job aborted") in recover_jobs(bk, registry, dataset=name, stale_after=0)
+    assert not exists(bk, dead.ledger_id) and dataset_payloads(bk, name) == [b"a", b"b", b"c", b"d"]
 
 
 def test_bookkeeper_to_bookkeeper_query_writes_each_entry_once(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
