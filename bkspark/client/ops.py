@@ -171,6 +171,26 @@ class BookieOps:
 
         self._with_conn(bookie_id, V3, send, callback, arg)
 
+    async def long_poll_lac_async(
+        self, bookie_id: str, ledger_id: int, scope_id: int, previous_lac: int, timeout_ms: int
+    ) -> tuple[bytes | None, int | None]:
+        """Long-poll LAC read over v3 (Java's ``readEntryWaitForLACUpdate`` with piggyback).
+
+        The bookie answers once its LAC passes ``previous_lac`` or ``timeout_ms``
+        ends: ``(entry previous_lac + 1 or None, the bookie's LAC or None)``.
+        The request's own deadline is the poll's plus ``read_timeout``.
+        """
+        resp = await self.v3_call(
+            bookie_id,
+            lambda txn: v3.read_request(
+                txn, ledger_id, -1, previous_lac=previous_lac, timeout_ms=timeout_ms, piggyback=True, scope_id=scope_id
+            ),
+            self.read_timeout + timeout_ms / 1000.0,
+        )
+        r = resp.readResponse
+        body = r.body if r.HasField("body") and len(r.body) else None
+        return body, (r.maxLAC if r.HasField("maxLAC") else None)
+
     # -- batch read -------------------------------------------------------------------
 
     def can_batch_read(self, bookie_id: str, scope_id: int) -> bool:

@@ -301,6 +301,10 @@ class DatasetRegistry:
             return None
         return ManifestRoot.from_bytes(name, data, stat.version)
 
+    def watch_manifest(self, name: str, callback: "Callable[[Any], None]") -> None:
+        """Call ``callback(event)`` once, when the root of ``name`` is created, changed or deleted."""
+        self._zk.exists(self.dataset_path(name), watch=callback)
+
     def read_shards(self, name: str, refs: Sequence[ShardRef]) -> list[Shard] | None:
         """The shards' contents (pipelined reads); None if one is gone (a newer root replaced it)."""
         from kazoo.exceptions import NoNodeError

@@ -9,7 +9,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 
 __all__ = ["BookKeeperDataSource"]
 
@@ -63,8 +69,10 @@ class BookKeeperDataSource(DataSource):
     def schema(self) -> str:
         from bkspark.datasource.options import parse_read_options
         from bkspark.datasource.schema import SCHEMA_DDL
+        from bkspark.datasource.stream_reader import without_stream_options
 
-        parse_read_options(self.options)  # fail at load(), before any task runs
+        # Fail at load(), before any task runs (readStream's own options are checked by streamReader()).
+        parse_read_options(without_stream_options(self.options))
         return SCHEMA_DDL
 
     def reader(self, schema: Any) -> DataSourceReader:
@@ -80,27 +88,53 @@ class BookKeeperDataSource(DataSource):
             return BookKeeperPushdownReader(options)
         return BookKeeperReader(options)
 
-    def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
-        from pyspark.sql.types import BinaryType, StringType
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
+        """``spark.readStream.format("bookkeeper")``: see docs/streaming.md."""
+        from bkspark.datasource.schema import check_user_schema
+        from bkspark.datasource.stream_reader import BookKeeperStreamReader, parse_stream_read_options
 
+        check_user_schema(schema)
+        return BookKeeperStreamReader(*parse_stream_read_options(self.options))
+
+    def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
         from bkspark.datasource.options import parse_write_options
         from bkspark.datasource.writer import BookKeeperWriter
-        from bkspark.errors import InvalidOptionError
 
         options = parse_write_options(self.options)
-        names = [f.name.lower() for f in schema.fields]
-        if "payload" not in names:
-            raise InvalidOptionError(
-                "[BOOKKEEPER_MISSING_PAYLOAD] the DataFrame needs a 'payload' column (binary or string) whose "
-                f"values become entries; it has: {', '.join(schema.fieldNames())}"
-            )
-        index = names.index("payload")
-        field_type = schema.fields[index].dataType
-        if not isinstance(field_type, (BinaryType, StringType)):
-            raise InvalidOptionError(
-                f"[BOOKKEEPER_PAYLOAD_TYPE] column 'payload' must be binary or string, not {field_type.simpleString()}; "
-                "cast it, e.g. df.withColumn('payload', col('payload').cast('binary'))"
-            )
-        writer = BookKeeperWriter(options, index, isinstance(field_type, StringType), overwrite)
+        writer = BookKeeperWriter(options, *_payload_column(schema), overwrite)
         writer.reserve_parent()  # here, on the driver: the tasks get the id with the pickled writer
         return writer
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 - Spark's name
+        """``df.writeStream.format("bookkeeper")``: exactly-once appends to a dataset (docs/streaming.md)."""
+        from bkspark.datasource.stream_writer import BookKeeperStreamWriter, parse_stream_write_options
+        from bkspark.errors import InvalidOptionError
+
+        if overwrite:
+            raise InvalidOptionError(
+                "[BOOKKEEPER_SINK_MODE] the bookkeeper sink appends: use outputMode('append') (or 'update')"
+            )
+        options, checkpoint = parse_stream_write_options(self.options)
+        return BookKeeperStreamWriter(options, *_payload_column(schema), checkpoint)
+
+
+def _payload_column(schema: Any) -> tuple[int, bool]:
+    """The index of the ``payload`` column, and whether it is a string (else binary); a clear error otherwise."""
+    from pyspark.sql.types import BinaryType, StringType
+
+    from bkspark.errors import InvalidOptionError
+
+    names = [f.name.lower() for f in schema.fields]
+    if "payload" not in names:
+        raise InvalidOptionError(
+            "[BOOKKEEPER_MISSING_PAYLOAD] the DataFrame needs a 'payload' column (binary or string) whose "
+            f"values become entries; it has: {', '.join(schema.fieldNames())}"
+        )
+    index = names.index("payload")
+    field_type = schema.fields[index].dataType
+    if not isinstance(field_type, (BinaryType, StringType)):
+        raise InvalidOptionError(
+            f"[BOOKKEEPER_PAYLOAD_TYPE] column 'payload' must be binary or string, not {field_type.simpleString()}; "
+            "cast it, e.g. df.withColumn('payload', col('payload').cast('binary'))"
+        )
+    return index, isinstance(field_type, StringType)

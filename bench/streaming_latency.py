@@ -1,0 +1,129 @@
+"""Issue 15's benchmark: end-to-end latency of ``spark.readStream.format("bookkeeper")``.
+
+    python -m bench.streaming_latency [--entries 300] [--rate 20] [--bookie-kind python|java] [--long-poll-ms 2000]
+
+One ZooKeeper, three bookies, Spark ``local[2]`` in this process.  A writer (explicitLacInterval 100 ms) appends
+--entries entries at --rate entries per second to an open ledger of a dataset; a stream query with the default
+trigger (as fast as possible) follows the dataset into a ``foreachBatch`` sink.  Latency of an entry = the
+moment its row reaches the ``foreachBatch`` function minus the moment its add was acknowledged, both on this
+process's monotonic clock.  A warm-up entry first (Spark starts its Python workers), not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+from bench.common import Cluster, Report, add_common_args, command_line, machine_facts, run_main, timed
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def run(args: argparse.Namespace) -> Report:
+    from pyspark.sql import SparkSession
+
+    from bkspark.client import BookKeeper
+    from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, JobState
+
+    report = Report(
+        name="streaming_latency",
+        title="readStream: append acknowledged -> row in foreachBatch (issue 15)",
+        command=command_line("bench.streaming_latency"),
+        params={"entries": args.entries, "rate": f"{args.rate}/s", "bookies": f"3 x {args.bookie_kind}",
+                "longPollTimeoutMs": args.long_poll_ms, "trigger": "default (as fast as possible)"},
+    )
+    report.machine_before = machine_facts()
+    with Cluster(args.workdir, args.keep, make_jars=not args.no_make) as cluster:
+        with timed(f"starting 3 {args.bookie_kind} bookies"):
+            uri = cluster.new_root(args.bookie_kind)
+            if args.bookie_kind == "java":
+                cluster.java_bookies(uri, 3, args.bk_version, "java")
+            else:
+                cluster.python_bookies(uri, 3, "python")
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        spark = (
+            SparkSession.builder.master("local[2]").appName("bkspark-bench-streaming")
+            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2").getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        arrivals: dict[int, float] = {}
+        lock = threading.Lock()
+
+        def sink(df: Any, _batch_id: int) -> None:
+            ids = [r.entry_id for r in df.select("entry_id").collect()]
+            now = time.monotonic()
+            with lock:
+                for entry_id in ids:
+                    arrivals.setdefault(entry_id, now)
+
+        with BookKeeper(uri, explicitLacInterval=100) as bk:
+            registry = DatasetRegistry(bk.zk, bk.ledgers_root)
+            lh = bk.create_ledger(3, 2, 2)
+            name = f"bench-{uuid.uuid4().hex[:8]}"
+            registry.begin_job("bench-publish", JobRecord(JobState.WRITING, name))
+            registry.publish(name, [(0, lh.ledger_id)], replace_all=False, job_id="bench-publish", key=CommitKey("bench", 1))
+            registry.forget_job("bench-publish")
+            query = (
+                spark.readStream.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", name)
+                .option("longPollTimeoutMs", str(args.long_poll_ms)).load()
+                .writeStream.foreachBatch(sink).option("checkpointLocation", os.path.join(cluster.base, "checkpoint"))
+                .start()
+            )
+            try:
+                lh.append(b"warm-up")
+                deadline = time.monotonic() + 300
+                while 0 not in arrivals:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the warm-up entry never arrived")
+                    time.sleep(0.05)
+                acked: dict[int, float] = {}
+                with timed(f"appending {args.entries} entries at {args.rate}/s"):
+                    for i in range(args.entries):
+                        entry_id = lh.append(b"x" * args.size)
+                        acked[entry_id] = time.monotonic()
+                        time.sleep(max(0.0, 1.0 / args.rate))
+                    deadline = time.monotonic() + 120
+                    while not all(e in arrivals for e in acked):
+                        if time.monotonic() > deadline:
+                            raise RuntimeError(f"{sum(e not in arrivals for e in acked)} entries never arrived")
+                        time.sleep(0.05)
+            finally:
+                query.stop()
+                lh.close()
+        spark.stop()
+    latencies = [(arrivals[e] - t) * 1000 for e, t in acked.items()]
+    report.row("latency p50", _percentile(latencies, 0.50), "ms")
+    report.row("latency p99", _percentile(latencies, 0.99), "ms")
+    report.row("latency mean", statistics.fmean(latencies), "ms")
+    report.row("latency max", max(latencies), "ms")
+    report.machine_after = machine_facts()
+    return report
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.streaming_latency", description=__doc__.split("\n\n")[0])
+    p.add_argument("--entries", type=int, default=300, help="entries measured (default 300)")
+    p.add_argument("--rate", type=float, default=20.0, help="entries appended per second (default 20)")
+    p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
+    p.add_argument("--bookie-kind", choices=("java", "python"), default="python")
+    p.add_argument("--long-poll-ms", type=int, default=2000, help="the source's longPollTimeoutMs (default 2000)")
+    add_common_args(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(parser, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,546 @@
+"""``spark.readStream.format("bookkeeper")``: follow a dataset or a set of ledgers, open ones included.
+
+Where each part runs (PySpark 4.3):
+
+* ``initialOffset``, ``latestOffset``, ``partitions``, ``commit`` and
+  ``reportLatestOffset`` run in one long-lived Python process on the driver:
+  it keeps a :class:`_Driver` (a client, one long-poll :class:`LedgerTail` per
+  open ledger, the immutable facts of closed ledgers).  The reader is also
+  created in a planner process and pickled to the executors, so that state is
+  created lazily and never pickled.
+* ``read`` runs on executors, one task per :class:`LedgerSlice`; a slice holds
+  everything it needs (ledger, entry range, ledger columns), so a replayed
+  batch (same start and end offsets) reads exactly the same rows.
+
+``latestOffset`` first refreshes what it knows (a zero-timeout long poll per
+open ledger, a metadata read when that shows nothing new, to see closes); when
+there is nothing new it *waits* with long polls on every open ledger and a
+ZooKeeper watch on the dataset's manifest, for at most ``longPollTimeoutMs``,
+so a new entry reaches the query without a sleeping poll loop.  Offsets and
+admission control are pure functions in :mod:`bkspark.datasource.stream_offsets`.
+See docs/streaming.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from bkspark.datasource.options import ReadOptions, parse_read_options
+from bkspark.datasource.reader import BookKeeperReader
+from bkspark.datasource.stream_offsets import (
+    DONE,
+    Admission,
+    LedgerPosition,
+    canonical,
+    lag,
+    ledger_key,
+    next_offset,
+    parse_key,
+    parse_starting_offsets,
+    positions_of,
+)
+from bkspark.errors import InvalidOptionError
+
+__all__ = [
+    "BookKeeperStreamReader",
+    "StreamOptions",
+    "parse_stream_read_options",
+    "without_stream_options",
+    "DEFAULT_LONG_POLL_TIMEOUT_MS",
+]
+
+log = logging.getLogger(__name__)
+
+#: How long ``latestOffset`` waits for new entries when there are none (``longPollTimeoutMs``).
+DEFAULT_LONG_POLL_TIMEOUT_MS = 2000
+#: ``maxTriggerDelay`` default, as Kafka's source.
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+#: Bytes per entry assumed for ``maxBytesPerTrigger`` when nothing better is known.
+DEFAULT_ENTRY_SIZE = 1024.0
+
+_STREAM_KEYS = {
+    "startingoffsets", "maxentriespertrigger", "maxbytespertrigger", "minentriespertrigger",
+    "maxtriggerdelay", "longpolltimeoutms",
+}
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h)?\s*$", re.IGNORECASE)
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """The streaming-only options of the source."""
+
+    starting_offsets: dict[str, Any]
+    max_entries_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    min_entries_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    long_poll_timeout_ms: int = DEFAULT_LONG_POLL_TIMEOUT_MS
+
+
+def _positive(opts: Mapping[str, str], name: str) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None or str(raw).strip() == "":
+        return None
+    text = str(raw).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise InvalidOptionError(f"[BOOKKEEPER_INVALID_OPTION] option '{name}'={raw!r} is invalid: expected a whole number >= 1")
+    return int(text)
+
+
+def _duration_ms(opts: Mapping[str, str], name: str, default: int) -> int:
+    raw = opts.get(name.lower())
+    if raw is None or str(raw).strip() == "":
+        return default
+    match = _DURATION.match(str(raw))
+    if not match:
+        raise InvalidOptionError(
+            f"[BOOKKEEPER_INVALID_OPTION] option '{name}'={raw!r} is invalid: expected a duration such as '500ms', '30s', '15m' or milliseconds"
+        )
+    return int(match.group(1)) * _UNIT_MS[(match.group(2) or "ms").lower()]
+
+
+def without_stream_options(options: Mapping[str, str | None]) -> dict[str, str]:
+    """The options minus the streaming-only ones (what a batch read would accept)."""
+    return {str(k).lower(): v for k, v in options.items() if v is not None and str(k).lower() not in _STREAM_KEYS}
+
+
+def parse_stream_read_options(options: Mapping[str, str | None]) -> tuple[ReadOptions, StreamOptions]:
+    """Validate the options of ``readStream``: the batch read options plus the streaming ones."""
+    opts = {str(k).lower(): v for k, v in options.items() if v is not None}
+    if "endentry" in opts:
+        raise InvalidOptionError(
+            "[BOOKKEEPER_INVALID_OPTION] option 'endEntry' is not a streaming option: a stream follows its ledgers "
+            "to their end; use spark.read for a bounded range"
+        )
+    batch = parse_read_options(without_stream_options(opts))
+    stream = StreamOptions(
+        starting_offsets=parse_starting_offsets(opts.get("startingoffsets"), batch.scope_id),
+        max_entries_per_trigger=_positive(opts, "maxEntriesPerTrigger"),
+        max_bytes_per_trigger=_positive(opts, "maxBytesPerTrigger"),
+        min_entries_per_trigger=_positive(opts, "minEntriesPerTrigger"),
+        max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
+        long_poll_timeout_ms=_duration_ms(opts, "longPollTimeoutMs", DEFAULT_LONG_POLL_TIMEOUT_MS),
+    )
+    return batch, stream
+
+
+@dataclass(frozen=True)
+class _LedgerFacts:
+    """What does not change about a ledger once known: its columns, and its end once closed."""
+
+    ctime_ms: int | None
+    custom_metadata: tuple[tuple[str, bytes], ...]
+    closed_last: int | None  # last entry id of a closed ledger; None while open
+    entry_size: float | None  # exact average for closed ledgers
+
+
+class _Confirmed:
+    """A read handle that may read up to ``last`` although its own LAC view is lower.
+
+    The driver planned the slice from a LAC that a bookie reported, so entries
+    up to ``last`` are confirmed; the executor's READ_LAC may have heard other
+    bookies that lag behind.  Entries beyond the handle's LAC are read as
+    "unconfirmed" reads, which is safe for these ids.
+    """
+
+    def __init__(self, handle: Any, last: int) -> None:
+        self._handle = handle
+        self._last = last
+
+    def batch_read(self, start: int, max_count: int, max_size: int) -> Any:
+        if start <= self._handle.last_add_confirmed:
+            return self._handle.batch_read(start, max_count, max_size)
+        return self._handle.read_unconfirmed(start, min(self._last, start + max(1, max_count) - 1))
+
+    def read(self, first: int, last: int) -> Any:
+        lac = self._handle.last_add_confirmed
+        if last <= lac:
+            return self._handle.read(first, last)
+        return self._handle.read_unconfirmed(first, min(last, self._last))
+
+
+class _SliceReader(BookKeeperReader):
+    """The batch reader's ``read`` (Arrow batches, data-loss rule), for slices of possibly open ledgers."""
+
+    def _read_slice(self, handle: Any, part: Any) -> Iterator[Any]:
+        return super()._read_slice(_Confirmed(handle, part.last_entry), part)
+
+
+class _Driver:
+    """Driver-side state of one query (lives in Spark's long-lived Python stream-reader process)."""
+
+    def __init__(self, options: ReadOptions, stream: StreamOptions) -> None:
+        from bkspark.datasource.clients import get_client
+        from bkspark.datasource.reader import _client_settings
+
+        self.options = options
+        self.stream = stream
+        self.bk = get_client(options.metadata_service_uri, _client_settings(options))
+        self.facts: dict[str, _LedgerFacts] = {}
+        self.tails: dict[str, Any] = {}
+        #: AvailableNow: the positions frozen at the start of the query.
+        self.target: dict[str, int] | None = None
+        self.last_batch_at = time.monotonic()
+        self.last_positions: list[LedgerPosition] = []
+        self.last_end: dict[str, Any] | None = None
+        #: Set on the client's loop when the manifest changed (one watch armed at a time).
+        self.changed = asyncio.Event()
+        self._watch_armed = False
+
+    # -- what to follow ------------------------------------------------------------------
+    def source_keys(self) -> list[str]:
+        """The ledgers the query follows now: the dataset's manifest, or the ``ledgers`` option."""
+        opts = self.options
+        if opts.dataset is not None:
+            manifest = self._registry().manifest(opts.dataset)
+            return [] if manifest is None else [ledger_key(s, l) for s, l in manifest.ledgers]
+        assert opts.ledger_ranges is not None
+        keys: list[str] = []
+        listed: list[int] | None = None
+        for first, last in opts.ledger_ranges:
+            if first == last:
+                keys.append(ledger_key(opts.scope_id, first))
+                continue
+            if listed is None:
+                listed = self.bk.list_ledgers(scope_id=opts.scope_id)
+            keys.extend(ledger_key(opts.scope_id, lid) for lid in listed if first <= lid <= last)
+        return keys
+
+    def _registry(self) -> Any:
+        from bkspark.datasource.clients import client_root, client_zk
+        from bkspark.datasource.datasets import DatasetRegistry
+
+        return DatasetRegistry(client_zk(self.bk), client_root(self.bk))
+
+    def arm_watch(self) -> None:
+        """Keep one ZooKeeper watch on the dataset's manifest armed; it sets :attr:`changed` when it fires."""
+        if self.options.dataset is None or self._watch_armed:
+            return
+        self._watch_armed = True
+        self._registry().watch_manifest(self.options.dataset, self._on_manifest_event)
+
+    def _on_manifest_event(self, _event: Any) -> None:  # kazoo's event thread
+        self._watch_armed = False
+        self.bk.loop.call_soon_threadsafe(self.changed.set)
+
+    # -- ledger facts and positions ---------------------------------------------------------
+    def ledger_facts(self, key: str) -> _LedgerFacts | None:
+        """The ledger's immutable facts (None: its metadata is gone); a closed ledger is cached for good."""
+        from bkspark.errors import NoSuchLedgerMetadataError
+
+        known = self.facts.get(key)
+        if known is not None and known.closed_last is not None:
+            return known
+        scope_id, ledger_id = parse_key(key)
+        try:
+            md = self.bk.get_ledger_metadata(ledger_id, scope_id=scope_id)
+        except NoSuchLedgerMetadataError:
+            return None
+        facts = self._facts_of(md)
+        self.facts[key] = facts
+        return facts
+
+    @staticmethod
+    def _facts_of(md: Any) -> _LedgerFacts:
+        custom = tuple(sorted((k, bytes(v)) for k, v in (md.custom_metadata or {}).items()))
+        closed = md.state.name == "CLOSED"
+        last = md.last_entry_id if closed else None
+        size = (md.length / (last + 1)) if closed and last is not None and last >= 0 else None
+        return _LedgerFacts(md.ctime if md.ctime else None, custom, last, size)
+
+    def _open_tail(self, key: str) -> Any:
+        from bkspark.client.tail import LedgerTail
+
+        scope_id, ledger_id = parse_key(key)
+        handle = self.bk.open_ledger(
+            ledger_id, scope_id=scope_id, recovery=False, password=self.options.password,
+            digest_type=self.options.digest_type,
+        )
+        return LedgerTail(self.bk, handle, 0)
+
+    def positions(self, keys: Sequence[str]) -> list[LedgerPosition]:
+        """Where every ledger of ``keys`` stands now (open ones refreshed with a zero-timeout long poll)."""
+        from bkspark.errors import NoSuchLedgerMetadataError
+
+        missing: set[str] = set()
+        for key in keys:
+            if key in self.tails or key in missing:
+                continue
+            facts = self.ledger_facts(key)
+            if facts is None:
+                missing.add(key)
+            elif facts.closed_last is None:
+                try:
+                    self.tails[key] = self._open_tail(key)
+                except NoSuchLedgerMetadataError:
+                    missing.add(key)
+        wanted = [k for k in keys if k in self.tails]
+        results = self.bk._run(_refresh([self.tails[k] for k in wanted]))
+        for key, result in zip(wanted, results):
+            if isinstance(result, NoSuchLedgerMetadataError):
+                missing.add(key)
+                self.tails.pop(key, None)
+            elif isinstance(result, BaseException):
+                log.warning("ledger %s: could not refresh its LAC (%s); keeping the last known one", key, result)
+        closed_sizes = [f.entry_size for f in self.facts.values() if f.entry_size]
+        default_size = sum(closed_sizes) / len(closed_sizes) if closed_sizes else DEFAULT_ENTRY_SIZE
+        out: list[LedgerPosition] = []
+        for key in dict.fromkeys(keys):
+            if key in missing:
+                out.append(LedgerPosition(key, 0, False, missing=True))
+                continue
+            tail = self.tails.get(key)
+            if tail is not None:
+                if tail.closed:  # closed since we last looked: its facts are final now
+                    self.tails.pop(key)
+                    self.facts.pop(key, None)
+                    facts = self.ledger_facts(key)
+                    if facts is None:
+                        out.append(LedgerPosition(key, 0, False, missing=True))
+                        continue
+                    out.append(LedgerPosition(key, facts.closed_last + 1, True, facts.entry_size or default_size))  # type: ignore[operator]
+                else:
+                    out.append(LedgerPosition(key, tail.lac + 1, False, float(tail.last_entry_size or default_size)))
+                continue
+            facts = self.facts[key]
+            out.append(LedgerPosition(key, facts.closed_last + 1, True, facts.entry_size or default_size))  # type: ignore[operator]
+        return out
+
+    def wait_for_change(self, timeout_ms: int) -> None:
+        """Block until an open ledger's LAC moves, the manifest changes, or ``timeout_ms`` passes."""
+        self.arm_watch()
+        tails = list(self.tails.values())
+        self.bk._run(_wait_any(tails, self.changed, timeout_ms), timeout=timeout_ms / 1000.0 + 30)
+
+    def close(self) -> None:
+        self.tails.clear()
+
+
+async def _refresh(tails: list[Any]) -> list[Any]:
+    """A zero-timeout long poll per tail, side by side (a tail re-reads its metadata when nothing moved)."""
+    return await asyncio.gather(*(tail.wait(0) for tail in tails), return_exceptions=True)
+
+
+async def _wait_any(tails: list[Any], changed: asyncio.Event, timeout_ms: int) -> None:
+    """Long-poll every tail and wait for a manifest change; return when the first fires or at the timeout."""
+    if changed.is_set():  # changed since the last wait: the caller looks again at once
+        changed.clear()
+        return
+    polls = [asyncio.ensure_future(tail.wait(timeout_ms)) for tail in tails]
+    watcher = asyncio.ensure_future(changed.wait())
+    try:
+        await asyncio.wait([*polls, watcher], timeout=timeout_ms / 1000.0, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        changed.clear()
+        for task in (*polls, watcher):
+            if not task.done():
+                task.cancel()
+        for poll in polls:
+            if poll.done() and not poll.cancelled() and poll.exception() is not None:
+                log.debug("long poll failed: %s", poll.exception())
+
+
+def _count_new(start: Mapping[str, Any], end: Mapping[str, Any], positions: list[LedgerPosition], start_entry: int) -> int:
+    begin = positions_of(start)
+    available = {p.key: p.available for p in positions}
+    total = 0
+    for key, stop in positions_of(end).items():
+        first = begin.get(key, start_entry)
+        if first == DONE:
+            continue
+        if stop == DONE:
+            stop = available.get(key, first)
+        total += max(0, stop - first)
+    return total
+
+
+class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader of ledgers (``ledgers``) or of a dataset's ledgers (``dataset``), open ones included."""
+
+    def __init__(self, options: ReadOptions, stream: StreamOptions) -> None:
+        self.options = options
+        self.stream = stream
+        self._slices = _SliceReader(options)
+        self._driver: _Driver | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_driver"] = None  # sockets and threads never travel to the executors
+        return state
+
+    def _state(self) -> _Driver:
+        if self._driver is None:
+            self._driver = _Driver(self.options, self.stream)
+        return self._driver
+
+    # -- offsets (driver) ---------------------------------------------------------------------
+    def initialOffset(self) -> dict:  # noqa: N802 - Spark's names
+        return dict(self.stream.starting_offsets)
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        s = self.stream
+        if s.max_entries_per_trigger is not None:
+            return ReadMaxRows(s.max_entries_per_trigger)
+        if s.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(s.max_bytes_per_trigger)
+        if s.min_entries_per_trigger is not None:
+            return ReadMinRows(s.min_entries_per_trigger)
+        return ReadAllAvailable()
+
+    def _admission(self, limit: ReadLimit) -> Admission:
+        """The engine's limit, plus the option limits it could not carry (unless it asked for everything)."""
+        if isinstance(limit, ReadAllAvailable):
+            return Admission()
+        s = self.stream
+        rows = limit.max_rows if isinstance(limit, ReadMaxRows) else s.max_entries_per_trigger
+        size = limit.max_bytes if isinstance(limit, ReadMaxBytes) else s.max_bytes_per_trigger
+        return Admission(rows, size)
+
+    def _keys(self, d: _Driver, start: Mapping[str, Any]) -> list[str]:
+        if d.target is not None:
+            return list(dict.fromkeys([*d.target, *positions_of(start)]))
+        return list(dict.fromkeys([*d.source_keys(), *positions_of(start)]))
+
+    def _clip(self, d: _Driver, positions: list[LedgerPosition]) -> list[LedgerPosition]:
+        """AvailableNow: nothing beyond the positions frozen at the query's start."""
+        if d.target is None:
+            return positions
+        out = []
+        for pos in positions:
+            stop = d.target.get(pos.key)
+            if pos.missing:  # deleted: next_offset decides whether that lost anything
+                out.append(pos)
+            elif stop is None:
+                continue
+            elif stop == DONE:
+                out.append(pos)
+            else:
+                out.append(LedgerPosition(pos.key, min(pos.available, stop), False, pos.entry_size))
+        return out
+
+    def _end(self, d: _Driver, start: Mapping[str, Any], admission: Admission) -> tuple[dict[str, Any], list[LedgerPosition]]:
+        positions = self._clip(d, d.positions(self._keys(d, start)))
+        end, lost = next_offset(start, positions, start_entry=self.options.start_entry, admission=admission)
+        if lost:
+            self._data_loss(lost)
+        return end, positions
+
+    def _data_loss(self, lost: list[str]) -> None:
+        from bkspark.errors import NoSuchLedgerMetadataError
+
+        where = f"dataset {self.options.dataset!r}" if self.options.dataset else "the 'ledgers' option"
+        if self.options.fail_on_data_loss:
+            raise NoSuchLedgerMetadataError(
+                f"[BOOKKEEPER_DATA_LOSS] ledger(s) {', '.join(lost)} of {where} were deleted before the stream read "
+                "them to their end; set .option('failOnDataLoss', 'false') to skip them and go on"
+            )
+        log.warning("ledgers %s of %s were deleted before they were read to their end: skipped", lost, where)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
+        d = self._state()
+        admission = self._admission(limit)
+        end, positions = self._end(d, start, admission)
+        waited = False
+        if d.target is None and not start.get("latest"):
+            minimum = self.stream.min_entries_per_trigger
+            check_min = minimum is not None and not isinstance(limit, ReadAllAvailable)
+            new = _count_new(start, end, positions, self.options.start_entry)
+            elapsed_ms = (time.monotonic() - d.last_batch_at) * 1000
+            if new == 0 or (check_min and new < minimum and elapsed_ms < self.stream.max_trigger_delay_ms):  # type: ignore[operator]
+                timeout = self.stream.long_poll_timeout_ms
+                if new > 0:
+                    timeout = int(min(timeout, max(0, self.stream.max_trigger_delay_ms - elapsed_ms)))
+                d.wait_for_change(timeout)
+                waited = True
+                end, positions = self._end(d, start, admission)
+                new = _count_new(start, end, positions, self.options.start_entry)
+                elapsed_ms = (time.monotonic() - d.last_batch_at) * 1000
+                if check_min and new < minimum and elapsed_ms < self.stream.max_trigger_delay_ms:  # type: ignore[operator]
+                    end = canonical(positions_of(start)) if not start.get("latest") else end
+        log.debug("latestOffset waited=%s start=%s end=%s", waited, start, end)
+        if end != canonical(positions_of(start)) or start.get("latest"):
+            d.last_batch_at = time.monotonic()
+        d.last_positions = positions
+        d.last_end = end
+        return end
+
+    def reportLatestOffset(self) -> dict | None:  # noqa: N802
+        """The newest confirmed positions and the lag behind them (Spark's progress shows it as ``latestOffset``)."""
+        d = self._driver
+        if d is None or d.last_end is None:
+            return None
+        latest = {p.key: (DONE if p.closed else p.available) for p in d.last_positions if not p.missing}
+        entries, size = lag(d.last_end, d.last_positions, self.options.start_entry)
+        report = canonical(latest)
+        report["lag"] = {"bytes": size, "entries": entries}
+        return report
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        """Freeze the target: what is confirmed now, in the ledgers the query follows now."""
+        d = self._state()
+        keys = list(dict.fromkeys(d.source_keys()))
+        d.target = {p.key: (DONE if p.closed or p.missing else p.available) for p in d.positions(keys)}
+
+    # -- planning (driver) and reading (executors) ---------------------------------------------------
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        from bkspark.datasource.planning import split_ledger
+
+        if start.get("latest"):
+            return []  # batch 0 of startingOffsets=latest reads nothing: it only fixes where to begin
+        d = self._state()
+        begin = positions_of(start)
+        slices: list[InputPartition] = []
+        lost: list[str] = []
+        for key, stop in positions_of(end).items():
+            first = begin.get(key, self.options.start_entry)
+            if first == DONE:
+                continue
+            facts = d.ledger_facts(key)
+            if facts is None:
+                if stop == DONE and first != DONE:
+                    lost.append(key)
+                elif stop > first:
+                    lost.append(key)
+                continue
+            if stop == DONE:
+                stop = (facts.closed_last if facts.closed_last is not None else -1) + 1
+            if stop <= first:
+                continue
+            scope_id, ledger_id = parse_key(key)
+            slices.extend(
+                split_ledger(
+                    scope_id, ledger_id, first, stop - 1, self.options.max_entries_per_partition,
+                    ctime_ms=facts.ctime_ms, custom_metadata=facts.custom_metadata,
+                    ledger_open=facts.closed_last is None,
+                )
+            )
+        if lost:
+            self._data_loss(lost)
+        return slices
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return self._slices.read(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the stream holds no server-side cursor (Spark's checkpoint is the cursor)."""
+
+    def stop(self) -> None:
+        if self._driver is not None:
+            self._driver.close()
+            self._driver = None

@@ -1,0 +1,42 @@
+"""A streaming query's driver for the exactly-once tests: bookkeeper ledgers -> bookkeeper dataset sink.
+
+Run as ``python -m tests.integration.stream_sink_driver URI LEDGERS DATASET CHECKPOINT``; it reads the ledgers a
+few entries per trigger with Trigger.AvailableNow and writes every entry's payload into the dataset, restarting
+from CHECKPOINT.  The tests SIGKILL it at random points and run it again until it exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(uri: str, ledgers: str, dataset: str, checkpoint: str) -> int:
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (
+        SparkSession.builder.master("local[2,2]").appName("bkspark-stream-sink-driver")
+        .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "768m").getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    source = (
+        spark.readStream.format("bookkeeper").option("metadataServiceUri", uri).option("ledgers", ledgers)
+        .option("maxEntriesPerTrigger", "40").option("maxEntriesPerPartition", "15").load()
+    )
+    query = (
+        source.select("payload").writeStream.format("bookkeeper").option("metadataServiceUri", uri)
+        .option("dataset", dataset).option("ensembleSize", "3").option("writeQuorumSize", "2")
+        .option("ackQuorumSize", "2").option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True).start()
+    )
+    print("STARTED", flush=True)
+    query.awaitTermination()
+    print("FINISHED", flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:5]))

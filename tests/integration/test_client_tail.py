@@ -1,0 +1,111 @@
+"""Tailing reads (long-poll LAC) against Python bookies and Apache BookKeeper 4.17 / 4.18 bookies.
+
+Checks over the whole history: a follower of an open ledger gets every entry exactly once in entry
+order, sees an idle writer's last entry through its explicit LAC, wakes on a new entry well before
+the long-poll timeout, and stops after the writer's close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Iterator
+
+import pytest
+
+from bkspark.client import BookKeeper
+from bkspark.client.tail import LedgerTail, follow_ledger, follow_ledger_async, wait_for_lac
+from tests.harness.python_bookie import PythonBookieCluster
+
+LONG_POLL_MS = 20_000
+
+
+@pytest.fixture(params=["python", pytest.param("4.17.3", marks=pytest.mark.compat), pytest.param("4.18.2", marks=pytest.mark.compat)])
+def uri(request: pytest.FixtureRequest, zk_root: Any, tmp_path: Any) -> Iterator[str]:
+    if request.param == "python":
+        with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=3, journal_sync_data=False) as c:
+            c.start_all()
+            yield zk_root.metadata_service_uri
+    else:
+        factory = request.getfixturevalue("java_cluster_factory")
+        yield factory(request.param, bookies=3).metadata_service_uri
+
+
+pytestmark = pytest.mark.integration
+
+
+def test_long_poll_wakes_on_new_entry_and_piggybacks_it(uri: str) -> None:
+    with BookKeeper(uri, useV2WireProtocol=False) as writer_bk, BookKeeper(uri) as reader_bk:
+        lh = writer_bk.create_ledger(3, 3, 2)
+        lh.append(b"e0")
+        lh.append(b"e1")  # carries LAC 0
+        rh = reader_bk.open_ledger(lh.ledger_id, recovery=False)
+        assert rh.last_add_confirmed == 0
+        tail = LedgerTail(reader_bk, rh, 1)
+
+        # Nothing new: the poll is held by the bookies (not answered at once), then returns unchanged.
+        started = time.monotonic()
+        assert reader_bk._run(wait_for_lac(rh._reader, 1, 700)).lac == 1
+        assert time.monotonic() - started >= 0.5
+
+        # A new add moves the bookies' LAC to 1: a waiting poll returns at once with entry 1 piggybacked.
+        result: dict[str, Any] = {}
+
+        def poll() -> None:
+            t0 = time.monotonic()
+            result["update"] = reader_bk._run(tail.wait(LONG_POLL_MS))
+            result["seconds"] = time.monotonic() - t0
+
+        waiter = threading.Thread(target=poll)
+        waiter.start()
+        time.sleep(0.3)
+        lh.append(b"e2")  # carries LAC 1
+        waiter.join(LONG_POLL_MS / 1000)
+        update = result["update"]
+        assert update.lac >= 1 and result["seconds"] < LONG_POLL_MS / 2000
+        assert update.entry is not None and (update.entry.entry_id, update.entry.payload) == (1, b"e1")
+        lh.close()
+
+
+def test_follow_sees_idle_writers_last_entry_via_explicit_lac_and_stops_at_close(uri: str) -> None:
+    with BookKeeper(uri, explicitLacInterval=200) as writer_bk, BookKeeper(uri) as reader_bk:
+        lh = writer_bk.create_ledger(3, 3, 2)
+        seen: list[tuple[int, bytes]] = []
+        arrived = threading.Event()
+
+        def follow() -> None:
+            for entry in follow_ledger(reader_bk, lh.ledger_id, long_poll_timeout_ms=3000):
+                seen.append((entry.entry_id, entry.payload))
+                if entry.entry_id == 49:
+                    arrived.set()
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        for i in range(50):
+            lh.append(b"p%d" % i)
+        # The writer is now idle: entry 49 is only confirmed to bookies by the explicit LAC.
+        assert arrived.wait(10), f"last entry not seen; got {len(seen)}"
+        for i in range(50, 60):
+            lh.append_async(b"p%d" % i)
+        lh.close()
+        follower.join(60)
+        assert not follower.is_alive()
+        assert seen == [(i, b"p%d" % i) for i in range(60)]
+
+
+def test_follow_async_from_another_loop_until_close(uri: str) -> None:
+    with BookKeeper(uri) as writer_bk, BookKeeper(uri) as reader_bk:
+        lh = writer_bk.create_ledger(3, 2, 2)
+        for i in range(5):
+            lh.append(b"a%d" % i)
+
+        async def collect() -> list[int]:
+            ids = []
+            async for entry in follow_ledger_async(reader_bk, lh.ledger_id, start_entry=2, long_poll_timeout_ms=500):
+                ids.append(entry.entry_id)
+                if entry.entry_id == 3:
+                    threading.Thread(target=lambda: (lh.append(b"a5"), lh.close())).start()
+            return ids
+
+        assert asyncio.run(asyncio.wait_for(collect(), 60)) == [2, 3, 4, 5]

@@ -1,0 +1,297 @@
+"""``spark.readStream.format("bookkeeper")`` against real ZooKeeper, Python bookies and Spark (local[2,2]).
+
+Every check is over what a ``foreachBatch`` sink saw: exactly once, entry order per ledger, batch sizes under
+admission control, what a restart from the checkpoint reads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any, Iterator
+
+import pytest
+
+from bkspark.client import BookKeeper
+from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, JobState
+from tests.harness.python_bookie import PythonBookieCluster
+from tests.harness.zookeeper import init_new_cluster
+from tests.integration.test_connector_spark import spark, write_bkspark_ledger  # noqa: F401 - the Spark fixture
+
+pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture(scope="module")
+def py_cluster(request: pytest.FixtureRequest, zookeeper: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonBookieCluster]:
+    """Three Python bookies on a cluster root named after the test module (each module that imports it has its own)."""
+    root = "/bk-" + request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")
+    zk = zookeeper.client()
+    try:
+        init_new_cluster(zk, root)
+    finally:
+        zk.stop()
+        zk.close()
+    with PythonBookieCluster(f"zk+hierarchical://{zookeeper.connect_string}{root}", tmp_path_factory.mktemp("bookies"), bookies=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def bk(py_cluster: PythonBookieCluster) -> Iterator[BookKeeper]:
+    with BookKeeper(py_cluster.metadata_service_uri) as client:
+        yield client
+
+
+class Collector:
+    """A ``foreachBatch`` sink that keeps (batch id, [(ledger, entry, payload)]) per batch (driver side)."""
+
+    def __init__(self, fail_batches: set[int] | None = None) -> None:
+        self.batches: list[tuple[int, list[tuple[int, int, bytes]]]] = []
+        self.arrival: dict[tuple[int, int], float] = {}
+        self.fail_batches = fail_batches or set()
+        self.lock = threading.Lock()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = [(r.ledger_id, r.entry_id, bytes(r.payload)) for r in df.select("ledger_id", "entry_id", "payload").collect()]
+        now = time.monotonic()
+        if batch_id in self.fail_batches:
+            raise RuntimeError(f"injected failure in batch {batch_id}")
+        with self.lock:
+            self.batches.append((batch_id, rows))
+            for ledger, entry, _ in rows:
+                self.arrival.setdefault((ledger, entry), now)
+
+    def rows(self) -> list[tuple[int, int, bytes]]:
+        with self.lock:
+            return [row for _, rows in self.batches for row in rows]
+
+    def sizes(self) -> list[int]:
+        with self.lock:
+            return [len(rows) for _, rows in self.batches if rows]
+
+
+def stream(spark, uri: str, **options: str):  # type: ignore[no-untyped-def]
+    reader = spark.readStream.format("bookkeeper").option("metadataServiceUri", uri)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class Publisher:
+    """Publishes ledgers to a dataset as another writer would (one job per call, through the registry's API)."""
+
+    def __init__(self, bk: BookKeeper) -> None:
+        self.registry = DatasetRegistry(bk.zk, bk.ledgers_root)
+        self.writer = f"test-{uuid.uuid4().hex[:8]}"
+        self.token = 0
+
+    def commit(self, name: str, ledgers: list[tuple[int, int]], replace: bool = False) -> None:
+        self.token += 1
+        job_id = f"{self.writer}-{self.token}"
+        self.registry.begin_job(job_id, JobRecord(JobState.WRITING, name, created_ms=int(time.time() * 1000)))
+        result = self.registry.publish(name, ledgers, replace_all=replace, job_id=job_id, key=CommitKey(self.writer, self.token))
+        assert not result.already
+        self.registry.forget_job(job_id)
+
+
+def registry(bk: BookKeeper) -> Publisher:
+    return Publisher(bk)
+
+
+def assert_exactly_once_in_order(rows: list[tuple[int, int, bytes]], expected: dict[int, list[bytes]]) -> None:
+    per_ledger: dict[int, list[tuple[int, bytes]]] = {}
+    for ledger, entry, payload in rows:
+        per_ledger.setdefault(ledger, []).append((entry, payload))
+    assert set(per_ledger) == set(expected)
+    for ledger, got in per_ledger.items():
+        # Delivery order inside a ledger is entry order (batches follow one another; a batch's rows are sorted here
+        # only within the batch, where Spark may interleave partitions of the same ledger).
+        assert got == list(enumerate(expected[ledger])), f"ledger {ledger}: {got[:5]}..."
+
+
+def test_stream_follows_a_dataset_while_a_writer_appends_and_commits(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    uri = py_cluster.metadata_service_uri
+    name = f"live-{uuid.uuid4().hex[:8]}"
+    reg = registry(bk)
+    with BookKeeper(uri, explicitLacInterval=100) as writer_bk:
+        open_lh = writer_bk.create_ledger(3, 2, 2)
+        reg.commit(name, [(0, open_lh.ledger_id)], replace=False)
+        sink = Collector()
+        query = (
+            stream(spark, uri, dataset=name, longPollTimeoutMs="1000", maxEntriesPerPartition="50")
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .start()
+        )
+        try:
+            expected: dict[int, list[bytes]] = {open_lh.ledger_id: [b"warm-up"]}
+            open_lh.append(b"warm-up")  # the query's first batch starts Spark's workers: not part of the latency
+            wait_until(lambda: len(sink.rows()) == 1, 180, "the first entry")
+            acked: dict[tuple[int, int], float] = {}
+            for i in range(60):
+                payload = b"open-%d" % i
+                entry = open_lh.append(payload)
+                acked[(open_lh.ledger_id, entry)] = time.monotonic()
+                expected[open_lh.ledger_id].append(payload)
+                if i % 20 == 19:  # commit a new, closed ledger to the dataset now and then
+                    extra = [b"closed-%d-%d" % (i, j) for j in range(15)]
+                    lid = write_bkspark_ledger(writer_bk, extra)
+                    expected[lid] = extra
+                    reg.commit(name, [(0, lid)], replace=False)
+                time.sleep(0.03)
+            # The idle writer's last entry is visible through its explicit LAC, before any close.
+            wait_until(lambda: len(sink.rows()) == sum(map(len, expected.values())), 90, "every entry")
+            open_lh.close()
+            time.sleep(1.5)  # the close itself adds no row
+            assert_exactly_once_in_order(sink.rows(), expected)
+            assert all(key in sink.arrival for key in acked)  # latency: bench/streaming_latency.py
+        finally:
+            query.stop()
+
+
+def test_max_entries_per_trigger_and_available_now(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    uri = py_cluster.metadata_service_uri
+    first = write_bkspark_ledger(bk, [b"a%d" % i for i in range(50)])
+    second = write_bkspark_ledger(bk, [b"b%d" % i for i in range(50)])
+    sink = Collector()
+    query = (
+        stream(spark, uri, ledgers=f"{first}-{second}", maxEntriesPerTrigger="30")  # a range: listed
+        .writeStream.foreachBatch(sink)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .start()
+    )
+    assert query.awaitTermination(120), "AvailableNow did not stop"
+    assert sink.sizes() == [30, 30, 30, 10]
+    assert_exactly_once_in_order(sink.rows(), {first: [b"a%d" % i for i in range(50)], second: [b"b%d" % i for i in range(50)]})
+
+
+def test_max_bytes_per_trigger_and_lag_in_progress(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    uri = py_cluster.metadata_service_uri
+    lid = write_bkspark_ledger(bk, [bytes([65 + i % 26]) * 100 for i in range(100)])
+    sink = Collector()
+    query = (
+        stream(spark, uri, ledgers=str(lid), maxBytesPerTrigger="2500")
+        .writeStream.foreachBatch(sink)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .start()
+    )
+    assert query.awaitTermination(120)
+    assert sink.sizes() == [25, 25, 25, 25]
+    progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    first_latest = progress[0]["sources"][0]["latestOffset"]
+    import json
+
+    report = json.loads(first_latest)
+    assert report["ledgers"] == {f"0:{lid}": -1}
+    assert report["lag"]["entries"] == 75 and report["lag"]["bytes"] == 7500
+
+
+def test_min_entries_per_trigger_waits_then_max_trigger_delay_lets_a_small_batch_through(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    uri = py_cluster.metadata_service_uri
+    with BookKeeper(uri, explicitLacInterval=100) as writer_bk:
+        lh = writer_bk.create_ledger(3, 2, 2)
+        sink = Collector()
+        query = (
+            stream(spark, uri, ledgers=str(lh.ledger_id), minEntriesPerTrigger="20", maxTriggerDelay="4s",
+                   longPollTimeoutMs="500")
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .start()
+        )
+        try:
+            for i in range(25):
+                lh.append(b"m%d" % i)
+            wait_until(lambda: sum(sink.sizes()) == 25, 60, "the first 25 entries")
+            assert min(sink.sizes()) >= 20  # never a batch below the minimum while the delay has not passed
+            started = time.monotonic()
+            for i in range(25, 28):
+                lh.append(b"m%d" % i)
+            wait_until(lambda: sum(sink.sizes()) == 28, 60, "the 3 entries after maxTriggerDelay")
+            assert time.monotonic() - started >= 2.0  # held back until the delay ran out
+            assert sink.sizes()[-1] == 3
+        finally:
+            query.stop()
+            lh.close()
+
+
+def test_fail_on_data_loss_both_ways(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    uri = py_cluster.metadata_service_uri
+    kept = write_bkspark_ledger(bk, [b"k%d" % i for i in range(10)])
+    lost = bk.create_ledger(3, 2, 2)
+    for i in range(10):
+        lost.append(b"l%d" % i)
+    ledgers = f"{kept},{lost.ledger_id}"
+
+    def run(checkpoint: str, **options: str) -> tuple[Collector, Any]:
+        sink = Collector()
+        query = (
+            stream(spark, uri, ledgers=ledgers, **options)
+            .writeStream.foreachBatch(sink)
+            .trigger(availableNow=True)
+            .option("checkpointLocation", checkpoint)
+            .start()
+        )
+        return sink, query
+
+    for fail, checkpoint in ((True, tmp_path / "strict"), (False, tmp_path / "lenient")):
+        sink, query = run(str(checkpoint))
+        assert query.awaitTermination(120)
+        assert len(sink.rows()) == 10 + 9  # the open ledger up to its LAC (entry 8)
+    lost.close()
+    bk.delete_ledger(lost.ledger_id)  # deleted before the stream read it to its end
+
+    sink, query = run(str(tmp_path / "strict"), failOnDataLoss="true")
+    with pytest.raises(Exception, match="BOOKKEEPER_DATA_LOSS"):
+        query.awaitTermination(120)
+    sink, query = run(str(tmp_path / "lenient"), failOnDataLoss="false")
+    assert query.awaitTermination(120) and query.exception() is None
+    assert sink.rows() == []
+
+
+def test_latest_after_a_crash_in_batch_zero_neither_skips_nor_repeats(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    uri = py_cluster.metadata_service_uri
+    name = f"latest-{uuid.uuid4().hex[:8]}"
+    reg = registry(bk)
+    old = write_bkspark_ledger(bk, [b"old%d" % i for i in range(10)])
+    reg.commit(name, [(0, old)], replace=False)
+    checkpoint = str(tmp_path / "cp")
+
+    crashing = Collector(fail_batches={0})
+    query = stream(spark, uri, dataset=name, startingOffsets="latest").writeStream.foreachBatch(crashing) \
+        .option("checkpointLocation", checkpoint).start()
+    with pytest.raises(Exception, match="injected failure in batch 0"):
+        query.awaitTermination(120)
+
+    new = write_bkspark_ledger(bk, [b"new%d" % i for i in range(10)])
+    reg.commit(name, [(0, new)], replace=False)  # after batch 0 fixed where "latest" was
+    sink = Collector()
+    query = stream(spark, uri, dataset=name, startingOffsets="latest").writeStream.foreachBatch(sink) \
+        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    assert query.awaitTermination(120)
+    assert_exactly_once_in_order(sink.rows(), {new: [b"new%d" % i for i in range(10)]})
+
+
+def test_starting_offsets_json_and_schema(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    uri = py_cluster.metadata_service_uri
+    lid = write_bkspark_ledger(bk, [b"j%d" % i for i in range(20)], custom_metadata={"k": b"v"})
+    df = stream(spark, uri, ledgers=str(lid), startingOffsets='{"%d": 15}' % lid)
+    assert df.isStreaming and df.schema == spark.read.format("bookkeeper").option("metadataServiceUri", uri) \
+        .option("ledgers", str(lid)).load().schema
+    sink = Collector()
+    query = df.writeStream.foreachBatch(sink).trigger(availableNow=True) \
+        .option("checkpointLocation", str(tmp_path / "cp")).start()
+    assert query.awaitTermination(120)
+    assert [(e, p) for _, e, p in sink.rows()] == [(i, b"j%d" % i) for i in range(15, 20)]
+    with pytest.raises(Exception, match="startingOffsets"):
+        stream(spark, uri, ledgers=str(lid), startingOffsets="yesterday").writeStream.foreachBatch(sink) \
+            .option("checkpointLocation", str(tmp_path / "cp2")).start().awaitTermination(60)

@@ -1,0 +1,78 @@
+"""Offsets and admission control of the streaming source (pure functions)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bkspark.datasource.stream_offsets import (
+    DONE,
+    LATEST,
+    Admission,
+    LedgerPosition,
+    canonical,
+    lag,
+    next_offset,
+    parse_starting_offsets,
+)
+from bkspark.datasource.stream_reader import parse_stream_read_options
+from bkspark.errors import InvalidOptionError
+
+URI = "zk+hierarchical://127.0.0.1:2181/ledgers"
+
+
+def test_canonical_order_makes_equal_offsets_equal_json() -> None:
+    a = canonical({"0:10": 1, "0:9": 2, "3:1": 0})
+    b = canonical({"3:1": 0, "0:9": 2, "0:10": 1})
+    assert json.dumps(a) == json.dumps(b)
+    assert list(a["ledgers"]) == ["0:9", "0:10", "3:1"]  # numeric (scope, ledger) order
+
+
+def test_starting_offsets() -> None:
+    assert parse_starting_offsets(None, 0) == {"ledgers": {}}
+    assert parse_starting_offsets("LATEST", 0) == LATEST
+    assert parse_starting_offsets('{"7": 3, "2:9": 0}', 5) == {"ledgers": {"2:9": 0, "5:7": 3}}
+    assert parse_starting_offsets('{"ledgers": {"0:7": 3}}', 0) == {"ledgers": {"0:7": 3}}
+    for bad in ("yesterday", '{"x": 1}', '{"7": -5}', '{"7": "3"}', "[1]"):
+        with pytest.raises(InvalidOptionError, match="startingOffsets|offset key"):
+            parse_starting_offsets(bad, 0)
+
+
+def test_admission_fills_ledgers_in_order_and_marks_closed_ones_done() -> None:
+    positions = [LedgerPosition("0:2", 50, True, 10.0), LedgerPosition("0:1", 50, False, 10.0)]
+    end, lost = next_offset({"ledgers": {}}, positions, start_entry=0, admission=Admission(max_rows=70))
+    assert end == {"ledgers": {"0:1": 50, "0:2": 20}} and lost == []
+    end2, _ = next_offset(end, positions, start_entry=0, admission=Admission(max_rows=70))
+    assert end2 == {"ledgers": {"0:1": 50, "0:2": DONE}}
+    assert next_offset(end2, positions, start_entry=0)[0] == end2  # nothing new: the same offset
+    assert lag(end, positions, 0) == (30, 300)
+
+
+def test_bytes_limit_admits_at_least_one_entry_and_latest_reads_nothing() -> None:
+    positions = [LedgerPosition("0:1", 10, False, 1000.0)]
+    assert next_offset({"ledgers": {}}, positions, start_entry=0, admission=Admission(max_bytes=10))[0] == {"ledgers": {"0:1": 1}}
+    assert next_offset({"ledgers": {}}, positions, start_entry=0, admission=Admission(max_bytes=3500))[0] == {"ledgers": {"0:1": 3}}
+    closed = [LedgerPosition("0:1", 10, False), LedgerPosition("0:2", 5, True)]
+    assert next_offset(LATEST, closed, start_entry=0)[0] == {"ledgers": {"0:1": 10, "0:2": DONE}}
+
+
+def test_deleted_ledgers_are_lost_only_if_not_read_to_their_end() -> None:
+    positions = [LedgerPosition("0:1", 0, False, missing=True), LedgerPosition("0:2", 0, False, missing=True)]
+    end, lost = next_offset({"ledgers": {"0:1": 4, "0:2": DONE}}, positions, start_entry=0)
+    assert lost == ["0:1"] and end == {"ledgers": {"0:1": DONE, "0:2": DONE}}
+
+
+def test_stream_options() -> None:
+    batch, stream = parse_stream_read_options(
+        {"metadataServiceUri": URI, "ledgers": "7", "maxEntriesPerTrigger": "30", "maxTriggerDelay": "30s",
+         "minEntriesPerTrigger": "5", "startingOffsets": "latest"}
+    )
+    assert batch.ledger_ranges == ((7, 7),)
+    assert (stream.max_entries_per_trigger, stream.min_entries_per_trigger, stream.max_trigger_delay_ms) == (30, 5, 30_000)
+    with pytest.raises(InvalidOptionError, match="endEntry"):
+        parse_stream_read_options({"metadataServiceUri": URI, "ledgers": "7", "endEntry": "9"})
+    with pytest.raises(InvalidOptionError, match="maxEntriesPerTrigger"):
+        parse_stream_read_options({"metadataServiceUri": URI, "ledgers": "7", "maxEntriesPerTrigger": "0"})
+    with pytest.raises(InvalidOptionError, match="maxTriggerDelay"):
+        parse_stream_read_options({"metadataServiceUri": URI, "ledgers": "7", "maxTriggerDelay": "soon"})
