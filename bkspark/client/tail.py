@@ -133,7 +133,7 @@ class LedgerTail:
 
     def __init__(self, bk: "BookKeeper", handle: "ReadHandle", next_entry: int = 0) -> None:
         self._bk = bk
-        self._reader: LedgerReader = handle._reader
+        self._reader: LedgerReader = handle.aio.reader
         self.ledger_id = handle.ledger_id
         self.scope_id = handle.scope_id
         #: The highest LAC learned so far (the last entry id once the ledger is closed).

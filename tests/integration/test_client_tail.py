@@ -46,7 +46,7 @@ def test_long_poll_wakes_on_new_entry_and_piggybacks_it(uri: str) -> None:
 
         # Nothing new: the poll is held by the bookies (not answered at once), then returns unchanged.
         started = time.monotonic()
-        assert reader_bk._run(wait_for_lac(rh._reader, 1, 700)).lac == 1
+        assert reader_bk._run(wait_for_lac(rh.aio.reader, 1, 700)).lac == 1
         assert time.monotonic() - started >= 0.5
 
         # A new add moves the bookies' LAC to 1: a waiting poll returns at once with entry 1 piggybacked.
