@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, TypeVar
 
 from kazoo.exceptions import (
+    ConnectionClosedError,
     ConnectionLoss,
     OperationTimeoutError,
     SessionExpiredError,
@@ -46,6 +47,8 @@ class RetryPolicy:
             return self._template.copy()(func, *args, **kwargs)
         except RetryFailedError as exc:
             raise MetadataError("ZooKeeper unreachable: retries exhausted", call=getattr(func, "__name__", func)) from exc
+        except ConnectionClosedError as exc:  # the client gave up reconnecting (a SessionExpiredError subclass)
+            raise MetadataError("ZooKeeper unreachable for longer than zkTimeout: connection closed") from exc
         except SessionExpiredError as exc:
             raise MetadataError("ZooKeeper session expired") from exc
 

@@ -34,6 +34,7 @@ from kazoo.exceptions import (
     ZookeeperError,
 )
 from kazoo.protocol.states import WatchedEvent
+from kazoo.retry import KazooRetry
 
 from bkspark.errors import (
     BadMetadataError,
@@ -49,7 +50,7 @@ from bkspark.protocol import ledger_metadata as md_codec
 from bkspark.protocol import zk_paths
 from bkspark.protocol.ledger_metadata import LedgerMetadata
 
-__all__ = ["Versioned", "ZkMetadataStore", "LEDGER_ID_MAX_SHORT"]
+__all__ = ["Versioned", "ZkMetadataStore", "LEDGER_ID_MAX_SHORT", "connection_retry"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,31 @@ log = logging.getLogger(__name__)
 LEDGER_ID_MAX_SHORT = zk_paths.MAX_SHORT_LEDGER_ID
 
 _DIGITS = re.compile(r"^\d+$")
+
+
+#: Seconds between two attempts to reach ZooKeeper again: doubling from the first to the last value.
+RECONNECT_FIRST_DELAY = 0.1
+RECONNECT_MAX_DELAY = 1.0
+
+
+def connection_retry(session_timeout: float) -> KazooRetry:
+    """How our kazoo client (re)connects: every 0.1 s doubling to 1 s, for at most ``session_timeout`` (zkTimeout)
+    from the moment the connection was lost or first tried (docs/reliability.md, "ZooKeeper outages").
+
+    A ZooKeeper outage shorter than zkTimeout is then only a pause: calls wait for the reconnection, and the
+    session survives. A longer one ends the connection for good, so that every waiting call fails (kazoo's
+    ``ConnectionClosedError``, a :class:`MetadataError` through :class:`RetryPolicy`) instead of waiting for ever,
+    as Apache BookKeeper's Java client gives up after zkTimeout. kazoo's default never gives up and lets the delay
+    grow to an hour, so a short outage could still cost minutes.
+    """
+    return KazooRetry(
+        max_tries=-1,
+        delay=RECONNECT_FIRST_DELAY,
+        backoff=2,
+        max_delay=RECONNECT_MAX_DELAY,
+        deadline=session_timeout,
+        ignore_expire=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -92,7 +118,9 @@ class ZkMetadataStore:
         self.metadata_format_version = metadata_format_version
         self.store_ctime = store_ctime
         self._owns_zk = zk is None
-        self.zk = zk or KazooClient(hosts=self.uri.connect_string, timeout=session_timeout)
+        self.zk = zk or KazooClient(
+            hosts=self.uri.connect_string, timeout=session_timeout, connection_retry=connection_retry(session_timeout)
+        )
         if self._owns_zk:
             try:
                 self.zk.start(timeout=session_timeout)
