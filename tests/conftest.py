@@ -23,6 +23,7 @@ _MARKERS = {
     "compat": "talks to real Apache BookKeeper (Java) bookies, client or shell",
     "integration": "needs a real ZooKeeper and real bookies",
     "fault": "kills or cuts servers on purpose (slow)",
+    "campaign": "randomized fault schedules checked by a Jepsen-style checker (tests/campaign)",
 }
 
 
