@@ -25,6 +25,9 @@ __all__ = ["CampaignCluster", "BookieRef", "CLIENT_CONF", "JAVA_CLIENT_CONF", "J
 JAVA_VERSION = "4.17.3"
 #: Bookie session timeout: short, so that a bookie killed with -9 can register again within seconds.
 BOOKIE_ZK_TIMEOUT_MS = 2000
+#: No fsync of the journal: a kill -9 keeps the page cache, so syncing changes no outcome here, only the time a
+#: schedule takes (losing unsynced writes is not simulated; docs/reliability.md).
+JOURNAL_SYNC_DATA = False
 #: Settings of every campaign client (bkspark's): through the proxies, short timeouts so that faults cost seconds.
 CLIENT_CONF = {
     "bookieAddressResolverEnabled": False,
@@ -75,6 +78,7 @@ class CampaignCluster:
             bookies=python_bookies,
             bookie_ids=[proxied_bookie_id(p) for p in py_proxies],
             conf_overrides={"zkTimeout": BOOKIE_ZK_TIMEOUT_MS},
+            journal_sync_data=JOURNAL_SYNC_DATA,
         )
         for proxy, address in zip(py_proxies, self.python.addresses):
             proxy.target = address
@@ -88,6 +92,7 @@ class CampaignCluster:
                     root=root,
                     bookie_ids=[proxied_bookie_id(p) for p in java_proxies],
                     conf_overrides={"zkTimeout": BOOKIE_ZK_TIMEOUT_MS * 2},
+                    journal_sync_data=JOURNAL_SYNC_DATA,
                     start=False,
                 )
                 for proxy, address in zip(java_proxies, self.java.addresses):

@@ -95,7 +95,7 @@ def plan_schedule(seed: int, bookies: list[BookieRef]) -> Plan:
     for _ in range(rng.randint(1, 3)):
         at = rng.uniform(0.0, 1.2)
         kind = rng.choice(FAULT_KINDS if writer == "python" else tuple(k for k in FAULT_KINDS if k != "session_expiry"))
-        params: dict[str, Any] = {"duration": rng.uniform(0.3, 2.0)}
+        params: dict[str, Any] = {"duration": rng.uniform(0.3, 1.5)}
         if kind == "kill":
             # Up to A-1 bookies at once, never more; mostly Python ones (a JVM restarts slowly).
             count = rng.randint(1, ack_quorum - 1)
@@ -115,7 +115,7 @@ def plan_schedule(seed: int, bookies: list[BookieRef]) -> Plan:
         write_quorum=write_quorum,
         ack_quorum=ack_quorum,
         writer=writer,
-        entries=rng.randint(30, 120) if writer == "python" else rng.randint(800, 2000),
+        entries=rng.randint(20, 80) if writer == "python" else rng.randint(800, 2000),
         faults=faults,
         writer_dies=writer == "java" or rng.random() < 0.3,
         recoverer="python" if writer == "java" else ("java" if rng.random() < JAVA_READER_SHARE else "python"),
@@ -224,7 +224,7 @@ class _Run:
                     break
                 while len(window) > 8:
                     settle(*window.pop(0))
-                time.sleep(rng.uniform(0, 0.02))
+                time.sleep(rng.uniform(0, 0.012))
             if plan.writer_dies:
                 # The writer dies mid-ledger: its client goes away without closing the ledger.
                 self.stats.writer_deaths += 1
