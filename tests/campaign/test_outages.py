@@ -9,8 +9,6 @@ harness's fault proxy, and real Python bookies.
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +23,7 @@ from tests.harness.ports import free_port
 from tests.harness.proxy import FaultProxy
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
+from tests.integration.test_connector_spark import spark  # noqa: F401 - the connector tests' Spark session fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
@@ -200,34 +199,6 @@ def test_appends_continue_while_a_bookie_restarts(cluster: Cluster) -> None:
         lh.close()
         assert len(bk.get_ledger_metadata(lh.ledger_id).ensembles) >= 2  # the dead bookie was replaced
         assert [e.payload for e in bk.open_ledger(lh.ledger_id).read(0, 39)] == acked
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[object]:
-    """A local[2,2] SparkSession (every task tried at most twice) whose workers run this venv and this checkout."""
-    from pyspark.sql import SparkSession
-
-    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("bkspark-outages")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        session.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def test_a_spark_write_job_survives_a_zookeeper_outage(cluster: Cluster, spark) -> None:  # type: ignore[no-untyped-def]

@@ -190,7 +190,8 @@ class FaultProxy:
             pass
         finally:
             writer_task.cancel()
-            if not link.half_open:
+            # A black hole or a half-open cut swallows the close too: the peer hears nothing at all.
+            if not link.half_open and not faults.blackhole:
                 try:
                     dst.close()
                 except (ConnectionError, OSError, RuntimeError):
