@@ -32,6 +32,8 @@ JAVA_CLIENT = "bkspark.tools.JavaClient"
 JAVA_WRITER_SHARE = 0.12
 #: Fraction of the others in which Java recovers or re-reads the ledger.
 JAVA_READER_SHARE = 0.12
+#: Seconds after which an add that neither completed nor failed counts as hung (addEntryTimeoutSec is 2).
+ADD_HANG_SECONDS = 30.0
 FAULT_KINDS = ("kill", "delay", "blackhole", "reset", "half_open", "rate", "zk_outage", "session_expiry", "fence")
 
 
@@ -204,7 +206,12 @@ class _Run:
 
         def settle(process: str, future: Any) -> None:
             try:
-                entry = future.result(timeout=60)
+                entry = future.result(timeout=ADD_HANG_SECONDS)
+            except TimeoutError:
+                # Neither acknowledged nor failed long after addEntryTimeoutSec: the client lost track of it.
+                self.errors.append(f"{process} neither completed nor failed within {ADD_HANG_SECONDS} s")
+                self.history.log(process, "info", "add", lid)
+                raise
             except Exception:  # noqa: BLE001 - any failure leaves the add's outcome unknown
                 self.history.log(process, "info", "add", lid)
                 return
@@ -390,8 +397,8 @@ def run_schedule(
         if plan.mid_reader:
             run.mid_read()
         writer.join(240)
-        if writer.is_alive():
-            return [f"writer of seed {seed} still running after 240 s"], run.history
+        if run.errors or writer.is_alive():
+            return run.errors or [f"writer of seed {seed} still running after 240 s"], run.history
         for thread in run.restarts:
             thread.join(120)
         cluster.heal()
