@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 
 export BKSPARK_CACHE := $(CACHE)
 
-.PHONY: all setup venv zookeeper java jars jars-unlocked kafka-jars proto test unit compat fault demo bench clean
+.PHONY: all setup venv zookeeper java jars jars-unlocked kafka-jars proto test unit compat fault campaign demo bench clean
 
 all: test
 
@@ -118,6 +118,14 @@ compat: setup
 
 fault: setup
 	$(PY) -m pytest -m fault $(PYTEST_ARGS)
+
+# The randomized fault-schedule campaign (tests/campaign, docs/reliability.md): SCHEDULES seeds from FIRST_SEED;
+# its totals go to campaign-stats.json. `make test` runs 50 of them.
+SCHEDULES ?= 50
+FIRST_SEED ?= 1
+campaign: setup
+	CAMPAIGN_SCHEDULES=$(SCHEDULES) CAMPAIGN_FIRST_SEED=$(FIRST_SEED) CAMPAIGN_STATS=$(CURDIR)/campaign-stats.json \
+	  $(PY) -m pytest tests/campaign/test_campaign.py -m campaign -q $(PYTEST_ARGS)
 
 demo: venv zookeeper
 	$(PY) examples/demo.py

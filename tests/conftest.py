@@ -24,6 +24,7 @@ _MARKERS = {
     "integration": "needs a real ZooKeeper and real bookies",
     "fault": "kills or cuts servers on purpose (slow)",
     "floors": "installs and tests the oldest dependency versions pyproject.toml allows (a venv cached in .cache)",
+    "campaign": "randomized fault schedules checked by a Jepsen-style checker (tests/campaign)",
 }
 
 

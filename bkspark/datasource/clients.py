@@ -5,9 +5,12 @@ keyed by the connection settings saves a ZooKeeper session and bookie
 connections per task.  A client that failed is evicted so the next task starts
 clean (as Kafka invalidates cached consumers after a task failure).
 
-Before a client is created, ZooKeeper is probed with a plain TCP connect, so
-an unreachable ZooKeeper fails the query in seconds with a message naming the
-option, instead of waiting for a session that never comes.
+Before a client is created, ZooKeeper is probed with a plain TCP connect, again
+and again with a growing pause, for at most the client's ``zkTimeout``: an
+outage shorter than that (a restart, a leader election) only delays the task,
+as it delays Apache BookKeeper's Java client, while an unreachable ZooKeeper
+fails the query after ``zkTimeout`` with a message naming the option
+(docs/reliability.md, "ZooKeeper outages").
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import atexit
 import socket
 import threading
+import time
 from typing import Any
 
 __all__ = [
@@ -25,6 +29,7 @@ __all__ = [
     "client_zk",
     "client_root",
     "check_zookeeper_reachable",
+    "wait_zookeeper_reachable",
     "ZK_PROBE_TIMEOUT",
 ]
 
@@ -115,6 +120,26 @@ def check_zookeeper_reachable(uri: str, timeout: float = ZK_PROBE_TIMEOUT) -> No
     )
 
 
+def wait_zookeeper_reachable(uri: str, budget: float, timeout: float = ZK_PROBE_TIMEOUT) -> None:
+    """:func:`check_zookeeper_reachable`, tried again every 0.1 s doubling to 1 s until ``budget`` seconds
+    (the client's zkTimeout) are spent; then the last :class:`MetadataError`, which says how long it tried."""
+    from bkspark.errors import MetadataError
+    from bkspark.metadata.store import RECONNECT_FIRST_DELAY, RECONNECT_MAX_DELAY
+
+    deadline = time.monotonic() + budget
+    pause = RECONNECT_FIRST_DELAY
+    while True:
+        try:
+            check_zookeeper_reachable(uri, min(timeout, max(budget, 0.1)))
+            return
+        except MetadataError as exc:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise MetadataError(f"{exc} (tried for zkTimeout={budget:g} s)") from None
+        time.sleep(min(pause, remaining))  # the last attempt falls on the deadline
+        pause = min(pause * 2, RECONNECT_MAX_DELAY)
+
+
 def _key(uri: str, conf: dict[str, Any]) -> tuple:
     return (uri, tuple(sorted((k, repr(v)) for k, v in conf.items())))
 
@@ -126,9 +151,10 @@ def get_client(uri: str, conf: dict[str, Any]) -> Any:
         client = _CLIENTS.get(key)
         if client is None:
             from bkspark.client import BookKeeper
+            from bkspark.client.conf import ClientConf
             from bkspark.errors import MetadataError
 
-            check_zookeeper_reachable(uri)
+            wait_zookeeper_reachable(uri, ClientConf.from_mapping(conf).zkTimeout)
             try:
                 client = BookKeeper(metadata_service_uri=uri, conf=conf)
             except MetadataError as exc:

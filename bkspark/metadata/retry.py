@@ -14,6 +14,7 @@ from typing import Any, Callable, TypeVar
 
 from kazoo.exceptions import (
     AuthFailedError,
+    ConnectionClosedError,
     ConnectionLoss,
     NoAuthError,
     OperationTimeoutError,
@@ -72,6 +73,8 @@ class RetryPolicy:
             return self._template.copy()(func, *args, **kwargs)
         except RetryFailedError as exc:
             raise MetadataError("ZooKeeper unreachable: retries exhausted", call=getattr(func, "__name__", func)) from exc
+        except ConnectionClosedError as exc:  # the client gave up reconnecting (a SessionExpiredError subclass)
+            raise MetadataError("ZooKeeper unreachable for longer than zkTimeout: connection closed") from exc
         except SessionExpiredError as exc:
             raise MetadataError("ZooKeeper session expired") from exc
 

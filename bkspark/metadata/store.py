@@ -34,6 +34,7 @@ from kazoo.exceptions import (
     ZookeeperError,
 )
 from kazoo.protocol.states import WatchedEvent
+from kazoo.retry import KazooRetry
 
 from bkspark.protocol.values import INT64_MAX
 from bkspark.errors import (
@@ -51,7 +52,7 @@ from bkspark.protocol import zk_paths
 from bkspark.protocol.ledger_metadata import LedgerMetadata
 from bkspark.security.zk import ZkSecurity
 
-__all__ = ["Versioned", "ZkMetadataStore", "LEDGER_ID_MAX_SHORT"]
+__all__ = ["Versioned", "ZkMetadataStore", "LEDGER_ID_MAX_SHORT", "connection_retry"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,31 @@ log = logging.getLogger(__name__)
 LEDGER_ID_MAX_SHORT = zk_paths.MAX_SHORT_LEDGER_ID
 
 _DIGITS = re.compile(r"^\d+$")
+
+
+#: Seconds between two attempts to reach ZooKeeper again: doubling from the first to the last value.
+RECONNECT_FIRST_DELAY = 0.1
+RECONNECT_MAX_DELAY = 1.0
+
+
+def connection_retry(session_timeout: float) -> KazooRetry:
+    """How our kazoo client (re)connects: every 0.1 s doubling to 1 s, for at most ``session_timeout`` (zkTimeout)
+    from the moment the connection was lost or first tried (docs/reliability.md, "ZooKeeper outages").
+
+    A ZooKeeper outage shorter than zkTimeout is then only a pause: calls wait for the reconnection, and the
+    session survives. A longer one ends the connection for good, so that every waiting call fails (kazoo's
+    ``ConnectionClosedError``, a :class:`MetadataError` through :class:`RetryPolicy`) instead of waiting for ever,
+    as Apache BookKeeper's Java client gives up after zkTimeout. kazoo's default never gives up and lets the delay
+    grow to an hour, so a short outage could still cost minutes.
+    """
+    return KazooRetry(
+        max_tries=-1,
+        delay=RECONNECT_FIRST_DELAY,
+        backoff=2,
+        max_delay=RECONNECT_MAX_DELAY,
+        deadline=session_timeout,
+        ignore_expire=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -97,7 +123,12 @@ class ZkMetadataStore:
         self._owns_zk = zk is None
         # Credentials and ACLs (zkEnableSecurity): docs/security.md.
         security = zk_security.kazoo_kwargs() if zk_security is not None else {}
-        self.zk = zk or KazooClient(hosts=self.uri.connect_string, timeout=session_timeout, **security)
+        self.zk = zk or KazooClient(
+            hosts=self.uri.connect_string,
+            timeout=session_timeout,
+            connection_retry=connection_retry(session_timeout),
+            **security,
+        )
         if self._owns_zk:
             try:
                 self.zk.start(timeout=session_timeout)

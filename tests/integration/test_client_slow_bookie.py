@@ -1,105 +1,46 @@
-"""A fault-injecting TCP proxy in front of one real bookie: slow answers, black holes.
+"""Slow answers and black holes from one real bookie, through the harness's fault proxy (tests/harness/proxy.py).
 
-The client's resolver is pointed at the proxy for that bookie, so everything
-else (ids, metadata, the other bookies) stays real.
+Every bookie sits behind a proxy and registers the proxy's address as its BookieId; the clients run with
+``bookieAddressResolverEnabled=false``, so they dial the proxies with nothing patched (docs/reliability.md).
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 
 import pytest
 
 from bkspark.client import BookKeeper
 from bkspark.protocol.ledger_metadata import LedgerState
+from tests.harness.proxy import Direction, FaultProxy, proxied_bookie_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat, pytest.mark.fault]
 
 
-class FaultProxy:
-    """Forwards one TCP port to a bookie; bookie->client bytes can be delayed or dropped."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.delay = 0.0
-        self.blackhole = False
-        self.loop = asyncio.new_event_loop()
-        self.port = 0
-        ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
-        self.thread.start()
-        ready.wait(10)
-
-    def _run(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
-        self.server = server
-        self.port = server.sockets[0].getsockname()[1]
-        ready.set()
-        self.loop.run_forever()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_r, up_w = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.close()
-            return
-
-        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, downstream: bool) -> None:
-            try:
-                while data := await src.read(65536):
-                    if downstream:
-                        if self.blackhole:
-                            continue
-                        if self.delay:
-                            await asyncio.sleep(self.delay)
-                    dst.write(data)
-                    await dst.drain()
-            except (ConnectionError, OSError):
-                pass
-            finally:
-                dst.close()
-
-        await asyncio.gather(pump(reader, up_w, False), pump(up_r, writer, True))
-
-    async def _shutdown(self) -> None:
-        self.server.close()
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        self.loop.close()
-
-
 @pytest.fixture
 def proxied(java_cluster_factory):  # type: ignore[no-untyped-def]
-    cluster = java_cluster_factory("4.17.3", bookies=4)
-    proxy = FaultProxy(cluster.addresses[0])
-    yield cluster, proxy
-    proxy.close()
-
-
-def _route(bk: BookKeeper, bookie_id: str, proxy: FaultProxy) -> None:
-    real = bk.registry.resolve
-
-    def resolve(bid: str) -> tuple[str, int]:
-        return ("127.0.0.1", proxy.port) if bid == bookie_id else real(bid)
-
-    bk.registry.resolve = resolve  # type: ignore[method-assign]
+    """Four Java bookies, each behind its own fault proxy (the bookie registers the proxy's address as its
+    BookieId; clients run with bookieAddressResolverEnabled=false and so dial the proxy)."""
+    proxies = [FaultProxy(name=f"bookie{i}") for i in range(4)]
+    try:
+        cluster = java_cluster_factory(
+            "4.17.3", bookies=4, bookie_ids=[proxied_bookie_id(p) for p in proxies], start=False
+        )
+        for proxy, address in zip(proxies, cluster.addresses):
+            proxy.target = address
+        cluster.start_all()
+        yield cluster, proxies[0]
+    finally:
+        for proxy in proxies:
+            proxy.close()
 
 
 def test_speculative_read_beats_a_slow_bookie(proxied) -> None:  # type: ignore[no-untyped-def]
     cluster, proxy = proxied
     slow = cluster.bookie_ids[0]
-    with BookKeeper(cluster.metadata_service_uri, speculativeReadTimeout=200, readEntryTimeoutSec=20) as bk:
-        _route(bk, slow, proxy)
+    with BookKeeper(
+        cluster.metadata_service_uri, speculativeReadTimeout=200, readEntryTimeoutSec=20, bookieAddressResolverEnabled=False
+    ) as bk:
         lh = bk.create_ledger(3, 3, 2)
         while slow not in lh.metadata.last_ensemble:  # the policy is random: retry until the slow one is in
             lh.close()
@@ -111,7 +52,7 @@ def test_speculative_read_beats_a_slow_bookie(proxied) -> None:  # type: ignore[
         bk.conf.reorderReadSequenceEnabled = False
         idx = list(lh.metadata.last_ensemble).index(slow)
         firsts = [e for e in range(9) if e % 3 == idx]  # entries whose first replica is the slow bookie
-        proxy.delay = 5.0
+        proxy.delay(5.0, Direction.DOWN)
         t = time.monotonic()
         for e in firsts:
             assert rh.read(e, e)[0].payload == b"s%d" % e
@@ -121,14 +62,13 @@ def test_speculative_read_beats_a_slow_bookie(proxied) -> None:  # type: ignore[
 def test_add_timeout_changes_ensemble(proxied) -> None:  # type: ignore[no-untyped-def]
     cluster, proxy = proxied
     hole = cluster.bookie_ids[0]
-    with BookKeeper(cluster.metadata_service_uri, addEntryTimeoutSec=1) as bk:
-        _route(bk, hole, proxy)
+    with BookKeeper(cluster.metadata_service_uri, addEntryTimeoutSec=1, bookieAddressResolverEnabled=False) as bk:
         lh = bk.create_ledger(3, 3, 3)  # Qa = 3: nothing completes without the black-holed bookie
         while hole not in lh.metadata.last_ensemble:
             lh.close()
             lh = bk.create_ledger(3, 3, 3)
         lh.append(b"before")
-        proxy.blackhole = True
+        proxy.blackhole(Direction.DOWN)
         t = time.monotonic()
         assert lh.append(b"during") == 1  # times out on the hole, replaced, re-sent
         assert time.monotonic() - t < 10
@@ -146,15 +86,14 @@ def test_closing_the_client_fails_pending_appends(proxied) -> None:  # type: ign
 
     cluster, proxy = proxied
     hole = cluster.bookie_ids[0]
-    bk = BookKeeper(cluster.metadata_service_uri, addEntryTimeoutSec=60)
+    bk = BookKeeper(cluster.metadata_service_uri, addEntryTimeoutSec=60, bookieAddressResolverEnabled=False)
     try:
-        _route(bk, hole, proxy)
         lh = bk.create_ledger(3, 3, 3)
         while hole not in lh.metadata.last_ensemble:
             lh.close()
             lh = bk.create_ledger(3, 3, 3)
         lh.append(b"ok")
-        proxy.blackhole = True
+        proxy.blackhole(Direction.DOWN)
         futures = [lh.append_async(b"stuck") for _ in range(5)]
         time.sleep(0.5)
         assert not any(f.done() for f in futures)

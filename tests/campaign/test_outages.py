@@ -1,0 +1,237 @@
+"""Outages shorter than the client's timeouts are not failures (docs/reliability.md, "ZooKeeper outages").
+
+A ZooKeeper outage shorter than ``zkTimeout`` (Apache BookKeeper's name, 10 s by default) only delays a client
+call, a Spark task or a Spark job; a longer one fails them with the clear error that existed before. A bookie
+that restarts within the client's timeouts costs an ensemble change, not an error. Against real servers: a
+ZooKeeper of this module's own (so that killing it disturbs no other test), reached directly or through the
+harness's fault proxy, and real Python bookies.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bkspark.client import BookKeeper
+from bkspark.datasource.clients import evict_client, get_client
+from bkspark.errors import MetadataError
+from tests.harness.ports import free_port
+from tests.harness.proxy import FaultProxy
+from tests.harness.python_bookie import PythonBookieCluster
+from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
+from tests.integration.test_connector_spark import spark  # noqa: F401 - the connector tests' Spark session fixture
+
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
+
+ROOT = "/bk-outages"
+
+
+class Cluster:
+    """This module's ZooKeeper, its proxy, and three Python bookies on ``ROOT``."""
+
+    def __init__(self, base: Path) -> None:
+        self.zookeeper = ZooKeeperServer(base / "zookeeper")
+        self.zookeeper.start()
+        zk = self.zookeeper.client()
+        try:
+            init_new_cluster(zk, ROOT)
+        finally:
+            zk.stop()
+            zk.close()
+        self.zk_proxy = FaultProxy(("127.0.0.1", self.zookeeper.port), name="zookeeper")
+        self.direct_uri = f"zk+hierarchical://{self.zookeeper.connect_string}{ROOT}"
+        self.proxied_uri = f"zk+hierarchical://127.0.0.1:{self.zk_proxy.port}{ROOT}"
+        # Bookies with a session timeout longer than the outages below, so that they stay registered.
+        self.bookies = PythonBookieCluster(
+            self.direct_uri, base / "bookies", bookies=4, conf_overrides={"zkTimeout": 30000}
+        ).start_all()
+
+    def restart_zookeeper_after(self, seconds: float) -> threading.Thread:
+        """kill -9 ZooKeeper now and start it again (same port and data) ``seconds`` later, in the background."""
+        self.zookeeper.kill()
+
+        def restart() -> None:
+            time.sleep(seconds)
+            self.zookeeper.start()
+
+        thread = threading.Thread(target=restart, name="zk-restart", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        self.bookies.close()
+        self.zk_proxy.close()
+        self.zookeeper.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("outages"))
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture(autouse=True)
+def _healthy(cluster: Cluster) -> Iterator[None]:
+    """Every test starts and ends with ZooKeeper up and the proxy clean."""
+    cluster.zk_proxy.restore()
+    yield
+    cluster.zk_proxy.restore()
+    if not cluster.zookeeper.is_alive:
+        cluster.zookeeper.start()
+
+
+def _in_thread(fn):  # type: ignore[no-untyped-def]
+    """Run ``fn`` on a thread; a function that joins it and returns its result or raises its error."""
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the joiner
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def join(timeout: float) -> object:
+        thread.join(timeout)
+        assert not thread.is_alive(), f"still blocked after {timeout}s"
+        if "error" in box:
+            raise box["error"]  # type: ignore[misc]
+        return box["result"]
+
+    return join
+
+
+def _write_ledger(bk: BookKeeper, count: int, prefix: bytes) -> int:
+    lh = bk.create_ledger(3, 3, 2)
+    for i in range(count):
+        lh.append(prefix + b"%d" % i)
+    lh.close()
+    return lh.ledger_id
+
+
+def test_client_calls_wait_out_a_zookeeper_outage_shorter_than_zk_timeout(cluster: Cluster) -> None:
+    """Every connection reset and refused for 6 s (default zkTimeout 10 s): metadata calls made during the outage
+    complete once it is over, in the same ZooKeeper session."""
+    with BookKeeper(cluster.proxied_uri, bookieAddressResolverEnabled=True) as bk:
+        session = bk.store.zk.client_id
+        cluster.zk_proxy.refuse()
+        started = time.monotonic()
+        join = _in_thread(lambda: _write_ledger(bk, 20, b"a"))
+        time.sleep(6.0)
+        cluster.zk_proxy.restore()
+        ledger_id = join(30)
+        assert time.monotonic() - started >= 5.5  # it really waited for ZooKeeper
+        assert bk.store.zk.client_id == session
+        rh = bk.open_ledger(ledger_id)
+        assert [e.payload for e in rh.read(0, 19)] == [b"a%d" % i for i in range(20)]
+
+
+def test_client_calls_survive_a_zookeeper_kill_and_restart(cluster: Cluster) -> None:
+    """A real kill -9 of ZooKeeper, restarted on the same port and data 2 s later (its JVM takes seconds more)."""
+    with BookKeeper(cluster.direct_uri, zkTimeout=30) as bk:
+        restart = cluster.restart_zookeeper_after(2.0)
+        join = _in_thread(lambda: _write_ledger(bk, 10, b"k"))
+        ledger_id = join(60)
+        restart.join(60)
+        assert [e.payload for e in bk.open_ledger(ledger_id).read(0, 9)] == [b"k%d" % i for i in range(10)]
+
+
+def test_an_outage_longer_than_zk_timeout_fails_with_a_clear_error(cluster: Cluster) -> None:
+    """zkTimeout 2 s, ZooKeeper unreachable for good: the call fails after about 2 s, it does not hang."""
+    with BookKeeper(cluster.proxied_uri, zkTimeout=2) as bk:
+        cluster.zk_proxy.refuse()
+        started = time.monotonic()
+        with pytest.raises(MetadataError, match="ZooKeeper unreachable for longer than zkTimeout"):
+            bk.create_ledger(3, 3, 2)
+        assert time.monotonic() - started < 15
+
+
+def test_a_task_client_waits_for_zookeeper_within_zk_timeout(cluster: Cluster) -> None:
+    """The connector's per-worker client (what every Spark task calls first) is built once ZooKeeper answers
+    again, instead of failing at the first refused connection."""
+    conf = {"zkTimeout": "10"}
+    cluster.zk_proxy.refuse()
+    started = time.monotonic()
+    join = _in_thread(lambda: get_client(cluster.proxied_uri, conf))
+    time.sleep(3.0)
+    cluster.zk_proxy.restore()
+    try:
+        bk = join(30)
+        assert time.monotonic() - started >= 2.5
+        assert bk.store.zk.connected
+    finally:
+        evict_client(cluster.proxied_uri, conf)
+
+
+def test_a_task_client_fails_clearly_after_zk_timeout() -> None:
+    """Nothing listens on the port: connection refused again and again for zkTimeout, then the clear error."""
+    conf = {"zkTimeout": "1.5"}
+    started = time.monotonic()
+    with pytest.raises(MetadataError, match=r"\[BOOKKEEPER_ZOOKEEPER_UNREACHABLE\].*tried for zkTimeout=1.5 s"):
+        get_client(f"zk+hierarchical://127.0.0.1:{free_port()}/ledgers", conf)
+    assert 1.0 <= time.monotonic() - started < 10
+
+
+def test_appends_continue_while_a_bookie_restarts(cluster: Cluster) -> None:
+    """kill -9 of a bookie of the ensemble and its restart, under a steady stream of appends: no append fails
+    (the client replaces the bookie), and every acknowledged entry reads back."""
+    with BookKeeper(cluster.direct_uri, addEntryTimeoutSec=5) as bk:
+        lh = bk.create_ledger(3, 3, 2)
+        victim = cluster.bookies.bookie_ids.index(lh.metadata.last_ensemble[0])
+        acked: list[bytes] = []
+        for i in range(40):
+            if i == 10:
+                cluster.bookies.kill(victim)
+            if i == 25:
+                cluster.bookies.start(victim)
+            payload = b"r%d" % i
+            lh.append(payload)
+            acked.append(payload)
+        lh.close()
+        assert len(bk.get_ledger_metadata(lh.ledger_id).ensembles) >= 2  # the dead bookie was replaced
+        assert [e.payload for e in bk.open_ledger(lh.ledger_id).read(0, 39)] == acked
+
+
+def test_a_spark_write_job_survives_a_zookeeper_outage(cluster: Cluster, spark) -> None:  # type: ignore[no-untyped-def]
+    """The issue's case: ZooKeeper goes away during a Spark write and comes back 6 s later (default zkTimeout,
+    10 s). Every connection is reset and refused through the proxy, tasks included; the job commits and
+    its rows read back exactly once."""
+    from pyspark.sql import functions as F
+
+    rows = 60_000
+    df = spark.range(0, rows, 1, 4).select(
+        F.col("id"), F.concat(F.lit("z-"), F.col("id").cast("string")).cast("binary").alias("payload")
+    )
+
+    def write() -> None:
+        # Spark finds Python data sources through the JVM thread's active session: set it on this thread's.
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        df.write.format("bookkeeper").option("metadataServiceUri", cluster.proxied_uri).option(
+            "dataset", "outage"
+        ).option("ensembleSize", "3").option("writeQuorumSize", "2").option("ackQuorumSize", "2").mode(
+            "append"
+        ).save()
+
+    join = _in_thread(write)
+    deadline = time.monotonic() + 120
+    while cluster.zk_proxy.connections_accepted < 2 and time.monotonic() < deadline:  # the job reached ZooKeeper
+        time.sleep(0.05)
+    time.sleep(1.0)
+    cluster.zk_proxy.refuse()
+    time.sleep(6.0)
+    cluster.zk_proxy.restore()
+    join(300)
+    got = (
+        spark.read.format("bookkeeper").option("metadataServiceUri", cluster.direct_uri).option("dataset", "outage")
+        .load().select("payload").collect()
+    )
+    assert sorted(bytes(r.payload) for r in got) == sorted(b"z-%d" % i for i in range(rows))
