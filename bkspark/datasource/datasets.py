@@ -422,17 +422,22 @@ class DatasetRegistry:
         """
         from kazoo.exceptions import BadVersionError, NoNodeError
 
-        for _ in range(MAX_PUBLISH_ATTEMPTS):
-            record = self.job(job_id)
+        from bkspark.errors import MetadataVersionError
+        from bkspark.retry import METADATA_CAS_RETRY
+
+        attempts = METADATA_CAS_RETRY.start()
+        while True:
+            record = self.job(job_id)  # (re-)read: the state decides whether there is anything to fence
             if record is None or record.state is not JobState.WRITING:
                 return record
             fenced = replace(record, state=JobState.ABORTING)
             try:
                 stat = self._zk.set(self.job_path(job_id), fenced.to_bytes(), version=record.version)
             except (BadVersionError, NoNodeError):
+                lost = MetadataVersionError(f"could not fence write job {job_id}: its record keeps changing")
+                attempts.backoff(lost)  # re-raises once the policy gives up
                 continue
             return replace(fenced, version=stat.version)
-        raise MetadataError(f"could not fence write job {job_id}: its record keeps changing")
 
     def forget_job(self, job_id: str) -> None:
         """Drop the job's record and registrations once its ledgers are committed or deleted."""
