@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
 from bkspark.errors import BadMetadataError, MetadataError
+from bkspark.protocol import zk_paths
 
 __all__ = [
     "BKSPARK_NODE",
@@ -53,7 +54,7 @@ __all__ = [
     "ShardRef",
 ]
 
-BKSPARK_NODE = "bkspark"
+BKSPARK_NODE = zk_paths.BKSPARK
 #: The old manifest: one znode holding every ledger (read, and migrated by the next commit).
 FORMAT_SINGLE = 1
 #: The sharded manifest: a root naming immutable shards.
@@ -276,9 +277,8 @@ class DatasetRegistry:
 
     def __init__(self, zk: Any, ledgers_root: str) -> None:
         self._zk = zk
-        base = ledgers_root.rstrip("/") + "/" + BKSPARK_NODE
-        self._datasets = base + "/datasets"
-        self._jobs = base + "/jobs"
+        self._datasets = zk_paths.datasets_path(ledgers_root)
+        self._jobs = zk_paths.write_jobs_path(ledgers_root)
 
     # -- paths --------------------------------------------------------------
     def dataset_path(self, name: str) -> str:
