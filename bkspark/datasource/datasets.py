@@ -472,11 +472,20 @@ class DatasetRegistry:
         """
         from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
+        from bkspark.errors import MetadataVersionError
+        from bkspark.retry import METADATA_CAS_RETRY
+
         new = tuple(ledgers)
         parent_list = tuple(dict.fromkeys(parents))
         self._zk.ensure_path(self.dataset_path(name))
-        for _ in range(MAX_PUBLISH_ATTEMPTS):
-            job = self.job(job_id)
+        # The metadata CAS policy, as many tries as before and no deadline (a lost try means another commit won).
+        attempts = METADATA_CAS_RETRY.with_(max_tries=MAX_PUBLISH_ATTEMPTS, deadline=None).start()
+        lost: MetadataVersionError | None = None
+        while True:
+            if lost is not None:
+                attempts.backoff(lost)  # re-raises once the policy gives up
+            lost = MetadataVersionError(f"could not commit dataset {name!r}: too many concurrent commits")
+            job = self.job(job_id)  # re-read the job and the root on every try
             root = self.root(name)
             assert root is not None  # ensured above, and a root is never deleted
             if job is not None and job.state is JobState.COMMITTED or self._has_key(root, key):
@@ -521,7 +530,6 @@ class DatasetRegistry:
             if any(isinstance(e, NoNodeError) for e in create_errors):
                 continue
             raise MetadataError(f"cannot commit dataset {name!r}: {[type(e).__name__ for e in errors]}")
-        raise MetadataError(f"could not commit dataset {name!r}: too many concurrent commits")
 
     @staticmethod
     def _has_key(root: ManifestRoot, key: CommitKey) -> bool:
