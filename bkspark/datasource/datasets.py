@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from bkspark.errors import BadMetadataError, MetadataError
 from bkspark.protocol import zk_paths
+from bkspark.retry import METADATA_CAS_RETRY
 
 __all__ = [
     "BKSPARK_NODE",
@@ -65,6 +66,9 @@ SHARD_MAX_LEDGERS = 10_000
 MAX_COMMIT_KEYS = 1000
 #: Compare-and-set attempts of one publish before it gives up (each lost one means another commit won).
 MAX_PUBLISH_ATTEMPTS = 100
+#: The metadata CAS policy for the manifest root and the job records: MAX_PUBLISH_ATTEMPTS tries, no deadline (each lost try means
+#: another commit won, so the loop makes progress).
+PUBLISH_CAS_RETRY = METADATA_CAS_RETRY.with_(max_tries=MAX_PUBLISH_ATTEMPTS, deadline=None)
 #: Root re-reads of one manifest read whose shards keep disappearing (each time a newer root replaced them).
 MAX_READ_ATTEMPTS = 50
 
@@ -423,9 +427,8 @@ class DatasetRegistry:
         from kazoo.exceptions import BadVersionError, NoNodeError
 
         from bkspark.errors import MetadataVersionError
-        from bkspark.retry import METADATA_CAS_RETRY
 
-        attempts = METADATA_CAS_RETRY.start()
+        attempts = PUBLISH_CAS_RETRY.start()
         while True:
             record = self.job(job_id)  # (re-)read: the state decides whether there is anything to fence
             if record is None or record.state is not JobState.WRITING:
@@ -473,13 +476,11 @@ class DatasetRegistry:
         from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
         from bkspark.errors import MetadataVersionError
-        from bkspark.retry import METADATA_CAS_RETRY
 
         new = tuple(ledgers)
         parent_list = tuple(dict.fromkeys(parents))
         self._zk.ensure_path(self.dataset_path(name))
-        # The metadata CAS policy, as many tries as before and no deadline (a lost try means another commit won).
-        attempts = METADATA_CAS_RETRY.with_(max_tries=MAX_PUBLISH_ATTEMPTS, deadline=None).start()
+        attempts = PUBLISH_CAS_RETRY.start()
         lost: MetadataVersionError | None = None
         while True:
             if lost is not None:
@@ -647,9 +648,12 @@ class DatasetRegistry:
         """Remove retired shards from the root (their ledgers are deleted), then delete their znodes."""
         from kazoo.exceptions import BadVersionError
 
+        from bkspark.errors import MetadataVersionError
+
         gone = {r.shard_id for r in refs}
-        for _ in range(MAX_PUBLISH_ATTEMPTS):
-            root = self.root(name)
+        attempts = PUBLISH_CAS_RETRY.start()
+        while True:
+            root = self.root(name)  # (re-)read: a lost compare-and-set means a newer root
             if root is None:
                 return
             if gone & {r.shard_id for r in root.retired}:
@@ -657,10 +661,11 @@ class DatasetRegistry:
                 try:
                     self._zk.set(self.dataset_path(name), updated.to_bytes(), version=root.version)
                 except BadVersionError:
+                    lost = MetadataVersionError(f"could not update dataset {name!r}: too many concurrent commits")
+                    attempts.backoff(lost)  # re-raises once the policy gives up
                     continue
             self._delete_shards(name, gone)
             return
-        raise MetadataError(f"could not update dataset {name!r}: too many concurrent commits")
 
     def sweep_shards(self, name: str) -> int:
         """Delete shards no root names whose job has no record any more; how many were deleted.
