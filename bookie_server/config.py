@@ -18,20 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bkspark.errors import InvalidOptionError
+from bkspark.protocol.values import parse_bool
 from bkspark.properties import parse_properties as parse_conf_text  # the one properties parser
 
 __all__ = ["BookieConfig", "parse_conf_text", "load_conf"]
 
 
 def _bool(value: str | bool, key: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    lowered = value.strip().lower()
-    if lowered in ("true", "yes", "on", "1"):
-        return True
-    if lowered in ("false", "no", "off", "0"):
-        return False
-    raise InvalidOptionError("not a boolean", key=key, value=value)
+    """A boolean setting, spelled as every bkspark configuration spells one (bkspark/protocol/values.py)."""
+    return parse_bool(value, key)
 
 
 def _list(value: str | list[str]) -> list[str]:

@@ -42,6 +42,7 @@ from bkspark.protocol import zk_paths
 from bkspark.protocol.bookie_id import BookieId
 from bkspark.protocol.cookie import VERSION_FILENAME, Cookie
 from bkspark.protocol.layout import LedgerLayout, parse_metadata_service_uri
+from bkspark.protocol.service_info import BATCH_READ_V3_EXTENSION, EXTENSIONS_PROPERTY, SCOPE_IDS_EXTENSION
 from bkspark.security.tls import tls_enabled
 from bkspark.security.zk import ZkSecurity
 
@@ -59,9 +60,8 @@ __all__ = [
 
 log = logging.getLogger("bookie_server.registration")
 
-#: The BookieServiceInfo property through which clients discover our v3 extensions (docs/extensions.md).
-EXTENSIONS_PROPERTY = "bkspark.extensions"
-EXTENSIONS = "scope-ids,batch-read-v3"
+#: The v3 extensions this bookie advertises under EXTENSIONS_PROPERTY (docs/extensions.md), comma-separated.
+EXTENSIONS = ",".join((SCOPE_IDS_EXTENSION, BATCH_READ_V3_EXTENSION))
 
 
 def dirs_for_cookies(conf: BookieConfig) -> list[Path]:

@@ -26,8 +26,11 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, ZookeeperError
 
-from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError
+from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError, MetadataVersionError
 from bkspark.protocol.ledger_name import parse_qualified_name, qualified_name
+from bkspark.protocol import zk_paths
+from bkspark.protocol.values import INT64_MAX, INT64_MIN
+from bkspark.retry import METADATA_CAS_RETRY
 
 __all__ = [
     "OrphanReason",
@@ -54,12 +57,11 @@ __all__ = [
 MAX_RECORD_BYTES = 4096
 #: The keys of the config znode, each optional.
 CONFIG_KEYS = ("auditPeriodSeconds", "gracePeriodSeconds", "parentGracePeriodSeconds")
-_INT64 = (-(2**63), 2**63 - 1)
 
 
 def audit_root(root: str) -> str:
-    """``<root>/bkspark/audit``."""
-    return f"{root.rstrip('/')}/bkspark/audit"
+    """``<root>/bkspark/audit`` (its home: bkspark/protocol/zk_paths.py)."""
+    return zk_paths.audit_path(root)
 
 
 def orphans_path(root: str) -> str:
@@ -93,7 +95,7 @@ class OrphanReason(str, enum.Enum):
 
 def _int(obj: dict[str, Any], key: str, default: int | None = None) -> int:
     value = obj.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not _INT64[0] <= value <= _INT64[1]:
+    if isinstance(value, bool) or not isinstance(value, int) or not INT64_MIN <= value <= INT64_MAX:
         raise ValueError(f"{key} must be an int64, got {value!r}")
     return value
 
@@ -269,14 +271,22 @@ class AuditConfig:
             raise BadMetadataError(f"malformed audit config: {exc}") from None
 
 
+def _read_znode(zk: KazooClient, path: str, what: str) -> bytes | None:
+    """A znode's data, None if it does not exist; any other ZooKeeper error is a MetadataError naming ``what``."""
+    try:
+        data, _ = zk.get(path)
+    except NoNodeError:
+        return None
+    except ZookeeperError as exc:
+        raise MetadataError(f"cannot read {what}: {type(exc).__name__}") from exc
+    return data
+
+
 def read_config(zk: KazooClient, root: str, defaults: AuditConfig | None = None) -> tuple[AuditConfig, bool]:
     """The stored config (``defaults`` if none is stored) and whether one was stored."""
-    try:
-        data, _ = zk.get(config_path(root))
-    except NoNodeError:
+    data = _read_znode(zk, config_path(root), "audit config")
+    if data is None:
         return defaults or AuditConfig(), False
-    except ZookeeperError as exc:
-        raise MetadataError(f"cannot read audit config: {type(exc).__name__}") from exc
     return AuditConfig.from_bytes(data, defaults), True
 
 
@@ -307,6 +317,7 @@ def update_config(
         parent_grace_period=0.0 if parent_grace_period is None else parent_grace_period,
     )
     path = config_path(root)
+    attempts = METADATA_CAS_RETRY.start()
     try:
         while True:
             try:
@@ -329,7 +340,8 @@ def update_config(
                     zk.set(path, encoded, version=version)
                 return stored
             except (NodeExistsError, BadVersionError):
-                continue  # someone else wrote meanwhile: merge with theirs
+                # Someone else wrote meanwhile: re-read and merge with theirs, while the CAS policy allows.
+                attempts.backoff(MetadataVersionError("cannot write audit config: it keeps changing", path=path))
     except ZookeeperError as exc:
         raise MetadataError(f"cannot write audit config: {type(exc).__name__}") from exc
 
@@ -352,12 +364,9 @@ def _stored_values(data: bytes) -> dict[str, float]:
 
 def read_stored_config(zk: KazooClient, root: str) -> dict[str, float] | None:
     """The values stored in the config znode (``None`` if there is no znode); malformed: BadMetadataError."""
-    try:
-        data, _ = zk.get(config_path(root))
-    except NoNodeError:
+    data = _read_znode(zk, config_path(root), "audit config")
+    if data is None:
         return None
-    except ZookeeperError as exc:
-        raise MetadataError(f"cannot read audit config: {type(exc).__name__}") from exc
     AuditConfig.from_bytes(data)  # raises on a malformed znode
     return _stored_values(data)
 
@@ -406,13 +415,8 @@ class AuditStatus:
 
 def read_status(zk: KazooClient, root: str) -> AuditStatus | None:
     """The last pass's status, ``None`` before the first pass."""
-    try:
-        data, _ = zk.get(status_path(root))
-    except NoNodeError:
-        return None
-    except ZookeeperError as exc:
-        raise MetadataError(f"cannot read audit status: {type(exc).__name__}") from exc
-    return AuditStatus.from_bytes(data)
+    data = _read_znode(zk, status_path(root), "audit status")
+    return None if data is None else AuditStatus.from_bytes(data)
 
 
 def write_status(zk: KazooClient, root: str, status: AuditStatus) -> None:

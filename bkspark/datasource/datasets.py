@@ -37,6 +37,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
 from bkspark.errors import BadMetadataError, MetadataError
+from bkspark.protocol import zk_paths
+from bkspark.retry import METADATA_CAS_RETRY
 
 __all__ = [
     "BKSPARK_NODE",
@@ -53,7 +55,7 @@ __all__ = [
     "ShardRef",
 ]
 
-BKSPARK_NODE = "bkspark"
+BKSPARK_NODE = zk_paths.BKSPARK
 #: The old manifest: one znode holding every ledger (read, and migrated by the next commit).
 FORMAT_SINGLE = 1
 #: The sharded manifest: a root naming immutable shards.
@@ -64,6 +66,9 @@ SHARD_MAX_LEDGERS = 10_000
 MAX_COMMIT_KEYS = 1000
 #: Compare-and-set attempts of one publish before it gives up (each lost one means another commit won).
 MAX_PUBLISH_ATTEMPTS = 100
+#: The metadata CAS policy for the manifest root and the job records: MAX_PUBLISH_ATTEMPTS tries, no deadline (each lost try means
+#: another commit won, so the loop makes progress).
+PUBLISH_CAS_RETRY = METADATA_CAS_RETRY.with_(max_tries=MAX_PUBLISH_ATTEMPTS, deadline=None)
 #: Root re-reads of one manifest read whose shards keep disappearing (each time a newer root replaced them).
 MAX_READ_ATTEMPTS = 50
 
@@ -276,9 +281,8 @@ class DatasetRegistry:
 
     def __init__(self, zk: Any, ledgers_root: str) -> None:
         self._zk = zk
-        base = ledgers_root.rstrip("/") + "/" + BKSPARK_NODE
-        self._datasets = base + "/datasets"
-        self._jobs = base + "/jobs"
+        self._datasets = zk_paths.datasets_path(ledgers_root)
+        self._jobs = zk_paths.write_jobs_path(ledgers_root)
 
     # -- paths --------------------------------------------------------------
     def dataset_path(self, name: str) -> str:
@@ -426,17 +430,21 @@ class DatasetRegistry:
         """
         from kazoo.exceptions import BadVersionError, NoNodeError
 
-        for _ in range(MAX_PUBLISH_ATTEMPTS):
-            record = self.job(job_id)
+        from bkspark.errors import MetadataVersionError
+
+        attempts = PUBLISH_CAS_RETRY.start()
+        while True:
+            record = self.job(job_id)  # (re-)read: the state decides whether there is anything to fence
             if record is None or record.state is not JobState.WRITING:
                 return record
             fenced = replace(record, state=JobState.ABORTING)
             try:
                 stat = self._zk.set(self.job_path(job_id), fenced.to_bytes(), version=record.version)
             except (BadVersionError, NoNodeError):
+                lost = MetadataVersionError(f"could not fence write job {job_id}: its record keeps changing")
+                attempts.backoff(lost)  # re-raises once the policy gives up
                 continue
             return replace(fenced, version=stat.version)
-        raise MetadataError(f"could not fence write job {job_id}: its record keeps changing")
 
     def forget_job(self, job_id: str) -> None:
         """Drop the job's record and registrations once its ledgers are committed or deleted."""
@@ -471,11 +479,18 @@ class DatasetRegistry:
         """
         from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
+        from bkspark.errors import MetadataVersionError
+
         new = tuple(ledgers)
         parent_list = tuple(dict.fromkeys(parents))
         self._zk.ensure_path(self.dataset_path(name))
-        for _ in range(MAX_PUBLISH_ATTEMPTS):
-            job = self.job(job_id)
+        attempts = PUBLISH_CAS_RETRY.start()
+        lost: MetadataVersionError | None = None
+        while True:
+            if lost is not None:
+                attempts.backoff(lost)  # re-raises once the policy gives up
+            lost = MetadataVersionError(f"could not commit dataset {name!r}: too many concurrent commits")
+            job = self.job(job_id)  # re-read the job and the root on every try
             root = self.root(name)
             assert root is not None  # ensured above, and a root is never deleted
             if job is not None and job.state is JobState.COMMITTED or self._has_key(root, key):
@@ -520,7 +535,6 @@ class DatasetRegistry:
             if any(isinstance(e, NoNodeError) for e in create_errors):
                 continue
             raise MetadataError(f"cannot commit dataset {name!r}: {[type(e).__name__ for e in errors]}")
-        raise MetadataError(f"could not commit dataset {name!r}: too many concurrent commits")
 
     @staticmethod
     def _has_key(root: ManifestRoot, key: CommitKey) -> bool:
@@ -638,9 +652,12 @@ class DatasetRegistry:
         """Remove retired shards from the root (their ledgers are deleted), then delete their znodes."""
         from kazoo.exceptions import BadVersionError
 
+        from bkspark.errors import MetadataVersionError
+
         gone = {r.shard_id for r in refs}
-        for _ in range(MAX_PUBLISH_ATTEMPTS):
-            root = self.root(name)
+        attempts = PUBLISH_CAS_RETRY.start()
+        while True:
+            root = self.root(name)  # (re-)read: a lost compare-and-set means a newer root
             if root is None:
                 return
             if gone & {r.shard_id for r in root.retired}:
@@ -648,10 +665,11 @@ class DatasetRegistry:
                 try:
                     self._zk.set(self.dataset_path(name), updated.to_bytes(), version=root.version)
                 except BadVersionError:
+                    lost = MetadataVersionError(f"could not update dataset {name!r}: too many concurrent commits")
+                    attempts.backoff(lost)  # re-raises once the policy gives up
                     continue
             self._delete_shards(name, gone)
             return
-        raise MetadataError(f"could not update dataset {name!r}: too many concurrent commits")
 
     def sweep_shards(self, name: str) -> int:
         """Delete shards no root names whose job has no record any more; how many were deleted.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from bkspark.errors import InvalidOptionError
+from bkspark.protocol.values import INT64_MAX, INT64_MIN, parse_bool
 from bkspark.security.secrets import MASK, secret_from
 
 __all__ = [
@@ -29,8 +30,6 @@ DIGEST_TYPES = ("CRC32", "CRC32C", "MAC", "HMAC", "DUMMY")
 
 _CLIENT_PREFIX = "bookkeeper."
 _DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-_INT64_MAX = (1 << 63) - 1
-_INT64_MIN = -(1 << 63)  # scope ids are signed 64-bit (a Java long), as in the client and the shell
 
 _READ_KEYS = {
     "metadataserviceuri", "ledgers", "scopeid", "dataset", "startentry", "endentry",
@@ -51,7 +50,7 @@ def _bad(option: str, value: object, fix: str) -> InvalidOptionError:
     return InvalidOptionError(f"[BOOKKEEPER_INVALID_OPTION] option '{option}'={value!r} is invalid: {fix}")
 
 
-def _int(opts: Mapping[str, str], option: str, default: int, *, minimum: int, maximum: int = _INT64_MAX) -> int:
+def _int(opts: Mapping[str, str], option: str, default: int, *, minimum: int, maximum: int = INT64_MAX) -> int:
     raw = opts.get(option.lower())
     if raw is None or raw == "":
         return default
@@ -68,12 +67,10 @@ def _bool(opts: Mapping[str, str], option: str, default: bool) -> bool:
     raw = opts.get(option.lower())
     if raw is None or raw == "":
         return default
-    text = str(raw).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise _bad(option, raw, "expected 'true' or 'false'")
+    try:
+        return parse_bool(str(raw), option)
+    except InvalidOptionError:
+        raise _bad(option, raw, "expected 'true' or 'false'") from None
 
 
 def _digest(opts: Mapping[str, str], default: str | None) -> str | None:
@@ -156,7 +153,7 @@ def parse_ledger_list(text: str) -> tuple[tuple[int, int], ...]:
             raise _bad("ledgers", text, "expected ledger ids and ranges such as '7,9,12' or '10-20'")
         first = int(match.group(1))
         last = int(match.group(2)) if match.group(2) else first
-        if last < first or last > _INT64_MAX:
+        if last < first or last > INT64_MAX:
             raise _bad("ledgers", text, f"range '{part}' is empty or beyond 2^63-1")
         ranges.append((first, last))
     if not ranges:
@@ -234,7 +231,7 @@ def parse_read_options(options: Mapping[str, str | None]) -> ReadOptions:
         metadata_service_uri=uri,
         ledger_ranges=parse_ledger_list(ledgers_text) if ledgers_text else None,
         dataset=dataset,
-        scope_id=_int(opts, "scopeId", 0, minimum=_INT64_MIN),
+        scope_id=_int(opts, "scopeId", 0, minimum=INT64_MIN),
         start_entry=start_entry,
         end_entry=None if end_entry == -1 else end_entry,
         include_open_ledgers=_bool(opts, "includeOpenLedgers", False),
@@ -266,7 +263,7 @@ def parse_write_options(options: Mapping[str, str | None]) -> WriteOptions:
     return WriteOptions(
         metadata_service_uri=uri,
         dataset=dataset,
-        scope_id=_int(opts, "scopeId", 0, minimum=_INT64_MIN),
+        scope_id=_int(opts, "scopeId", 0, minimum=INT64_MIN),
         ensemble_size=ensemble,
         write_quorum_size=write_quorum,
         ack_quorum_size=ack_quorum,

@@ -13,13 +13,13 @@ from typing import Any, Iterable, Sequence
 
 from pyspark.sql.datasource import InputPartition
 
+from bkspark.protocol.values import INT64_MAX, INT64_MIN
+
 __all__ = ["LedgerSlice", "Bounds", "push_filters", "split_ledger", "PUSHABLE_COLUMNS"]
 
 PUSHABLE_COLUMNS = ("scope_id", "ledger_id", "entry_id")
-_INT64_MAX = (1 << 63) - 1
-_INT64_MIN = -(1 << 63)
 #: The smallest value of each pushable column: scope ids are signed 64-bit, ledger and entry ids never negative.
-_LOWEST = {"scope_id": _INT64_MIN, "ledger_id": 0, "entry_id": 0}
+_LOWEST = {"scope_id": INT64_MIN, "ledger_id": 0, "entry_id": 0}
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Bounds:
     """Inclusive bounds (and optional value sets) for the pushable columns."""
 
     low: dict[str, int] = field(default_factory=lambda: dict(_LOWEST))
-    high: dict[str, int] = field(default_factory=lambda: {c: _INT64_MAX for c in PUSHABLE_COLUMNS})
+    high: dict[str, int] = field(default_factory=lambda: {c: INT64_MAX for c in PUSHABLE_COLUMNS})
     values: dict[str, frozenset[int]] = field(default_factory=dict)
 
     def admits(self, column: str, value: int) -> bool:

@@ -33,6 +33,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from bkspark.datasource.faults import fault_point
 from bkspark.datasource.options import WriteOptions
+from bkspark.protocol.values import INT64_MAX
 
 __all__ = [
     "BookKeeperWriter",
@@ -91,6 +92,26 @@ def _payloads(batch: Any, index: int, is_string: bool) -> list[bytes]:
     return [b"" if value is None else value for value in column.to_pylist()]
 
 
+#: The connector option that raises the frame limit (a ``bookkeeper.``-prefixed client option).
+FRAME_LIMIT_OPTION = "bookkeeper.nettyMaxFrameSizeBytes"
+
+
+def _row_too_large(error: Any, partition_id: int, row: int, size: int) -> Any:
+    """The client's :class:`EntryTooLargeError` restated for a Spark user: which row of which partition, and the key.
+
+    The client refuses the entry locally (nothing was sent, no bookie is blamed); the task then fails as any
+    other, and the job's abort deletes its ledgers.
+    """
+    from bkspark.errors import EntryTooLargeError
+
+    return EntryTooLargeError(
+        f"row {row} of partition {partition_id} has a payload of {size} bytes, more than one entry can carry "
+        f"({error.context.get('max_payload')} bytes within the frame limit); raise the option "
+        f"{FRAME_LIMIT_OPTION} (and the bookies' own nettyMaxFrameSizeBytes) or split the row",
+        partition=partition_id, row=row, size=size, max_payload=error.context.get("max_payload"),
+    )
+
+
 class BookKeeperWriter(DataSourceArrowWriter):
     """Writes the ``payload`` column (binary or string) of every row as one entry."""
 
@@ -125,7 +146,7 @@ class BookKeeperWriter(DataSourceArrowWriter):
             if self.options.scope_id == 0:
                 self.parent_ledger_id = int(bk.store.generate_ledger_id())
             else:
-                self.parent_ledger_id = uuid.uuid4().int & ((1 << 63) - 1)
+                self.parent_ledger_id = uuid.uuid4().int & INT64_MAX
         record = JobRecord(
             state=JobState.WRITING, dataset=self.options.dataset, overwrite=self.overwrite,
             parent=(self.options.scope_id, self.parent_ledger_id), created_ms=int(time.time() * 1000),
@@ -182,10 +203,9 @@ class BookKeeperWriter(DataSourceArrowWriter):
             password=opts.password,
             scope_id=opts.scope_id,
         )
-        if opts.scope_id == 0:
-            handle = create_ledger_with_context(bk, context, **settings)
-        else:
-            handle = self._create_scoped(bk, context, settings)
+        # Scope 0 ids come from the cluster's generator, BP-35 scoped ids are drawn (and redrawn on a collision)
+        # by the client itself.
+        handle = create_ledger_with_context(bk, context, **settings)
         try:
             self._registry(bk).register(self.job_id, opts.scope_id, handle.ledger_id)
             fault_point("task.registered")
@@ -195,26 +215,11 @@ class BookKeeperWriter(DataSourceArrowWriter):
             raise
         return handle
 
-    @staticmethod
-    def _create_scoped(bk: Any, context: Any, settings: dict[str, Any]) -> Any:
-        """A ledger in scope ``scopeId`` != 0: BP-35 ids are chosen by the writer (random 63-bit), not ZooKeeper."""
-        from bkspark.context import create_ledger_with_context
-        from bkspark.errors import LedgerExistsError
-
-        attempts = 5
-        for attempt in range(attempts):
-            try:
-                return create_ledger_with_context(bk, context, ledger_id=uuid.uuid4().int & ((1 << 63) - 1), **settings)
-            except LedgerExistsError:
-                if attempt == attempts - 1:
-                    raise
-        raise AssertionError("unreachable")
-
     def write(self, iterator: Iterator[Any]) -> LedgerCommitMessage:
         from pyspark import TaskContext
 
         from bkspark.context import LedgerCloseContext, close_with_context
-        from bkspark.errors import BookieError, BookieUnavailableError, MetadataError
+        from bkspark.errors import EntryTooLargeError
 
         context = TaskContext.get()
         partition_id = context.partitionId() if context else 0
@@ -233,8 +238,11 @@ class BookKeeperWriter(DataSourceArrowWriter):
         try:
             payloads: list[bytes] | None = first
             while payloads is not None:
-                for value in payloads:
-                    pending.append(handle.append_async(value))
+                for row, value in enumerate(payloads):
+                    try:
+                        pending.append(handle.append_async(value))
+                    except EntryTooLargeError as exc:
+                        raise _row_too_large(exc, partition_id, entries + row, len(value)) from exc
                     size += len(value)
                     if len(pending) >= MAX_PENDING_ADDS:
                         for future in pending:
@@ -252,10 +260,10 @@ class BookKeeperWriter(DataSourceArrowWriter):
                 partition_id, attempt, handle.ledger_id,
             )
             self._close_abnormally(bk, handle, exc)
-            if isinstance(exc, (BookieError, BookieUnavailableError, MetadataError)):
-                from bkspark.datasource.clients import client_conf, evict_client
+            from bkspark.datasource.clients import client_conf, evict_if_stale
 
-                evict_client(opts.metadata_service_uri, client_conf(opts.client_conf))  # the next task starts clean
+            # The error's invalidates_client flag decides: the next task starts with a clean client.
+            evict_if_stale(opts.metadata_service_uri, client_conf(opts.client_conf), exc)
             raise
         return LedgerCommitMessage(opts.scope_id, handle.ledger_id, entries, size, partition_id, attempt)
 

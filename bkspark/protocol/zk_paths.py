@@ -73,6 +73,11 @@ __all__ = [
     "sequential_id",
     "compose_long_id",
     "is_short_id_overflow",
+    "BKSPARK",
+    "bkspark_path",
+    "audit_path",
+    "datasets_path",
+    "write_jobs_path",
 ]
 
 AVAILABLE = "available"
@@ -92,6 +97,9 @@ LEDGER_PREFIX = "L"
 DISABLE_HEALTH_CHECK = "disableHealthCheck"
 #: Our BP-35 tree for scope != 0 ledgers (docs/scoped-ledger-paths.md).
 SCOPES = "scopes"
+#: Our own tree under the ledgers root: the orphan audit and the connector's datasets and write jobs
+#: (not digits, so ledger listing never takes it for a ledger parent).
+BKSPARK = "bkspark"
 
 SCHEMES = ("hierarchical", "longhierarchical", "legacyhierarchical", "flat")
 #: Ids below this use the short path in the hybrid scheme (``Integer.MAX_VALUE``).
@@ -393,3 +401,23 @@ def compose_long_id(high_bits: int, low_bits: int) -> int:
     if not 0 <= low_bits < MAX_SHORT_LEDGER_ID or not 0 <= high_bits < 2**31:
         raise InvalidOptionError(f"bad long ledger id parts high={high_bits!r} low={low_bits!r}")
     return (high_bits << 32) | low_bits
+
+
+def bkspark_path(root: str) -> str:
+    """``<root>/bkspark``: everything bkspark keeps beside the ledgers (a trailing slash on root is ignored)."""
+    return f"{root.rstrip('/')}/{BKSPARK}"
+
+
+def audit_path(root: str) -> str:
+    """``<root>/bkspark/audit``: the orphan audit's reports, config, election and status."""
+    return f"{bkspark_path(root)}/audit"
+
+
+def datasets_path(root: str) -> str:
+    """``<root>/bkspark/datasets``: one manifest per connector dataset (docs/connector.md)."""
+    return f"{bkspark_path(root)}/datasets"
+
+
+def write_jobs_path(root: str) -> str:
+    """``<root>/bkspark/jobs``: one record per connector write job and its registered ledgers (docs/connector.md)."""
+    return f"{bkspark_path(root)}/jobs"

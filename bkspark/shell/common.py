@@ -22,6 +22,7 @@ from bkspark.errors import InvalidOptionError
 from bkspark.properties import parse_properties
 from bkspark.protocol.layout import MetadataServiceUri, parse_metadata_service_uri
 from bkspark.protocol.ledger_name import parse_qualified_name, qualified_name
+from bkspark.protocol.values import INT64_MAX, INT64_MIN
 from bkspark.security.zk import ZkSecurity
 
 if TYPE_CHECKING:
@@ -46,7 +47,6 @@ __all__ = [
 ]
 
 ENV_URI = "BKSPARK_METADATA_SERVICE_URI"
-_INT64_MAX = 2**63 - 1
 
 
 class ShellError(Exception):
@@ -57,7 +57,7 @@ class ShellError(Exception):
         self.exit_code = exit_code
 
 
-def parse_int(text: str, what: str, minimum: int = 0, maximum: int = _INT64_MAX) -> int:
+def parse_int(text: str, what: str, minimum: int = 0, maximum: int = INT64_MAX) -> int:
     """A decimal integer within bounds, or a :class:`ShellError` naming ``what``."""
     try:
         value = int(str(text).strip(), 10)
@@ -150,7 +150,7 @@ def add_ledger_options(
 def resolve_scope(args: argparse.Namespace) -> int:
     """The ``--ledger-scope-id`` value (0 if absent)."""
     raw = getattr(args, "ledger_scope_id", None)
-    return 0 if raw is None else parse_int(raw, "ledger scope id", -(2**63), _INT64_MAX)
+    return 0 if raw is None else parse_int(raw, "ledger scope id", INT64_MIN, INT64_MAX)
 
 
 def resolve_ledger(args: argparse.Namespace) -> LedgerName:

@@ -689,3 +689,25 @@ def test_another_committer_publishes_with_an_idempotency_key_in_the_same_multi(
         registry.publish(dataset, [], replace_all=False, job_id=job_id, key=CommitKey(writer, 0))
         registry.forget_job(job_id)
     assert [w for w, _ in registry.root(dataset).keys] == ["other-a", "other-b"]  # type: ignore[union-attr]
+
+
+def test_a_row_over_the_frame_limit_fails_its_task_naming_row_partition_and_option(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """The client refuses the entry locally; the writer restates it with the row, the partition and the option key."""
+    from bkspark.client.conf import DEFAULT_MAX_FRAME_SIZE
+    from bkspark.datasource.writer import FRAME_LIMIT_OPTION
+    from bkspark.errors import EntryTooLargeError
+
+    dataset = "too-large"
+    old = seed(uri, dataset)
+    writer = new_writer(uri, dataset, overwrite=False)
+    with pytest.raises(EntryTooLargeError) as raised:
+        task(writer, [b"fits", b"x" * (DEFAULT_MAX_FRAME_SIZE + 1), b"never-sent"])
+    message = str(raised.value)
+    assert "row 1 of partition 0" in message and FRAME_LIMIT_OPTION in message
+    assert raised.value.context["partition"] == 0 and raised.value.context["row"] == 1
+    # Spark aborts the job: the failed task's ledger goes, the dataset keeps exactly its old rows.
+    assert spark_commit_abort(writer) == "aborted"
+    assert read_rows(uri, dataset) == old
+    assert_clean(bk, registry, dataset)

@@ -162,3 +162,16 @@ def test_id_generation_paths() -> None:
         zp.sequential_id("/elsewhere/ID-1", zp.idgen_prefix(ROOT))
     with pytest.raises(InvalidOptionError):
         zp.compose_long_id(1, 2**31 - 1)
+
+
+def test_bkspark_tree_paths_sit_under_the_ledgers_root_and_ignore_a_trailing_slash() -> None:
+    from bkspark.protocol import zk_paths as zp
+
+    for root in ("/ledgers", "/ledgers/"):
+        assert zp.bkspark_path(root) == "/ledgers/bkspark"
+        assert zp.audit_path(root) == "/ledgers/bkspark/audit"
+        assert zp.datasets_path(root) == "/ledgers/bkspark/datasets"
+        assert zp.write_jobs_path(root) == "/ledgers/bkspark/jobs"
+    assert zp.bkspark_path("") == "/bkspark"
+    # Not a ledger parent and not a ledger: listing the ledgers root skips it.
+    assert not zp.is_ledger_parent_node(zp.BKSPARK)
