@@ -59,9 +59,8 @@ MAX_RECORD_BYTES = 4096
 CONFIG_KEYS = ("auditPeriodSeconds", "gracePeriodSeconds", "parentGracePeriodSeconds")
 
 
-def audit_root(root: str) -> str:
-    """``<root>/bkspark/audit`` (its home: bkspark/protocol/zk_paths.py)."""
-    return zk_paths.audit_path(root)
+#: ``<root>/bkspark/audit``; its home is bkspark/protocol/zk_paths.py, re-exported for the auditor.
+audit_root = zk_paths.audit_path
 
 
 def orphans_path(root: str) -> str:
