@@ -128,3 +128,29 @@ def test_json_log_lines() -> None:
     record.port = 3181
     line = json.loads(JsonFormatter().format(record))
     assert line["msg"] == "hello world" and line["port"] == 3181 and line["level"] == "INFO"
+
+
+def test_client_connections_have_nagle_off(tmp_path: Path) -> None:
+    """As Java bookies (serverTcpNoDelay): a small response never waits for the client's delayed ACK."""
+    import socket
+
+    async def body() -> None:
+        app = BookieApp(conf_for(tmp_path, httpServerEnabled="false"))
+        await app.start()
+        try:
+            assert app.server is not None
+            reader, writer = await asyncio.open_connection("127.0.0.1", app.conf.bookiePort)
+            try:
+                for _ in range(100):
+                    if app.server._connections:
+                        break
+                    await asyncio.sleep(0.01)
+                (conn,) = app.server._connections
+                sock = conn.transport.get_extra_info("socket")
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+            finally:
+                writer.close()
+        finally:
+            await app.stop()
+
+    asyncio.run(body())
