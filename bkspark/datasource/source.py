@@ -106,16 +106,15 @@ class BookKeeperDataSource(DataSource):
         return writer
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 - Spark's name
-        """``df.writeStream.format("bookkeeper")``: exactly-once appends to a dataset (docs/streaming.md)."""
-        from bkspark.datasource.stream_writer import BookKeeperStreamWriter, parse_stream_write_options
-        from bkspark.errors import InvalidOptionError
+        """``df.writeStream.format("bookkeeper")``: exactly-once micro-batches into a dataset (docs/streaming.md).
 
-        if overwrite:
-            raise InvalidOptionError(
-                "[BOOKKEEPER_SINK_MODE] the bookkeeper sink appends: use outputMode('append') (or 'update')"
-            )
+        Spark passes ``overwrite=True`` for output mode ``complete`` (it truncates the table): each batch then
+        replaces the dataset's rows; ``append`` adds them.
+        """
+        from bkspark.datasource.stream_writer import BookKeeperStreamWriter, parse_stream_write_options
+
         options, checkpoint = parse_stream_write_options(self.options)
-        return BookKeeperStreamWriter(options, *_payload_column(schema), checkpoint)
+        return BookKeeperStreamWriter(options, *_payload_column(schema), checkpoint, complete=overwrite)
 
 
 def _payload_column(schema: Any) -> tuple[int, bool]:

@@ -5,15 +5,25 @@ hands each side:
 
 * Tasks (executors) do not get the batch id as an argument; Spark's task local properties carry it
   (``streaming.sql.batchId``) and the query run (``spark.jobGroup.id``, the run id).  A task names its job
-  ``stream-<query>-<batch>-<run>``, creates the job's record if it is the first (idempotent), and writes its rows
-  into a ledger of its own, registered under the job before the first entry (the batch writer's ``write``).
-* The driver's ``commit(messages, batchId)`` publishes the batch's ledgers and records ``batchId`` under the
-  query's key (``stream-<query>``, ``<query>`` a digest of the checkpoint location) in the same ZooKeeper
-  ``multi``.  A batch committed again (Spark crashed after our commit and before its own ``commits/N``, then
-  replayed the batch) publishes nothing: its new ledgers are duplicates and are deleted at once.
-* ``abort(messages, batchId)`` fences and deletes the batch's jobs of every run.  A run that died before its
-  commit or abort leaves a job in state ``writing``: ``bkspark shell recoverjobs`` removes it (stream batches
-  have no job parent ledger, so the orphan audit does not flag those ledgers).
+  ``stream-<query>-<batch>-<run>``; the first task of the job creates its record with a freshly reserved parent
+  ledger id (the others read it), and each task writes its rows into a ledger of its own, a child of that parent,
+  registered under the job before the first entry (the batch writer's ``write``).
+* The driver's ``commit(messages, batchId)`` publishes the batch's ledgers, records ``batchId`` under the
+  query's key (``stream-<query>``, ``<query>`` a digest of the checkpoint location) and creates the job's parent
+  ledger, all in the same ZooKeeper ``multi``.  A batch committed again (Spark crashed after our commit and
+  before its own ``commits/N``, then replayed the batch) publishes nothing: its new ledgers are duplicates and are
+  deleted at once.  Then every job of an earlier run of the query for this batch or an earlier one (a run that
+  died) is finished or aborted: a restart from the checkpoint removes what the dead run left.
+* ``abort(messages, batchId)`` fences and deletes the batch's jobs of every run.
+
+So, as for a batch job, the parent exists exactly when the batch committed: the ledgers a dead run left name a
+missing parent, and the orphan audit reports them (``BROKEN_PARENT_REF``) until the restarted query's next
+commit, its ``abort`` or ``bkspark shell recoverjobs`` removes them.
+
+Output modes: ``append`` (each batch's rows are added) and ``complete`` (each batch's rows replace the dataset's,
+atomically: the commit's ``multi`` publishes them as an overwrite does, and the clean-up deletes the replaced
+ledgers and their parents).  Spark itself refuses ``update`` for every Python data source.  See
+docs/streaming.md.
 """
 
 from __future__ import annotations
@@ -58,8 +68,20 @@ def query_writer(checkpoint_location: str) -> str:
     return f"stream-{digest}"
 
 
-def _job_prefix(writer: str, batch_id: int) -> str:
-    return f"{writer}-{batch_id}-"
+def batch_job_id(writer: str, batch_id: int, run_id: str) -> str:
+    """The write job of one micro-batch of one query run: ``<writer>-<batch>-<run>``."""
+    return f"{writer}-{batch_id}-{run_id}"
+
+
+def parse_batch_job_id(writer: str, job_id: str) -> tuple[int, str] | None:
+    """``(batch, run)`` of a job of this query (``writer``), None for any other job."""
+    head = f"{writer}-"
+    if not job_id.startswith(head):
+        return None
+    batch, sep, run = job_id[len(head):].partition("-")
+    if not (sep and batch.isdigit() and run):
+        return None
+    return int(batch), run
 
 
 @dataclass
@@ -72,35 +94,59 @@ class StreamCommitMessage(LedgerCommitMessage):
 class _TaskWriter(BookKeeperWriter):
     """The batch writer's task side, under a job id the task derives from Spark's local properties."""
 
-    def __init__(self, options: WriteOptions, payload_index: int, payload_is_string: bool, writer: str) -> None:
-        super().__init__(options, payload_index, payload_is_string, overwrite=False)
+    def __init__(
+        self, options: WriteOptions, payload_index: int, payload_is_string: bool, writer: str, complete: bool = False
+    ) -> None:
+        super().__init__(options, payload_index, payload_is_string, overwrite=complete)
         self.writer = writer
 
     def write(self, iterator: Iterator[Any]) -> StreamCommitMessage:
-        import time
-
         from pyspark import TaskContext
-
-        from bkspark.datasource.datasets import JobRecord, JobState
 
         context = TaskContext.get()
         batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) if context else None
         run_id = (context.getLocalProperty(RUN_ID_PROPERTY) if context else None) or "norun"
         if batch_id is None:
             raise InvalidOptionError("[BOOKKEEPER_NOT_STREAMING] the bookkeeper stream writer runs only in a streaming query")
-        self.job_id = f"{_job_prefix(self.writer, int(batch_id))}{run_id}"
+        return self.write_batch(iterator, int(batch_id), run_id)
+
+    def write_batch(self, iterator: Iterator[Any], batch_id: int, run_id: str) -> StreamCommitMessage:
+        """One task of micro-batch ``batch_id`` of run ``run_id``: join (or begin) the batch's job, write a ledger."""
+        self.job_id = batch_job_id(self.writer, batch_id, run_id)
         batches = iter(iterator)
         first = next((b for b in batches if b.num_rows), None)
         if first is not None:
-            bk = self._client()
-            record = JobRecord(state=JobState.WRITING, dataset=self.options.dataset, created_ms=int(time.time() * 1000))
-            self._registry(bk).begin_job(self.job_id, record)  # the first task of the batch creates it
+            self.parent_ledger_id = self._join_job()
         chained = iter(()) if first is None else _prepend(first, batches)
         message = super().write(chained)
         return StreamCommitMessage(
             message.scope_id, message.ledger_id, message.entry_count, message.byte_count,
             message.partition_id, message.attempt, self.job_id,
         )
+
+    def _join_job(self) -> int | None:
+        """The job's parent ledger id: the first task creates the record with a new one, the others read it."""
+        import time
+
+        from bkspark.datasource.datasets import JobGoneError, JobRecord, JobState
+        from bkspark.datasource.faults import fault_point
+        from bkspark.datasource.writer import reserve_parent_id
+
+        bk = self._client()
+        registry = self._registry(bk)
+        record = registry.job(self.job_id)
+        if record is None:
+            scope_id = self.options.scope_id
+            fresh = JobRecord(
+                state=JobState.WRITING, dataset=self.options.dataset, overwrite=self.overwrite,
+                parent=(scope_id, reserve_parent_id(bk, scope_id)), created_ms=int(time.time() * 1000),
+            )
+            registry.begin_job(self.job_id, fresh)  # a no-op when another task of the batch won the race
+            fault_point("job.begun")
+            record = registry.job(self.job_id)
+        if record is None or record.state is not JobState.WRITING:
+            raise JobGoneError(f"write job {self.job_id} was aborted or finished before this task could write")
+        return None if record.parent is None else record.parent[1]
 
 
 def _prepend(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
@@ -109,12 +155,17 @@ def _prepend(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
 
 
 class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
-    """Appends every micro-batch to a dataset exactly once (see the module's docstring)."""
+    """Writes every micro-batch into a dataset exactly once (see the module's docstring)."""
 
-    def __init__(self, options: WriteOptions, payload_index: int, payload_is_string: bool, checkpoint: str) -> None:
+    def __init__(
+        self, options: WriteOptions, payload_index: int, payload_is_string: bool, checkpoint: str,
+        complete: bool = False,
+    ) -> None:
         self.options = options
         self.writer = query_writer(checkpoint)
-        self._tasks = _TaskWriter(options, payload_index, payload_is_string, self.writer)
+        #: Output mode complete: each batch replaces the dataset's rows (else: appends to them).
+        self.complete = complete
+        self._tasks = _TaskWriter(options, payload_index, payload_is_string, self.writer, complete)
 
     def write(self, iterator: Iterator[Any]) -> StreamCommitMessage:
         return self._tasks.write(iterator)
@@ -124,38 +175,96 @@ class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
         return bk, self._tasks._registry(bk)
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's name
-        """Publish the batch's ledgers with the key (query, batchId) in one ``multi``; a replay publishes nothing."""
-        from bkspark.datasource.datasets import CommitKey
+        """Publish the batch with the key (query, batchId) in one ``multi``; a replay publishes nothing.
+
+        Then the jobs that earlier, dead runs of the query left for this batch or an earlier one are finished or
+        aborted (their ledgers deleted unless a manifest names them).
+        """
         from bkspark.datasource.writer import CommitCleaner
 
-        ledgers = [(m.scope_id, m.ledger_id) for m in messages if isinstance(m, StreamCommitMessage) and m.ledger_id != NO_LEDGER]
-        jobs = sorted({m.job_id for m in messages if isinstance(m, StreamCommitMessage) and m.ledger_id != NO_LEDGER})
-        if not jobs:
-            return  # an empty batch: nothing to publish, and Spark records the batch itself
-        if len(jobs) != 1:
-            raise InvalidOptionError(f"[BOOKKEEPER_SINK] batch {batchId} was written by several runs {jobs}: not committing")
-        job_id = jobs[0]
+        batch = int(batchId)
+        written = [m for m in messages if isinstance(m, StreamCommitMessage) and m.ledger_id != NO_LEDGER]
+        ledgers = [(m.scope_id, m.ledger_id) for m in written]
+        jobs = sorted({m.job_id for m in written})
+        if len(jobs) > 1:
+            raise InvalidOptionError(f"[BOOKKEEPER_SINK] batch {batch} was written by several runs {jobs}: not committing")
         bk, registry = self._registry()
-        dataset = self.options.dataset
-        result = registry.publish(
-            dataset, ledgers, replace_all=False, job_id=job_id, key=CommitKey(self.writer, int(batchId)),
-        )
         cleaner = CommitCleaner(bk, registry)
+        if jobs:
+            self._publish(bk, registry, cleaner, jobs[0], ledgers, batch)
+        elif self.complete:
+            runs = sorted({m.job_id for m in messages if isinstance(m, StreamCommitMessage) and m.job_id})
+            self._publish_nothing(registry, cleaner, runs[0] if runs else batch_job_id(self.writer, batch, "driver"), batch)
+        # An empty append batch publishes nothing: Spark records the batch itself.
+        self._remove_dead_runs(registry, cleaner, batch, keep=set(jobs))
+
+    def _publish(self, bk: Any, registry: Any, cleaner: Any, job_id: str, ledgers: list[tuple[int, int]], batch: int) -> None:
+        """The commit point of a batch with rows: ledgers, key and the job's parent in one ``multi``."""
+        import copy
+
+        from bkspark.datasource.datasets import CommitKey, JobState
+        from bkspark.datasource.faults import fault_point
+
+        dataset = self.options.dataset
+        record = registry.job(job_id)
+        parent = record.parent if record is not None else None
+        extra = []
+        if parent is not None and record is not None and record.state is JobState.WRITING:
+            marker = copy.copy(self._tasks)  # the parent's tags and create context name this batch's job
+            marker.job_id = job_id
+            extra.append(marker._parent_znode(bk, ledgers[0], parent))
+        result = registry.publish(
+            dataset, ledgers, replace_all=self.complete, job_id=job_id, key=CommitKey(self.writer, batch),
+            parents=[parent] if parent else [], extra_creates=extra,
+            before_multi=lambda: fault_point("commit.shards-written"),
+        )
         if result.already:
             log.info("batch %s of %s was committed before: its replayed ledgers %s are duplicates, deleting them",
-                     batchId, self.writer, ledgers)
+                     batch, self.writer, ledgers)
             cleaner.abort_job(job_id, dataset, extra_ledgers=ledgers)
         else:
             cleaner.finish_commit(job_id, dataset, extra_ledgers=ledgers)
+
+    def _publish_nothing(self, registry: Any, cleaner: Any, job_id: str, batch: int) -> None:
+        """Output mode complete, a batch without rows: the dataset becomes empty (atomically, exactly once)."""
+        import time
+
+        from bkspark.datasource.datasets import CommitKey, JobRecord, JobState
+
+        dataset = self.options.dataset
+        registry.begin_job(job_id, JobRecord(JobState.WRITING, dataset, overwrite=True, created_ms=int(time.time() * 1000)))
+        result = registry.publish(dataset, [], replace_all=True, job_id=job_id, key=CommitKey(self.writer, batch))
+        if result.already:
+            cleaner.abort_job(job_id, dataset)
+        else:
+            cleaner.finish_commit(job_id, dataset)
+
+    def _remove_dead_runs(self, registry: Any, cleaner: Any, batch: int, keep: set[str]) -> None:
+        """Finish or abort the jobs of other runs of this query for batches up to ``batch``.
+
+        Such a job belongs to a run that died (one checkpoint has one live run, and Spark starts batch N only
+        after N - 1 ended): a ``writing`` one can never publish any more (its batch's key is recorded), a
+        ``committed`` one only needs its clean-up.  Errors are logged, not raised: the batch is committed.
+        """
+        for job_id in registry.jobs():
+            parsed = parse_batch_job_id(self.writer, job_id)
+            if parsed is None or job_id in keep or parsed[0] > batch:
+                continue
+            try:
+                record = registry.job(job_id)
+                cleaner.abort_job(job_id, record.dataset if record is not None else self.options.dataset)
+                log.info("removed job %s that a dead run of %s left", job_id, self.writer)
+            except Exception as exc:  # noqa: BLE001 - after the commit point nothing may fail the batch
+                log.warning("could not remove job %s that a dead run left (recoverjobs will): %s", job_id, exc)
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
         """Fence and delete every job of this batch (any run): none of it is committed."""
         from bkspark.datasource.writer import CommitCleaner
 
         bk, registry = self._registry()
-        prefix = _job_prefix(self.writer, int(batchId))
         ledgers = [(m.scope_id, m.ledger_id) for m in messages if isinstance(m, StreamCommitMessage) and m.ledger_id != NO_LEDGER]
         cleaner = CommitCleaner(bk, registry)
         for job_id in registry.jobs():
-            if job_id.startswith(prefix):
+            parsed = parse_batch_job_id(self.writer, job_id)
+            if parsed is not None and parsed[0] == int(batchId):
                 cleaner.abort_job(job_id, self.options.dataset, extra_ledgers=ledgers)

@@ -46,6 +46,7 @@ __all__ = [
     "TAG_ROLE",
     "JOB_PARENT_ROLE",
     "NO_LEDGER",
+    "reserve_parent_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,17 @@ def _row_too_large(error: Any, partition_id: int, row: int, size: int) -> Any:
     )
 
 
+def reserve_parent_id(bk: Any, scope_id: int) -> int:
+    """A ledger id for a job's parent, which no other ledger can get.
+
+    Scope 0 draws it from the cluster's id generator; a BP-35 scope has no generator, so it is a random 63-bit
+    id, as the client draws for scoped ledgers.
+    """
+    if scope_id == 0:
+        return int(bk.store.generate_ledger_id())
+    return uuid.uuid4().int & INT64_MAX
+
+
 class BookKeeperWriter(DataSourceArrowWriter):
     """Writes the ``payload`` column (binary or string) of every row as one entry."""
 
@@ -134,19 +146,14 @@ class BookKeeperWriter(DataSourceArrowWriter):
     def reserve_parent(self) -> int:
         """Driver side, before the writer is pickled to the tasks: reserve the parent id and begin the job.
 
-        Scope 0 draws the parent id from the cluster's id generator, so no other ledger can ever get it; a BP-35
-        scope has no generator, so it is a random 63-bit id, as the client draws for scoped ledgers.  Then the
-        job's record is created (state ``writing``): tasks can only register ledgers under an existing record,
-        and ``abort`` fences it.
+        The parent id comes from :func:`reserve_parent_id`.  Then the job's record is created (state
+        ``writing``): tasks can only register ledgers under an existing record, and ``abort`` fences it.
         """
         from bkspark.datasource.datasets import JobRecord, JobState
 
         bk = self._client()
         if self.parent_ledger_id is None:
-            if self.options.scope_id == 0:
-                self.parent_ledger_id = int(bk.store.generate_ledger_id())
-            else:
-                self.parent_ledger_id = uuid.uuid4().int & INT64_MAX
+            self.parent_ledger_id = reserve_parent_id(bk, self.options.scope_id)
         record = JobRecord(
             state=JobState.WRITING, dataset=self.options.dataset, overwrite=self.overwrite,
             parent=(self.options.scope_id, self.parent_ledger_id), created_ms=int(time.time() * 1000),

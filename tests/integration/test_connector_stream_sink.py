@@ -1,9 +1,12 @@
 """The exactly-once ``writeStream.format("bookkeeper")`` sink against real ZooKeeper, Python bookies and Spark.
 
 * The commit protocol step by step, without Spark: a batch committed twice publishes once, a replayed batch's
-  new ledgers are deleted, an aborted batch leaves nothing.
-* A Spark query from the bookkeeper source into the sink: every input entry lands in the dataset exactly once.
-* (fault) The same query's driver SIGKILLed at random points several times, restarted from its checkpoint.
+  new ledgers are deleted, an aborted batch leaves nothing; what a dead run leaves is reported by the orphan
+  audit and removed by the restarted query's next commit; output mode complete replaces the dataset.
+* A Spark query from the bookkeeper source into the sink: every input entry lands in the dataset exactly once;
+  a streaming aggregation in output mode complete leaves exactly its last result; update mode is refused.
+* (fault) The same query's driver SIGKILLed at random points several times, restarted from its checkpoint; and
+  killed at two chosen points of one batch's commit, with the audit's findings checked after each kill.
 """
 
 from __future__ import annotations
@@ -17,15 +20,20 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Iterator
 
 import pyarrow as pa
 import pytest
 
+from bkspark.audit import Auditor, OrphanReason, list_orphans
 from bkspark.client import BookKeeper
+from bkspark.context import read_create_context
+from bkspark.datasource.clients import client_conf, evict_client
 from bkspark.datasource.datasets import DatasetRegistry, JobRecord, JobState
 from bkspark.datasource.options import parse_write_options
 from bkspark.datasource.stream_writer import BookKeeperStreamWriter, StreamCommitMessage
-from bkspark.datasource.writer import BookKeeperWriter, recover_jobs
+from bkspark.datasource import faults
+from bkspark.datasource.writer import JOB_PARENT_ROLE, TAG_ROLE, recover_jobs
 from bkspark.errors import NoSuchLedgerMetadataError
 from tests.integration.test_connector_spark import spark, write_bkspark_ledger  # noqa: F401 - the Spark fixture
 from tests.integration.test_connector_streaming import bk, py_cluster  # noqa: F401 - bookies of this module
@@ -35,20 +43,46 @@ pytestmark = [pytest.mark.integration]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def sink_writer(uri: str, dataset: str, checkpoint: str) -> BookKeeperStreamWriter:
+@pytest.fixture(scope="module", autouse=True)
+def sink_client(py_cluster) -> Iterator[None]:  # noqa: F811
+    """The connector's cached client that the sink's commits use in this process: closed before the cluster."""
+    yield
+    evict_client(py_cluster.metadata_service_uri, client_conf(()))
+
+
+def audit(uri: str, bk: BookKeeper) -> dict[tuple[int, int], set[tuple[OrphanReason, int]]]:  # noqa: F811
+    """One audit pass (no parent grace period): (scope, ledger) -> {(reason, detail)} as it recorded them."""
+    auditor = Auditor(uri, grace_period=3600, parent_grace_period=0, audit_period=3600)
+    try:
+        auditor.audit_once()
+    finally:
+        auditor.stop()
+    found: dict[tuple[int, int], set[tuple[OrphanReason, int]]] = {}
+    for record in list_orphans(bk.zk, bk.ledgers_root):
+        found.setdefault((record.scope_id, record.ledger_id), set()).add((record.reason, record.detail))
+    return found
+
+
+def parent_of(bk: BookKeeper, lid: int) -> int:  # noqa: F811
+    """The ``childOfLedger`` a sink ledger's create context names."""
+    create = read_create_context(bk.get_ledger_metadata(lid).custom_metadata)
+    assert create is not None and create.child_of_ledger is not None
+    return create.child_of_ledger.ledger_id
+
+
+def query_jobs(bk: BookKeeper, writer: BookKeeperStreamWriter) -> list[str]:  # noqa: F811
+    return [j for j in DatasetRegistry(bk.zk, bk.ledgers_root).jobs() if j.startswith(writer.writer + "-")]
+
+
+def sink_writer(uri: str, dataset: str, checkpoint: str, complete: bool = False) -> BookKeeperStreamWriter:
     options = parse_write_options({"metadataServiceUri": uri, "dataset": dataset})
-    return BookKeeperStreamWriter(options, 0, False, checkpoint)
+    return BookKeeperStreamWriter(options, 0, False, checkpoint, complete=complete)
 
 
 def run_task(writer: BookKeeperStreamWriter, batch_id: int, run: str, payloads: list[bytes]) -> StreamCommitMessage:
-    """What one Spark task of ``batch_id`` does (its job id from the local properties, here given)."""
-    tasks = writer._tasks
-    tasks.job_id = f"{writer.writer}-{batch_id}-{run}"
-    bk_client = tasks._client()
-    tasks._registry(bk_client).begin_job(tasks.job_id, JobRecord(JobState.WRITING, writer.options.dataset))
-    message = BookKeeperWriter.write(tasks, iter([pa.record_batch([pa.array(payloads, pa.binary())], names=["payload"])]))
-    return StreamCommitMessage(message.scope_id, message.ledger_id, message.entry_count, message.byte_count,
-                               message.partition_id, message.attempt, tasks.job_id)
+    """What one Spark task of ``batch_id`` does (its batch and run ids from the local properties, here given)."""
+    rows = [pa.record_batch([pa.array(payloads, pa.binary())], names=["payload"])] if payloads else []
+    return writer._tasks.write_batch(iter(rows), batch_id, run)
 
 
 def dataset_payloads(bk: BookKeeper, name: str) -> list[bytes]:  # noqa: F811
@@ -107,6 +141,82 @@ def test_commit_twice_publishes_once_and_replayed_or_aborted_batches_leave_nothi
     assert dataset_payloads(bk, name) == [b"a", b"b", b"c", b"d"]
     assert (dead.job_id, "stale writing job aborted") in recover_jobs(bk, registry, dataset=name, stale_after=0)
     assert not exists(bk, dead.ledger_id) and dataset_payloads(bk, name) == [b"a", b"b", b"c", b"d"]
+
+
+def test_a_dead_runs_batch_is_audited_and_the_restarted_querys_commit_removes_it(bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    uri = py_cluster.metadata_service_uri
+    name = f"dead-{uuid.uuid4().hex[:8]}"
+    writer = sink_writer(uri, name, str(tmp_path / "cp"))
+    first = run_task(writer, 0, "runA", [b"a", b"b"])
+    writer.commit([first], 0)
+    # Committed: the batch's parent exists (a commit marker), its child is in the manifest; nothing is reported.
+    committed_parent = parent_of(bk, first.ledger_id)
+    assert bk.get_ledger_metadata(committed_parent).custom_metadata[TAG_ROLE] == JOB_PARENT_ROLE
+    assert not {(0, first.ledger_id), (0, committed_parent)} & set(audit(uri, bk))
+
+    # Run A dies in batch 1, after both of its tasks wrote (no commit, no abort): the tasks' ledgers share the
+    # parent the first task reserved, which does not exist, so the audit reports each of them.
+    dead = [run_task(writer, 1, "runA", [b"c"]), run_task(writer, 1, "runA", [b"d"])]
+    dead_parent = parent_of(bk, dead[0].ledger_id)
+    assert parent_of(bk, dead[1].ledger_id) == dead_parent and not exists(bk, dead_parent)
+    found = audit(uri, bk)
+    assert {pair: found.get(pair) for pair in [(0, m.ledger_id) for m in dead]} == {
+        (0, m.ledger_id): {(OrphanReason.BROKEN_PARENT_REF, dead_parent)} for m in dead
+    }
+    assert dataset_payloads(bk, name) == [b"a", b"b"]
+
+    # Run B (restarted from the checkpoint) replays batch 1 and commits it: the rows once, run A's job gone.
+    replay = [run_task(writer, 1, "runB", [b"c"]), run_task(writer, 1, "runB", [b"d"])]
+    writer.commit(replay, 1)
+    assert sorted(dataset_payloads(bk, name)) == [b"a", b"b", b"c", b"d"]
+    assert not any(exists(bk, m.ledger_id) for m in dead) and query_jobs(bk, writer) == []
+    assert not {(0, m.ledger_id) for m in dead + replay} & set(audit(uri, bk))
+
+    # Run B dies in batch 2 right after its commit point (its clean-up never ran: the record stays committed);
+    # run C replays batch 2: nothing is published twice, and run B's leftover job is finished.
+    doomed = run_task(writer, 2, "runB", [b"e"])
+    with faults.injected("commit.published=connection-loss"):
+        writer.commit([doomed], 2)  # the commit point passed; each clean-up attempt fails
+    assert query_jobs(bk, writer) == [doomed.job_id]
+    again = run_task(writer, 2, "runC", [b"e"])
+    writer.commit([again], 2)
+    assert sorted(dataset_payloads(bk, name)) == [b"a", b"b", b"c", b"d", b"e"]
+    assert not exists(bk, again.ledger_id) and exists(bk, doomed.ledger_id) and query_jobs(bk, writer) == []
+
+
+def test_complete_mode_replaces_the_dataset_once_per_batch(bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    uri = py_cluster.metadata_service_uri
+    name = f"complete-{uuid.uuid4().hex[:8]}"
+    writer = sink_writer(uri, name, str(tmp_path / "cp"), complete=True)
+    batch0 = [run_task(writer, 0, "runA", [b"k0=1"]), run_task(writer, 0, "runA", [b"k1=1"])]
+    writer.commit(batch0, 0)
+    assert sorted(dataset_payloads(bk, name)) == [b"k0=1", b"k1=1"]
+    parent0 = parent_of(bk, batch0[0].ledger_id)
+
+    # Batch 1's result replaces batch 0's: batch 0's ledgers and their parent are deleted by the clean-up.
+    batch1 = [run_task(writer, 1, "runA", [b"k0=2", b"k1=1"]), run_task(writer, 1, "runA", [])]
+    writer.commit(batch1, 1)
+    assert sorted(dataset_payloads(bk, name)) == [b"k0=2", b"k1=1"]
+    assert not any(exists(bk, lid) for lid in [m.ledger_id for m in batch0] + [parent0])
+    parent1 = parent_of(bk, batch1[0].ledger_id)
+    assert exists(bk, parent1)
+
+    # A replay of batch 1 (a restarted run) changes nothing; its ledger is a duplicate and goes.
+    replay = run_task(writer, 1, "runB", [b"k0=2", b"k1=1"])
+    writer.commit([replay], 1)
+    assert sorted(dataset_payloads(bk, name)) == [b"k0=2", b"k1=1"] and not exists(bk, replay.ledger_id)
+
+    # An empty result (every task empty) empties the dataset, and only once.
+    writer.commit([run_task(writer, 2, "runB", []), run_task(writer, 2, "runB", [])], 2)
+    registry = DatasetRegistry(bk.zk, bk.ledgers_root)
+    assert dataset_payloads(bk, name) == [] and registry.manifest(name) is not None
+    assert not exists(bk, batch1[0].ledger_id) and not exists(bk, parent1)
+    batch3 = run_task(writer, 3, "runB", [b"k2=1"])
+    writer.commit([batch3], 3)
+    writer.commit([run_task(writer, 2, "runC", [])], 2)  # a late replay of the empty batch 2: already published
+    assert dataset_payloads(bk, name) == [b"k2=1"]
+    assert query_jobs(bk, writer) == []
+    assert not {(0, batch3.ledger_id), (0, parent_of(bk, batch3.ledger_id))} & set(audit(uri, bk))
 
 
 def test_bookkeeper_to_bookkeeper_query_writes_each_entry_once(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
