@@ -33,7 +33,7 @@ from bkspark.datasource.datasets import DatasetRegistry, JobRecord, JobState
 from bkspark.datasource.options import parse_write_options
 from bkspark.datasource.stream_writer import BookKeeperStreamWriter, StreamCommitMessage
 from bkspark.datasource import faults
-from bkspark.datasource.writer import JOB_PARENT_ROLE, TAG_ROLE, recover_jobs
+from bkspark.datasource.writer import JOB_PARENT_ROLE, TAG_DATASET, TAG_JOB, TAG_ROLE, recover_jobs
 from bkspark.errors import NoSuchLedgerMetadataError
 from tests.integration.test_connector_spark import spark, write_bkspark_ledger  # noqa: F401 - the Spark fixture
 from tests.integration.test_connector_streaming import bk, py_cluster  # noqa: F401 - bookies of this module
@@ -237,6 +237,40 @@ def test_bookkeeper_to_bookkeeper_query_writes_each_entry_once(spark, bk, py_clu
     assert rows.count() == 120
 
 
+def test_an_aggregation_in_complete_mode_leaves_exactly_its_last_result(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    from pyspark.sql import functions as F
+
+    uri = py_cluster.metadata_service_uri
+    name = f"counts-{uuid.uuid4().hex[:8]}"
+    lid = write_bkspark_ledger(bk, [b"k%d" % (i % 3) for i in range(60)])
+    counts = (
+        spark.readStream.format("bookkeeper").option("metadataServiceUri", uri).option("ledgers", str(lid))
+        .option("maxEntriesPerTrigger", "20").load()
+        .groupBy(F.col("payload").cast("string").alias("key")).count()
+        .select(F.concat("key", F.lit("="), F.col("count").cast("string")).alias("payload"))
+    )
+    sink = (
+        counts.writeStream.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", name)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+    )
+    query = sink.outputMode("complete").trigger(availableNow=True).start()
+    assert query.awaitTermination(240)
+    assert [p.numInputRows for p in query.recentProgress if p.numInputRows] == [20, 20, 20]
+    # Three batches, each replacing the whole result: the dataset holds the last one, once.
+    assert sorted(dataset_payloads(bk, name)) == [b"k0=20", b"k1=20", b"k2=20"]
+    manifest = DatasetRegistry(bk.zk, bk.ledgers_root).manifest(name)
+    assert manifest is not None
+    jobs = {bk.get_ledger_metadata(lid, scope_id=scope).custom_metadata[TAG_JOB].decode() for scope, lid in manifest.ledgers}
+    assert len(jobs) == 1 and jobs.pop().split("-")[2] == "2"  # stream-<query>-<batch>-<run>: batch 2's job only
+    # The earlier batches' ledgers were deleted: the sink's ledgers left are batch 2's and their parent.
+    sink_ledgers = [x for x in bk.list_ledgers() if bk.get_ledger_metadata(x).custom_metadata.get(TAG_DATASET) == name.encode()]
+    assert sorted(sink_ledgers) == sorted({lid for _, lid in manifest.ledgers} | {parent_of(bk, manifest.ledgers[0][1])})
+
+    # Update mode: Spark refuses it for every Python data source (no SupportsStreamingUpdateAsAppend).
+    with pytest.raises(Exception, match="bookkeeper does not support Update mode"):
+        sink.option("checkpointLocation", str(tmp_path / "cp-update")).outputMode("update").start().awaitTermination(60)
+
+
 @pytest.mark.fault
 def test_exactly_once_with_the_driver_sigkilled_at_random_points(bk, py_cluster, tmp_path) -> None:  # noqa: F811
     uri = py_cluster.metadata_service_uri
@@ -280,3 +314,73 @@ def test_exactly_once_with_the_driver_sigkilled_at_random_points(bk, py_cluster,
     assert kills >= 1
     assert set(counts) == set(payloads), f"seed {seed}: missing {set(payloads) - set(counts)}"
     assert all(n == 1 for n in counts.values()), f"seed {seed}: duplicates {[p for p, n in counts.items() if n > 1]}"
+
+
+@pytest.mark.fault
+def test_a_driver_killed_in_a_batchs_commit_leaves_what_the_audit_reports_and_its_restart_removes(bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """Killed (SIGKILL, the whole driver) in batch 0's commit, after its tasks wrote, before the commit point.
+
+    The dead run's ledgers are audited as BROKEN_PARENT_REF (their parent was never created); the restarted run
+    replays batch 0, commits it once, removes the dead run's job and ledgers, and finishes.  (A kill just after
+    the commit point, whose replay publishes nothing, is the ``runB`` case of the Spark-less test above.)
+    """
+    uri = py_cluster.metadata_service_uri
+    name = f"killed-at-{uuid.uuid4().hex[:8]}"
+    payloads = [b"c-%d" % i for i in range(60)]
+    lid = write_bkspark_ledger(bk, payloads)
+    plan = tmp_path / "faults"
+    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+               PYSPARK_PYTHON=sys.executable, BKSPARK_WRITER_FAULTS=f"@{plan}")
+    command = [sys.executable, "-m", "tests.integration.stream_sink_driver", uri, str(lid), name, str(tmp_path / "cp")]
+    registry = DatasetRegistry(bk.zk, bk.ledgers_root)
+
+    def run(attempt: int, fault_plan: str) -> int:
+        plan.write_text(fault_plan)
+        Path(f"{plan}.fired").unlink(missing_ok=True)
+        log_path = tmp_path / f"driver-{attempt}.log"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                code = proc.wait(420)
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        for _ in range(300):  # nothing of the killed driver may still run (it could still commit or abort)
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"processes of driver {attempt} are still running")
+        print(f"driver {attempt} ({fault_plan or 'no faults'}): exit {code}")
+        if code not in (0, -signal.SIGKILL):
+            raise AssertionError(log_path.read_text()[-3000:])
+        return code
+
+    def jobs_of_dataset() -> dict[str, JobRecord]:
+        records = {job: registry.job(job) for job in registry.jobs()}
+        return {job: r for job, r in records.items() if r is not None and r.dataset == name}
+
+    # Run 1: killed in batch 0's commit, after its tasks wrote and before the multi.
+    assert run(1, "commit.shards-written=kill*1") == -signal.SIGKILL
+    (dead_job, dead_record), = jobs_of_dataset().items()
+    dead_ledgers = registry.job_ledgers(dead_job)
+    assert dead_record.state is JobState.WRITING and dead_record.parent is not None and len(dead_ledgers) == 3
+    assert dataset_payloads(bk, name) == []
+    found = audit(uri, bk)
+    expected = {pair: {(OrphanReason.BROKEN_PARENT_REF, dead_record.parent[1])} for pair in dead_ledgers}
+    assert {pair: found.get(pair) for pair in dead_ledgers} == expected
+
+    # Run 2 (restarted from the checkpoint): replays batch 0 and commits it, runs batch 1, ends.
+    assert run(2, "") == 0
+    counts = Counter(dataset_payloads(bk, name))
+    assert set(counts) == set(payloads) and set(counts.values()) == {1}
+    assert jobs_of_dataset() == {} and not any(exists(bk, lid) for _, lid in dead_ledgers)
+    sink_ledgers = {(0, x) for x in bk.list_ledgers() if bk.get_ledger_metadata(x).custom_metadata.get(TAG_DATASET) == name.encode()}
+    manifest = registry.manifest(name)
+    assert manifest is not None
+    parents = {(0, parent_of(bk, lid)) for _, lid in manifest.ledgers}
+    assert sink_ledgers == set(manifest.ledgers) | parents  # nothing of the dead run survived
+    assert not sink_ledgers & set(audit(uri, bk))
