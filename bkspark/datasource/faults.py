@@ -33,7 +33,7 @@ ENV_FAULTS = "BKSPARK_WRITER_FAULTS"
 
 #: Every fault point, in the order a committing job passes them (abort's after commit's).
 FAULT_POINTS = (
-    "job.begun",             # driver: job record created (state writing), before any task runs
+    "job.begun",             # driver (stream sink: the batch's first task): job record created, state writing
     "task.registered",       # task: its ledger registered under the job, before the first entry
     "commit.shards-written", # driver: the new manifest shards written, before the multi
     "commit.published",      # driver: the multi succeeded -- THE COMMIT POINT

@@ -31,9 +31,9 @@ from bkspark.context import read_create_context
 from bkspark.datasource.clients import client_conf, evict_client
 from bkspark.datasource.datasets import DatasetRegistry, JobRecord, JobState
 from bkspark.datasource.options import parse_write_options
-from bkspark.datasource.stream_writer import BookKeeperStreamWriter, StreamCommitMessage
+from bkspark.datasource.stream_writer import BookKeeperStreamWriter, StreamCommitMessage, batch_job_id
 from bkspark.datasource import faults
-from bkspark.datasource.writer import JOB_PARENT_ROLE, TAG_DATASET, TAG_JOB, TAG_ROLE, recover_jobs
+from bkspark.datasource.writer import JOB_PARENT_ROLE, TAG_DATASET, TAG_JOB, TAG_ROLE, recover_jobs, reserve_parent_id
 from bkspark.errors import NoSuchLedgerMetadataError
 from tests.integration.test_connector_spark import spark, write_bkspark_ledger  # noqa: F401 - the Spark fixture
 from tests.integration.test_connector_streaming import bk, py_cluster  # noqa: F401 - bookies of this module
@@ -182,6 +182,31 @@ def test_a_dead_runs_batch_is_audited_and_the_restarted_querys_commit_removes_it
     writer.commit([again], 2)
     assert sorted(dataset_payloads(bk, name)) == [b"a", b"b", b"c", b"d", b"e"]
     assert not exists(bk, again.ledger_id) and exists(bk, doomed.ledger_id) and query_jobs(bk, writer) == []
+
+
+def test_tasks_racing_to_begin_a_batch_share_the_parent_of_the_record_created_first(
+    bk, py_cluster, tmp_path, monkeypatch  # noqa: F811
+) -> None:
+    uri = py_cluster.metadata_service_uri
+    name = f"race-{uuid.uuid4().hex[:8]}"
+    writer = sink_writer(uri, name, str(tmp_path / "cp"))
+    registry = DatasetRegistry(bk.zk, bk.ledgers_root)
+    winner_parent = reserve_parent_id(bk, 0)
+    # Another task of the batch creates the record between this task's look (no record yet) and its create.
+    registry.begin_job(batch_job_id(writer.writer, 0, "runA"), JobRecord(JobState.WRITING, name, parent=(0, winner_parent)))
+    real_job = DatasetRegistry.job
+    looks: list[str] = []
+
+    def first_look_misses(self: DatasetRegistry, job_id: str) -> JobRecord | None:
+        looks.append(job_id)
+        return None if len(looks) == 1 else real_job(self, job_id)
+
+    monkeypatch.setattr(DatasetRegistry, "job", first_look_misses)
+    message = run_task(writer, 0, "runA", [b"x"])
+    monkeypatch.undo()
+    assert len(looks) == 2 and parent_of(bk, message.ledger_id) == winner_parent
+    writer.commit([message], 0)
+    assert dataset_payloads(bk, name) == [b"x"] and exists(bk, winner_parent)
 
 
 def test_complete_mode_replaces_the_dataset_once_per_batch(bk, py_cluster, tmp_path) -> None:  # noqa: F811
