@@ -1,9 +1,9 @@
 """Issue 15's benchmark: end-to-end latency of ``spark.readStream.format("bookkeeper")``.
 
     python -m bench.streaming_latency [--entries 300] [--rate 20] [--bookie-kind python|java] [--long-poll-ms 2000]
-                                      [--trigger-ms 0]
+                                      [--trigger-ms 0] [--explicit-lac-ms 100] [--source-entries 40]
 
-One ZooKeeper, three bookies, Spark ``local[2]`` in this process.  A writer (explicitLacInterval 100 ms) appends
+One ZooKeeper, three bookies, Spark ``local[2]`` in this process.  A writer (--explicit-lac-ms, 100 ms) appends
 --entries entries at --rate entries per second to an open ledger of a dataset; a stream query follows the
 dataset into a ``foreachBatch`` sink, with the default trigger (``--trigger-ms 0``: the next micro-batch starts as
 soon as the last one ends) or a processing-time trigger of --trigger-ms.  Latency of an entry = the moment its
@@ -13,6 +13,11 @@ monotonic clock.  A warm-up entry first (Spark starts its Python workers), not c
 Where the time goes: the medians of Spark's own progress durations (``durationMs``) over the micro-batches that
 read rows.  ``latestOffset`` includes the source's long-poll wait for the next entry (idle time, not work);
 ``addBatch`` is the Spark job (the source's ``partitions``/``read`` and the ``foreachBatch`` function).
+
+The source alone, first (no Spark): the same writer appends --source-entries entries, 2 per second, while this
+process calls the stream reader's ``latestOffset`` in a loop, then ``partitions`` and ``read`` of each new range,
+as Spark's driver and a task would.  Append acknowledged -> ``latestOffset`` returned it is the source's share
+of the latency (it includes the wait for the entry to be confirmed: the explicit LAC interval).
 """
 
 from __future__ import annotations
@@ -34,18 +39,84 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+def _source_alone(uri: str, args: argparse.Namespace, report: Report) -> None:
+    """The stream reader driven directly, without Spark (see the module's docstring)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from bkspark.client import BookKeeper
+    from bkspark.datasource.clients import evict_client
+    from bkspark.datasource.reader import _client_settings
+    from bkspark.datasource.stream_reader import BookKeeperStreamReader, parse_stream_read_options
+
+    with BookKeeper(uri, explicitLacInterval=args.explicit_lac_ms) as bk:
+        lh = bk.create_ledger(3, 2, 2)
+        name = _publish_open_ledger(bk, lh.ledger_id)
+        options = {"metadataServiceUri": uri, "dataset": name, "longPollTimeoutMs": str(args.long_poll_ms)}
+        reader = BookKeeperStreamReader(*parse_stream_read_options(options))
+        acked: dict[int, float] = {}
+        seen: dict[int, float] = {}
+        reading: list[float] = []
+
+        def append() -> None:
+            for _ in range(args.source_entries):
+                time.sleep(0.5)
+                acked[lh.append(b"x" * args.size)] = time.monotonic()
+
+        writer = threading.Thread(target=append, name="bench-source-writer")
+        start = reader.initialOffset()
+        key = f"0:{lh.ledger_id}"
+        with timed(f"the source alone: {args.source_entries} entries, 2/s"):
+            writer.start()
+            deadline = time.monotonic() + 60 + args.source_entries
+            while len(seen) < args.source_entries and time.monotonic() < deadline:
+                end = reader.latestOffset(start, ReadAllAvailable())
+                returned = time.monotonic()
+                first, stop = start.get("ledgers", {}).get(key, 0), end["ledgers"].get(key, 0)
+                for entry_id in range(first, stop):
+                    seen.setdefault(entry_id, returned)
+                if stop > first:
+                    t0 = time.monotonic()
+                    rows = sum(batch.num_rows for part in reader.partitions(start, end) for batch in reader.read(part))
+                    reading.append((time.monotonic() - t0) * 1000)
+                    assert rows == stop - first
+                start = end
+            writer.join()
+        reader.stop()
+        lh.close()
+        evict_client(uri, _client_settings(reader.options))  # the reader's cached client, before ZooKeeper stops
+    latencies = [(seen[e] - t) * 1000 for e, t in acked.items() if e in seen]
+    if len(latencies) < len(acked):
+        report.fail("source alone", f"{len(acked) - len(latencies)} entries never returned by latestOffset")
+    if latencies:
+        report.row("source alone: append acknowledged -> latestOffset, p50", _percentile(latencies, 0.50), "ms")
+        report.row("source alone: append acknowledged -> latestOffset, p99", _percentile(latencies, 0.99), "ms")
+    if reading:
+        report.row("source alone: partitions + read of a micro-batch, median", statistics.median(reading), "ms")
+
+
+def _publish_open_ledger(bk: Any, ledger_id: int) -> str:
+    """A new dataset naming one (open) ledger, as a committing writer would publish it."""
+    from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, JobState
+
+    registry = DatasetRegistry(bk.zk, bk.ledgers_root)
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    registry.begin_job(f"{name}-publish", JobRecord(JobState.WRITING, name))
+    registry.publish(name, [(0, ledger_id)], replace_all=False, job_id=f"{name}-publish", key=CommitKey(name, 1))
+    registry.forget_job(f"{name}-publish")
+    return name
+
+
 def run(args: argparse.Namespace) -> Report:
     from pyspark.sql import SparkSession
 
     from bkspark.client import BookKeeper
-    from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, JobState
 
     report = Report(
         name="streaming_latency",
         title="readStream: append acknowledged -> row in foreachBatch (issue 15)",
         command=command_line("bench.streaming_latency"),
         params={"entries": args.entries, "rate": f"{args.rate}/s", "bookies": f"3 x {args.bookie_kind}",
-                "longPollTimeoutMs": args.long_poll_ms,
+                "longPollTimeoutMs": args.long_poll_ms, "writer explicitLacInterval": f"{args.explicit_lac_ms} ms",
                 "trigger": f"processingTime {args.trigger_ms} ms" if args.trigger_ms else "default (as fast as possible)"},
     )
     report.machine_before = machine_facts()
@@ -56,6 +127,8 @@ def run(args: argparse.Namespace) -> Report:
                 cluster.java_bookies(uri, 3, args.bk_version, "java")
             else:
                 cluster.python_bookies(uri, 3, "python")
+        if args.source_entries:
+            _source_alone(uri, args, report)
         os.environ["PYSPARK_PYTHON"] = sys.executable
         spark = (
             SparkSession.builder.master("local[2]").appName("bkspark-bench-streaming")
@@ -74,13 +147,9 @@ def run(args: argparse.Namespace) -> Report:
                 for entry_id in ids:
                     arrivals.setdefault(entry_id, now)
 
-        with BookKeeper(uri, explicitLacInterval=100) as bk:
-            registry = DatasetRegistry(bk.zk, bk.ledgers_root)
+        with BookKeeper(uri, explicitLacInterval=args.explicit_lac_ms) as bk:
             lh = bk.create_ledger(3, 2, 2)
-            name = f"bench-{uuid.uuid4().hex[:8]}"
-            registry.begin_job("bench-publish", JobRecord(JobState.WRITING, name))
-            registry.publish(name, [(0, lh.ledger_id)], replace_all=False, job_id="bench-publish", key=CommitKey("bench", 1))
-            registry.forget_job("bench-publish")
+            name = _publish_open_ledger(bk, lh.ledger_id)
             writer = (
                 spark.readStream.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", name)
                 .option("longPollTimeoutMs", str(args.long_poll_ms)).load()
@@ -134,6 +203,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
     p.add_argument("--bookie-kind", choices=("java", "python"), default="python")
     p.add_argument("--long-poll-ms", type=int, default=2000, help="the source's longPollTimeoutMs (default 2000)")
+    p.add_argument("--explicit-lac-ms", type=int, default=100,
+                   help="the writer's explicitLacInterval: how late an idle writer's last entry is confirmed (default 100)")
+    p.add_argument("--source-entries", type=int, default=40,
+                   help="entries of the source-alone part, without Spark (default 40; 0 skips it)")
     p.add_argument("--trigger-ms", type=int, default=0,
                    help="processing-time trigger interval; 0 (default): Spark's default trigger, as fast as possible")
     add_common_args(p)
