@@ -30,6 +30,7 @@ from bkspark.datasource.clients import client_conf, evict_client
 from bkspark.datasource.datasets import DatasetRegistry
 from bkspark.datasource.options import parse_write_options
 from bkspark.datasource.writer import JOB_PARENT_ROLE, TAG_DATASET, TAG_JOB, TAG_ROLE, BookKeeperWriter
+from tests.harness.process import wait_group_gone
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
 
@@ -157,14 +158,8 @@ def test_a_killed_write_job_leaves_ledgers_the_audit_reports_and_its_abort_remov
         proc.wait(timeout=60)
         log.close()
     assert proc.returncode == -signal.SIGKILL
-    for _ in range(300):  # nothing of the job survives: no JVM or Python worker could still commit or abort
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError(f"processes of the killed job's group {proc.pid} are still running")
+    # Nothing of the job survives: no JVM or Python worker could still commit or abort.
+    wait_group_gone(proc.pid, "the killed job")
     (job_id, created), = registered.items()
     assert registry.manifest("killed") is None  # never committed
     # Every ledger the job created (by its tag) is one it registered: its abort can find them all.

@@ -25,7 +25,7 @@ from typing import Iterator
 import pyarrow as pa
 import pytest
 
-from bkspark.audit import Auditor, OrphanReason, list_orphans
+from bkspark.audit import OrphanReason
 from bkspark.client import BookKeeper
 from bkspark.context import read_create_context
 from bkspark.datasource.clients import client_conf, evict_client
@@ -35,6 +35,8 @@ from bkspark.datasource.stream_writer import BookKeeperStreamWriter, StreamCommi
 from bkspark.datasource import faults
 from bkspark.datasource.writer import JOB_PARENT_ROLE, TAG_DATASET, TAG_JOB, TAG_ROLE, recover_jobs, reserve_parent_id
 from bkspark.errors import NoSuchLedgerMetadataError
+from tests.harness.process import wait_group_gone
+from tests.integration.test_connector_orphans import audit
 from tests.integration.test_connector_spark import spark, write_bkspark_ledger  # noqa: F401 - the Spark fixture
 from tests.integration.test_connector_streaming import bk, py_cluster  # noqa: F401 - bookies of this module
 
@@ -48,19 +50,6 @@ def sink_client(py_cluster) -> Iterator[None]:  # noqa: F811
     """The connector's cached client that the sink's commits use in this process: closed before the cluster."""
     yield
     evict_client(py_cluster.metadata_service_uri, client_conf(()))
-
-
-def audit(uri: str, bk: BookKeeper) -> dict[tuple[int, int], set[tuple[OrphanReason, int]]]:  # noqa: F811
-    """One audit pass (no parent grace period): (scope, ledger) -> {(reason, detail)} as it recorded them."""
-    auditor = Auditor(uri, grace_period=3600, parent_grace_period=0, audit_period=3600)
-    try:
-        auditor.audit_once()
-    finally:
-        auditor.stop()
-    found: dict[tuple[int, int], set[tuple[OrphanReason, int]]] = {}
-    for record in list_orphans(bk.zk, bk.ledgers_root):
-        found.setdefault((record.scope_id, record.ledger_id), set()).add((record.reason, record.detail))
-    return found
 
 
 def parent_of(bk: BookKeeper, lid: int) -> int:  # noqa: F811
@@ -371,14 +360,7 @@ def test_a_driver_killed_in_a_batchs_commit_leaves_what_the_audit_reports_and_it
                 if proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
-        for _ in range(300):  # nothing of the killed driver may still run (it could still commit or abort)
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"processes of driver {attempt} are still running")
+        wait_group_gone(proc.pid, f"driver {attempt}")  # nothing of it may still commit or abort
         print(f"driver {attempt} ({fault_plan or 'no faults'}): exit {code}")
         if code not in (0, -signal.SIGKILL):
             raise AssertionError(log_path.read_text()[-3000:])
