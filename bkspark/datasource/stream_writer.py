@@ -39,7 +39,15 @@ from bkspark.datasource.options import WriteOptions, parse_write_options
 from bkspark.datasource.writer import NO_LEDGER, BookKeeperWriter, LedgerCommitMessage
 from bkspark.errors import InvalidOptionError
 
-__all__ = ["BookKeeperStreamWriter", "StreamCommitMessage", "parse_stream_write_options", "query_writer", "BATCH_ID_PROPERTY"]
+__all__ = [
+    "BookKeeperStreamWriter",
+    "StreamCommitMessage",
+    "parse_stream_write_options",
+    "query_writer",
+    "batch_job_id",
+    "parse_batch_job_id",
+    "BATCH_ID_PROPERTY",
+]
 
 log = logging.getLogger(__name__)
 
