@@ -164,13 +164,19 @@ def test_a_dead_runs_batch_is_audited_and_the_restarted_querys_commit_removes_it
     # Run B dies in batch 2 right after its commit point (its clean-up never ran: the record stays committed);
     # run C replays batch 2: nothing is published twice, and run B's leftover job is finished.
     doomed = run_task(writer, 2, "runB", [b"e"])
+    failed_attempt = run_task(writer, 2, "runB", [b"e"])  # a task attempt that failed: not in the commit's messages
     with faults.injected("commit.published=connection-loss"):
         writer.commit([doomed], 2)  # the commit point passed; each clean-up attempt fails
     assert query_jobs(bk, writer) == [doomed.job_id]
+    # The batch's parent exists now; the failed attempt's ledger is a leftover of a committed job.
+    assert audit(uri, bk).get((0, failed_attempt.ledger_id)) == {
+        (OrphanReason.DATASET_LEFTOVER, parent_of(bk, doomed.ledger_id))
+    }
     again = run_task(writer, 2, "runC", [b"e"])
     writer.commit([again], 2)
     assert sorted(dataset_payloads(bk, name)) == [b"a", b"b", b"c", b"d", b"e"]
-    assert not exists(bk, again.ledger_id) and exists(bk, doomed.ledger_id) and query_jobs(bk, writer) == []
+    assert not exists(bk, again.ledger_id) and not exists(bk, failed_attempt.ledger_id) and exists(bk, doomed.ledger_id)
+    assert query_jobs(bk, writer) == [] and (0, failed_attempt.ledger_id) not in audit(uri, bk)
 
 
 def test_tasks_racing_to_begin_a_batch_share_the_parent_of_the_record_created_first(
