@@ -11,6 +11,9 @@ One ZooKeeper and --bookies Apache BookKeeper 4.17.3 bookies (fsync journal).  I
 2. bkspark ÷ Java client (tools/java BenchClient): adds/s (--size byte entries, --outstanding in flight, each
    client its own ledger) and batched-read entries/s of the same ledger (goal ≥ 1.0×).
 3. bkspark batched-read MB/s ÷ raw loopback TCP MB/s of this machine (bench.rawsocket).
+4. with ``--against-tree PATH`` (a checkout of an older commit, e.g. ``git worktree add --detach /tmp/old e5eb774``):
+   that tree's client runs in the same rounds as this one, interleaved, on the same ledgers, and the program
+   prints new ÷ old for every workload (issue 13's "no slower" proof).
 
 The ledgers are --ensemble/--write/--ack (default 3/3/2: every bookie holds every entry, so batch reads apply;
 a striped ledger, E > W, would fall back to single reads).  Each figure is the median of --repeat rounds; the
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from bench.common import (
@@ -56,6 +60,7 @@ def run(args: argparse.Namespace) -> Report:
             "read_passes": args.passes,
             "single_read_passes": args.single_passes,
             "repeat": args.repeat,
+            **({"old_tree": str(args.against_tree)} if args.against_tree else {}),
         },
     )
     report.machine_before = machine_facts()
@@ -78,6 +83,9 @@ def run(args: argparse.Namespace) -> Report:
         report.raw.append(r)
         return r
 
+    def tree_of(client: str) -> Any:
+        return args.against_tree if client == "bkspark-old" else None
+
     with Cluster(args.workdir, args.keep, make_jars=not args.no_make) as cluster:
         with timed(f"starting {args.bookies} Java {args.bk_version} bookies"):
             uri = cluster.new_root("java")
@@ -88,15 +96,16 @@ def run(args: argparse.Namespace) -> Report:
             outstanding=args.outstanding, warmup=args.warmup, **common,
         )
         ropts = dict(batch_size=args.batch_size, max_size=args.max_size, warmup_passes=1, **common)
+        clients = ["java", "bkspark"] + (["bkspark-old"] if args.against_tree else [])
         for rnd in range(args.repeat):
-            order = ("java", "bkspark") if rnd % 2 == 0 else ("bkspark", "java")
+            order = clients[rnd % len(clients):] + clients[: rnd % len(clients)]  # each client leads in turn
             ledger = None
             with timed(f"round {rnd + 1}/{args.repeat}: writes"):
                 for client in order:
                     if client == "java":
                         w = attempt("java", "write", lambda: java_bench(cluster, args.bk_version, uri, "write", **wopts))
                     else:
-                        w = attempt("bkspark", "write", lambda: py_bench(uri, "write", **wopts))
+                        w = attempt(client, "write", lambda c=client: py_bench(uri, "write", tree=tree_of(c), **wopts))
                     if w is not None and (ledger is None or client == "java"):
                         ledger = int(w["ledger_id"])  # both clients read the Java-written ledger when there is one
             if ledger is None:
@@ -115,7 +124,7 @@ def run(args: argparse.Namespace) -> Report:
                             attempt("java", what,
                                     lambda o=opts: java_bench(cluster, args.bk_version, uri, "read", **o))
                         else:
-                            attempt("bkspark", what, lambda o=opts: py_bench(uri, "read", **o))
+                            attempt(client, what, lambda o=opts, c=client: py_bench(uri, "read", tree=tree_of(c), **o))
 
     loop = None
     with timed("raw loopback TCP throughput"):
@@ -125,7 +134,7 @@ def run(args: argparse.Namespace) -> Report:
             report.fail("raw loopback probe", exc)
 
     fig: dict[tuple[str, str], dict[str, Any] | None] = {}
-    for client in ("bkspark", "java"):
+    for client in ("bkspark", "bkspark-old", "java"):
         for what, label in (
             ("write", "adds"),
             ("batch read", "batched reads"),
@@ -180,6 +189,17 @@ def run(args: argparse.Namespace) -> Report:
         None if m is None else float(m["mb_per_sec"]),
         None if loop is None else float(loop["mb_per_sec"]),
     )
+    if args.against_tree:
+        for what, label in (
+            ("write", "adds"),
+            ("batch read", "batched reads"),
+            ("single read", "single reads, pipelined ranges"),
+            ("entry read", "single reads, one entry per call"),
+        ):
+            report.add_ratio(
+                f"(4) {label}, new bkspark ÷ old bkspark ({args.against_tree})",
+                eps("bkspark", what), eps("bkspark-old", what), goal=1.0,
+            )
     report.notes.append(
         f"Reads: one call at a time (batch of {args.batch_size}, or a range of {args.batch_size} single reads, all "
         "pipelined by the client); latency columns are per call. Adds: latency per add."
@@ -205,6 +225,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--single-passes", type=int, default=1, help="timed single-read passes (default 1)")
     p.add_argument("--repeat", type=int, default=3, help="rounds; the median is reported (default 3)")
     p.add_argument("--digest", default="CRC32C")
+    p.add_argument(
+        "--against-tree", type=Path, default=None,
+        help="a checkout of an older bkspark whose client runs interleaved with this one (prints new ÷ old)",
+    )
     p.add_argument("--loopback-mib", type=int, default=2048, help="MiB pushed by the raw loopback probe")
     add_common_args(p)
     return p
