@@ -40,6 +40,27 @@ from bench.common import (
 from bench.rawsocket import loopback_throughput
 
 
+#: the client label of the --against-tree checkout's bkspark client
+OLD = "bkspark (other tree)"
+
+#: (workload key, label) of every figure, in the order they are printed
+WORKLOADS: tuple[tuple[str, str], ...] = (
+    ("write", "adds"),
+    ("batch read", "batched reads"),
+    ("single read", "single reads (pipelined ranges)"),
+    ("entry read", "single reads (one entry per call)"),
+)
+
+
+def _clients(args: argparse.Namespace) -> list[str]:
+    """The clients of each round, in the first round's order (later rounds rotate it)."""
+    clients = [] if args.skip_java else ["java"]
+    if args.against_tree:
+        clients.append(OLD)
+    clients.append("bkspark")
+    return clients
+
+
 def run(args: argparse.Namespace) -> Report:
     report = Report(
         name="client_compare",
@@ -56,6 +77,7 @@ def run(args: argparse.Namespace) -> Report:
             "read_passes": args.passes,
             "single_read_passes": args.single_passes,
             "repeat": args.repeat,
+            "against_tree": args.against_tree or "-",
         },
     )
     report.machine_before = machine_facts()
@@ -88,15 +110,20 @@ def run(args: argparse.Namespace) -> Report:
             outstanding=args.outstanding, warmup=args.warmup, **common,
         )
         ropts = dict(batch_size=args.batch_size, max_size=args.max_size, warmup_passes=1, **common)
+        clients = _clients(args)
+
+        def bench(client: str, command: str, opts: dict[str, Any]) -> dict[str, Any]:
+            if client == "java":
+                return java_bench(cluster, args.bk_version, uri, command, **opts)
+            return py_bench(uri, command, tree=args.against_tree if client == OLD else None, **opts)
+
         for rnd in range(args.repeat):
-            order = ("java", "bkspark") if rnd % 2 == 0 else ("bkspark", "java")
+            # rotate the order each round, so that a change of load on the machine hits every client alike
+            order = clients[rnd % len(clients):] + clients[: rnd % len(clients)]
             ledger = None
             with timed(f"round {rnd + 1}/{args.repeat}: writes"):
                 for client in order:
-                    if client == "java":
-                        w = attempt("java", "write", lambda: java_bench(cluster, args.bk_version, uri, "write", **wopts))
-                    else:
-                        w = attempt("bkspark", "write", lambda: py_bench(uri, "write", **wopts))
+                    w = attempt(client, "write", lambda c=client: bench(c, "write", wopts))
                     if w is not None and (ledger is None or client == "java"):
                         ledger = int(w["ledger_id"])  # both clients read the Java-written ledger when there is one
             if ledger is None:
@@ -111,11 +138,7 @@ def run(args: argparse.Namespace) -> Report:
                     )
                     for what, mode, passes, per_call in reads:
                         opts = dict(ropts, ledger=ledger, mode=mode, passes=passes, batch_size=per_call)
-                        if client == "java":
-                            attempt("java", what,
-                                    lambda o=opts: java_bench(cluster, args.bk_version, uri, "read", **o))
-                        else:
-                            attempt("bkspark", what, lambda o=opts: py_bench(uri, "read", **o))
+                        attempt(client, what, lambda c=client, o=opts: bench(c, "read", o))
 
     loop = None
     with timed("raw loopback TCP throughput"):
@@ -125,13 +148,8 @@ def run(args: argparse.Namespace) -> Report:
             report.fail("raw loopback probe", exc)
 
     fig: dict[tuple[str, str], dict[str, Any] | None] = {}
-    for client in ("bkspark", "java"):
-        for what, label in (
-            ("write", "adds"),
-            ("batch read", "batched reads"),
-            ("single read", "single reads (pipelined ranges)"),
-            ("entry read", "single reads (one entry per call)"),
-        ):
+    for client in ("bkspark", OLD, "java"):
+        for what, label in WORKLOADS:
             m = median_run(runs.get((client, what), []))
             fig[(client, what)] = m
             if m is None:
@@ -180,6 +198,9 @@ def run(args: argparse.Namespace) -> Report:
         None if m is None else float(m["mb_per_sec"]),
         None if loop is None else float(loop["mb_per_sec"]),
     )
+    if args.against_tree:
+        for what, label in WORKLOADS:
+            report.add_ratio(f"(4) {label}, this tree ÷ {args.against_tree}", eps("bkspark", what), eps(OLD, what))
     report.notes.append(
         f"Reads: one call at a time (batch of {args.batch_size}, or a range of {args.batch_size} single reads, all "
         "pipelined by the client); latency columns are per call. Adds: latency per add."
@@ -205,6 +226,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--single-passes", type=int, default=1, help="timed single-read passes (default 1)")
     p.add_argument("--repeat", type=int, default=3, help="rounds; the median is reported (default 3)")
     p.add_argument("--digest", default="CRC32C")
+    p.add_argument(
+        "--against-tree",
+        metavar="PATH",
+        help="also run the bkspark client of another checkout (e.g. `git worktree add --detach PATH COMMIT`), "
+        "interleaved with this tree's in every round, and print this tree ÷ that tree per workload",
+    )
+    p.add_argument("--skip-java", action="store_true", help="leave out Apache BookKeeper's Java client")
     p.add_argument("--loopback-mib", type=int, default=2048, help="MiB pushed by the raw loopback probe")
     add_common_args(p)
     return p

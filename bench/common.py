@@ -532,15 +532,22 @@ def java_bench(
     return _check(_last_json(proc.stdout, (command,)), f"Java BenchClient {command}", proc)
 
 
-def py_bench(uri: str, command: str, *, timeout: float = 1800.0, **opts: Any) -> dict[str, Any]:
-    """Run `python -m bench.pyclient <command> ...` (the bkspark client, its own process) and return its JSON."""
+def py_bench(
+    uri: str, command: str, *, timeout: float = 1800.0, tree: Path | None = None, **opts: Any
+) -> dict[str, Any]:
+    """Run `python -m bench.pyclient <command> ...` (the bkspark client, its own process) and return its JSON.
+
+    ``tree`` names another checkout of the repository (e.g. an older commit's worktree): the client process then
+    runs there with PYTHONPATH naming it, so it imports that tree's ``bkspark`` instead of this one."""
     args = [command, "--zk", uri]
     for k, v in opts.items():
         args += [f"--{k.replace('_', '-')}", str(v).lower() if isinstance(v, bool) else str(v)]
     argv = [sys.executable, "-m", "bench.pyclient", *args]
-    print(f"  [bkspark] python -m bench.pyclient {' '.join(args)}", flush=True)
+    root = REPO_ROOT if tree is None else Path(tree).resolve()
+    env = dict(os.environ, PYTHONPATH=str(root))
+    print(f"  [bkspark{'' if tree is None else ' @ ' + str(root)}] python -m bench.pyclient {' '.join(args)}", flush=True)
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=root, env=env)
     except subprocess.TimeoutExpired as exc:
         raise BenchError(f"bkspark client {command} timed out after {timeout}s") from exc
     return _check(_last_json(proc.stdout, (command,)), f"bkspark client {command}", proc)

@@ -19,10 +19,11 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 from functools import partial
-from typing import Any, Callable, NamedTuple
+from typing import Any, AsyncIterator, Callable, NamedTuple
 
 from bkspark.client.services import ClientServices
 from bkspark.protocol.ledger_name import LedgerRef
@@ -41,7 +42,10 @@ from bkspark.protocol.ledger_metadata import LedgerMetadata
 from bkspark.protocol.correlation import read_body
 from bkspark.protocol.v2 import BATCH_RESPONSE_OVERHEAD
 
-__all__ = ["LedgerEntry", "LedgerReader", "pick_error"]
+__all__ = ["DEFAULT_BYTES_IN_FLIGHT", "LedgerEntry", "LedgerReader", "pick_error"]
+
+#: Payload bytes one streaming reader keeps requested at once (several batch requests, spread over bookies).
+DEFAULT_BYTES_IN_FLIGHT = 8 * 1024 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -280,11 +284,15 @@ class LedgerReader:
 
     # -- batched reads ---------------------------------------------------------------------------
 
-    async def batch_read(self, start: int, max_count: int, max_size: int, last_readable: int) -> list[LedgerEntry]:
+    async def batch_read(
+        self, start: int, max_count: int, max_size: int, last_readable: int, rotate: int = 0
+    ) -> list[LedgerEntry]:
         """BP-62 batch read of at most ``max_count`` entries / ``max_size`` bytes from ``start``.
 
         ``last_readable`` is the LAC (or the last entry id the caller may read).
-        Returns at least one entry when ``start <= last_readable``.
+        Returns at least one entry when ``start <= last_readable``.  ``rotate`` moves the first bookie asked
+        that many places along the read order, so that concurrent batches of one reader go to different
+        replicas (for E = W every bookie holds every entry).
         """
         if start < 0:
             raise InvalidOptionError("start entry id must be >= 0", start=start)
@@ -303,6 +311,9 @@ class LedgerReader:
         order = self._order(ensemble, md.write_set(start))
         ops = self.ctx.ops
         capable = [i for i in order if ops.can_batch_read(ensemble[i], self.ref.scope_id)]
+        if rotate and capable:
+            k = rotate % len(capable)
+            capable = capable[k:] + capable[:k]
         if not capable:
             return await self._fallback(start, end, max_size)
         want = end - start + 1
@@ -381,6 +392,82 @@ class LedgerReader:
                 w.cancel()
             raise
         return [e for chunk in results for e in chunk]
+
+    async def stream_payloads(
+        self,
+        first: int,
+        last: int,
+        last_readable: int,
+        *,
+        batch_size: int = 100,
+        max_size: int = 0,
+        bytes_in_flight: int = DEFAULT_BYTES_IN_FLIGHT,
+        batch: bool = True,
+    ) -> AsyncIterator[tuple[int, list[bytes]]]:
+        """Verified payloads of ``first..min(last, last_readable)``, in order, as ``(first entry id, payloads)``.
+
+        The range is cut into chunks of ``batch_size`` entries; chunks are read concurrently, as many as fit in
+        ``bytes_in_flight`` (estimated from the entry sizes seen so far; at least one), and each chunk starts
+        on a different replica of its read order (``rotate``), so an E = W ensemble serves every bookie at
+        once.  With ``batch`` (and a bookie that can), a chunk is BP-62 batch reads; otherwise, and for
+        striped ledgers or bookies without batch reads, pipelined single reads spread over the write sets.
+        A chunk that fails raises here, in order, and the chunks still in flight are cancelled.
+        """
+        last = min(last, last_readable)
+        if last < first:
+            return
+        step = max(1, batch_size)
+        frame_limit = self.ctx.conf.nettyMaxFrameSizeBytes
+        request_size = frame_limit if max_size <= 0 else min(max_size, frame_limit)
+        loop = asyncio.get_running_loop()
+        pending: collections.deque[tuple[asyncio.Task[list[bytes]], int, int]] = collections.deque()
+        seen_bytes = 0
+        seen_entries = 0
+        next_start = first
+        chunk_index = 0
+
+        async def read_chunk(start: int, end: int, rotate: int) -> list[bytes]:
+            out: list[bytes] = []
+            cur = start
+            while cur <= end:
+                if batch:
+                    got = await self.batch_read(cur, end - cur + 1, request_size, end, rotate)
+                else:
+                    got = await self.read_range(cur, end)
+                out.extend(entry.payload for entry in got)
+                cur += len(got)
+            return out
+
+        def estimate(entries: int) -> int:
+            if seen_entries == 0:  # nothing seen yet: assume each request fills its byte limit
+                return min(request_size, entries * 1024 * 1024)
+            return entries * max(1, seen_bytes // seen_entries)
+
+        try:
+            while pending or next_start <= last:
+                in_flight = sum(estimate(e - s + 1) for _, s, e in pending)
+                while next_start <= last and (not pending or in_flight < bytes_in_flight):
+                    end = min(last, next_start + step - 1)
+                    task = loop.create_task(read_chunk(next_start, end, chunk_index))
+                    pending.append((task, next_start, end))
+                    in_flight += estimate(end - next_start + 1)
+                    next_start = end + 1
+                    chunk_index += 1
+                task, start, end = pending.popleft()
+                payloads = await task
+                seen_entries += len(payloads)
+                seen_bytes += sum(map(len, payloads))
+                yield start, payloads
+        finally:
+            for task, _, _ in pending:
+                task.cancel()
+                task.add_done_callback(_retrieve)
+
+
+def _retrieve(task: "asyncio.Task[Any]") -> None:
+    """Mark an abandoned chunk's error as seen (it was not the first failure; asyncio would log it)."""
+    if not task.cancelled():
+        task.exception()
 
     async def _fallback(self, start: int, end: int, max_size: int) -> list[LedgerEntry]:
         """Pipelined single reads of ``start..end`` within ``max_size`` bytes (at least one entry)."""
