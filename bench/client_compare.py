@@ -49,6 +49,7 @@ WORKLOADS: tuple[tuple[str, str], ...] = (
     ("batch read", "batched reads"),
     ("single read", "single reads (pipelined ranges)"),
     ("entry read", "single reads (one entry per call)"),
+    ("arrow read", "Arrow batches (read_batches, pipelined over the bookies)"),
 )
 
 
@@ -136,6 +137,8 @@ def run(args: argparse.Namespace) -> Report:
                         ("single read", "single", args.single_passes, args.batch_size),
                         ("entry read", "single", args.single_passes, 1),  # one entry per call: BP-62's method
                     )
+                    if client == "bkspark":  # the Arrow read path (issue 14): only this tree's client has it
+                        reads += (("arrow read", "arrow", args.passes, args.batch_size),)
                     for what, mode, passes, per_call in reads:
                         opts = dict(ropts, ledger=ledger, mode=mode, passes=passes, batch_size=per_call)
                         attempt(client, what, lambda c=client, o=opts: bench(c, "read", o))
@@ -191,6 +194,10 @@ def run(args: argparse.Namespace) -> Report:
     report.add_ratio(
         "(2) batched-read entries/s, bkspark ÷ Java client", eps("bkspark", "batch read"), eps("java", "batch read"), goal=1.0
     )
+    report.add_ratio(
+        "(2a) Arrow read_batches entries/s, bkspark ÷ Java client batched reads",
+        eps("bkspark", "arrow read"), eps("java", "batch read"), goal=2.0,
+    )
     report.add_ratio("(2') single-read entries/s, bkspark ÷ Java client", eps("bkspark", "single read"), eps("java", "single read"))
     m = fig.get(("bkspark", "batch read"))
     report.add_ratio(
@@ -200,7 +207,8 @@ def run(args: argparse.Namespace) -> Report:
     )
     if args.against_tree:
         for what, label in WORKLOADS:
-            report.add_ratio(f"(4) {label}, this tree ÷ {args.against_tree}", eps("bkspark", what), eps(OLD, what))
+            if what != "arrow read":
+                report.add_ratio(f"(4) {label}, this tree ÷ {args.against_tree}", eps("bkspark", what), eps(OLD, what))
     report.notes.append(
         f"Reads: one call at a time (batch of {args.batch_size}, or a range of {args.batch_size} single reads, all "
         "pipelined by the client); latency columns are per call. Adds: latency per add."

@@ -47,6 +47,10 @@ __all__ = ["DEFAULT_BYTES_IN_FLIGHT", "LedgerEntry", "LedgerReader", "pick_error
 #: Payload bytes one streaming reader keeps requested at once (several batch requests, spread over bookies).
 DEFAULT_BYTES_IN_FLIGHT = 8 * 1024 * 1024
 
+#: Chunks (each one batch request, or one run of pipelined single reads) one streaming reader keeps in flight
+#: at most, however small the entries: enough to keep every bookie of an ensemble busy.
+MAX_CHUNKS_IN_FLIGHT = 12
+
 log = logging.getLogger(__name__)
 
 _MISSING = (NoSuchEntryError, NoSuchLedgerError)
@@ -285,14 +289,15 @@ class LedgerReader:
     # -- batched reads ---------------------------------------------------------------------------
 
     async def batch_read(
-        self, start: int, max_count: int, max_size: int, last_readable: int, rotate: int = 0
+        self, start: int, max_count: int, max_size: int, last_readable: int, prefer: int | None = None
     ) -> list[LedgerEntry]:
         """BP-62 batch read of at most ``max_count`` entries / ``max_size`` bytes from ``start``.
 
         ``last_readable`` is the LAC (or the last entry id the caller may read).
-        Returns at least one entry when ``start <= last_readable``.  ``rotate`` moves the first bookie asked
-        that many places along the read order, so that concurrent batches of one reader go to different
-        replicas (for E = W every bookie holds every entry).
+        Returns at least one entry when ``start <= last_readable``.  ``prefer`` (an ensemble index, modulo E)
+        names the bookie to ask first when it holds the entries and can serve batches; the others follow in the
+        read order.  Concurrent batches of one reader prefer different bookies, so for E = W, where every
+        bookie holds every entry, all of them serve at once.
         """
         if start < 0:
             raise InvalidOptionError("start entry id must be >= 0", start=start)
@@ -311,8 +316,8 @@ class LedgerReader:
         order = self._order(ensemble, md.write_set(start))
         ops = self.ctx.ops
         capable = [i for i in order if ops.can_batch_read(ensemble[i], self.ref.scope_id)]
-        if rotate and capable:
-            k = rotate % len(capable)
+        if prefer is not None and (prefer % len(ensemble)) in capable[1:]:
+            k = capable.index(prefer % len(ensemble))
             capable = capable[k:] + capable[:k]
         if not capable:
             return await self._fallback(start, end, max_size)
@@ -408,7 +413,7 @@ class LedgerReader:
 
         The range is cut into chunks of ``batch_size`` entries; chunks are read concurrently, as many as fit in
         ``bytes_in_flight`` (estimated from the entry sizes seen so far; at least one), and each chunk starts
-        on a different replica of its read order (``rotate``), so an E = W ensemble serves every bookie at
+        on a different bookie (``prefer``), so an E = W ensemble serves every bookie at
         once.  With ``batch`` (and a bookie that can), a chunk is BP-62 batch reads; otherwise, and for
         striped ledgers or bookies without batch reads, pipelined single reads spread over the write sets.
         A chunk that fails raises here, in order, and the chunks still in flight are cancelled.
@@ -426,12 +431,12 @@ class LedgerReader:
         next_start = first
         chunk_index = 0
 
-        async def read_chunk(start: int, end: int, rotate: int) -> list[bytes]:
+        async def read_chunk(start: int, end: int, prefer: int) -> list[bytes]:
             out: list[bytes] = []
             cur = start
             while cur <= end:
                 if batch:
-                    got = await self.batch_read(cur, end - cur + 1, request_size, end, rotate)
+                    got = await self.batch_read(cur, end - cur + 1, request_size, end, prefer)
                 else:
                     got = await self.read_range(cur, end)
                 out.extend(entry.payload for entry in got)
@@ -446,7 +451,9 @@ class LedgerReader:
         try:
             while pending or next_start <= last:
                 in_flight = sum(estimate(e - s + 1) for _, s, e in pending)
-                while next_start <= last and (not pending or in_flight < bytes_in_flight):
+                while next_start <= last and (
+                    not pending or (in_flight < bytes_in_flight and len(pending) < MAX_CHUNKS_IN_FLIGHT)
+                ):
                     end = min(last, next_start + step - 1)
                     task = loop.create_task(read_chunk(next_start, end, chunk_index))
                     pending.append((task, next_start, end))
@@ -463,11 +470,6 @@ class LedgerReader:
                 task.cancel()
                 task.add_done_callback(_retrieve)
 
-
-def _retrieve(task: "asyncio.Task[Any]") -> None:
-    """Mark an abandoned chunk's error as seen (it was not the first failure; asyncio would log it)."""
-    if not task.cancelled():
-        task.exception()
 
     async def _fallback(self, start: int, end: int, max_size: int) -> list[LedgerEntry]:
         """Pipelined single reads of ``start..end`` within ``max_size`` bytes (at least one entry)."""
@@ -534,3 +536,9 @@ def _retrieve(task: "asyncio.Task[Any]") -> None:
             for t in tasks:
                 if not t.done():
                     t.cancel()
+
+
+def _retrieve(task: "asyncio.Task[Any]") -> None:
+    """Mark an abandoned chunk's error as seen (it was not the first failure; asyncio would log it)."""
+    if not task.cancelled():
+        task.exception()
