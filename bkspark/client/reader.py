@@ -288,10 +288,18 @@ class LedgerReader:
 
     # -- batched reads ---------------------------------------------------------------------------
 
-    async def batch_read(
+    async def batch_read(self, start: int, max_count: int, max_size: int, last_readable: int) -> list[LedgerEntry]:
+        """BP-62 batch read of at most ``max_count`` entries / ``max_size`` bytes from ``start``
+        (:meth:`batch_read_payloads`, as :class:`LedgerEntry` objects)."""
+        payloads = await self.batch_read_payloads(start, max_count, max_size, last_readable)
+        ledger_id, scope_id = self.ref.ledger_id, self.ref.scope_id
+        return [LedgerEntry(ledger_id, start + i, payload, scope_id) for i, payload in enumerate(payloads)]
+
+    async def batch_read_payloads(
         self, start: int, max_count: int, max_size: int, last_readable: int, prefer: int | None = None
-    ) -> list[LedgerEntry]:
-        """BP-62 batch read of at most ``max_count`` entries / ``max_size`` bytes from ``start``.
+    ) -> list[bytes]:
+        """The verified payloads of a BP-62 batch read of at most ``max_count`` entries / ``max_size`` bytes
+        from ``start`` (entry ids ``start, start + 1, ...``).
 
         ``last_readable`` is the LAC (or the last entry id the caller may read).
         Returns at least one entry when ``start <= last_readable``.  ``prefer`` (an ensemble index, modulo E)
@@ -311,7 +319,7 @@ class LedgerReader:
             end = min(end, next_segment - 1)
         md = self.metadata
         if not self.ctx.conf.batchReadEnabled or is_striped(md.ensemble_size, md.write_quorum_size):
-            return await self._fallback(start, end, max_size)
+            return [e.payload for e in await self._fallback(start, end, max_size)]
         ensemble = md.ensemble_at(start)
         order = self._order(ensemble, md.write_set(start))
         ops = self.ctx.ops
@@ -320,9 +328,9 @@ class LedgerReader:
             k = capable.index(prefer % len(ensemble))
             capable = capable[k:] + capable[:k]
         if not capable:
-            return await self._fallback(start, end, max_size)
+            return [e.payload for e in await self._fallback(start, end, max_size)]
         want = end - start + 1
-        verified: list[LedgerEntry] = []
+        verified: list[bytes] = []
         used = BATCH_RESPONSE_OVERHEAD
         errors: list[BaseException] = []
         for idx in capable:
@@ -344,9 +352,8 @@ class LedgerReader:
             items = raw[: want - len(verified)]
             ledger_id, scope_id = self.ref.ledger_id, self.ref.scope_id
             payloads, bad = self.digester.verify_payloads(items, ledger_id, cur, scope_id)
-            for i, payload in enumerate(payloads):
-                verified.append(LedgerEntry(ledger_id, cur + i, payload, scope_id))
-                used += 4 + len(items[i])
+            verified.extend(payloads)
+            used += 4 * len(payloads) + sum(map(len, items[: len(payloads)]))
             if bad is not None:
                 log.warning("bookie %s: bad copy of %s/%s in a batch: %s", bookie, ledger_id, cur + len(payloads), bad)
                 errors.append(bad)
@@ -356,7 +363,7 @@ class LedgerReader:
         if verified:
             return verified
         if any(not ops.can_batch_read(ensemble[i], self.ref.scope_id) for i in capable):
-            return await self._fallback(start, end, max_size)
+            return [e.payload for e in await self._fallback(start, end, max_size)]
         raise pick_error(errors, ledger_id=self.ref.ledger_id, entry_id=start)
 
     async def read_range_batched(
@@ -436,10 +443,10 @@ class LedgerReader:
             cur = start
             while cur <= end:
                 if batch:
-                    got = await self.batch_read(cur, end - cur + 1, request_size, end, prefer)
+                    got = await self.batch_read_payloads(cur, end - cur + 1, request_size, end, prefer)
                 else:
-                    got = await self.read_range(cur, end)
-                out.extend(entry.payload for entry in got)
+                    got = [entry.payload for entry in await self.read_range(cur, end)]
+                out.extend(got)
                 cur += len(got)
             return out
 
