@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> Report:
         except BenchError as exc:
             report.fail(f"{client} client {what}", exc)
             return None
+        r["label"] = client  # which client (and tree) made it, in the JSON's raw records
         runs.setdefault((client, what), []).append(r)
         report.raw.append(r)
         return r
@@ -139,6 +140,7 @@ def run(args: argparse.Namespace) -> Report:
                     )
                     if client == "bkspark":  # the Arrow read path (issue 14): only this tree's client has it
                         reads += (("arrow read", "arrow", args.passes, args.batch_size),)
+                    reads = tuple(r for r in reads if r[0].split()[0] in args.reads.split(","))
                     for what, mode, passes, per_call in reads:
                         opts = dict(ropts, ledger=ledger, mode=mode, passes=passes, batch_size=per_call)
                         attempt(client, what, lambda c=client, o=opts: bench(c, "read", o))
@@ -239,6 +241,11 @@ def parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="also run the bkspark client of another checkout (e.g. `git worktree add --detach PATH COMMIT`), "
         "interleaved with this tree's in every round, and print this tree ÷ that tree per workload",
+    )
+    p.add_argument(
+        "--reads",
+        default="batch,single,entry,arrow",
+        help="read workloads to run, comma-separated among batch, single, entry, arrow (default: all)",
     )
     p.add_argument("--skip-java", action="store_true", help="leave out Apache BookKeeper's Java client")
     p.add_argument("--loopback-mib", type=int, default=2048, help="MiB pushed by the raw loopback probe")
