@@ -62,6 +62,12 @@ def _clients(args: argparse.Namespace) -> list[str]:
     return clients
 
 
+def _median_cpu(runs: list[dict[str, Any]]) -> float | None:
+    """The median client process CPU time (``py_bench``'s ``process_cpu_s``) of some runs; None without any."""
+    m = median_run([r for r in runs if "process_cpu_s" in r], key="process_cpu_s")
+    return None if m is None else float(m["process_cpu_s"])
+
+
 def run(args: argparse.Namespace) -> Report:
     report = Report(
         name="client_compare",
@@ -211,6 +217,13 @@ def run(args: argparse.Namespace) -> Report:
         for what, label in WORKLOADS:
             if what != "arrow read":
                 report.add_ratio(f"(4) {label}, this tree ÷ {args.against_tree}", eps("bkspark", what), eps(OLD, what))
+        for what, label in WORKLOADS:
+            if what != "arrow read":
+                report.add_ratio(
+                    f"(4c) {label}, client process CPU seconds, {args.against_tree} ÷ this tree (> 1: this tree "
+                    "uses less)",
+                    _median_cpu(runs.get((OLD, what), [])), _median_cpu(runs.get(("bkspark", what), [])),
+                )
     report.notes.append(
         f"Reads: one call at a time (batch of {args.batch_size}, or a range of {args.batch_size} single reads, all "
         "pipelined by the client); latency columns are per call. Adds: latency per add."
