@@ -77,12 +77,37 @@ def test_python_bookies_arrow_batches_spread_over_the_ensemble(python_cluster) -
         check_same_as_read(rh, 0, 999, batch=False, batch_size=64)
         with pytest.raises(InvalidOptionError):
             list(rh.read_batches(0, 10, rows_per_group=0))
+        # a reader that stops early: the requests still in flight are cancelled and the handle reads on
+        stream = rh.read_batches(0, 999, batch_size=10, rows_per_group=10)
+        assert next(stream).num_rows == 10
+        stream.close()
+        pending = asyncio_run_on(bk, _tasks_of_stream())
+        assert pending == []
+        check_same_as_read(rh, 0, 99, batch_size=10)
+        # a closed handle refuses, typed
+        other = bk.open_ledger(ledger, password=b"pw")
+        other.close()
+        with pytest.raises(Exception) as info:
+            list(other.read_batches(0, 10))
+        assert type(info.value).__module__ == "bkspark.errors"
         # the async API yields the same batches on the client's loop
         async def collect() -> list[Any]:
             return [b async for b in rh.aio.read_batches(0, 999, batch_size=100)]
 
         got = asyncio_run_on(bk, collect())
         assert [p for b in got for p in b.column("payload").to_pylist()] == [payload(i) for i in range(1000)]
+
+
+async def _tasks_of_stream() -> list[Any]:
+    """The chunk reads still running on the client's loop (a cancelled one is gone after a loop turn)."""
+    import asyncio
+
+    for _ in range(100):
+        left = [t for t in asyncio.all_tasks() if "read_chunk" in repr(t.get_coro()) and not t.done()]
+        if not left:
+            return []
+        await asyncio.sleep(0.01)
+    return left
 
 
 def asyncio_run_on(bk: BookKeeper, coro: Any) -> Any:
