@@ -12,6 +12,8 @@
   bookies that hung up on opcode 7 (pre-4.17) and ``batchReadEnabled=false``
   fall back to pipelined single reads, which terminate for ``max_count <= 0``
   too (BookKeeper #4641).
+* Streaming (``stream_payloads``, under ``read_batches``): chunks of a range read concurrently, bounded by
+  bytes, each preferring a different bookie, yielded in order.
 * LAC: READ_LAC to every bookie of the last segment until the coverage rule
   holds (explicit LAC blob and last entry both count).
 """
