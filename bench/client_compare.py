@@ -11,9 +11,6 @@ One ZooKeeper and --bookies Apache BookKeeper 4.17.3 bookies (fsync journal).  I
 2. bkspark ÷ Java client (tools/java BenchClient): adds/s (--size byte entries, --outstanding in flight, each
    client its own ledger) and batched-read entries/s of the same ledger (goal ≥ 1.0×).
 3. bkspark batched-read MB/s ÷ raw loopback TCP MB/s of this machine (bench.rawsocket).
-4. with ``--against-tree PATH`` (a checkout of an older commit, e.g. ``git worktree add --detach /tmp/old e5eb774``):
-   that tree's client runs in the same rounds as this one, interleaved, on the same ledgers, and the program
-   prints new ÷ old for every workload (issue 13's "no slower" proof).
 
 The ledgers are --ensemble/--write/--ack (default 3/3/2: every bookie holds every entry, so batch reads apply;
 a striped ledger, E > W, would fall back to single reads).  Each figure is the median of --repeat rounds; the
@@ -24,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from bench.common import (
@@ -44,6 +40,34 @@ from bench.common import (
 from bench.rawsocket import loopback_throughput
 
 
+#: the client label of the --against-tree checkout's bkspark client
+OLD = "bkspark (other tree)"
+
+#: (workload key, label) of every figure, in the order they are printed
+WORKLOADS: tuple[tuple[str, str], ...] = (
+    ("write", "adds"),
+    ("batch read", "batched reads"),
+    ("single read", "single reads (pipelined ranges)"),
+    ("entry read", "single reads (one entry per call)"),
+    ("arrow read", "Arrow batches (read_batches, pipelined over the bookies)"),
+)
+
+
+def _clients(args: argparse.Namespace) -> list[str]:
+    """The clients of each round, in the first round's order (later rounds rotate it)."""
+    clients = [] if args.skip_java else ["java"]
+    if args.against_tree:
+        clients.append(OLD)
+    clients.append("bkspark")
+    return clients
+
+
+def _median_cpu(runs: list[dict[str, Any]]) -> float | None:
+    """The median client process CPU time (``py_bench``'s ``process_cpu_s``) of some runs; None without any."""
+    m = median_run([r for r in runs if "process_cpu_s" in r], key="process_cpu_s")
+    return None if m is None else float(m["process_cpu_s"])
+
+
 def run(args: argparse.Namespace) -> Report:
     report = Report(
         name="client_compare",
@@ -60,7 +84,7 @@ def run(args: argparse.Namespace) -> Report:
             "read_passes": args.passes,
             "single_read_passes": args.single_passes,
             "repeat": args.repeat,
-            **({"old_tree": str(args.against_tree)} if args.against_tree else {}),
+            "against_tree": args.against_tree or "-",
         },
     )
     report.machine_before = machine_facts()
@@ -79,12 +103,10 @@ def run(args: argparse.Namespace) -> Report:
         except BenchError as exc:
             report.fail(f"{client} client {what}", exc)
             return None
+        r["label"] = client  # which client (and tree) made it, in the JSON's raw records
         runs.setdefault((client, what), []).append(r)
         report.raw.append(r)
         return r
-
-    def tree_of(client: str) -> Any:
-        return args.against_tree if client == "bkspark-old" else None
 
     with Cluster(args.workdir, args.keep, make_jars=not args.no_make) as cluster:
         with timed(f"starting {args.bookies} Java {args.bk_version} bookies"):
@@ -96,16 +118,20 @@ def run(args: argparse.Namespace) -> Report:
             outstanding=args.outstanding, warmup=args.warmup, **common,
         )
         ropts = dict(batch_size=args.batch_size, max_size=args.max_size, warmup_passes=1, **common)
-        clients = ["java", "bkspark"] + (["bkspark-old"] if args.against_tree else [])
+        clients = _clients(args)
+
+        def bench(client: str, command: str, opts: dict[str, Any]) -> dict[str, Any]:
+            if client == "java":
+                return java_bench(cluster, args.bk_version, uri, command, **opts)
+            return py_bench(uri, command, tree=args.against_tree if client == OLD else None, **opts)
+
         for rnd in range(args.repeat):
-            order = clients[rnd % len(clients):] + clients[: rnd % len(clients)]  # each client leads in turn
+            # rotate the order each round, so that a change of load on the machine hits every client alike
+            order = clients[rnd % len(clients):] + clients[: rnd % len(clients)]
             ledger = None
             with timed(f"round {rnd + 1}/{args.repeat}: writes"):
                 for client in order:
-                    if client == "java":
-                        w = attempt("java", "write", lambda: java_bench(cluster, args.bk_version, uri, "write", **wopts))
-                    else:
-                        w = attempt(client, "write", lambda c=client: py_bench(uri, "write", tree=tree_of(c), **wopts))
+                    w = attempt(client, "write", lambda c=client: bench(c, "write", wopts))
                     if w is not None and (ledger is None or client == "java"):
                         ledger = int(w["ledger_id"])  # both clients read the Java-written ledger when there is one
             if ledger is None:
@@ -118,13 +144,12 @@ def run(args: argparse.Namespace) -> Report:
                         ("single read", "single", args.single_passes, args.batch_size),
                         ("entry read", "single", args.single_passes, 1),  # one entry per call: BP-62's method
                     )
+                    if client == "bkspark":  # the Arrow read path (issue 14): only this tree's client has it
+                        reads += (("arrow read", "arrow", args.passes, args.batch_size),)
+                    reads = tuple(r for r in reads if r[0].split()[0] in args.reads.split(","))
                     for what, mode, passes, per_call in reads:
                         opts = dict(ropts, ledger=ledger, mode=mode, passes=passes, batch_size=per_call)
-                        if client == "java":
-                            attempt("java", what,
-                                    lambda o=opts: java_bench(cluster, args.bk_version, uri, "read", **o))
-                        else:
-                            attempt(client, what, lambda o=opts, c=client: py_bench(uri, "read", tree=tree_of(c), **o))
+                        attempt(client, what, lambda c=client, o=opts: bench(c, "read", o))
 
     loop = None
     with timed("raw loopback TCP throughput"):
@@ -134,13 +159,8 @@ def run(args: argparse.Namespace) -> Report:
             report.fail("raw loopback probe", exc)
 
     fig: dict[tuple[str, str], dict[str, Any] | None] = {}
-    for client in ("bkspark", "bkspark-old", "java"):
-        for what, label in (
-            ("write", "adds"),
-            ("batch read", "batched reads"),
-            ("single read", "single reads (pipelined ranges)"),
-            ("entry read", "single reads (one entry per call)"),
-        ):
+    for client in ("bkspark", OLD, "java"):
+        for what, label in WORKLOADS:
             m = median_run(runs.get((client, what), []))
             fig[(client, what)] = m
             if m is None:
@@ -182,6 +202,10 @@ def run(args: argparse.Namespace) -> Report:
     report.add_ratio(
         "(2) batched-read entries/s, bkspark ÷ Java client", eps("bkspark", "batch read"), eps("java", "batch read"), goal=1.0
     )
+    report.add_ratio(
+        "(2a) Arrow read_batches entries/s, bkspark ÷ Java client batched reads",
+        eps("bkspark", "arrow read"), eps("java", "batch read"), goal=2.0,
+    )
     report.add_ratio("(2') single-read entries/s, bkspark ÷ Java client", eps("bkspark", "single read"), eps("java", "single read"))
     m = fig.get(("bkspark", "batch read"))
     report.add_ratio(
@@ -190,16 +214,16 @@ def run(args: argparse.Namespace) -> Report:
         None if loop is None else float(loop["mb_per_sec"]),
     )
     if args.against_tree:
-        for what, label in (
-            ("write", "adds"),
-            ("batch read", "batched reads"),
-            ("single read", "single reads, pipelined ranges"),
-            ("entry read", "single reads, one entry per call"),
-        ):
-            report.add_ratio(
-                f"(4) {label}, new bkspark ÷ old bkspark ({args.against_tree})",
-                eps("bkspark", what), eps("bkspark-old", what), goal=1.0,
-            )
+        for what, label in WORKLOADS:
+            if what != "arrow read":
+                report.add_ratio(f"(4) {label}, this tree ÷ {args.against_tree}", eps("bkspark", what), eps(OLD, what))
+        for what, label in WORKLOADS:
+            if what != "arrow read":
+                report.add_ratio(
+                    f"(4c) {label}, client process CPU seconds, {args.against_tree} ÷ this tree (> 1: this tree "
+                    "uses less)",
+                    _median_cpu(runs.get((OLD, what), [])), _median_cpu(runs.get(("bkspark", what), [])),
+                )
     report.notes.append(
         f"Reads: one call at a time (batch of {args.batch_size}, or a range of {args.batch_size} single reads, all "
         "pipelined by the client); latency columns are per call. Adds: latency per add."
@@ -226,9 +250,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=3, help="rounds; the median is reported (default 3)")
     p.add_argument("--digest", default="CRC32C")
     p.add_argument(
-        "--against-tree", type=Path, default=None,
-        help="a checkout of an older bkspark whose client runs interleaved with this one (prints new ÷ old)",
+        "--against-tree",
+        metavar="PATH",
+        help="also run the bkspark client of another checkout (e.g. `git worktree add --detach PATH COMMIT`), "
+        "interleaved with this tree's in every round, and print this tree ÷ that tree per workload",
     )
+    p.add_argument(
+        "--reads",
+        default="batch,single,entry,arrow",
+        help="read workloads to run, comma-separated among batch, single, entry, arrow (default: all)",
+    )
+    p.add_argument("--skip-java", action="store_true", help="leave out Apache BookKeeper's Java client")
     p.add_argument("--loopback-mib", type=int, default=2048, help="MiB pushed by the raw loopback probe")
     add_common_args(p)
     return p

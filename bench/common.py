@@ -15,6 +15,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import resource
 import shlex
 import subprocess
 import sys
@@ -537,22 +538,27 @@ def py_bench(
 ) -> dict[str, Any]:
     """Run `python -m bench.pyclient <command> ...` (the bkspark client, its own process) and return its JSON.
 
-    ``tree`` names another checkout of bkspark (e.g. a worktree of an older commit) whose ``bench.pyclient`` and
-    ``bkspark`` the process imports instead of this one's: how an old-versus-new comparison runs both in one run.
-    """
+    ``tree`` names another checkout of the repository (e.g. an older commit's worktree): the client process then
+    runs there with PYTHONPATH naming it, so it imports that tree's ``bkspark`` instead of this one."""
     args = [command, "--zk", uri]
     for k, v in opts.items():
         args += [f"--{k.replace('_', '-')}", str(v).lower() if isinstance(v, bool) else str(v)]
     argv = [sys.executable, "-m", "bench.pyclient", *args]
     root = REPO_ROOT if tree is None else Path(tree).resolve()
     env = dict(os.environ, PYTHONPATH=str(root))
-    label = "bkspark" if tree is None else f"bkspark {root}"
-    print(f"  [{label}] python -m bench.pyclient {' '.join(args)}", flush=True)
+    print(f"  [bkspark{'' if tree is None else ' @ ' + str(root)}] python -m bench.pyclient {' '.join(args)}", flush=True)
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=root, env=env)
     except subprocess.TimeoutExpired as exc:
         raise BenchError(f"bkspark client {command} timed out after {timeout}s") from exc
-    return _check(_last_json(proc.stdout, (command,)), f"bkspark client {command}", proc)
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = _check(_last_json(proc.stdout, (command,)), f"bkspark client {command}", proc)
+    # the client process's CPU time (user + system, start-up and warm-up included): what the load cannot inflate
+    result["process_cpu_s"] = round(
+        cpu_after.ru_utime - cpu_before.ru_utime + cpu_after.ru_stime - cpu_before.ru_stime, 3
+    )
+    return result
 
 
 @contextlib.contextmanager

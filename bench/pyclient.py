@@ -2,7 +2,7 @@
 
     python -m bench.pyclient write --zk URI [--ensemble 1 --write 1 --ack 1] [--digest CRC32C] [--password P]
         --entries N [--size 1024] [--outstanding 1000] [--warmup 0]
-    python -m bench.pyclient read --zk URI --ledger L [--digest CRC32C] [--password P] [--mode batch|single]
+    python -m bench.pyclient read --zk URI --ledger L [--digest CRC32C] [--password P] [--mode batch|single|arrow]
         [--batch-size 100] [--max-size 1048576] [--passes 1] [--warmup-passes 1]
 
 write: creates a ledger and appends N entries of S bytes with ``append_async`` (at most ``--outstanding`` in
@@ -10,7 +10,8 @@ flight: the client's ``maxPendingAdds``), then closes it; ``--warmup W`` first w
 ledger, not timed, deleted afterwards.  read: opens a closed ledger without recovery and reads entries 0..LAC,
 with ``batch_read(start, batch_size, max_size)`` (mode batch, BP-62) or ``read(first, first+batch_size-1)``
 (mode single: one request per entry, pipelined by the client), one call at a time as a blocking user does;
-a short batch continues from where it stopped.  Untimed warm-up passes first.
+a short batch continues from where it stopped.  Mode arrow reads the whole ledger with ``read_batches``
+(Arrow batches, several batch requests in flight over every bookie of the ensemble).  Untimed warm-up passes first.
 
 Prints one JSON line (``event`` write/read/error) with entries/s, MB/s (10^6 bytes of payload) and latency
 percentiles in milliseconds (per add, per read call).  Run it under a profiler like any program::
@@ -119,7 +120,7 @@ def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
         }
 
 
-def _read_pass(rh: Any, last: int, batch: bool, batch_size: int, max_size: int, stats: dict[str, Any]) -> None:
+def _read_range_pass(rh: Any, last: int, batch: bool, batch_size: int, max_size: int, stats: dict[str, Any]) -> None:
     perf = time.perf_counter_ns
     lat = stats["lat"]
     cur = 0
@@ -139,8 +140,28 @@ def _read_pass(rh: Any, last: int, batch: bool, batch_size: int, max_size: int, 
         cur = entries[-1].entry_id + 1
 
 
+def _arrow_pass(rh: Any, last: int, batch_size: int, max_size: int, stats: dict[str, Any]) -> None:
+    """Mode arrow: ``read_batches`` (pipelined batch reads over every bookie); latency per Arrow batch."""
+    perf = time.perf_counter_ns
+    lat = stats["lat"]
+    t0 = perf()
+    for batch in rh.read_batches(0, last, batch_size=batch_size, max_size=max_size):
+        lat.append(perf() - t0)
+        stats["requests"] += 1
+        stats["entries"] += batch.num_rows
+        stats["bytes"] += batch.column(1).buffers()[2].size if batch.num_rows else 0
+        t0 = perf()
+
+
+def _read_pass(rh: Any, last: int, batch: bool | None, batch_size: int, max_size: int, stats: dict[str, Any]) -> None:
+    if batch is None:
+        _arrow_pass(rh, last, batch_size, max_size, stats)
+        return
+    _read_range_pass(rh, last, batch, batch_size, max_size, stats)
+
+
 def cmd_read(args: argparse.Namespace) -> dict[str, Any]:
-    batch = args.mode == "batch"
+    batch = None if args.mode == "arrow" else args.mode == "batch"
     with _connect(args, batchReadEnabled=True) as bk:
         rh = bk.open_ledger(args.ledger, recovery=False, password=args.password.encode(), digest_type=args.digest)
         last = rh.last_add_confirmed
@@ -192,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             s.add_argument("--warmup", type=int, default=0)
         else:
             s.add_argument("--ledger", type=int, required=True)
-            s.add_argument("--mode", choices=("batch", "single"), default="batch")
+            s.add_argument("--mode", choices=("batch", "single", "arrow"), default="batch")
             s.add_argument("--batch-size", type=int, default=100)
             s.add_argument("--max-size", type=int, default=1024 * 1024)
             s.add_argument("--outstanding", type=int, default=1, help="only 1 (blocking calls) is supported")

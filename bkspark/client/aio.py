@@ -32,7 +32,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from bkspark.client.conf import ClientConf
 from bkspark.client.ops import BookieOps
 from bkspark.client.pool import BookiePool
-from bkspark.client.reader import LedgerEntry, LedgerReader
+from bkspark.client.arrow import DEFAULT_BYTES_PER_BATCH, DEFAULT_ROWS_PER_BATCH, payload_batch, require_pyarrow
+from bkspark.client.reader import DEFAULT_BYTES_IN_FLIGHT, LedgerEntry, LedgerReader
 from bkspark.client.recovery import recover_ledger
 from bkspark.client.services import ClientServices
 from bkspark.client.writer import LedgerWriter
@@ -623,6 +624,58 @@ class AsyncReadHandle(HandleIdentity):
             for entry in await self.read_range_batched(cur, end, batch_size, max_size, parallel):
                 yield entry
             cur = end + 1
+
+    async def read_payload_groups(
+        self,
+        first: int,
+        last: int,
+        *,
+        batch_size: int = 100,
+        max_size: int = 0,
+        bytes_in_flight: int = DEFAULT_BYTES_IN_FLIGHT,
+        batch: bool = True,
+        rows_per_group: int = DEFAULT_ROWS_PER_BATCH,
+        bytes_per_group: int = DEFAULT_BYTES_PER_BATCH,
+    ) -> AsyncIterator[tuple[int, list[bytes]]]:
+        """Every entry ``first..min(last, LAC)`` as ``(first entry id, payloads)`` groups (bytes-like payloads:
+        views of the responses, ``bytes(p)`` detaches one) of up to
+        ``rows_per_group`` entries / about ``bytes_per_group`` bytes, read pipelined (see
+        :meth:`LedgerReader.stream_payloads`); the rows of :meth:`read_batches`."""
+        first, last = _check_entry_range(first, last)
+        for name, value in (("batch_size", batch_size), ("max_size", max_size), ("bytes_in_flight", bytes_in_flight),
+                            ("rows_per_group", rows_per_group), ("bytes_per_group", bytes_per_group)):
+            check_int(value, name)
+        if rows_per_group < 1 or bytes_per_group < 1 or bytes_in_flight < 1:
+            raise InvalidOptionError("rows_per_group, bytes_per_group and bytes_in_flight must be >= 1")
+        self.check_open()
+        group: list[bytes] = []
+        group_first = first
+        group_bytes = 0
+        async for start, payloads in self.reader.stream_payloads(
+            first, last, self.lac, batch_size=batch_size, max_size=max_size, bytes_in_flight=bytes_in_flight,
+            batch=batch,
+        ):
+            while payloads:
+                take = rows_per_group - len(group)
+                chunk, payloads = payloads[:take], payloads[take:]
+                if not group:
+                    group_first = start
+                group.extend(chunk)
+                group_bytes += sum(map(len, chunk))
+                start += len(chunk)
+                if len(group) >= rows_per_group or group_bytes >= bytes_per_group:
+                    yield group_first, group
+                    group, group_bytes = [], 0
+        if group:
+            yield group_first, group
+
+    async def read_batches(self, first: int, last: int, **options: Any) -> AsyncIterator[Any]:
+        """Every entry ``first..min(last, LAC)`` as ``pyarrow.RecordBatch``es of ``entry_id`` and ``payload``
+        (needs pyarrow; options as :meth:`read_payload_groups`).  The batches are built on the loop thread:
+        asyncio users who mind should take the payload groups and build them elsewhere."""
+        require_pyarrow()
+        async for start, payloads in self.read_payload_groups(first, last, **options):
+            yield payload_batch(start, payloads)
 
     async def read_last_add_confirmed(self) -> int:
         """Ask the bookies for the LAC (no RPC for a closed ledger); updates :attr:`last_add_confirmed`."""

@@ -27,6 +27,7 @@ from functools import partial
 from typing import Any, Awaitable, Callable, Iterator, Mapping, TypeVar
 
 from bkspark.client.aio import AsyncBookKeeper, AsyncLedgerHandle, AsyncReadHandle, HandleIdentity, check_payload
+from bkspark.client.arrow import payload_batch, require_pyarrow
 from bkspark.client.conf import ClientConf
 from bkspark.client.reader import LedgerEntry
 from bkspark.client.services import ClientServices
@@ -547,6 +548,29 @@ class ReadHandle(HandleIdentity):
             end = min(last, cur + window - 1)
             yield from self._bk._run(self.aio.read_range_batched(cur, end, batch_size, max_size, parallel))
             cur = end + 1
+
+    def read_payload_groups(self, first: int, last: int, **options: Any) -> Iterator[tuple[int, list[bytes]]]:
+        """Every entry ``first..min(last, LAC)`` as ``(first entry id, payloads)`` groups, read pipelined
+        (options of :meth:`AsyncReadHandle.read_payload_groups`).  One hop to the client's loop per group:
+        the reads stay in flight on the loop while the caller works on the previous group."""
+        groups = self.aio.read_payload_groups(first, last, **options)
+        try:
+            while True:
+                try:
+                    group = self._bk._run(groups.__anext__())
+                except StopAsyncIteration:
+                    return
+                yield group
+        finally:
+            self._bk._run(groups.aclose())
+
+    def read_batches(self, first: int, last: int, **options: Any) -> Iterator[Any]:
+        """Every entry ``first..min(last, LAC)`` as ``pyarrow.RecordBatch``es of ``entry_id`` (int64) and
+        ``payload`` (binary), built on the calling thread from one gathered buffer per batch; several batch
+        requests in flight, spread over the bookies (see :meth:`read_payload_groups`).  Needs pyarrow."""
+        require_pyarrow()
+        for start, payloads in self.read_payload_groups(first, last, **options):
+            yield payload_batch(start, payloads)
 
     def read_last_add_confirmed(self) -> int:
         """Ask the bookies for the LAC (no RPC for a closed ledger); updates :attr:`last_add_confirmed`."""

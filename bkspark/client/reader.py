@@ -12,6 +12,8 @@
   bookies that hung up on opcode 7 (pre-4.17) and ``batchReadEnabled=false``
   fall back to pipelined single reads, which terminate for ``max_count <= 0``
   too (BookKeeper #4641).
+* Streaming (``stream_payloads``, under ``read_batches``): chunks of a range read concurrently, bounded by
+  bytes, each preferring a different bookie, yielded in order.
 * LAC: READ_LAC to every bookie of the last segment until the coverage rule
   holds (explicit LAC blob and last entry both count).
 """
@@ -19,10 +21,11 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 from functools import partial
-from typing import Any, Callable, NamedTuple
+from typing import Any, AsyncIterator, Callable, NamedTuple
 
 from bkspark.client.services import ClientServices
 from bkspark.protocol.ledger_name import LedgerRef
@@ -41,7 +44,14 @@ from bkspark.protocol.ledger_metadata import LedgerMetadata
 from bkspark.protocol.correlation import read_body
 from bkspark.protocol.v2 import BATCH_RESPONSE_OVERHEAD
 
-__all__ = ["LedgerEntry", "LedgerReader", "pick_error"]
+__all__ = ["DEFAULT_BYTES_IN_FLIGHT", "LedgerEntry", "LedgerReader", "pick_error"]
+
+#: Payload bytes one streaming reader keeps requested at once (several batch requests, spread over bookies).
+DEFAULT_BYTES_IN_FLIGHT = 8 * 1024 * 1024
+
+#: Chunks (each one batch request, or one run of pipelined single reads) one streaming reader keeps in flight
+#: at most, however small the entries: enough to keep every bookie of an ensemble busy.
+MAX_CHUNKS_IN_FLIGHT = 12
 
 log = logging.getLogger(__name__)
 
@@ -281,10 +291,29 @@ class LedgerReader:
     # -- batched reads ---------------------------------------------------------------------------
 
     async def batch_read(self, start: int, max_count: int, max_size: int, last_readable: int) -> list[LedgerEntry]:
-        """BP-62 batch read of at most ``max_count`` entries / ``max_size`` bytes from ``start``.
+        """BP-62 batch read of at most ``max_count`` entries / ``max_size`` bytes from ``start``
+        (:meth:`batch_read_payloads`, as :class:`LedgerEntry` objects)."""
+        payloads = await self.batch_read_payloads(start, max_count, max_size, last_readable)
+        ledger_id, scope_id = self.ref.ledger_id, self.ref.scope_id
+        return [LedgerEntry(ledger_id, start + i, payload, scope_id) for i, payload in enumerate(payloads)]
+
+    async def batch_read_payloads(
+        self,
+        start: int,
+        max_count: int,
+        max_size: int,
+        last_readable: int,
+        prefer: int | None = None,
+        detach: bool = True,
+    ) -> list[bytes]:
+        """The verified payloads of a BP-62 batch read of at most ``max_count`` entries / ``max_size`` bytes
+        from ``start`` (entry ids ``start, start + 1, ...``).
 
         ``last_readable`` is the LAC (or the last entry id the caller may read).
-        Returns at least one entry when ``start <= last_readable``.
+        Returns at least one entry when ``start <= last_readable``.  ``prefer`` (an ensemble index, modulo E)
+        names the bookie to ask first when it holds the entries and can serve batches; the others follow in the
+        read order.  Concurrent batches of one reader prefer different bookies, so for E = W, where every
+        bookie holds every entry, all of them serve at once.
         """
         if start < 0:
             raise InvalidOptionError("start entry id must be >= 0", start=start)
@@ -298,15 +327,18 @@ class LedgerReader:
             end = min(end, next_segment - 1)
         md = self.metadata
         if not self.ctx.conf.batchReadEnabled or is_striped(md.ensemble_size, md.write_quorum_size):
-            return await self._fallback(start, end, max_size)
+            return [e.payload for e in await self._fallback(start, end, max_size)]
         ensemble = md.ensemble_at(start)
         order = self._order(ensemble, md.write_set(start))
         ops = self.ctx.ops
         capable = [i for i in order if ops.can_batch_read(ensemble[i], self.ref.scope_id)]
+        if prefer is not None and (prefer % len(ensemble)) in capable[1:]:
+            k = capable.index(prefer % len(ensemble))
+            capable = capable[k:] + capable[:k]
         if not capable:
-            return await self._fallback(start, end, max_size)
+            return [e.payload for e in await self._fallback(start, end, max_size)]
         want = end - start + 1
-        verified: list[LedgerEntry] = []
+        verified: list[bytes] = []
         used = BATCH_RESPONSE_OVERHEAD
         errors: list[BaseException] = []
         for idx in capable:
@@ -327,10 +359,9 @@ class LedgerReader:
             clean = True
             items = raw[: want - len(verified)]
             ledger_id, scope_id = self.ref.ledger_id, self.ref.scope_id
-            payloads, bad = self.digester.verify_payloads(items, ledger_id, cur, scope_id)
-            for i, payload in enumerate(payloads):
-                verified.append(LedgerEntry(ledger_id, cur + i, payload, scope_id))
-                used += 4 + len(items[i])
+            payloads, bad = self.digester.verify_payloads(items, ledger_id, cur, scope_id, detach)
+            verified.extend(payloads)
+            used += 4 * len(payloads) + sum(map(len, items[: len(payloads)]))
             if bad is not None:
                 log.warning("bookie %s: bad copy of %s/%s in a batch: %s", bookie, ledger_id, cur + len(payloads), bad)
                 errors.append(bad)
@@ -340,7 +371,7 @@ class LedgerReader:
         if verified:
             return verified
         if any(not ops.can_batch_read(ensemble[i], self.ref.scope_id) for i in capable):
-            return await self._fallback(start, end, max_size)
+            return [e.payload for e in await self._fallback(start, end, max_size)]
         raise pick_error(errors, ledger_id=self.ref.ledger_id, entry_id=start)
 
     async def read_range_batched(
@@ -381,6 +412,82 @@ class LedgerReader:
                 w.cancel()
             raise
         return [e for chunk in results for e in chunk]
+
+    async def stream_payloads(
+        self,
+        first: int,
+        last: int,
+        last_readable: int,
+        *,
+        batch_size: int = 100,
+        max_size: int = 0,
+        bytes_in_flight: int = DEFAULT_BYTES_IN_FLIGHT,
+        batch: bool = True,
+    ) -> AsyncIterator[tuple[int, list[bytes]]]:
+        """Verified payloads of ``first..min(last, last_readable)``, in order, as ``(first entry id, payloads)``.
+
+        The payloads are bytes-like: zero-copy views of the batch responses (or ``bytes`` from single reads),
+        so that gathering them into one Arrow buffer is their only copy.
+
+        The range is cut into chunks of ``batch_size`` entries; chunks are read concurrently, as many as fit in
+        ``bytes_in_flight`` (estimated from the entry sizes seen so far; at least one), and each chunk starts
+        on a different bookie (``prefer``), so an E = W ensemble serves every bookie at
+        once.  With ``batch`` (and a bookie that can), a chunk is BP-62 batch reads; otherwise, and for
+        striped ledgers or bookies without batch reads, pipelined single reads spread over the write sets.
+        A chunk that fails raises here, in order, and the chunks still in flight are cancelled.
+        """
+        last = min(last, last_readable)
+        if last < first:
+            return
+        step = max(1, batch_size)
+        frame_limit = self.ctx.conf.nettyMaxFrameSizeBytes
+        request_size = frame_limit if max_size <= 0 else min(max_size, frame_limit)
+        loop = asyncio.get_running_loop()
+        pending: collections.deque[tuple[asyncio.Task[list[bytes]], int, int]] = collections.deque()
+        seen_bytes = 0
+        seen_entries = 0
+        next_start = first
+        chunk_index = 0
+
+        async def read_chunk(start: int, end: int, prefer: int) -> list[bytes]:
+            out: list[bytes] = []
+            cur = start
+            while cur <= end:
+                if batch:
+                    got = await self.batch_read_payloads(cur, end - cur + 1, request_size, end, prefer, detach=False)
+                else:
+                    got = [entry.payload for entry in await self.read_range(cur, end)]
+                out.extend(got)
+                cur += len(got)
+            return out
+
+        def estimate(entries: int) -> int:
+            if seen_entries == 0:  # nothing seen yet: assume each request fills its byte limit
+                return min(request_size, entries * 1024 * 1024)
+            return entries * max(1, seen_bytes // seen_entries)
+
+        try:
+            while pending or next_start <= last:
+                in_flight = sum(estimate(e - s + 1) for _, s, e in pending)
+                while next_start <= last and (
+                    not pending or (in_flight < bytes_in_flight and len(pending) < MAX_CHUNKS_IN_FLIGHT)
+                ):
+                    end = min(last, next_start + step - 1)
+                    task = loop.create_task(read_chunk(next_start, end, chunk_index))
+                    pending.append((task, next_start, end))
+                    in_flight += estimate(end - next_start + 1)
+                    next_start = end + 1
+                    chunk_index += 1
+                task, start, end = pending.popleft()
+                payloads = await task
+                seen_entries += len(payloads)
+                seen_bytes += sum(map(len, payloads))
+                yield start, payloads
+        finally:
+            for task, _, _ in pending:
+                task.cancel()
+                task.add_done_callback(_retrieve)
+
 
     async def _fallback(self, start: int, end: int, max_size: int) -> list[LedgerEntry]:
         """Pipelined single reads of ``start..end`` within ``max_size`` bytes (at least one entry)."""
@@ -447,3 +554,9 @@ class LedgerReader:
             for t in tasks:
                 if not t.done():
                     t.cancel()
+
+
+def _retrieve(task: "asyncio.Task[Any]") -> None:
+    """Mark an abandoned chunk's error as seen (it was not the first failure; asyncio would log it)."""
+    if not task.cancelled():
+        task.exception()

@@ -13,12 +13,14 @@ from typing import Any, Iterator
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from bkspark.client.arrow import DEFAULT_ROWS_PER_BATCH
 from bkspark.datasource.options import ReadOptions
 from bkspark.datasource.planning import Bounds, LedgerSlice, push_filters, split_ledger
 
 __all__ = ["BookKeeperReader", "BookKeeperPushdownReader", "ROWS_PER_BATCH"]
 
-ROWS_PER_BATCH = 10_000
+#: Rows of one Arrow batch (the client's default).
+ROWS_PER_BATCH = DEFAULT_ROWS_PER_BATCH
 
 
 def _client_settings(options: ReadOptions) -> dict[str, Any]:
@@ -187,52 +189,28 @@ class BookKeeperReader(DataSourceReader):
             handle.close()
 
     def _read_slice(self, handle: Any, part: LedgerSlice) -> Iterator[Any]:
-        """Arrow batches of the slice: payloads gathered per batch (see :func:`entry_batch`), never per row."""
+        """Arrow batches of the slice, from the client's pipelined ``read_batches`` (several batch requests in
+        flight over the ledger's bookies; pipelined single reads where batches cannot be used): the payload
+        column is taken as the client built it and the ledger-level columns added (:func:`entry_batch`)."""
         from bkspark.datasource.schema import MAX_BATCH_PAYLOAD_BYTES, entry_batch
         from bkspark.errors import NoSuchEntryError
 
         opts = self.options
-        payloads: list[bytes] = []
-        pending_bytes = 0
-        batch_first = part.first_entry  # entry id of payloads[0]
-
-        def flush() -> Any:
-            nonlocal pending_bytes, batch_first
-            batch = entry_batch(
-                part.scope_id, part.ledger_id, batch_first, payloads, part.ctime_ms, part.custom_metadata
-            )
-            batch_first += len(payloads)
-            payloads.clear()
-            pending_bytes = 0
-            return batch
-
         next_entry = part.first_entry
-        while next_entry <= part.last_entry:
-            remaining = part.last_entry - next_entry + 1
-            if opts.batch_read_enabled:
-                entries = handle.batch_read(next_entry, min(remaining, opts.batch_max_count), opts.batch_max_size)
-            else:
-                entries = handle.read(next_entry, next_entry + min(remaining, opts.batch_max_count) - 1)
-            if not entries:
-                raise NoSuchEntryError(
-                    f"ledger {part.ledger_id} returned no entry at {next_entry} (expected up to {part.last_entry})"
-                )
-            if entries[0].entry_id != next_entry or entries[-1].entry_id != next_entry + len(entries) - 1:
-                raise NoSuchEntryError(
-                    f"ledger {part.ledger_id}: asked for entries from {next_entry}, got "
-                    f"{entries[0].entry_id}..{entries[-1].entry_id} ({len(entries)} entries, not consecutive)"
-                )
-            got = [entry.payload for entry in entries[:remaining]]
-            next_entry += len(got)
-            while got:  # fill the pending batch; the byte bound is checked per response, not per row
-                take = ROWS_PER_BATCH - len(payloads)
-                chunk, got = got[:take], got[take:]
-                payloads.extend(chunk)
-                pending_bytes += sum(map(len, chunk))
-                if len(payloads) >= ROWS_PER_BATCH or pending_bytes >= MAX_BATCH_PAYLOAD_BYTES:
-                    yield flush()
-        if payloads:
-            yield flush()
+        for batch in handle.read_batches(
+            part.first_entry, part.last_entry,
+            batch_size=max(1, opts.batch_max_count), max_size=opts.batch_max_size, batch=opts.batch_read_enabled,
+            rows_per_group=ROWS_PER_BATCH, bytes_per_group=MAX_BATCH_PAYLOAD_BYTES,
+        ):
+            yield entry_batch(
+                part.scope_id, part.ledger_id, next_entry, batch.column(1), part.ctime_ms, part.custom_metadata
+            )
+            next_entry += batch.num_rows
+        if next_entry != part.last_entry + 1:
+            raise NoSuchEntryError(
+                f"ledger {part.ledger_id} returned entries {part.first_entry}..{next_entry - 1}, expected up to "
+                f"{part.last_entry} (the ledger's last add confirmed is {handle.last_add_confirmed})"
+            )
 
 
 class BookKeeperPushdownReader(BookKeeperReader):

@@ -12,6 +12,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Sequence
 
+from bkspark.client.arrow import DEFAULT_BYTES_PER_BATCH
+
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
     from pyspark.sql.types import StructType
@@ -21,9 +23,8 @@ __all__ = [
     "MAX_BATCH_PAYLOAD_BYTES",
 ]
 
-#: Payload bytes one Arrow batch may hold: ``binary`` columns have int32 offsets (2 GiB per array), and
-#: Spark's Arrow transfer is happier with batches of tens of MiB than with one huge one.
-MAX_BATCH_PAYLOAD_BYTES = 64 * 1024 * 1024
+#: Payload bytes one Arrow batch may hold (the client's default, whose comment says why).
+MAX_BATCH_PAYLOAD_BYTES = DEFAULT_BYTES_PER_BATCH
 
 #: Column names, in order.
 COLUMNS = ("scope_id", "ledger_id", "entry_id", "payload", "ledger_ctime", "custom_metadata")
@@ -71,31 +72,28 @@ def entry_batch(
     scope_id: int,
     ledger_id: int,
     first_entry_id: int,
-    payloads: Sequence[bytes],
+    payloads: "Sequence[bytes] | pa.BinaryArray",
     ctime_ms: int | None = None,
     custom_metadata: Sequence[tuple[str, bytes]] = (),
 ) -> "pa.RecordBatch":
     """Consecutive entries ``first_entry_id ..`` of one ledger as one Arrow batch of :func:`arrow_schema`.
 
-    Built column-wise from buffers, with no Python object per row: the payloads are gathered into one
-    buffer and framed by an int32 offsets array (``BinaryArray.from_buffers``), entry ids are a numpy
-    ``arange``, and the ledger-level columns are repeated scalars.  Shared by every reader of the data
-    source (batch and streaming), so all of them yield the same rows.
+    Built column-wise from buffers, with no Python object per row: ``payloads`` is either the ``payload``
+    column of the client's ``ReadHandle.read_batches`` (used as it is) or a list gathered into one buffer by
+    :func:`bkspark.client.arrow.binary_array`; entry ids are a numpy ``arange``, and the ledger-level
+    columns are repeated scalars.  Shared by every reader of the data source (batch and streaming), so all
+    of them yield the same rows.
     """
     import numpy as np
     import pyarrow as pa
+
+    from bkspark.client.arrow import binary_array
 
     schema = arrow_schema()
     n = len(payloads)
     if n == 0:  # pa.repeat of a map scalar cannot make an empty array
         return pa.RecordBatch.from_pylist([], schema=schema)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, payloads), dtype=np.int64, count=n), out=offsets[1:])
-    total = int(offsets[-1])
-    if total > (1 << 31) - 1:
-        raise ValueError(f"{total} payload bytes do not fit one Arrow binary array (2 GiB); use smaller batches")
-    data = pa.py_buffer(b"".join(payloads))
-    payload_col = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), data])
+    payload_col = payloads if isinstance(payloads, pa.Array) else binary_array(payloads)
     return pa.RecordBatch.from_arrays(
         [
             pa.repeat(pa.scalar(scope_id, pa.int64()), n),

@@ -375,12 +375,14 @@ class Digester:
         ledger_id: int,
         first_entry_id: int,
         scope_id: int = 0,
+        detach: bool = True,
     ) -> "tuple[list[bytes], DigestMismatchError | None]":
         """Verify consecutive entries ``first_entry_id, first_entry_id + 1, ...``; return their payloads.
 
         The checks are :meth:`verify_entry`'s, item by item; the result is
         ``(payloads of the verified prefix, the error that stopped it or None)``.
-        Each payload is detached (``bytes``).  The batch-read hot path: for
+        Each payload is detached (``bytes``), or with ``detach=False`` a zero-copy view of ``items`` (for a
+        caller that gathers the payloads into one buffer anyway).  The batch-read hot path: for
         scope 0 and CRC32C no :class:`VerifiedEntry` is built per entry; any
         item the fast check does not pass goes through :meth:`verify_entry`,
         which raises the precise error (or accepts it).
@@ -402,14 +404,14 @@ class Digester:
                     and got_entry == entry_id
                     and crc(payload, crc(data[:ENTRY_HEADER_SIZE])) == unpack_crc(data, ENTRY_HEADER_SIZE)[0]
                 ):
-                    append(bytes(payload))
+                    append(bytes(payload) if detach else payload)
                     entry_id += 1
                     continue
             try:
                 verified = self.verify_entry(data, ledger_id, entry_id, scope_id)
             except DigestMismatchError as exc:
                 return out, exc
-            append(bytes(verified.payload))
+            append(bytes(verified.payload) if detach else verified.payload)
             entry_id += 1
         return out, None
 

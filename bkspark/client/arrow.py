@@ -1,0 +1,72 @@
+"""Arrow forms of entries read back, built from buffers with no Python object per row.
+
+pyarrow is optional for the client (the base install has none): it is imported when a function here runs, and
+its absence is a clear :class:`~bkspark.errors.InvalidOptionError`.  The data source builds its full schema on
+top of :func:`binary_array` (``bkspark.datasource.schema.entry_batch``), so both share one gather.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from bkspark.errors import InvalidOptionError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+__all__ = [
+    "DEFAULT_BYTES_PER_BATCH", "DEFAULT_ROWS_PER_BATCH", "PAYLOAD_BATCH_COLUMNS", "binary_array", "payload_batch",
+    "require_pyarrow",
+]
+
+#: Rows of one Arrow batch by default (Spark's Arrow transfer likes batches of thousands of rows).
+DEFAULT_ROWS_PER_BATCH = 10_000
+
+#: Payload bytes one Arrow batch may hold: ``binary`` columns have int32 offsets (2 GiB per array), and
+#: Spark's Arrow transfer is happier with batches of tens of MiB than with one huge one.
+DEFAULT_BYTES_PER_BATCH = 64 * 1024 * 1024
+
+#: Columns of :func:`payload_batch`, in order.
+PAYLOAD_BATCH_COLUMNS = ("entry_id", "payload")
+
+
+def require_pyarrow() -> Any:
+    """The ``pyarrow`` module, or a clear error naming the extra to install."""
+    try:
+        import numpy  # noqa: F401 - the columns are built from numpy buffers
+        import pyarrow
+    except ImportError as exc:
+        raise InvalidOptionError(
+            "Arrow reads need pyarrow and numpy, which the client's base install does not have; "
+            "pip install 'bkspark[arrow]'"
+        ) from exc
+    return pyarrow
+
+
+def binary_array(payloads: Sequence[bytes]) -> "pa.BinaryArray":
+    """``payloads`` as one Arrow binary array: one joined data buffer and an int32 offsets buffer."""
+    pa = require_pyarrow()
+    import numpy as np
+
+    n = len(payloads)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, payloads), dtype=np.int64, count=n), out=offsets[1:])
+    total = int(offsets[-1])
+    if total > (1 << 31) - 1:
+        raise InvalidOptionError(
+            f"{total} payload bytes do not fit one Arrow binary array (2 GiB); use smaller batches"
+        )
+    data = pa.py_buffer(b"".join(payloads))
+    return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), data])
+
+
+def payload_batch(first_entry_id: int, payloads: Sequence[bytes]) -> "pa.RecordBatch":
+    """Consecutive entries ``first_entry_id ..`` as a RecordBatch of ``entry_id`` (int64) and ``payload``."""
+    pa = require_pyarrow()
+    import numpy as np
+
+    n = len(payloads)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(np.arange(first_entry_id, first_entry_id + n, dtype=np.int64)), binary_array(payloads)],
+        names=list(PAYLOAD_BATCH_COLUMNS),
+    )
