@@ -462,6 +462,16 @@ def test_a_failed_job_leaves_no_ledger_and_keeps_the_dataset(spark, bk, py_clust
 # -- errors ----------------------------------------------------------------------------------------------------------
 
 
+def test_the_test_driver_jvm_runs_with_the_harness_quick_start_flags(spark) -> None:
+    """tests/conftest.py's SPARK_SUBMIT_OPTS reaches the driver JVM (docs/contracts.md, "Test harness")."""
+    from tests.conftest import SPARK_SUBMIT_OPTS
+
+    jvm_args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    expected = os.environ["SPARK_SUBMIT_OPTS"].split()
+    assert "-XX:TieredStopAtLevel=1" in SPARK_SUBMIT_OPTS.split()
+    assert set(expected) <= set(jvm_args), jvm_args
+
+
 def test_bad_options_give_one_clear_error_each(spark, bk, py_cluster) -> None:
     uri = py_cluster.metadata_service_uri
     lid = write_bkspark_ledger(bk, [b"x"])
