@@ -32,8 +32,8 @@ _MARKERS = {
 
 #: Read by spark-submit for the driver JVM it starts (local mode: driver and executors in one JVM), in this
 #: process and in every Spark driver subprocess a test starts with this environment: the quick-start JIT and GC
-#: flags of the harness's own JVMs (C1 only, serial GC), about half the wall time of a Spark session's start and
-#: first job on the 2-core test machines. Heap sizes stay Spark's (spark.driver.memory).
+#: flags of the harness's own JVMs (C1 only, serial GC): a third to a half less wall time for a Spark session's
+#: start and first job on the 2-core test machines. Heap sizes stay Spark's (spark.driver.memory).
 SPARK_SUBMIT_OPTS = " ".join(opt for opt in JVM_OPTS if opt.startswith("-XX:"))
 
 
