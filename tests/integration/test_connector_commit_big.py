@@ -1,9 +1,9 @@
 """A dataset of 100,000 real ledgers (metadata in ZooKeeper) commits, lists and plans (slow: marked ``fault``).
 
-The 100,000 ledgers are closed ledgers whose metadata is created directly in ZooKeeper (pipelined creates), each
-claiming one entry that no bookie stores: the test proves the commit (one job publishing 100,000 ledgers), the
-listing (the sharded manifest) and the planning (one Spark partition per ledger, from the manifest and every
-ledger's metadata), not the reading of their entries; the reading of a dataset is tested on real rows in
+The 100,000 ledgers are closed ledgers whose metadata is created directly in ZooKeeper (pipelined multi ops of
+creates), each claiming one entry that no bookie stores: the test proves the commit (one job publishing 100,000
+ledgers), the listing (the sharded manifest) and the planning (one Spark partition per ledger, from the manifest
+and every ledger's metadata), not the reading of their entries; the reading of a dataset is tested on real rows in
 test_connector_commit.py.
 """
 
@@ -32,6 +32,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.fault]
 ROOT = "/bk-connector-commit-big"
 BIG = 100_000
 FIRST_ID = 7_000_000
+MULTI_OPS = 500
+MULTIS_IN_FLIGHT = 8
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ def py_cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFact
 
 
 def create_metadata(bk: BookKeeper, ids: list[int]) -> None:
-    """Closed one-entry ledgers, metadata only, created with pipelined ZooKeeper creates."""
+    """Closed one-entry ledgers, metadata only, created with pipelined ZooKeeper multi ops."""
     bookies = tuple(sorted(bk.registry.writable_bookies()))[:2]
     md = LedgerMetadata(
         ensemble_size=2, write_quorum_size=2, ack_quorum_size=2, state=LedgerState.CLOSED, last_entry_id=0,
@@ -50,10 +52,21 @@ def create_metadata(bk: BookKeeper, ids: list[int]) -> None:
     zk = bk.store.zk
     for path in sorted({bk.store.ledger_path(lid).rsplit("/", 1)[0] for lid in ids}):
         zk.ensure_path(path)
-    for start in range(0, len(ids), 2000):
-        pending = [zk.create_async(bk.store.ledger_path(lid), data) for lid in ids[start : start + 2000]]
-        for result in pending:
-            result.get(timeout=120)
+    # Multi ops of 500 creates, 8 in flight: one request (and one ZooKeeper transaction) per 500 ledgers is ~8x
+    # faster here than one pipelined create per ledger. Every create of a multi must succeed (a failed op comes
+    # back as an exception in the results: checked).
+    pending: list = []
+    for start in range(0, len(ids), MULTI_OPS):
+        transaction = zk.transaction()
+        for lid in ids[start : start + MULTI_OPS]:
+            transaction.create(bk.store.ledger_path(lid), data)
+        pending.append(transaction.commit_async())
+        if len(pending) == MULTIS_IN_FLIGHT or start + MULTI_OPS >= len(ids):
+            for result in pending:
+                created = result.get(timeout=120)
+                failed = [op for op in created if isinstance(op, Exception)]
+                assert not failed, failed[:3]
+            pending = []
 
 
 def test_a_dataset_of_100000_real_ledgers_commits_lists_and_plans(py_cluster: PythonBookieCluster) -> None:

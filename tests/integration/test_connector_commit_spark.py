@@ -1,7 +1,7 @@
 """The writer's commit protocol through real Spark jobs: faults in Spark's own driver processes, SIGKILL of the
 whole driver after each step, concurrent appends and overwrites.
 
-Each scenario runs in a Spark driver of its own (a subprocess in a session of its own, ``local[2,2]``) whose
+The scenarios run in Spark drivers (each a subprocess in a session of its own, ``local[2,2]``) whose
 environment names a fault plan file (``BKSPARK_WRITER_FAULTS=@file``, :mod:`bkspark.datasource.faults`): the
 planner processes in which Spark runs ``commit`` and ``abort`` read it. The script prints one JSON line per job.
 """
@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -161,62 +162,91 @@ def test_spark_jobs_with_faults_after_the_commit_point_and_concurrent_writers(
         assert_only_committed(bk, dataset)
 
 
+#: Run by the fresh driver of `driver_lines`, for test_spark_jobs_with_faults_before_and_after_the_commit_point.
+FAULT_JOBS = [
+    {"dataset": "ap", "mode": "append", "prefix": "old", "rows": 100},
+    # Append, a fault in the last step (forgetting the job).
+    {"dataset": "ap", "mode": "append", "prefix": "new", "rows": 50,
+     "plan": "commit.retired-deleted=connection-loss"},
+    # Before the commit point: the job fails and the dataset keeps its rows.
+    {"dataset": "ap", "mode": "overwrite", "prefix": "lost", "rows": 50,
+     "plan": "commit.shards-written=connection-loss"},
+    # A refused delete in the clean-up of an overwrite.
+    {"dataset": "ap", "mode": "overwrite", "prefix": "over", "rows": 20, "plan": "ledger.delete=delete-refused"},
+]
+
+
 @pytest.mark.fault
 def test_spark_jobs_with_faults_before_and_after_the_commit_point(
-    py_cluster: PythonBookieCluster, bk: BookKeeper, tmp_path: Path
+    py_cluster: PythonBookieCluster, bk: BookKeeper, driver_lines: dict[str, Any]
 ) -> None:
     """An error in Spark's commit before its commit point fails the job; after it (the last step) it does not."""
-    uri = py_cluster.metadata_service_uri
-    jobs = [
-        {"dataset": "ap", "mode": "append", "prefix": "old", "rows": 100},
-        # Append, a fault in the last step (forgetting the job).
-        {"dataset": "ap", "mode": "append", "prefix": "new", "rows": 50,
-         "plan": "commit.retired-deleted=connection-loss"},
-        # Before the commit point: the job fails and the dataset keeps its rows.
-        {"dataset": "ap", "mode": "overwrite", "prefix": "lost", "rows": 50,
-         "plan": "commit.shards-written=connection-loss"},
-        # A refused delete in the clean-up of an overwrite.
-        {"dataset": "ap", "mode": "overwrite", "prefix": "over", "rows": 20, "plan": "ledger.delete=delete-refused"},
-    ]
-    results = run_driver(uri, tmp_path, jobs)
+    results = driver_lines["faults"]
     assert [r["outcome"] for r in results][:2] == ["committed", "committed"]
     assert results[1]["rows"] == sorted(payloads("old", 100) + payloads("new", 50))
     assert results[2]["outcome"].startswith("failed") and results[2]["rows"] == results[1]["rows"]
     assert results[3]["outcome"] == "committed" and results[3]["rows"] == payloads("over", 20)
-    recover(uri)
+    recover(py_cluster.metadata_service_uri)
     assert_only_committed(bk, "ap")
 
 
 #: One point before the commit point, one after, one in abort: every point is killed in test_connector_commit.py
-#: (a process of its own running the real commit); here the whole Spark driver dies (two drivers per case).
+#: (a process of its own running the real commit); here the whole Spark driver dies (one driver per point), and
+#: one fresh driver, started after every kill, reads and appends to each point's dataset.
 KILL_POINTS = ["commit.shards-written", "commit.published", "abort.fenced"]
+
+
+def killed_dataset(point: str) -> str:
+    return f"killed-{point}".replace(".", "-")
+
+
+@pytest.fixture(scope="module")
+def driver_lines(py_cluster: PythonBookieCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """For each kill point: the killed driver's lines and the (read, append) lines of one fresh driver, which also
+    runs FAULT_JOBS first ("faults": their lines).
+
+    Each point's driver is a JVM of its own that dies by SIGKILL at that point; the fresh driver that judges
+    what they left never saw any of them (a driver per point after its kill proves nothing more, and costs a
+    JVM start each)."""
+    uri = py_cluster.metadata_service_uri
+    killed: dict[str, list[dict]] = {}
+    for point in KILL_POINTS:
+        plan = f"{point}=kill"
+        if point.startswith("abort."):
+            plan = f"commit.shards-written=connection-loss,{plan}"
+        dataset = killed_dataset(point)
+        killed[point] = run_driver(uri, tmp_path_factory.mktemp("killed"), [
+            {"dataset": dataset, "mode": "append", "prefix": "old", "rows": 60},
+            {"dataset": dataset, "mode": "overwrite", "prefix": "new", "rows": 30, "plan": plan},
+        ], expect_kill=True)
+    after_jobs: list[dict] = []
+    for point in KILL_POINTS:
+        after_jobs += [
+            {"dataset": killed_dataset(point), "read_only": True, "prefix": "read"},
+            {"dataset": killed_dataset(point), "mode": "append", "prefix": "next", "rows": 5},
+        ]
+    # The same fresh driver first runs the jobs of test_spark_jobs_with_faults_before_and_after_the_commit_point
+    # (one JVM start fewer; their dataset is another one).
+    lines = run_driver(uri, tmp_path_factory.mktemp("after"), FAULT_JOBS + after_jobs)
+    faults, after = lines[: len(FAULT_JOBS)], lines[len(FAULT_JOBS) :]
+    assert len(after) == 2 * len(KILL_POINTS), lines
+    by_point = {point: (killed[point], after[2 * i : 2 * i + 2]) for i, point in enumerate(KILL_POINTS)}
+    return {"faults": faults, **by_point}
 
 
 @pytest.mark.fault
 @pytest.mark.parametrize("point", KILL_POINTS)
 def test_the_spark_driver_killed_after_each_step_leaves_old_or_new_rows(
-    py_cluster: PythonBookieCluster, bk: BookKeeper, tmp_path: Path, point: str
+    py_cluster: PythonBookieCluster, bk: BookKeeper, driver_lines: dict[str, Any], point: str
 ) -> None:
     """SIGKILL of the whole Spark driver (JVM, planners, workers) after each step of an overwrite."""
     uri = py_cluster.metadata_service_uri
-    dataset = f"killed-{point}".replace(".", "-")
-    plan = f"{point}=kill"
-    if point.startswith("abort."):
-        plan = f"commit.shards-written=connection-loss,{plan}"
-    jobs = [
-        {"dataset": dataset, "mode": "append", "prefix": "old", "rows": 60},
-        {"dataset": dataset, "mode": "overwrite", "prefix": "new", "rows": 30, "plan": plan},
-    ]
-    results = run_driver(uri, tmp_path, jobs, expect_kill=True)
+    dataset = killed_dataset(point)
+    results, after = driver_lines[point]
     assert results[0]["outcome"] == "committed"
     committed = point.startswith("commit.") and point != "commit.shards-written"
     # What the killed driver left reads, from a fresh driver, as exactly the old or exactly the new rows; the
     # next job of the dataset commits on top.
-    (tmp_path / "after").mkdir()
-    after = run_driver(uri, tmp_path / "after", [
-        {"dataset": dataset, "read_only": True, "prefix": "read"},
-        {"dataset": dataset, "mode": "append", "prefix": "next", "rows": 5},
-    ])
     expected = payloads("new", 30) if committed else payloads("old", 60)
     assert after[0]["rows"] == expected
     assert after[1]["outcome"] == "committed" and after[1]["rows"] == sorted(expected + payloads("next", 5))

@@ -1,12 +1,12 @@
 """A Spark write job killed mid-way leaves ledgers the orphan audit reports, and its own abort removes them.
 
-The killed job runs in a subprocess of its own (driver JVM, its Python planner and workers, all in one process
-group) whose tasks write slowly: once the job's ledgers are registered under ``<root>/bkspark/jobs/<job>``, the
-whole group gets SIGKILL, so neither the job's commit nor its abort ever runs. Every ledger it created names the
-job's parent (``childOfLedger``), which only a commit creates, so one audit pass reports each of them as
-``BROKEN_PARENT_REF``; the ledgers of a job that committed are not reported. Then the killed job's abort runs,
-on a writer rebuilt with the killed job's id and parent (as Spark's commit protocol would hand it over), and
-the ledgers are gone.
+The killed job runs in a Spark driver subprocess (driver JVM, its Python planner and workers, all in one process
+group), after a job of the same driver that commits; its tasks write slowly: once the job's ledgers are registered
+under ``<root>/bkspark/jobs/<job>``, the whole group gets SIGKILL, so neither the job's commit nor its abort ever
+runs. Every ledger it created names the job's parent (``childOfLedger``), which only a commit creates, so one audit
+pass reports each of them as ``BROKEN_PARENT_REF``; the ledgers of a job that committed are not reported. Then the
+killed job's abort runs, on a writer rebuilt with the killed job's id and parent (as Spark's commit protocol would
+hand it over), and the ledgers are gone.
 """
 
 from __future__ import annotations
@@ -38,14 +38,16 @@ pytestmark = [pytest.mark.integration]
 
 REPO = Path(__file__).resolve().parents[2]
 
-# The killed job: 2 partitions of 4000 rows, 20 rows per Arrow batch, every row slowed down by a UDF, so each
-# task has created (and registered) its ledger long before it could finish.
-KILLED_JOB = textwrap.dedent(
+# One Spark driver runs both jobs (one JVM start, not two): first a job that commits (300 rows, no delay), then,
+# once the test has checked what the commit left and created the go file, the job to kill: 2 partitions of 4000
+# rows, 20 rows per Arrow batch, every row slowed down by a UDF, so each task has created (and registered) its
+# ledger long before it could finish.
+JOBS = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from pyspark.sql import SparkSession, functions as F
 
-    uri, dataset = sys.argv[1], sys.argv[2]
+    uri, kept, killed, go_file = sys.argv[1:5]
     spark = (SparkSession.builder.master("local[2,2]").appName("bkspark-killed-write")
              .config("spark.ui.enabled", "false").config("spark.driver.memory", "512m")
              .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20").getOrCreate())
@@ -55,12 +57,19 @@ KILLED_JOB = textwrap.dedent(
         time.sleep(0.02)
         return f"killed-{value}".encode()
 
-    df = spark.range(0, 8000, 1, 2).select(slow(F.col("id")).alias("payload"))
-    print("writing", flush=True)
-    (df.write.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", dataset)
-       .option("ensembleSize", "2").option("writeQuorumSize", "2").option("ackQuorumSize", "2")
-       .mode("append").save())
-    print("committed", flush=True)
+    def write(df, dataset):
+        (df.write.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", dataset)
+           .option("ensembleSize", "2").option("writeQuorumSize", "2").option("ackQuorumSize", "2")
+           .mode("append").save())
+
+    write(spark.range(0, 300, 1, 2).select(F.concat(F.lit("kept-"), F.col("id").cast("string")).alias("payload")),
+          kept)
+    print("committed", kept, flush=True)
+    while not os.path.exists(go_file):
+        time.sleep(0.05)
+    print("writing", killed, flush=True)
+    write(spark.range(0, 8000, 1, 2).select(slow(F.col("id")).alias("payload")), killed)
+    print("committed", killed, flush=True)
     """
 )
 
@@ -93,17 +102,6 @@ def spark_env() -> dict[str, str]:
     return env
 
 
-def committed_write(uri: str, dataset: str, tmp_path: Path) -> None:
-    """A job that commits, in its own Spark process too (so this module needs no SparkSession of its own)."""
-    script = tmp_path / "committed_job.py"
-    script.write_text(
-        KILLED_JOB.replace("time.sleep(0.02)", "pass").replace("0, 8000", "0, 300")
-    )
-    proc = subprocess.run([sys.executable, str(script), uri, dataset], env=spark_env(), cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and "committed" in proc.stdout, proc.stderr[-3000:]
-
-
 def job_ledgers(bk: BookKeeper) -> dict[str, list[tuple[int, int]]]:
     """Job id -> ledgers registered under it (``<root>/bkspark/jobs``)."""
     registry = DatasetRegistry(bk.store.zk, bk.store.root)
@@ -131,25 +129,32 @@ def test_a_killed_write_job_leaves_ledgers_the_audit_reports_and_its_abort_remov
     uri = py_cluster.metadata_service_uri
     registry = DatasetRegistry(bk.store.zk, bk.store.root)
 
-    # A job that commits: its ledgers and its parent must never be reported.
-    committed_write(uri, "kept", tmp_path)
-    kept = registry.manifest("kept")
-    assert kept is not None and len(kept.ledgers) == 2
-    assert job_ledgers(bk) == {}
-
-    # The job to kill.
-    script = tmp_path / "killed_job.py"
-    script.write_text(KILLED_JOB)
-    log = (tmp_path / "killed_job.log").open("w")
-    proc = subprocess.Popen([sys.executable, str(script), uri, "killed"], env=spark_env(), cwd=REPO,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    script = tmp_path / "jobs.py"
+    script.write_text(JOBS)
+    log_path = tmp_path / "jobs.log"
+    go_file = tmp_path / "go"
+    log = log_path.open("w")
+    proc = subprocess.Popen([sys.executable, str(script), uri, "kept", "killed", str(go_file)], env=spark_env(),
+                            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
+        # A job that commits: its ledgers and its parent must never be reported.
+        deadline = time.monotonic() + 300
+        while "committed kept" not in log_path.read_text():
+            assert proc.poll() is None, f"the driver ended before its first job:\n{log_path.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "the first job never committed"
+            time.sleep(0.2)
+        kept = registry.manifest("kept")
+        assert kept is not None and len(kept.ledgers) == 2
+        assert job_ledgers(bk) == {}
+
+        # The job to kill.
+        go_file.touch()
         deadline = time.monotonic() + 300
         while True:
             registered = job_ledgers(bk)
             if registered and all(len(ledgers) == 2 for ledgers in registered.values()):
                 break
-            assert proc.poll() is None, f"the job ended on its own:\n{(tmp_path / 'killed_job.log').read_text()[-3000:]}"
+            assert proc.poll() is None, f"the job ended on its own:\n{log_path.read_text()[-3000:]}"
             assert time.monotonic() < deadline, "the job's two ledgers were never registered"
             time.sleep(0.2)
         time.sleep(0.5)  # let the tasks write some entries

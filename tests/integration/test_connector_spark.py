@@ -462,6 +462,16 @@ def test_a_failed_job_leaves_no_ledger_and_keeps_the_dataset(spark, bk, py_clust
 # -- errors ----------------------------------------------------------------------------------------------------------
 
 
+def test_the_test_driver_jvm_runs_with_the_harness_quick_start_flags(spark) -> None:
+    """tests/conftest.py's SPARK_SUBMIT_OPTS reaches the driver JVM (docs/contracts.md, "Test harness")."""
+    from tests.conftest import SPARK_SUBMIT_OPTS
+
+    jvm_args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    expected = os.environ["SPARK_SUBMIT_OPTS"].split()
+    assert "-XX:TieredStopAtLevel=1" in SPARK_SUBMIT_OPTS.split()
+    assert set(expected) <= set(jvm_args), jvm_args
+
+
 def test_bad_options_give_one_clear_error_each(spark, bk, py_cluster) -> None:
     uri = py_cluster.metadata_service_uri
     lid = write_bkspark_ledger(bk, [b"x"])
@@ -471,8 +481,13 @@ def test_bad_options_give_one_clear_error_each(spark, bk, py_cluster) -> None:
         read_ledgers(spark, uri, str(lid), digestType="SHA1")
     with pytest.raises(Exception, match=r"\[BOOKKEEPER_LEDGER_NOT_FOUND\] ledger 987654321 \(scope 0\) does not exist"):
         read_ledgers(spark, uri, "987654321").collect()
-    with pytest.raises(Exception, match=r"\[BOOKKEEPER_ZOOKEEPER_UNREACHABLE\] cannot reach ZooKeeper at 127\.0\.0\.1:1 "):
-        read_ledgers(spark, "zk+hierarchical://127.0.0.1:1/ledgers", str(lid)).collect()
+    # An unreachable ZooKeeper is tried again for the client's zkTimeout (10 s by default): a short one here, the
+    # clear error is what is tested (the retry budget itself: tests/campaign/test_outages.py).
+    unreachable = (r"\[BOOKKEEPER_ZOOKEEPER_UNREACHABLE\] cannot reach ZooKeeper at 127\.0\.0\.1:1 "
+                   r".*tried for zkTimeout=1 s")
+    with pytest.raises(Exception, match=unreachable):
+        read_ledgers(spark, "zk+hierarchical://127.0.0.1:1/ledgers", str(lid),
+                     **{"bookkeeper.zkTimeoutMs": "1000"}).collect()
     with pytest.raises(Exception, match=r"\[BOOKKEEPER_DATASET_NOT_FOUND\] dataset 'never-written'"):
         read_dataset(spark, uri, "never-written").collect()
     with pytest.raises(Exception, match=r"\[BOOKKEEPER_MISSING_PAYLOAD\]"):
@@ -482,7 +497,8 @@ def test_bad_options_give_one_clear_error_each(spark, bk, py_cluster) -> None:
         spark.read.format("bookkeeper").schema("ledger_id bigint").option("metadataServiceUri", uri).option(
             "ledgers", str(lid)).load().collect()
     with pytest.raises(Exception, match=r"\[BOOKKEEPER_ZOOKEEPER_UNREACHABLE\]"):
-        write_dataset(payload_frame(spark, 3, 1, "z"), "zk+hierarchical://127.0.0.1:1/ledgers", "unreachable")
+        write_dataset(payload_frame(spark, 3, 1, "z"), "zk+hierarchical://127.0.0.1:1/ledgers", "unreachable",
+                      **{"bookkeeper.zkTimeoutMs": "1000"})
 
 
 # -- Java: Apache BookKeeper's client and bookies ---------------------------------------------------------------------
