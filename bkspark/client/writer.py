@@ -196,6 +196,8 @@ class LedgerWriter:
     def check_payload_sizes(self, payloads: "Sequence[bytes | bytearray | memoryview]") -> None:
         """:meth:`check_payload_size` for a whole bulk append (any thread): the first too-large entry, by index."""
         max_payload = self.max_payload
+        if not payloads or max(map(len, payloads)) <= max_payload:
+            return
         for index, payload in enumerate(payloads):
             if len(payload) > max_payload:
                 try:
@@ -229,6 +231,9 @@ class LedgerWriter:
             return
         first = self.last_add_pushed + 1
         batch = _BatchAdd(first, count, callback)
+        if not self.changing_ensemble and self.ctx.ops.data_version(self.ref.scope_id) == V2:
+            self._append_many_v2(payloads, batch)
+            return
         send = self._send
         entry_id = first
         for index, payload in enumerate(payloads):
@@ -245,6 +250,42 @@ class LedgerWriter:
             self.pending.append(op)
             if not self.changing_ensemble:
                 send(op, None)
+
+    def _append_many_v2(self, payloads: "Sequence[bytes | memoryview]", batch: _BatchAdd) -> None:
+        """The bulk append's v2 path: package every entry, then one run of sends per bookie (loop thread).
+
+        Every entry goes to its whole write set even if a send below fails synchronously and starts an
+        ensemble change (as :meth:`_send` does for one entry): the change then re-sends to the
+        replaced indexes, and an entry marked sent always reached every bookie it was meant for.
+        """
+        ops: list[_PendingAdd] = []
+        entry_id = self.last_add_pushed + 1
+        length = self.length
+        for payload in payloads:
+            length += len(payload)
+            op = _PendingAdd(entry_id, payload, length, batch)
+            entry_id += 1
+            self._package(op)
+            op.sent = True
+            ops.append(op)
+        self.last_add_pushed = entry_id - 1
+        self.length = length
+        self.pending.extend(ops)
+        ensemble = list(self.ensemble)
+        E, W = self.E, self.W
+        per_index: list[list[tuple[int, bytes, Any]]] = [[] for _ in range(E)]
+        if E == W:
+            for op in ops:
+                for idx in range(E):
+                    per_index[idx].append((op.entry_id, op.frame, (op, idx, ensemble[idx])))  # type: ignore[arg-type]
+        else:
+            for op in ops:
+                for idx in write_set(op.entry_id, E, W):
+                    per_index[idx].append((op.entry_id, op.frame, (op, idx, ensemble[idx])))  # type: ignore[arg-type]
+        add_many, ledger_id, on_response = self.ctx.ops.add_v2_many, self.ref.ledger_id, self._on_add_response
+        for idx, adds in enumerate(per_index):
+            if adds:
+                add_many(ensemble[idx], ledger_id, adds, on_response)
 
     def _package(self, op: _PendingAdd) -> None:
         self._lac_piggybacked = self.lac

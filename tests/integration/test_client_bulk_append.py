@@ -193,3 +193,19 @@ def test_bulk_append_on_java_bookies_reads_back_identically(java_cluster_factory
         rh = bk.open_ledger(lh.ledger_id, password=b"pw")
         assert [e.payload for e in rh.read(0, 499)] == [payload(i, 1024) for i in range(500)]
         assert rh.length == 500 * 1024
+
+
+def test_bulk_append_of_a_scoped_ledger_goes_over_v3(py_cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """A BP-35 scoped ledger (v3 adds, one entry at a time underneath) and a v3-only client keep the same contract."""
+    from bkspark.protocol.ledger_name import ids_from_uuid
+    import uuid
+
+    scope_id, ledger_id = ids_from_uuid(uuid.UUID("4d0c0b7e-1111-4e22-9a3c-55aa0f00b01c"))
+    for conf, scope in (({}, scope_id), ({"useV2WireProtocol": False}, 0)):
+        with BookKeeper(module_zk_root.metadata_service_uri, **conf) as bk:
+            lh = bk.create_ledger(3, 2, 2, password=b"pw", scope_id=scope, **({"ledger_id": ledger_id} if scope else {}))
+            assert lh.append_many([payload(i) for i in range(120)]).result(timeout=60) == range(0, 120)
+            assert lh.append_many([payload(i) for i in range(120, 150)]).result(timeout=60) == range(120, 150)
+            lh.close()
+            rh = bk.open_ledger(lh.ledger_id, scope_id=scope, password=b"pw")
+            assert [e.payload for e in rh.read(0, 149)] == [payload(i) for i in range(150)]
