@@ -30,6 +30,7 @@ from typing import Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 __all__ = ["BookieMetrics", "LoopCounter", "LoopHistogram", "BATCH_READ_LATENCY_BUCKETS_MS", "BATCH_READ_SIZE_BUCKETS"]
 
@@ -84,7 +85,7 @@ class LoopHistogram:
         running = 0
         for bound, count in zip(self.bounds, counts):
             running += count
-            out.append((repr(float(bound)), running))
+            out.append((floatToGoString(bound), running))
         out.append(("+Inf", running + counts[-1]))
         return out, self.total
 
