@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 
+from bkspark.protocol import v2
+from bookie_server.bookie import Bookie
 from bookie_server.journal import _ADD_PREFIX, RecordType, encode_add, encode_record
 from bookie_server.metrics import BookieMetrics, LoopHistogram
+from bookie_server.server import BookieServer
+from tests.unit.test_bookie_server import BAD_KEY, KEY, Conn, make_entry, with_bookie
 
 
 def test_encode_add_is_the_generic_record_byte_for_byte() -> None:
@@ -38,3 +42,36 @@ def test_request_metrics_render_with_their_bookkeeper_names() -> None:
     assert "bookkeeper_server_ADD_ENTRY_BYTES_total 1024.0" in text
     assert "bookkeeper_server_READ_ENTRY_BYTES_total 10.0" in text
     assert 'bookkeeper_server_BATCH_READ_ENTRY_RESPONSE_SIZE_bucket{le="2048.0"} 1.0' in text
+
+
+@with_bookie()
+async def test_adds_of_one_chunk_are_one_group_with_refusals_answered_apart(bookie: Bookie, server: BookieServer) -> None:
+    """Ten adds in one send: a fenced ledger's and a wrong key's are refused, the rest acknowledged together."""
+    await bookie.fence(0, 8, KEY)  # ledger 8 is fenced (a recovery started): plain adds are refused
+    submissions: list[int] = []
+    journal = bookie.journal
+    assert journal is not None
+    original = journal.submit_many
+
+    def counting(records, dones, written=()):  # type: ignore[no-untyped-def]
+        submissions.append(len(records))
+        original(records, dones, written)
+
+    journal.submit_many = counting  # type: ignore[method-assign]
+    c = await Conn.open(server.port)
+    frames = [v2.encode_add_request(0, KEY, make_entry(5, i, b"p%d" % i)) for i in range(8)]
+    frames.insert(3, v2.encode_add_request(0, KEY, make_entry(8, 0, b"fenced")))
+    frames.insert(6, v2.encode_add_request(0, BAD_KEY, make_entry(5, 100, b"wrong key")))
+    c.send(b"".join(frames))
+    responses = [v2.decode_response(await c.body()) for _ in frames]
+    by_entry = {(r.ledger_id, r.entry_id): r.rc for r in responses}
+    assert by_entry.pop((8, 0)) == v2.EFENCED and by_entry.pop((5, 100)) == v2.EUA
+    assert by_entry == {(5, i): v2.EOK for i in range(8)}
+    assert submissions == [1]  # the accepted adds reached the journal as one submission
+    assert [bookie.storage.get_entry(0, 5, i) for i in range(8)] == [make_entry(5, i, b"p%d" % i) for i in range(8)]
+    # Refusals leave before the group's acknowledgements (they need no journal).
+    assert {(r.ledger_id, r.entry_id) for r in responses[:2]} == {(8, 0), (5, 100)}
+    text = server.metrics.render().decode()
+    assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="true"} 8.0' in text
+    assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="false"} 2.0' in text
+    c.close()
