@@ -50,50 +50,12 @@ def _connect(args: argparse.Namespace, **conf: Any) -> Any:
     return BookKeeper(metadata_service_uri=args.zk, useV2WireProtocol=True, **conf)
 
 
-def _add_all(lh: Any, data: bytes, n: int, latencies: list[int] | None) -> float:
-    """Append n entries (append_async bounds the window); returns elapsed seconds."""
+def _add_all(lh: Any, data: bytes, n: int, latencies: list[int] | None, bulk: int = 0) -> float:
+    """Append n entries, one ``append_async`` each (``bulk`` 0) or ``append_many`` of ``bulk`` entries per call
+    (the client's maxPendingAdds bounds the window); ``latencies`` get one value per call; returns seconds."""
     errors: list[BaseException] = []
     done = threading.Event()
-    remaining = [n]
-    lock = threading.Lock()
-    perf = time.perf_counter_ns
-
-    def make_cb(i: int, t0: int) -> Any:
-        def cb(fut: Any) -> None:
-            if latencies is not None:
-                latencies[i] = perf() - t0
-            exc = fut.exception()
-            if exc is not None:
-                errors.append(exc)
-            with lock:
-                remaining[0] -= 1
-                if remaining[0] == 0:
-                    done.set()
-
-        return cb
-
-    start = time.perf_counter()
-    for i in range(n):
-        if errors:
-            break
-        t0 = perf()
-        lh.append_async(data).add_done_callback(make_cb(i, t0))
-    if not errors:
-        done.wait(600)
-    elapsed = time.perf_counter() - start
-    if errors:
-        raise errors[0]
-    if not done.is_set():
-        raise TimeoutError("adds did not complete in 600 s")
-    return elapsed
-
-
-def _add_bulk(lh: Any, data: bytes, n: int, bulk: int, latencies: list[int] | None) -> float:
-    """Append n entries with ``append_many`` of ``bulk`` entries each (the window is maxPendingAdds
-    entries); ``latencies`` get one value per call, from the call to its last acknowledgement."""
-    errors: list[BaseException] = []
-    done = threading.Event()
-    calls = (n + bulk - 1) // bulk
+    calls = n if bulk <= 0 else (n + bulk - 1) // bulk
     remaining = [calls]
     lock = threading.Lock()
     perf = time.perf_counter_ns
@@ -117,7 +79,8 @@ def _add_bulk(lh: Any, data: bytes, n: int, bulk: int, latencies: list[int] | No
         if errors:
             break
         t0 = perf()
-        lh.append_many([data] * min(bulk, n - i * bulk)).add_done_callback(make_cb(i, t0))
+        fut = lh.append_async(data) if bulk <= 0 else lh.append_many([data] * min(bulk, n - i * bulk))
+        fut.add_done_callback(make_cb(i, t0))
     if not errors:
         done.wait(600)
     elapsed = time.perf_counter() - start
@@ -136,19 +99,12 @@ def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
                       password=args.password.encode())
         if args.warmup > 0:
             wl = bk.create_ledger(**create)
-            if args.bulk > 0:
-                _add_bulk(wl, data, args.warmup, args.bulk, None)
-            else:
-                _add_all(wl, data, args.warmup, None)
+            _add_all(wl, data, args.warmup, None, args.bulk)
             wl.close()
             bk.delete_ledger(wl.ledger_id)
         lh = bk.create_ledger(**create)
-        if args.bulk > 0:
-            lat = [0] * ((args.entries + args.bulk - 1) // args.bulk)
-            secs = _add_bulk(lh, data, args.entries, args.bulk, lat)
-        else:
-            lat = [0] * args.entries
-            secs = _add_all(lh, data, args.entries, lat)
+        lat = [0] * (args.entries if args.bulk <= 0 else (args.entries + args.bulk - 1) // args.bulk)
+        secs = _add_all(lh, data, args.entries, lat, args.bulk)
         lh.close()
         return {
             "event": "write",

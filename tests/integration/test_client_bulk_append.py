@@ -147,6 +147,17 @@ def _bulk_load_while_killing(bk: BookKeeper, kill: "callable[[str], None]", entr
     return lh.ledger_id, first_ensemble
 
 
+def _check_replaced_and_readable(bk: BookKeeper, ledger_id: int, first: list[str]) -> None:
+    """Closed at entry 2999, the killed bookie replaced, every entry readable, the new segment's too."""
+    md = bk.get_ledger_metadata(ledger_id)
+    assert md.state == LedgerState.CLOSED and md.last_entry_id == 2999
+    assert len(md.ensembles) >= 2 and first[1] not in md.last_ensemble
+    rh = bk.open_ledger(ledger_id, password=b"pw")
+    assert [e.payload for e in rh.read_batched(0, 2999)] == [payload(i) for i in range(3000)]
+    seg = max(md.ensembles)
+    assert [e.payload for e in rh.read(seg, 2999)] == [payload(i) for i in range(seg, 3000)]
+
+
 @pytest.mark.fault
 def test_python_bookie_killed_during_bulk_append(zk_root, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """4 Python bookies, E=3/W=3/A=2: one dies mid bulk append; every entry acknowledged, all readable."""
@@ -154,11 +165,7 @@ def test_python_bookie_killed_during_bulk_append(zk_root, tmp_path) -> None:  # 
         cluster.start_all()
         with BookKeeper(zk_root.metadata_service_uri, addEntryTimeoutSec=3, maxPendingAdds=500) as bk:
             ledger_id, first = _bulk_load_while_killing(bk, lambda b: cluster.kill(cluster.bookie_ids.index(b)))
-            md = bk.get_ledger_metadata(ledger_id)
-            assert md.state == LedgerState.CLOSED and md.last_entry_id == 2999
-            assert len(md.ensembles) >= 2 and first[1] not in md.last_ensemble
-            rh = bk.open_ledger(ledger_id, password=b"pw")
-            assert [e.payload for e in rh.read_batched(0, 2999)] == [payload(i) for i in range(3000)]
+            _check_replaced_and_readable(bk, ledger_id, first)
 
 
 @pytest.mark.fault
@@ -168,14 +175,7 @@ def test_java_bookie_killed_during_bulk_append(java_cluster_factory) -> None:  #
     cluster = java_cluster_factory("4.17.3", bookies=4)
     with BookKeeper(cluster.metadata_service_uri, addEntryTimeoutSec=3, maxPendingAdds=500) as bk:
         ledger_id, first = _bulk_load_while_killing(bk, lambda b: cluster.kill(cluster.bookie_ids.index(b)))
-        md = bk.get_ledger_metadata(ledger_id)
-        assert md.state == LedgerState.CLOSED and md.last_entry_id == 2999
-        assert len(md.ensembles) >= 2 and first[1] not in md.last_ensemble
-        rh = bk.open_ledger(ledger_id, password=b"pw")
-        assert [e.payload for e in rh.read_batched(0, 2999)] == [payload(i) for i in range(3000)]
-        # The new segment's entries are on every bookie of that segment: read them bookie by bookie order.
-        seg = max(md.ensembles)
-        assert [e.payload for e in rh.read(seg, 2999)] == [payload(i) for i in range(seg, 3000)]
+        _check_replaced_and_readable(bk, ledger_id, first)
 
 
 @pytest.mark.compat
