@@ -9,7 +9,8 @@ One ZooKeeper and --bookies Apache BookKeeper 4.17.3 bookies (fsync journal).  I
    (goal ≥ 25×; BP-62 measured ≈ 22× in Java); also against ``read(first, first+99)`` (one request per entry,
    pipelined by the client), where a batch has much less to save.  The Java client's ratios are printed too.
 2. bkspark ÷ Java client (tools/java BenchClient): adds/s (--size byte entries, --outstanding in flight, each
-   client its own ledger) and batched-read entries/s of the same ledger (goal ≥ 1.0×).
+   client its own ledger) and batched-read entries/s of the same ledger (goal ≥ 1.0×); and bkspark's bulk
+   append (``append_many`` of --bulk entries per call, same window) ÷ Java's adds (issue 14, goal ≥ 1.5×).
 3. bkspark batched-read MB/s ÷ raw loopback TCP MB/s of this machine (bench.rawsocket).
 
 The ledgers are --ensemble/--write/--ack (default 3/3/2: every bookie holds every entry, so batch reads apply;
@@ -85,6 +86,7 @@ def run(args: argparse.Namespace) -> Report:
             "single_read_passes": args.single_passes,
             "repeat": args.repeat,
             "against_tree": args.against_tree or "-",
+            "bulk": args.bulk,
         },
     )
     report.machine_before = machine_facts()
@@ -132,6 +134,8 @@ def run(args: argparse.Namespace) -> Report:
             with timed(f"round {rnd + 1}/{args.repeat}: writes"):
                 for client in order:
                     w = attempt(client, "write", lambda c=client: bench(c, "write", wopts))
+                    if client == "bkspark" and args.bulk > 0:
+                        attempt("bkspark", "bulk write", lambda: py_bench(uri, "write", bulk=args.bulk, **wopts))
                     if w is not None and (ledger is None or client == "java"):
                         ledger = int(w["ledger_id"])  # both clients read the Java-written ledger when there is one
             if ledger is None:
@@ -160,7 +164,7 @@ def run(args: argparse.Namespace) -> Report:
 
     fig: dict[tuple[str, str], dict[str, Any] | None] = {}
     for client in ("bkspark", OLD, "java"):
-        for what, label in WORKLOADS:
+        for what, label in (*WORKLOADS, ("bulk write", f"adds, append_many of {args.bulk}")):
             m = median_run(runs.get((client, what), []))
             fig[(client, what)] = m
             if m is None:
@@ -199,6 +203,10 @@ def run(args: argparse.Namespace) -> Report:
         eps("java", "batch read"), eps("java", "single read"),
     )
     report.add_ratio("(2) adds/s, bkspark ÷ Java client", eps("bkspark", "write"), eps("java", "write"), goal=1.0)
+    report.add_ratio(
+        f"(2b) adds/s, bkspark bulk append ({args.bulk} per append_many) ÷ Java client",
+        eps("bkspark", "bulk write"), eps("java", "write"), goal=1.5,
+    )
     report.add_ratio(
         "(2) batched-read entries/s, bkspark ÷ Java client", eps("bkspark", "batch read"), eps("java", "batch read"), goal=1.0
     )
@@ -239,6 +247,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=1024, help="entry size in bytes (default 1024)")
     p.add_argument("--outstanding", type=int, default=1000, help="adds in flight (default 1000)")
     p.add_argument("--warmup", type=int, default=10000, help="untimed adds before each write run (default 10000)")
+    p.add_argument("--bulk", type=int, default=100,
+                   help="entries per append_many call for bkspark's bulk-append run (0: no such run; default 100)")
     p.add_argument("--bookies", type=int, default=3)
     p.add_argument("--ensemble", type=int, default=3)
     p.add_argument("--write", type=int, default=3)

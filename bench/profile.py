@@ -135,6 +135,10 @@ def render(title: str, command: str, s: dict[str, Any]) -> tuple[str, str]:
     return "\n".join(text), "\n".join(md) + "\n"
 
 
+class _Skipped(Exception):
+    """A part of the profile that --only leaves out."""
+
+
 def pyspy() -> str:
     found = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(found).exists():
@@ -159,8 +163,8 @@ def profile_client(spy: str, out: Path, name: str, uri: str, pyargs: list[str], 
     return summarize(raw), result, cmd
 
 
-def profile_bookie(spy: str, out: Path, pid: int, rate: int, load: Any) -> tuple[dict[str, Any], str]:
-    raw = out / "bookie.txt"
+def profile_bookie(spy: str, out: Path, pid: int, rate: int, load: Any, tag: str = "") -> tuple[dict[str, Any], str]:
+    raw = out / f"bookie{tag}.txt"
     argv = [spy, "record", "--format", "raw", "-o", str(raw), "--rate", str(rate), "--pid", str(pid)]
     cmd = f"py-spy record --format raw -o {raw} --rate {rate} --pid <python bookie pid>"
     print(f"  {cmd}", flush=True)
@@ -185,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     p.add_argument("--out", default=str(REPO_ROOT / "bench" / "results" / "profiles"))
+    p.add_argument("--only", choices=("client", "bookie"), help="profile only the client or only the Python bookie")
+    p.add_argument("--bulk", type=int, default=0, help="the client's adds with append_many of this many entries")
+    p.add_argument("--tag", default="", help="suffix of the raw stack files' names (e.g. -before, -after)")
     add_common_args(p)
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -222,9 +229,12 @@ def main(argv: list[str] | None = None) -> int:
         ledger = None
         with timed("client profiles"):
             try:
+                if args.only == "bookie":
+                    raise _Skipped()
                 s, r, cmd = profile_client(
-                    spy, out, "client-write", java_uri,
-                    ["write", *common, "--entries", str(args.entries), "--size", str(args.size), "--warmup", "2000"],
+                    spy, out, f"client-write{args.tag}", java_uri,
+                    ["write", *common, "--entries", str(args.entries), "--size", str(args.size), "--warmup", "2000",
+                     "--bulk", str(args.bulk)],
                     args.rate,
                 )
                 ledger = r["ledger_id"]
@@ -233,16 +243,18 @@ def main(argv: list[str] | None = None) -> int:
                 mds.append(m)
                 for mode in ("batch", "single"):
                     s, r, cmd = profile_client(
-                        spy, out, f"client-read-{mode}", java_uri,
+                        spy, out, f"client-read-{mode}{args.tag}", java_uri,
                         ["read", *common, "--ledger", str(ledger), "--mode", mode, "--passes", "1", "--warmup-passes", "0"],
                         args.rate,
                     )
                     t, m = render(f"bkspark client, {mode} reads ({r['entries_per_sec']:.0f} entries/s under the profiler)", cmd, s)
                     texts.append(t)
                     mds.append(m)
+            except _Skipped:
+                pass
             except BenchError as exc:
                 failures.append(f"client profile: {exc}")
-        if py_uri is not None:
+        if py_uri is not None and args.only != "client":
             with timed("Python bookie profile"):
                 results: list[dict[str, Any]] = []
 
@@ -255,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 try:
                     pid = py_cluster.bookies[0].process.pid
-                    s, cmd = profile_bookie(spy, out, pid, args.rate, load)
+                    s, cmd = profile_bookie(spy, out, pid, args.rate, load, args.tag)
                     rates = ", ".join(f"{r['event']} {float(r['entries_per_sec']):.0f} entries/s" for r in results)
                     t, m = render(f"Python bookie under the Java BenchClient's adds then batched reads ({rates})", cmd, s)
                     texts.append(t)

@@ -1,13 +1,14 @@
 """The bkspark client's side of the benchmarks: the same two commands as tools/java BenchClient, same JSON.
 
     python -m bench.pyclient write --zk URI [--ensemble 1 --write 1 --ack 1] [--digest CRC32C] [--password P]
-        --entries N [--size 1024] [--outstanding 1000] [--warmup 0]
+        --entries N [--size 1024] [--outstanding 1000] [--warmup 0] [--bulk 0]
     python -m bench.pyclient read --zk URI --ledger L [--digest CRC32C] [--password P] [--mode batch|single|arrow]
         [--batch-size 100] [--max-size 1048576] [--passes 1] [--warmup-passes 1]
 
 write: creates a ledger and appends N entries of S bytes with ``append_async`` (at most ``--outstanding`` in
 flight: the client's ``maxPendingAdds``), then closes it; ``--warmup W`` first writes W entries to a separate
-ledger, not timed, deleted afterwards.  read: opens a closed ledger without recovery and reads entries 0..LAC,
+ledger, not timed, deleted afterwards; ``--bulk B`` appends with ``append_many`` of B entries per call
+(latency then per call).  read: opens a closed ledger without recovery and reads entries 0..LAC,
 with ``batch_read(start, batch_size, max_size)`` (mode batch, BP-62) or ``read(first, first+batch_size-1)``
 (mode single: one request per entry, pipelined by the client), one call at a time as a blocking user does;
 a short batch continues from where it stopped.  Mode arrow reads the whole ledger with ``read_batches``
@@ -50,11 +51,13 @@ def _connect(args: argparse.Namespace, **conf: Any) -> Any:
     return BookKeeper(metadata_service_uri=args.zk, useV2WireProtocol=True, **conf)
 
 
-def _add_all(lh: Any, data: bytes, n: int, latencies: list[int] | None) -> float:
-    """Append n entries (append_async bounds the window); returns elapsed seconds."""
+def _add_all(lh: Any, data: bytes, n: int, latencies: list[int] | None, bulk: int = 0) -> float:
+    """Append n entries, one ``append_async`` each (``bulk`` 0) or ``append_many`` of ``bulk`` entries per call
+    (the client's maxPendingAdds bounds the window); ``latencies`` get one value per call; returns seconds."""
     errors: list[BaseException] = []
     done = threading.Event()
-    remaining = [n]
+    calls = n if bulk <= 0 else (n + bulk - 1) // bulk
+    remaining = [calls]
     lock = threading.Lock()
     perf = time.perf_counter_ns
 
@@ -73,11 +76,12 @@ def _add_all(lh: Any, data: bytes, n: int, latencies: list[int] | None) -> float
         return cb
 
     start = time.perf_counter()
-    for i in range(n):
+    for i in range(calls):
         if errors:
             break
         t0 = perf()
-        lh.append_async(data).add_done_callback(make_cb(i, t0))
+        fut = lh.append_async(data) if bulk <= 0 else lh.append_many([data] * min(bulk, n - i * bulk))
+        fut.add_done_callback(make_cb(i, t0))
     if not errors:
         done.wait(600)
     elapsed = time.perf_counter() - start
@@ -96,12 +100,12 @@ def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
                       password=args.password.encode())
         if args.warmup > 0:
             wl = bk.create_ledger(**create)
-            _add_all(wl, data, args.warmup, None)
+            _add_all(wl, data, args.warmup, None, args.bulk)
             wl.close()
             bk.delete_ledger(wl.ledger_id)
         lh = bk.create_ledger(**create)
-        lat = [0] * args.entries
-        secs = _add_all(lh, data, args.entries, lat)
+        lat = [0] * (args.entries if args.bulk <= 0 else (args.entries + args.bulk - 1) // args.bulk)
+        secs = _add_all(lh, data, args.entries, lat, args.bulk)
         lh.close()
         return {
             "event": "write",
@@ -111,6 +115,7 @@ def cmd_write(args: argparse.Namespace) -> dict[str, Any]:
             "entries": args.entries,
             "size": args.size,
             "outstanding": args.outstanding,
+            "bulk": args.bulk,
             "ensemble": f"{e}/{w}/{a}",
             "digest": args.digest,
             "seconds": round(secs, 3),
@@ -211,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             s.add_argument("--size", type=int, default=1024)
             s.add_argument("--outstanding", type=int, default=1000)
             s.add_argument("--warmup", type=int, default=0)
+            s.add_argument("--bulk", type=int, default=0,
+                           help="entries per append_many call (0: one append_async per entry)")
         else:
             s.add_argument("--ledger", type=int, required=True)
             s.add_argument("--mode", choices=("batch", "single", "arrow"), default="batch")

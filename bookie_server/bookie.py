@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bkspark.errors import (
+    BookieError,
     BookieIOError,
     LedgerFencedError,
     NoSuchEntryError,
@@ -342,6 +343,57 @@ class Bookie:
             task = self._loop.create_task(self.checkpoint())
             self._background.add(task)  # keep a reference until it is done
             task.add_done_callback(self._background.discard)
+
+    def add_entries_cb(
+        self,
+        adds: Sequence[tuple[int, int, int, bytes, bytes, bool, bool]],
+        done: Callable[[BaseException | None], None],
+    ) -> list[BookieError | None]:
+        """The adds of one received chunk (scope 0), as a group (loop thread).
+
+        ``adds`` are ``(ledger_id, entry_id, lac, entry, master_key, recovery, high_priority)``.  Each
+        is checked and stored as :meth:`add_entry_cb` does it; the accepted ones go to the journal as one
+        submission (one record blob, one completion), and ``done(error)`` runs once they are all durable
+        (not at all when none was accepted).  Returns each add's refusal (None: accepted), in order.
+        """
+        storage = self.storage
+        readonly = self.readonly
+        refused: list[BookieError | None] = []
+        records: list[bytes] = []
+        touched: set[tuple[int, int]] = set()
+        for ledger_id, entry_id, lac, entry, master_key, recovery, high_priority in adds:
+            try:
+                if readonly and not (high_priority and not self._disk_readonly):
+                    raise WriteOnReadOnlyBookieError(ledger_id=ledger_id)
+                info = storage.ledger(0, ledger_id)
+                self._check_key(info, master_key, ledger_id)
+                if info is not None and info.fenced and not recovery:
+                    raise LedgerFencedError(ledger_id=ledger_id)
+                prefix = self._bind_key(0, ledger_id, info, master_key)
+            except BookieError as exc:
+                refused.append(exc)
+                continue
+            storage.put_entry(0, ledger_id, entry_id, lac, entry)
+            if prefix:
+                records.append(prefix)
+            records.append(encode_add(0, ledger_id, entry_id, lac, entry))
+            touched.add((0, ledger_id))
+            refused.append(None)
+        if records:
+
+            def durable(error: BaseException | None) -> None:
+                if error is None and self._lac_waiters:
+                    for key in touched:
+                        if key in self._lac_waiters:
+                            self._lac_changed(*key)
+                done(error)
+
+            self._journal_cb(b"".join(records), durable)
+            if storage.needs_flush and not self._checkpointing and self._loop is not None:
+                task = self._loop.create_task(self.checkpoint())
+                self._background.add(task)  # keep a reference until it is done
+                task.add_done_callback(self._background.discard)
+        return refused
 
     def fence(self, scope_id: int, ledger_id: int, master_key: bytes) -> asyncio.Future[None]:
         """Fence a ledger (creating it if unknown); resolves once the fence is durable.

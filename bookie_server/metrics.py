@@ -12,13 +12,27 @@ histograms with fixed buckets, reproduced exactly:
 
 Each bookie gets its own registry so several bookies can live in one
 process (tests) without clashing.
+
+The per-request metrics (request latencies, bytes added and read, batch read
+response sizes) are updated on the event loop for every request, so they are
+kept as plain counters of that one thread (:class:`LoopHistogram`,
+:class:`LoopCounter`: no lock per increment, which prometheus_client's own
+metric objects take) and exported by a collector when scraped.  A scrape from
+another thread may see one request counted in ``_count`` and not yet in its
+bucket; the next scrape is consistent again.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from bisect import bisect_left
+from typing import Iterator
 
-__all__ = ["BookieMetrics", "BATCH_READ_LATENCY_BUCKETS_MS", "BATCH_READ_SIZE_BUCKETS"]
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+__all__ = ["BookieMetrics", "LoopCounter", "LoopHistogram", "BATCH_READ_LATENCY_BUCKETS_MS", "BATCH_READ_SIZE_BUCKETS"]
 
 BATCH_READ_LATENCY_BUCKETS_MS = (5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 3000.0, float("inf"))
 BATCH_READ_SIZE_BUCKETS = (
@@ -49,34 +63,91 @@ REQUEST_OPS = (
 )
 
 
+class LoopHistogram:
+    """A histogram one thread (the event loop) updates without a lock; read by :class:`_LoopCollector`."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        #: Upper bounds (``le``) of the finite buckets; the last count is the +Inf bucket's own.
+        self.bounds = tuple(b for b in buckets if b != float("inf"))
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def cumulative(self) -> tuple[list[tuple[str, float]], float]:
+        """Prometheus buckets (``le`` -> cumulative count, +Inf last) and the sum."""
+        counts = list(self.counts)
+        out: list[tuple[str, float]] = []
+        running = 0
+        for bound, count in zip(self.bounds, counts):
+            running += count
+            out.append((floatToGoString(bound), running))
+        out.append(("+Inf", running + counts[-1]))
+        return out, self.total
+
+
+class LoopCounter:
+    """A counter one thread (the event loop) increments without a lock."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self, amount: int = 1) -> None:
+        self.value += amount
+
+
+class _LoopCollector(Collector):
+    """Exports the loop-thread metrics of one bookie at scrape time."""
+
+    def __init__(self) -> None:
+        #: name -> (help, label name or None, {label value or None: metric})
+        self.histograms: dict[str, tuple[str, str | None, dict[str | None, LoopHistogram]]] = {}
+        self.counters: dict[str, tuple[str, LoopCounter]] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        for name, (doc, label, children) in self.histograms.items():
+            family = HistogramMetricFamily(name, doc, labels=[label] if label else None)
+            for value, hist in children.items():
+                buckets, total = hist.cumulative()
+                family.add_metric([value] if label else [], buckets, sum_value=total)
+            yield family
+        for name, (doc, counter) in self.counters.items():
+            yield CounterMetricFamily(name, doc, value=counter.value)
+
+
 class BookieMetrics:
     """All metrics of one bookie, in its own registry."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.requests: dict[str, Histogram] = {}
+        loop_metrics = _LoopCollector()
+        #: op -> {success: histogram}, updated on the event loop only.
+        self.requests: dict[str, dict[bool, LoopHistogram]] = {}
         for op in REQUEST_OPS:
             name = op if op.endswith("_REQUEST") else f"{op}_REQUEST"
             buckets = BATCH_READ_LATENCY_BUCKETS_MS if op == "BATCH_READ_ENTRY" else _LATENCY_BUCKETS_MS
-            self.requests[op] = Histogram(
-                f"bookkeeper_server_{name}",
+            children = {True: LoopHistogram(buckets), False: LoopHistogram(buckets)}
+            self.requests[op] = children
+            loop_metrics.histograms[f"bookkeeper_server_{name}"] = (
                 f"Latency of {op} requests in milliseconds",
-                ["success"],
-                buckets=buckets,
-                registry=self.registry,
+                "success",
+                {"true": children[True], "false": children[False]},
             )
-        self.batch_read_response_size = Histogram(
-            "bookkeeper_server_BATCH_READ_ENTRY_RESPONSE_SIZE",
-            "Size in bytes of batch read responses",
-            buckets=BATCH_READ_SIZE_BUCKETS,
-            registry=self.registry,
+        self.batch_read_response_size = LoopHistogram(BATCH_READ_SIZE_BUCKETS)
+        loop_metrics.histograms["bookkeeper_server_BATCH_READ_ENTRY_RESPONSE_SIZE"] = (
+            "Size in bytes of batch read responses", None, {None: self.batch_read_response_size}
         )
-        self.add_bytes = Counter(
-            "bookkeeper_server_ADD_ENTRY_BYTES", "Bytes of entries added", registry=self.registry
-        )
-        self.read_bytes = Counter(
-            "bookkeeper_server_READ_ENTRY_BYTES", "Bytes of entries read", registry=self.registry
-        )
+        self.add_bytes = LoopCounter()
+        self.read_bytes = LoopCounter()
+        loop_metrics.counters["bookkeeper_server_ADD_ENTRY_BYTES"] = ("Bytes of entries added", self.add_bytes)
+        loop_metrics.counters["bookkeeper_server_READ_ENTRY_BYTES"] = ("Bytes of entries read", self.read_bytes)
+        self.registry.register(loop_metrics)
         self.journal_batch_size = Histogram(
             "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
             "Records per journal group commit",
@@ -117,15 +188,11 @@ class BookieMetrics:
             registry=self.registry,
         )
 
-        # Labelled children resolved once: ``labels()`` is too slow for the request path.
-        self._observers = {
-            (op, ok): hist.labels(success="true" if ok else "false").observe
-            for op, hist in self.requests.items()
-            for ok in (True, False)
-        }
+        #: (op, success) -> the histogram's observe (loop thread).
+        self._observers = {(op, ok): hist.observe for op, children in self.requests.items() for ok, hist in children.items()}
 
     def observe_request(self, op: str, millis: float, success: bool) -> None:
-        """Record one request's latency."""
+        """Record one request's latency (event loop thread)."""
         self._observers[(op, success)](millis)
 
     def journal_batch(self, records: int, size: int, seconds: float) -> None:

@@ -252,7 +252,21 @@ class _Connection(asyncio.Protocol):
 
     # -- dispatch with bounds -----------------------------------------------------------
     def _drain(self) -> None:
-        """Dispatch backlogged requests until one must wait; pause reading while any waits."""
+        """Dispatch backlogged requests until one must wait; pause reading while any waits.
+
+        Consecutive v2 adds are gathered (each admitted through its gate, as any request) and handled
+        as one group (:meth:`_v2_add_group`) before the next request of another kind, or when dispatching
+        stops: one journal submission and one response write for the group.
+        """
+        adds: list[tuple[v2.AddRequest, tuple[InFlightGate, int] | None]] = []
+        try:
+            self._drain_requests(adds)
+        finally:
+            if adds:
+                self._v2_add_group(adds)
+        self._update_reading()
+
+    def _drain_requests(self, adds: list[tuple[v2.AddRequest, tuple[InFlightGate, int] | None]]) -> None:
         backlog = self._backlog
         sec = self.sec
         while backlog and not (self.closed or self._write_blocked or self._parked):
@@ -275,6 +289,14 @@ class _Connection(asyncio.Protocol):
                     break
                 backlog.popleft()
                 permit = self._permit
+                if type(request) is v2.AddRequest:
+                    self._permit = None
+                    adds.append((request, permit))  # type: ignore[arg-type]
+                    continue
+                if adds:
+                    group = list(adds)
+                    adds.clear()
+                    self._v2_add_group(group)  # in arrival order: the adds before this request go first
                 try:
                     if type(request) is _PB_REQUEST:
                         self._handle_v3(request)  # type: ignore[arg-type]
@@ -295,7 +317,6 @@ class _Connection(asyncio.Protocol):
                 log.exception("unexpected error serving %s; closing the connection", self.peer)
                 self.close()
                 return
-        self._update_reading()
 
     def _update_reading(self) -> None:
         if self.closed or self.transport is None:
@@ -462,9 +483,7 @@ class _Connection(asyncio.Protocol):
 
     # -- v2 -----------------------------------------------------------------------------
     def _handle_v2(self, request: object) -> None:
-        if isinstance(request, v2.AddRequest):
-            self._v2_add(request)
-        elif isinstance(request, v2.ReadRequest):
+        if isinstance(request, v2.ReadRequest):
             self._v2_read(request)
         elif isinstance(request, v2.BatchReadRequest):
             self._v2_batch_read(request)
@@ -475,48 +494,71 @@ class _Connection(asyncio.Protocol):
     def _bad_version(version: int) -> bool:
         return version < v2.LOWEST_COMPAT_PROTOCOL_VERSION or version > v2.PROTOCOL_VERSION
 
-    def _v2_add(self, req: v2.AddRequest) -> None:
+    def _v2_add_group(self, group: list[tuple[v2.AddRequest, tuple[InFlightGate, int] | None]]) -> None:
+        """v2 adds received together: checked one by one, stored and journalled as one group, and
+        answered with one response write once the group is durable (refusals are answered at once)."""
         start = _now_ms()
-        permit = self._take_permit()
-        entry = req.entry
-        try:
-            scope_id, ledger_id, entry_id, lac = entry_header(entry)
-        except MalformedFrameError:
-            # Java takes the ids from bytes 0-15 (the decoder guaranteed 16) and fails later.
-            ledger_id, entry_id = req.ledger_id, req.entry_id
-            self._release(permit)
-            self._send(v2.encode_add_response(v2.EBADREQ, ledger_id, entry_id, req.version))
-            return
-        version = req.version
+        metrics = self.metrics
+        #: (ledger id, entry id, protocol version, permit) of the adds handed to the bookie.
+        accepted: list[tuple[int, int, int, tuple[InFlightGate, int] | None]] = []
+        adds: list[tuple[int, int, int, bytes, bytes, bool, bool]] = []
+        refusals: list[bytes] = []
+        for req, permit in group:
+            version = req.version
+            try:
+                scope_id, ledger_id, entry_id, lac = entry_header(req.entry)
+            except MalformedFrameError:
+                # Java takes the ids from bytes 0-15 (the decoder guaranteed 16) and fails later.
+                ledger_id, entry_id, lac, rc = req.ledger_id, req.entry_id, -1, v2.EBADREQ
+            else:
+                # Scope ids need v3 (BP-35 extension).
+                rc = v2.EBADVERSION if self._bad_version(version) else (v2.EBADREQ if scope_id != 0 else v2.EOK)
+            if rc != v2.EOK:
+                self._release(permit)
+                refusals.append(v2.encode_add_response(rc, ledger_id, entry_id, version))
+                metrics.observe_request("ADD_ENTRY", _now_ms() - start, False)
+                continue
+            flags = req.flags
+            adds.append((ledger_id, entry_id, lac, bytes(req.entry), req.master_key,
+                         bool(flags & v2.FLAG_RECOVERY_ADD), bool(flags & v2.FLAG_HIGH_PRIORITY)))
+            accepted.append((ledger_id, entry_id, version, permit))
+        #: The adds the bookie took: answered together once durable.
+        durable: list[tuple[int, int, int, tuple[InFlightGate, int] | None]] = []
 
-        def reply(rc: int) -> None:
-            self._release(permit)
-            self._send(v2.encode_add_response(rc, ledger_id, entry_id, version))
-            self.metrics.observe_request("ADD_ENTRY", _now_ms() - start, rc == v2.EOK)
+        def reply(error: BaseException | None) -> None:
+            rc = v2.EOK if error is None else v2.EIO
+            release = self._release
+            for _ledger_id, _entry_id, _version, permit in durable:
+                release(permit)
+            encode = v2.encode_add_response
+            self._send(b"".join([encode(rc, lid, eid, ver) for lid, eid, ver, _permit in durable]))
+            millis = _now_ms() - start
+            observe = metrics.observe_request
+            for _ in durable:
+                observe("ADD_ENTRY", millis, rc == v2.EOK)
 
-        if self._bad_version(version):
-            reply(v2.EBADVERSION)
-            return
-        if scope_id != 0:
-            reply(v2.EBADREQ)  # scope ids need v3 (BP-35 extension)
-            return
-        data = bytes(entry)
-        try:
-            self.bookie.add_entry_cb(
-                0,
-                ledger_id,
-                entry_id,
-                lac,
-                data,
-                req.master_key,
-                lambda error: reply(v2.EOK if error is None else v2.EIO),
-                recovery=bool(req.flags & v2.FLAG_RECOVERY_ADD),
-                high_priority=bool(req.flags & v2.FLAG_HIGH_PRIORITY),
-            )
-        except BookieError as exc:
-            reply(rc_for_error(exc))
-            return
-        self.metrics.add_bytes.inc(len(data))
+        if adds:
+            loop = self._loop
+            try:
+                # Through the loop, so the reply never runs before ``durable`` is complete.
+                refused = self.bookie.add_entries_cb(adds, lambda error: loop.call_soon(reply, error))
+            except BookieError as exc:
+                refused = [exc] * len(adds)
+            except Exception:  # noqa: BLE001 - our own bug: these adds fail, the bookie and connection go on
+                log.exception("unexpected error adding entries for %s", self.peer)
+                refused = [BookieIOError("unexpected error adding the entry")] * len(adds)
+            stored_bytes = 0
+            for (ledger_id, entry_id, version, permit), add, error in zip(accepted, adds, refused):
+                if error is None:
+                    durable.append((ledger_id, entry_id, version, permit))
+                    stored_bytes += len(add[3])
+                    continue
+                self._release(permit)
+                refusals.append(v2.encode_add_response(rc_for_error(error), ledger_id, entry_id, version))
+                metrics.observe_request("ADD_ENTRY", _now_ms() - start, False)
+            metrics.add_bytes.inc(stored_bytes)
+        if refusals:
+            self._send(b"".join(refusals))
 
     def _fence_first(self, ledger_id: int, flags: int, master_key: bytes | None) -> asyncio.Future[None] | None:
         """Start fencing for a fencing read; raises EUA (no key / wrong key)."""

@@ -27,7 +27,7 @@ import secrets
 import time
 import weakref
 from collections.abc import Mapping
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
 from bkspark.client.conf import ClientConf
 from bkspark.client.ops import BookieOps
@@ -60,7 +60,10 @@ from bkspark.retry import METADATA_CAS_RETRY
 from bkspark.security.auth import ClientSecurity
 from bkspark.security.zk import ZkSecurity
 
-__all__ = ["AsyncBookKeeper", "AsyncLedgerHandle", "AsyncReadHandle", "HandleIdentity", "check_payload", "check_password"]
+__all__ = [
+    "AsyncBookKeeper", "AsyncLedgerHandle", "AsyncReadHandle", "HandleIdentity", "check_payload", "check_payloads",
+    "check_password",
+]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,28 @@ def check_payload(payload: object) -> None:
     """``TypeError`` unless ``payload`` is bytes-like (bytes, bytearray, memoryview)."""
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+
+
+def check_payloads(payloads: Iterable[object]) -> list[bytes]:
+    """The entries of a bulk append as a list of immutable bytes; ``TypeError`` names the first bad one.
+
+    ``bytes`` pass through without a copy; a bytearray or memoryview is copied, because the writer keeps
+    each payload until it is acknowledged (an ensemble change sends it again).
+    """
+    if isinstance(payloads, (bytes, bytearray, memoryview, str)):
+        raise TypeError("append_many takes a sequence of payloads, not one payload")
+    out: list[bytes] = list(payloads)  # type: ignore[arg-type]  # our own list: the caller may reuse theirs
+    if all(type(p) is bytes for p in out):
+        return out
+    out = []
+    for index, payload in enumerate(payloads):
+        if type(payload) is bytes:
+            out.append(payload)
+        elif isinstance(payload, (bytes, bytearray, memoryview)):
+            out.append(bytes(payload))
+        else:
+            raise TypeError(f"payload {index} of a bulk append must be bytes, not {type(payload).__name__}")
+    return out
 
 
 def _check_ledger_id(ledger_id: object) -> int:
@@ -520,6 +545,32 @@ class AsyncLedgerHandle(HandleIdentity):
                 fut.set_result(entry_id)  # type: ignore[arg-type]
 
         self.append_cb(payload, done)
+        return fut
+
+    def append_many(self, payloads: Iterable[bytes | bytearray | memoryview]) -> Awaitable[range]:
+        """Append ``payloads`` as consecutive entries, all sent at once; awaits to the range of their ids.
+
+        Every entry is an ordinary add (ordered after earlier appends, acknowledged by Qa bookies, an
+        ensemble change on a bookie failure); the await ends once all are acknowledged, or raises the
+        first error (entries up to :attr:`last_add_confirmed` are acknowledged, later ones are not).
+        Raises at once, with nothing queued, for a payload that is not bytes (``TypeError``) or larger
+        than :attr:`max_payload` (:class:`EntryTooLargeError`, its ``index`` in the batch).
+        """
+        data = check_payloads(payloads)
+        self.writer.check_payload_sizes(data)
+        if self.bk.closed:
+            raise ClientClosedError("client is closed")
+        fut: asyncio.Future[range] = self.bk.loop.create_future()
+
+        def done(first: int | None, count: int, exc: BaseException | None) -> None:
+            if fut.done():
+                return
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(range(first, first + count))  # type: ignore[operator]
+
+        self.writer.append_many(data, done)
         return fut
 
     async def flush(self) -> None:

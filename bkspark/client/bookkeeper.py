@@ -24,9 +24,11 @@ import logging
 import threading
 import time
 from functools import partial
-from typing import Any, Awaitable, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, TypeVar
 
-from bkspark.client.aio import AsyncBookKeeper, AsyncLedgerHandle, AsyncReadHandle, HandleIdentity, check_payload
+from bkspark.client.aio import (
+    AsyncBookKeeper, AsyncLedgerHandle, AsyncReadHandle, HandleIdentity, check_payload, check_payloads,
+)
 from bkspark.client.arrow import payload_batch, require_pyarrow
 from bkspark.client.conf import ClientConf
 from bkspark.client.reader import LedgerEntry
@@ -240,7 +242,7 @@ _STATE_NAMES = {_PENDING: "pending", _FINISHED: "finished", _FAILED: "failed", _
 
 
 class AppendFuture:
-    """What ``append_async`` returns: the ``concurrent.futures.Future`` API, lighter to make.
+    """What ``append_async`` and ``append_many`` return: the ``concurrent.futures.Future`` API, lighter to make.
 
     A ``concurrent.futures.Future`` builds its own ``threading.Condition`` (an
     RLock, a deque and five bound methods: about ten GC-tracked objects), which
@@ -340,8 +342,8 @@ class AppendFuture:
                     raise concurrent.futures.TimeoutError()
                 self._condition.wait(remaining)
 
-    def result(self, timeout: float | None = None) -> int:
-        """The entry id; raises the append's error, ``CancelledError`` or ``TimeoutError``."""
+    def result(self, timeout: float | None = None) -> Any:
+        """The entry id (a ``range`` of them for ``append_many``); raises the append's error, ``CancelledError`` or ``TimeoutError``."""
         self._wait_done(timeout)
         if self._state == _FINISHED:
             return self._value  # type: ignore[no-any-return]
@@ -373,7 +375,8 @@ class LedgerHandle(HandleIdentity):
         self._writer = handle.writer
         self._max_pending = bk.conf.maxPendingAdds
         self._in_flight = 0
-        self._inbox: list[tuple[bytes, AppendFuture]] = []
+        #: Single payloads (bytes) and bulk appends (a list of bytes), in call order.
+        self._inbox: list[tuple[bytes | list[bytes], AppendFuture]] = []
         self._inbox_lock = threading.Lock()
         # Appenders wait on this only when maxPendingAdds entries are in flight.
         self._room = threading.Condition(self._inbox_lock)
@@ -415,16 +418,20 @@ class LedgerHandle(HandleIdentity):
             items, self._inbox = self._inbox, []
             self._inbox_scheduled = False
         append = self._writer.append
+        append_many = self._writer.append_many
         done = self._done
         for data, fut in items:
-            append(data, partial(done, fut))
+            if type(data) is list:
+                append_many(data, partial(self._batch_done, fut, len(data)))
+            else:
+                append(data, partial(done, fut))
 
     def _done(self, fut: AppendFuture, entry_id: int | None, exc: BaseException | None) -> None:
         """An append finished (loop thread): free its slot, then complete its future."""
         with self._inbox_lock:
             self._in_flight -= 1
             if self._waiting:
-                self._room.notify()
+                self._room.notify_all()  # a bulk append may wait for more room than a single one
         try:
             if exc is not None:
                 fut.set_exception(exc)
@@ -432,6 +439,20 @@ class LedgerHandle(HandleIdentity):
                 fut.set_result(entry_id)  # type: ignore[arg-type]
         except concurrent.futures.InvalidStateError:
             pass  # the caller cancelled the future; the entry was still written
+
+    def _batch_done(self, fut: AppendFuture, queued: int, first: int | None, count: int, exc: BaseException | None) -> None:
+        """A bulk append finished (loop thread): free its ``queued`` slots at once, then complete its future."""
+        with self._inbox_lock:
+            self._in_flight -= queued
+            if self._waiting:
+                self._room.notify_all()
+        try:
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(range(first, first + count))  # type: ignore[arg-type, operator]
+        except concurrent.futures.InvalidStateError:
+            pass  # the caller cancelled the future; the entries were still written
 
     def append_async(self, payload: bytes) -> AppendFuture:
         """Queue one entry; the future gives its entry id once Qa bookies have it.
@@ -455,6 +476,37 @@ class LedgerHandle(HandleIdentity):
                 finally:
                     self._waiting -= 1
             self._in_flight += 1
+            self._inbox.append((data, fut))
+            if not self._inbox_scheduled:
+                self._inbox_scheduled = True
+                self._bk._call_soon(self._drain_inbox)
+        return fut
+
+    def append_many(self, payloads: Iterable[bytes | bytearray | memoryview]) -> AppendFuture:
+        """Queue ``payloads`` as consecutive entries with one hand-over to the loop; one future for them all.
+
+        The future's result is the ``range`` of their entry ids once every one is acknowledged by Qa
+        bookies; on a failure it raises the first error (entries up to :attr:`last_add_confirmed` are
+        acknowledged, later ones are not).  Each entry is an ordinary add, ordered with ``append_async``
+        calls in call order.  Blocks while the entries would take more than ``maxPendingAdds`` slots
+        (a batch larger than that waits until nothing else is in flight).  Raises at once, with
+        nothing queued and the ledger still writable, for a payload that is not bytes (``TypeError``)
+        or larger than :attr:`max_payload` (:class:`EntryTooLargeError` with the entry's ``index``).
+        """
+        data = check_payloads(payloads)
+        self._writer.check_payload_sizes(data)
+        if self._bk._closed:
+            raise ClientClosedError("client is closed")
+        fut = AppendFuture(self._futures_cond)
+        queued = len(data)
+        with self._inbox_lock:
+            while self._in_flight and self._in_flight + queued > self._max_pending:
+                self._waiting += 1
+                try:
+                    self._room.wait()
+                finally:
+                    self._waiting -= 1
+            self._in_flight += queued
             self._inbox.append((data, fut))
             if not self._inbox_scheduled:
                 self._inbox_scheduled = True

@@ -135,6 +135,31 @@ class BookieOps:
 
         self._with_conn(bookie_id, V3, send, callback, arg)
 
+    def add_v2_many(
+        self, bookie_id: str, ledger_id: int, adds: list[tuple[int, bytes, Any]], callback: Callback
+    ) -> None:
+        """Several v2 adds, ``(entry_id, frame, arg)`` in entry order, to one bookie: one connection lookup.
+
+        Each answers through ``callback(response, error, arg)`` exactly as :meth:`add` would.
+        """
+        timeout = self.add_timeout
+
+        def send_all(conn: BookieConnection) -> None:
+            send = conn.send_v2
+            for entry_id, frame, arg in adds:
+                send(add_key(ledger_id, entry_id), frame, timeout, callback, arg)
+
+        conn = self.pool.ready(bookie_id, V2)
+        if conn is not None:
+            send_all(conn)
+            return
+
+        def fail_all(_response: Any, error: BaseException | None, _arg: Any) -> None:
+            for _entry_id, _frame, arg in adds:
+                callback(None, error, arg)
+
+        self._with_conn(bookie_id, V2, send_all, fail_all)
+
     @staticmethod
     def encode_v2_add(master_key: bytes, entry: bytes, flags: int) -> bytes:
         return v2.encode_add_request(flags, master_key, entry)

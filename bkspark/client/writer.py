@@ -22,7 +22,7 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from bkspark.client.services import ClientServices, update_metadata
 from bkspark.protocol.ledger_name import LedgerRef
@@ -44,12 +44,41 @@ from bkspark.protocol.digest import Digester, master_key
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState, write_set
 from bkspark.protocol.service_info import SCOPE_IDS_EXTENSION
 
-__all__ = ["LedgerWriter", "AddCallback"]
+__all__ = ["LedgerWriter", "AddCallback", "BatchCallback"]
 
 log = logging.getLogger(__name__)
 
 #: ``callback(entry_id, error)`` on the loop thread: entry id on success, else the error.
 AddCallback = Callable[[int | None, BaseException | None], None]
+#: ``callback(first_entry_id, count, error)`` on the loop thread, once every entry of one
+#: :meth:`LedgerWriter.append_many` is acknowledged (error None) or one failed (the first error;
+#: ``first_entry_id`` None when nothing was queued).
+BatchCallback = Callable[[int | None, int, BaseException | None], None]
+
+
+class _BatchAdd:
+    """The shared per-entry callback of one bulk append: counts completions, reports once (loop thread).
+
+    Entries complete in entry order (acknowledgements are handed back in order and a failure fails every
+    pending entry), so when the count reaches zero every entry of the batch has its outcome.
+    """
+
+    __slots__ = ("first", "count", "remaining", "error", "callback")
+
+    def __init__(self, first: int, count: int, callback: BatchCallback) -> None:
+        self.first = first
+        self.count = count
+        self.remaining = count
+        self.error: BaseException | None = None
+        self.callback: BatchCallback | None = callback
+
+    def __call__(self, _entry_id: int | None, error: BaseException | None) -> None:
+        if error is not None and self.error is None:
+            self.error = error
+        self.remaining -= 1
+        if self.remaining == 0 and self.callback is not None:
+            callback, self.callback = self.callback, None
+            callback(self.first, self.count, self.error)
 
 
 class _PendingAdd:
@@ -163,6 +192,100 @@ class LedgerWriter:
         self.pending.append(op)
         if not self.changing_ensemble:
             self._send(op, None)
+
+    def check_payload_sizes(self, payloads: "Sequence[bytes | bytearray | memoryview]") -> None:
+        """:meth:`check_payload_size` for a whole bulk append (any thread): the first too-large entry, by index."""
+        max_payload = self.max_payload
+        if not payloads or max(map(len, payloads)) <= max_payload:
+            return
+        for index, payload in enumerate(payloads):
+            if len(payload) > max_payload:
+                try:
+                    self.check_payload_size(len(payload))
+                except EntryTooLargeError as exc:
+                    raise EntryTooLargeError(
+                        f"entry {index} of a bulk append: {exc}", index=index, **exc.context
+                    ) from None
+
+    def append_many(self, payloads: "Sequence[bytes | memoryview]", callback: BatchCallback) -> None:
+        """Queue ``payloads`` as consecutive entries, sent at once, with one completion (loop thread).
+
+        Each entry is an ordinary add (its own id, write set, Qa acknowledgements, ensemble change on a
+        failure); only the bookkeeping of the caller's side is shared.  Nothing is queued if any entry
+        is too large, the writer failed or is closing.
+        """
+        count = len(payloads)
+        try:
+            self.check_payload_sizes(payloads)
+        except EntryTooLargeError as exc:
+            callback(None, 0, exc)
+            return
+        if self.error is not None:
+            callback(None, 0, self.error)
+            return
+        if self.closing or self.closed:
+            callback(None, 0, LedgerClosedError("ledger handle is closed", ledger_id=self.ref.ledger_id))
+            return
+        if count == 0:
+            callback(self.last_add_pushed + 1, 0, None)
+            return
+        first = self.last_add_pushed + 1
+        batch = _BatchAdd(first, count, callback)
+        if not self.changing_ensemble and self.ctx.ops.data_version(self.ref.scope_id) == V2:
+            self._append_many_v2(payloads, batch)
+            return
+        send = self._send
+        entry_id = first
+        for index, payload in enumerate(payloads):
+            if self.error is not None:
+                # A send above failed the writer for good (fenced, closed client): the rest fail with it.
+                for _ in range(count - index):
+                    batch(None, self.error)
+                return
+            # Kept current per entry: an ensemble change or failure started by a send below sees them.
+            self.last_add_pushed = entry_id
+            self.length += len(payload)
+            op = _PendingAdd(entry_id, payload, self.length, batch)
+            entry_id += 1
+            self.pending.append(op)
+            if not self.changing_ensemble:
+                send(op, None)
+
+    def _append_many_v2(self, payloads: "Sequence[bytes | memoryview]", batch: _BatchAdd) -> None:
+        """The bulk append's v2 path: package every entry, then one run of sends per bookie (loop thread).
+
+        Every entry goes to its whole write set even if a send below fails synchronously and starts an
+        ensemble change (as :meth:`_send` does for one entry): the change then re-sends to the
+        replaced indexes, and an entry marked sent always reached every bookie it was meant for.
+        """
+        ops: list[_PendingAdd] = []
+        entry_id = self.last_add_pushed + 1
+        length = self.length
+        for payload in payloads:
+            length += len(payload)
+            op = _PendingAdd(entry_id, payload, length, batch)
+            entry_id += 1
+            self._package(op)
+            op.sent = True
+            ops.append(op)
+        self.last_add_pushed = entry_id - 1
+        self.length = length
+        self.pending.extend(ops)
+        ensemble = list(self.ensemble)
+        E, W = self.E, self.W
+        per_index: list[list[tuple[int, bytes, Any]]] = [[] for _ in range(E)]
+        if E == W:
+            for op in ops:
+                for idx in range(E):
+                    per_index[idx].append((op.entry_id, op.frame, (op, idx, ensemble[idx])))  # type: ignore[arg-type]
+        else:
+            for op in ops:
+                for idx in write_set(op.entry_id, E, W):
+                    per_index[idx].append((op.entry_id, op.frame, (op, idx, ensemble[idx])))  # type: ignore[arg-type]
+        add_many, ledger_id, on_response = self.ctx.ops.add_v2_many, self.ref.ledger_id, self._on_add_response
+        for idx, adds in enumerate(per_index):
+            if adds:
+                add_many(ensemble[idx], ledger_id, adds, on_response)
 
     def _package(self, op: _PendingAdd) -> None:
         self._lac_piggybacked = self.lac

@@ -26,6 +26,7 @@ import socket
 import statistics
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
@@ -83,14 +84,39 @@ class LedgerCommitMessage(WriterCommitMessage):
     attempt: int
 
 
-def _payloads(batch: Any, index: int, is_string: bool) -> list[bytes]:
-    """The payload column of an Arrow batch as bytes (strings as UTF-8, nulls as empty entries)."""
+#: Entries per bulk append: one hand-over to the client's loop each, several in flight within MAX_PENDING_ADDS.
+BULK_APPEND_ENTRIES = 500
+
+
+def large_kind(arrow_type: Any) -> bool:
+    """Whether an Arrow type is large_binary or large_string (64-bit offsets)."""
+    import pyarrow as pa
+
+    return bool(pa.types.is_large_binary(arrow_type) or pa.types.is_large_string(arrow_type))
+
+
+def _payloads(batch: Any, index: int, is_string: bool) -> tuple[list[bytes], int]:
+    """The payload column of an Arrow batch as entries (strings as UTF-8, nulls as empty entries), and their bytes.
+
+    Straight from the column's offsets and data buffers: one copy of the data buffer, then one slice per row
+    (no Arrow scalar per row, as ``to_pylist`` makes).  A string column's buffers are its UTF-8 bytes.
+    """
     import pyarrow as pa
 
     column = batch.column(index)
-    if is_string:
-        column = column.cast(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary())
-    return [b"" if value is None else value for value in column.to_pylist()]
+    rows = len(column)
+    if not (pa.types.is_binary(column.type) or pa.types.is_string(column.type) or large_kind(column.type)):
+        column = column.cast(pa.large_binary())  # e.g. a view or fixed-size type: to the layout read below
+    if column.null_count:
+        column = column.fill_null(b"" if not is_string else "")
+    large = large_kind(column.type)
+    _validity, offsets_buffer, data_buffer = column.buffers()[:3]
+    offsets = memoryview(offsets_buffer).cast("q" if large else "i")[column.offset : column.offset + rows + 1].tolist()
+    start, end = offsets[0], offsets[-1]
+    data = b"" if data_buffer is None else memoryview(data_buffer)[start:end].tobytes()
+    if start:
+        offsets = [o - start for o in offsets]
+    return [data[a:b] for a, b in zip(offsets, offsets[1:])], end - start
 
 
 #: The connector option that raises the frame limit (a ``bookkeeper.``-prefixed client option).
@@ -236,29 +262,37 @@ class BookKeeperWriter(DataSourceArrowWriter):
         first_batch = next(batches, None)
         if first_batch is None:
             return LedgerCommitMessage(opts.scope_id, NO_LEDGER, 0, 0, partition_id, attempt)
-        first = _payloads(first_batch, self.payload_index, self.payload_is_string)
+        first, first_size = _payloads(first_batch, self.payload_index, self.payload_is_string)
         bk = self._client()
         handle = self._create_ledger(bk, partition_id, attempt, first)
         entries = 0
         size = 0
-        pending: list[Any] = []
+        #: Bulk appends not yet waited for, with their entry counts (at most MAX_PENDING_ADDS entries).
+        pending: deque[tuple[Any, int]] = deque()
+        in_flight = 0
         try:
             payloads: list[bytes] | None = first
+            batch_size = first_size
             while payloads is not None:
-                for row, value in enumerate(payloads):
+                for lo in range(0, len(payloads), BULK_APPEND_ENTRIES):
+                    chunk = payloads[lo : lo + BULK_APPEND_ENTRIES]
                     try:
-                        pending.append(handle.append_async(value))
+                        pending.append((handle.append_many(chunk), len(chunk)))
                     except EntryTooLargeError as exc:
-                        raise _row_too_large(exc, partition_id, entries + row, len(value)) from exc
-                    size += len(value)
-                    if len(pending) >= MAX_PENDING_ADDS:
-                        for future in pending:
-                            future.result()
-                        pending.clear()
+                        row = lo + int(exc.context["index"])  # type: ignore[call-overload]
+                        raise _row_too_large(exc, partition_id, entries + row, len(payloads[row])) from exc
+                    in_flight += len(chunk)
+                    while in_flight > MAX_PENDING_ADDS:
+                        future, count = pending.popleft()
+                        future.result()
+                        in_flight -= count
                 entries += len(payloads)
+                size += batch_size
                 batch = next(batches, None)
-                payloads = None if batch is None else _payloads(batch, self.payload_index, self.payload_is_string)
-            for future in pending:
+                payloads, batch_size = (
+                    (None, 0) if batch is None else _payloads(batch, self.payload_index, self.payload_is_string)
+                )
+            for future, _count in pending:
                 future.result()
             close_with_context(bk, handle, LedgerCloseContext.builder().because_no_more_data().build())
         except BaseException as exc:

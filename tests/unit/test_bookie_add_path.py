@@ -1,0 +1,77 @@
+"""The bookie's add path helpers: the one-copy journal ADD_ENTRY record and the lock-free request metrics."""
+
+from __future__ import annotations
+
+import os
+
+from bkspark.protocol import v2
+from bookie_server.bookie import Bookie
+from bookie_server.journal import _ADD_PREFIX, RecordType, encode_add, encode_record
+from bookie_server.metrics import BookieMetrics, LoopHistogram
+from bookie_server.server import BookieServer
+from tests.unit.test_bookie_server import BAD_KEY, KEY, Conn, make_entry, with_bookie
+
+
+def test_encode_add_is_the_generic_record_byte_for_byte() -> None:
+    for scope_id, size in ((0, 0), (0, 1), (5, 1024), (2**62, 70_000)):
+        entry = os.urandom(size)
+        expected = encode_record(RecordType.ADD_ENTRY, scope_id, 7, _ADD_PREFIX.pack(9, 8) + entry)
+        assert encode_add(scope_id, 7, 9, 8, entry) == expected
+        assert encode_add(scope_id, 7, 9, 8, memoryview(entry)) == expected
+
+
+def test_loop_histogram_buckets_are_prometheus_cumulative_le() -> None:
+    hist = LoopHistogram((1.0, 5.0, float("inf")))
+    for value in (0.5, 1.0, 1.5, 5.0, 9.0):
+        hist.observe(value)
+    buckets, total = hist.cumulative()
+    assert buckets == [("1.0", 2), ("5.0", 4), ("+Inf", 5)] and total == 17.0
+
+
+def test_request_metrics_render_with_their_bookkeeper_names() -> None:
+    metrics = BookieMetrics()
+    metrics.observe_request("ADD_ENTRY", 0.3, True)
+    metrics.observe_request("ADD_ENTRY", 4000.0, False)
+    metrics.add_bytes.inc(1024)
+    metrics.read_bytes.inc(10)
+    metrics.batch_read_response_size.observe(2000)
+    text = metrics.render().decode()
+    assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="true"} 1.0' in text
+    assert 'bookkeeper_server_ADD_ENTRY_REQUEST_bucket{le="+Inf",success="false"} 1.0' in text
+    assert 'bookkeeper_server_ADD_ENTRY_REQUEST_bucket{le="0.5",success="true"} 1.0' in text
+    assert "bookkeeper_server_ADD_ENTRY_BYTES_total 1024.0" in text
+    assert "bookkeeper_server_READ_ENTRY_BYTES_total 10.0" in text
+    assert 'bookkeeper_server_BATCH_READ_ENTRY_RESPONSE_SIZE_bucket{le="2048.0"} 1.0' in text
+
+
+@with_bookie()
+async def test_adds_of_one_chunk_are_one_group_with_refusals_answered_apart(bookie: Bookie, server: BookieServer) -> None:
+    """Ten adds in one send: a fenced ledger's and a wrong key's are refused, the rest acknowledged together."""
+    await bookie.fence(0, 8, KEY)  # ledger 8 is fenced (a recovery started): plain adds are refused
+    submissions: list[int] = []
+    journal = bookie.journal
+    assert journal is not None
+    original = journal.submit_many
+
+    def counting(records, dones, written=()):  # type: ignore[no-untyped-def]
+        submissions.append(len(records))
+        original(records, dones, written)
+
+    journal.submit_many = counting  # type: ignore[method-assign]
+    c = await Conn.open(server.port)
+    frames = [v2.encode_add_request(0, KEY, make_entry(5, i, b"p%d" % i)) for i in range(8)]
+    frames.insert(3, v2.encode_add_request(0, KEY, make_entry(8, 0, b"fenced")))
+    frames.insert(6, v2.encode_add_request(0, BAD_KEY, make_entry(5, 100, b"wrong key")))
+    c.send(b"".join(frames))
+    responses = [v2.decode_response(await c.body()) for _ in frames]
+    by_entry = {(r.ledger_id, r.entry_id): r.rc for r in responses}
+    assert by_entry.pop((8, 0)) == v2.EFENCED and by_entry.pop((5, 100)) == v2.EUA
+    assert by_entry == {(5, i): v2.EOK for i in range(8)}
+    assert submissions == [1]  # the accepted adds reached the journal as one submission
+    assert [bookie.storage.get_entry(0, 5, i) for i in range(8)] == [make_entry(5, i, b"p%d" % i) for i in range(8)]
+    # Refusals leave before the group's acknowledgements (they need no journal).
+    assert {(r.ledger_id, r.entry_id) for r in responses[:2]} == {(8, 0), (5, 100)}
+    text = server.metrics.render().decode()
+    assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="true"} 8.0' in text
+    assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="false"} 2.0' in text
+    c.close()
