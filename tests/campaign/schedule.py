@@ -459,7 +459,7 @@ def run_schedule(
             else:
                 run._log_read("reader", run.ledger_id, rh.read(0, last) if last >= 0 else [], last)
             if spark_thread is not None and spark is not None:
-                spark.read_and_audit(seed, cluster.uri, SPARK_OPTIONS, run.history, bk, watermark)
+                spark.read_and_audit(seed, cluster.uri, SPARK_OPTIONS, run.history, bk, watermark, stats)
         if plan.java_reads:
             run.java_read("java-reader")
     finally:

@@ -167,7 +167,14 @@ class SparkRunner:
             sc.setJobGroup("campaign-idle", "", interruptOnCancel=False)
 
     def read_and_audit(
-        self, seed: int, uri: str, options: dict[str, Any], history: History, bk: BookKeeper, watermark: int
+        self,
+        seed: int,
+        uri: str,
+        options: dict[str, Any],
+        history: History,
+        bk: BookKeeper,
+        watermark: int,
+        stats: Any,
     ) -> None:
         """After the schedule, healed: the dataset's rows, the ledgers the job left, and one audit pass."""
         spark = self.session()
@@ -185,7 +192,8 @@ class SparkRunner:
             got = []
         history.log(f"{name}-read", "invoke", "spark-read", None)
         history.log(f"{name}-read", "ok", "spark-read", None, {"dataset": dataset, "rows": got})
-        history.log(f"{name}-ledgers", "ok", "spark-ledgers", None, (name, dataset_ledgers(bk, dataset, watermark)))
+        ledgers = dataset_ledgers(bk, dataset, watermark)
+        history.log(f"{name}-ledgers", "ok", "spark-ledgers", None, (name, ledgers))
         auditor = Auditor(uri, grace_period=0, parent_grace_period=0, audit_period=3600)
         try:
             auditor.audit_once()
@@ -193,6 +201,10 @@ class SparkRunner:
             auditor.stop()
         orphans = {record.ledger_id for record in list_orphans(bk.store.zk, bk.store.root)}
         history.log("audit", "ok", "orphans", None, orphans)
+        stats.spark["rows read back"] += len(got)
+        if not got:  # the job did not commit: what it left is the audit's to report
+            stats.spark["ledgers left by jobs that did not commit"] += len(ledgers)
+            stats.spark["of which reported by the audit"] += len(ledgers & orphans)
 
 
 def dataset_ledgers(bk: BookKeeper, dataset: str, watermark: int) -> set[int]:
