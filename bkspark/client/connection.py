@@ -11,7 +11,12 @@ successful response or an error: ``callback(response, error, arg)``.
 
 A periodic sweep fails requests that outlived their timeout with
 :class:`BookieTimeoutError`; a lost connection fails everything still waiting
-with :class:`BookieUnavailableError`.  Writes are coalesced: frames queued in
+with :class:`BookieUnavailableError`.  A connection that stayed silent for the
+whole life of a request that timed out (not one byte came back since it was
+sent) is dropped too: a peer that vanished without a FIN or an RST (a half-open
+TCP connection) would otherwise keep taking requests that can never be
+answered, and every retry or ensemble change that picks that bookie again would
+time out on it for ever.  The next request opens a new connection.  Writes are coalesced: frames queued in
 one loop iteration leave in one ``transport.write``.
 """
 
@@ -51,11 +56,12 @@ Callback = Callable[[Any, BaseException | None, Any], None]
 
 
 class _Op:
-    __slots__ = ("key", "deadline", "callback", "arg")
+    __slots__ = ("key", "sent", "deadline", "callback", "arg")
 
-    def __init__(self, key: Any, deadline: float, callback: Callback, arg: Any = None) -> None:
+    def __init__(self, key: Any, sent: float, timeout: float, callback: Callback, arg: Any = None) -> None:
         self.key = key
-        self.deadline = deadline
+        self.sent = sent
+        self.deadline = sent + timeout
         self.callback = callback
         self.arg = arg
 
@@ -87,6 +93,8 @@ class BookieConnection(asyncio.Protocol):
         self._sweep_interval = sweep_interval
         self.closed = False
         self.lost_error: BaseException | None = None
+        #: Monotonic time the last bytes arrived (a silent connection is dropped: see the module's docstring).
+        self._last_received = _monotonic()
         self._loop = asyncio.get_running_loop()
         self.connected = self._loop.create_future()
         #: Set when a batch read was outstanding when the bookie hung up (pre-4.17 bookie).
@@ -107,6 +115,7 @@ class BookieConnection(asyncio.Protocol):
             self.connected.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        self._last_received = _monotonic()
         try:
             bodies = self._splitter.feed(data)
             if self._hs_inbox is not None:
@@ -197,7 +206,7 @@ class BookieConnection(asyncio.Protocol):
             self.transport.writelines(out)
 
     def _register(self, key: Any, timeout: float, callback: Callback, arg: Any = None) -> None:
-        op = _Op(key, _monotonic() + timeout, callback, arg)
+        op = _Op(key, _monotonic(), timeout, callback, arg)
         if key in self._ops:
             self._conflicts.setdefault(key, deque()).append(op)
         else:
@@ -216,7 +225,7 @@ class BookieConnection(asyncio.Protocol):
             error = self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id)
             callback(None, error, arg)
             return
-        op = _Op(key, _monotonic() + timeout, callback, arg)
+        op = _Op(key, _monotonic(), timeout, callback, arg)
         ops = self._ops
         if key in ops:
             self._conflicts.setdefault(key, deque()).append(op)
@@ -288,12 +297,14 @@ class BookieConnection(asyncio.Protocol):
         if self.closed:
             return
         now = time.monotonic()
+        silent = False  # a request timed out and nothing at all came back since it was sent
         expired = [key for key, op in self._ops.items() if op.deadline <= now]
         for key in list(self._conflicts):
             for op in list(self._conflicts.get(key, ())):
                 if op.deadline <= now:
                     self._conflicts[key].remove(op)
                     self._count -= 1
+                    silent = silent or self._last_received < op.sent
                     self._complete(op, None, BookieTimeoutError("bookie did not answer in time", bookie_id=self.bookie_id))
             if key in self._conflicts and not self._conflicts[key]:
                 del self._conflicts[key]
@@ -302,9 +313,15 @@ class BookieConnection(asyncio.Protocol):
             if op is not None and op.deadline <= now:
                 op = self._pop(key)
                 if op is not None:
+                    silent = silent or self._last_received < op.sent
                     self._complete(
                         op, None, BookieTimeoutError("bookie did not answer in time", bookie_id=self.bookie_id)
                     )
+        if silent and not self.closed:
+            log.info("bookie %s: nothing received on this connection since a request that timed out: dropping it",
+                     self.bookie_id)
+            self.abort(BookieUnavailableError("bookie connection went silent", bookie_id=self.bookie_id))
+            return
         self._sweeper = asyncio.get_running_loop().call_later(self._sweep_interval, self._sweep)
 
     def _fail_all(self, error: BaseException) -> None:

@@ -416,15 +416,21 @@ class LedgerWriter:
     def _choose_replacements(self, current: list[str], failed: dict[int, str]) -> list[str]:
         new = list(current)
         exclude = set(failed.values()) | self._scope_excluded()
+        # Bookies that failed lately are passed over while others exist (Java's quarantine does the same):
+        # otherwise an ensemble change can swap one unanswering bookie for another for ever.
+        window = self.ctx.conf.bookieFailureHistoryExpirationMSec / 1000.0
+        suspects = exclude | set(self.ctx.ops.pool.failures_since(window))
         replaced_any = False
         last_error: BKError | None = None
         for idx, bookie in failed.items():
             if new[idx] != bookie:
                 continue
+            policy, metadata = self.ctx.policy, self.metadata.custom_metadata
             try:
-                new[idx] = self.ctx.policy.replace_bookie(
-                    self.E, self.W, self.A, self.metadata.custom_metadata, new, bookie, exclude
-                )
+                try:
+                    new[idx] = policy.replace_bookie(self.E, self.W, self.A, metadata, new, bookie, suspects)
+                except NotEnoughBookiesError:
+                    new[idx] = policy.replace_bookie(self.E, self.W, self.A, metadata, new, bookie, exclude)
                 replaced_any = True
             except NotEnoughBookiesError as exc:
                 last_error = exc

@@ -22,6 +22,7 @@ from typing import Any
 from bkspark.client import BookKeeper
 from tests.campaign.cluster import CLIENT_CONF, JAVA_CLIENT_CONF, JAVA_VERSION, BookieRef, CampaignCluster
 from tests.campaign.history import History, check
+from tests.campaign.spark_jobs import SparkRunner, plan_spark_job
 from tests.harness.java_bookkeeper import JavaTools
 from tests.harness.proxy import Direction
 
@@ -34,6 +35,8 @@ JAVA_WRITER_SHARE = 0.12
 JAVA_READER_SHARE = 0.12
 #: Seconds after which an add that neither completed nor failed counts as hung (addEntryTimeoutSec is 2).
 ADD_HANG_SECONDS = 30.0
+#: Fraction of schedules that also run a Spark connector write job (docs/reliability.md); ``CAMPAIGN_SPARK_SHARE``.
+SPARK_SHARE = 0.1
 FAULT_KINDS = ("kill", "delay", "blackhole", "reset", "half_open", "rate", "zk_outage", "session_expiry", "fence")
 
 
@@ -53,6 +56,8 @@ class Stats:
     recovered: Counter[str] = field(default_factory=Counter)
     writers: Counter[str] = field(default_factory=Counter)
     writer_deaths: int = 0
+    #: Spark jobs: "committed", "failed", "failed, outcome unknown", "killed", "fault:<kind>".
+    spark: Counter[str] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -65,6 +70,7 @@ class Stats:
             "ledgers_recovered_by": dict(self.recovered),
             "writers": dict(self.writers),
             "writers_killed_mid_ledger": self.writer_deaths,
+            "spark_jobs": dict(sorted(self.spark.items())),
             "failures": self.failures,
             "seconds": round(self.seconds, 1),
         }
@@ -85,10 +91,12 @@ class Plan:
     java_reads: bool
     batched_read: bool
     mid_reader: bool
+    spark_job: dict[str, Any] | None = None
 
 
-def plan_schedule(seed: int, bookies: list[BookieRef]) -> Plan:
-    """The schedule of ``seed``: quorums, writer, faults (time offset, kind, parameters), recovery and reads."""
+def plan_schedule(seed: int, bookies: list[BookieRef], spark_share: float = SPARK_SHARE) -> Plan:
+    """The schedule of ``seed``: quorums, writer, faults (time offset, kind, parameters), recovery and reads, and
+    now and then a Spark job (drawn apart, so a seed's other draws never change)."""
     rng = random.Random(seed)
     write_quorum = rng.choice((2, 3))
     ack_quorum = rng.choice([a for a in (2, 3) if a <= write_quorum])
@@ -124,6 +132,7 @@ def plan_schedule(seed: int, bookies: list[BookieRef]) -> Plan:
         java_reads=writer == "java" or rng.random() < JAVA_READER_SHARE / 2,
         batched_read=rng.random() < 0.5,
         mid_reader=rng.random() < 0.4,
+        spark_job=plan_spark_job(seed, spark_share),
     )
 
 
@@ -371,21 +380,54 @@ class _Run:
         self._log_read("mid-reader", lid, entries, None, after_close=False)
 
 
+#: The Spark connector's options in the campaign: the client settings (through the proxies), quorums 3/2/2.
+SPARK_OPTIONS = {f"bookkeeper.{k}": str(v).lower() if isinstance(v, bool) else v for k, v in CLIENT_CONF.items()} | {
+    "ensembleSize": 3,
+    "writeQuorumSize": 2,
+    "ackQuorumSize": 2,
+}
+
+
 def run_schedule(
-    seed: int, cluster: CampaignCluster, java_tools: JavaTools, work_dir: Path, stats: Stats
+    seed: int,
+    cluster: CampaignCluster,
+    java_tools: JavaTools,
+    work_dir: Path,
+    stats: Stats,
+    spark: SparkRunner | None = None,
+    spark_share: float = SPARK_SHARE,
 ) -> tuple[list[str], History]:
-    """Run the schedule of ``seed``; the checker's findings (empty when every promise held) and the history."""
+    """Run the schedule of ``seed``; the checker's findings (empty when every promise held) and the history.
+
+    Without ``spark`` no schedule runs a Spark job."""
     started = time.monotonic()
     cluster.heal()
-    plan = plan_schedule(seed, cluster.bookies)
+    plan = plan_schedule(seed, cluster.bookies, spark_share if spark is not None else 0.0)
     run = _Run(plan, cluster, java_tools, work_dir, stats)
     stats.writers[plan.writer] += 1
+    spark_thread: threading.Thread | None = None
+    watermark = -1
+    if plan.spark_job is not None and spark is not None:
+        spark.session()  # started before the schedule's clock, so the JVM's start is not part of it
+        with run._client() as bk:
+            watermark = max(bk.list_ledgers(), default=-1)
+        job = plan.spark_job
+
+        def spark_job() -> None:
+            try:
+                spark.run_job(seed, job, cluster.uri, SPARK_OPTIONS, run.history, stats)
+            except Exception as exc:  # noqa: BLE001 - reported as a schedule error
+                run.errors.append(f"the Spark job of seed {seed} crashed the schedule: {type(exc).__name__}: {exc}")
+
+        spark_thread = threading.Thread(target=spark_job, daemon=True)
     writer = threading.Thread(target=run.java_writer if plan.writer == "java" else run.python_writer, daemon=True)
     writer.start()
     deadline = time.monotonic() + 180
     while run.ledger_id is None and writer.is_alive() and time.monotonic() < deadline:
         time.sleep(0.01)
     t0 = time.monotonic()
+    if spark_thread is not None:
+        spark_thread.start()
     try:
         for at, kind, params in plan.faults:
             wait = at - (time.monotonic() - t0)
@@ -397,6 +439,10 @@ def run_schedule(
         if plan.mid_reader:
             run.mid_read()
         writer.join(240)
+        if spark_thread is not None:
+            spark_thread.join(300)
+            if spark_thread.is_alive():
+                run.errors.append(f"the Spark job of seed {seed} still running after 300 s")
         if run.errors or writer.is_alive():
             return run.errors or [f"writer of seed {seed} still running after 240 s"], run.history
         for thread in run.restarts:
@@ -412,6 +458,8 @@ def run_schedule(
                 run._log_read("batched-reader", run.ledger_id, list(rh.read_batched(0, last, batch_size=16)), last)
             else:
                 run._log_read("reader", run.ledger_id, rh.read(0, last) if last >= 0 else [], last)
+            if spark_thread is not None and spark is not None:
+                spark.read_and_audit(seed, cluster.uri, SPARK_OPTIONS, run.history, bk, watermark, stats)
         if plan.java_reads:
             run.java_read("java-reader")
     finally:

@@ -95,7 +95,9 @@ def test_timeouts_and_connection_loss() -> None:
         errors: list[BaseException | None] = []
         conn.send_v2(read_key(1, 1), b"r", 0.05, lambda r, e, _a: errors.append(e))
         conn.send_v2(read_key(1, 1), b"r", 0.05, lambda r, e, _a: errors.append(e))  # a conflicting key times out too
+        conn.data_received(v2.encode_response(v2.AddResponse(0, 9, 9)))  # the bookie still talks: not a silent one
         await asyncio.sleep(0.2)
+        assert not conn.closed
         assert len(errors) == 2 and all(isinstance(e, BookieTimeoutError) for e in errors)
         conn.send_v2(batch_read_key(2), b"b", 5.0, lambda r, e, _a: errors.append(e))
         conn.send_v2(add_key(1, 3), b"a", 5.0, lambda r, e, _a: errors.append(e))
@@ -104,5 +106,22 @@ def test_timeouts_and_connection_loss() -> None:
         assert all(isinstance(e, BookieUnavailableError) for e in errors[2:]) and len(errors) == 4
         conn.send_v2(add_key(1, 4), b"a", 5.0, lambda r, e, _a: errors.append(e))
         assert isinstance(errors[-1], BookieUnavailableError)  # closed: fails at once
+
+    asyncio.run(run())
+
+
+def test_a_silent_connection_is_dropped_after_a_timeout() -> None:
+    """Half-open TCP (seed 135 of the campaign): nothing came back since a request that timed out was sent, so the
+    connection is dropped and the next request opens a new one instead of timing out on it for ever."""
+
+    async def run() -> None:
+        conn, t = _conn(V2, sweep=0.02)
+        errors: list[BaseException | None] = []
+        conn.send_v2(add_key(1, 1), b"a", 0.05, lambda r, e, _a: errors.append(e))
+        conn.send_v2(add_key(1, 2), b"a", 5.0, lambda r, e, _a: errors.append(e))  # not yet expired
+        await asyncio.sleep(0.2)
+        assert isinstance(errors[0], BookieTimeoutError)
+        assert conn.closed and t.closed
+        assert isinstance(errors[1], BookieUnavailableError) and "silent" in str(errors[1])
 
     asyncio.run(run())
