@@ -152,7 +152,6 @@ def test_tls_settings_errors_at_start(pki: Pki) -> None:
     assert TlsSettings.from_conf({}, server_side=False) is None
     for change, message in [
         ({"tlsProviderFactoryClass": "com.example.MyTls"}, "unsupported TLS provider factory"),
-        ({"tlsTrustStoreType": "JKS"}, "only PEM trust stores"),
         ({"tlsProvider": "BoringSSL"}, "JDK or OpenSSL"),
         ({"tlsEnabledCipherSuites": "TLS_AES_128_GCM_SHA256"}, "tlsEnabledCipherSuites is not supported"),
         ({"tlsEnabledProtocols": "SSLv3"}, "unsupported TLS protocol"),
@@ -161,8 +160,6 @@ def test_tls_settings_errors_at_start(pki: Pki) -> None:
     ]:
         with pytest.raises(InvalidOptionError, match=message):
             TlsSettings.from_conf({**base, **change}, server_side=False)
-    with pytest.raises(InvalidOptionError, match="only PEM key stores"):
-        TlsSettings.from_conf({**tls_bookie_conf(pki), "tlsKeyStoreType": "PKCS12"}, server_side=True)
 
 
 def test_tls_client_keys_win_and_case_does_not_matter(pki: Pki) -> None:
