@@ -32,7 +32,7 @@ from bkspark.errors import InvalidOptionError, SecurityError
 from bkspark.security import stores
 from bkspark.security.secrets import Secret, read_password_file
 
-__all__ = ["TLS_FACTORY_CLASS", "TlsSettings", "TlsContextProvider", "TLS_KEYS", "lookup", "tls_enabled"]
+__all__ = ["TLS_FACTORY_CLASS", "TlsSettings", "TlsContextProvider", "TLS_KEYS", "lookup", "tls_enabled", "handshake_hint"]
 
 TLS_FACTORY_CLASS = "org.apache.bookkeeper.tls.TLSContextFactory"
 _PROVIDERS = ("JDK", "OPENSSL")
@@ -74,6 +74,26 @@ def lookup(conf: Mapping[str, Any], key: str, default: Any = None) -> Any:
         if str(k).lower() == low and v not in (None, ""):
             return v
     return default
+
+
+def handshake_hint(reason: str, *, server_side: bool) -> str:
+    """What a failed TLS handshake's OpenSSL reason means for the user, as a parenthesised hint ("" if unknown)."""
+    upper = reason.upper()
+    if server_side:
+        if "UNKNOWN_CA" in upper or "BAD_CERTIFICATE" in upper or "CERTIFICATE_UNKNOWN" in upper:
+            return " (the client refused this bookie's certificate: it is not signed by a CA in the client's trust store)"
+        if "CERTIFICATE_VERIFY_FAILED" in upper:
+            return " (the client's certificate is not signed by a CA in tlsTrustStore)"
+        if "PEER_DID_NOT_RETURN_A_CERTIFICATE" in upper:
+            return " (tlsClientAuthentication=true: the client presented no certificate)"
+        return ""
+    if "CERTIFICATE_VERIFY_FAILED" in upper:
+        return " (the bookie's certificate is not signed by a CA in tlsTrustStore, or its name does not match)"
+    if "CERTIFICATE_REQUIRED" in upper or "CERTIFICATE REQUIRED" in upper:
+        return " (the bookie requires a client certificate: set tlsClientAuthentication, tlsCertificatePath, tlsKeyStore)"
+    if "UNKNOWN_CA" in upper:
+        return " (the bookie refused the client certificate: it is not signed by a CA in the bookie's tlsTrustStore)"
+    return ""
 
 
 def tls_enabled(conf: Mapping[str, Any]) -> bool:
