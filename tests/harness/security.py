@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-__all__ = ["Pki", "JavaStores", "make_pki", "make_java_stores", "java_store_bookie_conf", "java_store_client_conf", "write_jaas", "SASL_USER", "SASL_PASSWORD", "tls_client_conf", "tls_bookie_conf", "sasl_client_conf", "sasl_bookie_conf"]
+from kazoo.client import KazooClient
+
+from tests.harness.python_bookie import PythonBookieCluster
+
+__all__ = ["AuthenticatedBookies", "Pki", "JavaStores", "make_pki", "make_java_stores", "java_store_bookie_conf", "java_store_client_conf", "write_jaas", "SASL_USER", "SASL_PASSWORD", "tls_client_conf", "tls_bookie_conf", "sasl_client_conf", "sasl_bookie_conf"]
 
 TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
 SASL_USER = "bookkeeperuser"
@@ -204,3 +210,19 @@ def sasl_client_conf(jaas: Path) -> dict[str, object]:
         "clientAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLClientProviderFactory",
         "java.security.auth.login.config": str(jaas),
     }
+
+
+class AuthenticatedBookies(PythonBookieCluster):
+    """Python bookies whose harness kazoo client (registration checks, ``bookie_ids``) authenticates with
+    ``zk_kwargs`` (``auth_data`` / ``sasl_options``), for a ZooKeeper that requires authentication."""
+
+    def __init__(self, *args: Any, zk_kwargs: Mapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.zk_kwargs = dict(zk_kwargs)
+
+    @property
+    def zk(self) -> KazooClient:  # type: ignore[override]
+        if self._zk is None:
+            self._zk = KazooClient(hosts=self.connect_string, timeout=15.0, **self.zk_kwargs)
+            self._zk.start(timeout=30)
+        return self._zk
