@@ -20,6 +20,7 @@ from bkspark.protocol import v2, v3
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bkspark.protocol.sasl import PLUGIN_NAME
 from bkspark.security.auth import BookieSecurity
+from bkspark.security.tls import handshake_hint
 
 if TYPE_CHECKING:
     from bookie_server.server import _Connection
@@ -115,7 +116,8 @@ class ConnectionSecurity:
             )
         except (OSError, ConnectionError, asyncio.TimeoutError) as exc:
             conn.metrics.protocol_errors.inc()
-            log.warning("TLS handshake with %s failed: %s", conn.peer, str(exc) or type(exc).__name__)
+            reason = str(exc) or type(exc).__name__
+            log.warning("TLS handshake with %s failed%s: %s", conn.peer, handshake_hint(reason, server_side=True), reason)
             conn.closed = True
             transport = conn.transport
             if transport is not None:

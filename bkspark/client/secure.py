@@ -23,6 +23,7 @@ from bkspark.protocol import v2, v3
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bkspark.protocol.sasl import PLUGIN_NAME
 from bkspark.security.auth import ClientSecurity
+from bkspark.security.tls import handshake_hint
 
 __all__ = ["secure_connection"]
 
@@ -77,11 +78,7 @@ async def _start_tls(conn: BookieConnection, security: ClientSecurity, host: str
         await conn.upgrade_tls(loop, ctx, host, timeout)
     except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
         reason = str(exc) or type(exc).__name__
-        hint = ""
-        if "CERTIFICATE_VERIFY_FAILED" in reason:
-            hint = " (the bookie's certificate is not signed by a CA in tlsTrustStore, or its name does not match)"
-        elif "CERTIFICATE_REQUIRED" in reason or "certificate required" in reason.lower():
-            hint = " (the bookie requires a client certificate: set tlsClientAuthentication, tlsCertificatePath, tlsKeyStore)"
+        hint = handshake_hint(reason, server_side=False)
         raise TlsHandshakeError("TLS handshake with bookie failed" + hint, bookie_id=conn.bookie_id, error=reason) from None
 
 

@@ -142,8 +142,11 @@ def _section(path: str, name: str) -> list[JaasEntry]:
     for entry in entries:
         if "principal" in entry.options or "Krb5LoginModule" in entry.module:
             raise InvalidOptionError(
-                "Kerberos (GSSAPI) JAAS sections are not supported by bkspark; use DIGEST-MD5 credentials",
+                "Kerberos (GSSAPI) JAAS sections are not supported by bkspark: give it a section with "
+                "org.apache.zookeeper.server.auth.DigestLoginModule credentials (DIGEST-MD5) instead; for "
+                "ZooKeeper, zkDigestAuthPath with zookeeper.sasl.client=false also works (docs/security.md, GSSAPI)",
                 section=name,
+                module=entry.module,
             )
     return entries
 

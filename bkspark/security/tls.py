@@ -12,7 +12,8 @@ What Apache BookKeeper's ``TLSContextFactory`` does, and so what we do
 * Bookie: presents ``tlsCertificatePath`` + ``tlsKeyStore``; with ``tlsClientAuthentication=true``
   requires a client certificate signed by ``tlsTrustStore``.
 * Key and trust stores: ``PEM`` (the private key in PKCS#8, optionally encrypted with the password in
-  ``tlsKeyStorePasswordPath``).  ``JKS``/``PKCS12`` cannot be read by Python's ``ssl``: an error at start.
+  ``tlsKeyStorePasswordPath``), or ``JKS``/``PKCS12`` converted by :mod:`bkspark.security.stores` (the
+  optional extra ``bkspark[tls-stores]``; without it, an error at start naming the extra).
 * ``tlsCertFilesRefreshDurationSeconds`` > 0: the files are checked for changes at most that often and
   the context is rebuilt when one changed (certificate rotation without a restart).
 """
@@ -28,9 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bkspark.errors import InvalidOptionError, SecurityError
+from bkspark.security import stores
 from bkspark.security.secrets import Secret, read_password_file
 
-__all__ = ["TLS_FACTORY_CLASS", "TlsSettings", "TlsContextProvider", "TLS_KEYS", "lookup", "tls_enabled"]
+__all__ = ["TLS_FACTORY_CLASS", "TlsSettings", "TlsContextProvider", "TLS_KEYS", "lookup", "tls_enabled", "handshake_hint"]
 
 TLS_FACTORY_CLASS = "org.apache.bookkeeper.tls.TLSContextFactory"
 _PROVIDERS = ("JDK", "OPENSSL")
@@ -74,6 +76,26 @@ def lookup(conf: Mapping[str, Any], key: str, default: Any = None) -> Any:
     return default
 
 
+def handshake_hint(reason: str, *, server_side: bool) -> str:
+    """What a failed TLS handshake's OpenSSL reason means for the user, as a parenthesised hint ("" if unknown)."""
+    upper = reason.upper()
+    if server_side:
+        if "UNKNOWN_CA" in upper or "BAD_CERTIFICATE" in upper or "CERTIFICATE_UNKNOWN" in upper:
+            return " (the client refused this bookie's certificate: it is not signed by a CA in the client's trust store)"
+        if "CERTIFICATE_VERIFY_FAILED" in upper:
+            return " (the client's certificate is not signed by a CA in tlsTrustStore)"
+        if "PEER_DID_NOT_RETURN_A_CERTIFICATE" in upper:
+            return " (tlsClientAuthentication=true: the client presented no certificate)"
+        return ""
+    if "CERTIFICATE_VERIFY_FAILED" in upper:
+        return " (the bookie's certificate is not signed by a CA in tlsTrustStore, or its name does not match)"
+    if "CERTIFICATE_REQUIRED" in upper or "CERTIFICATE REQUIRED" in upper:
+        return " (the bookie requires a client certificate: set tlsClientAuthentication, tlsCertificatePath, tlsKeyStore)"
+    if "UNKNOWN_CA" in upper:
+        return " (the bookie refused the client certificate: it is not signed by a CA in the bookie's tlsTrustStore)"
+    return ""
+
+
 def tls_enabled(conf: Mapping[str, Any]) -> bool:
     """Whether the configuration names a TLS provider factory (what Java tests to turn TLS on)."""
     return lookup(conf, "tlsProviderFactoryClass") is not None
@@ -109,6 +131,8 @@ class TlsSettings:
     refresh_seconds: float = 0.0
     start_tls_timeout: float = 10.0
     provider: str = "JDK"
+    key_store_type: str = "PEM"
+    trust_store_type: str = "PEM"
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -141,19 +165,10 @@ class TlsSettings:
         client_auth = _flag(conf, "tlsClientAuthentication", False)
         needs_key = server_side or client_auth
         needs_trust = not server_side or client_auth
-        if needs_key and key_type != "PEM":
-            raise InvalidOptionError(
-                "only PEM key stores can be read by bkspark (Python's ssl has no JKS/PKCS12 reader): "
-                "convert it with keytool/openssl and set tlsKeyStoreType=PEM",
-                key="tlsKeyStoreType",
-                value=key_type,
-            )
-        if needs_trust and trust_type != "PEM":
-            raise InvalidOptionError(
-                "only PEM trust stores can be read by bkspark: set tlsTrustStoreType=PEM",
-                key="tlsTrustStoreType",
-                value=trust_type,
-            )
+        if needs_key and key_type in stores.JAVA_STORE_TYPES:
+            stores.require_store_support(key_type, "tlsKeyStoreType")
+        if needs_trust and trust_type in stores.JAVA_STORE_TYPES:
+            stores.require_store_support(trust_type, "tlsTrustStoreType")
         if lookup(conf, "tlsEnabledCipherSuites") is not None:
             raise InvalidOptionError(
                 "tlsEnabledCipherSuites is not supported by bkspark (Java and OpenSSL name suites differently); "
@@ -182,6 +197,8 @@ class TlsSettings:
             refresh_seconds=refresh,
             start_tls_timeout=timeout if timeout > 0 else 10.0,
             provider=provider,
+            key_store_type=key_type,
+            trust_store_type=trust_type,
         )
         settings._check_files()
         return settings
@@ -191,7 +208,9 @@ class TlsSettings:
         needs_trust = not self.server_side or self.client_authentication
         required = []
         if needs_key:
-            required += [("tlsCertificatePath", self.certificate_path), ("tlsKeyStore", self.key_store)]
+            if self.key_store_type == "PEM":  # a JKS/PKCS12 key store holds the certificate chain itself
+                required.append(("tlsCertificatePath", self.certificate_path))
+            required.append(("tlsKeyStore", self.key_store))
         if needs_trust:
             required.append(("tlsTrustStore", self.trust_store))
         for key, path in required:
@@ -228,24 +247,37 @@ class TlsSettings:
             password: Secret | None = None
             if self.key_store_password_path:
                 password = read_password_file(self.key_store_password_path)
-            try:
-                ctx.load_cert_chain(
-                    self.certificate_path,  # type: ignore[arg-type]
-                    self.key_store,
-                    password=(password.reveal() if password is not None and password.reveal() else None),
-                )
-            except (ssl.SSLError, OSError) as exc:
-                raise SecurityError(
-                    "cannot load the TLS certificate and private key (PEM; PKCS#8 key; wrong key password?)",
-                    certificate=self.certificate_path,
-                    key=self.key_store,
-                    error=str(exc),
-                ) from None
+            if self.key_store_type in stores.JAVA_STORE_TYPES:
+                stores.load_key_store_into(ctx, self.key_store, self.key_store_type, password)  # type: ignore[arg-type]
+            else:
+                try:
+                    ctx.load_cert_chain(
+                        self.certificate_path,  # type: ignore[arg-type]
+                        self.key_store,
+                        password=(password.reveal() if password is not None and password.reveal() else None),
+                    )
+                except (ssl.SSLError, OSError) as exc:
+                    raise SecurityError(
+                        "cannot load the TLS certificate and private key (PEM; PKCS#8 key; wrong key password?)",
+                        certificate=self.certificate_path,
+                        key=self.key_store,
+                        error=str(exc),
+                    ) from None
         if needs_trust:
             try:
-                ctx.load_verify_locations(cafile=self.trust_store)
+                if self.trust_store_type in stores.JAVA_STORE_TYPES:
+                    trust_password = None
+                    if self.trust_store_password_path:
+                        trust_password = read_password_file(self.trust_store_password_path)
+                    ctx.load_verify_locations(
+                        cadata=stores.trust_store_pem(self.trust_store, self.trust_store_type, trust_password)  # type: ignore[arg-type]
+                    )
+                else:
+                    ctx.load_verify_locations(cafile=self.trust_store)
             except (ssl.SSLError, OSError) as exc:
-                raise SecurityError("cannot load the TLS trust store (PEM)", trust_store=self.trust_store, error=str(exc)) from None
+                raise SecurityError(
+                    f"cannot load the TLS trust store ({self.trust_store_type})", trust_store=self.trust_store, error=str(exc)
+                ) from None
             ctx.verify_mode = ssl.CERT_REQUIRED
         elif self.server_side:
             ctx.verify_mode = ssl.CERT_NONE

@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-__all__ = ["Pki", "make_pki", "write_jaas", "SASL_USER", "SASL_PASSWORD", "tls_client_conf", "tls_bookie_conf", "sasl_client_conf", "sasl_bookie_conf"]
+from kazoo.client import KazooClient
+
+from tests.harness.python_bookie import PythonBookieCluster
+
+__all__ = ["AuthenticatedBookies", "Pki", "JavaStores", "make_pki", "make_java_stores", "java_store_bookie_conf", "java_store_client_conf", "write_jaas", "SASL_USER", "SASL_PASSWORD", "tls_client_conf", "tls_bookie_conf", "sasl_client_conf", "sasl_bookie_conf"]
 
 TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
 SASL_USER = "bookkeeperuser"
@@ -58,6 +64,85 @@ def make_pki(d: Path) -> Pki:
     ckey, ccrt = _leaf(d, "client", ca_key, ca_crt, "DNS:bkspark-client")
     _, other = _ca(d, "other-ca")
     return Pki(ca_crt, bcrt, bkey, ccrt, ckey, other)
+
+
+STORE_PASSWORD = "st0re-pw-Kx7"
+
+
+@dataclass(frozen=True)
+class JavaStores:
+    """Key and trust stores of one type written by the JDK's ``keytool`` (so in the real Java formats)."""
+
+    store_type: str
+    bookie_keystore: Path
+    client_keystore: Path
+    truststore: Path
+    other_truststore: Path  # holds only the unrelated CA
+    password_file: Path
+
+
+def _keytool(*args: str) -> None:
+    subprocess.run(["keytool", *args], check=True, capture_output=True, timeout=120)
+
+
+def make_java_stores(pki: Pki, d: Path, store_type: str, password: str = STORE_PASSWORD) -> JavaStores:
+    """``store_type`` (JKS or PKCS12) stores of the PKI's keys: openssl bundles each key with its chain
+    (keytool cannot import a bare PEM key), then keytool rewrites the bundle as a key store of ``store_type``
+    and imports the CAs as trusted certificate entries."""
+    d.mkdir(parents=True, exist_ok=True)
+    ext = "jks" if store_type == "JKS" else "p12"
+    out = {}
+    for name, key, cert in (("bookie", pki.bookie_key, pki.bookie_cert), ("client", pki.client_key, pki.client_cert)):
+        bundle, store = d / f"{name}-bundle.p12", d / f"{name}.{ext}"
+        _openssl("pkcs12", "-export", "-inkey", str(key), "-in", str(cert), "-certfile", str(pki.ca), "-name", name,
+                 "-out", str(bundle), "-passout", f"pass:{password}", cwd=d)
+        _keytool("-importkeystore", "-noprompt", "-srckeystore", str(bundle), "-srcstoretype", "PKCS12",
+                 "-srcstorepass", password, "-destkeystore", str(store), "-deststoretype", store_type,
+                 "-deststorepass", password, "-destkeypass", password)
+        bundle.unlink()
+        out[name] = store
+    trust, other = d / f"trust.{ext}", d / f"other-trust.{ext}"
+    for store, ca in ((trust, pki.ca), (other, pki.other_ca)):
+        _keytool("-importcert", "-noprompt", "-alias", "ca", "-file", str(ca), "-keystore", str(store),
+                 "-storetype", store_type, "-storepass", password)
+    pw = d / f"{ext}.pw"
+    pw.write_text(password + "\n")
+    return JavaStores(store_type, out["bookie"], out["client"], trust, other, pw)
+
+
+def java_store_bookie_conf(stores: JavaStores, client_auth: bool = False) -> dict[str, object]:
+    """bk_server.conf TLS keys with key and trust stores of ``stores.store_type`` (Java and Python bookies)."""
+    return {
+        "tlsProviderFactoryClass": TLS_FACTORY,
+        "tlsProvider": "JDK",
+        "tlsKeyStoreType": stores.store_type,
+        "tlsKeyStore": str(stores.bookie_keystore),
+        "tlsKeyStorePasswordPath": str(stores.password_file),
+        "tlsTrustStoreType": stores.store_type,
+        "tlsTrustStore": str(stores.truststore),
+        "tlsTrustStorePasswordPath": str(stores.password_file),
+        "tlsClientAuthentication": "true" if client_auth else "false",
+    }
+
+
+def java_store_client_conf(stores: JavaStores, client_auth: bool = False, other_ca: bool = False) -> dict[str, object]:
+    """Client TLS keys with stores of ``stores.store_type`` (Java and Python clients)."""
+    conf: dict[str, object] = {
+        "tlsProviderFactoryClass": TLS_FACTORY,
+        "tlsProvider": "JDK",
+        "tlsTrustStoreType": stores.store_type,
+        "tlsTrustStore": str(stores.other_truststore if other_ca else stores.truststore),
+        "tlsTrustStorePasswordPath": str(stores.password_file),
+        "tlsHostnameVerificationEnabled": "false",
+    }
+    if client_auth:
+        conf.update(
+            tlsClientAuthentication="true",
+            tlsKeyStoreType=stores.store_type,
+            tlsKeyStore=str(stores.client_keystore),
+            tlsKeyStorePasswordPath=str(stores.password_file),
+        )
+    return conf
 
 
 def tls_bookie_conf(pki: Pki, client_auth: bool = False) -> dict[str, object]:
@@ -125,3 +210,19 @@ def sasl_client_conf(jaas: Path) -> dict[str, object]:
         "clientAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLClientProviderFactory",
         "java.security.auth.login.config": str(jaas),
     }
+
+
+class AuthenticatedBookies(PythonBookieCluster):
+    """Python bookies whose harness kazoo client (registration checks, ``bookie_ids``) authenticates with
+    ``zk_kwargs`` (``auth_data`` / ``sasl_options``), for a ZooKeeper that requires authentication."""
+
+    def __init__(self, *args: Any, zk_kwargs: Mapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.zk_kwargs = dict(zk_kwargs)
+
+    @property
+    def zk(self) -> KazooClient:  # type: ignore[override]
+        if self._zk is None:
+            self._zk = KazooClient(hosts=self.connect_string, timeout=15.0, **self.zk_kwargs)
+            self._zk.start(timeout=30)
+        return self._zk

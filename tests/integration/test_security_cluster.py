@@ -21,8 +21,9 @@ from bkspark.client import BookKeeper
 from bkspark.errors import MetadataError
 from bkspark.protocol import service_info as si
 from bkspark.security.zk import ZkSecurity
-from tests.harness.python_bookie import REPO_ROOT, PythonBookieCluster
+from tests.harness.python_bookie import REPO_ROOT
 from tests.harness.security import (
+    AuthenticatedBookies,
     SASL_PASSWORD,
     SASL_USER,
     make_pki,
@@ -38,19 +39,6 @@ pytestmark = pytest.mark.integration
 
 LEDGER_PASSWORD = "ledger-pw-Zq81x"
 ROOT = "/secured"
-
-
-class _SecuredBookies(PythonBookieCluster):
-    """Python bookies whose harness kazoo client authenticates too."""
-
-    zk_kwargs: dict[str, object] = {}
-
-    @property
-    def zk(self) -> KazooClient:  # type: ignore[override]
-        if self._zk is None:
-            self._zk = KazooClient(hosts=self.connect_string, timeout=15.0, **self.zk_kwargs)
-            self._zk.start(timeout=30)
-        return self._zk
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +68,9 @@ def secured(tmp_path_factory) -> Iterator[dict[str, object]]:  # type: ignore[no
         security = {"zkEnableSecurity": "true", "java.security.auth.login.config": str(jaas)}
         bookie_conf = {**tls_bookie_conf(pki), **sasl_bookie_conf(jaas), **security}
         client_conf = {**tls_client_conf(pki), **sasl_client_conf(jaas), **security}
-        _SecuredBookies.zk_kwargs = zk_kwargs
-        with _SecuredBookies(uri, base / "bookies", bookies=3, journal_sync_data=False, conf_overrides=bookie_conf) as c:
+        with AuthenticatedBookies(
+            uri, base / "bookies", bookies=3, journal_sync_data=False, conf_overrides=bookie_conf, zk_kwargs=zk_kwargs
+        ) as c:
             c.start_all()
             yield {"uri": uri, "client_conf": client_conf, "admin": admin, "cluster": c, "base": base, "jaas": jaas}
         admin.stop()

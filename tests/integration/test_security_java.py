@@ -4,7 +4,10 @@
   SASL on v2 and v3 connections, a wrong CA refused clearly, a wrong password refused;
 * bkspark client -> a Java bookie requiring mutual TLS: with a client certificate, and refused without;
 * Java client -> Python bookies with mutual TLS and SASL, writing over v2 and reading over v3; the Java
-  client with a wrong password refused.
+  client with a wrong password refused;
+* JKS and PKCS12 stores written by keytool: bkspark client (both types) -> a Java bookie with JKS stores
+  (mutual TLS); the Java client (JKS) -> a Python bookie with PKCS12 stores; the Java client trusting
+  another CA refused by the Python bookie, which logs why.
 
 Each Java cluster is one bookie (ensemble 1) on its own root, to keep the JVM count small.
 """
@@ -12,6 +15,7 @@ Each Java cluster is one bookie (ensemble 1) on its own root, to keep the JVM co
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +25,9 @@ from bkspark.errors import AuthenticationError, TlsHandshakeError
 from tests.conftest import _new_root
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.security import (
+    java_store_bookie_conf,
+    java_store_client_conf,
+    make_java_stores,
     make_pki,
     sasl_bookie_conf,
     sasl_client_conf,
@@ -205,3 +212,75 @@ def test_java_client_wrong_password_refused_by_python_bookie(java_tools, python_
     )
     assert proc.returncode != 0
     assert any(e["event"] == "error" for e in events), proc.stdout[-2000:]
+
+
+# -- JKS and PKCS12 stores (keytool) -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def java_stores(pki, tmp_path_factory):  # type: ignore[no-untyped-def]
+    base = tmp_path_factory.mktemp("stores")
+    return {t: make_java_stores(pki, base / t, t) for t in ("JKS", "PKCS12")}
+
+
+@pytest.fixture(scope="module")
+def java_jks_bookie(module_java_cluster_factory, roots, java_stores):  # type: ignore[no-untyped-def]
+    """One Java bookie whose key and trust stores are JKS, requiring a client certificate."""
+    root = roots("java-jks")
+    module_java_cluster_factory(
+        VERSION, bookies=1, root=root, journal_sync_data=False,
+        conf_overrides=java_store_bookie_conf(java_stores["JKS"], client_auth=True),
+    )
+    return root
+
+
+@pytest.mark.parametrize("store_type,v2_protocol", [("PKCS12", True), ("JKS", False)], ids=["pkcs12-v2", "jks-v3"])
+def test_python_client_with_java_stores_to_java_jks_bookie(java_jks_bookie, java_stores, store_type, v2_protocol) -> None:  # type: ignore[no-untyped-def]
+    conf = java_store_client_conf(java_stores[store_type], client_auth=True)
+    _write_read(java_jks_bookie.metadata_service_uri, conf, v2_protocol)
+
+
+@pytest.fixture(scope="module")
+def python_p12_bookie(roots, tmp_path_factory, java_stores):  # type: ignore[no-untyped-def]
+    """One Python bookie whose key and trust stores are PKCS12, requiring a client certificate."""
+    root = roots("py-p12")
+    with PythonBookieCluster(
+        root.metadata_service_uri, tmp_path_factory.mktemp("pyp12"), bookies=1, journal_sync_data=False,
+        conf_overrides=java_store_bookie_conf(java_stores["PKCS12"], client_auth=True),
+    ) as cluster:
+        cluster.start_all()
+        yield root, cluster
+
+
+def test_java_client_with_jks_to_python_pkcs12_bookie(java_tools, python_p12_bookie, java_stores, jaas) -> None:  # type: ignore[no-untyped-def]
+    root, _ = python_p12_bookie
+    uri = root.metadata_service_uri
+    conf = java_store_client_conf(java_stores["JKS"], client_auth=True)
+    proc, events = _java(
+        java_tools, uri, conf, jaas, "create-and-write", "--ensemble", "1", "--write", "1", "--ack", "1",
+        "--digest", "CRC32C", "--password", "pw", "--entries", "10", "--v2", "true",
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    ledger_id = [e for e in events if e["event"] == "closed"][0]["ledger_id"]
+    proc, events = _java(java_tools, uri, conf, jaas, "read", "--ledger", str(ledger_id), "--digest", "CRC32C",
+                         "--password", "pw", "--v2", "false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    done = [e for e in events if e["event"] == "done"]
+    assert done and done[0]["count"] == 10, events[-3:]
+
+
+def test_java_client_with_wrong_ca_refused_by_python_bookie(java_tools, python_p12_bookie, java_stores, jaas) -> None:  # type: ignore[no-untyped-def]
+    """The Java client trusts another CA: no TLS session, the Java client fails, the Python bookie says why."""
+    root, cluster = python_p12_bookie
+    conf = {**java_store_client_conf(java_stores["JKS"], client_auth=True, other_ca=True), "addEntryTimeoutSec": 5}
+    proc, events = _java(
+        java_tools, root.metadata_service_uri, conf, jaas, "create-and-write", "--ensemble", "1", "--write", "1",
+        "--ack", "1", "--digest", "CRC32C", "--password", "pw", "--entries", "1",
+    )
+    assert proc.returncode != 0
+    assert any(e["event"] == "error" for e in events), proc.stdout[-2000:]
+    deadline = time.monotonic() + 30
+    expected = "the client refused this bookie's certificate: it is not signed by a CA in the client's trust store"
+    while expected not in cluster.log_tail(0, 400):
+        assert time.monotonic() < deadline, cluster.log_tail(0, 60)
+        time.sleep(0.2)

@@ -133,8 +133,30 @@ def test_jaas_sections_and_secrets(tmp_path: Path) -> None:
         client_credentials(str(path), "Nope")
     krb = tmp_path / "krb.conf"
     krb.write_text('BookKeeper { com.sun.security.auth.module.Krb5LoginModule required principal="bk/h@R"; };')
-    with pytest.raises(InvalidOptionError, match="Kerberos"):
+    with pytest.raises(InvalidOptionError, match=r"Kerberos \(GSSAPI\) JAAS sections are not supported"):
         client_credentials(str(krb), "BookKeeper")
+
+
+def test_kerberos_sections_are_a_clear_error_everywhere(tmp_path: Path) -> None:
+    """A Kerberos login for a client, a bookie or ZooKeeper is an error at start, never a silent no-auth;
+    ZooKeeper digest credentials with zookeeper.sasl.client=false are the way around for ZooKeeper."""
+    krb = tmp_path / "krb.conf"
+    module = "com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab=\"/k\""
+    krb.write_text("".join(f'{s} {{ {module} principal="bk/h@R"; }};\n' for s in ("BookKeeper", "Bookie", "Client")))
+    digest = tmp_path / "digest"
+    digest.write_text("u:p\n")
+    sasl_client = {"clientAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLClientProviderFactory",
+                   "java.security.auth.login.config": str(krb)}
+    sasl_bookie = {"bookieAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory",
+                   "java.security.auth.login.config": str(krb)}
+    for build in (lambda: ClientSecurity.from_conf(sasl_client), lambda: BookieSecurity.from_conf(sasl_bookie),
+                  lambda: ZkSecurity.from_conf({"java.security.auth.login.config": str(krb)})):
+        with pytest.raises(InvalidOptionError, match="DigestLoginModule") as info:
+            build()
+        assert "Krb5LoginModule" in str(info.value)
+    zk = ZkSecurity.from_conf({"java.security.auth.login.config": str(krb), "zookeeper.sasl.client": "false",
+                               "zkDigestAuthPath": str(digest)})
+    assert zk.sasl_user is None and zk.kazoo_kwargs()["auth_data"] == [("digest", "u:p")]
     with pytest.raises(InvalidOptionError):
         parse_jaas("BookKeeper { x required a= ; };")
 
@@ -152,7 +174,6 @@ def test_tls_settings_errors_at_start(pki: Pki) -> None:
     assert TlsSettings.from_conf({}, server_side=False) is None
     for change, message in [
         ({"tlsProviderFactoryClass": "com.example.MyTls"}, "unsupported TLS provider factory"),
-        ({"tlsTrustStoreType": "JKS"}, "only PEM trust stores"),
         ({"tlsProvider": "BoringSSL"}, "JDK or OpenSSL"),
         ({"tlsEnabledCipherSuites": "TLS_AES_128_GCM_SHA256"}, "tlsEnabledCipherSuites is not supported"),
         ({"tlsEnabledProtocols": "SSLv3"}, "unsupported TLS protocol"),
@@ -161,8 +182,6 @@ def test_tls_settings_errors_at_start(pki: Pki) -> None:
     ]:
         with pytest.raises(InvalidOptionError, match=message):
             TlsSettings.from_conf({**base, **change}, server_side=False)
-    with pytest.raises(InvalidOptionError, match="only PEM key stores"):
-        TlsSettings.from_conf({**tls_bookie_conf(pki), "tlsKeyStoreType": "PKCS12"}, server_side=True)
 
 
 def test_tls_client_keys_win_and_case_does_not_matter(pki: Pki) -> None:
