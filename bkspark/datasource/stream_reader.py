@@ -174,6 +174,27 @@ class _Confirmed:
             return self._handle.read(first, last)
         return self._handle.read_unconfirmed(first, min(last, self._last))
 
+    @property
+    def last_add_confirmed(self) -> int:
+        return max(self._handle.last_add_confirmed, self._last)
+
+    def read_batches(self, first: int, last: int, *, batch_size: int, **options: Any) -> Iterator[Any]:
+        """The client's pipelined ``read_batches`` up to the handle's LAC, then unconfirmed reads of
+        ``batch_size`` entries each up to ``last`` (the planned, confirmed end)."""
+        from bkspark.client.arrow import payload_batch
+
+        last = min(last, self._last)
+        lac = self._handle.last_add_confirmed
+        if first <= lac:
+            yield from self._handle.read_batches(first, min(last, lac), batch_size=batch_size, **options)
+            first = lac + 1
+        while first <= last:
+            entries = self._handle.read_unconfirmed(first, min(last, first + max(1, batch_size) - 1))
+            if not entries:
+                return  # the caller's count check names what is missing
+            yield payload_batch(first, [entry.payload for entry in entries])
+            first += len(entries)
+
 
 class _SliceReader(BookKeeperReader):
     """The batch reader's ``read`` (Arrow batches, data-loss rule), for slices of possibly open ledgers."""
