@@ -28,12 +28,15 @@ __all__ = [
 #: Digest names accepted by the ``digestType`` option (BookKeeper's API names and metadata names).
 DIGEST_TYPES = ("CRC32", "CRC32C", "MAC", "HMAC", "DUMMY")
 
+#: The most partitions ``minPartitions`` / ``maxPartitions`` may ask for (a plan of more tasks than this is a mistake).
+MAX_PARTITIONS = 1_000_000
+
 _CLIENT_PREFIX = "bookkeeper."
 _DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 _READ_KEYS = {
     "metadataserviceuri", "ledgers", "scopeid", "dataset", "startentry", "endentry",
-    "includeopenledgers", "maxentriesperpartition", "batchreadenabled", "batchmaxcount",
+    "includeopenledgers", "maxentriesperpartition", "minpartitions", "maxpartitions", "batchreadenabled", "batchmaxcount",
     "batchmaxsize", "digesttype", "password", "passwordfile", "passwordenv", "failondataloss", "path",
 }
 _WRITE_KEYS = {
@@ -180,6 +183,10 @@ class ReadOptions:
     end_entry: int | None = None
     include_open_ledgers: bool = False
     max_entries_per_partition: int = 100_000
+    #: Kafka's ``minPartitions``: split slices until there are at least this many partitions (docs/connector.md).
+    min_partitions: int | None = None
+    #: pack slices into at most this many partitions.
+    max_partitions: int | None = None
     batch_read_enabled: bool = True
     batch_max_count: int = 1000
     batch_max_size: int = 4 * 1024 * 1024
@@ -227,6 +234,11 @@ def parse_read_options(options: Mapping[str, str | None]) -> ReadOptions:
     end_entry = _int(opts, "endEntry", -1, minimum=-1)
     if end_entry != -1 and end_entry < start_entry:
         raise _bad("endEntry", end_entry, f"must be >= startEntry ({start_entry}), or -1 for the last entry")
+    # 0 is the "not set" default (a given value must be >= 1)
+    min_partitions = _int(opts, "minPartitions", 0, minimum=1, maximum=MAX_PARTITIONS) or None
+    max_partitions = _int(opts, "maxPartitions", 0, minimum=1, maximum=MAX_PARTITIONS) or None
+    if min_partitions is not None and max_partitions is not None and min_partitions > max_partitions:
+        raise _bad("minPartitions", min_partitions, f"must be <= maxPartitions ({max_partitions})")
     return ReadOptions(
         metadata_service_uri=uri,
         ledger_ranges=parse_ledger_list(ledgers_text) if ledgers_text else None,
@@ -236,6 +248,8 @@ def parse_read_options(options: Mapping[str, str | None]) -> ReadOptions:
         end_entry=None if end_entry == -1 else end_entry,
         include_open_ledgers=_bool(opts, "includeOpenLedgers", False),
         max_entries_per_partition=_int(opts, "maxEntriesPerPartition", 100_000, minimum=1),
+        min_partitions=min_partitions,
+        max_partitions=max_partitions,
         batch_read_enabled=_bool(opts, "batchReadEnabled", True),
         batch_max_count=_int(opts, "batchMaxCount", 1000, minimum=1, maximum=(1 << 31) - 1),
         batch_max_size=_int(opts, "batchMaxSize", 4 * 1024 * 1024, minimum=1024),

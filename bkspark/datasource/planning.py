@@ -8,14 +8,25 @@ filters from its plan, so what we accept we must apply completely.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import heapq
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
 from pyspark.sql.datasource import InputPartition
 
 from bkspark.protocol.values import INT64_MAX, INT64_MIN
 
-__all__ = ["LedgerSlice", "Bounds", "push_filters", "split_ledger", "PUSHABLE_COLUMNS"]
+__all__ = [
+    "LedgerSlice",
+    "SliceGroup",
+    "Bounds",
+    "push_filters",
+    "split_ledger",
+    "plan_partitions",
+    "partition_slices",
+    "PUSHABLE_COLUMNS",
+    "SLICE_OPEN_COST_ENTRIES",
+]
 
 PUSHABLE_COLUMNS = ("scope_id", "ledger_id", "entry_id")
 #: The smallest value of each pushable column: scope ids are signed 64-bit, ledger and entry ids never negative.
@@ -42,6 +53,31 @@ class LedgerSlice(InputPartition):
     @property
     def entry_count(self) -> int:
         return self.last_entry - self.first_entry + 1
+
+
+@dataclass(frozen=True)
+class SliceGroup(InputPartition):
+    """One Spark partition made of several small slices, read one after the other by one task.
+
+    Small ledgers are packed together (:func:`plan_partitions`) so that a dataset of thousands of one-entry
+    ledgers runs a few dozen tasks, not thousands (docs/connector.md, "Partitions").
+    """
+
+    slices: tuple[LedgerSlice, ...]
+
+    @property
+    def entry_count(self) -> int:
+        return sum(s.entry_count for s in self.slices)
+
+
+def partition_slices(partition: Any) -> tuple[LedgerSlice, ...]:
+    """The slices a partition reads: one for a :class:`LedgerSlice`, several for a group, none otherwise
+    (Spark turns an empty plan into one ``InputPartition(None)``)."""
+    if isinstance(partition, LedgerSlice):
+        return (partition,)
+    if isinstance(partition, SliceGroup):
+        return partition.slices
+    return ()
 
 
 @dataclass
@@ -165,3 +201,104 @@ def split_ledger(
         )
         start = end + 1
     return slices
+
+
+#: What opening one more ledger costs a task, counted in entries, when slices are packed into partitions: a
+#: ZooKeeper read of the ledger's metadata and the first request to its bookies take about as long as reading
+#: this many 100-byte entries with batched reads (Spark's ``openCostInBytes`` plays this part for files).
+SLICE_OPEN_COST_ENTRIES = 1_000
+
+
+def plan_partitions(
+    slices: Sequence[LedgerSlice],
+    max_entries_per_partition: int,
+    *,
+    min_partitions: int | None = None,
+    max_partitions: int | None = None,
+) -> list[InputPartition]:
+    """Turn slices (each at most ``max_entries_per_partition`` entries, in planning order) into Spark partitions.
+
+    1. With ``min_partitions``, the largest slices are halved until there are at least that many (or every slice
+       holds one entry), as Kafka's source splits offset ranges for its ``minPartitions``.
+    2. Neighbouring slices are packed into one partition while it stays within ``max_entries_per_partition``
+       entries and within ``max_entries_per_partition + SLICE_OPEN_COST_ENTRIES`` of cost (each slice costs its
+       entries plus :data:`SLICE_OPEN_COST_ENTRIES`), never leaving fewer than ``min_partitions`` partitions.
+    3. With ``max_partitions``, if there are still more partitions than that, the slices are spread over exactly
+       that many partitions of about equal cost (such a partition may then exceed ``max_entries_per_partition``;
+       no single slice does).
+
+    Order is kept: a partition holds consecutive slices, so the rows of a partition come ledger by ledger.
+    A partition of one slice is the :class:`LedgerSlice` itself; of several, a :class:`SliceGroup`.
+    """
+    if max_entries_per_partition < 1:
+        raise ValueError(f"max_entries_per_partition must be >= 1, not {max_entries_per_partition}")
+    if min_partitions is not None and max_partitions is not None and min_partitions > max_partitions:
+        raise ValueError(f"min_partitions ({min_partitions}) must not exceed max_partitions ({max_partitions})")
+    pieces = list(slices)
+    least = min_partitions or 1
+    if len(pieces) < least:
+        pieces = _split_until(pieces, least)
+    groups = _pack(pieces, max_entries_per_partition, least)
+    if max_partitions is not None and len(groups) > max_partitions:
+        groups = _spread(pieces, max_partitions)
+    return [group[0] if len(group) == 1 else SliceGroup(tuple(group)) for group in groups]
+
+
+def _halves(piece: LedgerSlice) -> tuple[LedgerSlice, LedgerSlice]:
+    middle = piece.first_entry + piece.entry_count // 2
+    return replace(piece, last_entry=middle - 1), replace(piece, first_entry=middle)
+
+
+def _split_until(pieces: list[LedgerSlice], wanted: int) -> list[LedgerSlice]:
+    """Halve the largest slice until there are ``wanted`` slices or none has two entries; order kept."""
+    heap = [(-p.entry_count, position, p.first_entry, p) for position, p in enumerate(pieces)]
+    heapq.heapify(heap)
+    while len(heap) < wanted and heap and -heap[0][0] > 1:
+        _, position, _, piece = heapq.heappop(heap)
+        for half in _halves(piece):
+            heapq.heappush(heap, (-half.entry_count, position, half.first_entry, half))
+    return [item[3] for item in sorted(heap, key=lambda item: (item[1], item[2]))]
+
+
+def _cost(piece: LedgerSlice) -> int:
+    return piece.entry_count + SLICE_OPEN_COST_ENTRIES
+
+
+def _pack(pieces: list[LedgerSlice], max_entries: int, least: int) -> list[list[LedgerSlice]]:
+    """Next-fit packing of consecutive slices (step 2 of :func:`plan_partitions`)."""
+    target = max_entries + SLICE_OPEN_COST_ENTRIES
+    if least > 1:
+        target = min(target, max(1, sum(_cost(p) for p in pieces) // least))
+    groups: list[list[LedgerSlice]] = []
+    current: list[LedgerSlice] = []
+    cost = entries = 0
+    for index, piece in enumerate(pieces):
+        left_after = len(pieces) - index - 1
+        fits = (
+            current
+            and cost + _cost(piece) <= target
+            and entries + piece.entry_count <= max_entries
+            and len(groups) + 1 + left_after >= least
+        )
+        if fits:
+            current.append(piece)
+            cost += _cost(piece)
+            entries += piece.entry_count
+            continue
+        if current:
+            groups.append(current)
+        current, cost, entries = [piece], _cost(piece), piece.entry_count
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _spread(pieces: list[LedgerSlice], count: int) -> list[list[LedgerSlice]]:
+    """Consecutive slices over ``count`` partitions of about equal cost (step 3 of :func:`plan_partitions`)."""
+    total = sum(_cost(p) for p in pieces)
+    groups: list[list[LedgerSlice]] = [[] for _ in range(count)]
+    before = 0
+    for piece in pieces:
+        groups[min(count - 1, before * count // total)].append(piece)
+        before += _cost(piece)
+    return [group for group in groups if group]

@@ -15,7 +15,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from bkspark.client.arrow import DEFAULT_ROWS_PER_BATCH
 from bkspark.datasource.options import ReadOptions
-from bkspark.datasource.planning import Bounds, LedgerSlice, push_filters, split_ledger
+from bkspark.datasource.planning import Bounds, LedgerSlice, partition_slices, plan_partitions, push_filters, split_ledger
 
 __all__ = ["BookKeeperReader", "BookKeeperPushdownReader", "ROWS_PER_BATCH"]
 
@@ -107,7 +107,7 @@ class BookKeeperReader(DataSourceReader):
 
         opts = self.options
         bk = get_client(opts.metadata_service_uri, _client_settings(opts))
-        slices: list[InputPartition] = []
+        slices: list[LedgerSlice] = []
         wanted = [
             (scope_id, ledger_id) for scope_id, ledger_id in self._ledgers_to_read(bk)
             if self.bounds.admits("scope_id", scope_id) and self.bounds.admits("ledger_id", ledger_id)
@@ -140,7 +140,10 @@ class BookKeeperReader(DataSourceReader):
                         ledger_open=md.state.name != "CLOSED",
                     )
                 )
-        return slices
+        return plan_partitions(
+            slices, opts.max_entries_per_partition,
+            min_partitions=opts.min_partitions, max_partitions=opts.max_partitions,
+        )
 
     def _last_readable_entry(self, bk: Any, md: Any, scope_id: int, ledger_id: int) -> int | None:
         """Closed: the metadata's last entry.  Open: the LAC, if ``includeOpenLedgers``; else skip."""
@@ -160,31 +163,40 @@ class BookKeeperReader(DataSourceReader):
 
     # -- reading (executor) -------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        if not isinstance(partition, LedgerSlice):
+        """The Arrow batches of every slice of the partition, slice after slice (one, or a packed group)."""
+        slices = partition_slices(partition)
+        if not slices:
             return  # Spark turns an empty plan into one InputPartition(None): nothing to read
         from bkspark.datasource.clients import evict_if_stale, get_client
-        from bkspark.errors import NoSuchLedgerMetadataError
 
         opts = self.options
         settings = _client_settings(opts)
         bk = get_client(opts.metadata_service_uri, settings)
         try:
+            for part in slices:
+                yield from self._read_ledger(bk, part)
+        except Exception as exc:
+            evict_if_stale(opts.metadata_service_uri, settings, exc)  # the next task starts with a fresh client
+            raise
+
+    def _read_ledger(self, bk: Any, part: LedgerSlice) -> Iterator[Any]:
+        from bkspark.errors import NoSuchLedgerMetadataError
+
+        opts = self.options
+        try:
             handle = bk.open_ledger(
-                partition.ledger_id, scope_id=partition.scope_id, recovery=False,
+                part.ledger_id, scope_id=part.scope_id, recovery=False,
                 password=opts.password, digest_type=opts.digest_type,
             )
         except NoSuchLedgerMetadataError:
             if opts.fail_on_data_loss:
                 raise NoSuchLedgerMetadataError(
-                    f"[BOOKKEEPER_DATA_LOSS] ledger {partition.ledger_id} (scope {partition.scope_id}) was deleted "
+                    f"[BOOKKEEPER_DATA_LOSS] ledger {part.ledger_id} (scope {part.scope_id}) was deleted "
                     "after the query was planned; set .option('failOnDataLoss', 'false') to skip such ledgers"
                 ) from None
             return
         try:
-            yield from self._read_slice(handle, partition)
-        except Exception as exc:
-            evict_if_stale(opts.metadata_service_uri, settings, exc)  # the next task starts with a fresh client
-            raise
+            yield from self._read_slice(handle, part)
         finally:
             handle.close()
 

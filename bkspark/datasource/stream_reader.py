@@ -8,9 +8,10 @@ Where each part runs (PySpark 4.3):
   open ledger, the immutable facts of closed ledgers).  The reader is also
   created in a planner process and pickled to the executors, so that state is
   created lazily and never pickled.
-* ``read`` runs on executors, one task per :class:`LedgerSlice`; a slice holds
-  everything it needs (ledger, entry range, ledger columns), so a replayed
-  batch (same start and end offsets) reads exactly the same rows.
+* ``read`` runs on executors, one task per partition: a :class:`LedgerSlice`
+  or a group of small ones packed together (the batch planner's rule); a
+  slice holds everything it needs (ledger, entry range, ledger columns), so a
+  replayed batch (same start and end offsets) reads exactly the same rows.
 
 ``latestOffset`` first refreshes what it knows (a zero-timeout long poll per
 open ledger, a metadata read when that shows nothing new, to see closes); when
@@ -520,13 +521,13 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     # -- planning (driver) and reading (executors) ---------------------------------------------------
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        from bkspark.datasource.planning import split_ledger
+        from bkspark.datasource.planning import LedgerSlice, plan_partitions, split_ledger
 
         if start.get("latest"):
             return []  # batch 0 of startingOffsets=latest reads nothing: it only fixes where to begin
         d = self._state()
         begin = positions_of(start)
-        slices: list[InputPartition] = []
+        slices: list[LedgerSlice] = []
         lost: list[str] = []
         for key, stop in positions_of(end).items():
             first = begin.get(key, self.options.start_entry)
@@ -553,7 +554,11 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             )
         if lost:
             self._data_loss(lost)
-        return slices
+        opts = self._slices.options
+        return plan_partitions(
+            slices, opts.max_entries_per_partition,
+            min_partitions=opts.min_partitions, max_partitions=opts.max_partitions,
+        )
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return self._slices.read(partition)

@@ -1,0 +1,138 @@
+"""Packing ledger slices into Spark partitions (``plan_partitions``): no Spark session, no servers.
+
+The rules are docs/connector.md's "Partitions": slices of at most ``maxEntriesPerPartition`` entries, small
+neighbours packed together (each slice costing its entries plus ``SLICE_OPEN_COST_ENTRIES``), ``minPartitions``
+splitting, ``maxPartitions`` spreading.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import pytest
+
+from bkspark.datasource.options import parse_read_options
+from bkspark.datasource.planning import (
+    SLICE_OPEN_COST_ENTRIES,
+    LedgerSlice,
+    SliceGroup,
+    partition_slices,
+    plan_partitions,
+    split_ledger,
+)
+
+URI = "zk+hierarchical://127.0.0.1:2181/ledgers"
+
+
+def ledgers(*lengths: int, max_entries: int = 100_000) -> list[LedgerSlice]:
+    """Slices of ledgers 1, 2, ... with the given entry counts, as the planner cuts them."""
+    slices: list[LedgerSlice] = []
+    for index, length in enumerate(lengths):
+        slices.extend(split_ledger(0, index + 1, 0, length - 1, max_entries))
+    return slices
+
+
+def entries_read(parts: list) -> list[tuple[int, int]]:
+    """Every (ledger, entry) the partitions read, in the order they read them."""
+    return [
+        (piece.ledger_id, entry)
+        for part in parts
+        for piece in partition_slices(part)
+        for entry in range(piece.first_entry, piece.last_entry + 1)
+    ]
+
+
+def test_thousands_of_one_entry_ledgers_become_a_few_dozen_partitions() -> None:
+    slices = ledgers(*[1] * 2000)
+    parts = plan_partitions(slices, 100_000)
+    per_group = (100_000 + SLICE_OPEN_COST_ENTRIES) // (1 + SLICE_OPEN_COST_ENTRIES)
+    assert per_group == 100 and len(parts) == 2000 // per_group == 20
+    assert all(isinstance(p, SliceGroup) for p in parts)
+    assert entries_read(parts) == entries_read(slices)
+
+
+def test_full_slices_stay_alone_and_one_slice_is_not_wrapped() -> None:
+    slices = ledgers(250_000, 1)
+    parts = plan_partitions(slices, 100_000)
+    # 100,000 + 100,000 + 50,000 (+ the one-entry ledger packed beside the 50,000 piece)
+    assert [type(p).__name__ for p in parts] == ["LedgerSlice", "LedgerSlice", "SliceGroup"]
+    assert [partition_slices(p)[-1].ledger_id for p in parts] == [1, 1, 2]
+    assert entries_read(parts) == entries_read(slices)
+
+
+def test_no_partition_holds_more_than_max_entries_without_max_partitions() -> None:
+    rng = random.Random(7)
+    lengths = [rng.choice([1, 3, 40, 900, 5_000, 12_000]) for _ in range(500)]
+    slices = ledgers(*lengths, max_entries=10_000)
+    parts = plan_partitions(slices, 10_000)
+    assert all(sum(s.entry_count for s in partition_slices(p)) <= 10_000 for p in parts)
+    assert entries_read(parts) == entries_read(slices)
+    assert len(parts) < len(slices)
+
+
+def test_min_partitions_splits_large_slices_like_kafkas_min_partitions() -> None:
+    slices = ledgers(1000, 10)
+    parts = plan_partitions(slices, 100_000, min_partitions=8)
+    assert len(parts) >= 8
+    assert all(isinstance(p, LedgerSlice) for p in parts)
+    assert entries_read(parts) == entries_read(slices)
+    # the split stops at one entry per slice
+    assert len(plan_partitions(ledgers(2, 1), 100_000, min_partitions=50)) == 3
+
+
+def test_min_partitions_stops_packing_below_it() -> None:
+    slices = ledgers(*[1] * 100)
+    assert len(plan_partitions(slices, 100_000)) == 1
+    parts = plan_partitions(slices, 100_000, min_partitions=10)
+    assert len(parts) >= 10
+    assert entries_read(parts) == entries_read(slices)
+
+
+def test_max_partitions_spreads_over_exactly_that_many() -> None:
+    slices = ledgers(*[50_000] * 10)
+    assert len(plan_partitions(slices, 100_000)) == 10  # 2 do not fit one partition's cost
+    parts = plan_partitions(slices, 100_000, max_partitions=3)
+    assert len(parts) == 3
+    assert entries_read(parts) == entries_read(slices)
+    sizes = [sum(s.entry_count for s in partition_slices(p)) for p in parts]
+    assert max(sizes) - min(sizes) <= 50_000  # about equal: never more than one slice apart
+
+
+def test_every_rule_together_reads_every_entry_once_in_order() -> None:
+    rng = random.Random(11)
+    for _ in range(200):
+        max_entries = rng.choice([1, 7, 100, 5_000])
+        lengths = [rng.randint(1, 20_000) if rng.random() < 0.2 else rng.randint(1, 30) for _ in range(rng.randint(1, 60))]
+        slices = ledgers(*lengths, max_entries=max_entries)
+        low = rng.choice([None, 1, 5, 200])
+        high = rng.choice([None, 1, 3, 400])
+        if low and high and low > high:
+            low, high = high, low
+        parts = plan_partitions(slices, max_entries, min_partitions=low, max_partitions=high)
+        assert entries_read(parts) == entries_read(slices)
+        if high is not None:
+            assert len(parts) <= high
+        if low is not None and sum(lengths) >= low and (high is None or high >= low):
+            assert len(parts) >= low
+        assert all(piece.entry_count <= max_entries for p in parts for piece in partition_slices(p))
+
+
+def test_groups_pickle_and_the_options_reach_the_plan() -> None:
+    group = plan_partitions(ledgers(1, 1, 1), 100_000)[0]
+    assert isinstance(group, SliceGroup) and pickle.loads(pickle.dumps(group)) == group
+    assert group.entry_count == 3
+    opts = parse_read_options({"metadataserviceuri": URI, "ledgers": "1", "minpartitions": "4", "maxpartitions": "9"})
+    assert (opts.min_partitions, opts.max_partitions) == (4, 9)
+    assert parse_read_options({"metadataserviceuri": URI, "ledgers": "1"}).min_partitions is None
+    assert partition_slices(None) == ()
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="max_entries_per_partition"):
+        plan_partitions([], 0)
+    with pytest.raises(ValueError, match="min_partitions"):
+        plan_partitions([], 10, min_partitions=5, max_partitions=2)
+    assert plan_partitions([], 10) == []
+    # a slice costs its entries plus the open cost: with a small maxEntriesPerPartition nothing is packed
+    assert len(plan_partitions(ledgers(1, 1, 1), 100)) == 3
