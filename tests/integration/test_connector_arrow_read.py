@@ -19,6 +19,7 @@ from bkspark.client import BookKeeper
 from bkspark.datasource import reader as reader_module
 from bkspark.datasource import schema as schema_module
 from bkspark.datasource.options import parse_read_options
+from bkspark.datasource.planning import SliceGroup
 from bkspark.datasource.reader import BookKeeperReader
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.integration.test_connector_spark import java_create_and_write, java_payload, write_bkspark_ledger
@@ -43,15 +44,23 @@ def close_cached_clients() -> Iterator[None]:
     clients._close_all()
 
 
-def reader_table(uri: str, ledger: int, **options: str) -> tuple[pa.Table, list[pa.RecordBatch]]:
-    """Plan and read ``ledger`` with the data source's reader; the rows as one table, and the batches."""
-    opts = parse_read_options({"metadataServiceUri": uri, "ledgers": str(ledger), **options})
+def reader_table(uri: str, ledger: int | str, **options: str) -> tuple[pa.Table, list[pa.RecordBatch]]:
+    """Plan and read ``ledger`` (or a ``ledgers`` option) with the data source's reader; the rows as one table,
+    and the batches."""
+    table, batches, _ = planned_read(uri, str(ledger), **options)
+    return table, batches
+
+
+def planned_read(uri: str, ledgers: str, **options: str) -> tuple[pa.Table, list[pa.RecordBatch], list]:
+    """Plan ``ledgers`` and read every partition, in plan order: the rows, the batches and the partitions."""
+    opts = parse_read_options({"metadataServiceUri": uri, "ledgers": ledgers, **options})
     reader = BookKeeperReader(opts)
-    batches = [b for part in reader.partitions() for b in reader.read(part)]
+    parts = reader.partitions()
+    batches = [b for part in parts for b in reader.read(part)]
     for b in batches:
         assert b.schema == schema_module.arrow_schema()
         b.validate(full=True)
-    return pa.Table.from_batches(batches, schema=schema_module.arrow_schema()), batches
+    return pa.Table.from_batches(batches, schema=schema_module.arrow_schema()), batches, parts
 
 
 def reference_table(uri: str, ledger: int, password: bytes = b"", digest_type: str | None = None) -> pa.Table:
@@ -64,6 +73,11 @@ def reference_table(uri: str, ledger: int, password: bytes = b"", digest_type: s
     custom = tuple(sorted((k, bytes(v)) for k, v in (md.custom_metadata or {}).items()))
     batch = reference_batch(0, ledger, 0, [e.payload for e in entries], md.ctime or None, custom)
     return pa.Table.from_batches([batch])
+
+
+def reference_tables(uri: str, ledgers: list[int], **kwargs) -> pa.Table:
+    """Several ledgers' reference rows, one ledger after the other."""
+    return pa.concat_tables([reference_table(uri, lid, **kwargs) for lid in ledgers])
 
 
 def assert_same_rows(got: pa.Table, want: pa.Table) -> None:
@@ -90,6 +104,32 @@ def test_python_bookies_plain_striped_and_single_reads(py_cluster: PythonBookieC
     assert_same_rows(got, want)
     got, _ = reader_table(uri, striped, maxEntriesPerPartition="500")  # striped: the client reads entry by entry
     assert_same_rows(got, reference_table(uri, striped))
+
+
+def test_small_ledgers_packed_into_one_partition_read_like_one_by_one(py_cluster: PythonBookieCluster) -> None:
+    """A packed partition (SliceGroup) of plain, striped, empty and one-entry ledgers reads the rows of each
+    ledger read alone, in ledger order; minPartitions and maxPartitions change the plan, never the rows."""
+    uri = py_cluster.metadata_service_uri
+    with BookKeeper(uri) as bk:
+        lids = [
+            write_bkspark_ledger(bk, random_payloads(10, 300), ensemble_size=3, write_quorum_size=3, ack_quorum_size=2),
+            write_bkspark_ledger(bk, random_payloads(11, 1), ensemble_size=1, write_quorum_size=1, ack_quorum_size=1),
+            write_bkspark_ledger(bk, [], ensemble_size=2, write_quorum_size=2, ack_quorum_size=2),
+            write_bkspark_ledger(bk, random_payloads(12, 77), ensemble_size=3, write_quorum_size=2, ack_quorum_size=2),
+        ] + [write_bkspark_ledger(bk, random_payloads(20 + i, 1), ensemble_size=2, write_quorum_size=2,
+                                  ack_quorum_size=1) for i in range(20)]
+    with_rows = [lid for lid in lids if lid != lids[2]]  # the empty ledger plans no slice
+    want = reference_tables(uri, with_rows)
+    ledgers = ",".join(map(str, lids))
+    got, _, parts = planned_read(uri, ledgers)
+    assert len(parts) == 1 and isinstance(parts[0], SliceGroup) and len(parts[0].slices) == 23
+    assert_same_rows(got, want)
+    got, _, parts = planned_read(uri, ledgers, minPartitions="6")
+    assert len(parts) >= 6
+    assert_same_rows(got, want)
+    got, _, parts = planned_read(uri, ledgers, maxEntriesPerPartition="1", maxPartitions="4")
+    assert len(parts) == 4 and all(isinstance(p, SliceGroup) for p in parts)
+    assert_same_rows(got, want)
 
 
 def test_batches_are_cut_by_rows_and_by_bytes(py_cluster: PythonBookieCluster, monkeypatch) -> None:
@@ -124,6 +164,12 @@ def test_java_bookies_4_17_including_a_striped_ledger(java_cluster_factory, java
     got, _ = reader_table(uri, striped, password="secret")
     assert_same_rows(got, reference_table(uri, striped, password=b"secret"))
     assert got.column("payload").to_pylist() == [java_payload(i, 37) for i in range(301)]
+    # a plain and a striped ledger in one packed partition: one read with batched reads, one entry by entry
+    striped_open = java_create_and_write(java_tools, "4.17.3", uri, ensemble=3, write=2, ack=2, entries=90, size=11)
+    got, _, parts = planned_read(uri, f"{plain},{striped_open}")
+    assert len(parts) == 1 and isinstance(parts[0], SliceGroup)
+    assert got.column("payload").to_pylist() == [java_payload(i, 100) for i in range(1200)] + [
+        java_payload(i, 11) for i in range(90)]
 
 
 @pytest.mark.compat
@@ -135,3 +181,8 @@ def test_java_bookies_4_16_without_batch_reads(java_cluster_factory, java_tools)
     got, _ = reader_table(uri, lid, batchMaxCount="64")
     assert_same_rows(got, reference_table(uri, lid))
     assert got.column("payload").to_pylist() == [java_payload(i, 20) for i in range(640)]
+    small = [java_create_and_write(java_tools, "4.16.6", uri, ensemble=2, write=2, ack=2, entries=1, size=9)
+             for _ in range(2)]
+    got, _, parts = planned_read(uri, ",".join(map(str, [lid, *small])), batchMaxCount="64")
+    assert len(parts) == 1 and isinstance(parts[0], SliceGroup) and len(parts[0].slices) == 3
+    assert got.column("payload").to_pylist() == [java_payload(i, 20) for i in range(640)] + [java_payload(0, 9)] * 2

@@ -21,8 +21,7 @@ from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, J
 from bkspark.datasource.options import parse_read_options
 from bkspark.datasource.planning import SLICE_OPEN_COST_ENTRIES, SliceGroup, partition_slices
 from bkspark.datasource.reader import BookKeeperReader
-from bkspark.protocol import ledger_metadata as md_codec
-from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from tests.harness.ledgers import create_metadata_only
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.zookeeper import ZooKeeperServer
 from tests.integration.test_connector_commit import two_bookies
@@ -32,8 +31,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.fault]
 ROOT = "/bk-connector-commit-big"
 BIG = 100_000
 FIRST_ID = 7_000_000
-MULTI_OPS = 500
-MULTIS_IN_FLIGHT = 8
 
 
 @pytest.fixture(scope="module")
@@ -41,40 +38,12 @@ def py_cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFact
     yield from two_bookies(zookeeper, tmp_path_factory, ROOT)
 
 
-def create_metadata(bk: BookKeeper, ids: list[int]) -> None:
-    """Closed one-entry ledgers, metadata only, created with pipelined ZooKeeper multi ops."""
-    bookies = tuple(sorted(bk.registry.writable_bookies()))[:2]
-    md = LedgerMetadata(
-        ensemble_size=2, write_quorum_size=2, ack_quorum_size=2, state=LedgerState.CLOSED, last_entry_id=0,
-        length=10, ensembles={0: bookies}, ctime=int(time.time() * 1000),
-    )
-    data = md_codec.serialize(md, version=md.format_version)
-    zk = bk.store.zk
-    for path in sorted({bk.store.ledger_path(lid).rsplit("/", 1)[0] for lid in ids}):
-        zk.ensure_path(path)
-    # Multi ops of 500 creates, 8 in flight: one request (and one ZooKeeper transaction) per 500 ledgers is ~8x
-    # faster here than one pipelined create per ledger. Every create of a multi must succeed (a failed op comes
-    # back as an exception in the results: checked).
-    pending: list = []
-    for start in range(0, len(ids), MULTI_OPS):
-        transaction = zk.transaction()
-        for lid in ids[start : start + MULTI_OPS]:
-            transaction.create(bk.store.ledger_path(lid), data)
-        pending.append(transaction.commit_async())
-        if len(pending) == MULTIS_IN_FLIGHT or start + MULTI_OPS >= len(ids):
-            for result in pending:
-                created = result.get(timeout=120)
-                failed = [op for op in created if isinstance(op, Exception)]
-                assert not failed, failed[:3]
-            pending = []
-
-
 def test_a_dataset_of_100000_real_ledgers_commits_lists_and_plans(py_cluster: PythonBookieCluster) -> None:
     uri = py_cluster.metadata_service_uri
     ids = list(range(FIRST_ID, FIRST_ID + BIG))
     with BookKeeper(uri) as bk:
         started = time.monotonic()
-        create_metadata(bk, ids)
+        create_metadata_only(bk, ids)
         created = time.monotonic()
         registry = DatasetRegistry(bk.store.zk, bk.store.root)
         job_id = uuid.uuid4().hex

@@ -242,6 +242,50 @@ def test_filter_pushdown_on_and_off_give_the_same_rows(spark, bk, py_cluster, pu
         spark.conf.unset("spark.sql.python.filterPushdown.enabled")
 
 
+def test_small_ledgers_are_packed_into_few_partitions_and_every_row_is_read(spark, py_cluster) -> None:
+    """300 one-entry ledgers of a dataset plan 3 partitions of 100 (docs/connector.md, "Partitions"), not 300
+    tasks; minPartitions and maxPartitions change the partition count and never the rows."""
+    from tests.harness.ledgers import payload_of, publish_dataset, write_small_ledgers
+
+    uri = py_cluster.metadata_service_uri
+    lids = write_small_ledgers(uri, 300, quorum=(2, 2, 2))
+    with BookKeeper(uri) as client:
+        publish_dataset(client, "packed", lids)
+    want = {lid: [(0, payload_of(i, 0))] for i, lid in enumerate(lids)}
+    df = read_dataset(spark, uri, "packed")
+    assert df.rdd.getNumPartitions() == 3
+    assert entries_of(df) == want
+    many = read_dataset_with(spark, uri, "packed", minPartitions="7")
+    assert many.rdd.getNumPartitions() >= 7 and entries_of(many) == want
+    few = read_dataset_with(spark, uri, "packed", maxEntriesPerPartition="1", maxPartitions="2")
+    assert few.rdd.getNumPartitions() == 2 and entries_of(few) == want
+
+
+@pytest.mark.fault  # slow: 10,000 ledgers written, then scanned
+def test_a_dataset_of_10000_ledgers_is_scanned_to_the_last_row(spark, py_cluster) -> None:
+    from tests.harness.ledgers import payload_of, publish_dataset, write_small_ledgers
+
+    uri = py_cluster.metadata_service_uri
+    lids = write_small_ledgers(uri, 10_000, entries=2, quorum=(1, 1, 1))
+    with BookKeeper(uri) as client:
+        publish_dataset(client, "ten-thousand", lids)
+    df = read_dataset(spark, uri, "ten-thousand")
+    assert df.rdd.getNumPartitions() == 100  # 10,000 ledgers of 2 entries, 100 to a partition
+    rows = df.select("ledger_id", "entry_id", "payload").collect()
+    assert len(rows) == 20_000
+    index = {lid: i for i, lid in enumerate(lids)}
+    assert sorted((r.ledger_id, r.entry_id, bytes(r.payload)) for r in rows) == sorted(
+        (lid, e, payload_of(index[lid], e)) for lid in lids for e in range(2)
+    )
+
+
+def read_dataset_with(spark, uri: str, dataset: str, **options: str):
+    reader = spark.read.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", dataset)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
 # -- writes --------------------------------------------------------------------------------------------------------
 
 

@@ -43,6 +43,19 @@ def entries_read(parts: list) -> list[tuple[int, int]]:
     ]
 
 
+def runs_read(parts: list) -> list[tuple[int, int, int]]:
+    """The (ledger, first, last) runs the partitions read, in order, neighbouring pieces of a ledger merged:
+    equal for two plans exactly when they read the same entries in the same order (cheap for big ledgers)."""
+    runs: list[tuple[int, int, int]] = []
+    for part in parts:
+        for piece in partition_slices(part):
+            if runs and runs[-1][0] == piece.ledger_id and runs[-1][2] + 1 == piece.first_entry:
+                runs[-1] = (piece.ledger_id, runs[-1][1], piece.last_entry)
+            else:
+                runs.append((piece.ledger_id, piece.first_entry, piece.last_entry))
+    return runs
+
+
 def test_thousands_of_one_entry_ledgers_become_a_few_dozen_partitions() -> None:
     slices = ledgers(*[1] * 2000)
     parts = plan_partitions(slices, 100_000)
@@ -101,8 +114,8 @@ def test_max_partitions_spreads_over_exactly_that_many() -> None:
 
 def test_every_rule_together_reads_every_entry_once_in_order() -> None:
     rng = random.Random(11)
-    for _ in range(200):
-        max_entries = rng.choice([1, 7, 100, 5_000])
+    for _ in range(100):
+        max_entries = rng.choice([3, 100, 5_000])
         lengths = [rng.randint(1, 20_000) if rng.random() < 0.2 else rng.randint(1, 30) for _ in range(rng.randint(1, 60))]
         slices = ledgers(*lengths, max_entries=max_entries)
         low = rng.choice([None, 1, 5, 200])
@@ -110,7 +123,7 @@ def test_every_rule_together_reads_every_entry_once_in_order() -> None:
         if low and high and low > high:
             low, high = high, low
         parts = plan_partitions(slices, max_entries, min_partitions=low, max_partitions=high)
-        assert entries_read(parts) == entries_read(slices)
+        assert runs_read(parts) == runs_read(slices)
         if high is not None:
             assert len(parts) <= high
         if low is not None and sum(lengths) >= low and (high is None or high >= low):
