@@ -1,6 +1,6 @@
 """Every benchmark, one after the other (what `make bench` runs).
 
-    python -m bench.run_all [--quick] [--only bookie_compare,client_compare,spark_compare,kafka_compare,profile]
+    python -m bench.run_all [--quick] [--only bookie_compare,client_compare,spark_compare,kafka_compare,planning,profile]
                             [--results bench/results] [--update-md BENCHMARKS.md] [-- extra args for each]
 
 Each benchmark runs as its own process (``python -m bench.<name>``), prints its table with ratios and the
@@ -25,13 +25,14 @@ from pathlib import Path
 
 from bench.common import REPO_ROOT, Report
 
-BENCHES = ("bookie_compare", "client_compare", "spark_compare", "kafka_compare", "profile")
+BENCHES = ("bookie_compare", "client_compare", "spark_compare", "kafka_compare", "planning", "profile")
 
 QUICK: dict[str, list[str]] = {
     "bookie_compare": ["--entries", "3000", "--warmup", "500", "--passes", "1", "--repeat", "1"],
     "client_compare": ["--entries", "3000", "--warmup", "500", "--passes", "1", "--repeat", "1", "--loopback-mib", "256"],
     "spark_compare": ["--rows", "10000"],
     "kafka_compare": ["--records", "10000"],
+    "planning": ["--sizes", "1000", "--small", "200", "--repeat", "1"],
     "profile": ["--entries", "3000"],
 }
 

@@ -39,6 +39,7 @@ from bkspark.errors import (
     LocalProtocolError,
     MalformedFrameError,
 )
+from bkspark.protocol.speedups import speedups as _speedups
 
 __all__ = [
     "DigestType",
@@ -387,14 +388,20 @@ class Digester:
         item the fast check does not pass goes through :meth:`verify_entry`,
         which raises the precise error (or accepts it).
         """
-        out: list[bytes] = []
-        append = out.append
         fast = scope_id == 0 and self.digest_type is DigestType.CRC32C
+        if fast and _speedups is not None:  # the compiled loop checks the common case (bkspark/protocol/speedups.py)
+            out = _speedups.verify_crc32c_payloads(items, ledger_id, first_entry_id, detach)
+            if len(out) == len(items):
+                return out, None
+            items = items[len(out) :]  # the rest: the reference loop below, which reports the precise error
+        else:
+            out = []
+        append = out.append
         unpack_header = _V1_HEADER.unpack_from
         unpack_crc = _INT32_UNSIGNED.unpack_from
         crc = _crc32c.crc32c
         start = ENTRY_HEADER_SIZE + 4
-        entry_id = first_entry_id
+        entry_id = first_entry_id + len(out)
         for data in items:
             if fast and len(data) >= start and not data[0] & _FORMAT_HIGH_BIT:
                 got_ledger, got_entry, _lac, _length = unpack_header(data, 0)

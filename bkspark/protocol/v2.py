@@ -42,6 +42,7 @@ from typing import Callable, ClassVar, Iterable, Union
 
 from bkspark.errors import LocalProtocolError, MalformedFrameError, UnknownOpcodeError
 from bkspark.protocol.proto.BookkeeperProtocol_pb2 import AuthMessage
+from bkspark.protocol.speedups import speedups as _speedups
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -631,6 +632,10 @@ def _decode_read_response(view: memoryview, version: int) -> ReadResponse:
 
 
 def _split_batch_items(view: memoryview) -> list[memoryview]:
+    if _speedups is not None:  # the compiled loop (bkspark/protocol/speedups.py); None: malformed, checked below
+        split = _speedups.split_batch_items(view, BATCH_RESPONSE_HEADER_SIZE)
+        if split is not None:
+            return split
     items: list[memoryview] = []
     end = len(view)
     offset = BATCH_RESPONSE_HEADER_SIZE

@@ -174,6 +174,38 @@ def test_max_entries_per_trigger_and_available_now(spark, bk, py_cluster, tmp_pa
     assert_exactly_once_in_order(sink.rows(), {first: [b"a%d" % i for i in range(50)], second: [b"b%d" % i for i in range(50)]})
 
 
+@pytest.mark.parametrize("options, partitions", [({}, [2]), ({"minPartitions": "5"}, [5])])
+def test_a_micro_batch_of_many_small_ledgers_is_packed_into_few_tasks(
+    spark, bk, py_cluster, tmp_path, options: dict, partitions: list  # noqa: F811
+) -> None:
+    """150 one-entry ledgers in one micro-batch: 2 partitions (100 + 50 packed slices), or minPartitions."""
+    from tests.harness.ledgers import payload_of, write_small_ledgers
+
+    uri = py_cluster.metadata_service_uri
+    lids = write_small_ledgers(uri, 150, quorum=(2, 2, 2))
+    seen: dict[int, int] = {}
+    sink = Collector()
+
+    def counting_sink(df: Any, batch_id: int) -> None:
+        seen[batch_id] = df.rdd.getNumPartitions()
+        sink(df, batch_id)
+
+    query = (
+        stream(spark, uri, ledgers=f"{min(lids)}-{max(lids)}", **options)
+        .writeStream.foreachBatch(counting_sink)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .start()
+    )
+    assert query.awaitTermination(120), "AvailableNow did not stop"
+    assert sink.sizes() == [150]
+    assert [seen[batch_id] for batch_id, rows in sink.batches if rows] == partitions
+    expected = {lid: [payload_of(i, 0)] for i, lid in enumerate(lids)}
+    others = {lid for lid, _, _ in sink.rows()} - set(lids)
+    assert not others, f"ledgers outside the range were read: {sorted(others)[:5]}"
+    assert_exactly_once_in_order(sink.rows(), expected)
+
+
 def test_max_bytes_per_trigger_and_lag_in_progress(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
     uri = py_cluster.metadata_service_uri
     lid = write_bkspark_ledger(bk, [bytes([65 + i % 26]) * 100 for i in range(100)])

@@ -1,0 +1,219 @@
+/*
+ * The compiled fast path of two protocol loops that the Spark scan's profile proved hot (BENCHMARKS.md,
+ * "The compiled fast path"): splitting a BP-62 batch-read response into its items, and checking the CRC32C
+ * digests of consecutive scope-0 (V1) entries.  Each function does only the common case and hands anything
+ * else back to the pure-Python code in bkspark/protocol/v2.py and digest.py, which stays the tested reference
+ * and raises the precise errors (docs/architecture.md, "Compiled fast path").  BKSPARK_NO_EXTENSIONS=1 turns
+ * this module off (bkspark/protocol/speedups.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* -- CRC32C (Castagnoli), chained like the crc32c package: crc(data, value) continues from value ---------- */
+
+static uint32_t crc_table[256];
+
+static void crc_init_table(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+static uint32_t crc_software(uint32_t value, const unsigned char *p, size_t n)
+{
+    uint32_t c = ~value;
+    while (n--)
+        c = (c >> 8) ^ crc_table[(c ^ *p++) & 0xff];
+    return ~c;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define HAVE_CRC_HARDWARE 1
+__attribute__((target("sse4.2"))) static uint32_t crc_hardware(uint32_t value, const unsigned char *p, size_t n)
+{
+    uint64_t c = (uint32_t)~value;
+    while (n >= 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        c = _mm_crc32_u64(c, word);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--)
+        c32 = _mm_crc32_u8(c32, *p++);
+    return ~c32;
+}
+#endif
+
+static uint32_t (*crc_update)(uint32_t, const unsigned char *, size_t) = crc_software;
+
+static uint64_t be64(const unsigned char *p)
+{
+    return ((uint64_t)p[0] << 56) | ((uint64_t)p[1] << 48) | ((uint64_t)p[2] << 40) | ((uint64_t)p[3] << 32) |
+           ((uint64_t)p[4] << 24) | ((uint64_t)p[5] << 16) | ((uint64_t)p[6] << 8) | (uint64_t)p[7];
+}
+
+static uint32_t be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+/* V1 entry: ledgerId, entryId, lastAddConfirmed, length (4 x int64 BE), then the 4-byte CRC32C, then the payload. */
+#define V1_HEADER 32
+#define V1_PAYLOAD_START (V1_HEADER + 4)
+
+PyDoc_STRVAR(crc32c_doc,
+"crc32c(data, value=0) -> int\n\n"
+"CRC32C of data continuing from value (the crc32c package's semantics); for tests of this module.");
+
+static PyObject *speedups_crc32c(PyObject *self, PyObject *args)
+{
+    Py_buffer data;
+    unsigned long value = 0;
+    if (!PyArg_ParseTuple(args, "y*|k", &data, &value))
+        return NULL;
+    uint32_t c = crc_update((uint32_t)value, (const unsigned char *)data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(c);
+}
+
+PyDoc_STRVAR(verify_doc,
+"verify_crc32c_payloads(items, ledger_id, first_entry_id, detach) -> list\n\n"
+"The payloads of the longest prefix of items (a list of bytes-like V1 entries) whose headers name ledger_id and\n"
+"first_entry_id, first_entry_id + 1, ... and whose CRC32C digests match: bytes copies with detach, else slices\n"
+"of the items.  Stops at the first item that is not such an entry; the caller checks that one itself.");
+
+static PyObject *speedups_verify(PyObject *self, PyObject *args)
+{
+    PyObject *items;
+    long long ledger_id, first_entry_id;
+    int detach;
+    if (!PyArg_ParseTuple(args, "O!LLp", &PyList_Type, &items, &ledger_id, &first_entry_id, &detach))
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        Py_buffer view;
+        if (PyObject_GetBuffer(item, &view, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear(); /* not bytes-like: the caller's check reports it */
+            break;
+        }
+        const unsigned char *p = (const unsigned char *)view.buf;
+        Py_ssize_t len = view.len;
+        int ok = len >= V1_PAYLOAD_START && !(p[0] & 0x80) && (long long)be64(p) == ledger_id &&
+                 (long long)be64(p + 8) == first_entry_id + i;
+        if (ok) {
+            uint32_t c = crc_update(0, p, V1_HEADER);
+            c = crc_update(c, p + V1_PAYLOAD_START, (size_t)(len - V1_PAYLOAD_START));
+            ok = c == be32(p + V1_HEADER);
+        }
+        PyObject *payload = NULL;
+        if (ok) {
+            if (detach)
+                payload = PyBytes_FromStringAndSize((const char *)p + V1_PAYLOAD_START, len - V1_PAYLOAD_START);
+            else
+                payload = PySequence_GetSlice(item, V1_PAYLOAD_START, len);
+        }
+        PyBuffer_Release(&view);
+        if (!ok)
+            break;
+        if (payload == NULL || PyList_Append(out, payload) < 0) {
+            Py_XDECREF(payload);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(payload);
+    }
+    return out;
+}
+
+PyDoc_STRVAR(split_doc,
+"split_batch_items(body, offset) -> list | None\n\n"
+"The items of a BATCH_READ_ENTRY response body from offset on (int32 BE length, then that many bytes, to the\n"
+"end), as slices of body; None when the items do not fit the body exactly (the caller's check raises).");
+
+static PyObject *speedups_split(PyObject *self, PyObject *args)
+{
+    PyObject *body;
+    Py_ssize_t offset;
+    if (!PyArg_ParseTuple(args, "On", &body, &offset))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (offset < 0)
+        goto malformed;
+    while (offset < end) {
+        if (end - offset < 4)
+            goto malformed;
+        int32_t size = (int32_t)be32(p + offset);
+        offset += 4;
+        if (size < 0 || size > end - offset)
+            goto malformed;
+        PyObject *item = PySequence_GetSlice(body, offset, offset + size);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(out);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        Py_DECREF(item);
+        offset += size;
+    }
+    PyBuffer_Release(&view);
+    return out;
+malformed:
+    Py_DECREF(out);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(hardware_doc, "crc_hardware() -> bool\n\nTrue when CRC32C runs on the CPU's crc32 instruction.");
+
+static PyObject *speedups_hardware(PyObject *self, PyObject *unused)
+{
+    return PyBool_FromLong(crc_update != crc_software);
+}
+
+static PyMethodDef speedups_methods[] = {
+    {"crc32c", speedups_crc32c, METH_VARARGS, crc32c_doc},
+    {"verify_crc32c_payloads", speedups_verify, METH_VARARGS, verify_doc},
+    {"split_batch_items", speedups_split, METH_VARARGS, split_doc},
+    {"crc_hardware", speedups_hardware, METH_NOARGS, hardware_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT, "bkspark.protocol._speedups",
+    "Compiled fast path of the batch-read split and the CRC32C entry check (see bkspark/protocol/speedups.py).",
+    -1, speedups_methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void)
+{
+    crc_init_table();
+#ifdef HAVE_CRC_HARDWARE
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2"))
+        crc_update = crc_hardware;
+#endif
+    return PyModule_Create(&speedups_module);
+}

@@ -1,0 +1,166 @@
+"""The compiled fast path (bkspark/protocol/_speedups.c) against the pure-Python reference it stands in for.
+
+Every case runs both ways, the compiled module on and off (``_speedups`` of ``digest`` and ``v2`` set to None,
+what ``BKSPARK_NO_EXTENSIONS=1`` does at import), and the results must be equal: the same payload bytes, the
+same error type and message (docs/architecture.md, "Compiled fast path").
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import crc32c
+import pytest
+
+from bkspark.errors import DigestMismatchError, MalformedFrameError
+from bkspark.protocol import digest as digest_module
+from bkspark.protocol import v2
+from bkspark.protocol.digest import Digester, DigestType
+from bkspark.protocol.speedups import DISABLE_ENV, speedups
+
+LEDGER = 42
+
+
+def test_the_compiled_path_is_built_and_on() -> None:
+    """make builds it (pip install runs the C compiler); CI must run the compiled path, not only the reference."""
+    assert speedups is not None, "bkspark.protocol._speedups was not built: run `make venv` (needs a C compiler)"
+    assert digest_module._speedups is speedups and v2._speedups is speedups
+
+
+def test_the_switch_turns_it_off_in_a_new_process() -> None:
+    code = "from bkspark.protocol import digest, v2, speedups; print(speedups.speedups, digest._speedups, v2._speedups)"
+    for value, want in (("1", "None None None"), ("0", None)):
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, DISABLE_ENV: value},
+                             capture_output=True, text=True, check=True).stdout.strip()
+        if want is None:
+            assert "None" not in out and "_speedups" in out
+        else:
+            assert out == want
+
+
+def test_crc32c_matches_the_crc32c_package() -> None:
+    rng = random.Random(3)
+    for size in [0, 1, 7, 8, 9, 31, 32, 33, 64, 100, 1024, 4099]:
+        data = rng.randbytes(size)
+        for value in (0, 1, 0xFFFFFFFF, rng.getrandbits(32)):
+            assert speedups.crc32c(data, value) == crc32c.crc32c(data, value)
+    assert speedups.crc32c(b"123456789") == 0xE3069283
+
+
+def entries(first: int, count: int, rng: random.Random, ledger: int = LEDGER) -> list[bytes]:
+    d = Digester(DigestType.CRC32C, b"pw")
+    out, length = [], 0
+    for entry_id in range(first, first + count):
+        payload = rng.randbytes(rng.choice([0, 1, 5, 100, 1024, 3000]))
+        length += len(payload)
+        out.append(bytes(d.package_entry(ledger, entry_id, entry_id - 1, length, payload)))
+    return out
+
+
+def both_ways(monkeypatch: pytest.MonkeyPatch, call):  # type: ignore[no-untyped-def]
+    """call() with the compiled path, then with the reference; each result, or the error's (type, text)."""
+    results = []
+    for module in (speedups, None):
+        monkeypatch.setattr(digest_module, "_speedups", module)
+        monkeypatch.setattr(v2, "_speedups", module)
+        try:
+            got = call()
+        except Exception as exc:  # noqa: BLE001 - compared below
+            got = (type(exc), str(exc))
+        results.append(got)
+    return results
+
+
+def normalised(result):  # type: ignore[no-untyped-def]
+    if isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], list):
+        payloads, error = result
+        return [bytes(p) for p in payloads], None if error is None else (type(error), str(error))
+    return result
+
+
+def corruptions(items: list[bytes], rng: random.Random) -> list[tuple[str, list]]:
+    """(what, items) cases: clean, and one item made wrong in each way the check looks at."""
+    cases: list[tuple[str, list]] = [("clean", list(items))]
+    k = rng.randrange(len(items))
+    flipped = bytearray(items[k])
+    flipped[-1 if len(flipped) > 36 else 40 % len(flipped)] ^= 0x01
+    cases.append(("payload or digest byte flipped", items[:k] + [bytes(flipped)] + items[k + 1 :]))
+    crc_flipped = bytearray(items[k])
+    crc_flipped[33] ^= 0x80
+    cases.append(("digest flipped", items[:k] + [bytes(crc_flipped)] + items[k + 1 :]))
+    cases.append(("another ledger's entry", items[:k] + entries(k, 1, rng, ledger=LEDGER + 1) + items[k + 1 :]))
+    cases.append(("out of order", items[:k] + items[k + 1 :]))
+    cases.append(("too short", items[:k] + [items[k][:20]] + items[k + 1 :]))
+    cases.append(("empty item", items[:k] + [b""] + items[k + 1 :]))
+    return cases
+
+
+@pytest.mark.parametrize("detach", [True, False])
+@pytest.mark.parametrize("as_views", [True, False])
+def test_verify_payloads_same_both_ways(monkeypatch: pytest.MonkeyPatch, detach: bool, as_views: bool) -> None:
+    rng = random.Random(7)
+    d = Digester(DigestType.CRC32C, b"pw")
+    for _ in range(30):
+        first = rng.randrange(0, 1 << 40)
+        items = entries(first, rng.randint(1, 40), rng)
+        for what, case in corruptions(items, rng):
+            given = [memoryview(i) for i in case] if as_views else case
+            fast, reference = both_ways(monkeypatch, lambda: d.verify_payloads(list(given), LEDGER, first, 0, detach))
+            assert normalised(fast) == normalised(reference), what
+            if what == "clean":
+                assert normalised(fast)[1] is None and len(fast[0]) == len(items)
+                assert all(type(p) is (bytes if detach or not as_views else type(given[0])) for p in fast[0])
+
+
+def test_other_digests_and_scopes_never_take_the_compiled_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(9)
+    for dtype, scope in ((DigestType.CRC32, 0), (DigestType.HMAC, 0), (DigestType.CRC32C, 7)):
+        d = Digester(dtype, b"pw")
+        items = [bytes(d.package_entry(LEDGER, i, i - 1, 10 * (i + 1), rng.randbytes(10), scope_id=scope))
+                 for i in range(5)]
+        fast, reference = both_ways(monkeypatch, lambda: d.verify_payloads(list(items), LEDGER, 0, scope, True))
+        assert normalised(fast) == normalised(reference) and normalised(fast)[1] is None
+
+
+def batch_body(items: list[bytes]) -> bytes:
+    frame = v2.encode_batch_read_response(0, LEDGER, 0, 9, items)
+    return frame[4:]  # the body after the frame's length prefix
+
+
+def test_split_batch_items_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(5)
+    for _ in range(50):
+        items = [rng.randbytes(rng.choice([0, 1, 50, 2000])) for _ in range(rng.randint(0, 30))]
+        body = batch_body(items)
+        fast, reference = both_ways(monkeypatch, lambda: [bytes(i) for i in v2.decode_batch_read_response_entries(body)])
+        assert fast == reference == items
+        response_fast, response_ref = both_ways(monkeypatch, lambda: v2.decode_response(body))
+        assert [bytes(i) for i in response_fast.entries] == [bytes(i) for i in response_ref.entries] == items
+
+
+@pytest.mark.parametrize("cut", ["truncated length", "item past the end", "negative length"])
+def test_malformed_batch_bodies_raise_the_reference_error(monkeypatch: pytest.MonkeyPatch, cut: str) -> None:
+    body = bytearray(batch_body([b"x" * 10, b"y" * 20]))
+    if cut == "truncated length":
+        body += b"\x00\x00"
+    elif cut == "item past the end":
+        body = body[:-5]
+    else:
+        body[32:36] = (-3).to_bytes(4, "big", signed=True)
+    fast, reference = both_ways(monkeypatch, lambda: v2.decode_batch_read_response_entries(bytes(body)))
+    assert fast == reference and fast[0] is MalformedFrameError
+
+
+def test_a_mismatch_is_reported_with_the_verified_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(1)
+    d = Digester(DigestType.CRC32C, b"")
+    items = entries(100, 10, rng)
+    bad = bytearray(items[6])
+    bad[-1] ^= 0xFF
+    items[6] = bytes(bad) if len(bad) > 36 else items[6][:30]
+    monkeypatch.setattr(digest_module, "_speedups", speedups)
+    payloads, error = d.verify_payloads(items, LEDGER, 100, 0, True)
+    assert len(payloads) == 6 and isinstance(error, DigestMismatchError)
