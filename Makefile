@@ -26,7 +26,8 @@ all: test
 setup: venv zookeeper jars
 
 venv: $(VENV)/.ok
-$(VENV)/.ok: pyproject.toml
+# setup.py and the C source: pip install -e builds bkspark/protocol/_speedups (the compiled fast path) in place.
+$(VENV)/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,dev]' --config-settings editable_mode=compat
@@ -137,4 +138,4 @@ bench: setup kafka-jars
 	$(PY) -m bench.run_all --update-md BENCHMARKS.md $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(CACHE) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(CACHE) .pytest_cache .hypothesis build bkspark/protocol/_speedups*.so

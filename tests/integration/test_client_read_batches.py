@@ -55,6 +55,44 @@ def check_same_as_read(rh: Any, first: int, last: int, **options: Any) -> list[A
     return batches
 
 
+_READ_ALL = """
+import hashlib, json, sys
+from bkspark.client import BookKeeper
+from bkspark.protocol import speedups
+uri, ledger = sys.argv[1], int(sys.argv[2])
+with BookKeeper(uri, readEntryTimeoutSec=10) as bk:
+    rh = bk.open_ledger(ledger, password=b"pw", recovery=False)
+    digest, count = hashlib.sha256(), 0
+    for batch in rh.read_batches(0, rh.last_add_confirmed, batch_size=50):
+        for value in batch.column("payload").to_pylist():
+            digest.update(len(value).to_bytes(4, "big") + value)
+            count += 1
+print(json.dumps({"sha256": digest.hexdigest(), "count": count, "compiled": speedups.speedups is not None}))
+"""
+
+
+def read_in_process_of_its_own(uri: str, ledger: int, no_extensions: bool) -> dict[str, Any]:
+    """read_batches of the whole ledger in a new Python process, the compiled path on or off
+    (``BKSPARK_NO_EXTENSIONS``): a hash of the payloads, their count, which path ran."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "BKSPARK_NO_EXTENSIONS": "1" if no_extensions else "0"}
+    proc = subprocess.run([sys.executable, "-c", _READ_ALL, uri, str(ledger)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def assert_both_paths_read_the_same(uri: str, ledger: int) -> None:
+    compiled = read_in_process_of_its_own(uri, ledger, no_extensions=False)
+    reference = read_in_process_of_its_own(uri, ledger, no_extensions=True)
+    assert compiled["compiled"] and not reference["compiled"]
+    assert (compiled["sha256"], compiled["count"]) == (reference["sha256"], reference["count"])
+
+
 @pytest.fixture
 def python_cluster(zk_root, tmp_path):  # type: ignore[no-untyped-def]
     with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=3, journal_sync_data=False) as c:
@@ -127,6 +165,8 @@ def test_java_417_bookies_batches_striped_and_digest_errors(java_cluster_factory
         seen = record_batch_reads(bk)
         check_same_as_read(rh, 0, 599, batch_size=50)
         assert len(set(seen)) == 3
+        # the compiled path (bkspark/protocol/_speedups.c) and the pure-Python reference read the same bytes
+        assert_both_paths_read_the_same(cluster.metadata_service_uri, ledger)
         # a striped ledger (E > W): pipelined single reads over every write set
         striped = write_ledger(bk, 300, ensemble=3, write=2, ack=2)
         seen.clear()
@@ -151,6 +191,7 @@ def test_java_417_bookies_batches_striped_and_digest_errors(java_cluster_factory
         overwrite(lh_md.last_ensemble[0], 3, bytes(bad))
         rh2 = bk.open_ledger(ledger, password=b"pw")
         check_same_as_read(rh2, 0, 599, batch_size=50)
+        assert_both_paths_read_the_same(cluster.metadata_service_uri, ledger)  # both see the bad copy, skip it
         # every copy bad: the error reaches the caller, typed
         for bookie in lh_md.last_ensemble:
             overwrite(bookie, 3, bytes(bad))
