@@ -389,13 +389,14 @@ class Digester:
         which raises the precise error (or accepts it).
         """
         fast = scope_id == 0 and self.digest_type is DigestType.CRC32C
-        if fast and _speedups is not None:  # the compiled loop checks the common case (bkspark/protocol/speedups.py)
+        out: list[bytes] = []
+        if fast and _speedups is not None and type(items) is list:
+            # The compiled loop takes the common case (bkspark/protocol/speedups.py); the loop below checks the
+            # item it stopped at, and what follows, and reports the precise error.
             out = _speedups.verify_crc32c_payloads(items, ledger_id, first_entry_id, detach)
             if len(out) == len(items):
                 return out, None
-            items = items[len(out) :]  # the rest: the reference loop below, which reports the precise error
-        else:
-            out = []
+            items = items[len(out) :]
         append = out.append
         unpack_header = _V1_HEADER.unpack_from
         unpack_crc = _INT32_UNSIGNED.unpack_from

@@ -100,6 +100,8 @@ def test_min_partitions_stops_packing_below_it() -> None:
     parts = plan_partitions(slices, 100_000, min_partitions=10)
     assert len(parts) >= 10
     assert entries_read(parts) == entries_read(slices)
+    # minPartitions = the number of slices: one partition per slice, as before packing existed (docs/connector.md)
+    assert plan_partitions(slices, 100_000, min_partitions=100) == slices
 
 
 def test_max_partitions_spreads_over_exactly_that_many() -> None:
