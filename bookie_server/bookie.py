@@ -11,10 +11,12 @@ synced their record.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from bkspark.errors import (
     BookieError,
@@ -37,6 +39,8 @@ from bookie_server.journal import (
     replay_journals,
 )
 from bookie_server.storage import LedgerInfo, LedgerStorage
+
+T = TypeVar("T")
 
 __all__ = ["Bookie", "ReadLacResult"]
 
@@ -80,6 +84,10 @@ class Bookie:
         self._disk_readonly = False
         self.on_state_change: Callable[[bool], None] | None = None
         self.started = False
+        #: Reads of entries only the disk holds run here, off the event loop (docs/bookie.md, "Reads").
+        self.read_pool = concurrent.futures.ThreadPoolExecutor(
+            max(1, conf.numReadWorkerThreads), thread_name_prefix="bookie-read"
+        )
 
     # -- life cycle ---------------------------------------------------------------------
     async def start(self) -> None:
@@ -137,6 +145,7 @@ class Bookie:
                 if not fut.done():
                     fut.cancel()
         self._lac_waiters.clear()
+        self.read_pool.shutdown(wait=True, cancel_futures=True)  # no read thread left on a closed index
         self.storage.close()
 
     async def _checkpoint_loop(self) -> None:
@@ -419,8 +428,62 @@ class Bookie:
         return fut
 
     def read_entry(self, scope_id: int, ledger_id: int, entry_id: int) -> bytes:
-        """An entry's bytes (entry -1: the last stored); raises ENOLEDGER / ENOENTRY / EIO."""
+        """An entry's bytes (entry -1: the last stored), on the loop thread even from disk (start-up, recovery
+        tools); raises ENOLEDGER / ENOENTRY / EIO.  Requests use :meth:`read_entry_soon`."""
         return self.storage.get_entry(scope_id, ledger_id, entry_id)
+
+    def read_entry_soon(self, scope_id: int, ledger_id: int, entry_id: int) -> "bytes | asyncio.Future[bytes]":
+        """An entry's bytes now when memory holds it, else a future a read thread completes from disk
+        (docs/bookie.md, "Reads").  ENOLEDGER (and ENOENTRY for -1 of an empty ledger) raise now; the disk's
+        errors come through the future."""
+        key, data = self.storage.locate(scope_id, ledger_id, entry_id)
+        if data is not None:
+            return data
+        return self._on_read_thread(lambda: [(key, self.storage.read_cold(key))], lambda found: found[0][1])
+
+    def read_range_soon(
+        self, scope_id: int, ledger_id: int, start: int, max_count: int, budget: int
+    ) -> "list[bytes] | asyncio.Future[list[bytes]]":
+        """A batch read's entries (:meth:`LedgerStorage.get_range`'s rules): now when memory holds the whole
+        range, else a future a read thread completes with the rest from disk."""
+        have, used, next_id = self.storage.range_in_memory(scope_id, ledger_id, start, max_count, budget)
+        if next_id is None:
+            return have
+        stop = start + max_count
+        return self._on_read_thread(
+            lambda: self.storage.range_cold(scope_id, ledger_id, next_id, stop, budget, have, used),
+            lambda found: have + [data for _key, data in found],
+        )
+
+    def _on_read_thread(
+        self,
+        read: Callable[[], list[tuple[tuple[int, int, int], bytes]]],
+        result: Callable[[list[tuple[tuple[int, int, int], bytes]]], T],
+    ) -> "asyncio.Future[T]":
+        """Run ``read`` on a read thread; on the loop, put what it found in the read cache and resolve the
+        returned future with ``result(found)`` (or the read's error)."""
+        assert self._loop is not None
+        loop = self._loop
+        out: asyncio.Future[T] = loop.create_future()
+
+        def done(fut: "asyncio.Future[list[tuple[tuple[int, int, int], bytes]]]") -> None:
+            if out.done():
+                return
+            if fut.cancelled():
+                out.set_exception(BookieIOError("entry read cancelled"))
+                return
+            error = fut.exception()
+            if error is None:
+                found = fut.result()
+                self.storage.remember(found)
+                out.set_result(result(found))
+            elif isinstance(error, BookieError):
+                out.set_exception(error)
+            else:
+                out.set_exception(BookieIOError("entry read failed", error=repr(error)))
+
+        loop.run_in_executor(self.read_pool, read).add_done_callback(done)
+        return out
 
     def last_add_confirmed(self, scope_id: int, ledger_id: int) -> int:
         """The bookie's LAC for the ledger (ENOLEDGER when unknown)."""

@@ -59,6 +59,8 @@ class BookieConfig:
     dbStorage_readAheadCacheMaxSizeMb: int = 64
     nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024
     maxBatchReadSize: int = 5 * 1024 * 1024
+    #: Threads that read entries only the disk holds (BookKeeper's key; docs/bookie.md, "Reads").
+    numReadWorkerThreads: int = 1
     readOnlyModeEnabled: bool = True
     forceReadOnlyBookie: bool = False
     diskUsageThreshold: float = 0.95

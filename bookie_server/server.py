@@ -31,6 +31,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TypeVar
 
 from bkspark.errors import (
     BookieError,
@@ -57,6 +58,8 @@ from bookie_server.metrics import BookieMetrics
 from bookie_server.security import BookieSecurity, ConnectionSecurity
 
 __all__ = ["BookieServer"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("bookie_server.server")
 
@@ -466,6 +469,30 @@ class _Connection(asyncio.Protocol):
         if not task.cancelled() and task.exception() is not None:
             log.error("request task failed for %s: %r", self.peer, task.exception())
 
+    @staticmethod
+    def _when_read(
+        found: "T | asyncio.Future[T]", on_data: Callable[[T], None], on_error: Callable[[BookieError], None]
+    ) -> None:
+        """``on_data`` now for what memory held, or when the read threads bring it from disk
+        (``Bookie.read_entry_soon``; docs/bookie.md, "Reads"); ``on_error`` with the disk's error."""
+        if not isinstance(found, asyncio.Future):
+            on_data(found)
+            return
+
+        def done(fut: "asyncio.Future[T]") -> None:
+            error = BookieIOError("entry read cancelled") if fut.cancelled() else fut.exception()
+            if error is None:
+                on_data(fut.result())
+            else:
+                on_error(error if isinstance(error, BookieError) else BookieIOError("entry read failed"))
+
+        found.add_done_callback(done)
+
+    async def _read_entry(self, scope_id: int, ledger_id: int, entry_id: int) -> bytes:
+        """An entry for a coroutine: from memory now, or awaited from a read thread."""
+        found = self.bookie.read_entry_soon(scope_id, ledger_id, entry_id)
+        return (await found) if isinstance(found, asyncio.Future) else found
+
     def _on_durable(
         self, fut: asyncio.Future[None], on_ok: Callable[[], None], on_error: Callable[[BaseException], None]
     ) -> None:
@@ -584,27 +611,36 @@ class _Connection(asyncio.Protocol):
             return
         try:
             fence = self._fence_first(ledger_id, req.flags, req.master_key)
-            data = self.bookie.read_entry(0, ledger_id, entry_id)
+            found = self.bookie.read_entry_soon(0, ledger_id, entry_id)
         except BookieError as exc:
             reply(rc_for_error(exc))
             return
-        self.metrics.read_bytes.inc(len(data))
-        if fence is None:
-            reply(v2.EOK, data)
-        else:
-            self._on_durable(fence, lambda: reply(v2.EOK, data), lambda e: reply(v2.EIO))
 
-    def _read_batch(self, scope_id: int, ledger_id: int, start_entry: int, max_count: int, max_size: int) -> list[bytes]:
+        def respond(data: bytes) -> None:
+            self.metrics.read_bytes.inc(len(data))
+            if fence is None:
+                reply(v2.EOK, data)
+            else:
+                self._on_durable(fence, lambda: reply(v2.EOK, data), lambda e: reply(v2.EIO))
+
+        self._when_read(found, respond, lambda exc: reply(rc_for_error(exc)))
+
+    def _read_batch(
+        self, scope_id: int, ledger_id: int, start_entry: int, max_count: int, max_size: int
+    ) -> "list[bytes] | asyncio.Future[list[bytes]]":
         """BatchedReadEntryProcessor.readData (4.17): first entry always, stop at gaps or limits.
 
         The response frame is counted from 36 bytes (prefix, request id, length field)
         plus ``4 + len`` per entry, against ``min(request maxSize, maxBatchReadSize)``.
+        The entries now when memory holds them all, else a future the read threads complete.
         """
         if max_count <= 0:
             max_count = 0x7FFFFFFF
         limit = min(max_size, self.conf.maxBatchReadSize)
         if start_entry >= 0:
-            return self.bookie.storage.get_range(scope_id, ledger_id, start_entry, max_count, limit - v2.BATCH_RESPONSE_OVERHEAD)
+            return self.bookie.read_range_soon(
+                scope_id, ledger_id, start_entry, max_count, limit - v2.BATCH_RESPONSE_OVERHEAD
+            )
         # Start -1 reads "the last entry" first, as Java's readEntry(-1) does, then -1 + i.
         frame_size = v2.BATCH_RESPONSE_OVERHEAD
         entries: list[bytes] = []
@@ -639,14 +675,18 @@ class _Connection(asyncio.Protocol):
             return
         try:
             fence = self._fence_first(ledger_id, req.flags, req.master_key)
-            entries = self._read_batch(0, ledger_id, first, req.max_count, req.max_size)
+            found = self._read_batch(0, ledger_id, first, req.max_count, req.max_size)
         except BookieError as exc:
             reply(rc_for_error(exc))
             return
-        if fence is None:
-            reply(v2.EOK, entries)
-        else:
-            self._on_durable(fence, lambda: reply(v2.EOK, entries), lambda e: reply(v2.EIO))
+
+        def respond(entries: list[bytes]) -> None:
+            if fence is None:
+                reply(v2.EOK, entries)
+            else:
+                self._on_durable(fence, lambda: reply(v2.EOK, entries), lambda e: reply(v2.EIO))
+
+        self._when_read(found, respond, lambda exc: reply(rc_for_error(exc)))
 
     # -- v3 -----------------------------------------------------------------------------
     def _handle_v3(self, request: pb.Request) -> None:
@@ -729,20 +769,28 @@ class _Connection(asyncio.Protocol):
                 if not read.HasField("masterKey"):
                     raise UnauthorizedAccessError("fencing read without a master key", ledger_id=ledger_id)
                 fence = self.bookie.fence(scope_id, ledger_id, read.masterKey)
-            data = self.bookie.read_entry(scope_id, ledger_id, entry_id)
-            max_lac = None if fencing else self.bookie.last_add_confirmed(scope_id, ledger_id)
+            found = self.bookie.read_entry_soon(scope_id, ledger_id, entry_id)
         except BookieError as exc:
             reply(v3.read_response(request, status_for_error(exc)))
             return
-        self.metrics.read_bytes.inc(len(data))
-        if fence is None:
-            reply(v3.read_response(request, pb.EOK, body=data, max_lac=max_lac))
-        else:
-            self._on_durable(
-                fence,
-                lambda: reply(v3.read_response(request, pb.EOK, body=data)),
-                lambda e: reply(v3.read_response(request, pb.EIO)),
-            )
+
+        def respond(data: bytes) -> None:
+            self.metrics.read_bytes.inc(len(data))
+            if fence is None:
+                try:
+                    max_lac = self.bookie.last_add_confirmed(scope_id, ledger_id)
+                except BookieError as exc:  # deleted while a read thread had it
+                    reply(v3.read_response(request, status_for_error(exc)))
+                    return
+                reply(v3.read_response(request, pb.EOK, body=data, max_lac=max_lac))
+            else:
+                self._on_durable(
+                    fence,
+                    lambda: reply(v3.read_response(request, pb.EOK, body=data)),
+                    lambda e: reply(v3.read_response(request, pb.EIO)),
+                )
+
+        self._when_read(found, respond, lambda exc: reply(v3.read_response(request, status_for_error(exc))))
 
     async def _v3_long_poll(self, request: pb.Request) -> None:
         start = _now_ms()
@@ -763,7 +811,7 @@ class _Connection(asyncio.Protocol):
                     known = self.bookie.last_add_confirmed(scope_id, ledger_id)
                     if known > previous:
                         try:
-                            data = self.bookie.read_entry(scope_id, ledger_id, previous + 1)
+                            data = await self._read_entry(scope_id, ledger_id, previous + 1)
                             resp = v3.read_response(
                                 request,
                                 pb.EOK,
@@ -777,7 +825,7 @@ class _Connection(asyncio.Protocol):
                     else:
                         resp = v3.read_response(request, pb.EOK, max_lac=known)
             else:
-                data = self.bookie.read_entry(scope_id, ledger_id, entry_id)
+                data = await self._read_entry(scope_id, ledger_id, entry_id)
                 resp = v3.read_response(
                     request, pb.EOK, body=data, max_lac=self.bookie.last_add_confirmed(scope_id, ledger_id)
                 )
@@ -809,19 +857,27 @@ class _Connection(asyncio.Protocol):
                 if not batch.HasField("masterKey"):
                     raise UnauthorizedAccessError("fencing read without a master key", ledger_id=ledger_id)
                 fence = self.bookie.fence(scope_id, ledger_id, batch.masterKey)
-            entries = self._read_batch(scope_id, ledger_id, batch.startEntryId, batch.maxCount, batch.maxSize)
-            max_lac = self.bookie.last_add_confirmed(scope_id, ledger_id)
+            found = self._read_batch(scope_id, ledger_id, batch.startEntryId, batch.maxCount, batch.maxSize)
         except BookieError as exc:
             reply(v3.batch_read_response(request, status_for_error(exc)))
             return
-        if fence is None:
-            reply(v3.batch_read_response(request, pb.EOK, entries=entries, max_lac=max_lac))
-        else:
-            self._on_durable(
-                fence,
-                lambda: reply(v3.batch_read_response(request, pb.EOK, entries=entries, max_lac=max_lac)),
-                lambda e: reply(v3.batch_read_response(request, pb.EIO)),
-            )
+
+        def respond(entries: list[bytes]) -> None:
+            try:
+                max_lac = self.bookie.last_add_confirmed(scope_id, ledger_id)
+            except BookieError as exc:  # deleted while a read thread had it
+                reply(v3.batch_read_response(request, status_for_error(exc)))
+                return
+            if fence is None:
+                reply(v3.batch_read_response(request, pb.EOK, entries=entries, max_lac=max_lac))
+            else:
+                self._on_durable(
+                    fence,
+                    lambda: reply(v3.batch_read_response(request, pb.EOK, entries=entries, max_lac=max_lac)),
+                    lambda e: reply(v3.batch_read_response(request, pb.EIO)),
+                )
+
+        self._when_read(found, respond, lambda exc: reply(v3.batch_read_response(request, status_for_error(exc))))
 
     def _v3_read_lac(self, request: pb.Request) -> None:
         start = _now_ms()

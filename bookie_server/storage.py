@@ -36,7 +36,7 @@ import shutil
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -404,10 +404,23 @@ class LedgerStorage:
         return self._write_cache_bytes >= self.write_cache_max_bytes
 
     def get_entry(self, scope_id: int, ledger_id: int, entry_id: int) -> bytes:
-        """An entry's stored bytes; entry -1 means the last stored entry.
+        """An entry's stored bytes; entry -1 means the last stored entry (on the calling thread, disk included).
 
         Raises :class:`NoSuchLedgerError`, :class:`NoSuchEntryError` or, for a
         damaged index or entry log, :class:`BookieIOError`.
+        """
+        key, data = self.locate(scope_id, ledger_id, entry_id)
+        if data is not None:
+            return data
+        data = self._read_from_disk(*key)
+        self._cache_read(key, data)
+        return data
+
+    def locate(self, scope_id: int, ledger_id: int, entry_id: int) -> tuple[EntryKey, bytes | None]:
+        """``(key, bytes)`` of an entry in memory (write cache, checkpoint in progress, read cache), or
+        ``(key, None)`` when only the disk has it (:meth:`read_cold`); entry -1 is resolved in the key.
+
+        Loop thread.  Raises :class:`NoSuchLedgerError`, or :class:`NoSuchEntryError` for -1 of an empty ledger.
         """
         info = self._ledgers.get((scope_id, ledger_id))
         if info is None:
@@ -417,6 +430,10 @@ class LedgerStorage:
             if entry_id < 0:
                 raise NoSuchEntryError(ledger_id=ledger_id, entry_id=-1)
         key = (scope_id, ledger_id, entry_id)
+        return key, self._in_memory(key)
+
+    def _in_memory(self, key: EntryKey) -> bytes | None:
+        """Loop thread: the read cache's order moves on a hit."""
         data = self._write_cache.get(key)
         if data is not None:
             return data
@@ -426,10 +443,31 @@ class LedgerStorage:
         data = self._read_cache.get(key)
         if data is not None:
             self._read_cache.move_to_end(key)
-            return data
-        data = self._read_from_disk(scope_id, ledger_id, entry_id)
-        self._cache_read(key, data)
         return data
+
+    def read_cold(self, key: EntryKey) -> bytes:
+        """An entry from its ledger directory, for a read thread (docs/bookie.md, "Reads"): its own index read
+        transaction, the entry log read under the directory's fd lock, no cache touched (the loop thread puts
+        the result in the read cache: :meth:`remember`).  Raises as :meth:`get_entry`."""
+        directory = self._dir_for(key[0], key[1])
+        try:
+            with directory.env.begin(db=directory.index_db, buffers=False) as txn:
+                location = txn.get(_INDEX_KEY.pack(*key))
+        except lmdb.Error as exc:
+            raise BookieIOError("entry index read failed", error=str(exc)) from exc
+        if location is None:
+            raise NoSuchEntryError(ledger_id=key[1], entry_id=key[2])
+        try:
+            return self._read_record(directory, location, key, None)
+        except OSError as exc:
+            raise BookieIOError("entry log read failed", ledger_id=key[1], entry_id=key[2], error=str(exc)) from exc
+
+    def remember(self, keys_and_data: Iterable[tuple[EntryKey, bytes]]) -> None:
+        """Loop thread: entries a read thread brought from disk go into the read cache, unless the ledger was
+        deleted meanwhile."""
+        for key, data in keys_and_data:
+            if (key[0], key[1]) in self._ledgers:
+                self._cache_read(key, data)
 
     def _cache_read(self, key: EntryKey, data: bytes) -> None:
         if len(data) <= self.read_cache_max_bytes // 4:
@@ -489,44 +527,106 @@ class LedgerStorage:
         return bytes(raw[_LOG_RECORD.size :])
 
     def get_range(self, scope_id: int, ledger_id: int, start: int, max_count: int, budget: int) -> list[bytes]:
-        """Consecutive entries from ``start`` for a batch read, in one index transaction.
+        """Consecutive entries from ``start`` for a batch read, on the calling thread (disk included).
 
-        The first entry is always returned (its errors are raised: ENOLEDGER, ENOENTRY,
-        EIO); each later one only while the running sum of ``len + 4`` stays within
-        ``budget``; the range ends at the first entry that is missing or unreadable.
+        The rules of every range (:meth:`_collect`): the first entry is always returned (its errors are
+        raised: ENOLEDGER, ENOENTRY, EIO); each later one only while the running sum of ``len + 4`` stays
+        within ``budget``; the range ends at the first entry that is missing or unreadable.
         """
-        info = self._ledgers.get((scope_id, ledger_id))
-        if info is None:
-            raise NoSuchLedgerError(ledger_id=ledger_id, scope_id=scope_id)
-        out: list[bytes] = []
-        total = 0
+        self._ledger_or_raise(scope_id, ledger_id)
         directory = self._dir_for(scope_id, ledger_id)
         chunk: list[object] = [None, 0, b""]
-        wc, fl, rc = self._write_cache, self._flushing, self._read_cache
-        for entry_id in range(start, start + max_count):
-            key = (scope_id, ledger_id, entry_id)
-            data = wc.get(key) or fl.get(key) or rc.get(key)
+
+        def fetch(key: EntryKey) -> bytes:
+            data = self._in_memory(key)
             if data is None:
-                try:
-                    location = directory.index_get(_INDEX_KEY.pack(*key))
-                    if location is None:
-                        raise NoSuchEntryError(ledger_id=ledger_id, entry_id=entry_id)
-                    data = self._read_record(directory, location, key, chunk)
-                    self._cache_read(key, data)
-                except lmdb.Error as exc:
-                    if not out:
-                        raise BookieIOError("entry index read failed", error=str(exc)) from exc
-                    break
-                except (NoSuchEntryError, BookieIOError, OSError):
-                    if not out:
-                        raise
-                    break
-            size = len(data) + 4
-            if out and total + size > budget:
-                break
-            out.append(data)
-            total += size
+                location = directory.index_get(_INDEX_KEY.pack(*key))
+                if location is None:
+                    raise NoSuchEntryError(ledger_id=key[1], entry_id=key[2])
+                data = self._read_record(directory, location, key, chunk)
+                self._cache_read(key, data)
+            return data
+
+        out: list[bytes] = []
+        self._collect(scope_id, ledger_id, start, start + max_count, budget, out, 0, fetch)
         return out
+
+    def range_in_memory(
+        self, scope_id: int, ledger_id: int, start: int, max_count: int, budget: int
+    ) -> tuple[list[bytes], int, int | None]:
+        """The memory part of a batch read (loop thread): ``(entries, bytes used, next entry id)``, where the
+        next id is the first entry only the disk has (:meth:`range_cold` continues from it), or None when the
+        range is complete.  Same rules and errors as :meth:`get_range`."""
+        self._ledger_or_raise(scope_id, ledger_id)
+        out: list[bytes] = []
+        stop = start + max_count
+        next_id, used = self._collect(scope_id, ledger_id, start, stop, budget, out, 0, self._in_memory)
+        return out, used, (next_id if next_id < stop else None)
+
+    def range_cold(
+        self, scope_id: int, ledger_id: int, start: int, stop: int, budget: int, have: list[bytes], used: int
+    ) -> list[tuple[EntryKey, bytes]]:
+        """The disk part of a batch read, for a read thread: entries ``start..stop-1`` after the ``have`` ones
+        already collected (``used`` bytes of ``budget``), from one index read transaction with the entry
+        logs' read-ahead; no cache touched (the loop thread :meth:`remember` s them).  An entry only the write
+        cache holds ends the range there (a shorter batch, as a missing entry does)."""
+        directory = self._dir_for(scope_id, ledger_id)
+        chunk: list[object] = [None, 0, b""]
+        out = list(have)
+        try:
+            with directory.env.begin(db=directory.index_db, buffers=False) as txn:
+
+                def fetch(key: EntryKey) -> bytes:
+                    location = txn.get(_INDEX_KEY.pack(*key))
+                    if location is None:
+                        raise NoSuchEntryError(ledger_id=key[1], entry_id=key[2])
+                    return self._read_record(directory, location, key, chunk)
+
+                self._collect(scope_id, ledger_id, start, stop, budget, out, used, fetch)
+        except lmdb.Error as exc:
+            if not out:
+                raise BookieIOError("entry index read failed", error=str(exc)) from exc
+        return [((scope_id, ledger_id, start + i), data) for i, data in enumerate(out[len(have) :])]
+
+    @staticmethod
+    def _collect(
+        scope_id: int,
+        ledger_id: int,
+        start: int,
+        stop: int,
+        budget: int,
+        out: list[bytes],
+        used: int,
+        fetch: Callable[[EntryKey], bytes | None],
+    ) -> tuple[int, int]:
+        """The one home of a batch read's range rules: append entries ``start..stop-1`` to ``out`` while
+        ``fetch`` gives them and ``budget`` holds (``len + 4`` each, the first always).  ``fetch`` returns
+        None to stop at an entry another path must read.  An error of the range's first entry is raised; a
+        later one ends the range.  Returns ``(the id where it stopped, bytes used)``."""
+        for entry_id in range(start, stop):
+            key = (scope_id, ledger_id, entry_id)
+            try:
+                data = fetch(key)
+            except lmdb.Error as exc:
+                if not out:
+                    raise BookieIOError("entry index read failed", error=str(exc)) from exc
+                return stop, used
+            except (NoSuchEntryError, BookieIOError, OSError):
+                if not out:
+                    raise
+                return stop, used
+            if data is None:
+                return entry_id, used
+            size = len(data) + 4
+            if out and used + size > budget:
+                return stop, used
+            out.append(data)
+            used += size
+        return stop, used
+
+    def _ledger_or_raise(self, scope_id: int, ledger_id: int) -> None:
+        if (scope_id, ledger_id) not in self._ledgers:
+            raise NoSuchLedgerError(ledger_id=ledger_id, scope_id=scope_id)
 
     def entry_ids(self, scope_id: int, ledger_id: int) -> list[int]:
         """Sorted ids of every entry stored for the ledger (index plus caches)."""

@@ -1,0 +1,180 @@
+"""Reads of entries only the disk holds run on the bookie's read threads, not on its event loop
+(docs/bookie.md, "Reads"): same bytes and errors as before, and the loop keeps serving other clients meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from bkspark.protocol import v2, v3
+from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
+from bookie_server.bookie import Bookie
+from bookie_server.server import BookieServer
+from tests.unit.test_bookie_server import KEY, Conn, make_entry, with_bookie
+
+
+def to_disk(bookie: Bookie) -> None:
+    """Checkpoint (entries to entry logs and the index) and empty the read cache: every read is now cold."""
+    assert bookie.journal is not None
+    bookie.storage.checkpoint(bookie.journal.written_position)
+    bookie.storage._read_cache.clear()
+    bookie.storage._read_cache_bytes = 0
+
+
+class GatedColdReads:
+    """Wraps ``LedgerStorage.read_cold`` / ``range_cold``: each call waits for the gate, and says on which thread
+    it ran."""
+
+    def __init__(self, bookie: Bookie, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.gate = threading.Event()
+        self.threads: list[str] = []
+        self.started = threading.Event()
+        storage = bookie.storage
+        for name in ("read_cold", "range_cold"):
+            original = getattr(storage, name)
+
+            def gated(*args: Any, _original: Any = original) -> Any:
+                self.threads.append(threading.current_thread().name)
+                self.started.set()
+                assert self.gate.wait(10), "the test never opened the gate"
+                return _original(*args)
+
+            monkeypatch.setattr(storage, name, gated)
+
+
+async def read(c: Conn, ledger: int, entry: int) -> Any:
+    return await c.v2(v2.encode_read_request(ledger, entry))
+
+
+def test_a_cold_read_does_not_stop_the_loop(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        a, b = await Conn.open(server.port), await Conn.open(server.port)
+        old = [make_entry(1, i, b"old-%d" % i) for i in range(3)]
+        for e in old:
+            assert (await a.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+        to_disk(bookie)
+        gated = GatedColdReads(bookie, monkeypatch)
+        a.send(v2.encode_read_request(1, 1))  # cold: waits at the gate on a read thread
+        assert await asyncio.get_running_loop().run_in_executor(None, gated.started.wait, 10)
+        # Meanwhile the loop serves another client: an add and a hot read of it.
+        new = make_entry(2, 0, b"new")
+        assert (await b.v2(v2.encode_add_request(0, KEY, new))).rc == v2.EOK
+        hot = await read(b, 2, 0)
+        assert (hot.rc, bytes(hot.entry)) == (v2.EOK, new)
+        assert not a.bodies  # the cold read has not answered yet
+        gated.gate.set()
+        cold = v2.decode_response(await a.body())
+        assert (cold.rc, bytes(cold.entry)) == (v2.EOK, old[1])
+        assert gated.threads == ["bookie-read_0"]
+        assert (0, 1, 1) in bookie.storage._read_cache  # the loop cached what the read thread found
+        a.close()
+        b.close()
+
+    body(tmp_path)
+
+
+def test_cold_reads_give_the_bytes_and_errors_of_hot_reads(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c = await Conn.open(server.port)
+        entries = [make_entry(3, i, bytes([i]) * 100) for i in range(10)]
+        for e in entries[:6] + entries[7:]:  # a gap at 6
+            assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+
+        async def everything() -> list[Any]:
+            out = []
+            for entry in (0, 5, 6, 9, 10, -1):
+                r = await read(c, 3, entry)
+                out.append((r.rc, bytes(r.entry) if r.rc == v2.EOK else b""))
+            for start, count, size in ((0, 3, 1 << 20), (0, 0, 1 << 20), (0, 100, 600), (7, 100, 1 << 20), (6, 5, 1 << 20)):
+                r = await c.v2(v2.encode_batch_read_request(3, start, 1, count, size))
+                out.append((r.rc, [bytes(e) for e in r.entries]))
+            c3 = await Conn.open(server.port)  # a connection speaks one protocol: v3 on its own
+            r3 = await c3.v3(v3.read_request(5, 3, 4))
+            out.append((r3.status, r3.readResponse.body, r3.readResponse.maxLAC))
+            b3 = await c3.v3(v3.batch_read_request(6, 3, 2, 10, 1 << 20))
+            out.append((b3.status, list(b3.batchReadResponse.entries), b3.batchReadResponse.maxLAC))
+            c3.close()
+            return out
+
+        hot = await everything()
+        to_disk(bookie)
+        cold = await everything()
+        assert cold == hot
+        assert hot[0] == (v2.EOK, entries[0]) and hot[2][0] == v2.ENOENTRY and hot[5] == (v2.EOK, entries[9])
+        c.close()
+
+    body(tmp_path)
+
+
+def test_a_batch_read_that_reaches_the_write_cache_ends_there_then_continues(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c = await Conn.open(server.port)
+        entries = [make_entry(4, i, b"e%d" % i) for i in range(8)]
+        for e in entries[:4]:
+            assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+        to_disk(bookie)
+        for e in entries[4:]:  # these stay in the write cache
+            assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+        got: list[bytes] = []
+        while len(got) < 8:
+            r = await c.v2(v2.encode_batch_read_request(4, len(got), 1, 100, 1 << 20))
+            assert r.rc == v2.EOK and r.entries
+            got.extend(bytes(e) for e in r.entries)
+        assert got == entries
+        c.close()
+
+    body(tmp_path)
+
+
+def test_a_failing_disk_read_answers_eio_and_the_bookie_goes_on(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c = await Conn.open(server.port)
+        e = make_entry(5, 0, b"x")
+        assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+        to_disk(bookie)
+
+        def broken(*_args: Any) -> Any:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(bookie.storage, "read_cold", broken)
+        monkeypatch.setattr(bookie.storage, "range_cold", broken)
+        assert (await read(c, 5, 0)).rc == v2.EIO
+        assert (await c.v2(v2.encode_batch_read_request(5, 0, 1, 10, 1 << 20))).rc == v2.EIO
+        c3 = await Conn.open(server.port)
+        assert (await c3.v3(v3.read_request(9, 5, 0))).status == pb.EIO
+        c3.close()
+        monkeypatch.undo()
+        r = await read(c, 5, 0)
+        assert (r.rc, bytes(r.entry)) == (v2.EOK, e)
+        c.close()
+
+    body(tmp_path)
+
+
+def test_a_client_that_leaves_during_a_cold_read_harms_no_one(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        a = await Conn.open(server.port)
+        e = make_entry(6, 0, b"y")
+        assert (await a.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+        to_disk(bookie)
+        gated = GatedColdReads(bookie, monkeypatch)
+        a.send(v2.encode_batch_read_request(6, 0, 1, 10, 1 << 20))
+        assert await asyncio.get_running_loop().run_in_executor(None, gated.started.wait, 10)
+        a.close()
+        await asyncio.sleep(0.1)
+        gated.gate.set()
+        await asyncio.sleep(0.1)
+        b = await Conn.open(server.port)
+        r = await read(b, 6, 0)
+        assert (r.rc, bytes(r.entry)) == (v2.EOK, e)
+        b.close()
+
+    body(tmp_path)
