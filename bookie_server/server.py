@@ -73,6 +73,11 @@ def _now_ms() -> float:
 
 _PB_REQUEST = pb.Request
 
+#: Reads of one connection waiting for the read threads before it stops dispatching its requests: each may
+#: bring up to ``maxBatchReadSize`` bytes, so this bounds what a connection's cold reads hold
+#: (docs/bookie.md, "Reads"), as the write buffer's marks bound its answers.
+COLD_READS_PER_CONNECTION = 4
+
 #: Configuration key of each gate, for the limit log.
 _GATE_KEYS = {
     "adds": "maxAddsInProgressLimit",
@@ -181,6 +186,7 @@ class _Connection(asyncio.Protocol):
         self._backlog: deque[object] = deque()
         self._write_blocked = False  # queued responses over the high water mark
         self._parked = False  # waiting for a gate (adds/reads/long polls) or the write cache
+        self._cold_reads = 0  # reads of this connection on the read threads (COLD_READS_PER_CONNECTION)
         self._reading_paused = False
         self._rejected = False
         # (gate, bytes) of the request being dispatched (None: it needs no permit).
@@ -272,7 +278,9 @@ class _Connection(asyncio.Protocol):
     def _drain_requests(self, adds: list[tuple[v2.AddRequest, tuple[InFlightGate, int] | None]]) -> None:
         backlog = self._backlog
         sec = self.sec
-        while backlog and not (self.closed or self._write_blocked or self._parked):
+        while backlog and not (
+            self.closed or self._write_blocked or self._parked or self._cold_reads >= COLD_READS_PER_CONNECTION
+        ):
             if sec is not None and sec.upgrading:
                 return  # the TLS upgrade resumes dispatching when it is done
             request = backlog[0]
@@ -469,17 +477,21 @@ class _Connection(asyncio.Protocol):
         if not task.cancelled() and task.exception() is not None:
             log.error("request task failed for %s: %r", self.peer, task.exception())
 
-    @staticmethod
     def _when_read(
-        found: "T | asyncio.Future[T]", on_data: Callable[[T], None], on_error: Callable[[BookieError], None]
+        self, found: "T | asyncio.Future[T]", on_data: Callable[[T], None], on_error: Callable[[BookieError], None]
     ) -> None:
         """``on_data`` now for what memory held, or when the read threads bring it from disk
-        (``Bookie.read_entry_soon``; docs/bookie.md, "Reads"); ``on_error`` with the disk's error."""
+        (``Bookie.read_entry_soon``; docs/bookie.md, "Reads"); ``on_error`` with the disk's error.  While
+        ``COLD_READS_PER_CONNECTION`` of its reads wait for the read threads, the connection dispatches no more."""
         if not isinstance(found, asyncio.Future):
             on_data(found)
             return
+        self._cold_reads += 1
 
         def done(fut: "asyncio.Future[T]") -> None:
+            self._cold_reads -= 1
+            if self._backlog and not self.closed:
+                self._loop.call_soon(self._drain)
             error = BookieIOError("entry read cancelled") if fut.cancelled() else fut.exception()
             if error is None:
                 on_data(fut.result())

@@ -165,8 +165,6 @@ def test_java_417_bookies_batches_striped_and_digest_errors(java_cluster_factory
         seen = record_batch_reads(bk)
         check_same_as_read(rh, 0, 599, batch_size=50)
         assert len(set(seen)) == 3
-        # the compiled path (bkspark/protocol/_speedups.c) and the pure-Python reference read the same bytes
-        assert_both_paths_read_the_same(cluster.metadata_service_uri, ledger)
         # a striped ledger (E > W): pipelined single reads over every write set
         striped = write_ledger(bk, 300, ensemble=3, write=2, ack=2)
         seen.clear()
@@ -177,26 +175,34 @@ def test_java_417_bookies_batches_striped_and_digest_errors(java_cluster_factory
         lh_md = rh.metadata
         ops = bk.ctx.ops
 
-        def overwrite(bookie: str, entry_id: int, data: bytes) -> None:
+        def overwrite(bookie: str, entry_id: int, data: bytes, target: int = ledger) -> None:
             done: concurrent.futures.Future = concurrent.futures.Future()
             bk.loop.call_soon_threadsafe(
-                lambda: ops.add(bookie, ledger, entry_id, master_key(b"pw"), data, 0x0002, 0,
+                lambda: ops.add(bookie, target, entry_id, master_key(b"pw"), data, 0x0002, 0,
                                 lambda _r, e, _a: done.set_result(e))
             )
             assert done.result(10) is None
 
-        good = Digester("CRC32C", b"pw").package_entry(ledger, 3, 2, 0, payload(3))
-        bad = bytearray(good)
-        bad[-1] ^= 0xFF
-        overwrite(lh_md.last_ensemble[0], 3, bytes(bad))
+        def bad_copy(target: int, entry_id: int) -> bytes:
+            good = Digester("CRC32C", b"pw").package_entry(target, entry_id, entry_id - 1, 0, payload(entry_id))
+            return bytes(good[:-1]) + bytes([good[-1] ^ 0xFF])
+
+        bad = bad_copy(ledger, 3)
+        overwrite(lh_md.last_ensemble[0], 3, bad)
         rh2 = bk.open_ledger(ledger, password=b"pw")
         check_same_as_read(rh2, 0, 599, batch_size=50)
-        assert_both_paths_read_the_same(cluster.metadata_service_uri, ledger)  # both see the bad copy, skip it
         # every copy bad: the error reaches the caller, typed
         for bookie in lh_md.last_ensemble:
-            overwrite(bookie, 3, bytes(bad))
+            overwrite(bookie, 3, bad)
         with pytest.raises(DigestMismatchError):
             list(bk.open_ledger(ledger, password=b"pw").read_batches(0, 599, batch_size=50))
+
+        # The compiled path (bkspark/protocol/_speedups.c) and the pure-Python reference read the same bytes, in
+        # processes of their own, from a ledger of their own: clean, then with a bad copy on one bookie.
+        other = write_ledger(bk, 600)
+        assert_both_paths_read_the_same(cluster.metadata_service_uri, other)
+        overwrite(bk.open_ledger(other, password=b"pw").metadata.last_ensemble[0], 7, bad_copy(other, 7), other)
+        assert_both_paths_read_the_same(cluster.metadata_service_uri, other)
 
 
 @pytest.mark.compat
