@@ -178,3 +178,35 @@ def test_a_client_that_leaves_during_a_cold_read_harms_no_one(tmp_path, monkeypa
         b.close()
 
     body(tmp_path)
+
+
+def test_a_connection_waits_with_four_cold_reads_out(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """COLD_READS_PER_CONNECTION: the fifth and sixth reads are not dispatched until one of the four is answered."""
+    from bookie_server.server import COLD_READS_PER_CONNECTION
+
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c = await Conn.open(server.port)
+        entries = [make_entry(7, i, b"z%d" % i) for i in range(6)]
+        for e in entries:
+            assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+        to_disk(bookie)
+        gated = GatedColdReads(bookie, monkeypatch)
+        dispatched: list[int] = []
+        original = bookie.read_entry_soon
+
+        def counting(scope: int, ledger: int, entry: int) -> Any:
+            dispatched.append(entry)
+            return original(scope, ledger, entry)
+
+        monkeypatch.setattr(bookie, "read_entry_soon", counting)
+        c.send(b"".join(v2.encode_read_request(7, i) for i in range(6)))
+        await asyncio.sleep(0.3)
+        assert COLD_READS_PER_CONNECTION == 4 and dispatched == [0, 1, 2, 3]
+        gated.gate.set()
+        answers = [v2.decode_response(await c.body()) for _ in range(6)]
+        assert sorted((a.entry_id, bytes(a.entry)) for a in answers) == list(enumerate(entries))
+        assert dispatched == [0, 1, 2, 3, 4, 5]
+        c.close()
+
+    body(tmp_path)
