@@ -74,15 +74,22 @@ PyDoc_STRVAR(crc32c_doc,
 "crc32c(data, value=0) -> int\n\n"
 "CRC32C of data continuing from value (the crc32c package's semantics); for tests of this module.");
 
-static PyObject *speedups_crc32c(PyObject *self, PyObject *args)
+typedef uint32_t (*crc_function)(uint32_t, const unsigned char *, size_t);
+
+static PyObject *crc_of_args(PyObject *args, crc_function crc)
 {
     Py_buffer data;
     unsigned long value = 0;
     if (!PyArg_ParseTuple(args, "y*|k", &data, &value))
         return NULL;
-    uint32_t c = crc_update((uint32_t)value, (const unsigned char *)data.buf, (size_t)data.len);
+    uint32_t c = crc((uint32_t)value, (const unsigned char *)data.buf, (size_t)data.len);
     PyBuffer_Release(&data);
     return PyLong_FromUnsignedLong(c);
+}
+
+static PyObject *speedups_crc32c(PyObject *self, PyObject *args)
+{
+    return crc_of_args(args, crc_update);
 }
 
 PyDoc_STRVAR(verify_doc,
@@ -192,13 +199,7 @@ PyDoc_STRVAR(crc32c_table_doc,
 
 static PyObject *speedups_crc32c_table(PyObject *self, PyObject *args)
 {
-    Py_buffer data;
-    unsigned long value = 0;
-    if (!PyArg_ParseTuple(args, "y*|k", &data, &value))
-        return NULL;
-    uint32_t c = crc_software((uint32_t)value, (const unsigned char *)data.buf, (size_t)data.len);
-    PyBuffer_Release(&data);
-    return PyLong_FromUnsignedLong(c);
+    return crc_of_args(args, crc_software);
 }
 
 PyDoc_STRVAR(hardware_doc, "crc_hardware() -> bool\n\nTrue when CRC32C runs on the CPU's crc32 instruction.");

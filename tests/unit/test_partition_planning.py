@@ -74,6 +74,12 @@ def test_full_slices_stay_alone_and_one_slice_is_not_wrapped() -> None:
     assert entries_read(parts) == entries_read(slices)
 
 
+def test_ledgers_of_40000_entries_go_two_to_a_partition() -> None:
+    """docs/connector.md's example: 2 x 41,000 of cost fits 101,000, 3 x 41,000 does not."""
+    parts = plan_partitions(ledgers(40_000, 40_000, 40_000), 100_000)
+    assert [len(partition_slices(p)) for p in parts] == [2, 1]
+
+
 def test_no_partition_holds_more_than_max_entries_without_max_partitions() -> None:
     rng = random.Random(7)
     lengths = [rng.choice([1, 3, 40, 900, 5_000, 12_000]) for _ in range(500)]
