@@ -28,6 +28,7 @@ setup: venv zookeeper jars
 venv: $(VENV)/.ok
 # setup.py and the C source: pip install -e builds bkspark/protocol/_speedups (the compiled fast path) in place.
 $(VENV)/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c
+	@command -v cc >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq gcc >/dev/null; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,dev]' --config-settings editable_mode=compat

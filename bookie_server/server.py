@@ -492,11 +492,12 @@ class _Connection(asyncio.Protocol):
             self._cold_reads -= 1
             if self._backlog and not self.closed:
                 self._loop.call_soon(self._drain)
-            error = BookieIOError("entry read cancelled") if fut.cancelled() else fut.exception()
+            # Bookie._on_read_thread settles it with the bytes or a BookieError, never by cancelling it
+            error = fut.exception()
             if error is None:
                 on_data(fut.result())
             else:
-                on_error(error if isinstance(error, BookieError) else BookieIOError("entry read failed"))
+                on_error(error)  # type: ignore[arg-type]
 
         found.add_done_callback(done)
 

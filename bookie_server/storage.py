@@ -412,7 +412,7 @@ class LedgerStorage:
         key, data = self.locate(scope_id, ledger_id, entry_id)
         if data is not None:
             return data
-        data = self._read_from_disk(*key)
+        data = self._read_from_disk(key)
         self._cache_read(key, data)
         return data
 
@@ -449,18 +449,7 @@ class LedgerStorage:
         """An entry from its ledger directory, for a read thread (docs/bookie.md, "Reads"): its own index read
         transaction, the entry log read under the directory's fd lock, no cache touched (the loop thread puts
         the result in the read cache: :meth:`remember`).  Raises as :meth:`get_entry`."""
-        directory = self._dir_for(key[0], key[1])
-        try:
-            with directory.env.begin(db=directory.index_db, buffers=False) as txn:
-                location = txn.get(_INDEX_KEY.pack(*key))
-        except lmdb.Error as exc:
-            raise BookieIOError("entry index read failed", error=str(exc)) from exc
-        if location is None:
-            raise NoSuchEntryError(ledger_id=key[1], entry_id=key[2])
-        try:
-            return self._read_record(directory, location, key, None)
-        except OSError as exc:
-            raise BookieIOError("entry log read failed", ledger_id=key[1], entry_id=key[2], error=str(exc)) from exc
+        return self._read_from_disk(key, own_transaction=True)
 
     def remember(self, keys_and_data: Iterable[tuple[EntryKey, bytes]]) -> None:
         """Loop thread: entries a read thread brought from disk go into the read cache, unless the ledger was
@@ -485,15 +474,25 @@ class LedgerStorage:
         except (NoSuchEntryError, NoSuchLedgerError):
             return False
 
-    def _read_from_disk(self, scope_id: int, ledger_id: int, entry_id: int) -> bytes:
-        directory = self._dir_for(scope_id, ledger_id)
+    def _read_from_disk(self, key: EntryKey, own_transaction: bool = False) -> bytes:
+        """Index lookup, then the entry-log record: through the loop thread's reused read transaction, or
+        (``own_transaction``, any thread) through a new one.  Raises ENOENTRY, or EIO for index or log errors."""
+        directory = self._dir_for(key[0], key[1])
+        packed = _INDEX_KEY.pack(*key)
         try:
-            location = directory.index_get(_INDEX_KEY.pack(scope_id, ledger_id, entry_id))
+            if own_transaction:
+                with directory.env.begin(db=directory.index_db, buffers=False) as txn:
+                    location = txn.get(packed)
+            else:
+                location = directory.index_get(packed)
         except lmdb.Error as exc:
             raise BookieIOError("entry index read failed", error=str(exc)) from exc
         if location is None:
-            raise NoSuchEntryError(ledger_id=ledger_id, entry_id=entry_id)
-        return self._read_record(directory, location, (scope_id, ledger_id, entry_id), None)
+            raise NoSuchEntryError(ledger_id=key[1], entry_id=key[2])
+        try:
+            return self._read_record(directory, location, key, None)
+        except OSError as exc:
+            raise BookieIOError("entry log read failed", ledger_id=key[1], entry_id=key[2], error=str(exc)) from exc
 
     @staticmethod
     def _read_record(

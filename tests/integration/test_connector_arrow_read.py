@@ -132,6 +132,31 @@ def test_small_ledgers_packed_into_one_partition_read_like_one_by_one(py_cluster
     assert_same_rows(got, want)
 
 
+def test_a_ledger_of_a_packed_partition_deleted_after_planning(py_cluster: PythonBookieCluster) -> None:
+    """Deleted between planning and reading: failOnDataLoss=true fails the task naming the ledger;
+    false skips it and reads the group's other ledgers."""
+    from bkspark.errors import NoSuchLedgerMetadataError
+
+    uri = py_cluster.metadata_service_uri
+    with BookKeeper(uri) as bk:
+        lids = [write_bkspark_ledger(bk, random_payloads(40 + i, 5), ensemble_size=2, write_quorum_size=2,
+                                     ack_quorum_size=2) for i in range(3)]
+        want = reference_tables(uri, [lids[0], lids[2]])
+        plans = {}
+        for lose in ("true", "false"):
+            reader = BookKeeperReader(parse_read_options(
+                {"metadataServiceUri": uri, "ledgers": ",".join(map(str, lids)), "failOnDataLoss": lose}))
+            plans[lose] = (reader, reader.partitions())
+            assert len(plans[lose][1]) == 1 and isinstance(plans[lose][1][0], SliceGroup)
+        bk.delete_ledger(lids[1])
+    reader, parts = plans["true"]
+    with pytest.raises(NoSuchLedgerMetadataError, match=f"BOOKKEEPER_DATA_LOSS.*ledger {lids[1]}"):
+        [b for b in reader.read(parts[0])]
+    reader, parts = plans["false"]
+    got = pa.Table.from_batches([b for b in reader.read(parts[0])], schema=schema_module.arrow_schema())
+    assert_same_rows(got, want)
+
+
 def test_batches_are_cut_by_rows_and_by_bytes(py_cluster: PythonBookieCluster, monkeypatch) -> None:
     uri = py_cluster.metadata_service_uri
     payloads = [bytes([i % 256]) * 1000 for i in range(1000)]
