@@ -4,10 +4,10 @@
 
 Needs py-spy (``pip install py-spy``; it samples every thread, which matters: the client's work runs on its
 event-loop thread, where ``python -m cProfile`` sees nothing).  Three profiles, each under the load of the
-benchmarks (1 KiB entries, ensemble 1/1/1):
+benchmarks (1 KiB entries; ensemble 1/1/1 unless ``--ensemble/--write/--ack`` say otherwise):
 
-* client, adds: ``py-spy record -- python -m bench.pyclient write`` against one Java bookie;
-* client, batched reads and single reads of that ledger, the same way;
+* client, adds: ``py-spy record -- python -m bench.pyclient write`` against the Java bookies;
+* client, Arrow ``read_batches``, batched reads and single reads of that ledger, the same way;
 * Python bookie: ``py-spy record --pid <bookie>`` while the Java BenchClient (no Python in the client)
   writes and then batch-reads against it.
 
@@ -192,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=("client", "bookie"), help="profile only the client or only the Python bookie")
     p.add_argument("--bulk", type=int, default=0, help="the client's adds with append_many of this many entries")
     p.add_argument("--tag", default="", help="suffix of the raw stack files' names (e.g. -before, -after)")
+    p.add_argument("--ensemble", type=int, default=1, help="the client profiles' Java bookies and ensemble size")
+    p.add_argument("--write", type=int, default=0, help="write quorum of the client profiles (default: ensemble)")
+    p.add_argument("--ack", type=int, default=0, help="ack quorum of the client profiles (default: write quorum)")
     add_common_args(p)
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -216,9 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     with Cluster(args.workdir, args.keep, make_jars=not args.no_make) as cluster:
         java_uri = py_uri = None
-        with timed("starting one Java bookie and one Python bookie"):
+        with timed(f"starting {args.ensemble} Java bookie(s) and one Python bookie"):
             java_uri = cluster.new_root("java")
-            cluster.java_bookies(java_uri, 1, args.bk_version, "java")
+            cluster.java_bookies(java_uri, args.ensemble, args.bk_version, "java")
             try:
                 py_uri = cluster.new_root("python")
                 py_cluster = cluster.python_bookies(py_uri, 1, "python")
@@ -226,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(f"Python bookie profile: {exc}")
                 py_uri = None
         common = ["--zk", java_uri, "--digest", "CRC32C"]
+        quorum = args.write or args.ensemble
         ledger = None
         with timed("client profiles"):
             try:
@@ -234,14 +238,15 @@ def main(argv: list[str] | None = None) -> int:
                 s, r, cmd = profile_client(
                     spy, out, f"client-write{args.tag}", java_uri,
                     ["write", *common, "--entries", str(args.entries), "--size", str(args.size), "--warmup", "2000",
-                     "--bulk", str(args.bulk)],
+                     "--bulk", str(args.bulk), "--ensemble", str(args.ensemble), "--write", str(quorum),
+                     "--ack", str(args.ack or quorum)],
                     args.rate,
                 )
                 ledger = r["ledger_id"]
                 t, m = render(f"bkspark client, adds ({r['entries_per_sec']:.0f} entries/s under the profiler)", cmd, s)
                 texts.append(t)
                 mds.append(m)
-                for mode in ("batch", "single"):
+                for mode in ("arrow", "batch", "single"):
                     s, r, cmd = profile_client(
                         spy, out, f"client-read-{mode}{args.tag}", java_uri,
                         ["read", *common, "--ledger", str(ledger), "--mode", mode, "--passes", "1", "--warmup-passes", "0"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from bkspark.errors import InvalidOptionError
+from bkspark.protocol.speedups import speedups as _speedups
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -44,11 +45,20 @@ def require_pyarrow() -> Any:
 
 
 def binary_array(payloads: Sequence[bytes]) -> "pa.BinaryArray":
-    """``payloads`` as one Arrow binary array: one joined data buffer and an int32 offsets buffer."""
+    """``payloads`` as one Arrow binary array: one joined data buffer and an int32 offsets buffer.
+
+    A list goes through the compiled gather when it was built (one pass for the offsets, one copy of the
+    bytes; docs/architecture.md, "Compiled fast path"); the numpy code below is the reference.
+    """
     pa = require_pyarrow()
     import numpy as np
 
     n = len(payloads)
+    if _speedups is not None and type(payloads) is list:
+        gathered = _speedups.gather_binary(payloads)
+        if gathered is not None:  # None: over 2 GiB, which the check below reports
+            data, offsets = gathered
+            return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, payloads), dtype=np.int64, count=n), out=offsets[1:])
     total = int(offsets[-1])

@@ -237,6 +237,28 @@ class BookieConnection(asyncio.Protocol):
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 
+    def send_v2_many(self, requests: "list[tuple[tuple[int, ...], bytes, Any]]", timeout: float, callback: Callback) -> None:
+        """:meth:`send_v2` of each ``(key, frame, arg)`` in order, with one deadline: a bulk append's frames
+        for this bookie."""
+        if self.closed:
+            error = self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id)
+            for _key, _frame, arg in requests:
+                callback(None, error, arg)
+            return
+        sent = _monotonic()
+        ops, out = self._ops, self._out
+        for key, frame, arg in requests:
+            op = _Op(key, sent, timeout, callback, arg)
+            if key in ops:
+                self._conflicts.setdefault(key, deque()).append(op)
+            else:
+                ops[key] = op
+            out.append(frame)
+        self._count += len(requests)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
     def next_txn_id(self) -> int:
         return next(self._txn)
 

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from bkspark.client.connection import V2, V3, BookieConnection, Callback
 from bkspark.client.pool import BookiePool
 from bkspark.errors import BadRequestError, BookieTimeoutError, BookieUnavailableError
 from bkspark.protocol import v2, v3
 from bkspark.protocol.correlation import add_key, batch_read_key, read_key
+from bkspark.protocol.digest import Digester, DigestType
 from bkspark.protocol.service_info import BATCH_READ_V3_EXTENSION
+from bkspark.protocol.speedups import speedups as _speedups
 from bkspark.protocol.v2 import FLAG_DO_FENCING, FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
 
 __all__ = ["BookieOps", "FLAG_DO_FENCING", "FLAG_RECOVERY_ADD", "FLAG_HIGH_PRIORITY"]
@@ -145,9 +147,8 @@ class BookieOps:
         timeout = self.add_timeout
 
         def send_all(conn: BookieConnection) -> None:
-            send = conn.send_v2
-            for entry_id, frame, arg in adds:
-                send(add_key(ledger_id, entry_id), frame, timeout, callback, arg)
+            conn.send_v2_many([(add_key(ledger_id, entry_id), frame, arg) for entry_id, frame, arg in adds], timeout,
+                              callback)
 
         conn = self.pool.ready(bookie_id, V2)
         if conn is not None:
@@ -163,6 +164,34 @@ class BookieOps:
     @staticmethod
     def encode_v2_add(master_key: bytes, entry: bytes, flags: int) -> bytes:
         return v2.encode_add_request(flags, master_key, entry)
+
+    @staticmethod
+    def encode_v2_adds(
+        digester: Digester,
+        master_key: bytes,
+        flags: int,
+        ledger_id: int,
+        first_entry_id: int,
+        lac: int,
+        length: int,
+        payloads: "Sequence[bytes]",
+    ) -> list[bytes]:
+        """The ADDENTRY frames of ``payloads`` as scope-0 entries ``first_entry_id, ...`` (``length``: the ledger's
+        length before them).  A CRC32C ledger's list of bytes is packaged by one compiled call when it was built
+        (docs/architecture.md, "Compiled fast path"); the loop below, one :meth:`Digester.package_entry` and
+        one :meth:`encode_v2_add` per entry, is the reference and reports every error."""
+        if _speedups is not None and digester.digest_type is DigestType.CRC32C and type(payloads) is list:
+            frames = _speedups.v2_add_frames(
+                v2.add_request_header(flags), master_key, ledger_id, first_entry_id, lac,
+                length, payloads,
+            )
+            if frames is not None:
+                return frames  # type: ignore[no-any-return]
+        out: list[bytes] = []
+        for entry_id, payload in enumerate(payloads, first_entry_id):
+            length += len(payload)
+            out.append(v2.encode_add_request(flags, master_key, digester.package_entry(ledger_id, entry_id, lac, length, payload)))
+        return out
 
     # -- read -------------------------------------------------------------------------
 

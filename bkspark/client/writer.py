@@ -90,7 +90,8 @@ class _PendingAdd:
         self.length = length
         self.entry = b""
         self.frame: bytes | None = None
-        self.acked: set[int] = set()
+        #: Ensemble indexes that acknowledged the entry, one bit each (an int: no set per entry).
+        self.acked = 0
         self.completed = False
         self.sent = False
         self.callback = callback
@@ -261,11 +262,15 @@ class LedgerWriter:
         ops: list[_PendingAdd] = []
         entry_id = self.last_add_pushed + 1
         length = self.length
-        for payload in payloads:
+        self._lac_piggybacked = self.lac
+        frames = self.ctx.ops.encode_v2_adds(
+            self.digester, self.master_key, self.flags, self.ref.ledger_id, entry_id, self.lac, length, payloads
+        )
+        for payload, frame in zip(payloads, frames):
             length += len(payload)
             op = _PendingAdd(entry_id, payload, length, batch)
             entry_id += 1
-            self._package(op)
+            op.frame = frame
             op.sent = True
             ops.append(op)
         self.last_add_pushed = entry_id - 1
@@ -322,8 +327,8 @@ class LedgerWriter:
         if error is None:
             if op.callback is None:
                 return  # already acknowledged and handed back
-            op.acked.add(idx)
-            if not op.completed and len(op.acked) >= self.A:
+            op.acked |= 1 << idx
+            if not op.completed and op.acked.bit_count() >= self.A:
                 op.completed = True
                 self._complete_in_order()
             return
@@ -408,8 +413,9 @@ class LedgerWriter:
                 continue
             redo = [i for i in write_set(op.entry_id, self.E, self.W) if i in replaced]
             if redo:
-                op.acked.difference_update(redo)
-                op.completed = len(op.acked) >= self.A
+                for i in redo:
+                    op.acked &= ~(1 << i)
+                op.completed = op.acked.bit_count() >= self.A
                 self._send(op, redo)
         self._complete_in_order()
 

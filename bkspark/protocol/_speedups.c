@@ -1,13 +1,15 @@
 /*
- * The compiled fast path of two protocol loops that the Spark scan's profile proved hot (BENCHMARKS.md,
- * "The compiled fast path"): splitting a BP-62 batch-read response into its items, and checking the CRC32C
- * digests of consecutive scope-0 (V1) entries.  Each function does only the common case and hands anything
+ * The compiled fast path of the loops that profiles proved hot (BENCHMARKS.md, "The compiled fast path"):
+ * splitting a BP-62 batch-read response into its items, checking the CRC32C digests of consecutive scope-0
+ * (V1) entries, gathering payloads into the buffers of an Arrow binary array, packaging payloads as the v2
+ * ADDENTRY frames of a bulk append, and cutting a received chunk into its length-prefixed frames.  Each function does only the common case and hands anything
  * else back to the pure-Python code in bkspark/protocol/v2.py and digest.py, which stays the tested reference
  * and raises the precise errors (docs/architecture.md, "Compiled fast path").  BKSPARK_NO_EXTENSIONS=1 turns
  * this module off (bkspark/protocol/speedups.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -193,6 +195,209 @@ malformed:
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(gather_doc,
+"gather_binary(items) -> (data, offsets) | None\n\n"
+"The buffers of an Arrow binary array holding items (a list of bytes-like objects): their bytes joined, and\n"
+"the n + 1 int32 offsets (native byte order) as bytes.  None when they hold more than 2 GiB - 1 bytes, which\n"
+"int32 offsets cannot address, or when an item is not a contiguous bytes-like object (the caller's code raises).");
+
+/* The length of item, or -1 for what is not a contiguous bytes-like object (the reference reports it). */
+static Py_ssize_t item_length(PyObject *item)
+{
+    if (PyBytes_CheckExact(item))
+        return PyBytes_GET_SIZE(item);
+    Py_buffer view;
+    if (PyObject_GetBuffer(item, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    Py_ssize_t len = view.len;
+    PyBuffer_Release(&view);
+    return len;
+}
+
+static PyObject *speedups_gather(PyObject *self, PyObject *args)
+{
+    PyObject *items;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * (Py_ssize_t)sizeof(int32_t));
+    if (offsets == NULL)
+        return NULL;
+    int32_t *off = (int32_t *)PyBytes_AS_STRING(offsets);
+    Py_ssize_t total = 0;
+    off[0] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len = item_length(PyList_GET_ITEM(items, i));
+        total += len;
+        if (len < 0 || total > INT32_MAX) {
+            Py_DECREF(offsets);
+            Py_RETURN_NONE;
+        }
+        off[i + 1] = (int32_t)total;
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, total);
+    if (data == NULL) {
+        Py_DECREF(offsets);
+        return NULL;
+    }
+    char *dst = PyBytes_AS_STRING(data);
+    for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        Py_ssize_t want = off[i + 1] - off[i];
+        if (PyBytes_CheckExact(item) && PyBytes_GET_SIZE(item) == want) {
+            memcpy(dst + off[i], PyBytes_AS_STRING(item), (size_t)want);
+            continue;
+        }
+        Py_buffer view;
+        if (PyObject_GetBuffer(item, &view, PyBUF_SIMPLE) < 0)
+            goto failed;
+        if (view.len != want) { /* changed between the two passes */
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_RuntimeError, "an item changed size while it was gathered");
+            goto failed;
+        }
+        memcpy(dst + off[i], view.buf, (size_t)want);
+        PyBuffer_Release(&view);
+    }
+    if (PyList_GET_SIZE(items) != n) {
+        PyErr_SetString(PyExc_RuntimeError, "the list changed size while it was gathered");
+        goto failed;
+    }
+    return Py_BuildValue("(NN)", data, offsets);
+failed:
+    Py_DECREF(data);
+    Py_DECREF(offsets);
+    return NULL;
+}
+
+PyDoc_STRVAR(add_frames_doc,
+"v2_add_frames(header, master_key, ledger_id, first_entry_id, lac, length, payloads) -> list | None\n\n"
+"The v2 ADDENTRY frames of payloads (a list of bytes) as consecutive scope-0 entries\n"
+"first_entry_id, first_entry_id + 1, ... with a CRC32C digest: length prefix, header word, the 20-byte\n"
+"master key, then the V1 entry (ledger id, entry id, lac, cumulative length, CRC32C, payload), where the\n"
+"cumulative length of entry i is length plus the sizes of payloads 0..i.  None for what the Python encoder\n"
+"must check itself (a payload that is not bytes, a negative ledger id, a key that is not 20 bytes, ids or\n"
+"lengths out of int64 range).");
+
+static void put_be64(unsigned char *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (unsigned char)(v & 0xff);
+        v >>= 8;
+    }
+}
+
+static void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+#define MASTER_KEY_LENGTH 20
+#define ADD_PREFIX (4 + 4 + MASTER_KEY_LENGTH)
+
+static PyObject *speedups_add_frames(PyObject *self, PyObject *args)
+{
+    unsigned long header;
+    Py_buffer key;
+    long long ledger_id, first_entry_id, lac, length;
+    PyObject *payloads;
+    if (!PyArg_ParseTuple(args, "ky*LLLLO!", &header, &key, &ledger_id, &first_entry_id, &lac, &length,
+                          &PyList_Type, &payloads))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(payloads);
+    if (key.len != MASTER_KEY_LENGTH || ledger_id < 0 || first_entry_id < 0 || first_entry_id > LLONG_MAX - n ||
+        length < 0 || header > 0xFFFFFFFFul) {
+        PyBuffer_Release(&key);
+        Py_RETURN_NONE;
+    }
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        PyBuffer_Release(&key);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(payloads, i);
+        Py_ssize_t payload_len = PyBytes_CheckExact(item) ? PyBytes_GET_SIZE(item) : -1;
+        if (payload_len < 0 || payload_len > LLONG_MAX - length ||
+            payload_len > INT32_MAX - (ADD_PREFIX - 4 + V1_PAYLOAD_START)) {
+            Py_DECREF(out); /* not bytes, or too long for a frame: the Python encoder's case */
+            PyBuffer_Release(&key);
+            Py_RETURN_NONE;
+        }
+        length += payload_len;
+        Py_ssize_t size = ADD_PREFIX + V1_PAYLOAD_START + payload_len;
+        PyObject *frame = PyBytes_FromStringAndSize(NULL, size);
+        if (frame == NULL)
+            goto failed;
+        unsigned char *p = (unsigned char *)PyBytes_AS_STRING(frame);
+        put_be32(p, (uint32_t)(size - 4));
+        put_be32(p + 4, (uint32_t)header);
+        memcpy(p + 8, key.buf, MASTER_KEY_LENGTH);
+        unsigned char *entry = p + ADD_PREFIX;
+        put_be64(entry, (uint64_t)ledger_id);
+        put_be64(entry + 8, (uint64_t)(first_entry_id + i));
+        put_be64(entry + 16, (uint64_t)lac);
+        put_be64(entry + 24, (uint64_t)length);
+        memcpy(entry + V1_PAYLOAD_START, PyBytes_AS_STRING(item), (size_t)payload_len);
+        uint32_t c = crc_update(0, entry, V1_HEADER);
+        c = crc_update(c, entry + V1_PAYLOAD_START, (size_t)payload_len);
+        put_be32(entry + V1_HEADER, c);
+        PyList_SET_ITEM(out, i, frame);
+    }
+    PyBuffer_Release(&key);
+    return out;
+failed:
+    Py_DECREF(out);
+    PyBuffer_Release(&key);
+    return NULL;
+}
+
+PyDoc_STRVAR(split_frames_doc,
+"split_frames(view, offset, max_frame_size) -> (bodies, offset)\n\n"
+"The bodies of the whole length-prefixed frames in view (a memoryview) from offset on, as slices of view, and\n"
+"the offset after the last of them.  Stops at a frame that is not whole or whose length plus 4 is over\n"
+"max_frame_size: the caller's loop goes on from there (keeps the rest, or raises).");
+
+static PyObject *speedups_split_frames(PyObject *self, PyObject *args)
+{
+    PyObject *body;
+    Py_ssize_t offset;
+    long long max_frame_size;
+    if (!PyArg_ParseTuple(args, "O!nL", &PyMemoryView_Type, &body, &offset, &max_frame_size))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    while (offset >= 0 && end - offset >= 4) {
+        long long total = (long long)be32(p + offset) + 4;
+        if (total > max_frame_size || total > end - offset)
+            break;
+        PyObject *item = PySequence_GetSlice(body, offset + 4, offset + (Py_ssize_t)total);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            Py_DECREF(out);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        Py_DECREF(item);
+        offset += (Py_ssize_t)total;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Nn)", out, offset);
+}
+
 PyDoc_STRVAR(crc32c_table_doc,
 "crc32c_table(data, value=0) -> int\n\n"
 "The same CRC32C computed with the lookup table, the path of CPUs without the crc32 instruction; for tests.");
@@ -214,13 +419,16 @@ static PyMethodDef speedups_methods[] = {
     {"crc32c_table", speedups_crc32c_table, METH_VARARGS, crc32c_table_doc},
     {"verify_crc32c_payloads", speedups_verify, METH_VARARGS, verify_doc},
     {"split_batch_items", speedups_split, METH_VARARGS, split_doc},
+    {"gather_binary", speedups_gather, METH_VARARGS, gather_doc},
+    {"v2_add_frames", speedups_add_frames, METH_VARARGS, add_frames_doc},
+    {"split_frames", speedups_split_frames, METH_VARARGS, split_frames_doc},
     {"crc_hardware", speedups_hardware, METH_NOARGS, hardware_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT, "bkspark.protocol._speedups",
-    "Compiled fast path of the batch-read split and the CRC32C entry check (see bkspark/protocol/speedups.py).",
+    "Compiled fast path of the batch-read split, the CRC32C entry check, the Arrow payload gather and the bulk append's frames (see bkspark/protocol/speedups.py).",
     -1, speedups_methods,
 };
 

@@ -178,7 +178,8 @@ def _v2_response(kind: str, f: dict[str, Any]) -> v2.Response:
 def _plain(msg: object) -> dict[str, Any]:
     """A message's fields with buffers as bytes, for comparison."""
     out: dict[str, Any] = {}
-    for name in msg.__dataclass_fields__:  # type: ignore[attr-defined]
+    names = getattr(msg, "_fields", None) or msg.__dataclass_fields__  # type: ignore[attr-defined]
+    for name in names:
         value = getattr(msg, name)
         if isinstance(value, memoryview | bytearray):
             value = bytes(value)

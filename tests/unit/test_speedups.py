@@ -15,24 +15,33 @@ import sys
 import crc32c
 import pytest
 
-from bkspark.errors import DigestMismatchError, MalformedFrameError
+from bkspark.client import arrow as arrow_module
+from bkspark.client import ops as ops_module
+from bkspark.client.ops import BookieOps
+from bkspark.errors import DigestMismatchError, FrameTooLargeError, InvalidOptionError, MalformedFrameError
 from bkspark.protocol import digest as digest_module
+from bkspark.protocol import framing as framing_module
 from bkspark.protocol import v2
-from bkspark.protocol.digest import Digester, DigestType
+from bkspark.protocol.digest import Digester, DigestType, master_key
+from bkspark.protocol.framing import FrameSplitter
 from bkspark.protocol.speedups import DISABLE_ENV, speedups
 
 LEDGER = 42
+
+#: Every module that takes the compiled path when it is on (each reads ``_speedups`` at call time).
+USERS = (digest_module, v2, framing_module, ops_module, arrow_module)
 
 
 def test_the_compiled_path_is_built_and_on() -> None:
     """make builds it (pip install runs the C compiler); CI must run the compiled path, not only the reference."""
     assert speedups is not None, "bkspark.protocol._speedups was not built: run `make venv` (needs a C compiler)"
-    assert digest_module._speedups is speedups and v2._speedups is speedups
+    assert all(module._speedups is speedups for module in USERS)
 
 
 def test_the_switch_turns_it_off_in_a_new_process() -> None:
-    code = "from bkspark.protocol import digest, v2, speedups; print(speedups.speedups, digest._speedups, v2._speedups)"
-    for value, want in (("1", "None None None"), ("0", None)):
+    code = ("from bkspark.protocol import digest, v2, framing, speedups; from bkspark.client import ops, arrow; "
+            "print(speedups.speedups, *{m._speedups for m in (digest, v2, framing, ops, arrow)})")
+    for value, want in (("1", "None None"), ("0", None)):
         out = subprocess.run([sys.executable, "-c", code], env={**os.environ, DISABLE_ENV: value},
                              capture_output=True, text=True, check=True).stdout.strip()
         if want is None:
@@ -65,8 +74,8 @@ def both_ways(monkeypatch: pytest.MonkeyPatch, call):  # type: ignore[no-untyped
     """call() with the compiled path, then with the reference; each result, or the error's (type, text)."""
     results = []
     for module in (speedups, None):
-        monkeypatch.setattr(digest_module, "_speedups", module)
-        monkeypatch.setattr(v2, "_speedups", module)
+        for user in USERS:
+            monkeypatch.setattr(user, "_speedups", module)
         try:
             got = call()
         except Exception as exc:  # noqa: BLE001 - compared below
@@ -165,3 +174,126 @@ def test_a_mismatch_is_reported_with_the_verified_prefix(monkeypatch: pytest.Mon
     monkeypatch.setattr(digest_module, "_speedups", speedups)
     payloads, error = d.verify_payloads(items, LEDGER, 100, 0, True)
     assert len(payloads) == 6 and isinstance(error, DigestMismatchError)
+
+
+# -- the Arrow gather ------------------------------------------------------------------------------------------
+
+
+def test_binary_arrays_are_equal_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    pa = pytest.importorskip("pyarrow")
+    rng = random.Random(11)
+    for _ in range(40):
+        payloads = [rng.randbytes(rng.choice([0, 1, 7, 100, 1024, 5000])) for _ in range(rng.randint(0, 60))]
+        kinds = (bytes, memoryview, bytearray, lambda b: memoryview(b"--" + b + b"--")[2 : 2 + len(b)])
+        given = [rng.choice(kinds)(p) for p in payloads]
+        fast, reference = both_ways(monkeypatch, lambda: arrow_module.binary_array(list(given)))
+        assert fast.equals(reference) and fast.to_pylist() == payloads
+        assert fast.type == pa.binary() and fast.offset == 0 and fast.null_count == 0
+
+
+def test_a_non_contiguous_view_fails_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("pyarrow")
+    fast, reference = both_ways(monkeypatch, lambda: arrow_module.binary_array([b"ab", memoryview(b"abcdef")[::2]]))
+    assert fast == reference and fast[0] in (TypeError, BufferError)
+
+
+def test_over_2_gib_of_payloads_is_refused_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """int32 offsets address 2 GiB - 1 bytes: the compiled pass stops before allocating, the reference raises."""
+    pytest.importorskip("pyarrow")
+    half = memoryview(bytes(1 << 30))  # zero pages from calloc: nothing is touched
+    assert speedups.gather_binary([half, half]) is None
+    fast, reference = both_ways(monkeypatch, lambda: arrow_module.binary_array([half, half]))
+    assert fast == reference and fast[0] is InvalidOptionError
+
+
+# -- the bulk append's frames -----------------------------------------------------------------------------------
+
+
+def add_frames(**overrides):  # type: ignore[no-untyped-def]
+    args = dict(digester=Digester(DigestType.CRC32C, b"pw"), master_key=master_key(b"pw"), flags=0, ledger_id=LEDGER,
+                first_entry_id=0, lac=-1, length=0, payloads=[b"x"])
+    args.update(overrides)
+    return [bytes(f) for f in BookieOps.encode_v2_adds(**args)]
+
+
+def test_bulk_append_frames_are_equal_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(13)
+    for _ in range(40):
+        payloads = [rng.randbytes(rng.choice([0, 1, 7, 100, 1024, 5000])) for _ in range(rng.randint(0, 40))]
+        case = dict(
+            ledger_id=rng.choice([0, 1, LEDGER, (1 << 63) - 1]), first_entry_id=rng.choice([0, 5, 1 << 40]),
+            lac=rng.choice([-1, 0, 4, 1 << 39]), length=rng.choice([0, 100, 1 << 45]),
+            flags=rng.choice([0, v2.FLAG_RECOVERY_ADD, v2.FLAG_HIGH_PRIORITY]), payloads=payloads,
+        )
+        fast, reference = both_ways(monkeypatch, lambda: add_frames(**case))
+        assert fast == reference and len(fast) == len(payloads)
+        for frame in fast:  # each decodes as the ADDENTRY a Java bookie would read
+            request = v2.decode_request(frame[4:])
+            assert isinstance(request, v2.AddRequest) and request.flags == case["flags"]
+
+
+@pytest.mark.parametrize(
+    "what, case",
+    [
+        ("negative ledger id", dict(ledger_id=-1)),
+        ("master key of 19 bytes", dict(master_key=b"k" * 19)),
+        ("entry id past int64", dict(first_entry_id=(1 << 63) - 1, payloads=[b"a", b"b"])),
+        ("length past int64", dict(length=(1 << 63) - 2, payloads=[b"abc"])),
+        ("a payload that is not bytes", dict(payloads=[b"a", bytearray(b"b")])),
+        ("flags over 16 bits", dict(flags=1 << 16)),
+    ],
+)
+def test_bulk_append_frames_hand_back_what_the_reference_checks(
+    monkeypatch: pytest.MonkeyPatch, what: str, case: dict
+) -> None:
+    fast, reference = both_ways(monkeypatch, lambda: add_frames(**case))
+    assert fast == reference, what
+
+
+def test_other_digests_package_through_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    for dtype in (DigestType.CRC32, DigestType.HMAC, DigestType.DUMMY):
+        d = Digester(dtype, b"pw")
+        fast, reference = both_ways(monkeypatch, lambda: add_frames(digester=d, payloads=[b"a", b"bc"]))
+        assert fast == reference
+        entry = fast[1][4 + v2.ADD_REQUEST_OVERHEAD - 4 :]
+        assert d.verify_entry(entry, LEDGER, 1).payload == b"bc"
+
+
+# -- the frame splitter -----------------------------------------------------------------------------------------
+
+
+def split_stream(stream: bytes, cuts: list[int], limit: int) -> list:
+    """Feed ``stream`` in pieces ending at ``cuts``; every body, then the error that stopped it (if any)."""
+    splitter = FrameSplitter(limit)
+    out: list = []
+    start = 0
+    for end in [*cuts, len(stream)]:
+        try:
+            out.extend(bytes(b) for b in splitter.feed(stream[start:end]))
+        except FrameTooLargeError as exc:
+            out.append((type(exc), str(exc)))
+            break
+        start = end
+    out.append(splitter.buffered)
+    return out
+
+
+def test_frame_splitting_is_equal_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(17)
+    for _ in range(60):
+        bodies = [rng.randbytes(rng.choice([0, 1, 3, 24, 100, 3000])) for _ in range(rng.randint(0, 30))]
+        limit = rng.choice([4, 30, 200, 5 << 20])
+        stream = b"".join(len(b).to_bytes(4, "big") + b for b in bodies) + rng.randbytes(rng.randint(0, 6))
+        cuts = sorted(rng.sample(range(len(stream) + 1), rng.randint(0, min(8, len(stream)))))
+        fast, reference = both_ways(monkeypatch, lambda: split_stream(stream, cuts, limit))
+        assert fast == reference
+        if limit == 5 << 20 and not any(isinstance(x, tuple) for x in fast):
+            assert fast[: len(bodies)] == bodies
+
+
+def test_a_length_over_the_limit_raises_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Including an unsigned length past 2**31 (Netty reads the prefix unsigned)."""
+    for prefix in ((100).to_bytes(4, "big"), b"\xff\xff\xff\xf0"):
+        stream = (3).to_bytes(4, "big") + b"abc" + prefix + b"z" * 100
+        fast, reference = both_ways(monkeypatch, lambda: split_stream(stream, [], 64))
+        assert fast == reference and fast[-2][0] is FrameTooLargeError
