@@ -285,7 +285,8 @@ class _Connection(asyncio.Protocol):
                 return  # the TLS upgrade resumes dispatching when it is done
             request = backlog[0]
             try:
-                if type(request) is memoryview:
+                if type(request) is memoryview or type(request) is bytes:
+                    # A frame body as the splitter gave it (bytes when small: framing.SMALL_BODY).
                     # Parsed in arrival order, so v2/v3 detection sees frames as Java's does.
                     # MalformedFrameError / UnknownOpcodeError close the connection, as in Java.
                     v3_request = self.detector.parse(request)

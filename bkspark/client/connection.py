@@ -27,7 +27,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Hashable, Sequence
 
 from bkspark.errors import (
     BKError,
@@ -237,24 +237,27 @@ class BookieConnection(asyncio.Protocol):
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 
-    def send_v2_many(self, requests: "list[tuple[tuple[int, ...], bytes, Any]]", timeout: float, callback: Callback) -> None:
-        """:meth:`send_v2` of each ``(key, frame, arg)`` in order, with one deadline: a bulk append's frames
-        for this bookie."""
+    def send_v2_many(
+        self, keys: "Sequence[Hashable]", frames: "Sequence[bytes]", args: "Sequence[Any]", timeout: float,
+        callback: Callback,
+    ) -> None:
+        """:meth:`send_v2` of each (key, frame, arg) of the three lists in order, with one deadline and one
+        callback: a bulk append's frames for this bookie."""
         if self.closed:
             error = self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id)
-            for _key, _frame, arg in requests:
+            for arg in args:
                 callback(None, error, arg)
             return
         sent = _monotonic()
-        ops, out = self._ops, self._out
-        for key, frame, arg in requests:
+        ops = self._ops
+        for key, arg in zip(keys, args):
             op = _Op(key, sent, timeout, callback, arg)
             if key in ops:
                 self._conflicts.setdefault(key, deque()).append(op)
             else:
                 ops[key] = op
-            out.append(frame)
-        self._count += len(requests)
+        self._out.extend(frames)
+        self._count += len(keys)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)

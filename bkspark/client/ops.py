@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from bkspark.client.connection import V2, V3, BookieConnection, Callback
 from bkspark.client.pool import BookiePool
@@ -137,18 +137,22 @@ class BookieOps:
 
         self._with_conn(bookie_id, V3, send, callback, arg)
 
-    def add_v2_many(
-        self, bookie_id: str, ledger_id: int, adds: list[tuple[int, bytes, Any]], callback: Callback
-    ) -> None:
-        """Several v2 adds, ``(entry_id, frame, arg)`` in entry order, to one bookie: one connection lookup.
+    @staticmethod
+    def add_keys(ledger_id: int, entry_ids: "Iterable[int]") -> list[tuple[int, int, int]]:
+        """The table keys of v2 adds of ``entry_ids`` (one list a bulk append shares among its bookies)."""
+        return [add_key(ledger_id, entry_id) for entry_id in entry_ids]
 
-        Each answers through ``callback(response, error, arg)`` exactly as :meth:`add` would.
-        """
+    def add_v2_many(
+        self, bookie_id: str, keys: list[tuple[int, int, int]], frames: list[bytes], args: "Sequence[Any]",
+        callback: Callback,
+    ) -> None:
+        """Several v2 adds to one bookie, in entry order: ``keys`` from :meth:`add_keys`, ``frames`` from
+        :meth:`encode_v2_adds`; one connection lookup.  Each answers through ``callback(response, error, arg)``
+        with its own arg, exactly as :meth:`add` would."""
         timeout = self.add_timeout
 
         def send_all(conn: BookieConnection) -> None:
-            conn.send_v2_many([(add_key(ledger_id, entry_id), frame, arg) for entry_id, frame, arg in adds], timeout,
-                              callback)
+            conn.send_v2_many(keys, frames, args, timeout, callback)
 
         conn = self.pool.ready(bookie_id, V2)
         if conn is not None:
@@ -156,7 +160,7 @@ class BookieOps:
             return
 
         def fail_all(_response: Any, error: BaseException | None, _arg: Any) -> None:
-            for _entry_id, _frame, arg in adds:
+            for arg in args:
                 callback(None, error, arg)
 
         self._with_conn(bookie_id, V2, send_all, fail_all)

@@ -358,9 +358,9 @@ failed:
 }
 
 PyDoc_STRVAR(split_frames_doc,
-"split_frames(view, offset, max_frame_size) -> (bodies, offset)\n\n"
-"The bodies of the whole length-prefixed frames in view (a memoryview) from offset on, as slices of view, and\n"
-"the offset after the last of them.  Stops at a frame that is not whole or whose length plus 4 is over\n"
+"split_frames(view, offset, max_frame_size, small_body) -> (bodies, offset)\n\n"
+"The bodies of the whole length-prefixed frames in view (a memoryview) from offset on, as slices of view (bytes\n"
+"copies for bodies of at most small_body bytes), and the offset after the last of them.  Stops at a frame that is not whole or whose length plus 4 is over\n"
 "max_frame_size: the caller's loop goes on from there (keeps the rest, or raises).");
 
 static PyObject *speedups_split_frames(PyObject *self, PyObject *args)
@@ -368,7 +368,8 @@ static PyObject *speedups_split_frames(PyObject *self, PyObject *args)
     PyObject *body;
     Py_ssize_t offset;
     long long max_frame_size;
-    if (!PyArg_ParseTuple(args, "O!nL", &PyMemoryView_Type, &body, &offset, &max_frame_size))
+    Py_ssize_t small_body;
+    if (!PyArg_ParseTuple(args, "O!nLn", &PyMemoryView_Type, &body, &offset, &max_frame_size, &small_body))
         return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0)
@@ -384,7 +385,9 @@ static PyObject *speedups_split_frames(PyObject *self, PyObject *args)
         long long total = (long long)be32(p + offset) + 4;
         if (total > max_frame_size || total > end - offset)
             break;
-        PyObject *item = PySequence_GetSlice(body, offset + 4, offset + (Py_ssize_t)total);
+        Py_ssize_t size = (Py_ssize_t)total - 4;
+        PyObject *item = size <= small_body ? PyBytes_FromStringAndSize((const char *)p + offset + 4, size)
+                                            : PySequence_GetSlice(body, offset + 4, offset + (Py_ssize_t)total);
         if (item == NULL || PyList_Append(out, item) < 0) {
             Py_XDECREF(item);
             Py_DECREF(out);

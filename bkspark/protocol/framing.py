@@ -36,6 +36,12 @@ LENGTH_FIELD_SIZE = 4
 #: Largest body a Java peer can send: it writes the length with ``ByteBuf.writeInt``.
 MAX_BODY_SIZE = 0x7FFFFFFF
 
+#: Bodies of at most this many bytes come out of :meth:`FrameSplitter.feed` as ``bytes`` copies rather than
+#: views: an ADDENTRY response is 24 bytes, and a small ``bytes`` costs less to make than a view and is not
+#: tracked by the garbage collector (a client gets one per bookie per add; BENCHMARKS.md, "The add path's
+#: allocations").
+SMALL_BODY = 64
+
 _LENGTH = struct.Struct(">I")
 _unpack_length = _LENGTH.unpack_from
 
@@ -55,8 +61,8 @@ def encode_frame(body: bytes | bytearray | memoryview) -> bytes:
 class FrameSplitter:
     """Incremental frame splitter: feed it stream bytes, get whole frame bodies.
 
-    ``feed()`` returns the bodies (length prefix stripped) as memoryviews.
-    They are safe to keep: a body that arrived inside one ``feed()`` call is a
+    ``feed()`` returns the bodies (length prefix stripped) as memoryviews, or as
+    ``bytes`` for bodies of at most :data:`SMALL_BODY` bytes.  They are safe to keep: a body that arrived inside one ``feed()`` call is a
     view over an immutable ``bytes`` copy of that chunk (no copy at all when the
     caller passes ``bytes``), and a body assembled from several chunks lives in
     a ``bytearray`` the splitter hands over and never touches again.  So many
@@ -103,7 +109,7 @@ class FrameSplitter:
             raise self._failure
         return total
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview | bytes]:
         """Add stream bytes; return every frame body completed by them, in order.
 
         Raises :class:`FrameTooLargeError` as soon as a length prefix is over the
@@ -119,7 +125,7 @@ class FrameSplitter:
         view = memoryview(data)
         data_size = len(view)
         offset = 0
-        bodies: list[memoryview] = []
+        bodies: list[memoryview | bytes] = []
 
         pending = self._pending
         if pending:
@@ -143,7 +149,7 @@ class FrameSplitter:
         if _speedups is not None:
             # The compiled loop cuts the whole frames under the limit (bkspark/protocol/speedups.py); the loop
             # below takes the rest: a frame over the limit, or the start of the next one.
-            whole, offset = _speedups.split_frames(view, offset, self.max_frame_size)
+            whole, offset = _speedups.split_frames(view, offset, self.max_frame_size, SMALL_BODY)
             if bodies:
                 bodies.extend(whole)
             else:
@@ -154,7 +160,8 @@ class FrameSplitter:
             end = offset + total
             if end > data_size:
                 break
-            bodies.append(view[offset + LENGTH_FIELD_SIZE : end])
+            bodies.append(view[offset + LENGTH_FIELD_SIZE : end] if total > SMALL_BODY + LENGTH_FIELD_SIZE
+                          else data[offset + LENGTH_FIELD_SIZE : end])
             offset = end
 
         if offset < data_size:

@@ -702,6 +702,11 @@ _READ_RESPONSE_HEADER_V2 = (PROTOCOL_VERSION << 24) | (READ_ENTRY << 16)
 
 def decode_response(body: bytes | bytearray | memoryview) -> Response:
     """Decode a response frame body as the Java client does (entries stay zero-copy views)."""
+    if type(body) is bytes and len(body) >= RESPONSE_HEADER_SIZE:
+        # Fastest path: an ADDENTRY response as the frame splitter hands it over (a small ``bytes``).
+        header, rc, ledger_id, entry_id = _BODY_RESPONSE_PREFIX.unpack_from(body, 0)
+        if header == _ADD_RESPONSE_HEADER_V2:
+            return AddResponse(rc, ledger_id, entry_id, PROTOCOL_VERSION)
     view = _body_view(body)
     size = len(view)
     if size < 4:

@@ -7,7 +7,7 @@ import struct
 import pytest
 
 from bkspark.errors import FrameTooLargeError, LocalProtocolError
-from bkspark.protocol.framing import DEFAULT_MAX_FRAME_SIZE, FrameSplitter, encode_frame
+from bkspark.protocol.framing import DEFAULT_MAX_FRAME_SIZE, SMALL_BODY, FrameSplitter, encode_frame
 
 
 def test_default_limit_is_netty_max_frame_size() -> None:
@@ -124,10 +124,14 @@ def test_invalid_max_frame_size() -> None:
 
 
 def test_many_small_frames_are_linear() -> None:
-    """100k tiny frames in one chunk: each body is a slice, no re-copying of the tail."""
+    """100k tiny frames in one chunk: each body is a small bytes copy (framing.SMALL_BODY), no re-copying
+    of the tail; larger bodies are views over the one immutable chunk."""
     stream = encode_frame(b"abcd") * 100_000
     splitter = FrameSplitter()
     bodies = splitter.feed(stream)
     assert len(bodies) == 100_000
-    assert bytes(bodies[-1]) == b"abcd"
+    assert all(type(b) is bytes for b in bodies) and bodies[-1] == b"abcd"
+    body = bytes(range(SMALL_BODY + 1))
+    bodies = splitter.feed(encode_frame(body) * 10_000)
+    assert len(bodies) == 10_000 and bytes(bodies[-1]) == body
     assert bodies[0].obj is bodies[-1].obj  # all views over one immutable chunk
