@@ -688,8 +688,7 @@ class AsyncReadHandle(HandleIdentity):
         rows_per_group: int = DEFAULT_ROWS_PER_BATCH,
         bytes_per_group: int = DEFAULT_BYTES_PER_BATCH,
     ) -> AsyncIterator[tuple[int, list[bytes]]]:
-        """Every entry ``first..min(last, LAC)`` as ``(first entry id, payloads)`` groups (bytes-like payloads:
-        views of the responses, ``bytes(p)`` detaches one) of up to
+        """Every entry ``first..min(last, LAC)`` as ``(first entry id, payloads)`` groups (``bytes`` payloads) of up to
         ``rows_per_group`` entries / about ``bytes_per_group`` bytes, read pipelined (see
         :meth:`LedgerReader.stream_payloads`); the rows of :meth:`read_batches`."""
         first, last = _check_entry_range(first, last)

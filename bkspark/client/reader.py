@@ -304,9 +304,8 @@ class LedgerReader:
         max_size: int,
         last_readable: int,
         prefer: int | None = None,
-        detach: bool = True,
     ) -> list[bytes]:
-        """The verified payloads of a BP-62 batch read of at most ``max_count`` entries / ``max_size`` bytes
+        """The verified payloads (``bytes``) of a BP-62 batch read of at most ``max_count`` entries / ``max_size`` bytes
         from ``start`` (entry ids ``start, start + 1, ...``).
 
         ``last_readable`` is the LAC (or the last entry id the caller may read).
@@ -359,7 +358,7 @@ class LedgerReader:
             clean = True
             items = raw[: want - len(verified)]
             ledger_id, scope_id = self.ref.ledger_id, self.ref.scope_id
-            payloads, bad = self.digester.verify_payloads(items, ledger_id, cur, scope_id, detach)
+            payloads, bad = self.digester.verify_payloads(items, ledger_id, cur, scope_id)
             verified.extend(payloads)
             used += 4 * len(payloads) + sum(map(len, items[: len(payloads)]))
             if bad is not None:
@@ -426,8 +425,9 @@ class LedgerReader:
     ) -> AsyncIterator[tuple[int, list[bytes]]]:
         """Verified payloads of ``first..min(last, last_readable)``, in order, as ``(first entry id, payloads)``.
 
-        The payloads are bytes-like: zero-copy views of the batch responses (or ``bytes`` from single reads),
-        so that gathering them into one Arrow buffer is their only copy.
+        The payloads are ``bytes`` copies, not views of the responses: a view is tracked by the garbage
+        collector, and with many batches in flight the collector's walks over them cost more than the copy
+        (BENCHMARKS.md, "The read path's allocations").
 
         The range is cut into chunks of ``batch_size`` entries; chunks are read concurrently, as many as fit in
         ``bytes_in_flight`` (estimated from the entry sizes seen so far; at least one), and each chunk starts
@@ -454,7 +454,7 @@ class LedgerReader:
             cur = start
             while cur <= end:
                 if batch:
-                    got = await self.batch_read_payloads(cur, end - cur + 1, request_size, end, prefer, detach=False)
+                    got = await self.batch_read_payloads(cur, end - cur + 1, request_size, end, prefer)
                 else:
                     got = [entry.payload for entry in await self.read_range(cur, end)]
                 out.extend(got)
