@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from bench.common import (
@@ -63,6 +64,18 @@ def _clients(args: argparse.Namespace) -> list[str]:
     return clients
 
 
+def _tree_has(tree: str | None, *markers: str) -> bool:
+    """Whether the other tree's ``bench/pyclient.py`` knows every marker (an option or mode it has): older trees
+    have no bulk append or Arrow read, and their runs are left out rather than failed."""
+    if not tree:
+        return False
+    try:
+        text = (Path(tree) / "bench" / "pyclient.py").read_text()
+    except OSError:
+        return False
+    return all(marker in text for marker in markers)
+
+
 def _median_cpu(runs: list[dict[str, Any]]) -> float | None:
     """The median client process CPU time (``py_bench``'s ``process_cpu_s``) of some runs; None without any."""
     m = median_run([r for r in runs if "process_cpu_s" in r], key="process_cpu_s")
@@ -92,6 +105,8 @@ def run(args: argparse.Namespace) -> Report:
     report.machine_before = machine_facts()
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     broken: set[str] = set()
+    old_has_bulk = _tree_has(args.against_tree, '"--bulk"')
+    old_has_arrow = _tree_has(args.against_tree, '"arrow"')
 
     def attempt(client: str, what: str, fn: Any) -> dict[str, Any] | None:
         if client in broken:
@@ -134,8 +149,8 @@ def run(args: argparse.Namespace) -> Report:
             with timed(f"round {rnd + 1}/{args.repeat}: writes"):
                 for client in order:
                     w = attempt(client, "write", lambda c=client: bench(c, "write", wopts))
-                    if client == "bkspark" and args.bulk > 0:
-                        attempt("bkspark", "bulk write", lambda: py_bench(uri, "write", bulk=args.bulk, **wopts))
+                    if args.bulk > 0 and (client == "bkspark" or (client == OLD and old_has_bulk)):
+                        attempt(client, "bulk write", lambda c=client: bench(c, "write", dict(wopts, bulk=args.bulk)))
                     if w is not None and (ledger is None or client == "java"):
                         ledger = int(w["ledger_id"])  # both clients read the Java-written ledger when there is one
             if ledger is None:
@@ -148,7 +163,7 @@ def run(args: argparse.Namespace) -> Report:
                         ("single read", "single", args.single_passes, args.batch_size),
                         ("entry read", "single", args.single_passes, 1),  # one entry per call: BP-62's method
                     )
-                    if client == "bkspark":  # the Arrow read path (issue 14): only this tree's client has it
+                    if client == "bkspark" or (client == OLD and old_has_arrow):  # the Arrow read path (issue 14)
                         reads += (("arrow read", "arrow", args.passes, args.batch_size),)
                     reads = tuple(r for r in reads if r[0].split()[0] in args.reads.split(","))
                     for what, mode, passes, per_call in reads:
@@ -222,16 +237,18 @@ def run(args: argparse.Namespace) -> Report:
         None if loop is None else float(loop["mb_per_sec"]),
     )
     if args.against_tree:
-        for what, label in WORKLOADS:
-            if what != "arrow read":
-                report.add_ratio(f"(4) {label}, this tree ÷ {args.against_tree}", eps("bkspark", what), eps(OLD, what))
-        for what, label in WORKLOADS:
-            if what != "arrow read":
-                report.add_ratio(
-                    f"(4c) {label}, client process CPU seconds, {args.against_tree} ÷ this tree (> 1: this tree "
-                    "uses less)",
-                    _median_cpu(runs.get((OLD, what), [])), _median_cpu(runs.get(("bkspark", what), [])),
-                )
+        compared = [
+            (what, label) for what, label in (*WORKLOADS, ("bulk write", f"adds, append_many of {args.bulk}"))
+            if (what != "arrow read" or old_has_arrow) and (what != "bulk write" or (old_has_bulk and args.bulk > 0))
+        ]
+        for what, label in compared:
+            report.add_ratio(f"(4) {label}, this tree ÷ {args.against_tree}", eps("bkspark", what), eps(OLD, what))
+        for what, label in compared:
+            report.add_ratio(
+                f"(4c) {label}, client process CPU seconds, {args.against_tree} ÷ this tree (> 1: this tree "
+                "uses less)",
+                _median_cpu(runs.get((OLD, what), [])), _median_cpu(runs.get(("bkspark", what), [])),
+            )
     report.notes.append(
         f"Reads: one call at a time (batch of {args.batch_size}, or a range of {args.batch_size} single reads, all "
         "pipelined by the client); latency columns are per call. Adds: latency per add."

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -90,12 +91,17 @@ def summarize(raw: Path, top: int = 12) -> dict[str, Any]:
     startup = 0
     by_area: collections.Counter[str] = collections.Counter()
     by_func: collections.Counter[str] = collections.Counter()
+    collector = 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
         n = int(count)
-        leaf = stack.rsplit(";", 1)[-1]
+        frames = stack.split(";")
+        # With py-spy --native the leaves are C functions: charge them to the Python frame that called them,
+        # as a profile without --native does, and count the cyclic collector's samples apart.
+        python_frames = [f for f in frames if ".py:" in f or ".py)" in f]
+        leaf = python_frames[-1] if python_frames else frames[-1]
         m = _FRAME.match(leaf)
         func, path = (m.group("func"), m.group("file")) if m else (leaf, "")
         total += n
@@ -105,6 +111,8 @@ def summarize(raw: Path, top: int = 12) -> dict[str, Any]:
         if func in IDLE or func.rsplit(".", 1)[-1] in ("select", "wait", "acquire"):
             idle += n
             continue
+        if any(f.startswith("gc_collect") for f in frames):
+            collector += n
         by_area[area_of(path)] += n
         short = path.split("site-packages/")[-1] if "site-packages/" in path else path
         by_func[f"{func} ({short})"] += n
@@ -116,6 +124,8 @@ def summarize(raw: Path, top: int = 12) -> dict[str, Any]:
         "startup_samples": startup,
         "areas": [(a, pct(n)) for a, n in by_area.most_common()],
         "functions": [(f, pct(n)) for f, n in by_func.most_common(top)],
+        #: share of busy samples inside the cyclic garbage collector (only a --native profile sees it)
+        "collector": pct(collector),
     }
 
 
@@ -127,6 +137,9 @@ def render(title: str, command: str, s: dict[str, Any]) -> tuple[str, str]:
     for a, p in s["areas"]:
         text.append(f"   {p:5.1f}%  {a}")
         md.append(f"| {a} | {p}% |")
+    if s.get("collector"):
+        text.append(f"   {s['collector']:5.1f}%  of them inside the cyclic garbage collector (gc_collect)")
+        md.append(f"\nOf the busy samples, {s['collector']}% are inside the cyclic garbage collector (`gc_collect`).")
     text.append("   top functions by self time:")
     md += ["", "| function (self time) | share |", "|---|---:|"]
     for f, p in s["functions"]:
@@ -146,14 +159,21 @@ def pyspy() -> str:
     return found
 
 
-def profile_client(spy: str, out: Path, name: str, uri: str, pyargs: list[str], rate: int) -> tuple[dict[str, Any], dict[str, Any], str]:
+def profile_client(
+    spy: str, out: Path, name: str, uri: str, pyargs: list[str], rate: int, native: bool = False,
+    tree: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """py-spy over one ``bench.pyclient`` run (``native``: C frames too; ``tree``: another checkout's client)."""
     raw = out / f"{name}.txt"
-    argv = [spy, "record", "--format", "raw", "-o", str(raw), "--rate", str(rate), "--",
-            sys.executable, "-m", "bench.pyclient", *pyargs]
-    cmd = " ".join(["py-spy", "record", "--format", "raw", "-o", str(raw), "--rate", str(rate), "--",
-                    "python", "-m", "bench.pyclient", *pyargs])
+    spy_args = ["record", *(["--native"] if native else []), "--format", "raw", "-o", str(raw), "--rate", str(rate)]
+    argv = [spy, *spy_args, "--", sys.executable, "-m", "bench.pyclient", *pyargs]
+    cmd = " ".join(["py-spy", *spy_args, "--", "python", "-m", "bench.pyclient", *pyargs])
+    root = REPO_ROOT if tree is None else Path(tree).resolve()
+    if tree is not None:
+        cmd = f"(in {root}) {cmd}"
     print(f"  {cmd}", flush=True)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, cwd=REPO_ROOT)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, cwd=root,
+                          env=dict(os.environ, PYTHONPATH=str(root)))
     result = None
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
@@ -195,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ensemble", type=int, default=1, help="the client profiles' Java bookies and ensemble size")
     p.add_argument("--write", type=int, default=0, help="write quorum of the client profiles (default: ensemble)")
     p.add_argument("--ack", type=int, default=0, help="ack quorum of the client profiles (default: write quorum)")
+    p.add_argument("--native", action="store_true",
+                   help="client profiles with py-spy --native (C frames: the garbage collector's share shows)")
+    p.add_argument("--tree", help="profile another checkout's client (e.g. a `git worktree` of an older commit)")
     add_common_args(p)
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -240,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                     ["write", *common, "--entries", str(args.entries), "--size", str(args.size), "--warmup", "2000",
                      "--bulk", str(args.bulk), "--ensemble", str(args.ensemble), "--write", str(quorum),
                      "--ack", str(args.ack or quorum)],
-                    args.rate,
+                    args.rate, args.native, args.tree,
                 )
                 ledger = r["ledger_id"]
                 t, m = render(f"bkspark client, adds ({r['entries_per_sec']:.0f} entries/s under the profiler)", cmd, s)
@@ -250,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                     s, r, cmd = profile_client(
                         spy, out, f"client-read-{mode}{args.tag}", java_uri,
                         ["read", *common, "--ledger", str(ledger), "--mode", mode, "--passes", "1", "--warmup-passes", "0"],
-                        args.rate,
+                        args.rate, args.native, args.tree,
                     )
                     t, m = render(f"bkspark client, {mode} reads ({r['entries_per_sec']:.0f} entries/s under the profiler)", cmd, s)
                     texts.append(t)

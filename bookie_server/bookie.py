@@ -439,7 +439,8 @@ class Bookie:
         key, data = self.storage.locate(scope_id, ledger_id, entry_id)
         if data is not None:
             return data
-        return self._on_read_thread(lambda: [(key, self.storage.read_cold(key))], lambda found: found[0][1])
+        ahead = max(1, self.conf.dbStorage_readAheadCacheBatchSize)
+        return self._on_read_thread(lambda: self.storage.read_cold(key, ahead), lambda found: found[0][1])
 
     def read_range_soon(
         self, scope_id: int, ledger_id: int, start: int, max_count: int, budget: int

@@ -57,6 +57,9 @@ class BookieConfig:
     flushInterval: int = 60000
     dbStorage_writeCacheMaxSizeMb: int = 64
     dbStorage_readAheadCacheMaxSizeMb: int = 64
+    #: Entries a cold single read brings into the read cache, the one asked for included (BookKeeper's key and
+    #: default; docs/bookie.md, "Reads").  1 turns the read-ahead off.
+    dbStorage_readAheadCacheBatchSize: int = 100
     nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024
     maxBatchReadSize: int = 5 * 1024 * 1024
     #: Threads that read entries only the disk holds (BookKeeper's key; docs/bookie.md, "Reads").

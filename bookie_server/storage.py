@@ -445,11 +445,30 @@ class LedgerStorage:
             self._read_cache.move_to_end(key)
         return data
 
-    def read_cold(self, key: EntryKey) -> bytes:
-        """An entry from its ledger directory, for a read thread (docs/bookie.md, "Reads"): its own index read
-        transaction, the entry log read under the directory's fd lock, no cache touched (the loop thread puts
-        the result in the read cache: :meth:`remember`).  Raises as :meth:`get_entry`."""
-        return self._read_from_disk(key, own_transaction=True)
+    def read_cold(self, key: EntryKey, max_entries: int = 1) -> list[tuple[EntryKey, bytes]]:
+        """Read thread: ``[(key, data)]`` for an entry only the disk holds (docs/bookie.md, "Reads"): its own
+        index read transaction, the entry log read under the directory's fd lock, no cache touched (the loop
+        thread puts what it found in the read cache: :meth:`remember`).  Raises as :meth:`get_entry`.
+
+        Then BookKeeper's read-ahead (``dbStorage_readAheadCacheBatchSize``): the records that follow the entry
+        in its entry log while they hold later entries of the same ledger, up to ``max_entries`` in all, taken
+        from the bytes the first read brought (no further I/O).  A checkpoint writes each ledger's entries in
+        order, so the pipelined single reads of a scan find the next ones in the read cache."""
+        directory, location = self._index_location(key, own_transaction=True)
+        chunk: list[object] = [None, 0, b""]
+        found = [(key, self._read_logged(directory, location, key, chunk))]
+        _log_id, start, data = chunk
+        assert isinstance(start, int) and isinstance(data, bytes)
+        pos = _LOCATION.unpack(location)[1] + len(found[0][1]) - start  # where the entry's record ends
+        last = key[2]
+        while len(found) < max_entries and pos + _LOG_RECORD.size <= len(data):
+            length, scope_id, ledger_id, entry_id = _LOG_RECORD.unpack_from(data, pos)
+            end = pos + _LOG_RECORD.size + length
+            if (scope_id, ledger_id) != key[:2] or entry_id <= last or end > len(data):
+                break  # another ledger's record, or one the chunk does not hold whole
+            found.append(((scope_id, ledger_id, entry_id), data[pos + _LOG_RECORD.size : end]))
+            last, pos = entry_id, end
+        return found
 
     def remember(self, keys_and_data: Iterable[tuple[EntryKey, bytes]]) -> None:
         """Loop thread: entries a read thread brought from disk go into the read cache, unless the ledger was
@@ -460,6 +479,9 @@ class LedgerStorage:
 
     def _cache_read(self, key: EntryKey, data: bytes) -> None:
         if len(data) <= self.read_cache_max_bytes // 4:
+            held = self._read_cache.pop(key, None)  # read again (read-aheads overlap): counted once
+            if held is not None:
+                self._read_cache_bytes -= len(held)
             self._read_cache[key] = data
             self._read_cache_bytes += len(data)
             while self._read_cache_bytes > self.read_cache_max_bytes:
@@ -477,6 +499,11 @@ class LedgerStorage:
     def _read_from_disk(self, key: EntryKey, own_transaction: bool = False) -> bytes:
         """Index lookup, then the entry-log record: through the loop thread's reused read transaction, or
         (``own_transaction``, any thread) through a new one.  Raises ENOENTRY, or EIO for index or log errors."""
+        directory, location = self._index_location(key, own_transaction)
+        return self._read_logged(directory, location, key, None)
+
+    def _index_location(self, key: EntryKey, own_transaction: bool) -> tuple[_Directory, bytes]:
+        """The entry's directory and index value (see :meth:`_read_from_disk`); ENOENTRY, or EIO."""
         directory = self._dir_for(key[0], key[1])
         packed = _INDEX_KEY.pack(*key)
         try:
@@ -489,8 +516,12 @@ class LedgerStorage:
             raise BookieIOError("entry index read failed", error=str(exc)) from exc
         if location is None:
             raise NoSuchEntryError(ledger_id=key[1], entry_id=key[2])
+        return directory, location
+
+    def _read_logged(self, directory: _Directory, location: bytes, key: EntryKey, chunk: list[object] | None) -> bytes:
+        """:meth:`_read_record`, its OSError answered as EIO."""
         try:
-            return self._read_record(directory, location, key, None)
+            return self._read_record(directory, location, key, chunk)
         except OSError as exc:
             raise BookieIOError("entry log read failed", ledger_id=key[1], entry_id=key[2], error=str(exc)) from exc
 

@@ -427,7 +427,7 @@ class LedgerReader:
 
         The payloads are ``bytes`` copies, not views of the responses: a view is tracked by the garbage
         collector, and with many batches in flight the collector's walks over them cost more than the copy
-        (BENCHMARKS.md, "The read path's allocations").
+        (BENCHMARKS.md, "Per-entry allocations of the client").
 
         The range is cut into chunks of ``batch_size`` entries; chunks are read concurrently, as many as fit in
         ``bytes_in_flight`` (estimated from the entry sizes seen so far; at least one), and each chunk starts

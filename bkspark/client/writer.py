@@ -282,7 +282,7 @@ class LedgerWriter:
         E, W = self.E, self.W
         add_many, ledger_id = self.ctx.ops.add_v2_many, self.ref.ledger_id
         # The arguments are the ops themselves and the key and frame lists are shared by the bookies: no tuple
-        # per entry and bookie (fewer GC-tracked objects; BENCHMARKS.md, "The add path's allocations").
+        # per entry and bookie (fewer GC-tracked objects; BENCHMARKS.md, "Per-entry allocations of the client").
         if E == W:
             keys = self.ctx.ops.add_keys(ledger_id, range(ops[0].entry_id, entry_id)) if ops else []
             for idx in range(E):
@@ -300,15 +300,16 @@ class LedgerWriter:
     def _ack_callback(self, idx: int, bookie: str) -> Callback:
         """The add-response callback of ensemble index ``idx`` while it points to ``bookie``, made once per
         pair: each request's argument is then its :class:`_PendingAdd` alone."""
-        callback = self._ack_callbacks.get((idx, bookie))
-        if callback is None:
-            on_ack = self._on_ack
+        known = self._ack_callbacks.get((idx, bookie))
+        if known is not None:
+            return known
+        on_ack = self._on_ack
 
-            def callback(_response: Any, error: BaseException | None, op: _PendingAdd) -> None:
-                on_ack(op, idx, bookie, error)
+        def on_response(_response: Any, error: BaseException | None, op: _PendingAdd) -> None:
+            on_ack(op, idx, bookie, error)
 
-            self._ack_callbacks[(idx, bookie)] = callback
-        return callback
+        self._ack_callbacks[(idx, bookie)] = on_response
+        return on_response
 
     def _package(self, op: _PendingAdd) -> None:
         self._lac_piggybacked = self.lac

@@ -38,8 +38,8 @@ MAX_BODY_SIZE = 0x7FFFFFFF
 
 #: Bodies of at most this many bytes come out of :meth:`FrameSplitter.feed` as ``bytes`` copies rather than
 #: views: an ADDENTRY response is 24 bytes, and a small ``bytes`` costs less to make than a view and is not
-#: tracked by the garbage collector (a client gets one per bookie per add; BENCHMARKS.md, "The add path's
-#: allocations").
+#: tracked by the garbage collector (a client gets one per bookie per add; BENCHMARKS.md,
+#: "Per-entry allocations of the client").
 SMALL_BODY = 64
 
 _LENGTH = struct.Struct(">I")
@@ -62,8 +62,9 @@ class FrameSplitter:
     """Incremental frame splitter: feed it stream bytes, get whole frame bodies.
 
     ``feed()`` returns the bodies (length prefix stripped) as memoryviews, or as
-    ``bytes`` for bodies of at most :data:`SMALL_BODY` bytes.  They are safe to keep: a body that arrived inside one ``feed()`` call is a
-    view over an immutable ``bytes`` copy of that chunk (no copy at all when the
+    ``bytes`` for bodies of at most :data:`SMALL_BODY` bytes.  They are safe to
+    keep: a body that arrived inside one ``feed()`` call is a view over an
+    immutable ``bytes`` copy of that chunk (no copy at all when the
     caller passes ``bytes``), and a body assembled from several chunks lives in
     a ``bytearray`` the splitter hands over and never touches again.  So many
     small frames cost one slice each, and one large frame arriving in pieces

@@ -300,7 +300,7 @@ class AddResponse(NamedTuple):
     """ADDENTRY response: rc and the ids taken from the added entry.
 
     Immutable like the other messages, but a tuple: a client decodes one per bookie per add, and a tuple is
-    built in less than half the time of a frozen dataclass (BENCHMARKS.md, "The add path's responses").
+    built in less than half the time of a frozen dataclass (BENCHMARKS.md, "Per-entry allocations of the client").
     """
 
     rc: int

@@ -210,3 +210,77 @@ def test_a_connection_waits_with_four_cold_reads_out(tmp_path, monkeypatch) -> N
         c.close()
 
     body(tmp_path)
+
+
+def cached_entries(bookie: Bookie, ledger: int) -> list[int]:
+    return sorted(key[2] for key in bookie.storage._read_cache if key[:2] == (0, ledger))
+
+
+def test_a_cold_single_read_brings_the_next_entries_of_its_ledger(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """BookKeeper's read-ahead (dbStorage_readAheadCacheBatchSize): the entries after a cold one in its entry log,
+    of the same ledger only, up to the batch size, with gaps (a striped ledger's bookie holds some ids only);
+    the next pipelined reads are answered from memory, with the same bytes."""
+
+    @with_bookie(dbStorage_readAheadCacheBatchSize=5)
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c = await Conn.open(server.port)
+        stored = {7: [0, 1, 3, 4, 6, 7, 9], 8: [0, 1, 2]}  # ledger 7 as one bookie of E=3, W=2 holds it
+        entries = {(ledger, i): make_entry(ledger, i, b"%d-%d" % (ledger, i) * 50) for ledger, ids in stored.items() for i in ids}
+        for i in range(10):  # the two ledgers' adds interleaved: the checkpoint sorts them per ledger
+            for ledger in (7, 8):
+                if (ledger, i) in entries:
+                    assert (await c.v2(v2.encode_add_request(0, KEY, entries[(ledger, i)]))).rc == v2.EOK
+        to_disk(bookie)
+        r = await read(c, 7, 1)
+        assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[(7, 1)])
+        assert cached_entries(bookie, 7) == [1, 3, 4, 6, 7]  # five in all, from the one asked for
+        assert cached_entries(bookie, 8) == []  # the next ledger's records are not read ahead
+        gated = GatedColdReads(bookie, monkeypatch)  # a read thread now would wait for ever
+        for i in (3, 4, 6, 7):
+            r = await read(c, 7, i)
+            assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[(7, i)])
+        assert gated.threads == []
+        gated.gate.set()
+        r = await read(c, 7, 9)  # past the read-ahead: a read thread again, which then brings no more
+        assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[(7, 9)]) and len(gated.threads) == 1
+        r = await read(c, 8, 2)
+        assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[(8, 2)]) and cached_entries(bookie, 8) == [2]
+        c.close()
+
+    body(tmp_path)
+
+
+def test_a_read_ahead_of_one_reads_only_the_entry(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    @with_bookie(dbStorage_readAheadCacheBatchSize=1)
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c = await Conn.open(server.port)
+        for i in range(4):
+            assert (await c.v2(v2.encode_add_request(0, KEY, make_entry(3, i, b"e")))).rc == v2.EOK
+        to_disk(bookie)
+        assert (await read(c, 3, 0)).rc == v2.EOK
+        assert cached_entries(bookie, 3) == [0]
+        c.close()
+
+    body(tmp_path)
+
+
+def test_entries_read_again_are_counted_once_in_the_read_cache(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Overlapping read-aheads bring the same entries again: the cache's byte count must not grow with them
+    (it did, and the cache then evicted what it held: a second pass over a ledger ran 8x slower)."""
+
+    @with_bookie(dbStorage_readAheadCacheBatchSize=100)
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c = await Conn.open(server.port)
+        for i in range(20):
+            assert (await c.v2(v2.encode_add_request(0, KEY, make_entry(4, i, b"p" * 100)))).rc == v2.EOK
+        to_disk(bookie)
+        for first in (0, 5, 10, 0):  # each brings the rest of the ledger again
+            found = bookie.storage.read_cold((0, 4, first), 100)
+            assert [key[2] for key, _ in found] == list(range(first, 20))
+            bookie.storage.remember(found)
+        storage = bookie.storage
+        assert cached_entries(bookie, 4) == list(range(20))
+        assert storage._read_cache_bytes == sum(len(d) for d in storage._read_cache.values())
+        c.close()
+
+    body(tmp_path)
