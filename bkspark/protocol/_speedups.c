@@ -147,6 +147,39 @@ static PyObject *speedups_verify(PyObject *self, PyObject *args)
     return out;
 }
 
+/* Cutting a body into pieces: its simple buffer, its bytes and length, and the list of pieces. */
+typedef struct {
+    Py_buffer view;
+    const unsigned char *p;
+    Py_ssize_t end;
+    PyObject *out;
+} Cutting;
+
+/* -1 (nothing held) on failure. */
+static int start_cutting(PyObject *body, Cutting *c)
+{
+    if (PyObject_GetBuffer(body, &c->view, PyBUF_SIMPLE) < 0)
+        return -1;
+    c->out = PyList_New(0);
+    if (c->out == NULL) {
+        PyBuffer_Release(&c->view);
+        return -1;
+    }
+    c->p = (const unsigned char *)c->view.buf;
+    c->end = c->view.len;
+    return 0;
+}
+
+/* Append a new reference (NULL after a failed call) to out, giving it up; -1 on failure. */
+static int append_new(PyObject *out, PyObject *item)
+{
+    if (item == NULL)
+        return -1;
+    int rc = PyList_Append(out, item);
+    Py_DECREF(item);
+    return rc;
+}
+
 PyDoc_STRVAR(split_doc,
 "split_batch_items(body, offset) -> list | None\n\n"
 "The items of a BATCH_READ_ENTRY response body from offset on (int32 BE length, then that many bytes, to the\n"
@@ -156,18 +189,12 @@ static PyObject *speedups_split(PyObject *self, PyObject *args)
 {
     PyObject *body;
     Py_ssize_t offset;
-    if (!PyArg_ParseTuple(args, "On", &body, &offset))
+    Cutting c;
+    if (!PyArg_ParseTuple(args, "On", &body, &offset) || start_cutting(body, &c) < 0)
         return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    const unsigned char *p = (const unsigned char *)view.buf;
-    Py_ssize_t end = view.len;
-    PyObject *out = PyList_New(0);
-    if (out == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
+    const unsigned char *p = c.p;
+    Py_ssize_t end = c.end;
+    PyObject *out = c.out;
     if (offset < 0)
         goto malformed;
     while (offset < end) {
@@ -177,21 +204,18 @@ static PyObject *speedups_split(PyObject *self, PyObject *args)
         offset += 4;
         if (size < 0 || size > end - offset)
             goto malformed;
-        PyObject *item = PySequence_GetSlice(body, offset, offset + size);
-        if (item == NULL || PyList_Append(out, item) < 0) {
-            Py_XDECREF(item);
+        if (append_new(out, PySequence_GetSlice(body, offset, offset + size)) < 0) {
             Py_DECREF(out);
-            PyBuffer_Release(&view);
+            PyBuffer_Release(&c.view);
             return NULL;
         }
-        Py_DECREF(item);
         offset += size;
     }
-    PyBuffer_Release(&view);
+    PyBuffer_Release(&c.view);
     return out;
 malformed:
     Py_DECREF(out);
-    PyBuffer_Release(&view);
+    PyBuffer_Release(&c.view);
     Py_RETURN_NONE;
 }
 
@@ -360,8 +384,9 @@ failed:
 PyDoc_STRVAR(split_frames_doc,
 "split_frames(view, offset, max_frame_size, small_body) -> (bodies, offset)\n\n"
 "The bodies of the whole length-prefixed frames in view (a memoryview) from offset on, as slices of view (bytes\n"
-"copies for bodies of at most small_body bytes), and the offset after the last of them.  Stops at a frame that is not whole or whose length plus 4 is over\n"
-"max_frame_size: the caller's loop goes on from there (keeps the rest, or raises).");
+"copies for bodies of at most small_body bytes), and the offset after the last of them.  Stops at a frame that\n"
+"is not whole or whose length plus 4 is over max_frame_size: the caller's loop goes on from there (keeps the\n"
+"rest, or raises).");
 
 static PyObject *speedups_split_frames(PyObject *self, PyObject *args)
 {
@@ -369,18 +394,13 @@ static PyObject *speedups_split_frames(PyObject *self, PyObject *args)
     Py_ssize_t offset;
     long long max_frame_size;
     Py_ssize_t small_body;
-    if (!PyArg_ParseTuple(args, "O!nLn", &PyMemoryView_Type, &body, &offset, &max_frame_size, &small_body))
+    Cutting c;
+    if (!PyArg_ParseTuple(args, "O!nLn", &PyMemoryView_Type, &body, &offset, &max_frame_size, &small_body) ||
+        start_cutting(body, &c) < 0)
         return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    const unsigned char *p = (const unsigned char *)view.buf;
-    Py_ssize_t end = view.len;
-    PyObject *out = PyList_New(0);
-    if (out == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
+    const unsigned char *p = c.p;
+    Py_ssize_t end = c.end;
+    PyObject *out = c.out;
     while (offset >= 0 && end - offset >= 4) {
         long long total = (long long)be32(p + offset) + 4;
         if (total > max_frame_size || total > end - offset)
@@ -388,16 +408,14 @@ static PyObject *speedups_split_frames(PyObject *self, PyObject *args)
         Py_ssize_t size = (Py_ssize_t)total - 4;
         PyObject *item = size <= small_body ? PyBytes_FromStringAndSize((const char *)p + offset + 4, size)
                                             : PySequence_GetSlice(body, offset + 4, offset + (Py_ssize_t)total);
-        if (item == NULL || PyList_Append(out, item) < 0) {
-            Py_XDECREF(item);
+        if (append_new(out, item) < 0) {
             Py_DECREF(out);
-            PyBuffer_Release(&view);
+            PyBuffer_Release(&c.view);
             return NULL;
         }
-        Py_DECREF(item);
         offset += (Py_ssize_t)total;
     }
-    PyBuffer_Release(&view);
+    PyBuffer_Release(&c.view);
     return Py_BuildValue("(Nn)", out, offset);
 }
 
