@@ -6,7 +6,8 @@ Builds one BATCH_READ_ENTRY response body of --entries CRC32C entries of each si
 ``v2.decode_batch_read_response_entries`` followed by ``Digester.verify_payloads`` (no copy of the payloads)
 with the compiled module (bkspark/protocol/_speedups.c) and with the pure-Python reference, best of --repeat,
 and prints microseconds per entry and the ratio.  No servers: this isolates the two loops the Spark scan's
-profile put first (BENCHMARKS.md, "The compiled fast path").
+profile put first (BENCHMARKS.md, "The compiled fast path").  Then the same for the Arrow gather of those
+payloads (``bkspark.client.arrow.binary_array``), in nanoseconds per payload.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import random
 import sys
 import time
 
+from bkspark.client import arrow as arrow_module
 from bkspark.protocol import digest as digest_module
 from bkspark.protocol import v2
 from bkspark.protocol.digest import Digester, DigestType
@@ -32,6 +34,15 @@ def per_entry_us(body: bytes, digester: Digester, entries: int, repeat: int) -> 
         if error is not None or len(payloads) != entries:
             raise SystemExit(f"verification failed: {error}")
     return best / entries * 1e6
+
+
+def gather_ns(payloads: list, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        arrow_module.binary_array(payloads)
+        best = min(best, time.perf_counter() - started)
+    return best / len(payloads) * 1e9
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +68,14 @@ def main(argv: list[str] | None = None) -> int:
         digest_module._speedups = v2._speedups = speedups
         print(f"{size} B: compiled {figures['compiled']:.2f} µs/entry, pure Python {figures['pure Python']:.2f} "
               f"µs/entry: {figures['pure Python'] / figures['compiled']:.1f}x")
+        payloads, _ = digester.verify_payloads(v2.decode_batch_read_response_entries(body), 7, 0, 0, False)
+        gather = {}
+        for label, module in (("compiled", speedups), ("pure Python", None)):
+            arrow_module._speedups = module
+            gather[label] = gather_ns(payloads, args.repeat)
+        arrow_module._speedups = speedups
+        print(f"{size} B: Arrow gather compiled {gather['compiled']:.0f} ns/payload, pure Python "
+              f"{gather['pure Python']:.0f} ns/payload: {gather['pure Python'] / gather['compiled']:.1f}x")
     return 0
 
 

@@ -455,6 +455,8 @@ class LedgerStorage:
         from the bytes the first read brought (no further I/O).  A checkpoint writes each ledger's entries in
         order, so the pipelined single reads of a scan find the next ones in the read cache."""
         directory, location = self._index_location(key, own_transaction=True)
+        if max_entries <= 1:  # no read-ahead: the record alone, not a 256 KiB chunk
+            return [(key, self._read_logged(directory, location, key, None))]
         chunk: list[object] = [None, 0, b""]
         found = [(key, self._read_logged(directory, location, key, chunk))]
         _log_id, start, data = chunk

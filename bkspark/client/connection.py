@@ -156,7 +156,7 @@ class BookieConnection(asyncio.Protocol):
         if self._hs_inbox is None:
             self._hs_inbox = deque()
         if self.closed or self.transport is None:
-            raise self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id)
+            raise self._closed_error()
         self.transport.write(frame)
 
     def _handshake_frames(self, bodies: list[memoryview]) -> None:
@@ -170,7 +170,7 @@ class BookieConnection(asyncio.Protocol):
         if self._hs_inbox:
             return self._hs_inbox.popleft()
         if self.closed:
-            raise self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id)
+            raise self._closed_error()
         self._hs_waiter = self._loop.create_future()
         return await self._hs_waiter
 
@@ -191,6 +191,10 @@ class BookieConnection(asyncio.Protocol):
 
     def _write(self, frame: bytes) -> None:
         self._out.append(frame)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        """Frames queued in one loop iteration leave together, at its end."""
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -206,36 +210,35 @@ class BookieConnection(asyncio.Protocol):
             self.transport.writelines(out)
 
     def _register(self, key: Any, timeout: float, callback: Callback, arg: Any = None) -> None:
-        op = _Op(key, _monotonic(), timeout, callback, arg)
-        if key in self._ops:
-            self._conflicts.setdefault(key, deque()).append(op)
-        else:
-            self._ops[key] = op
+        self._enter(_Op(key, _monotonic(), timeout, callback, arg))
         self._count += 1
+
+    def _enter(self, op: _Op) -> None:
+        """The one home of the table rule: the first op of a key answers first, later ones wait in order."""
+        if op.key in self._ops:
+            self._conflicts.setdefault(op.key, deque()).append(op)
+        else:
+            self._ops[op.key] = op
+
+    def _closed_error(self) -> BaseException:
+        return self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id)
 
     def _check_open(self, callback: Callback, arg: Any) -> bool:
         if self.closed:
-            callback(None, self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id), arg)
+            callback(None, self._closed_error(), arg)
             return False
         return True
 
     def send_v2(self, key: tuple[int, ...], frame: bytes, timeout: float, callback: Callback, arg: Any = None) -> None:
         """Send a whole v2 frame under its :mod:`correlation` key; ``callback(response, error, arg)``."""
         if self.closed:
-            error = self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id)
-            callback(None, error, arg)
+            callback(None, self._closed_error(), arg)
             return
-        op = _Op(key, _monotonic(), timeout, callback, arg)
-        ops = self._ops
-        if key in ops:
-            self._conflicts.setdefault(key, deque()).append(op)
-        else:
-            ops[key] = op
+        self._enter(_Op(key, _monotonic(), timeout, callback, arg))
         self._count += 1
         self._out.append(frame)
         if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+            self._schedule_flush()
 
     def send_v2_many(
         self, keys: "Sequence[Hashable]", frames: "Sequence[bytes]", args: "Sequence[Any]", timeout: float,
@@ -244,23 +247,16 @@ class BookieConnection(asyncio.Protocol):
         """:meth:`send_v2` of each (key, frame, arg) of the three lists in order, with one deadline and one
         callback: a bulk append's frames for this bookie."""
         if self.closed:
-            error = self.lost_error or BookieUnavailableError("connection closed", bookie_id=self.bookie_id)
+            error = self._closed_error()
             for arg in args:
                 callback(None, error, arg)
             return
-        sent = _monotonic()
-        ops = self._ops
+        sent, enter = _monotonic(), self._enter
         for key, arg in zip(keys, args):
-            op = _Op(key, sent, timeout, callback, arg)
-            if key in ops:
-                self._conflicts.setdefault(key, deque()).append(op)
-            else:
-                ops[key] = op
-        self._out.extend(frames)
+            enter(_Op(key, sent, timeout, callback, arg))
         self._count += len(keys)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+        self._out.extend(frames)
+        self._schedule_flush()
 
     def next_txn_id(self) -> int:
         return next(self._txn)

@@ -130,9 +130,11 @@ def test_fenced_during_bulk_append_loses_nothing_acknowledged(py_cluster, module
         assert got[: len(acked)] == [payload(i) for i in acked]
 
 
-def _bulk_load_while_killing(bk: BookKeeper, kill: "callable[[str], None]", entries: int = 3000) -> tuple[int, list[str]]:  # type: ignore[valid-type]
+def _bulk_load_while_killing(
+    bk: BookKeeper, kill: "callable[[str], None]", entries: int = 3000, write_quorum: int = 3  # type: ignore[valid-type]
+) -> tuple[int, list[str]]:
     """Bulk appends of 100 entries; kill the ensemble's second bookie after a third of them; returns the ledger."""
-    lh = bk.create_ledger(3, 3, 2, password=b"pw")
+    lh = bk.create_ledger(3, write_quorum, 2, password=b"pw")
     first_ensemble = list(lh.metadata.last_ensemble)
     futures = []
     for b in range(entries // 100):
@@ -165,6 +167,17 @@ def test_python_bookie_killed_during_bulk_append(zk_root, tmp_path) -> None:  # 
         cluster.start_all()
         with BookKeeper(zk_root.metadata_service_uri, addEntryTimeoutSec=3, maxPendingAdds=500) as bk:
             ledger_id, first = _bulk_load_while_killing(bk, lambda b: cluster.kill(cluster.bookie_ids.index(b)))
+            _check_replaced_and_readable(bk, ledger_id, first)
+
+
+@pytest.mark.fault
+def test_python_bookie_killed_during_a_striped_bulk_append(zk_root, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """E=3/W=2/A=2 (each bookie gets its own run of a batch's entries): the same guarantees."""
+    with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=4, journal_sync_data=False) as cluster:
+        cluster.start_all()
+        with BookKeeper(zk_root.metadata_service_uri, addEntryTimeoutSec=3, maxPendingAdds=500) as bk:
+            kill = lambda b: cluster.kill(cluster.bookie_ids.index(b))  # noqa: E731
+            ledger_id, first = _bulk_load_while_killing(bk, kill, write_quorum=2)
             _check_replaced_and_readable(bk, ledger_id, first)
 
 
