@@ -18,7 +18,8 @@ size, --records records:
   client the same way (tools/java BenchClient).
 * per bookie kind, bookkeeper Spark: ``df.write.format("bookkeeper")`` of --records rows (``--cores`` tasks,
   one ledger each), then ``spark.read.format("bookkeeper")`` of that dataset, one partition per ledger (as
-  Kafka's connector makes one per topic partition), into the ``noop`` sink.
+  Kafka's connector makes one per topic partition), into the ``noop`` sink; then both again with rows packed
+  into entries of at most 16 KiB (``rowsPerEntry``, ``entryMaxBytes``: Kafka's producer batch size).
 
 Every Spark job runs once untimed on a small topic / dataset first.  Ratios are bkspark ÷ Kafka.  What is and
 is not comparable (replication, fsync, batching) is printed as notes and written up in BENCHMARKS.md.
@@ -49,6 +50,10 @@ from bench.kafka_broker import KAFKA_VERSION, SPARK_KAFKA_VERSION, KafkaBroker, 
 
 BATCH_COUNT = 1000
 BATCH_BYTES = 4 * 1024 * 1024
+#: The packed Spark write's bounds: entries of up to Kafka's producer batch.size (16 KiB), as many rows as fit
+#: (docs/connector.md, "Rows per entry").
+PACKED_ENTRY_BYTES = 16 * 1024
+PACKED_ROWS = 100_000
 
 
 def _spark(cores: int, jars: list[str]) -> Any:
@@ -175,9 +180,9 @@ def _bookkeeper_side(
             "dataset", dataset).mode("append").save()
         return n / (time.perf_counter() - t0)
 
-    def spark_scan() -> float:
+    def spark_scan(name: str = dataset) -> float:
         df = spark.read.format("bookkeeper").options(
-            metadataServiceUri=uri, dataset=dataset, digestType="CRC32C",
+            metadataServiceUri=uri, dataset=name, digestType="CRC32C",
             maxEntriesPerPartition=str(max(1, math.ceil(n / cores))), batchMaxCount=str(BATCH_COUNT),
             batchMaxSize=str(BATCH_BYTES),
         ).load()
@@ -186,10 +191,23 @@ def _bookkeeper_side(
         run.report.notes.append(f"{size} B: {side}: the bookkeeper source planned {nparts} partitions for the scan.")
         return n / secs
 
+    def spark_write_packed() -> float:
+        t0 = time.perf_counter()
+        _frame(spark, n, size, cores, "payload").write.format("bookkeeper").options(**wopts).options(
+            rowsPerEntry=str(PACKED_ROWS), entryMaxBytes=str(PACKED_ENTRY_BYTES)
+        ).option("dataset", f"{dataset}-packed").mode("append").save()
+        return n / (time.perf_counter() - t0)
+
     with timed(f"{size} B: Spark write into {side}"):
         run.put(size, side, "Spark write", run.attempt(f"{size} B Spark write ({side})", spark_write), "rows/s")
     with timed(f"{size} B: Spark scan of {side}"):
         run.put(size, side, "Spark scan", run.attempt(f"{size} B Spark scan ({side})", spark_scan), "rows/s")
+    with timed(f"{size} B: Spark write into {side}, rows packed into entries"):
+        run.put(size, side, "Spark write, packed",
+                run.attempt(f"{size} B Spark write, packed ({side})", spark_write_packed), "rows/s")
+    with timed(f"{size} B: Spark scan of {side}, rows packed into entries"):
+        run.put(size, side, "Spark scan, packed",
+                run.attempt(f"{size} B Spark scan, packed ({side})", lambda: spark_scan(f"{dataset}-packed")), "rows/s")
 
 
 def _warm_up(run: _Run, spark: Any, kafka: KafkaBroker, uris: dict[str, str], cores: int) -> None:
@@ -281,6 +299,10 @@ def run(args: argparse.Namespace) -> Report:
                              v.get((size, side, "Spark scan")), v.get((size, "Kafka", "Spark scan")), goal=1.0)
             report.add_ratio(f"{size} B, {kind} bookie: Spark write, bkspark ÷ Kafka",
                              v.get((size, side, "Spark write")), v.get((size, "Kafka", "Spark write")), goal=1.0)
+            report.add_ratio(f"{size} B, {kind} bookie: Spark scan, packed rows, bkspark ÷ Kafka",
+                             v.get((size, side, "Spark scan, packed")), v.get((size, "Kafka", "Spark scan")), goal=1.0)
+            report.add_ratio(f"{size} B, {kind} bookie: Spark write, packed rows, bkspark ÷ Kafka",
+                             v.get((size, side, "Spark write, packed")), v.get((size, "Kafka", "Spark write")), goal=1.0)
             report.add_ratio(f"{size} B, {kind} bookie: raw read, bkspark client ÷ Kafka consumer",
                              v.get((size, side, "raw client batched read")), v.get((size, "Kafka", "raw consumer (Java)")))
             report.add_ratio(f"{size} B, {kind} bookie: raw write, bkspark client ÷ Kafka producer",
@@ -299,6 +321,10 @@ def run(args: argparse.Namespace) -> Report:
         "Batching: Kafka's producer batches records (batch.size 16 KiB, linger 5 ms in 4.x) and its consumer fetches "
         "up to 50 MiB per request; bkspark sends one add per entry (1000 in flight) and reads %d entries / %d bytes "
         "per batch-read call." % (BATCH_COUNT, BATCH_BYTES),
+        "Packed rows: the same Spark write with rowsPerEntry=%d and entryMaxBytes=%d, so entries are at most the "
+        "size of a Kafka producer batch (batch.size 16 KiB) as a Kafka record batch is, and the scan of that "
+        "dataset (docs/connector.md, 'Rows per entry'). One row per entry stays the connector's default."
+        % (PACKED_ROWS, PACKED_ENTRY_BYTES),
         "Raw consumer figure: ConsumerPerformance's fetch rate (the consumer group join is left out).",
         "Spark scans: one Spark partition per Kafka partition / per ledger (2 each), into the noop sink; each Spark "
         "job's time covers planning, tasks and commit, after one untimed warm-up job per format.",

@@ -47,6 +47,7 @@ __all__ = [
     "TooManyRequestsError",
     "DataUnknownError",
     "DigestMismatchError",
+    "CorruptEntryError",
     "IllegalOpError",
     "NotEnoughBookiesError",
     "LedgerClosedError",
@@ -242,6 +243,11 @@ class DigestMismatchError(BKError):
     """An entry's digest, ledger id or entry id does not match what was asked for."""
 
     code, retriable = -5, True
+
+
+class CorruptEntryError(BKError):
+    """An entry's bytes do not have the format its ledger's metadata declares (e.g. packed rows,
+    docs/connector.md "Rows per entry"): reading it again gives the same bytes."""
 
 
 class IllegalOpError(BKError):

@@ -52,6 +52,10 @@ DEFAULT_BYTES_IN_FLIGHT = 8 * 1024 * 1024
 #: Chunks (each one batch request, or one run of pipelined single reads) one streaming reader keeps in flight
 #: at most, however small the entries: enough to keep every bookie of an ensemble busy.
 MAX_CHUNKS_IN_FLIGHT = 12
+#: Bytes a batch response adds to each entry's payload (length, header, digest), rounded up, for sizing chunks.
+ENTRY_OVERHEAD_ESTIMATE = 64
+#: Entries of a chunk sent before any entry size is known (one round trip of small entries, a few MiB of large).
+UNKNOWN_SIZE_CHUNK_ENTRIES = 100
 
 log = logging.getLogger(__name__)
 
@@ -461,6 +465,14 @@ class LedgerReader:
                 cur += len(got)
             return out
 
+        def chunk_entries(limit: int) -> int:
+            """Entries of the next chunk: ``batch_size``, but no more than one request's bytes once entry sizes
+            are known, so large entries still make several chunks in flight over several bookies (16 KiB entries
+            in chunks of 1,000 were one 16 MiB chunk at a time, its requests one after the other)."""
+            if seen_entries == 0:
+                return min(limit, UNKNOWN_SIZE_CHUNK_ENTRIES)
+            return max(1, min(limit, request_size // (seen_bytes // seen_entries + ENTRY_OVERHEAD_ESTIMATE)))
+
         def estimate(entries: int) -> int:
             if seen_entries == 0:  # nothing seen yet: assume each request fills its byte limit
                 return min(request_size, entries * 1024 * 1024)
@@ -472,7 +484,7 @@ class LedgerReader:
                 while next_start <= last and (
                     not pending or (in_flight < bytes_in_flight and len(pending) < MAX_CHUNKS_IN_FLIGHT)
                 ):
-                    end = min(last, next_start + step - 1)
+                    end = min(last, next_start + chunk_entries(step) - 1)
                     task = loop.create_task(read_chunk(next_start, end, chunk_index))
                     pending.append((task, next_start, end))
                     in_flight += estimate(end - next_start + 1)

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from bkspark.datasource.packing import DEFAULT_ENTRY_MAX_BYTES
 from bkspark.errors import InvalidOptionError
 from bkspark.protocol.values import INT64_MAX, INT64_MIN, parse_bool
 from bkspark.security.secrets import MASK, secret_from
@@ -31,6 +32,10 @@ DIGEST_TYPES = ("CRC32", "CRC32C", "MAC", "HMAC", "DUMMY")
 #: The most partitions ``minPartitions`` / ``maxPartitions`` may ask for (a plan of more tasks than this is a mistake).
 MAX_PARTITIONS = 1_000_000
 
+#: Bounds of the write options ``rowsPerEntry`` and ``entryMaxBytes``.
+MAX_ROWS_PER_ENTRY = 1_000_000
+MAX_ENTRY_MAX_BYTES = 1 << 30
+
 _CLIENT_PREFIX = "bookkeeper."
 _DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -42,6 +47,7 @@ _READ_KEYS = {
 _WRITE_KEYS = {
     "metadataserviceuri", "dataset", "scopeid", "ensemblesize", "writequorumsize",
     "ackquorumsize", "digesttype", "password", "passwordfile", "passwordenv", "path", "applicationid",
+    "rowsperentry", "entrymaxbytes",
 }
 
 
@@ -211,6 +217,10 @@ class WriteOptions:
     client_conf: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     #: Spark's application id, for the BP-44 ``createdBy`` of the ledgers (Spark does not hand it to data sources).
     application_id: str | None = None
+    #: Rows packed into one entry at most (1: one row per entry, the default; docs/connector.md "Rows per entry").
+    rows_per_entry: int = 1
+    #: Bytes of one packed entry at most (a larger row still gets an entry of its own).
+    entry_max_bytes: int = DEFAULT_ENTRY_MAX_BYTES
 
 
 def parse_read_options(options: Mapping[str, str | None]) -> ReadOptions:
@@ -285,6 +295,8 @@ def parse_write_options(options: Mapping[str, str | None]) -> WriteOptions:
         password=_password(opts),
         client_conf=_client_conf(opts),
         application_id=_application_id(opts),
+        rows_per_entry=_int(opts, "rowsPerEntry", 1, minimum=1, maximum=MAX_ROWS_PER_ENTRY),
+        entry_max_bytes=_int(opts, "entryMaxBytes", DEFAULT_ENTRY_MAX_BYTES, minimum=1024, maximum=MAX_ENTRY_MAX_BYTES),
     )
 
 

@@ -10,7 +10,7 @@ are defined here once.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from bkspark.client.arrow import DEFAULT_BYTES_PER_BATCH
 
@@ -75,8 +75,11 @@ def entry_batch(
     payloads: "Sequence[bytes] | pa.BinaryArray",
     ctime_ms: int | None = None,
     custom_metadata: Sequence[tuple[str, bytes]] = (),
+    entry_ids: Any = None,
 ) -> "pa.RecordBatch":
-    """Consecutive entries ``first_entry_id ..`` of one ledger as one Arrow batch of :func:`arrow_schema`.
+    """Consecutive entries ``first_entry_id ..`` of one ledger as one Arrow batch of :func:`arrow_schema`
+    (or rows with the given ``entry_ids``, a numpy int64 array: the rows of packed entries,
+    :mod:`bkspark.datasource.packing`).
 
     Built column-wise from buffers, with no Python object per row: ``payloads`` is either the ``payload``
     column of the client's ``ReadHandle.read_batches`` (used as it is) or a list gathered into one buffer by
@@ -98,7 +101,7 @@ def entry_batch(
         [
             pa.repeat(pa.scalar(scope_id, pa.int64()), n),
             pa.repeat(pa.scalar(ledger_id, pa.int64()), n),
-            pa.array(np.arange(first_entry_id, first_entry_id + n, dtype=np.int64)),
+            pa.array(np.arange(first_entry_id, first_entry_id + n, dtype=np.int64) if entry_ids is None else entry_ids),
             payload_col,
             _repeated_ctime(schema.field("ledger_ctime").type, ctime_ms, n),
             _repeated_map(schema.field("custom_metadata").type, custom_metadata, n),

@@ -95,12 +95,13 @@ def large_kind(arrow_type: Any) -> bool:
     return bool(pa.types.is_large_binary(arrow_type) or pa.types.is_large_string(arrow_type))
 
 
-def _payloads(batch: Any, index: int, is_string: bool) -> tuple[list[bytes], int]:
-    """The payload column of an Arrow batch as entries (strings as UTF-8, nulls as empty entries), and their bytes.
+def _payload_buffers(batch: Any, index: int, is_string: bool) -> tuple[Any, bytes]:
+    """The payload column of an Arrow batch as ``(offsets, data)``: numpy int64 offsets from 0 (one more than
+    rows) into one copy of the column's data buffer (strings as UTF-8, nulls as empty payloads).
 
-    Straight from the column's offsets and data buffers: one copy of the data buffer, then one slice per row
-    (no Arrow scalar per row, as ``to_pylist`` makes).  A string column's buffers are its UTF-8 bytes.
+    Straight from the column's offsets and data buffers: no Arrow scalar per row, as ``to_pylist`` makes.
     """
+    import numpy as np
     import pyarrow as pa
 
     column = batch.column(index)
@@ -111,12 +112,32 @@ def _payloads(batch: Any, index: int, is_string: bool) -> tuple[list[bytes], int
         column = column.fill_null(b"" if not is_string else "")
     large = large_kind(column.type)
     _validity, offsets_buffer, data_buffer = column.buffers()[:3]
-    offsets = memoryview(offsets_buffer).cast("q" if large else "i")[column.offset : column.offset + rows + 1].tolist()
-    start, end = offsets[0], offsets[-1]
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if large else np.int32)[
+        column.offset : column.offset + rows + 1
+    ].astype(np.int64)
+    start, end = int(offsets[0]), int(offsets[-1])
     data = b"" if data_buffer is None else memoryview(data_buffer)[start:end].tobytes()
     if start:
-        offsets = [o - start for o in offsets]
-    return [data[a:b] for a, b in zip(offsets, offsets[1:])], end - start
+        offsets -= start
+    return offsets, data
+
+
+def _payloads(batch: Any, index: int, is_string: bool) -> tuple[list[bytes], int]:
+    """The payload column of an Arrow batch as one entry per row, and their bytes (one slice of
+    :func:`_payload_buffers`' copy per row)."""
+    offsets, data = _payload_buffers(batch, index, is_string)
+    bounds = offsets.tolist()
+    return [data[a:b] for a, b in zip(bounds, bounds[1:])], len(data)
+
+
+def _packed_entries(batch: Any, index: int, is_string: bool, options: WriteOptions) -> tuple[list[bytes], list[int], int]:
+    """The payload column of an Arrow batch packed into entries of several rows (:mod:`packing`): the entries,
+    the first row of each (and the row count at the end), and the rows' bytes."""
+    from bkspark.datasource.packing import pack_rows
+
+    offsets, data = _payload_buffers(batch, index, is_string)
+    entries, cuts = pack_rows(offsets, data, options.rows_per_entry, options.entry_max_bytes)
+    return entries, cuts, len(data)
 
 
 #: The connector option that raises the frame limit (a ``bookkeeper.``-prefixed client option).
@@ -136,6 +157,18 @@ def _row_too_large(error: Any, partition_id: int, row: int, size: int) -> Any:
         f"({error.context.get('max_payload')} bytes within the frame limit); raise the option "
         f"{FRAME_LIMIT_OPTION} (and the bookies' own nettyMaxFrameSizeBytes) or split the row",
         partition=partition_id, row=row, size=size, max_payload=error.context.get("max_payload"),
+    )
+
+
+def _packed_entry_too_large(error: Any, entry_max_bytes: int) -> Any:
+    """An entry of several rows, within ``entryMaxBytes``, is still more than the frame limit lets one entry carry."""
+    from bkspark.errors import InvalidOptionError
+
+    return InvalidOptionError(
+        f"[BOOKKEEPER_INVALID_OPTION] entryMaxBytes ({entry_max_bytes}) is more than one entry can carry "
+        f"({error.context.get('max_payload')} bytes within the frame limit); lower entryMaxBytes or raise "
+        f"{FRAME_LIMIT_OPTION} (and the bookies' own nettyMaxFrameSizeBytes)",
+        entry_max_bytes=entry_max_bytes, max_payload=error.context.get("max_payload"),
     )
 
 
@@ -227,6 +260,10 @@ class BookKeeperWriter(DataSourceArrowWriter):
             TAG_ATTEMPT: str(attempt).encode(),
             TAG_APPLICATION: f"bkspark-spark-writer@{host}".encode(),
         }
+        if opts.rows_per_entry > 1:
+            from bkspark.datasource.packing import ENTRY_FORMAT_KEY, ROWS_V1
+
+            tags[ENTRY_FORMAT_KEY] = ROWS_V1  # every reader unpacks this ledger's entries (docs/connector.md)
         settings = dict(
             custom_metadata=tags,
             ensemble_size=opts.ensemble_size,
@@ -262,36 +299,40 @@ class BookKeeperWriter(DataSourceArrowWriter):
         first_batch = next(batches, None)
         if first_batch is None:
             return LedgerCommitMessage(opts.scope_id, NO_LEDGER, 0, 0, partition_id, attempt)
-        first, first_size = _payloads(first_batch, self.payload_index, self.payload_is_string)
+        entries_of = self._entries
+        first, first_cuts, first_size = entries_of(first_batch)
         bk = self._client()
         handle = self._create_ledger(bk, partition_id, attempt, first)
         entries = 0
+        rows = 0
         size = 0
         #: Bulk appends not yet waited for, with their entry counts (at most MAX_PENDING_ADDS entries).
         pending: deque[tuple[Any, int]] = deque()
         in_flight = 0
         try:
             payloads: list[bytes] | None = first
-            batch_size = first_size
+            cuts, batch_size = first_cuts, first_size
             while payloads is not None:
                 for lo in range(0, len(payloads), BULK_APPEND_ENTRIES):
                     chunk = payloads[lo : lo + BULK_APPEND_ENTRIES]
                     try:
                         pending.append((handle.append_many(chunk), len(chunk)))
                     except EntryTooLargeError as exc:
-                        row = lo + int(exc.context["index"])  # type: ignore[call-overload]
-                        raise _row_too_large(exc, partition_id, entries + row, len(payloads[row])) from exc
+                        index = lo + int(exc.context["index"])  # type: ignore[call-overload]
+                        if cuts is not None and cuts[index + 1] - cuts[index] > 1:
+                            raise _packed_entry_too_large(exc, opts.entry_max_bytes) from exc
+                        row = index if cuts is None else cuts[index]
+                        raise _row_too_large(exc, partition_id, rows + row, len(payloads[index])) from exc
                     in_flight += len(chunk)
                     while in_flight > MAX_PENDING_ADDS:
                         future, count = pending.popleft()
                         future.result()
                         in_flight -= count
                 entries += len(payloads)
+                rows += len(payloads) if cuts is None else cuts[-1]
                 size += batch_size
                 batch = next(batches, None)
-                payloads, batch_size = (
-                    (None, 0) if batch is None else _payloads(batch, self.payload_index, self.payload_is_string)
-                )
+                payloads, cuts, batch_size = (None, None, 0) if batch is None else entries_of(batch)
             for future, _count in pending:
                 future.result()
             close_with_context(bk, handle, LedgerCloseContext.builder().because_no_more_data().build())
@@ -307,6 +348,14 @@ class BookKeeperWriter(DataSourceArrowWriter):
             evict_if_stale(opts.metadata_service_uri, client_conf(opts.client_conf), exc)
             raise
         return LedgerCommitMessage(opts.scope_id, handle.ledger_id, entries, size, partition_id, attempt)
+
+    def _entries(self, batch: Any) -> tuple[list[bytes], list[int] | None, int]:
+        """One Arrow batch as entries: ``(entries, first row of each entry and the row count, or None when each
+        row is its own entry, the rows' bytes)``."""
+        if self.options.rows_per_entry > 1:
+            return _packed_entries(batch, self.payload_index, self.payload_is_string, self.options)
+        payloads, size = _payloads(batch, self.payload_index, self.payload_is_string)
+        return payloads, None, size
 
     @staticmethod
     def _close_abnormally(bk: Any, handle: Any, error: BaseException) -> None:

@@ -100,6 +100,20 @@ def python_cluster(zk_root, tmp_path):  # type: ignore[no-untyped-def]
         yield c
 
 
+def test_large_entries_make_chunks_of_one_request_each_spread_over_the_ensemble(python_cluster) -> None:  # type: ignore[no-untyped-def]
+    """batch_size counts entries; with 16 KiB entries, 1,000 of them were one chunk of sequential requests to one
+    bookie. Once entry sizes are known a chunk is at most one request's bytes, so several are in flight."""
+    with BookKeeper(python_cluster.metadata_service_uri, readEntryTimeoutSec=10) as bk:
+        lh = bk.create_ledger(3, 3, 2, password=b"pw")
+        for f in [lh.append_async(bytes([i % 251]) * 16384) for i in range(600)]:
+            f.result(timeout=60)
+        lh.close()
+        rh = bk.open_ledger(lh.ledger_id, password=b"pw")
+        seen = record_batch_reads(bk)
+        check_same_as_read(rh, 0, 599, batch_size=1000, max_size=256 * 1024, bytes_in_flight=2 * 1024 * 1024)
+        assert len(set(seen)) == 3
+
+
 def test_python_bookies_arrow_batches_spread_over_the_ensemble(python_cluster) -> None:  # type: ignore[no-untyped-def]
     with BookKeeper(python_cluster.metadata_service_uri, readEntryTimeoutSec=10) as bk:
         ledger = write_ledger(bk, 1000)

@@ -545,6 +545,85 @@ def test_bad_options_give_one_clear_error_each(spark, bk, py_cluster) -> None:
                       **{"bookkeeper.zkTimeoutMs": "1000"})
 
 
+# -- several rows per entry (docs/connector.md, "Rows per entry") ----------------------------------------------------
+
+
+def varied_frame(spark, rows: int, partitions: int):
+    """Rows of 0 to about 300 bytes, some of them null (written as empty payloads), in ``partitions`` partitions."""
+    from pyspark.sql import functions as F
+
+    payload = F.when(F.col("id") % 97 == 5, F.lit(None).cast("binary")).otherwise(
+        F.concat(F.lit("v-"), F.col("id").cast("string"), F.lit("-"), F.expr("repeat('x', cast(id % 300 as int))"))
+        .cast("binary"))
+    return spark.range(0, rows, 1, partitions).select(F.col("id"), payload.alias("payload"))
+
+
+def expected_payload(i: int) -> bytes:
+    return b"" if i % 97 == 5 else f"v-{i}-".encode() + b"x" * (i % 300)
+
+
+def test_rows_per_entry_packs_rows_and_the_reader_unpacks_them(spark, bk, py_cluster) -> None:
+    from pyspark.sql import functions as F
+
+    from bkspark.datasource.packing import ENTRY_FORMAT_KEY, ROWS_V1
+
+    uri = py_cluster.metadata_service_uri
+    rows = 3000
+    write_dataset(varied_frame(spark, rows, 3), uri, "rows-per-entry", ensembleSize="3", writeQuorumSize="2",
+                  ackQuorumSize="2", rowsPerEntry="40", entryMaxBytes="4096")
+    manifest = DatasetRegistry(bk.store.zk, bk.store.root).manifest("rows-per-entry")
+    assert manifest is not None and len(manifest.ledgers) == 3
+    entries = 0
+    for _scope, lid in manifest.ledgers:
+        md = bk.get_ledger_metadata(lid)
+        assert md.custom_metadata[ENTRY_FORMAT_KEY] == ROWS_V1
+        entries += md.last_entry_id + 1
+    assert rows / 40 <= entries < rows / 10  # at most 40 rows and 4096 bytes an entry
+    got = read_dataset(spark, uri, "rows-per-entry").select("ledger_id", "entry_id", "payload").collect()
+    assert len(got) == rows
+    by_ledger: dict[int, list[tuple[int, bytes]]] = {}
+    for r in got:
+        by_ledger.setdefault(r.ledger_id, []).append((r.entry_id, bytes(r.payload)))
+    payloads = []
+    for lid, ledger_rows in by_ledger.items():
+        entry_ids = [e for e, _ in ledger_rows]
+        assert entry_ids == sorted(entry_ids) and entry_ids[0] == 0  # Spark's collect keeps a partition's order
+        assert max(entry_ids.count(e) for e in set(entry_ids)) <= 40
+        payloads.extend(p for _, p in ledger_rows)
+    assert sorted(payloads) == sorted(expected_payload(i) for i in range(rows))
+    # Each task's rows stay in order inside its ledger (the ids of non-null rows increase).
+    for ledger_rows in by_ledger.values():
+        ids = [int(p.split(b"-")[1]) for _, p in ledger_rows if p]
+        assert ids == sorted(ids)
+    # Partitions cut inside a ledger (3 entries each) and an entry filter give exactly those entries' rows.
+    small = read_dataset_with(spark, uri, "rows-per-entry", maxEntriesPerPartition="3")
+    assert small.rdd.getNumPartitions() > 3
+    summary = small.agg(F.count("*").alias("n"), F.sum(F.crc32("payload")).alias("c")).collect()[0]
+    assert summary.n == rows and summary.c == sum(zlib.crc32(expected_payload(i)) for i in range(rows))
+    lid = manifest.ledgers[0][1]
+    some = entries_of(read_ledgers(spark, uri, str(lid), startEntry="2", endEntry="3"))
+    assert [e for e, _ in some[lid]] == [e for e, _ in by_ledger[lid] if 2 <= e <= 3]
+    assert sorted(p for _, p in some[lid]) == sorted(p for e, p in by_ledger[lid] if 2 <= e <= 3)  # entries_of sorts
+    filtered = read_dataset(spark, uri, "rows-per-entry").where(f"ledger_id = {lid} and entry_id = 5")
+    assert sorted(bytes(r.payload) for r in filtered.collect()) == sorted(p for e, p in by_ledger[lid] if e == 5)
+
+
+def test_a_corrupt_packed_entry_is_a_clear_error_and_entry_max_bytes_above_the_frame_limit_too(
+    spark, bk, py_cluster
+) -> None:
+    from bkspark.datasource.packing import ENTRY_FORMAT_KEY, ROWS_V1
+
+    uri = py_cluster.metadata_service_uri
+    good = b"BKR\x01" + (1).to_bytes(4, "big") + (2).to_bytes(4, "big") + b"ok"
+    lid = write_bkspark_ledger(bk, [good, b"not packed at all"], custom_metadata={ENTRY_FORMAT_KEY: ROWS_V1})
+    with pytest.raises(Exception, match=r"CorruptEntryError.*no rows-v1 header.*entry_id=1"):
+        read_ledgers(spark, uri, str(lid)).collect()
+    with pytest.raises(Exception, match=r"entryMaxBytes \(1048576\) is more than one entry can carry"):
+        write_dataset(payload_frame(spark, 2000, 1, "big-" + "y" * 100), uri, "too-big", rowsPerEntry="10000",
+                      entryMaxBytes="1048576", **{"bookkeeper.nettyMaxFrameSizeBytes": "65536"})
+    assert DatasetRegistry(bk.store.zk, bk.store.root).manifest("too-big") is None
+
+
 # -- Java: Apache BookKeeper's client and bookies ---------------------------------------------------------------------
 
 
@@ -577,3 +656,29 @@ def test_reads_from_4_16_bookies_without_batch_reads(spark, java_cluster_factory
     # batchReadEnabled is on by default: the client finds that 4.16 bookies lack BATCH_READ_ENTRY and reads singly.
     got = entries_of(read_ledgers(spark, uri, str(lid), batchMaxCount="64"))
     assert got == {lid: [(i, java_payload(i, 20)) for i in range(250)]}
+
+
+@pytest.mark.compat
+def test_packed_rows_on_java_bookies_are_read_by_the_java_client_in_the_documented_format(
+    spark, java_cluster_factory, java_tools
+) -> None:
+    """A Spark write with rowsPerEntry onto Apache BookKeeper's bookies: its Java client reads the entries, and
+    they parse as docs/connector.md says (the parser here is the unit tests' reference, not bkspark's)."""
+    from tests.integration.test_client_interop import entries_of as java_entries, java
+    from tests.unit.test_connector_packing import reference_unpack
+
+    cluster = java_cluster_factory("4.17.3", bookies=3)
+    uri = cluster.metadata_service_uri
+    write_dataset(varied_frame(spark, 1000, 1), uri, "packed-java", ensembleSize="3", writeQuorumSize="3",
+                  ackQuorumSize="2", rowsPerEntry="64")
+    with BookKeeper(uri) as client:
+        manifest = DatasetRegistry(client.store.zk, client.store.root).manifest("packed-java")
+    assert manifest is not None
+    (_scope, lid), = manifest.ledgers
+    theirs = java_entries(java(java_tools, uri, "read", "--ledger", str(lid), "--digest", "CRC32C"))
+    assert len(theirs) == 1000 // 64 + 1
+    rows = [row for entry_id in sorted(theirs) for row in reference_unpack(theirs[entry_id])]
+    assert rows == [expected_payload(i) for i in range(1000)]
+    ours = read_dataset(spark, uri, "packed-java").select("entry_id", "payload").collect()
+    assert [bytes(r.payload) for r in ours] == rows
+    assert [r.entry_id for r in ours] == [i // 64 for i in range(1000)]

@@ -239,7 +239,10 @@ def test_complete_mode_replaces_the_dataset_once_per_batch(bk, py_cluster, tmp_p
     assert not {(0, batch3.ledger_id), (0, parent_of(bk, batch3.ledger_id))} & set(audit(uri, bk))
 
 
-def test_bookkeeper_to_bookkeeper_query_writes_each_entry_once(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+@pytest.mark.parametrize("rows_per_entry", ["1", "16"])
+def test_bookkeeper_to_bookkeeper_query_writes_each_entry_once(spark, bk, py_cluster, tmp_path, rows_per_entry: str) -> None:  # noqa: F811
+    from bkspark.datasource.packing import ENTRY_FORMAT_KEY
+
     uri = py_cluster.metadata_service_uri
     name = f"copy-{uuid.uuid4().hex[:8]}"
     payloads = [b"row-%d" % i for i in range(120)]
@@ -248,13 +251,20 @@ def test_bookkeeper_to_bookkeeper_query_writes_each_entry_once(spark, bk, py_clu
         spark.readStream.format("bookkeeper").option("metadataServiceUri", uri).option("ledgers", str(lid))
         .option("maxEntriesPerTrigger", "50").load()
         .select("payload").writeStream.format("bookkeeper").option("metadataServiceUri", uri)
-        .option("dataset", name).option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start()
+        .option("dataset", name).option("rowsPerEntry", rows_per_entry)
+        .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start()
     )
     assert query.awaitTermination(180)
-    assert sorted(dataset_payloads(bk, name)) == sorted(payloads)
     # The sink's dataset is itself a source: read it back in a batch query too.
     rows = spark.read.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", name).load()
-    assert rows.count() == 120
+    assert sorted(bytes(r.payload) for r in rows.collect()) == sorted(payloads)
+    manifest = DatasetRegistry(bk.zk, bk.ledgers_root).manifest(name)
+    assert manifest is not None
+    if rows_per_entry == "1":
+        assert sorted(dataset_payloads(bk, name)) == sorted(payloads)  # one entry per row, as any reader sees it
+    else:  # rows packed into entries (docs/connector.md, "Rows per entry"): fewer entries, every ledger tagged
+        assert len(dataset_payloads(bk, name)) < 120
+        assert all(ENTRY_FORMAT_KEY in bk.get_ledger_metadata(l, scope_id=sc).custom_metadata for sc, l in manifest.ledgers)
 
 
 def test_an_aggregation_in_complete_mode_leaves_exactly_its_last_result(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811

@@ -174,6 +174,28 @@ def test_max_entries_per_trigger_and_available_now(spark, bk, py_cluster, tmp_pa
     assert_exactly_once_in_order(sink.rows(), {first: [b"a%d" % i for i in range(50)], second: [b"b%d" % i for i in range(50)]})
 
 
+def test_a_stream_of_a_ledger_with_packed_rows_delivers_each_row_once_in_order(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """Rows per entry (docs/connector.md): admission control counts entries, every row of an entry comes with it."""
+    import numpy as np
+
+    from bkspark.datasource.packing import ENTRY_FORMAT_KEY, ROWS_V1, pack_rows
+
+    uri = py_cluster.metadata_service_uri
+    rows = [b"p%d" % i for i in range(100)]
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=offsets[1:])
+    entries, cuts = pack_rows(offsets, b"".join(rows), 8)
+    lid = write_bkspark_ledger(bk, entries, custom_metadata={ENTRY_FORMAT_KEY: ROWS_V1})
+    sink = Collector()
+    writer = stream(spark, uri, ledgers=str(lid), maxEntriesPerTrigger="5").writeStream.foreachBatch(sink)
+    query = writer.trigger(availableNow=True).option("checkpointLocation", str(tmp_path / "cp")).start()
+    assert query.awaitTermination(120), "AvailableNow did not stop"
+    assert len(entries) == 13 and sink.sizes() == [40, 40, 20]  # 5, 5 and 3 entries of 8, 8 ... and 4 rows
+    got = sorted(sink.rows(), key=lambda r: (r[1], int(r[2][1:])))
+    assert [(ledger, payload) for ledger, _entry, payload in got] == [(lid, r) for r in rows]
+    assert [entry for _ledger, entry, _payload in got] == [i // 8 for i in range(100)]
+
+
 @pytest.mark.parametrize("options, partitions", [({}, [2]), ({"minPartitions": "5"}, [5])])
 def test_a_micro_batch_of_many_small_ledgers_is_packed_into_few_tasks(
     spark, bk, py_cluster, tmp_path, options: dict, partitions: list  # noqa: F811

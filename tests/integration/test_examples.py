@@ -117,9 +117,11 @@ def test_demo_script_starts_a_cluster_writes_reads_back_and_stops_it() -> None:
                           timeout=480)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "starting ZooKeeper and 3 bookies" in proc.stdout
-    assert "OK: 3,000 rows read back, payload checksum" in proc.stdout
-    assert re.search(r"wrote 3,000 rows of 100 bytes in [\d.]+ s: [\d,]+ rows/s into 4 ledgers", proc.stdout)
-    assert re.search(r"read  3,000 rows in [\d.]+ s: [\d,]+ rows/s", proc.stdout)
+    # Twice: one row per entry, then rows packed into entries (docs/connector.md, "Rows per entry").
+    assert proc.stdout.count("OK: 3,000 rows read back, payload checksum") == 2
+    assert "-- one row per entry" in proc.stdout and "-- rows packed into entries of up to 16 KiB" in proc.stdout
+    assert len(re.findall(r"wrote 3,000 rows of 100 bytes in [\d.]+ s: [\d,]+ rows/s into 4 ledgers", proc.stdout)) == 2
+    assert len(re.findall(r"read  3,000 rows in [\d.]+ s: [\d,]+ rows/s", proc.stdout)) == 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,136 @@
+"""Where the CPU of a Spark write goes, per process: the bookie, Spark's JVM, its Python workers.
+
+    python -m bench.write_cpu [--rows 1000000] [--size 100] [--bookie-kind java|python] [--rounds 2]
+                              [--rows-per-entry 1,100000] [--entry-max-bytes 16384]
+
+One ZooKeeper, one bookie (ensemble 1/1/1, fsync journal) and Spark ``local[2]`` in this process.  Each round
+writes --rows rows of --size bytes (2 tasks, one ledger each) once per ``rowsPerEntry`` value, and reads every
+process's CPU time (``/proc/<pid>/stat``, user + system) before and after the job.  It prints rows/s and, per
+kind of process, CPU seconds and microseconds per row: a py-spy profile sees only Python, and a Spark write's
+Python workers share two cores with the bookie's and Spark's JVMs.  The ratio is packed ÷ one row per entry
+(docs/connector.md, "Rows per entry").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from bench.common import Cluster, Report, add_common_args, command_line, machine_facts, run_main, spark_session, timed
+
+#: (kind, predicate over the command line), first match wins.
+KINDS = (
+    ("Spark JVM", lambda cmd: "java" in cmd and "pyspark" in cmd),
+    ("bookie JVM", lambda cmd: "java" in cmd and "bookkeeper" in cmd.lower() and "zookeeper.server" not in cmd),
+    ("ZooKeeper JVM", lambda cmd: "java" in cmd),
+    ("Spark's Python workers", lambda cmd: "pyspark.daemon" in cmd or "pyspark.worker" in cmd),
+    ("Python bookie", lambda cmd: "bookie_server" in cmd),
+    ("this driver", lambda cmd: "bench.write_cpu" in cmd),
+)
+
+
+def cpu_by_process() -> dict[int, tuple[int, str]]:
+    """Every process's CPU ticks (user + system, children not included) and command line."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone meanwhile
+        out[int(name)] = (int(fields[11]) + int(fields[12]), cmd)
+    return out
+
+
+def kind_of(cmd: str) -> str:
+    return next((kind for kind, test in KINDS if test(cmd)), "other")
+
+
+def cpu_seconds_by_kind(before: dict[int, tuple[int, str]], after: dict[int, tuple[int, str]]) -> dict[str, float]:
+    tick = os.sysconf("SC_CLK_TCK")
+    seconds: dict[str, float] = {}
+    for pid, (ticks, cmd) in after.items():
+        used = ticks - before.get(pid, (0, ""))[0]
+        if used > 0:
+            seconds[kind_of(cmd)] = seconds.get(kind_of(cmd), 0.0) + used / tick
+    return seconds
+
+
+def run(args: argparse.Namespace) -> Report:
+    packings = [int(v) for v in args.rows_per_entry.split(",") if v.strip()]
+    params = {"rows": args.rows, "size": args.size, "spark": "local[2]", "bookie": f"1 x {args.bookie_kind}",
+              "ensemble": "1/1/1", "rowsPerEntry": args.rows_per_entry, "entryMaxBytes": args.entry_max_bytes}
+    report = Report("write_cpu", "CPU per process of a Spark write (rows per entry)", command_line("bench.write_cpu"),
+                    params, machine_before=machine_facts())
+    best: dict[int, float] = {}
+    with Cluster(args.workdir, args.keep, make_jars=not args.no_make) as cluster:
+        uri = cluster.new_root(args.bookie_kind)
+        if args.bookie_kind == "java":
+            cluster.java_bookies(uri, 1, args.bk_version, "java")
+        else:
+            cluster.python_bookies(uri, 1, "python")
+        spark = spark_session(2, "bkspark-write-cpu")
+        from pyspark.sql import functions as F
+
+        def frame(rows: int) -> Any:
+            return spark.range(0, rows, 1, 2).select(F.expr(f"cast(repeat('x', {args.size}) as binary)").alias("payload"))
+
+        def write(rows: int, dataset: str, per_entry: int) -> float:
+            t0 = time.perf_counter()
+            frame(rows).write.format("bookkeeper").options(
+                metadataServiceUri=uri, ensembleSize="1", writeQuorumSize="1", ackQuorumSize="1", digestType="CRC32C",
+                rowsPerEntry=str(per_entry), entryMaxBytes=str(args.entry_max_bytes),
+            ).option("dataset", dataset).mode("append").save()
+            return time.perf_counter() - t0
+
+        try:
+            for per_entry in packings:
+                with timed(f"warm-up (untimed), rowsPerEntry={per_entry}"):
+                    write(20_000, f"warm-{per_entry}", per_entry)
+            for rnd in range(args.rounds):
+                for per_entry in packings:
+                    with timed(f"round {rnd}: rowsPerEntry={per_entry}"):
+                        before = cpu_by_process()
+                        secs = write(args.rows, f"bench-{rnd}-{per_entry}", per_entry)
+                        used = cpu_seconds_by_kind(before, cpu_by_process())
+                    rate = args.rows / secs
+                    best[per_entry] = max(best.get(per_entry, 0.0), rate)
+                    report.row(f"round {rnd}, rowsPerEntry={per_entry}: Spark write", rate, "rows/s")
+                    for kind, cpu in sorted(used.items(), key=lambda kv: -kv[1]):
+                        if cpu >= 0.01:
+                            report.row(f"round {rnd}, rowsPerEntry={per_entry}:   {kind}", cpu / args.rows * 1e6,
+                                       "µs CPU/row", cpu_s=round(cpu, 2), share_of_a_core=round(cpu / secs, 2))
+        finally:
+            spark.stop()
+    if len(packings) > 1:
+        base = packings[0]
+        for per_entry in packings[1:]:
+            report.add_ratio(f"Spark write rows/s, rowsPerEntry={per_entry} ÷ rowsPerEntry={base} (best rounds)",
+                             best.get(per_entry), best.get(base))
+    report.notes.append("CPU from /proc/<pid>/stat (user + system) of every process before and after each job; "
+                        "the bookie's journal fsyncs wait without CPU.")
+    report.machine_after = machine_facts()
+    return report
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.write_cpu", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--size", type=int, default=100)
+    p.add_argument("--bookie-kind", choices=("java", "python"), default="java")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rows-per-entry", default="1,100000", help="rowsPerEntry values, comma-separated (first: base)")
+    p.add_argument("--entry-max-bytes", type=int, default=16 * 1024, help="entryMaxBytes (default 16 KiB)")
+    add_common_args(p)
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(parser, run, None))
