@@ -1,11 +1,13 @@
-"""Where the CPU of a Spark write goes, per process: the bookie, Spark's JVM, its Python workers.
+"""Where the CPU of a Spark write (and of the scan of what it wrote) goes, per process: the bookie, Spark's JVM,
+its Python workers.
 
     python -m bench.write_cpu [--rows 1000000] [--size 100] [--bookie-kind java|python] [--rounds 2]
                               [--rows-per-entry 1,100000] [--entry-max-bytes 16384]
 
 One ZooKeeper, one bookie (ensemble 1/1/1, fsync journal) and Spark ``local[2]`` in this process.  Each round
 writes --rows rows of --size bytes (2 tasks, one ledger each) once per ``rowsPerEntry`` value, and reads every
-process's CPU time (``/proc/<pid>/stat``, user + system) before and after the job.  It prints rows/s and, per
+process's CPU time (``/proc/<pid>/stat``, user + system) before and after the job; then the same for a scan of
+that dataset into the ``noop`` sink (one partition per ledger).  It prints rows/s and, per
 kind of process, CPU seconds and microseconds per row: a py-spy profile sees only Python, and a Spark write's
 Python workers share two cores with the bookie's and Spark's JVMs.  The ratio is packed ÷ one row per entry
 (docs/connector.md, "Rows per entry").
@@ -70,6 +72,7 @@ def run(args: argparse.Namespace) -> Report:
     report = Report("write_cpu", "CPU per process of a Spark write (rows per entry)", command_line("bench.write_cpu"),
                     params, machine_before=machine_facts())
     best: dict[int, float] = {}
+    best_scan: dict[int, float] = {}
     with Cluster(args.workdir, args.keep, make_jars=not args.no_make) as cluster:
         uri = cluster.new_root(args.bookie_kind)
         if args.bookie_kind == "java":
@@ -81,6 +84,27 @@ def run(args: argparse.Namespace) -> Report:
 
         def frame(rows: int) -> Any:
             return spark.range(0, rows, 1, 2).select(F.expr(f"cast(repeat('x', {args.size}) as binary)").alias("payload"))
+
+        def scan(dataset: str) -> float:
+            df = spark.read.format("bookkeeper").options(
+                metadataServiceUri=uri, dataset=dataset, digestType="CRC32C", maxEntriesPerPartition=str(args.rows),
+            ).load()
+            t0 = time.perf_counter()
+            df.write.format("noop").mode("overwrite").save()
+            return time.perf_counter() - t0
+
+        def measured(what: str, job: Any) -> float:
+            """Run ``job`` (returns its seconds), report its rows/s and every kind of process's CPU per row."""
+            before = cpu_by_process()
+            secs = job()
+            used = cpu_seconds_by_kind(before, cpu_by_process())
+            rate = args.rows / secs
+            report.row(what, rate, "rows/s")
+            for kind, cpu in sorted(used.items(), key=lambda kv: -kv[1]):
+                if cpu >= 0.01:
+                    report.row(f"{what}:   {kind}", cpu / args.rows * 1e6, "µs CPU/row", cpu_s=round(cpu, 2),
+                               share_of_a_core=round(cpu / secs, 2))
+            return rate
 
         def write(rows: int, dataset: str, per_entry: int) -> float:
             t0 = time.perf_counter()
@@ -94,19 +118,17 @@ def run(args: argparse.Namespace) -> Report:
             for per_entry in packings:
                 with timed(f"warm-up (untimed), rowsPerEntry={per_entry}"):
                     write(20_000, f"warm-{per_entry}", per_entry)
+                    scan(f"warm-{per_entry}")
             for rnd in range(args.rounds):
                 for per_entry in packings:
-                    with timed(f"round {rnd}: rowsPerEntry={per_entry}"):
-                        before = cpu_by_process()
-                        secs = write(args.rows, f"bench-{rnd}-{per_entry}", per_entry)
-                        used = cpu_seconds_by_kind(before, cpu_by_process())
-                    rate = args.rows / secs
+                    dataset = f"bench-{rnd}-{per_entry}"
+                    label = f"round {rnd}, rowsPerEntry={per_entry}"
+                    with timed(f"{label}: write"):
+                        rate = measured(f"{label}: Spark write", lambda: write(args.rows, dataset, per_entry))
                     best[per_entry] = max(best.get(per_entry, 0.0), rate)
-                    report.row(f"round {rnd}, rowsPerEntry={per_entry}: Spark write", rate, "rows/s")
-                    for kind, cpu in sorted(used.items(), key=lambda kv: -kv[1]):
-                        if cpu >= 0.01:
-                            report.row(f"round {rnd}, rowsPerEntry={per_entry}:   {kind}", cpu / args.rows * 1e6,
-                                       "µs CPU/row", cpu_s=round(cpu, 2), share_of_a_core=round(cpu / secs, 2))
+                    with timed(f"{label}: scan"):
+                        rate = measured(f"{label}: Spark scan", lambda: scan(dataset))
+                    best_scan[per_entry] = max(best_scan.get(per_entry, 0.0), rate)
         finally:
             spark.stop()
     if len(packings) > 1:
@@ -114,6 +136,8 @@ def run(args: argparse.Namespace) -> Report:
         for per_entry in packings[1:]:
             report.add_ratio(f"Spark write rows/s, rowsPerEntry={per_entry} ÷ rowsPerEntry={base} (best rounds)",
                              best.get(per_entry), best.get(base))
+            report.add_ratio(f"Spark scan rows/s, rowsPerEntry={per_entry} ÷ rowsPerEntry={base} (best rounds)",
+                             best_scan.get(per_entry), best_scan.get(base))
     report.notes.append("CPU from /proc/<pid>/stat (user + system) of every process before and after each job; "
                         "the bookie's journal fsyncs wait without CPU.")
     report.machine_after = machine_facts()
