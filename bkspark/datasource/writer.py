@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Iterator
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from bkspark.datasource.faults import fault_point
+from bkspark.datasource.packing import ENTRY_FORMAT_KEY, HEADER_BYTES, ROW_OVERHEAD_BYTES, ROWS_V1, pack_rows
 from bkspark.datasource.options import WriteOptions
 from bkspark.protocol.values import INT64_MAX
 
@@ -133,8 +134,6 @@ def _payloads(batch: Any, index: int, is_string: bool) -> tuple[list[bytes], int
 def _packed_entries(batch: Any, index: int, is_string: bool, options: WriteOptions) -> tuple[list[bytes], list[int], int]:
     """The payload column of an Arrow batch packed into entries of several rows (:mod:`packing`): the entries,
     the first row of each (and the row count at the end), and the rows' bytes."""
-    from bkspark.datasource.packing import pack_rows
-
     offsets, data = _payload_buffers(batch, index, is_string)
     entries, cuts = pack_rows(offsets, data, options.rows_per_entry, options.entry_max_bytes)
     return entries, cuts, len(data)
@@ -261,8 +260,6 @@ class BookKeeperWriter(DataSourceArrowWriter):
             TAG_APPLICATION: f"bkspark-spark-writer@{host}".encode(),
         }
         if opts.rows_per_entry > 1:
-            from bkspark.datasource.packing import ENTRY_FORMAT_KEY, ROWS_V1
-
             tags[ENTRY_FORMAT_KEY] = ROWS_V1  # every reader unpacks this ledger's entries (docs/connector.md)
         settings = dict(
             custom_metadata=tags,
@@ -322,7 +319,8 @@ class BookKeeperWriter(DataSourceArrowWriter):
                         if cuts is not None and cuts[index + 1] - cuts[index] > 1:
                             raise _packed_entry_too_large(exc, opts.entry_max_bytes) from exc
                         row = index if cuts is None else cuts[index]
-                        raise _row_too_large(exc, partition_id, rows + row, len(payloads[index])) from exc
+                        size = len(payloads[index]) - (0 if cuts is None else HEADER_BYTES + ROW_OVERHEAD_BYTES)
+                        raise _row_too_large(exc, partition_id, rows + row, size) from exc
                     in_flight += len(chunk)
                     while in_flight > MAX_PENDING_ADDS:
                         future, count = pending.popleft()

@@ -93,13 +93,13 @@ def registry(bk: BookKeeper) -> DatasetRegistry:
 # -- driving the writer as Spark does ----------------------------------------------------------------------------
 
 
-def new_writer(uri: str, dataset: str, overwrite: bool) -> BookKeeperWriter:
+def new_writer(uri: str, dataset: str, overwrite: bool, **options: str) -> BookKeeperWriter:
     """``df.write...save()`` on the driver: the source's ``writer()`` (reserves the parent, begins the job)."""
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     source = BookKeeperDataSource({
         "metadataserviceuri": uri, "dataset": dataset, "ensemblesize": "2", "writequorumsize": "2",
-        "ackquorumsize": "2",
+        "ackquorumsize": "2", **{k.lower(): v for k, v in options.items()},
     })
     writer = source.writer(StructType([StructField("payload", BinaryType())]), overwrite)
     assert isinstance(writer, BookKeeperWriter)
@@ -691,22 +691,25 @@ def test_another_committer_publishes_with_an_idempotency_key_in_the_same_multi(
     assert [w for w, _ in registry.root(dataset).keys] == ["other-a", "other-b"]  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("rows_per_entry", ["1", "8"])
 def test_a_row_over_the_frame_limit_fails_its_task_naming_row_partition_and_option(
-    uri: str, bk: BookKeeper, registry: DatasetRegistry
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, rows_per_entry: str
 ) -> None:
-    """The client refuses the entry locally; the writer restates it with the row, the partition and the option key."""
+    """The client refuses the entry locally; the writer restates it with the row, the partition and the option key
+    (with rows packed into entries too: a row over entryMaxBytes is an entry of its own, docs/connector.md)."""
     from bkspark.client.conf import DEFAULT_MAX_FRAME_SIZE
     from bkspark.datasource.writer import FRAME_LIMIT_OPTION
     from bkspark.errors import EntryTooLargeError
 
-    dataset = "too-large"
+    dataset = f"too-large-{rows_per_entry}"
     old = seed(uri, dataset)
-    writer = new_writer(uri, dataset, overwrite=False)
+    writer = new_writer(uri, dataset, overwrite=False, rowsPerEntry=rows_per_entry)
     with pytest.raises(EntryTooLargeError) as raised:
         task(writer, [b"fits", b"x" * (DEFAULT_MAX_FRAME_SIZE + 1), b"never-sent"])
     message = str(raised.value)
     assert "row 1 of partition 0" in message and FRAME_LIMIT_OPTION in message
     assert raised.value.context["partition"] == 0 and raised.value.context["row"] == 1
+    assert raised.value.context["size"] == DEFAULT_MAX_FRAME_SIZE + 1
     # Spark aborts the job: the failed task's ledger goes, the dataset keeps exactly its old rows.
     assert spark_commit_abort(writer) == "aborted"
     assert read_rows(uri, dataset) == old
