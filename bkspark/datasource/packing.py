@@ -1,8 +1,7 @@
 """Several rows in one entry: the connector's ``rows-v1`` entry format (docs/connector.md, "Rows per entry").
 
-A bookie does the same work for an entry of 100 bytes as for one of 100 kilobytes (one request, one journal
-record, one index row, one response), so a write of small rows, one row per entry, is bound by the bookies'
-work per entry.  Apache Kafka's producer batches records for the same reason, and so do Pulsar (batch
+Much of a bookie's work is per entry whatever its size (one request, one journal record, one index row, one
+response), so a write of small rows, one row per entry, is bound by the bookies' work per entry.  Apache Kafka's producer batches records for the same reason, and so do Pulsar (batch
 messages) and DistributedLog (record sets).  With the write option ``rowsPerEntry`` above 1 the writer packs
 consecutive rows of a task into one entry, and tags the ledger so every reader unpacks it.
 
