@@ -237,7 +237,7 @@ class BookieConnection(asyncio.Protocol):
         self._enter(_Op(key, _monotonic(), timeout, callback, arg))
         self._count += 1
         self._out.append(frame)
-        if not self._flush_scheduled:
+        if not self._flush_scheduled:  # checked here as well: one call less per frame on the add path
             self._schedule_flush()
 
     def send_v2_many(
