@@ -26,8 +26,9 @@ all: test
 setup: venv zookeeper jars
 
 venv: $(VENV)/.ok
-# setup.py and the C source: pip install -e builds bkspark/protocol/_speedups (the compiled fast path) in place.
-$(VENV)/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c
+# setup.py and the C sources: pip install -e builds bkspark/protocol/_speedups and bookie_server/_speedups
+# (the compiled fast paths) in place.
+$(VENV)/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c bkspark/protocol/_bytes.h bookie_server/_speedups.c
 	@command -v cc >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq gcc >/dev/null; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -139,4 +140,4 @@ bench: setup kafka-jars
 	$(PY) -m bench.run_all --update-md BENCHMARKS.md $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(CACHE) .pytest_cache .hypothesis build bkspark/protocol/_speedups*.so
+	rm -rf $(VENV) $(CACHE) .pytest_cache .hypothesis build bkspark/protocol/_speedups*.so bookie_server/_speedups*.so

@@ -17,6 +17,7 @@ close connections, sync the journal and checkpoint, end the ZooKeeper session.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import signal
@@ -248,6 +249,20 @@ class BookieApp:
         self.stopped.set()
 
 
+#: The cyclic garbage collector's thresholds in a bookie process (Python's are 700, 10, 10).  A bookie makes a few
+#: short-lived tuples per add; at Python's 700 the collector ran about once per 100 adds and, with its older
+#: generations, took a quarter of the event loop's time under a Java client's adds (docs/bookie.md, "Garbage
+#: collection"; BENCHMARKS.md, "The Python bookie's adds").
+GC_THRESHOLDS = (10_000, 10, 10)
+
+
+def tune_gc() -> None:
+    """Set the bookie process's collector up for serving: what start-up made (modules, the replayed state) is
+    frozen out of every later collection, and the first generation collects every ``GC_THRESHOLDS[0]`` objects."""
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 async def run(conf: BookieConfig) -> int:
     """Run a bookie until SIGTERM/SIGINT; the process exit status.  A start that fails raises, after cleaning up."""
     app = BookieApp(conf)
@@ -260,6 +275,7 @@ async def run(conf: BookieConfig) -> int:
     except BaseException:
         await app.stop()
         raise  # the caller (bookie_server.__main__) reports it as one line
+    tune_gc()
     await stop.wait()
     log.info("signal received: shutting down")
     await app.stop()

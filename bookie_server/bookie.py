@@ -34,6 +34,7 @@ from bookie_server.journal import (
     JournalFaults,
     JournalPosition,
     RecordType,
+    add_records,
     encode_add,
     encode_record,
     replay_journals,
@@ -355,7 +356,7 @@ class Bookie:
 
     def add_entries_cb(
         self,
-        adds: Sequence[tuple[int, int, int, bytes, bytes, bool, bool]],
+        adds: Sequence[tuple[int, int, int, bytes | memoryview, bytes, bool, bool]],
         done: Callable[[BaseException | None], None],
     ) -> list[BookieError | None]:
         """The adds of one received chunk (scope 0), as a group (loop thread).
@@ -364,41 +365,49 @@ class Bookie:
         is checked and stored as :meth:`add_entry_cb` does it; the accepted ones go to the journal as one
         submission (one record blob, one completion), and ``done(error)`` runs once they are all durable
         (not at all when none was accepted).  Returns each add's refusal (None: accepted), in order.
+
+        The checks depend on the ledger, the key and the two flags only, and nothing in the loop changes
+        their outcome once passed, so consecutive adds alike are checked once (docs/bookie.md, "Adds").
         """
-        storage = self.storage
-        readonly = self.readonly
         refused: list[BookieError | None] = []
-        records: list[bytes] = []
-        touched: set[tuple[int, int]] = set()
-        for ledger_id, entry_id, lac, entry, master_key, recovery, high_priority in adds:
-            try:
-                if readonly and not (high_priority and not self._disk_readonly):
-                    raise WriteOnReadOnlyBookieError(ledger_id=ledger_id)
-                info = storage.ledger(0, ledger_id)
-                self._check_key(info, master_key, ledger_id)
-                if info is not None and info.fenced and not recovery:
-                    raise LedgerFencedError(ledger_id=ledger_id)
-                prefix = self._bind_key(0, ledger_id, info, master_key)
-            except BookieError as exc:
-                refused.append(exc)
-                continue
-            storage.put_entry(0, ledger_id, entry_id, lac, entry)
-            if prefix:
-                records.append(prefix)
-            records.append(encode_add(0, ledger_id, entry_id, lac, entry))
-            touched.add((0, ledger_id))
+        accepted: list[tuple[int, int, int, bytes | memoryview, bytes, bool, bool]] = []
+        key_records: list[bytes] = []
+        passed: tuple[int, bytes, bool, bool] | None = None
+        for add in adds:
+            ledger_id, _entry_id, _lac, _entry, master_key, recovery, high_priority = add
+            if passed is None or passed != (ledger_id, master_key, recovery, high_priority):
+                try:
+                    if self.readonly and not (high_priority and not self._disk_readonly):
+                        raise WriteOnReadOnlyBookieError(ledger_id=ledger_id)
+                    info = self.storage.ledger(0, ledger_id)
+                    self._check_key(info, master_key, ledger_id)
+                    if info is not None and info.fenced and not recovery:
+                        raise LedgerFencedError(ledger_id=ledger_id)
+                    # A new ledger's key record goes before the group's adds (before this ledger's first).
+                    key_record = self._bind_key(0, ledger_id, info, master_key)
+                except BookieError as exc:
+                    refused.append(exc)
+                    passed = None
+                    continue
+                if key_record:
+                    key_records.append(key_record)
+                passed = (ledger_id, master_key, recovery, high_priority)
+            accepted.append(add)
             refused.append(None)
-        if records:
+        if accepted:
+            blob, entries = add_records(0, accepted)
+            self.storage.put_entries(0, accepted, entries)
+            touched = {add[0] for add in accepted}
 
             def durable(error: BaseException | None) -> None:
                 if error is None and self._lac_waiters:
-                    for key in touched:
-                        if key in self._lac_waiters:
-                            self._lac_changed(*key)
+                    for ledger_id in touched:
+                        if (0, ledger_id) in self._lac_waiters:
+                            self._lac_changed(0, ledger_id)
                 done(error)
 
-            self._journal_cb(b"".join(records), durable)
-            if storage.needs_flush and not self._checkpointing and self._loop is not None:
+            self._journal_cb(b"".join(key_records) + blob if key_records else blob, durable)
+            if self.storage.needs_flush and not self._checkpointing and self._loop is not None:
                 task = self._loop.create_task(self.checkpoint())
                 self._background.add(task)  # keep a reference until it is done
                 task.add_done_callback(self._background.discard)

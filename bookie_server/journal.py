@@ -47,6 +47,7 @@ from pathlib import Path
 import crc32c
 
 from bkspark.errors import BookieIOError, CorruptJournalError
+from bkspark.protocol.speedups import load_compiled
 
 __all__ = [
     "RecordType",
@@ -138,6 +139,34 @@ def encode_add(scope_id: int, ledger_id: int, entry_id: int, lac: int, entry: by
     return b"".join(
         (_RECORD_PREFIX.pack(len(head) + len(entry), crc32c.crc32c(entry, crc32c.crc32c(head))), head, entry)
     )
+
+
+#: The bookie's compiled loops (bookie_server/_speedups.c), or None: read at call time, so tests can turn them
+#: off here as BKSPARK_NO_EXTENSIONS=1 does at import.
+_speedups = load_compiled("bookie_server._speedups")
+
+#: An add as the add path hands it over: ledger id, entry id, LAC, the entry (further items are ignored).
+AddItem = tuple  # (int, int, int, bytes | memoryview, ...)
+
+
+def add_records(scope_id: int, adds: list[AddItem]) -> tuple[bytes, list[bytes]]:
+    """The ADD_ENTRY records of ``adds`` as one journal blob, and each entry as ``bytes`` for the write cache.
+
+    The compiled loop when it is built (one call per group of adds on the event loop; docs/bookie.md, "Adds"),
+    else, and for anything it hands back, :func:`add_records_reference`.
+    """
+    if _speedups is not None:
+        built = _speedups.add_records(scope_id, adds)
+        if built is not None:
+            return built
+    return add_records_reference(scope_id, adds)
+
+
+def add_records_reference(scope_id: int, adds: list[AddItem]) -> tuple[bytes, list[bytes]]:
+    """The pure-Python :func:`add_records`: the tested reference of the compiled one."""
+    entries = [add[3] if type(add[3]) is bytes else bytes(add[3]) for add in adds]
+    blob = b"".join([encode_add(scope_id, add[0], add[1], add[2], entry) for add, entry in zip(adds, entries)])
+    return blob, entries
 
 
 def decode_add_payload(payload: bytes) -> tuple[int, int, bytes]:

@@ -60,9 +60,10 @@ class InFlightGate:
         self.bytes += nbytes
         return True
 
-    def release(self, nbytes: int = 0) -> None:
-        """Give a slot back and wake the parked connections (they retry in FIFO order)."""
-        self.count = max(self.count - 1, 0)
+    def release(self, nbytes: int = 0, count: int = 1) -> None:
+        """Give ``count`` slots holding ``nbytes`` together back and wake the parked connections (they retry
+        in FIFO order)."""
+        self.count = max(self.count - count, 0)
         self.bytes = max(self.bytes - nbytes, 0)
         if self._waiters:
             self._wake()

@@ -74,9 +74,10 @@ class LoopHistogram:
         self.counts = [0] * (len(self.bounds) + 1)
         self.total = 0.0
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
+    def observe(self, value: float, count: int = 1) -> None:
+        """``count`` observations of ``value`` (a group of adds answered together has one latency)."""
+        self.counts[bisect_left(self.bounds, value)] += count
+        self.total += value * count
 
     def cumulative(self) -> tuple[list[tuple[str, float]], float]:
         """Prometheus buckets (``le`` -> cumulative count, +Inf last) and the sum."""
@@ -191,9 +192,9 @@ class BookieMetrics:
         #: (op, success) -> the histogram's observe (loop thread).
         self._observers = {(op, ok): hist.observe for op, children in self.requests.items() for ok, hist in children.items()}
 
-    def observe_request(self, op: str, millis: float, success: bool) -> None:
-        """Record one request's latency (event loop thread)."""
-        self._observers[(op, success)](millis)
+    def observe_request(self, op: str, millis: float, success: bool, count: int = 1) -> None:
+        """Record the latency of ``count`` requests answered together (event loop thread)."""
+        self._observers[(op, success)](millis, count)
 
     def journal_batch(self, records: int, size: int, seconds: float) -> None:
         """Called by the journal thread after each group commit."""

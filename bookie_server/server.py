@@ -407,6 +407,19 @@ class _Connection(asyncio.Protocol):
             self._permits_held -= 1
             permit[0].release(permit[1])
 
+    def _release_all(self, permits: list[tuple[InFlightGate, int] | None]) -> None:
+        """:meth:`_release` of each permit, one gate call when they share a gate (a group of adds)."""
+        held = [permit for permit in permits if permit is not None]
+        if not held:
+            return
+        gate = held[0][0]
+        if any(permit[0] is not gate for permit in held):
+            for permit in held:
+                self._release(permit)
+            return
+        self._permits_held -= len(held)
+        gate.release(sum([nbytes for _gate, nbytes in held]), len(held))
+
     def check_timeouts(self, now: float) -> None:
         """Close the connection when idle too long or stuck in a partial frame (the sweeper's call)."""
         if self.closed:
@@ -540,27 +553,27 @@ class _Connection(asyncio.Protocol):
         answered with one response write once the group is durable (refusals are answered at once)."""
         start = _now_ms()
         metrics = self.metrics
+        bad_version = self._bad_version
         #: (ledger id, entry id, protocol version, permit) of the adds handed to the bookie.
         accepted: list[tuple[int, int, int, tuple[InFlightGate, int] | None]] = []
-        adds: list[tuple[int, int, int, bytes, bytes, bool, bool]] = []
+        adds: list[tuple[int, int, int, bytes | memoryview, bytes, bool, bool]] = []
         refusals: list[bytes] = []
         for req, permit in group:
-            version = req.version
+            flags, master_key, entry, version = req
             try:
-                scope_id, ledger_id, entry_id, lac = entry_header(req.entry)
+                scope_id, ledger_id, entry_id, lac = entry_header(entry)
             except MalformedFrameError:
                 # Java takes the ids from bytes 0-15 (the decoder guaranteed 16) and fails later.
                 ledger_id, entry_id, lac, rc = req.ledger_id, req.entry_id, -1, v2.EBADREQ
             else:
                 # Scope ids need v3 (BP-35 extension).
-                rc = v2.EBADVERSION if self._bad_version(version) else (v2.EBADREQ if scope_id != 0 else v2.EOK)
+                rc = v2.EBADVERSION if bad_version(version) else (v2.EBADREQ if scope_id != 0 else v2.EOK)
             if rc != v2.EOK:
                 self._release(permit)
                 refusals.append(v2.encode_add_response(rc, ledger_id, entry_id, version))
                 metrics.observe_request("ADD_ENTRY", _now_ms() - start, False)
                 continue
-            flags = req.flags
-            adds.append((ledger_id, entry_id, lac, bytes(req.entry), req.master_key,
+            adds.append((ledger_id, entry_id, lac, entry, master_key,
                          bool(flags & v2.FLAG_RECOVERY_ADD), bool(flags & v2.FLAG_HIGH_PRIORITY)))
             accepted.append((ledger_id, entry_id, version, permit))
         #: The adds the bookie took: answered together once durable.
@@ -568,15 +581,10 @@ class _Connection(asyncio.Protocol):
 
         def reply(error: BaseException | None) -> None:
             rc = v2.EOK if error is None else v2.EIO
-            release = self._release
-            for _ledger_id, _entry_id, _version, permit in durable:
-                release(permit)
+            self._release_all([permit for _ledger_id, _entry_id, _version, permit in durable])
             encode = v2.encode_add_response
             self._send(b"".join([encode(rc, lid, eid, ver) for lid, eid, ver, _permit in durable]))
-            millis = _now_ms() - start
-            observe = metrics.observe_request
-            for _ in durable:
-                observe("ADD_ENTRY", millis, rc == v2.EOK)
+            metrics.observe_request("ADD_ENTRY", _now_ms() - start, rc == v2.EOK, len(durable))
 
         if adds:
             loop = self._loop
@@ -588,16 +596,20 @@ class _Connection(asyncio.Protocol):
             except Exception:  # noqa: BLE001 - our own bug: these adds fail, the bookie and connection go on
                 log.exception("unexpected error adding entries for %s", self.peer)
                 refused = [BookieIOError("unexpected error adding the entry")] * len(adds)
-            stored_bytes = 0
-            for (ledger_id, entry_id, version, permit), add, error in zip(accepted, adds, refused):
-                if error is None:
-                    durable.append((ledger_id, entry_id, version, permit))
-                    stored_bytes += len(add[3])
-                    continue
-                self._release(permit)
-                refusals.append(v2.encode_add_response(rc_for_error(error), ledger_id, entry_id, version))
-                metrics.observe_request("ADD_ENTRY", _now_ms() - start, False)
-            metrics.add_bytes.inc(stored_bytes)
+            if not any(refused):
+                durable.extend(accepted)
+                metrics.add_bytes.inc(sum([len(add[3]) for add in adds]))
+            else:
+                stored_bytes = 0
+                for (ledger_id, entry_id, version, permit), add, error in zip(accepted, adds, refused):
+                    if error is None:
+                        durable.append((ledger_id, entry_id, version, permit))
+                        stored_bytes += len(add[3])
+                        continue
+                    self._release(permit)
+                    refusals.append(v2.encode_add_response(rc_for_error(error), ledger_id, entry_id, version))
+                    metrics.observe_request("ADD_ENTRY", _now_ms() - start, False)
+                metrics.add_bytes.inc(stored_bytes)
         if refusals:
             self._send(b"".join(refusals))
 

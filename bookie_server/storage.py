@@ -36,7 +36,7 @@ import shutil
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +44,7 @@ import lmdb
 
 from bkspark.errors import BookieIOError, MalformedFrameError, NoSuchEntryError, NoSuchLedgerError
 from bkspark.protocol.digest import lac_header
+from bkspark.protocol.speedups import load_compiled
 
 from bookie_server.journal import JournalPosition, JournalRecord, RecordType, decode_add_payload
 
@@ -67,6 +68,9 @@ _FLAG_HAS_KEY = 2
 _FLAG_HAS_LAC = 4
 _CHECKPOINT_KEY = b"checkpoint"
 _LOG_NAME = re.compile(r"^([0-9a-f]{16})\.log$")
+#: The bookie's compiled loops (bookie_server/_speedups.c), or None: read at call time, so tests can turn them
+#: off here as BKSPARK_NO_EXTENSIONS=1 does at import.
+_speedups = load_compiled("bookie_server._speedups")
 #: Bytes read from an entry log at once during batch reads (the next entries usually follow).
 _READ_AHEAD = 256 * 1024
 
@@ -124,6 +128,46 @@ class Snapshot:
     deletes: set[LedgerKey] = field(default_factory=set)
 
 
+#: Where a blob of this many bytes will land in an entry log: ``(log id, offset)``.
+Place = Callable[[int], tuple[int, int]]
+#: An index row: the entry key's bytes and its location's bytes.
+IndexRow = tuple[bytes, bytes]
+
+
+def log_records(keys: list[EntryKey], entries: dict[EntryKey, bytes], place: Place) -> tuple[bytes, list[IndexRow]]:
+    """The entry-log records of ``keys`` (sorted, so a ledger's entries are contiguous) as one blob, and their
+    index rows; ``place(len(blob))`` says where the blob will be appended.
+
+    The compiled loop when it is built (the checkpoint's hottest code; docs/bookie.md, "Checkpoints"),
+    else, and for anything it hands back, :func:`log_records_reference`.
+    """
+    if _speedups is not None:
+        built = _speedups.log_records(keys, entries, place)
+        if built is not None:
+            return built
+    return log_records_reference(keys, entries, place)
+
+
+def log_records_reference(
+    keys: list[EntryKey], entries: dict[EntryKey, bytes], place: Place
+) -> tuple[bytes, list[IndexRow]]:
+    """The pure-Python :func:`log_records`: the tested reference of the compiled one."""
+    keys = sorted(keys)
+    parts: list[bytes] = []
+    relative: list[tuple[EntryKey, int, int]] = []
+    pos = 0
+    for key in keys:
+        data = entries[key]
+        parts.append(_LOG_RECORD.pack(len(data), *key))
+        parts.append(data)
+        pos += _LOG_RECORD.size
+        relative.append((key, pos, len(data)))
+        pos += len(data)
+    log_id, start = place(pos)
+    rows = [(_INDEX_KEY.pack(*key), _LOCATION.pack(log_id, start + rel, length)) for key, rel, length in relative]
+    return b"".join(parts), rows
+
+
 class _Directory:
     """One ledger directory: entry log files plus an LMDB index."""
 
@@ -155,6 +199,8 @@ class _Directory:
         self.log_id = (logs[-1] + 1) if logs else 1
         self._write_fd = -1
         self._write_size = 0
+        #: Set when a write failed: the log's end is unknown, so the next append opens a new log.
+        self._roll_next = False
 
     def index_get(self, key: bytes) -> bytes | None:
         """Look a key up in the index through a reused read transaction (loop thread only).
@@ -185,14 +231,32 @@ class _Directory:
     def log_path(self, log_id: int) -> Path:
         return self.logs_dir / f"{log_id:016x}.log"
 
-    def append(self, blob: bytes) -> tuple[int, int]:
-        """Append to the current entry log (rolling it when full); return ``(log id, start offset)``."""
-        if self._write_fd < 0 or (self._write_size + len(blob) > self.entry_log_size_limit and self._write_size > _LOG_HEADER.size):
+    def place(self, size: int) -> tuple[int, int]:
+        """Where ``size`` bytes appended next will land, ``(log id, start offset)``: the current entry log,
+        rolled first when they would not fit (the next :meth:`append` of that size lands there)."""
+        if (
+            self._write_fd < 0
+            or self._roll_next
+            or (self._write_size + size > self.entry_log_size_limit and self._write_size > _LOG_HEADER.size)
+        ):
             self._roll()
+        return self.log_id, self._write_size
+
+    def append(self, blob: bytes) -> tuple[int, int]:
+        """Append to the current entry log (rolling it when full); return ``(log id, start offset)``.
+
+        A write that fails may have left part of the blob in the log (a disk that filled up halfway), so the
+        offsets this directory counts no longer match the file's: the next append starts a new log.
+        """
+        self.place(len(blob))
         start = self._write_size
         view = memoryview(blob)
-        while view:
-            view = view[os.write(self._write_fd, view) :]
+        try:
+            while view:
+                view = view[os.write(self._write_fd, view) :]
+        except BaseException:
+            self._roll_next = True
+            raise
         self._write_size += len(blob)
         return self.log_id, start
 
@@ -201,12 +265,17 @@ class _Directory:
             os.fsync(self._write_fd)
 
     def _roll(self) -> None:
+        """Start the next entry log.  Any step may fail (a full or broken disk): the state left behind makes the
+        next :meth:`place` try again with a new log, never write through a closed descriptor or at a wrong offset."""
         if self._write_fd >= 0:
             os.fsync(self._write_fd)
-            os.close(self._write_fd)
+            fd, self._write_fd = self._write_fd, -1
+            os.close(fd)
             self.log_id += 1
         path = self.log_path(self.log_id)
         self._write_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        self._roll_next = True  # until the header is in and the log's name is durable
+        self._write_size = 0
         os.write(self._write_fd, _LOG_HEADER.pack(_LOG_MAGIC, 1))
         self._write_size = _LOG_HEADER.size
         dfd = os.open(self.logs_dir, os.O_RDONLY)
@@ -214,6 +283,7 @@ class _Directory:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+        self._roll_next = False
 
     def read(self, log_id: int, offset: int, length: int) -> bytes:
         with self._fd_lock:
@@ -376,22 +446,37 @@ class LedgerStorage:
     # -- entries ------------------------------------------------------------------------
     def put_entry(self, scope_id: int, ledger_id: int, entry_id: int, lac: int, data: bytes) -> LedgerInfo:
         """Store an entry (into the write cache) and track last entry and LAC."""
-        key = (scope_id, ledger_id, entry_id)
-        info, _ = self.ensure_ledger(scope_id, ledger_id)
-        old = self._write_cache.get(key)
-        if old is not None:
-            self._write_cache_bytes -= len(old)
-        self._write_cache[key] = data
-        self._write_cache_bytes += len(data)
-        cached = self._read_cache.pop(key, None)
-        if cached is not None:
-            self._read_cache_bytes -= len(cached)
-        if entry_id > info.last_entry:
-            info.last_entry = entry_id
-        if lac > info.lac:
-            info.lac = lac
-        self._dirty.add((scope_id, ledger_id))
-        return info
+        self.put_entries(scope_id, [(ledger_id, entry_id, lac)], [data])
+        return self._ledgers[(scope_id, ledger_id)]
+
+    def put_entries(self, scope_id: int, adds: Sequence[tuple], entries: Sequence[bytes]) -> None:
+        """:meth:`put_entry` for each add, whose first three items are ledger id, entry id and LAC, with its
+        entry bytes from ``entries`` (the add path's group of adds: one call, not one per entry)."""
+        cache = self._write_cache
+        read_cache = self._read_cache
+        grown = 0
+        ledger_id = info = None
+        for add, data in zip(adds, entries):
+            if add[0] != ledger_id:
+                ledger_id = add[0]
+                info, _ = self.ensure_ledger(scope_id, ledger_id)
+                self._dirty.add((scope_id, ledger_id))
+            entry_id = add[1]
+            key = (scope_id, ledger_id, entry_id)
+            old = cache.get(key)
+            if old is not None:
+                grown -= len(old)
+            cache[key] = data
+            grown += len(data)
+            if read_cache:
+                cached = read_cache.pop(key, None)
+                if cached is not None:
+                    self._read_cache_bytes -= len(cached)
+            if entry_id > info.last_entry:
+                info.last_entry = entry_id
+            if add[2] > info.lac:
+                info.lac = add[2]
+        self._write_cache_bytes += grown
 
     @property
     def write_cache_bytes(self) -> int:
@@ -731,31 +816,28 @@ class LedgerStorage:
         """Write a snapshot to entry logs and the index (any thread; the slow part)."""
         per_dir: dict[int, list[EntryKey]] = {}
         n = len(self._dirs)
-        for key in snapshot.entries:
-            if (key[0], key[1]) in snapshot.deletes:
-                continue
-            per_dir.setdefault((key[0] * 31 + key[1]) % n, []).append(key)
+        if n == 1 and not snapshot.deletes:
+            per_dir[0] = list(snapshot.entries)
+        else:
+            for key in snapshot.entries:
+                if (key[0], key[1]) in snapshot.deletes:
+                    continue
+                per_dir.setdefault((key[0] * 31 + key[1]) % n, []).append(key)
         try:
             for index, directory in enumerate(self._dirs):
-                keys = sorted(per_dir.get(index, ()))
-                locations: list[tuple[bytes, bytes]] = []
+                keys = per_dir.get(index)
+                locations: list[IndexRow] = []
                 if keys:
-                    parts: list[bytes] = []
-                    relative: list[tuple[EntryKey, int, int]] = []
-                    pos = 0
-                    for key in keys:
-                        data = snapshot.entries[key]
-                        parts.append(_LOG_RECORD.pack(len(data), *key))
-                        parts.append(data)
-                        pos += _LOG_RECORD.size
-                        relative.append((key, pos, len(data)))
-                        pos += len(data)
-                    log_id, start = directory.append(b"".join(parts))
+                    placed: list[tuple[int, int]] = []
+
+                    def place(size: int, directory: _Directory = directory) -> tuple[int, int]:
+                        placed.append(directory.place(size))
+                        return placed[-1]
+
+                    blob, locations = log_records(keys, snapshot.entries, place)
+                    if directory.append(blob) != placed[-1]:  # only this thread appends: a bug if it moved
+                        raise BookieIOError("an entry log moved between placing and appending a checkpoint")
                     directory.sync()
-                    locations = [
-                        (_INDEX_KEY.pack(*key), _LOCATION.pack(log_id, start + rel, length))
-                        for key, rel, length in relative
-                    ]
                 with directory.env.begin(write=True) as txn:
                     if locations:
                         cursor = txn.cursor(db=directory.index_db)

@@ -13,60 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* -- CRC32C (Castagnoli), chained like the crc32c package: crc(data, value) continues from value ---------- */
-
-static uint32_t crc_table[256];
-
-static void crc_init_table(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc_table[i] = c;
-    }
-}
-
-static uint32_t crc_software(uint32_t value, const unsigned char *p, size_t n)
-{
-    uint32_t c = ~value;
-    while (n--)
-        c = (c >> 8) ^ crc_table[(c ^ *p++) & 0xff];
-    return ~c;
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <nmmintrin.h>
-#define HAVE_CRC_HARDWARE 1
-__attribute__((target("sse4.2"))) static uint32_t crc_hardware(uint32_t value, const unsigned char *p, size_t n)
-{
-    uint64_t c = (uint32_t)~value;
-    while (n >= 8) {
-        uint64_t word;
-        memcpy(&word, p, 8);
-        c = _mm_crc32_u64(c, word);
-        p += 8;
-        n -= 8;
-    }
-    uint32_t c32 = (uint32_t)c;
-    while (n--)
-        c32 = _mm_crc32_u8(c32, *p++);
-    return ~c32;
-}
-#endif
-
-static uint32_t (*crc_update)(uint32_t, const unsigned char *, size_t) = crc_software;
-
-static uint64_t be64(const unsigned char *p)
-{
-    return ((uint64_t)p[0] << 56) | ((uint64_t)p[1] << 48) | ((uint64_t)p[2] << 40) | ((uint64_t)p[3] << 32) |
-           ((uint64_t)p[4] << 24) | ((uint64_t)p[5] << 16) | ((uint64_t)p[6] << 8) | (uint64_t)p[7];
-}
-
-static uint32_t be32(const unsigned char *p)
-{
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
+#include "_bytes.h"
 
 /* V1 entry: ledgerId, entryId, lastAddConfirmed, length (4 x int64 BE), then the 4-byte CRC32C, then the payload. */
 #define V1_HEADER 32
@@ -305,22 +252,6 @@ PyDoc_STRVAR(add_frames_doc,
 "must check itself (a payload that is not bytes, a negative ledger id, a key that is not 20 bytes, ids or\n"
 "lengths out of int64 range).");
 
-static void put_be64(unsigned char *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--) {
-        p[i] = (unsigned char)(v & 0xff);
-        v >>= 8;
-    }
-}
-
-static void put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
 #define MASTER_KEY_LENGTH 20
 #define ADD_PREFIX (4 + 4 + MASTER_KEY_LENGTH)
 
@@ -455,11 +386,6 @@ static struct PyModuleDef speedups_module = {
 
 PyMODINIT_FUNC PyInit__speedups(void)
 {
-    crc_init_table();
-#ifdef HAVE_CRC_HARDWARE
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("sse4.2"))
-        crc_update = crc_hardware;
-#endif
+    crc_init();
     return PyModule_Create(&speedups_module);
 }

@@ -10,25 +10,26 @@ aiokafka's ``AIOKAFKA_NO_EXTENSIONS`` does.
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
-__all__ = ["DISABLE_ENV", "speedups", "load_speedups"]
+__all__ = ["DISABLE_ENV", "speedups", "load_compiled"]
 
 #: The environment variable that turns the compiled path off (any value but "" and "0").
 DISABLE_ENV = "BKSPARK_NO_EXTENSIONS"
 
 
-def load_speedups() -> ModuleType | None:
-    """The compiled module, or None when it is turned off or was not built."""
+def load_compiled(module: str) -> ModuleType | None:
+    """A compiled module of bkspark's (this one, or the bookie's ``bookie_server._checkpoint``), or None when
+    the switch turns compiled paths off or the module was not built: the one home of that rule."""
     if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
         return None
     try:
-        from bkspark.protocol import _speedups
+        return importlib.import_module(module)
     except ImportError:
         return None
-    return _speedups
 
 
 #: What the codecs use, decided once at import.
-speedups = load_speedups()
+speedups = load_compiled("bkspark.protocol._speedups")

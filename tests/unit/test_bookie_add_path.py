@@ -75,3 +75,33 @@ async def test_adds_of_one_chunk_are_one_group_with_refusals_answered_apart(book
     assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="true"} 8.0' in text
     assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="false"} 2.0' in text
     c.close()
+
+
+@with_bookie()
+async def test_a_group_checks_each_change_of_ledger_key_or_flags(bookie: Bookie, server: BookieServer) -> None:
+    """Consecutive adds alike are checked once (docs/bookie.md, "Adds"): a wrong key between right ones, a new
+    ledger's first add (which binds its key), a fenced ledger's plain and recovery adds, all in one send."""
+    await bookie.fence(0, 8, KEY)
+    c = await Conn.open(server.port)
+    sends = [
+        (KEY, 0, make_entry(5, 0, b"a")),
+        (BAD_KEY, 0, make_entry(5, 1, b"wrong key")),
+        (KEY, 0, make_entry(5, 2, b"b")),
+        (KEY, 0, make_entry(9, 0, b"new ledger: binds the key")),
+        (KEY, 0, make_entry(9, 1, b"c")),
+        (BAD_KEY, 0, make_entry(9, 2, b"wrong key for the key just bound")),
+        (KEY, 0, make_entry(8, 0, b"fenced")),
+        (KEY, v2.FLAG_RECOVERY_ADD, make_entry(8, 0, b"recovery add to a fenced ledger")),
+        (KEY, 0, make_entry(8, 1, b"fenced again")),
+    ]
+    c.send(b"".join(v2.encode_add_request(flags, key, entry) for key, flags, entry in sends))
+    responses = [v2.decode_response(await c.body()) for _ in sends]
+    assert sorted((r.ledger_id, r.entry_id, r.rc) for r in responses) == sorted([
+        (5, 0, v2.EOK), (5, 1, v2.EUA), (5, 2, v2.EOK), (9, 0, v2.EOK), (9, 1, v2.EOK), (9, 2, v2.EUA),
+        (8, 0, v2.EFENCED), (8, 0, v2.EOK), (8, 1, v2.EFENCED),
+    ])
+    stored = bookie.storage.ledger(0, 9)
+    assert stored is not None and stored.master_key == KEY
+    assert [bookie.storage.get_entry(0, 5, i) for i in (0, 2)] == [sends[0][2], sends[2][2]]
+    assert bookie.storage.get_entry(0, 8, 0) == sends[7][2]
+    c.close()

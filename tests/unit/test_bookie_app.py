@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
 from bkspark.errors import CookieMismatchError
 from bookie_server.__main__ import JsonFormatter, main
+from bookie_server import app as app_module
 from bookie_server.app import BookieApp
 from bookie_server.config import BookieConfig
 
@@ -154,3 +158,26 @@ def test_client_connections_have_nagle_off(tmp_path: Path) -> None:
             await app.stop()
 
     asyncio.run(body())
+
+
+def test_a_running_bookie_process_tunes_the_garbage_collector(tmp_path: Path) -> None:
+    """run() (what `python -m bookie_server` runs) freezes what start-up made and raises the first threshold, once
+    the bookie serves (docs/bookie.md, "Garbage collection"); a SIGTERM still stops it with status 0."""
+    before = gc.get_threshold()
+
+    async def main() -> int:
+        task = asyncio.create_task(app_module.run(conf_for(tmp_path)))
+        for _ in range(500):
+            if gc.get_threshold() == app_module.GC_THRESHOLDS or task.done():
+                break
+            await asyncio.sleep(0.01)
+        assert gc.get_threshold() == app_module.GC_THRESHOLDS
+        assert gc.get_freeze_count() > 0
+        os.kill(os.getpid(), signal.SIGTERM)
+        return await asyncio.wait_for(task, 30)
+
+    try:
+        assert asyncio.run(main()) == 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

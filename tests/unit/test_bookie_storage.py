@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import struct
 import threading
@@ -31,6 +32,7 @@ from bookie_server.journal import (
     iter_records,
     journal_files,
 )
+from bookie_server import storage as storage_module
 from bookie_server.storage import LedgerInfo, LedgerStorage
 
 KEY = b"k" * 20
@@ -402,3 +404,88 @@ def test_journal_deferred_sync_completes_before_the_sync(tmp_path: Path, monkeyp
     release.set()
     journal.close()
     assert order == ["written", "synced"]
+
+
+class _DiskThatFails:
+    """The storage module's ``os``, except that chosen calls fail the way a full disk makes them fail."""
+
+    def __init__(self, *, write_halfway: int = 0, open_logs: int = 0) -> None:
+        self.write_halfway = write_halfway  # appends that write half their bytes, then hit ENOSPC
+        self.open_logs = open_logs  # entry-log creations that fail
+        self._failing_write = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        if self._failing_write:
+            self._failing_write = False
+            raise OSError(errno.ENOSPC, "No space left on device")
+        if self.write_halfway and len(data) > 64:
+            self.write_halfway -= 1
+            self._failing_write = True
+            return os.write(fd, bytes(data)[: len(data) // 2])
+        return os.write(fd, data)
+
+    def open(self, path: object, flags: int, *args: int) -> int:
+        if self.open_logs and str(path).endswith(".log") and flags & os.O_CREAT:
+            self.open_logs -= 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.open(path, flags, *args)  # type: ignore[arg-type]
+
+
+def _put_range(storage: LedgerStorage, first: int, last: int) -> dict[int, bytes]:
+    written = {}
+    for i in range(first, last):
+        written[i] = entry(1, i, i - 1, b"entry %d " % i * 20)
+        storage.put_entry(0, 1, i, i - 1, written[i])
+    return written
+
+
+def test_a_checkpoint_retried_after_a_write_that_stopped_halfway_indexes_the_right_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk cut a checkpoint's append in the middle: the half-written records stay in the log, unindexed.
+    The retry must not count offsets from where the failed append began (the file grew since): every entry
+    reads back as written, before and after a restart."""
+    storage = LedgerStorage([tmp_path])
+    storage.open()
+    storage.set_master_key(0, 1, KEY)
+    written = _put_range(storage, 0, 10)
+    storage.checkpoint(JournalPosition(1, 10))
+    written |= _put_range(storage, 10, 30)
+    monkeypatch.setattr(storage_module, "os", _DiskThatFails(write_halfway=1))
+    with pytest.raises(BookieIOError):
+        storage.checkpoint(JournalPosition(1, 30))
+    assert storage.write_cache_bytes > 0  # the entries went back to the write cache
+    monkeypatch.undo()
+    storage.checkpoint(JournalPosition(1, 30))
+    assert [storage.get_entry(0, 1, i) for i in range(30)] == [written[i] for i in range(30)]
+    storage.close()
+    again = LedgerStorage([tmp_path])
+    again.open()
+    assert [again.get_entry(0, 1, i) for i in range(30)] == [written[i] for i in range(30)]
+    again.close()
+
+
+def test_a_checkpoint_retried_after_the_next_entry_log_could_not_be_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entry log was full and the next one could not be created: nothing may be written through the old,
+    closed descriptor, and the retry opens the next log and indexes every entry right."""
+    storage = LedgerStorage([tmp_path], entry_log_size_limit=2048)
+    storage.open()
+    storage.set_master_key(0, 1, KEY)
+    written = _put_range(storage, 0, 10)
+    storage.checkpoint(JournalPosition(1, 10))
+    written |= _put_range(storage, 10, 20)
+    monkeypatch.setattr(storage_module, "os", _DiskThatFails(open_logs=1))
+    with pytest.raises(BookieIOError):
+        storage.checkpoint(JournalPosition(1, 20))
+    monkeypatch.undo()
+    storage.checkpoint(JournalPosition(1, 20))
+    storage.close()
+    again = LedgerStorage([tmp_path])
+    again.open()
+    assert [again.get_entry(0, 1, i) for i in range(20)] == [written[i] for i in range(20)]
+    again.close()

@@ -1,0 +1,301 @@
+/*
+ * The compiled fast path of the Python bookie's per-entry loops (BENCHMARKS.md, "The Python bookie's adds"): the
+ * journal's ADD_ENTRY records of a group of adds (event loop thread) and the checkpoint's entry-log records and
+ * index rows (a thread that shares the GIL with the loop).  Profiles of the bookie under a Java client's adds
+ * put a third of its CPU in these loops.  The pure-Python functions they stand in for (journal.py's
+ * add_records_reference, storage.py's log_records_reference) stay the tested reference and handle every case
+ * this code hands back (docs/architecture.md, "Compiled fast path").  BKSPARK_NO_EXTENSIONS=1 turns it off.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "_bytes.h"
+
+/* An entry-log record: length (u32), scope, ledger, entry (3 x i64), big-endian; then the entry bytes. */
+#define RECORD_HEADER 28
+/* An index row: key scope, ledger, entry (3 x i64); value log id (u64), offset (u64), length (u32). */
+#define INDEX_KEY 24
+#define LOCATION 20
+
+typedef struct {
+    int64_t scope, ledger, entry;
+    PyObject *data; /* a strong reference, held while the GIL is released */
+    const char *buf;
+    Py_ssize_t len;
+} Record;
+
+static int compare_records(const void *a, const void *b)
+{
+    const Record *x = a, *y = b;
+    if (x->scope != y->scope)
+        return x->scope < y->scope ? -1 : 1;
+    if (x->ledger != y->ledger)
+        return x->ledger < y->ledger ? -1 : 1;
+    if (x->entry != y->entry)
+        return x->entry < y->entry ? -1 : 1;
+    return 0;
+}
+
+/* 1: the int fits int64 and was stored; 0: it does not (the reference's case); -1: an error is set. */
+static int exact_int64(PyObject *item, int64_t *out)
+{
+    if (!PyLong_CheckExact(item))
+        return 0;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow)
+        return 0;
+    *out = (int64_t)v;
+    return 1;
+}
+
+static void release_records(Record *records, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_XDECREF(records[i].data);
+    PyMem_Free(records);
+}
+
+/* 1: every key is a tuple of three int64s with a bytes value in entries; 0: one is not; -1: an error is set. */
+static int collect(PyObject *keys, PyObject *entries, Record *records, Py_ssize_t n, Py_ssize_t *filled)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        if (!PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 3)
+            return 0;
+        Record *r = &records[i];
+        int ok;
+        if ((ok = exact_int64(PyTuple_GET_ITEM(key, 0), &r->scope)) != 1 ||
+            (ok = exact_int64(PyTuple_GET_ITEM(key, 1), &r->ledger)) != 1 ||
+            (ok = exact_int64(PyTuple_GET_ITEM(key, 2), &r->entry)) != 1)
+            return ok;
+        PyObject *data = PyDict_GetItemWithError(entries, key);
+        if (data == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        if (!PyBytes_CheckExact(data) || PyBytes_GET_SIZE(data) > (Py_ssize_t)UINT32_MAX)
+            return 0;
+        Py_INCREF(data);
+        r->data = data;
+        r->buf = PyBytes_AS_STRING(data);
+        r->len = PyBytes_GET_SIZE(data);
+        *filled = i + 1;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(log_records_doc,
+"log_records(keys, entries, place) -> (blob, rows) | None\n\n"
+"The entry-log records of the entries named by keys (a list of (scope, ledger, entry) tuples; entries maps\n"
+"each to its bytes), sorted by key, as one blob; place(len(blob)) -> (log id, offset) says where the blob\n"
+"will land.  rows are the index rows (key bytes, location bytes) of the records, in the same order.  The\n"
+"entries are copied with the GIL released.  None for what the reference must handle itself (a key that is\n"
+"not three int64s, a missing or non-bytes value, an entry longer than 4 GiB).");
+
+static PyObject *log_records(PyObject *self, PyObject *args)
+{
+    PyObject *keys, *entries, *place;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyList_Type, &keys, &PyDict_Type, &entries, &place))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    Record *records = PyMem_Calloc(n ? (size_t)n : 1, sizeof(Record));
+    if (records == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t filled = 0;
+    int ok = collect(keys, entries, records, n, &filled);
+    if (ok != 1) {
+        release_records(records, filled);
+        if (ok < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    qsort(records, (size_t)n, sizeof(Record), compare_records);
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (records[i].len > PY_SSIZE_T_MAX - RECORD_HEADER - total) {
+            release_records(records, n);
+            return PyErr_NoMemory();
+        }
+        total += RECORD_HEADER + records[i].len;
+    }
+    PyObject *where = PyObject_CallFunction(place, "n", total);
+    unsigned long long log_id, start;
+    if (where == NULL || !PyArg_ParseTuple(where, "KK;place() must return (log id, offset)", &log_id, &start)) {
+        Py_XDECREF(where);
+        release_records(records, n);
+        return NULL;
+    }
+    Py_DECREF(where);
+    PyObject *blob = PyBytes_FromStringAndSize(NULL, total);
+    PyObject *rows = blob == NULL ? NULL : PyList_New(n);
+    if (rows == NULL) {
+        Py_XDECREF(blob);
+        release_records(records, n);
+        return NULL;
+    }
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(blob);
+    Py_BEGIN_ALLOW_THREADS
+    /* Nothing else sees blob yet, and the entries are immutable bytes this call holds references to. */
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Record *r = &records[i];
+        put_be32(out + pos, (uint32_t)r->len);
+        put_be64(out + pos + 4, (uint64_t)r->scope);
+        put_be64(out + pos + 12, (uint64_t)r->ledger);
+        put_be64(out + pos + 20, (uint64_t)r->entry);
+        memcpy(out + pos + RECORD_HEADER, r->buf, (size_t)r->len);
+        pos += RECORD_HEADER + r->len;
+    }
+    Py_END_ALLOW_THREADS
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const Record *r = &records[i];
+        pos += RECORD_HEADER;
+        PyObject *key = PyBytes_FromStringAndSize(NULL, INDEX_KEY);
+        PyObject *location = key == NULL ? NULL : PyBytes_FromStringAndSize(NULL, LOCATION);
+        PyObject *row = location == NULL ? NULL : PyTuple_New(2);
+        if (row == NULL) {
+            Py_XDECREF(key);
+            Py_XDECREF(location);
+            Py_DECREF(blob);
+            Py_DECREF(rows);
+            release_records(records, n);
+            return NULL;
+        }
+        unsigned char *k = (unsigned char *)PyBytes_AS_STRING(key);
+        put_be64(k, (uint64_t)r->scope);
+        put_be64(k + 8, (uint64_t)r->ledger);
+        put_be64(k + 16, (uint64_t)r->entry);
+        unsigned char *v = (unsigned char *)PyBytes_AS_STRING(location);
+        put_be64(v, (uint64_t)log_id);
+        put_be64(v + 8, (uint64_t)start + (uint64_t)pos);
+        put_be32(v + 16, (uint32_t)r->len);
+        PyTuple_SET_ITEM(row, 0, key);
+        PyTuple_SET_ITEM(row, 1, location);
+        PyList_SET_ITEM(rows, i, row);
+        pos += r->len;
+    }
+    release_records(records, n);
+    return Py_BuildValue("(NN)", blob, rows);
+}
+
+/* A journal record: body length (u32), CRC32C of the body (u32); an ADD_ENTRY body: type (u8), scope, ledger,
+ * entry id, LAC (4 x i64), then the entry bytes; all big-endian. */
+#define JOURNAL_PREFIX 8
+#define ADD_BODY_HEADER 33
+#define ADD_ENTRY_TYPE 1
+
+PyDoc_STRVAR(add_records_doc,
+"add_records(scope_id, adds) -> (blob, entries) | None\n\n"
+"The journal ADD_ENTRY records of adds (a list of tuples whose first four items are ledger id, entry id, LAC\n"
+"and the entry as bytes or a buffer), in order, as one blob; and each entry as bytes (the same object when it\n"
+"is bytes already), for the write cache.  None for what the reference must handle itself (an id that is not\n"
+"an int64, a body over 4 GiB).");
+
+static PyObject *add_records(PyObject *self, PyObject *args)
+{
+    long long scope_id;
+    PyObject *adds;
+    if (!PyArg_ParseTuple(args, "LO!", &scope_id, &PyList_Type, &adds))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(adds);
+    Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(Py_buffer));
+    int64_t *ids = PyMem_Calloc(n ? (size_t)n * 3 : 1, sizeof(int64_t));
+    PyObject *entries = PyList_New(n);
+    PyObject *blob = NULL;
+    Py_ssize_t held = 0;
+    if (views == NULL || ids == NULL || entries == NULL)
+        goto fail;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *add = PyList_GET_ITEM(adds, i);
+        if (!PyTuple_Check(add) || PyTuple_GET_SIZE(add) < 4)
+            goto hand_back;
+        for (int k = 0; k < 3; k++) {
+            int ok = exact_int64(PyTuple_GET_ITEM(add, k), &ids[3 * i + k]);
+            if (ok < 0)
+                goto fail;
+            if (ok == 0)
+                goto hand_back;
+        }
+        PyObject *entry = PyTuple_GET_ITEM(add, 3);
+        if (PyObject_GetBuffer(entry, &views[i], PyBUF_SIMPLE) < 0)
+            goto fail;
+        held = i + 1;
+        if (views[i].len > (Py_ssize_t)UINT32_MAX - ADD_BODY_HEADER ||
+            views[i].len > PY_SSIZE_T_MAX - JOURNAL_PREFIX - ADD_BODY_HEADER - total)
+            goto hand_back;
+        total += JOURNAL_PREFIX + ADD_BODY_HEADER + views[i].len;
+        PyObject *copy;
+        if (PyBytes_CheckExact(entry)) {
+            Py_INCREF(entry);
+            copy = entry;
+        } else {
+            copy = PyBytes_FromStringAndSize(views[i].buf, views[i].len);
+        }
+        if (copy == NULL)
+            goto fail;
+        PyList_SET_ITEM(entries, i, copy);
+    }
+    blob = PyBytes_FromStringAndSize(NULL, total);
+    if (blob == NULL)
+        goto fail;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(blob);
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len = views[i].len;
+        unsigned char *body = out + pos + JOURNAL_PREFIX;
+        body[0] = ADD_ENTRY_TYPE;
+        put_be64(body + 1, (uint64_t)scope_id);
+        put_be64(body + 9, (uint64_t)ids[3 * i]);
+        put_be64(body + 17, (uint64_t)ids[3 * i + 1]);
+        put_be64(body + 25, (uint64_t)ids[3 * i + 2]);
+        memcpy(body + ADD_BODY_HEADER, views[i].buf, (size_t)len);
+        put_be32(out + pos, (uint32_t)(ADD_BODY_HEADER + len));
+        put_be32(out + pos + 4, crc_update(0, body, (size_t)(ADD_BODY_HEADER + len)));
+        pos += JOURNAL_PREFIX + ADD_BODY_HEADER + len;
+    }
+    for (Py_ssize_t i = 0; i < held; i++)
+        PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(ids);
+    return Py_BuildValue("(NN)", blob, entries);
+hand_back:
+    for (Py_ssize_t i = 0; i < held; i++)
+        PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(ids);
+    Py_XDECREF(entries);
+    Py_RETURN_NONE;
+fail:
+    if (views != NULL)
+        for (Py_ssize_t i = 0; i < held; i++)
+            PyBuffer_Release(&views[i]);
+    PyMem_Free(views);
+    PyMem_Free(ids);
+    Py_XDECREF(entries);
+    Py_XDECREF(blob);
+    return NULL;
+}
+
+static PyMethodDef speedups_methods[] = {
+    {"add_records", add_records, METH_VARARGS, add_records_doc},
+    {"log_records", log_records, METH_VARARGS, log_records_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT, "bookie_server._speedups",
+    "Compiled fast path of the bookie's journal add records and checkpoint records (see bookie_server/journal.py, storage.py).",
+    -1, speedups_methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void)
+{
+    crc_init();
+    return PyModule_Create(&speedups_module);
+}

@@ -1,0 +1,151 @@
+"""The bookie's compiled loops (bookie_server/_speedups.c) against the pure-Python references they stand in for.
+
+Every case runs both ways, the compiled module on and off (``_speedups`` of ``journal`` and ``storage`` set to
+None, what ``BKSPARK_NO_EXTENSIONS=1`` does at import): the same bytes, the same errors (docs/architecture.md,
+"Compiled fast path").
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bkspark.protocol.speedups import DISABLE_ENV
+from bookie_server import journal as journal_module
+from bookie_server import storage as storage_module
+from bookie_server.journal import JournalPosition, RecordType, add_records, add_records_reference, iter_records
+from bookie_server.storage import LedgerStorage, log_records, log_records_reference
+
+COMPILED = journal_module._speedups
+USERS = (journal_module, storage_module)
+
+
+@pytest.fixture(params=["compiled", "reference"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "reference":
+        for module in USERS:
+            monkeypatch.setattr(module, "_speedups", None)
+    return str(request.param)
+
+
+def test_the_compiled_loops_are_built_and_on() -> None:
+    """make builds them (pip install runs the C compiler); CI must run the compiled path, not only the reference."""
+    assert COMPILED is not None, "bookie_server._speedups was not built: run `make venv` (needs a C compiler)"
+    assert all(module._speedups is COMPILED for module in USERS)
+
+
+def test_the_switch_turns_them_off_in_a_new_process() -> None:
+    code = "from bookie_server import journal, storage; print(journal._speedups, storage._speedups)"
+    for value, want in (("1", "None None"), ("0", None)):
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, DISABLE_ENV: value},
+                             capture_output=True, text=True, check=True).stdout.strip()
+        if want is None:
+            assert "None" not in out and "bookie_server._speedups" in out
+        else:
+            assert out == want
+
+
+def _adds(rng: random.Random, n: int) -> list[tuple]:
+    adds: list[tuple] = []
+    for i in range(n):
+        payload = rng.randbytes(rng.choice([0, 1, 33, 1024, rng.randrange(5000)]))
+        entry = payload if i % 3 == 0 else memoryview(b"xx" + payload)[2:]  # bytes, or a view as the splitter gives
+        ledger = rng.choice([1, 2**40 + 7, 2**63 - 1])
+        adds.append((ledger, rng.randrange(-1, 2**62), rng.randrange(-1, 2**62), entry, b"k" * 20, False, i % 5 == 0))
+    return adds
+
+
+def test_add_records_are_the_reference_records(path: str, tmp_path: Path) -> None:
+    rng = random.Random(14)
+    for scope_id in (0, 1, 2**62):
+        adds = _adds(rng, 300)
+        blob, entries = add_records(scope_id, adds)
+        assert (blob, entries) == add_records_reference(scope_id, adds)
+        assert all(type(e) is bytes for e in entries)
+        assert all(e is a[3] for e, a in zip(entries, adds) if type(a[3]) is bytes)  # no copy of what is bytes
+        # What the journal's reader makes of them: one ADD_ENTRY record per add, in order.
+        journal_file = tmp_path / f"{scope_id}.txn"
+        header = journal_module._FILE_HEADER.pack(journal_module._FILE_MAGIC, journal_module._FILE_VERSION, 1)
+        journal_file.write_bytes(header + blob)
+        records = [record for _end, record in iter_records(journal_file)]
+        assert [(r.type, r.scope_id, r.ledger_id) for r in records] == [(RecordType.ADD_ENTRY, scope_id, a[0]) for a in adds]
+        assert [journal_module.decode_add_payload(r.payload) for r in records] == [
+            (a[1], a[2], bytes(a[3])) for a in adds
+        ]
+    assert add_records(0, []) == (b"", [])
+
+
+def test_add_records_hand_what_they_cannot_do_to_the_reference(path: str) -> None:
+    with pytest.raises(struct.error):
+        add_records(0, [(1, 2**63, 0, b"x")])  # an id over int64: the reference's error
+    assert COMPILED is None or COMPILED.add_records(0, [(1, 2**63, 0, b"x")]) is None
+
+
+def _snapshot(rng: random.Random) -> dict[tuple[int, int, int], bytes]:
+    entries = {}
+    for ledger in (3, 1, 2**40, -2):
+        for entry_id in rng.sample(range(-1, 5000), 200):
+            entries[(rng.choice([0, 0, 7]), ledger, entry_id)] = rng.randbytes(rng.randrange(0, 3000))
+    return entries
+
+
+def test_log_records_are_the_reference_records(path: str) -> None:
+    rng = random.Random(15)
+    entries = _snapshot(rng)
+    keys = list(entries)
+    rng.shuffle(keys)
+    asked: list[int] = []
+
+    def place(size: int) -> tuple[int, int]:
+        asked.append(size)
+        return 9, 4096
+
+    blob, rows = log_records(keys, entries, place)
+    assert (blob, rows) == log_records_reference(keys, entries, place)
+    assert asked == [len(blob)] * 2  # once per call, with the blob's size
+    # Sorted by key; each row's location points at its entry's bytes inside the blob placed at 4096.
+    assert [struct.unpack(">qqq", k) for k, _ in rows] == sorted(keys)
+    for key_bytes, location in rows:
+        log_id, offset, length = struct.unpack(">QQI", location)
+        key = struct.unpack(">qqq", key_bytes)
+        assert log_id == 9 and blob[offset - 4096 : offset - 4096 + length] == entries[key]
+        assert struct.unpack(">Iqqq", blob[offset - 4096 - 28 : offset - 4096]) == (length, *key)
+
+
+def test_log_records_hand_what_they_cannot_do_to_the_reference(path: str) -> None:
+    def place(size: int) -> tuple[int, int]:
+        return 1, 8
+
+    with pytest.raises(KeyError):
+        log_records([(0, 1, 2)], {}, place)  # a key without its entry
+    odd = {(0, 1, 2): bytearray(b"not bytes")}
+    assert log_records([(0, 1, 2)], odd, place) == log_records_reference([(0, 1, 2)], odd, place)
+    if COMPILED is not None:
+        assert COMPILED.log_records([(0, 1, 2)], {}, place) is None
+        assert COMPILED.log_records([(0, 1, 2)], odd, place) is None
+        assert COMPILED.log_records([(0, 1)], {(0, 1): b""}, place) is None
+
+
+def test_a_checkpoint_writes_the_same_files_both_ways(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The entry logs and the index a checkpoint writes are byte for byte those of the reference path."""
+    rng = random.Random(16)
+    entries = _snapshot(rng)
+    logs = {}
+    for name in ("compiled", "reference"):
+        if name == "reference":
+            monkeypatch.setattr(storage_module, "_speedups", None)
+        storage = LedgerStorage([tmp_path / name])
+        storage.open()
+        for (scope_id, ledger_id, entry_id), data in entries.items():
+            storage.put_entry(scope_id, ledger_id, entry_id, -1, data)
+        storage.checkpoint(JournalPosition(1, 1))
+        assert all(storage.get_entry(*key) == data for key, data in entries.items())
+        storage.close()
+        logs[name] = sorted((p.name, p.read_bytes()) for p in (tmp_path / name).rglob("*.log"))
+    assert logs["compiled"] == logs["reference"] and logs["compiled"]
