@@ -256,6 +256,9 @@ class _Connection(asyncio.Protocol):
         elif bodies or self.partial_since is None:
             self.partial_since = self.last_activity  # a new frame started (earlier ones completed)
         if bodies:
+            if self.sec is None and self.detector.version == "v2":
+                # A v2 connection's adds are decoded in one pass over the chunk; the rest are parsed in their turn.
+                bodies = v2.decode_add_requests(bodies)
             self._backlog.extend(bodies)
             self._drain()
 

@@ -46,7 +46,7 @@ from bkspark.errors import BookieIOError, MalformedFrameError, NoSuchEntryError,
 from bkspark.protocol.digest import lac_header
 from bkspark.protocol.speedups import load_compiled
 
-from bookie_server.journal import JournalPosition, JournalRecord, RecordType, decode_add_payload
+from bookie_server.journal import JournalPosition, JournalRecord, RecordType, decode_add_payload, write_all
 
 __all__ = ["LedgerInfo", "LedgerStorage", "Snapshot", "LedgerKey"]
 
@@ -250,10 +250,8 @@ class _Directory:
         """
         self.place(len(blob))
         start = self._write_size
-        view = memoryview(blob)
         try:
-            while view:
-                view = view[os.write(self._write_fd, view) :]
+            write_all(self._write_fd, blob)
         except BaseException:
             self._roll_next = True
             raise

@@ -2,7 +2,8 @@
  * The compiled fast path of the loops that profiles proved hot (BENCHMARKS.md, "The compiled fast path"):
  * splitting a BP-62 batch-read response into its items, checking the CRC32C digests of consecutive scope-0
  * (V1) entries, gathering payloads into the buffers of an Arrow binary array, packaging payloads as the v2
- * ADDENTRY frames of a bulk append, and cutting a received chunk into its length-prefixed frames.  Each function does only the common case and hands anything
+ * ADDENTRY frames of a bulk append, cutting a received chunk into its length-prefixed frames, and decoding a
+ * bookie's received ADDENTRY requests.  Each function does only the common case and hands anything
  * else back to the pure-Python code in bkspark/protocol/v2.py and digest.py, which stays the tested reference
  * and raises the precise errors (docs/architecture.md, "Compiled fast path").  BKSPARK_NO_EXTENSIONS=1 turns
  * this module off (bkspark/protocol/speedups.py).
@@ -350,6 +351,94 @@ static PyObject *speedups_split_frames(PyObject *self, PyObject *args)
     return Py_BuildValue("(Nn)", out, offset);
 }
 
+PyDoc_STRVAR(decode_adds_doc,
+"decode_add_requests(bodies, add_type, min_size) -> list\n\n"
+"bodies (a list of request frame bodies, bytes or memoryviews) with each ADDENTRY body of at least min_size\n"
+"bytes replaced by add_type(flags, master key bytes, entry view, version), add_type being v2.AddRequest (a\n"
+"tuple subclass); every other body left as it is (bkspark/protocol/v2.py, decode_add_requests_reference).");
+
+static PyObject *add_request(PyTypeObject *add_type, PyObject *body, const unsigned char *p, Py_ssize_t len,
+                             long version, long flags)
+{
+    PyObject *view = PyMemoryView_Check(body) ? (Py_INCREF(body), body) : PyMemoryView_FromObject(body);
+    if (view == NULL)
+        return NULL;
+    PyObject *entry = PySequence_GetSlice(view, 4 + MASTER_KEY_LENGTH, len);
+    Py_DECREF(view);
+    PyObject *key = entry == NULL ? NULL : PyBytes_FromStringAndSize((const char *)p + 4, MASTER_KEY_LENGTH);
+    PyObject *flags_int = key == NULL ? NULL : PyLong_FromLong(flags);
+    PyObject *version_int = flags_int == NULL ? NULL : PyLong_FromLong(version);
+    /* As tuple_subtype_new makes a tuple subclass's instance: the type's own allocator, then the items. */
+    PyObject *req = version_int == NULL ? NULL : add_type->tp_alloc(add_type, 4);
+    if (req == NULL) {
+        Py_XDECREF(entry);
+        Py_XDECREF(key);
+        Py_XDECREF(flags_int);
+        Py_XDECREF(version_int);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(req, 0, flags_int);
+    PyTuple_SET_ITEM(req, 1, key);
+    PyTuple_SET_ITEM(req, 2, entry);
+    PyTuple_SET_ITEM(req, 3, version_int);
+    return req;
+}
+
+static PyObject *speedups_decode_adds(PyObject *self, PyObject *args)
+{
+    PyObject *bodies;
+    PyTypeObject *add_type;
+    Py_ssize_t min_size;
+    if (!PyArg_ParseTuple(args, "O!O!n", &PyList_Type, &bodies, &PyType_Type, &add_type, &min_size))
+        return NULL;
+    if (!PyType_IsSubtype(add_type, &PyTuple_Type) || add_type->tp_alloc == NULL ||
+        min_size < 4 + MASTER_KEY_LENGTH) {
+        PyErr_SetString(PyExc_TypeError, "add_type must be a tuple subclass and min_size hold the key");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(bodies);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *body = PyList_GET_ITEM(bodies, i);
+        PyObject *item = NULL;
+        Py_buffer view;
+        int have_view = 0;
+        if (PyBytes_CheckExact(body) || PyMemoryView_Check(body)) {
+            if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0)
+                PyErr_Clear(); /* not contiguous bytes: left for decode_request */
+            else
+                have_view = 1;
+        }
+        if (have_view && view.len >= min_size) {
+            const unsigned char *p = view.buf;
+            uint32_t header = be32(p);
+            long version = (long)((header >> 24) & 0xFF);
+            if (version >= 0x80)
+                version -= 0x100;
+            long opcode = version == 0 ? (long)(header & 0xFF) : (long)((header >> 16) & 0xFF);
+            long flags = version == 0 ? 0 : (long)(header & 0xFFFF);
+            if (opcode == 1) { /* ADDENTRY */
+                item = add_request(add_type, body, p, view.len, version, flags);
+                if (item == NULL) {
+                    PyBuffer_Release(&view);
+                    Py_DECREF(out);
+                    return NULL;
+                }
+            }
+        }
+        if (have_view)
+            PyBuffer_Release(&view);
+        if (item == NULL) {
+            Py_INCREF(body);
+            item = body;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    return out;
+}
+
 PyDoc_STRVAR(crc32c_table_doc,
 "crc32c_table(data, value=0) -> int\n\n"
 "The same CRC32C computed with the lookup table, the path of CPUs without the crc32 instruction; for tests.");
@@ -374,6 +463,7 @@ static PyMethodDef speedups_methods[] = {
     {"gather_binary", speedups_gather, METH_VARARGS, gather_doc},
     {"v2_add_frames", speedups_add_frames, METH_VARARGS, add_frames_doc},
     {"split_frames", speedups_split_frames, METH_VARARGS, split_frames_doc},
+    {"decode_add_requests", speedups_decode_adds, METH_VARARGS, decode_adds_doc},
     {"crc_hardware", speedups_hardware, METH_NOARGS, hardware_doc},
     {NULL, NULL, 0, NULL},
 };

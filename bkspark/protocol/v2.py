@@ -76,6 +76,7 @@ __all__ = [
     "EUNKNOWNLEDGERSTATE",
     "AUTH_DISABLED_PLUGIN_NAME",
     "AddRequest",
+    "decode_add_requests",
     "ReadRequest",
     "BatchReadRequest",
     "AuthRequest",
@@ -574,6 +575,35 @@ def _decode_add_request(view: memoryview, version: int, flags: int) -> AddReques
     if len(view) < _ADD_REQUEST_MIN_BODY_SIZE:
         raise _too_short("ADDENTRY request", len(view), _ADD_REQUEST_MIN_BODY_SIZE)
     return AddRequest(flags, bytes(view[4:24]), view[24:], version)
+
+
+def decode_add_requests(bodies: list[bytes | memoryview]) -> list[object]:
+    """``bodies`` with each well-formed ADDENTRY body decoded into its :class:`AddRequest` (what
+    :func:`decode_request` makes of it), every other body left as it is: a bookie's pass over a received chunk
+    of a v2 connection, so a run of adds costs one call (docs/bookie.md, "Adds").  Never raises: a body this
+    leaves alone meets :func:`decode_request` in its turn, which raises what it must then.
+
+    The compiled loop when it is built, else, and for what it hands back, :func:`decode_add_requests_reference`.
+    """
+    if _speedups is not None:
+        decoded = _speedups.decode_add_requests(bodies, AddRequest, _ADD_REQUEST_MIN_BODY_SIZE)
+        if decoded is not None:
+            return decoded
+    return decode_add_requests_reference(bodies)
+
+
+def decode_add_requests_reference(bodies: list[bytes | memoryview]) -> list[object]:
+    """The pure-Python :func:`decode_add_requests`: the tested reference of the compiled one."""
+    out: list[object] = []
+    for body in bodies:
+        if len(body) >= _ADD_REQUEST_MIN_BODY_SIZE and (type(body) is not memoryview or body.c_contiguous):
+            view = _body_view(body)
+            version, opcode, flags = unpack_header(_BODY_HEADER.unpack_from(view, 0)[0])
+            if opcode == ADD_ENTRY:
+                out.append(_decode_add_request(view, version, flags))
+                continue
+        out.append(body)
+    return out
 
 
 def _decode_read_request(view: memoryview, version: int, flags: int) -> ReadRequest:

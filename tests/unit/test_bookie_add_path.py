@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import struct
 
+import pytest
+
+from bkspark.errors import NoSuchEntryError
 from bkspark.protocol import v2
 from bookie_server.bookie import Bookie
 from bookie_server.journal import _ADD_PREFIX, RecordType, encode_add, encode_record
@@ -105,3 +109,28 @@ async def test_a_group_checks_each_change_of_ledger_key_or_flags(bookie: Bookie,
     assert [bookie.storage.get_entry(0, 5, i) for i in (0, 2)] == [sends[0][2], sends[2][2]]
     assert bookie.storage.get_entry(0, 8, 0) == sends[7][2]
     c.close()
+
+
+@with_bookie()
+async def test_a_malformed_frame_among_decoded_adds_closes_the_connection_after_the_adds_before_it(
+    bookie: Bookie, server: BookieServer
+) -> None:
+    """On a v2 connection a received chunk's adds are decoded in one pass (v2.decode_add_requests); a frame that
+    pass leaves alone is parsed in its turn: the adds before a malformed one are taken (stored and journalled;
+    their answers die with the connection, as the ones a Java bookie was writing when its decoder failed), the
+    bookie closes the connection, and the add after it is never stored."""
+    c = await Conn.open(server.port)
+    first = await c.v2(v2.encode_add_request(0, KEY, make_entry(5, 0, b"decides v2")))
+    assert first.rc == v2.EOK
+    short_add = v2.encode_add_request(0, KEY, make_entry(5, 3, b""))
+    short_add = struct.pack(">I", 4 + 20 + 8) + short_add[4:4 + 4 + 20 + 8]  # an entry of 8 bytes: no ids
+    c.send(b"".join([
+        v2.encode_add_request(0, KEY, make_entry(5, 1, b"one")),
+        v2.encode_add_request(0, KEY, make_entry(5, 2, b"two")),
+        short_add,
+        v2.encode_add_request(0, KEY, make_entry(5, 4, b"after")),
+    ]))
+    assert await c.closed_by_peer()
+    assert [bookie.storage.get_entry(0, 5, i) for i in (1, 2)] == [make_entry(5, 1, b"one"), make_entry(5, 2, b"two")]
+    with pytest.raises(NoSuchEntryError):
+        bookie.storage.get_entry(0, 5, 4)

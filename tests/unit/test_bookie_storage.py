@@ -32,6 +32,7 @@ from bookie_server.journal import (
     iter_records,
     journal_files,
 )
+from bookie_server import journal as journal_module
 from bookie_server import storage as storage_module
 from bookie_server.storage import LedgerInfo, LedgerStorage
 
@@ -454,7 +455,9 @@ def test_a_checkpoint_retried_after_a_write_that_stopped_halfway_indexes_the_rig
     written = _put_range(storage, 0, 10)
     storage.checkpoint(JournalPosition(1, 10))
     written |= _put_range(storage, 10, 30)
-    monkeypatch.setattr(storage_module, "os", _DiskThatFails(write_halfway=1))
+    disk = _DiskThatFails(write_halfway=1)
+    monkeypatch.setattr(storage_module, "os", disk)
+    monkeypatch.setattr(journal_module, "os", disk)  # the one write loop (write_all) lives there
     with pytest.raises(BookieIOError):
         storage.checkpoint(JournalPosition(1, 30))
     assert storage.write_cache_bytes > 0  # the entries went back to the write cache

@@ -298,3 +298,34 @@ def test_a_length_over_the_limit_raises_both_ways(monkeypatch: pytest.MonkeyPatc
         stream = (3).to_bytes(4, "big") + b"abc" + prefix + b"z" * 100
         fast, reference = both_ways(monkeypatch, lambda: split_stream(stream, [], 64))
         assert fast == reference and fast[-2][0] is FrameTooLargeError
+
+
+# -- a bookie's received adds -----------------------------------------------------------------------------------
+
+
+def test_received_adds_are_decoded_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each ADDENTRY body becomes what decode_request makes of it (every header form: legacy version 0, flags,
+    the shortest add, bytes and views); every other body, malformed ones too, is left for decode_request."""
+    rng = random.Random(23)
+    key = master_key(b"pw")
+    bodies: list[object] = []
+    for i in range(300):
+        entry = rng.randbytes(rng.choice([16, 17, 100, 1100]))
+        flags = rng.choice([0, v2.FLAG_RECOVERY_ADD, v2.FLAG_HIGH_PRIORITY | v2.FLAG_RECOVERY_ADD])
+        body = v2.encode_add_request(flags, key, entry, version=rng.choice([0, 2, 3, -1]))[4:]
+        bodies.append(memoryview(body) if i % 3 else body)
+    bodies += [
+        v2.encode_read_request(LEDGER, 5)[4:],  # another request
+        v2.encode_add_request(0, key, b"e" * 16)[4:-1],  # an add one byte short: decode_request's error
+        b"\x00\x00",  # too short for a header
+        memoryview(b"x" * 80)[::2],  # not contiguous
+    ]
+    rng.shuffle(bodies)
+    fast, reference = both_ways(monkeypatch, lambda: v2.decode_add_requests(list(bodies)))
+    assert fast == reference
+    for body, decoded in zip(bodies, fast):
+        if type(decoded) is v2.AddRequest:
+            assert decoded == v2.decode_request(body) and type(decoded.entry) is memoryview
+        else:
+            assert decoded is body
+    assert sum(type(d) is v2.AddRequest for d in fast) == 300
