@@ -128,6 +128,21 @@ class Snapshot:
     deletes: set[LedgerKey] = field(default_factory=set)
 
 
+def _record_at(data: bytes, pos: int) -> tuple[EntryKey, int, int] | None:
+    """The entry-log record starting at ``pos`` of a chunk read from a log: ``(its key, where its entry bytes
+    start, where it ends)``, or None when the chunk does not hold it whole.  The one parser of records met by
+    walking a log (read-ahead of single reads, consecutive entries of batch reads); a record found through the
+    index is checked against its location instead (``LedgerStorage._read_record``)."""
+    end_of_header = pos + _LOG_RECORD.size
+    if pos < 0 or end_of_header > len(data):
+        return None
+    length, scope_id, ledger_id, entry_id = _LOG_RECORD.unpack_from(data, pos)
+    end = end_of_header + length
+    if end > len(data):
+        return None
+    return (scope_id, ledger_id, entry_id), end_of_header, end
+
+
 #: Where a blob of this many bytes will land in an entry log: ``(log id, offset)``.
 Place = Callable[[int], tuple[int, int]]
 #: An index row: the entry key's bytes and its location's bytes.
@@ -546,13 +561,13 @@ class LedgerStorage:
         assert isinstance(start, int) and isinstance(data, bytes)
         pos = _LOCATION.unpack(location)[1] + len(found[0][1]) - start  # where the entry's record ends
         last = key[2]
-        while len(found) < max_entries and pos + _LOG_RECORD.size <= len(data):
-            length, scope_id, ledger_id, entry_id = _LOG_RECORD.unpack_from(data, pos)
-            end = pos + _LOG_RECORD.size + length
-            if (scope_id, ledger_id) != key[:2] or entry_id <= last or end > len(data):
+        while len(found) < max_entries:
+            record = _record_at(data, pos)
+            if record is None or record[0][:2] != key[:2] or record[0][2] <= last:
                 break  # another ledger's record, or one the chunk does not hold whole
-            found.append(((scope_id, ledger_id, entry_id), data[pos + _LOG_RECORD.size : end]))
-            last, pos = entry_id, end
+            next_key, body, pos = record
+            found.append((next_key, data[body:pos]))
+            last = next_key[2]
         return found
 
     def remember(self, keys_and_data: Iterable[tuple[EntryKey, bytes]]) -> None:
@@ -687,15 +702,28 @@ class LedgerStorage:
         cache holds ends the range there (a shorter batch, as a missing entry does)."""
         directory = self._dir_for(scope_id, ledger_id)
         chunk: list[object] = [None, 0, b""]
+        #: Where the last record read ends in the chunk: a checkpoint writes a ledger's entries in order, so the
+        #: next entry's record usually starts there, and its key in the record's header says so (no index read).
+        after = [-1]
         out = list(have)
         try:
             with directory.env.begin(db=directory.index_db, buffers=False) as txn:
 
                 def fetch(key: EntryKey) -> bytes:
+                    data = chunk[2]
+                    assert isinstance(data, bytes)
+                    record = _record_at(data, after[0]) if after[0] >= 0 else None
+                    if record is not None and record[0] == key:
+                        _key, body, after[0] = record
+                        return data[body : after[0]]
                     location = txn.get(_INDEX_KEY.pack(*key))
                     if location is None:
                         raise NoSuchEntryError(ledger_id=key[1], entry_id=key[2])
-                    return self._read_record(directory, location, key, chunk)
+                    entry = self._read_record(directory, location, key, chunk)
+                    start = chunk[1]
+                    assert isinstance(start, int)
+                    after[0] = _LOCATION.unpack(location)[1] + len(entry) - start
+                    return entry
 
                 self._collect(scope_id, ledger_id, start, stop, budget, out, used, fetch)
         except lmdb.Error as exc:
