@@ -17,22 +17,20 @@ from bookie_server.__main__ import JsonFormatter, main
 from bookie_server import app as app_module
 from bookie_server.app import BookieApp
 from bookie_server.config import BookieConfig
+from tests.harness.inprocess_bookie import bookie_conf
 
 
 def conf_for(tmp_path: Path, **extra: object) -> BookieConfig:
-    values: dict[str, object] = {
-        "journalDirectories": str(tmp_path / "j"),
-        "ledgerDirectories": str(tmp_path / "l"),
-        "bookiePort": 0,
-        "bindAddress": "127.0.0.1",
-        "advertisedAddress": "127.0.0.1",
-        "httpServerEnabled": "true",
-        "httpServerHost": "127.0.0.1",
-        "httpServerPort": 0,
-        "journalSyncData": "false",
-    }
-    values.update(extra)
-    return BookieConfig.from_mapping(values)
+    return bookie_conf(
+        tmp_path,
+        **{
+            "advertisedAddress": "127.0.0.1",
+            "httpServerEnabled": "true",
+            "httpServerHost": "127.0.0.1",
+            "httpServerPort": 0,
+            **extra,
+        },
+    )
 
 
 async def http(port: int, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
@@ -162,7 +160,7 @@ def test_client_connections_have_nagle_off(tmp_path: Path) -> None:
 
 def test_a_running_bookie_process_tunes_the_garbage_collector(tmp_path: Path) -> None:
     """run() (what `python -m bookie_server` runs) freezes what start-up made and raises the first threshold, once
-    the bookie serves (docs/bookie.md, "Garbage collection"); a SIGTERM still stops it with status 0."""
+    the bookie serves (docs/bookie.md, "Python's garbage collector"); a SIGTERM still stops it with status 0."""
     before = gc.get_threshold()
 
     async def main() -> int:

@@ -14,9 +14,8 @@ from bkspark.protocol.digest import Digester, master_key
 from bkspark.protocol.framing import FrameSplitter
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bookie_server.bookie import Bookie
-from bookie_server.config import BookieConfig
-from bookie_server.metrics import BookieMetrics
 from bookie_server.server import BookieServer
+from tests.harness.inprocess_bookie import started_bookie
 
 KEY = master_key(b"secret")
 BAD_KEY = master_key(b"other")
@@ -81,26 +80,8 @@ def with_bookie(**conf: object) -> Callable[[Callable[..., Awaitable[None]]], Ca
     def wrap(fn: Callable[..., Awaitable[None]]) -> Callable[[Path], None]:
         def test(tmp_path: Path) -> None:
             async def main() -> None:
-                values: dict[str, object] = {
-                    "journalDirectories": str(tmp_path / "j"),
-                    "ledgerDirectories": str(tmp_path / "l"),
-                    "bookiePort": 0,
-                    "bindAddress": "127.0.0.1",
-                    "journalSyncData": "false",
-                }
-                values.update(conf)
-                cfg = BookieConfig.from_mapping(values)
-                metrics = BookieMetrics()
-                bookie = Bookie(cfg, metrics=metrics)
-                await bookie.start()
-                server = BookieServer(bookie, cfg, metrics)
-                await server.start()
-                try:
+                async with started_bookie(tmp_path, **conf) as (bookie, server):
                     await fn(bookie, server)
-                finally:
-                    await server.stop_accepting()
-                    await server.close_connections()
-                    await bookie.stop()
 
             asyncio.run(main())
 
