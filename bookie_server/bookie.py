@@ -252,6 +252,8 @@ class Bookie:
         (self._queued_early if deferred_sync else self._queued_dones).append(done)
 
     def _flush_queued(self) -> None:
+        if not self._queued_records:
+            return  # flushed already (a group of adds hands its records over at once)
         records, self._queued_records = self._queued_records, []
         dones, self._queued_dones = self._queued_dones, []
         early, self._queued_early = self._queued_early, []
@@ -363,8 +365,10 @@ class Bookie:
 
         ``adds`` are ``(ledger_id, entry_id, lac, entry, master_key, recovery, high_priority)``.  Each
         is checked and stored as :meth:`add_entry_cb` does it; the accepted ones go to the journal as one
-        submission (one record blob, one completion), and ``done(error)`` runs once they are all durable
-        (not at all when none was accepted).  Returns each add's refusal (None: accepted), in order.
+        submission (one record blob, one completion) handed to the journal thread before this returns, not
+        one loop iteration later, and ``done(error)`` runs once they are all durable (not at all when none was
+        accepted; during this call when the journal refuses at once).  Returns each add's refusal (None:
+        accepted), in order.
 
         The checks depend on the ledger, the key and the two flags only, and nothing in the loop changes
         their outcome once passed, so consecutive adds alike are checked once (docs/bookie.md, "Adds").
@@ -407,6 +411,7 @@ class Bookie:
                 done(error)
 
             self._journal_cb(b"".join(key_records) + blob if key_records else blob, durable)
+            self._flush_queued()  # a group is a batch already: the journal thread may take it now
             if self.storage.needs_flush and not self._checkpointing and self._loop is not None:
                 task = self._loop.create_task(self.checkpoint())
                 self._background.add(task)  # keep a reference until it is done

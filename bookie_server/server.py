@@ -587,13 +587,22 @@ class _Connection(asyncio.Protocol):
             self._release_all([permit for _ledger_id, _entry_id, _version, permit in durable])
             encode = v2.encode_add_response
             self._send(b"".join([encode(rc, lid, eid, ver) for lid, eid, ver, _permit in durable]))
+            self._flush()  # the group's answers leave now, not one loop iteration later: its adds wait for them
             metrics.observe_request("ADD_ENTRY", _now_ms() - start, rc == v2.EOK, len(durable))
 
+        #: True once ``durable`` is complete.  The journal's completion comes in a later loop iteration, and the
+        #: reply then runs at once; a completion during add_entries_cb (no journal) waits for the next iteration.
+        filled = [False]
+
+        def when_durable(error: BaseException | None) -> None:
+            if filled[0]:
+                reply(error)
+            else:
+                self._loop.call_soon(reply, error)
+
         if adds:
-            loop = self._loop
             try:
-                # Through the loop, so the reply never runs before ``durable`` is complete.
-                refused = self.bookie.add_entries_cb(adds, lambda error: loop.call_soon(reply, error))
+                refused = self.bookie.add_entries_cb(adds, when_durable)
             except BookieError as exc:
                 refused = [exc] * len(adds)
             except Exception:  # noqa: BLE001 - our own bug: these adds fail, the bookie and connection go on
@@ -613,6 +622,7 @@ class _Connection(asyncio.Protocol):
                     refusals.append(v2.encode_add_response(rc_for_error(error), ledger_id, entry_id, version))
                     metrics.observe_request("ADD_ENTRY", _now_ms() - start, False)
                 metrics.add_bytes.inc(stored_bytes)
+            filled[0] = True
         if refusals:
             self._send(b"".join(refusals))
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import struct
 
 import pytest
 
-from bkspark.errors import NoSuchEntryError
+from bkspark.errors import BookieIOError, NoSuchEntryError
 from bkspark.protocol import v2
 from bookie_server.bookie import Bookie
 from bookie_server.journal import _ADD_PREFIX, RecordType, encode_add, encode_record
@@ -134,3 +135,56 @@ async def test_a_malformed_frame_among_decoded_adds_closes_the_connection_after_
     assert [bookie.storage.get_entry(0, 5, i) for i in (1, 2)] == [make_entry(5, 1, b"one"), make_entry(5, 2, b"two")]
     with pytest.raises(NoSuchEntryError):
         bookie.storage.get_entry(0, 5, 4)
+
+
+@with_bookie()
+async def test_a_group_is_handed_to_the_journal_before_add_entries_cb_returns(bookie: Bookie, server: BookieServer) -> None:
+    """The group's records and the records queued before it in the same loop iteration (a fence here) reach the
+    journal thread in one submission, in order, during the call: the journal need not wait for the loop to turn."""
+    journal = bookie.journal
+    assert journal is not None
+    submitted: list[list[bytes]] = []
+    original = journal.submit_many
+
+    def recording(records, dones, written=()):  # type: ignore[no-untyped-def]
+        submitted.append(list(records))
+        original(records, dones, written)
+
+    journal.submit_many = recording  # type: ignore[method-assign]
+    fenced = bookie.fence(0, 8, KEY)
+    outcomes: list[BaseException | None] = []
+    refused = bookie.add_entries_cb(
+        [(5, i, -1, make_entry(5, i, b"e%d" % i), KEY, False, False) for i in range(3)], outcomes.append
+    )
+    assert refused == [None, None, None]
+    assert len(submitted) == 1 and len(submitted[0]) == 2  # the fence's record, then the group's blob
+    assert outcomes == []  # durable later, from the journal thread through the loop
+    await fenced
+    for _ in range(200):
+        if outcomes:
+            break
+        await asyncio.sleep(0.01)
+    assert outcomes == [None]
+
+
+@with_bookie()
+async def test_a_group_the_journal_refuses_is_answered_in_full(bookie: Bookie, server: BookieServer) -> None:
+    """A failed journal refuses a group from its thread; a bookie without a journal (stopping) refuses it during
+    add_entries_cb, before the connection has counted the group: the answer then waits for the next loop
+    iteration.  Either way every add of the chunk is answered EIO and every permit comes back."""
+    journal = bookie.journal
+    assert journal is not None
+    c = await Conn.open(server.port)
+    assert (await c.v2(v2.encode_add_request(0, KEY, make_entry(5, 0, b"before")))).rc == v2.EOK
+    for refuse in ("failed journal", "no journal"):
+        if refuse == "failed journal":
+            journal._failure = BookieIOError("the journal's disk failed")  # what a failed write or sync leaves
+        else:
+            bookie.journal = None
+        c.send(b"".join(v2.encode_add_request(0, KEY, make_entry(5, i, b"e%d" % i)) for i in range(1, 6)))
+        responses = [v2.decode_response(await c.body()) for _ in range(5)]
+        assert sorted((r.entry_id, r.rc) for r in responses) == [(i, v2.EIO) for i in range(1, 6)], refuse
+        assert server.adds_gate.count == 0 and server.adds_gate.bytes == 0
+        journal._failure = None
+        bookie.journal = journal
+    c.close()
