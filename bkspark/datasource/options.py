@@ -24,6 +24,7 @@ __all__ = [
     "parse_write_options",
     "parse_ledger_list",
     "DIGEST_TYPES",
+    "DEFAULT_MAX_BYTES_PER_PARTITION",
 ]
 
 #: Digest names accepted by the ``digestType`` option (BookKeeper's API names and metadata names).
@@ -31,6 +32,9 @@ DIGEST_TYPES = ("CRC32", "CRC32C", "MAC", "HMAC", "DUMMY")
 
 #: The most partitions ``minPartitions`` / ``maxPartitions`` may ask for (a plan of more tasks than this is a mistake).
 MAX_PARTITIONS = 1_000_000
+
+#: The ``maxBytesPerPartition`` default: 128 MiB, Spark's ``spark.sql.files.maxPartitionBytes`` default.
+DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024
 
 #: Bounds of the write options ``rowsPerEntry`` and ``entryMaxBytes``.
 MAX_ROWS_PER_ENTRY = 1_000_000
@@ -41,7 +45,7 @@ _DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 _READ_KEYS = {
     "metadataserviceuri", "ledgers", "scopeid", "dataset", "startentry", "endentry",
-    "includeopenledgers", "maxentriesperpartition", "minpartitions", "maxpartitions", "batchreadenabled", "batchmaxcount",
+    "includeopenledgers", "maxentriesperpartition", "maxbytesperpartition", "minpartitions", "maxpartitions", "batchreadenabled", "batchmaxcount",
     "batchmaxsize", "digesttype", "password", "passwordfile", "passwordenv", "failondataloss", "path",
 }
 _WRITE_KEYS = {
@@ -189,6 +193,9 @@ class ReadOptions:
     end_entry: int | None = None
     include_open_ledgers: bool = False
     max_entries_per_partition: int = 100_000
+    #: Slices of closed ledgers hold at most this many (estimated) bytes, and packing stops there: Spark's
+    #: ``spark.sql.files.maxPartitionBytes`` default (docs/connector.md, "Partitions").
+    max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
     #: Kafka's ``minPartitions``: split slices until there are at least this many partitions (docs/connector.md).
     min_partitions: int | None = None
     #: pack slices into at most this many partitions.
@@ -258,6 +265,7 @@ def parse_read_options(options: Mapping[str, str | None]) -> ReadOptions:
         end_entry=None if end_entry == -1 else end_entry,
         include_open_ledgers=_bool(opts, "includeOpenLedgers", False),
         max_entries_per_partition=_int(opts, "maxEntriesPerPartition", 100_000, minimum=1),
+        max_bytes_per_partition=_int(opts, "maxBytesPerPartition", DEFAULT_MAX_BYTES_PER_PARTITION, minimum=1),
         min_partitions=min_partitions,
         max_partitions=max_partitions,
         batch_read_enabled=_bool(opts, "batchReadEnabled", True),

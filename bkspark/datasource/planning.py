@@ -22,6 +22,7 @@ __all__ = [
     "Bounds",
     "push_filters",
     "split_ledger",
+    "mean_entry_bytes",
     "plan_partitions",
     "partition_slices",
     "PUSHABLE_COLUMNS",
@@ -49,10 +50,18 @@ class LedgerSlice(InputPartition):
     ctime_ms: int | None = None
     custom_metadata: tuple[tuple[str, bytes], ...] = ()
     ledger_open: bool = False
+    #: The ledger's mean entry size in bytes (a closed ledger's length over its entries), for planning only;
+    #: None when unknown (an open ledger's metadata has no length yet).
+    entry_bytes: float | None = None
 
     @property
     def entry_count(self) -> int:
         return self.last_entry - self.first_entry + 1
+
+    @property
+    def byte_count(self) -> int:
+        """The slice's estimated payload bytes (0 when its ledger's entry size is unknown)."""
+        return int(self.entry_count * self.entry_bytes) if self.entry_bytes else 0
 
 
 @dataclass(frozen=True)
@@ -172,6 +181,14 @@ def push_filters(filters: Iterable[Any], bounds: Bounds) -> list[Any]:
     return rejected
 
 
+def mean_entry_bytes(md: Any) -> float | None:
+    """A closed ledger's mean entry size in bytes (its metadata's length counts the payloads); None for an open
+    ledger, whose length is not known yet, or one without entries."""
+    if md.state.name != "CLOSED" or md.last_entry_id is None or md.last_entry_id < 0:
+        return None
+    return md.length / (md.last_entry_id + 1)
+
+
 def split_ledger(
     scope_id: int,
     ledger_id: int,
@@ -182,12 +199,19 @@ def split_ledger(
     ctime_ms: int | None = None,
     custom_metadata: Sequence[tuple[str, bytes]] = (),
     ledger_open: bool = False,
+    entry_bytes: float | None = None,
+    max_bytes_per_partition: int | None = None,
 ) -> list[LedgerSlice]:
-    """Cut ``first_entry..last_entry`` into slices of at most ``max_entries_per_partition`` entries."""
+    """Cut ``first_entry..last_entry`` into slices of at most ``max_entries_per_partition`` entries and, when the
+    ledger's mean entry size ``entry_bytes`` is known, of at most ``max_bytes_per_partition`` estimated bytes
+    (never less than one entry)."""
+    step = max_entries_per_partition
+    if max_bytes_per_partition is not None and entry_bytes:
+        step = max(1, min(step, int(max_bytes_per_partition // entry_bytes)))
     slices = []
     start = first_entry
     while start <= last_entry:
-        end = min(last_entry, start + max_entries_per_partition - 1)
+        end = min(last_entry, start + step - 1)
         slices.append(
             LedgerSlice(
                 scope_id=scope_id,
@@ -197,6 +221,7 @@ def split_ledger(
                 ctime_ms=ctime_ms,
                 custom_metadata=tuple(custom_metadata),
                 ledger_open=ledger_open,
+                entry_bytes=entry_bytes,
             )
         )
         start = end + 1
@@ -215,14 +240,16 @@ def plan_partitions(
     *,
     min_partitions: int | None = None,
     max_partitions: int | None = None,
+    max_bytes_per_partition: int | None = None,
 ) -> list[InputPartition]:
     """Turn slices (each at most ``max_entries_per_partition`` entries, in planning order) into Spark partitions.
 
     1. With ``min_partitions``, the largest slices are halved until there are at least that many (or every slice
        holds one entry), as Kafka's source splits offset ranges for its ``minPartitions``.
     2. Neighbouring slices are packed into one partition while it stays within ``max_entries_per_partition``
-       entries and within ``max_entries_per_partition + SLICE_OPEN_COST_ENTRIES`` of cost (each slice costs its
-       entries plus :data:`SLICE_OPEN_COST_ENTRIES`), never leaving fewer than ``min_partitions`` partitions.
+       entries, within ``max_bytes_per_partition`` estimated bytes (:attr:`LedgerSlice.byte_count`) and within
+       ``max_entries_per_partition + SLICE_OPEN_COST_ENTRIES`` of cost (each slice costs its entries plus
+       :data:`SLICE_OPEN_COST_ENTRIES`), never leaving fewer than ``min_partitions`` partitions.
     3. With ``max_partitions``, if there are still more partitions than that, the slices are spread over exactly
        that many partitions of about equal cost (such a partition may then exceed ``max_entries_per_partition``;
        no single slice does).
@@ -238,7 +265,7 @@ def plan_partitions(
     least = min_partitions or 1
     if len(pieces) < least:
         pieces = _split_until(pieces, least)
-    groups = _pack(pieces, max_entries_per_partition, least)
+    groups = _pack(pieces, max_entries_per_partition, least, max_bytes_per_partition)
     if max_partitions is not None and len(groups) > max_partitions:
         groups = _spread(pieces, max_partitions)
     return [group[0] if len(group) == 1 else SliceGroup(tuple(group)) for group in groups]
@@ -264,30 +291,34 @@ def _cost(piece: LedgerSlice) -> int:
     return piece.entry_count + SLICE_OPEN_COST_ENTRIES
 
 
-def _pack(pieces: list[LedgerSlice], max_entries: int, least: int) -> list[list[LedgerSlice]]:
+def _pack(
+    pieces: list[LedgerSlice], max_entries: int, least: int, max_bytes: int | None
+) -> list[list[LedgerSlice]]:
     """Next-fit packing of consecutive slices (step 2 of :func:`plan_partitions`)."""
     target = max_entries + SLICE_OPEN_COST_ENTRIES
     if least > 1:
         target = min(target, max(1, sum(_cost(p) for p in pieces) // least))
     groups: list[list[LedgerSlice]] = []
     current: list[LedgerSlice] = []
-    cost = entries = 0
+    cost = entries = nbytes = 0
     for index, piece in enumerate(pieces):
         left_after = len(pieces) - index - 1
         fits = (
             current
             and cost + _cost(piece) <= target
             and entries + piece.entry_count <= max_entries
+            and (max_bytes is None or nbytes + piece.byte_count <= max_bytes)
             and len(groups) + 1 + left_after >= least
         )
         if fits:
             current.append(piece)
             cost += _cost(piece)
             entries += piece.entry_count
+            nbytes += piece.byte_count
             continue
         if current:
             groups.append(current)
-        current, cost, entries = [piece], _cost(piece), piece.entry_count
+        current, cost, entries, nbytes = [piece], _cost(piece), piece.entry_count, piece.byte_count
     if current:
         groups.append(current)
     return groups

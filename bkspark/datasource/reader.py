@@ -15,7 +15,9 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from bkspark.client.arrow import DEFAULT_ROWS_PER_BATCH
 from bkspark.datasource.options import ReadOptions
-from bkspark.datasource.planning import Bounds, LedgerSlice, partition_slices, plan_partitions, push_filters, split_ledger
+from bkspark.datasource.planning import (
+    Bounds, LedgerSlice, mean_entry_bytes, partition_slices, plan_partitions, push_filters, split_ledger,
+)
 
 __all__ = ["BookKeeperReader", "BookKeeperPushdownReader", "ROWS_PER_BATCH"]
 
@@ -135,17 +137,20 @@ class BookKeeperReader(DataSourceReader):
             if opts.end_entry is not None:
                 last = min(last, opts.end_entry)
             custom = tuple(sorted((k, bytes(v)) for k, v in (md.custom_metadata or {}).items()))
+            entry_bytes = mean_entry_bytes(md)
             for first_run, last_run in self.bounds.entry_runs(opts.start_entry, last):
                 slices.extend(
                     split_ledger(
                         scope_id, ledger_id, first_run, last_run, opts.max_entries_per_partition,
                         ctime_ms=md.ctime if md.ctime else None, custom_metadata=custom,
-                        ledger_open=md.state.name != "CLOSED",
+                        ledger_open=md.state.name != "CLOSED", entry_bytes=entry_bytes,
+                        max_bytes_per_partition=opts.max_bytes_per_partition,
                     )
                 )
         return plan_partitions(
             slices, opts.max_entries_per_partition,
             min_partitions=opts.min_partitions, max_partitions=opts.max_partitions,
+            max_bytes_per_partition=opts.max_bytes_per_partition,
         )
 
     def _last_readable_entry(self, bk: Any, md: Any, scope_id: int, ledger_id: int) -> int | None:

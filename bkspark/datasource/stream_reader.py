@@ -42,6 +42,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from bkspark.datasource.options import ReadOptions, parse_read_options
+from bkspark.datasource.planning import mean_entry_bytes
 from bkspark.datasource.reader import BookKeeperReader
 from bkspark.datasource.stream_offsets import (
     DONE,
@@ -281,10 +282,8 @@ class _Driver:
     @staticmethod
     def _facts_of(md: Any) -> _LedgerFacts:
         custom = tuple(sorted((k, bytes(v)) for k, v in (md.custom_metadata or {}).items()))
-        closed = md.state.name == "CLOSED"
-        last = md.last_entry_id if closed else None
-        size = (md.length / (last + 1)) if closed and last is not None and last >= 0 else None
-        return _LedgerFacts(md.ctime if md.ctime else None, custom, last, size)
+        last = md.last_entry_id if md.state.name == "CLOSED" else None
+        return _LedgerFacts(md.ctime if md.ctime else None, custom, last, mean_entry_bytes(md))
 
     def _open_tail(self, key: str) -> Any:
         from bkspark.client.tail import LedgerTail
@@ -549,7 +548,8 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 split_ledger(
                     scope_id, ledger_id, first, stop - 1, self.options.max_entries_per_partition,
                     ctime_ms=facts.ctime_ms, custom_metadata=facts.custom_metadata,
-                    ledger_open=facts.closed_last is None,
+                    ledger_open=facts.closed_last is None, entry_bytes=facts.entry_size,
+                    max_bytes_per_partition=self.options.max_bytes_per_partition,
                 )
             )
         if lost:
@@ -558,6 +558,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return plan_partitions(
             slices, opts.max_entries_per_partition,
             min_partitions=opts.min_partitions, max_partitions=opts.max_partitions,
+            max_bytes_per_partition=opts.max_bytes_per_partition,
         )
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

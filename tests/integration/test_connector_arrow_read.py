@@ -132,6 +132,34 @@ def test_small_ledgers_packed_into_one_partition_read_like_one_by_one(py_cluster
     assert_same_rows(got, want)
 
 
+def test_ledgers_of_large_entries_are_cut_and_packed_by_bytes(py_cluster: PythonBookieCluster) -> None:
+    """maxBytesPerPartition (docs/connector.md, "Partitions"): a closed ledger's metadata length gives its mean
+    entry size, its slices hold at most that many estimated bytes and packing stops there; the rows never change."""
+    from bkspark.datasource.planning import partition_slices
+
+    uri = py_cluster.metadata_service_uri
+    rng = random.Random(40)
+    with BookKeeper(uri) as bk:
+        large = write_bkspark_ledger(bk, [rng.randbytes(4000) for _ in range(60)], ensemble_size=3,
+                                     write_quorum_size=3, ack_quorum_size=2)
+        small = write_bkspark_ledger(bk, [rng.randbytes(40) for _ in range(60)], ensemble_size=3,
+                                     write_quorum_size=2, ack_quorum_size=2)
+        mid = write_bkspark_ledger(bk, [rng.randbytes(4000) for _ in range(10)], ensemble_size=2,
+                                   write_quorum_size=2, ack_quorum_size=2)
+    want = reference_tables(uri, [large, small, mid])
+    ledgers = f"{large},{small},{mid}"
+    # the default bound (128 MiB) leaves these few bytes alone: one packed partition, as by entries
+    got, _, parts = planned_read(uri, ledgers)
+    assert len(parts) == 1 and isinstance(parts[0], SliceGroup)
+    assert_same_rows(got, want)
+    # 40,000 bytes: the 4000-byte ledgers are cut every 10 entries, the 40-byte ledger stays whole, and it is
+    # packed with no 4000-byte slice (together they would pass the bound)
+    got, _, parts = planned_read(uri, ledgers, maxBytesPerPartition="40000")
+    pieces = [[(p.ledger_id, p.entry_count) for p in partition_slices(part)] for part in parts]
+    assert pieces == [[(large, 10)]] * 6 + [[(small, 60)], [(mid, 10)]]
+    assert_same_rows(got, want)
+
+
 def test_a_ledger_of_a_packed_partition_deleted_after_planning(py_cluster: PythonBookieCluster) -> None:
     """Deleted between planning and reading: failOnDataLoss=true fails the task naming the ledger;
     false skips it and reads the group's other ledgers."""
@@ -195,6 +223,10 @@ def test_java_bookies_4_17_including_a_striped_ledger(java_cluster_factory, java
     assert len(parts) == 1 and isinstance(parts[0], SliceGroup)
     assert got.column("payload").to_pylist() == [java_payload(i, 100) for i in range(1200)] + [
         java_payload(i, 11) for i in range(90)]
+    # a Java-written ledger's metadata length sizes its slices too: 1200 entries of 100 B under 50,000 bytes
+    got, _, parts = planned_read(uri, str(plain), maxBytesPerPartition="50000")
+    assert [part.entry_count for part in parts] == [500, 500, 200]
+    assert got.column("payload").to_pylist() == [java_payload(i, 100) for i in range(1200)]
 
 
 @pytest.mark.compat

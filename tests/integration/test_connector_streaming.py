@@ -196,11 +196,14 @@ def test_a_stream_of_a_ledger_with_packed_rows_delivers_each_row_once_in_order(s
     assert [entry for _ledger, entry, _payload in got] == [i // 8 for i in range(100)]
 
 
-@pytest.mark.parametrize("options, partitions", [({}, [2]), ({"minPartitions": "5"}, [5])])
+@pytest.mark.parametrize(
+    "options, partitions", [({}, [2]), ({"minPartitions": "5"}, [5]), ({"maxBytesPerPartition": "40"}, [75])]
+)
 def test_a_micro_batch_of_many_small_ledgers_is_packed_into_few_tasks(
     spark, bk, py_cluster, tmp_path, options: dict, partitions: list  # noqa: F811
 ) -> None:
-    """150 one-entry ledgers in one micro-batch: 2 partitions (100 + 50 packed slices), or minPartitions."""
+    """150 one-entry ledgers in one micro-batch: 2 partitions (100 + 50 packed slices), or minPartitions; with a
+    byte bound of 40 (payloads of 16 to 18 bytes, their closed ledgers' mean entry size) two to a partition."""
     from tests.harness.ledgers import payload_of, write_small_ledgers
 
     uri = py_cluster.metadata_service_uri

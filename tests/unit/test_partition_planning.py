@@ -149,6 +149,75 @@ def test_groups_pickle_and_the_options_reach_the_plan() -> None:
     assert partition_slices(None) == ()
 
 
+def sized(lengths_and_sizes: list[tuple[int, float | None]], max_entries: int = 100_000,
+          max_bytes: int | None = None) -> list[LedgerSlice]:
+    """Slices of ledgers 1, 2, ... of (entries, mean entry bytes), cut by entries and by estimated bytes."""
+    slices: list[LedgerSlice] = []
+    for index, (length, entry_bytes) in enumerate(lengths_and_sizes):
+        slices.extend(split_ledger(0, index + 1, 0, length - 1, max_entries, entry_bytes=entry_bytes,
+                                   max_bytes_per_partition=max_bytes))
+    return slices
+
+
+def test_large_entries_are_cut_and_packed_by_bytes_too() -> None:
+    """Ledgers of packed rows (16 KiB entries) are few entries but many bytes: a 128 MiB bound cuts and packs
+    them as Spark cuts files, where counting entries alone put 1.6 GB into one task."""
+    mib = 1024 * 1024
+    # one ledger of 100,000 entries of 16 KiB: 13 slices of at most 8,192 entries (128 MiB) instead of one
+    big = sized([(100_000, 16384.0)], max_bytes=128 * mib)
+    assert [s.entry_count for s in big] == [8192] * 12 + [100_000 - 12 * 8192]
+    assert max(s.byte_count for s in big) <= 128 * mib
+    assert len(plan_partitions(big, 100_000, max_bytes_per_partition=128 * mib)) == 13
+    # two ledgers of 3,400 such entries (53 MiB each): packed together under 128 MiB, apart under 64 MiB
+    two = sized([(3_400, 16384.0), (3_400, 16384.0)], max_bytes=128 * mib)
+    assert len(plan_partitions(two, 500_000, max_bytes_per_partition=128 * mib)) == 1
+    assert len(plan_partitions(two, 500_000, max_bytes_per_partition=64 * mib)) == 2
+    assert len(plan_partitions(two, 500_000)) == 1  # without a byte bound: entries only, as before
+    # small entries are untouched: 40,000 entries of 100 B still go two to a partition
+    small = sized([(40_000, 100.0), (40_000, 100.0)], max_bytes=128 * mib)
+    assert len(plan_partitions(small, 100_000, max_bytes_per_partition=128 * mib)) == 1
+    # an open ledger's size is unknown (None): cut and packed by entries alone
+    opened = sized([(200_000, None)], max_bytes=1024)
+    assert [s.entry_count for s in opened] == [100_000, 100_000] and opened[0].byte_count == 0
+    # an entry larger than the bound is a slice of its own, never an empty one
+    huge = sized([(3, 10 * mib)], max_bytes=mib)
+    assert [s.entry_count for s in huge] == [1, 1, 1]
+
+
+def test_byte_bounds_keep_every_entry_once_in_order() -> None:
+    rng = random.Random(5)
+    for _ in range(100):
+        max_entries = rng.choice([3, 100, 5_000])
+        max_bytes = rng.choice([1, 1000, 50_000, 10**9])
+        spec = [(rng.randint(1, 3_000), rng.choice([None, 0.0, 10.0, 700.0, 16384.0])) for _ in range(rng.randint(1, 40))]
+        slices = sized(spec, max_entries=max_entries, max_bytes=max_bytes)
+        parts = plan_partitions(slices, max_entries, min_partitions=rng.choice([None, 4]),
+                                max_bytes_per_partition=max_bytes)
+        assert runs_read(parts) == runs_read(ledgers(*[n for n, _ in spec], max_entries=max_entries))
+        for part in parts:
+            pieces = partition_slices(part)
+            # a packed partition stays within the byte bound; only a lone slice of one entry may pass it
+            assert len(pieces) == 1 or sum(p.byte_count for p in pieces) <= max_bytes
+            assert all(p.byte_count <= max_bytes or p.entry_count == 1 for p in pieces)
+
+
+def test_mean_entry_bytes_of_closed_open_and_empty_ledgers() -> None:
+    from types import SimpleNamespace
+
+    from bkspark.datasource.planning import mean_entry_bytes
+
+    closed = SimpleNamespace(name="CLOSED")
+    opened = SimpleNamespace(name="OPEN")
+    assert mean_entry_bytes(SimpleNamespace(state=closed, last_entry_id=9, length=1000)) == 100.0
+    assert mean_entry_bytes(SimpleNamespace(state=closed, last_entry_id=-1, length=0)) is None
+    assert mean_entry_bytes(SimpleNamespace(state=opened, last_entry_id=-1, length=0)) is None
+    opts = parse_read_options({"metadataserviceuri": URI, "ledgers": "1"})
+    assert opts.max_bytes_per_partition == 128 * 1024 * 1024  # Spark's maxPartitionBytes default
+    assert parse_read_options({"metadataserviceuri": URI, "ledgers": "1", "maxbytesperpartition": "4096"}).max_bytes_per_partition == 4096
+    with pytest.raises(Exception, match="maxBytesPerPartition"):
+        parse_read_options({"metadataserviceuri": URI, "ledgers": "1", "maxbytesperpartition": "0"})
+
+
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError, match="max_entries_per_partition"):
         plan_partitions([], 0)
