@@ -353,6 +353,22 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_spark_job_args(p: argparse.ArgumentParser, rounds: int) -> None:
+    """The arguments of a benchmark of Spark jobs on one bookie: rows, payload size, bookie kind, rounds."""
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--size", type=int, default=100)
+    p.add_argument("--bookie-kind", choices=("java", "python"), default="java")
+    p.add_argument("--rounds", type=int, default=rounds)
+
+
+def payload_frame(spark: Any, rows: int, size: int, partitions: int, column: str = "payload") -> Any:
+    """``rows`` rows of one binary column of ``size`` bytes in ``partitions`` Spark partitions (the rows a
+    benchmark writes)."""
+    from pyspark.sql import functions as F
+
+    return spark.range(0, rows, 1, partitions).select(F.expr(f"cast(repeat('x', {size}) as binary)").alias(column))
+
+
 # -- clusters --------------------------------------------------------------------------------------------------------
 
 
@@ -467,6 +483,16 @@ class Cluster(contextlib.ExitStack):
         cluster.start_all()
         self.callback(cluster.close)
         return cluster
+
+    def one_bookie(self, kind: str, version: str) -> str:
+        """A fresh ledgers root served by one bookie of ``kind`` ("java": Apache BookKeeper ``version``, or
+        "python"); returns its metadata URI."""
+        uri = self.new_root(kind)
+        if kind == "java":
+            self.java_bookies(uri, 1, version, "java")
+        else:
+            self.python_bookies(uri, 1, "python")
+        return uri
 
     def python_bookies(self, uri: str, n: int, name: str) -> Any:
         """n Python bookies (bookie_server, fsync journal) registered under `uri`, started."""

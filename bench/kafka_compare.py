@@ -41,6 +41,7 @@ from bench.common import (
     command_line,
     java_bench,
     machine_facts,
+    payload_frame,
     py_bench,
     run_main,
     spark_session,
@@ -61,12 +62,6 @@ UNBOUNDED_BYTES = 1 << 40
 def _spark(cores: int, jars: list[str]) -> Any:
     """local[cores] with Spark's Kafka connector on the classpath and the bookkeeper data source registered."""
     return spark_session(cores, "bkspark-kafka-compare", jars=jars, driver_memory="2g")
-
-
-def _frame(spark: Any, rows: int, size: int, cores: int, column: str) -> Any:
-    from pyspark.sql import functions as F
-
-    return spark.range(0, rows, 1, cores).select(F.expr(f"cast(repeat('x', {size}) as binary)").alias(column))
 
 
 def _noop(df: Any) -> float:
@@ -119,7 +114,7 @@ def _kafka_side(run: _Run, kafka: KafkaBroker, spark: Any, size: int, n: int, co
     def spark_write() -> float:
         kafka.create_topic(spark_topic, 2)
         t0 = time.perf_counter()
-        _frame(spark, n, size, cores, "value").write.format("kafka").options(**opts).option("topic", spark_topic).save()
+        payload_frame(spark, n, size, cores, "value").write.format("kafka").options(**opts).option("topic", spark_topic).save()
         return n / (time.perf_counter() - t0)
 
     def spark_scan() -> float:
@@ -178,7 +173,7 @@ def _bookkeeper_side(
 
     def spark_write() -> float:
         t0 = time.perf_counter()
-        _frame(spark, n, size, cores, "payload").write.format("bookkeeper").options(**wopts).option(
+        payload_frame(spark, n, size, cores, "payload").write.format("bookkeeper").options(**wopts).option(
             "dataset", dataset).mode("append").save()
         return n / (time.perf_counter() - t0)
 
@@ -197,7 +192,7 @@ def _bookkeeper_side(
 
     def spark_write_packed() -> float:
         t0 = time.perf_counter()
-        _frame(spark, n, size, cores, "payload").write.format("bookkeeper").options(**wopts).options(
+        payload_frame(spark, n, size, cores, "payload").write.format("bookkeeper").options(**wopts).options(
             rowsPerEntry=str(PACKED_ROWS), entryMaxBytes=str(PACKED_ENTRY_BYTES)
         ).option("dataset", f"{dataset}-packed").mode("append").save()
         return n / (time.perf_counter() - t0)
@@ -219,7 +214,7 @@ def _warm_up(run: _Run, spark: Any, kafka: KafkaBroker, uris: dict[str, str], co
     def kafka_warm() -> None:
         kafka.create_topic("warmup", 2)
         opts = {"kafka.bootstrap.servers": kafka.bootstrap}
-        _frame(spark, 2000, 100, cores, "value").write.format("kafka").options(**opts).option("topic", "warmup").save()
+        payload_frame(spark, 2000, 100, cores, "value").write.format("kafka").options(**opts).option("topic", "warmup").save()
         _noop(spark.read.format("kafka").options(**opts).option("subscribe", "warmup")
               .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
 
@@ -228,7 +223,7 @@ def _warm_up(run: _Run, spark: Any, kafka: KafkaBroker, uris: dict[str, str], co
     for kind, uri in uris.items():
         def bk_warm(uri: str = uri) -> None:
             opts = {"metadataServiceUri": uri, "ensembleSize": "1", "writeQuorumSize": "1", "ackQuorumSize": "1"}
-            _frame(spark, 2000, 100, cores, "payload").write.format("bookkeeper").options(**opts).option(
+            payload_frame(spark, 2000, 100, cores, "payload").write.format("bookkeeper").options(**opts).option(
                 "dataset", "warmup").mode("append").save()
             _noop(spark.read.format("bookkeeper").options(metadataServiceUri=uri, dataset="warmup").load())
 

@@ -19,9 +19,9 @@ import math
 import statistics
 import sys
 import time
-from typing import Any
 
-from bench.common import Cluster, Report, add_common_args, command_line, machine_facts, run_main, spark_session, timed
+from bench.common import Cluster, Report, add_common_args, add_spark_job_args, command_line, machine_facts
+from bench.common import payload_frame, run_main, spark_session, timed
 
 #: The plans when none is given: the planner's default (which packs the two ledgers of a small packed dataset into
 #: one partition) against one partition per ledger.
@@ -44,17 +44,11 @@ def run(args: argparse.Namespace) -> Report:
                     params, machine_before=machine_facts())
     rates: dict[str, list[float]] = {name: [] for name, _ in plans}
     with Cluster(args.workdir, args.keep, make_jars=not args.no_make) as cluster:
-        uri = cluster.new_root(args.bookie_kind)
-        if args.bookie_kind == "java":
-            cluster.java_bookies(uri, 1, args.bk_version, "java")
-        else:
-            cluster.python_bookies(uri, 1, "python")
+        uri = cluster.one_bookie(args.bookie_kind, args.bk_version)
         spark = spark_session(2, "bkspark-scan-plans")
-        from pyspark.sql import functions as F
 
         def write(rows: int, dataset: str) -> None:
-            spark.range(0, rows, 1, 2).select(F.expr(f"cast(repeat('x', {args.size}) as binary)").alias("payload")) \
-                .write.format("bookkeeper").options(
+            payload_frame(spark, rows, args.size, 2).write.format("bookkeeper").options(
                     metadataServiceUri=uri, ensembleSize="1", writeQuorumSize="1", ackQuorumSize="1",
                     digestType="CRC32C", rowsPerEntry=str(args.rows_per_entry), entryMaxBytes=str(16 * 1024),
                 ).option("dataset", dataset).mode("append").save()
@@ -96,11 +90,8 @@ def run(args: argparse.Namespace) -> Report:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.scan_plans", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--size", type=int, default=100)
+    add_spark_job_args(p, rounds=3)
     p.add_argument("--rows-per-entry", type=int, default=100_000, help="rowsPerEntry of the write (1: one row per entry)")
-    p.add_argument("--bookie-kind", choices=("java", "python"), default="java")
-    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--plan", action="append", help="NAME:OPTION=VALUE,... (repeatable; the first is the base)")
     add_common_args(p)
     return p

@@ -21,7 +21,18 @@ import sys
 import time
 from typing import Any
 
-from bench.common import Cluster, Report, add_common_args, command_line, machine_facts, run_main, spark_session, timed
+from bench.common import (
+    Cluster,
+    Report,
+    add_common_args,
+    add_spark_job_args,
+    command_line,
+    machine_facts,
+    payload_frame,
+    run_main,
+    spark_session,
+    timed,
+)
 
 #: (kind, predicate over the command line), first match wins.
 KINDS = (
@@ -74,16 +85,8 @@ def run(args: argparse.Namespace) -> Report:
     best: dict[int, float] = {}
     best_scan: dict[int, float] = {}
     with Cluster(args.workdir, args.keep, make_jars=not args.no_make) as cluster:
-        uri = cluster.new_root(args.bookie_kind)
-        if args.bookie_kind == "java":
-            cluster.java_bookies(uri, 1, args.bk_version, "java")
-        else:
-            cluster.python_bookies(uri, 1, "python")
+        uri = cluster.one_bookie(args.bookie_kind, args.bk_version)
         spark = spark_session(2, "bkspark-write-cpu")
-        from pyspark.sql import functions as F
-
-        def frame(rows: int) -> Any:
-            return spark.range(0, rows, 1, 2).select(F.expr(f"cast(repeat('x', {args.size}) as binary)").alias("payload"))
 
         def scan(dataset: str) -> float:
             df = spark.read.format("bookkeeper").options(
@@ -108,7 +111,7 @@ def run(args: argparse.Namespace) -> Report:
 
         def write(rows: int, dataset: str, per_entry: int) -> float:
             t0 = time.perf_counter()
-            frame(rows).write.format("bookkeeper").options(
+            payload_frame(spark, rows, args.size, 2).write.format("bookkeeper").options(
                 metadataServiceUri=uri, ensembleSize="1", writeQuorumSize="1", ackQuorumSize="1", digestType="CRC32C",
                 rowsPerEntry=str(per_entry), entryMaxBytes=str(args.entry_max_bytes),
             ).option("dataset", dataset).mode("append").save()
@@ -146,10 +149,7 @@ def run(args: argparse.Namespace) -> Report:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.write_cpu", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--size", type=int, default=100)
-    p.add_argument("--bookie-kind", choices=("java", "python"), default="java")
-    p.add_argument("--rounds", type=int, default=2)
+    add_spark_job_args(p, rounds=2)
     p.add_argument("--rows-per-entry", default="1,100000", help="rowsPerEntry values, comma-separated (first: base)")
     p.add_argument("--entry-max-bytes", type=int, default=16 * 1024, help="entryMaxBytes (default 16 KiB)")
     add_common_args(p)
