@@ -116,10 +116,13 @@ class _EntryRead:
         self.timer: asyncio.TimerHandle | None = None
         self.errors: list[BaseException] = []
 
-    def start(self) -> None:
+    def start(self, timer: bool = True) -> None:
+        """Send to the first replica; with ``timer``, arm this read's own speculative timer (a range read arms
+        one for the reads it sends together instead: :func:`_speculate_group`)."""
         self.send_next()
-        conf = self.reader.ctx.conf
-        spec = conf.speculativeReadTimeout / 1000.0
+        if not timer:
+            return
+        spec = self.reader.ctx.conf.speculativeReadTimeout / 1000.0
         if spec > 0 and len(self.bookies) > 1 and not self.finished:
             self.timer = self.reader.ctx.loop.call_later(spec, self.speculate, spec)
 
@@ -174,6 +177,14 @@ class _EntryRead:
             self.timer = None
         callback, self.callback = self.callback, None  # type: ignore[assignment]
         callback(entry, exc)
+
+
+def _speculate_group(reads: list[_EntryRead], delay: float) -> None:
+    """The speculative timer of reads sent together: each one still unanswered speculates as its own timer would
+    have (they were sent in the same loop iteration), and arms its own timer for the next, backed-off step."""
+    for read in reads:
+        if not read.finished:
+            read.speculate(delay)
 
 
 class LedgerReader:
@@ -267,11 +278,13 @@ class LedgerReader:
 
         cache: dict[tuple[int, int], list[str]] = {}
 
-        def start_one() -> None:
+        def start_one(timer: bool = True) -> _EntryRead:
             nonlocal next_i
             i = next_i
             next_i += 1
-            _EntryRead(self, first + i, self._replicas(first + i, cache), partial(finished, i), 0, None).start()
+            read = _EntryRead(self, first + i, self._replicas(first + i, cache), partial(finished, i), 0, None)
+            read.start(timer)
+            return read
 
         def finished(i: int, entry: VerifiedEntry | None, exc: BaseException | None) -> None:
             nonlocal remaining
@@ -287,9 +300,18 @@ class LedgerReader:
             elif next_i < count:
                 start_one()
 
-        for _ in range(min(self.ctx.conf.readPipelineDepth, count)):
-            start_one()
-        await done
+        # The first reads leave together: one speculative timer for all of them, not one each (a timer per entry
+        # was a tenth of a striped scan's client CPU: BENCHMARKS.md).  Reads started later, one per answer, arm
+        # their own.
+        together = [start_one(timer=False) for _ in range(min(self.ctx.conf.readPipelineDepth, count))]
+        spec = self.ctx.conf.speculativeReadTimeout / 1000.0
+        waiting = [read for read in together if not read.finished and len(read.bookies) > 1]
+        group_timer = self.ctx.loop.call_later(spec, _speculate_group, waiting, spec) if spec > 0 and waiting else None
+        try:
+            await done
+        finally:
+            if group_timer is not None:
+                group_timer.cancel()
         return results  # type: ignore[return-value]
 
     # -- batched reads ---------------------------------------------------------------------------

@@ -482,6 +482,44 @@ def test_read_skips_tampered_copy_and_speculates_past_a_slow_bookie() -> None:
     asyncio.run(run())
 
 
+def test_a_range_read_arms_one_speculative_timer_for_the_reads_it_sends_together() -> None:
+    """read_range sends its first readPipelineDepth reads at once and arms one timer for them (not one each); when
+    it fires, each read still waiting for the slow bookie speculates as its own timer would have, and a read
+    started later, one per answer, arms its own."""
+    h = Harness(3, 2, 2, readPipelineDepth=8)  # striped: every entry on 2 of 3 bookies, single reads only
+
+    async def run() -> None:
+        await _filled(h, 12)
+        h.conf.reorderReadSequenceEnabled = False
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        loop = asyncio.get_running_loop()
+        armed: list[float] = []
+        call_later = loop.call_later
+
+        def counting(delay, callback, *args):  # type: ignore[no-untyped-def]
+            if getattr(callback, "__name__", "") in ("_speculate_group", "speculate"):
+                armed.append(delay)  # a speculative timer (the fake bookies answer through call_later too)
+            return call_later(delay, callback, *args)
+
+        loop.call_later = counting  # type: ignore[method-assign]
+        try:
+            got = await reader.read_range(0, 11)
+            assert [e.payload for e in got] == [b"v%03d" % i for i in range(12)]
+            # 8 reads sent together: one timer; the 4 started one by one as answers came: one each.
+            assert armed == [0.05] * 5
+            armed.clear()
+            h.bookies[BOOKIES[0]].delay = 3.0  # the first replica of entries 0, 2, 3, 5, ... answers late
+            got = await asyncio.wait_for(reader.read_range(0, 7), 1.0)
+            assert [e.payload for e in got] == [b"v%03d" % i for i in range(8)]
+            # the group's timer, then each read that speculated armed its backed-off next step
+            assert armed[0] == 0.05 and armed[1:] and set(armed[1:]) == {0.1}
+        finally:
+            loop.call_later = call_later  # type: ignore[method-assign]
+            h.bookies[BOOKIES[0]].delay = 0.0
+
+    asyncio.run(run())
+
+
 def test_batch_read_mismatch_inside_batch_returns_prefix_then_next_replica() -> None:
     """BookKeeper #4789: a bad entry in the middle of a batch is retried on the next replica."""
     h = Harness(3, 3, 2)
