@@ -149,7 +149,24 @@ class BookieOps:
         """Several v2 adds to one bookie, in entry order: ``keys`` from :meth:`add_keys`, ``frames`` from
         :meth:`encode_v2_adds`; one connection lookup.  Each answers through ``callback(response, error, arg)``
         with its own arg, exactly as :meth:`add` would."""
-        timeout = self.add_timeout
+        self._send_v2_many(bookie_id, keys, frames, args, callback, self.add_timeout)
+
+    def read_v2_many(
+        self, bookie_id: str, ledger_id: int, entry_ids: "Sequence[int]", args: "Sequence[Any]", callback: Callback
+    ) -> None:
+        """v2 reads of ``entry_ids`` (no fencing, scope 0) from one bookie, sent together; one connection lookup.
+        Each answers through ``callback(response, error, arg)`` with its own arg, exactly as :meth:`read` would."""
+        encode = v2.encode_read_request
+        keys = [read_key(ledger_id, entry_id) for entry_id in entry_ids]
+        frames = [encode(ledger_id, entry_id, 0, None) for entry_id in entry_ids]
+        self._send_v2_many(bookie_id, keys, frames, args, callback, self.read_timeout)
+
+    def _send_v2_many(
+        self, bookie_id: str, keys: "Sequence[Any]", frames: "Sequence[bytes]", args: "Sequence[Any]",
+        callback: Callback, timeout: float,
+    ) -> None:
+        """The bulk v2 hot path: every request to the open connection, or all of them once it is open (or
+        all failed with it)."""
 
         def send_all(conn: BookieConnection) -> None:
             conn.send_v2_many(keys, frames, args, timeout, callback)

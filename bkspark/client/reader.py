@@ -179,6 +179,11 @@ class _EntryRead:
         callback(entry, exc)
 
 
+def _first_answer(resp: Any, exc: BaseException | None, read: _EntryRead) -> None:
+    """The answer of a read sent with others to its first replica (:meth:`LedgerReader._send_together`)."""
+    read.on_response(resp, exc, read.bookies[0])
+
+
 def _speculate_group(reads: list[_EntryRead], delay: float) -> None:
     """The speculative timer of reads sent together: each one still unanswered speculates as its own timer would
     have (they were sent in the same loop iteration), and arms its own timer for the next, backed-off step."""
@@ -278,13 +283,14 @@ class LedgerReader:
 
         cache: dict[tuple[int, int], list[str]] = {}
 
-        def start_one(timer: bool = True) -> _EntryRead:
+        def new_read() -> _EntryRead:
             nonlocal next_i
             i = next_i
             next_i += 1
-            read = _EntryRead(self, first + i, self._replicas(first + i, cache), partial(finished, i), 0, None)
-            read.start(timer)
-            return read
+            return _EntryRead(self, first + i, self._replicas(first + i, cache), partial(finished, i), 0, None)
+
+        def start_one() -> None:
+            new_read().start()
 
         def finished(i: int, entry: VerifiedEntry | None, exc: BaseException | None) -> None:
             nonlocal remaining
@@ -300,10 +306,11 @@ class LedgerReader:
             elif next_i < count:
                 start_one()
 
-        # The first reads leave together: one speculative timer for all of them, not one each (a timer per entry
-        # was a tenth of a striped scan's client CPU: BENCHMARKS.md).  Reads started later, one per answer, arm
-        # their own.
-        together = [start_one(timer=False) for _ in range(min(self.ctx.conf.readPipelineDepth, count))]
+        # The first reads leave together: one run of requests per bookie and one speculative timer for all of
+        # them, not one each (a timer per entry was a tenth of a striped scan's client CPU: BENCHMARKS.md).
+        # Reads started later, one per answer, go one by one and arm their own.
+        together = [new_read() for _ in range(min(self.ctx.conf.readPipelineDepth, count))]
+        self._send_together(together)
         spec = self.ctx.conf.speculativeReadTimeout / 1000.0
         waiting = [read for read in together if not read.finished and len(read.bookies) > 1]
         group_timer = self.ctx.loop.call_later(spec, _speculate_group, waiting, spec) if spec > 0 and waiting else None
@@ -313,6 +320,24 @@ class LedgerReader:
             if group_timer is not None:
                 group_timer.cancel()
         return results  # type: ignore[return-value]
+
+    def _send_together(self, reads: list[_EntryRead]) -> None:
+        """Send each plain read to its first replica, as ``start(timer=False)`` would: over v2, one run of requests
+        per bookie (:meth:`BookieOps.read_v2_many`)."""
+        ops = self.ctx.ops
+        if not ops.use_v2 or self.ref.scope_id != 0:
+            for read in reads:
+                read.start(timer=False)
+            return
+        per_bookie: dict[str, list[_EntryRead]] = {}
+        for read in reads:
+            per_bookie.setdefault(read.bookies[0], []).append(read)
+        ledger_id = self.ref.ledger_id
+        for bookie, group in per_bookie.items():
+            for read in group:
+                read.next_i = 1  # what send_next does for the first replica
+                read.outstanding = 1
+            ops.read_v2_many(bookie, ledger_id, [read.entry_id for read in group], group, _first_answer)
 
     # -- batched reads ---------------------------------------------------------------------------
 

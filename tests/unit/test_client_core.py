@@ -121,6 +121,15 @@ class FakeOps:
             return
         asyncio.get_running_loop().call_later(b.delay, answer)
 
+    #: As a v2 client: a range read's first reads go through read_v2_many.
+    use_v2 = True
+
+    def read_v2_many(self, bookie_id, ledger_id, entry_ids, args, callback):  # type: ignore[no-untyped-def]
+        """BookieOps.read_v2_many: each read answers as read() would."""
+        self.bulk_reads = getattr(self, "bulk_reads", 0) + 1
+        for entry_id, arg in zip(entry_ids, args):
+            self.read(bookie_id, ledger_id, entry_id, 0, callback, arg)
+
     def can_batch_read(self, bookie_id: str, scope_id: int) -> bool:
         return self.pool.supports_batch_read(bookie_id)
 
@@ -507,6 +516,7 @@ def test_a_range_read_arms_one_speculative_timer_for_the_reads_it_sends_together
             assert [e.payload for e in got] == [b"v%03d" % i for i in range(12)]
             # 8 reads sent together: one timer; the 4 started one by one as answers came: one each.
             assert armed == [0.05] * 5
+            assert h.ops.bulk_reads == 3  # the 8 went as one run of requests to each of the 3 bookies
             armed.clear()
             h.bookies[BOOKIES[0]].delay = 3.0  # the first replica of entries 0, 2, 3, 5, ... answers late
             got = await asyncio.wait_for(reader.read_range(0, 7), 1.0)
