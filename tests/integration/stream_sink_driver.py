@@ -2,7 +2,8 @@
 
 Run as ``python -m tests.integration.stream_sink_driver URI LEDGERS DATASET CHECKPOINT``; it reads the ledgers a
 few entries per trigger with Trigger.AvailableNow and writes every entry's payload into the dataset, restarting
-from CHECKPOINT.  The tests SIGKILL it at random points and run it again until it exits 0.
+from CHECKPOINT.  It prints STARTED once the query runs and PROGRESS <batch id> after each micro-batch; the tests
+SIGKILL it at random points (a random number of batches in, then a random delay) and run it again until it exits 0.
 """
 
 from __future__ import annotations
@@ -21,6 +22,24 @@ def main(uri: str, ledgers: str, dataset: str, checkpoint: str) -> int:
         .config("spark.driver.memory", "768m").getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Progress(StreamingQueryListener):
+        """One line per finished micro-batch: the tests kill the driver a random number of batches in."""
+
+        def onQueryStarted(self, event) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def onQueryProgress(self, event) -> None:  # type: ignore[no-untyped-def]
+            print(f"PROGRESS {event.progress.batchId}", flush=True)
+
+        def onQueryIdle(self, event) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def onQueryTerminated(self, event) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    spark.streams.addListener(Progress())
     source = (
         spark.readStream.format("bookkeeper").option("metadataServiceUri", uri).option("ledgers", ledgers)
         .option("maxEntriesPerTrigger", "40").option("maxEntriesPerPartition", "15").load()

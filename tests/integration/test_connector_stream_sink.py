@@ -321,11 +321,17 @@ def test_exactly_once_with_the_driver_sigkilled_at_random_points(bk, py_cluster,
             if kills < 4:
                 started = time.monotonic()
                 deadline = started + 300
-                while "STARTED" not in (tmp_path / f"driver-{attempt}.log").read_text() and proc.poll() is None:
+                # A random point: after 0 to 2 of this run's micro-batches (the query has 10), then up to 1.5 s more.
+                # A random delay alone could outlast a fast run and kill nothing.
+                batches, delay = rng.randint(0, 2), rng.uniform(0.0, 1.5)
+                while proc.poll() is None:
+                    text = (tmp_path / f"driver-{attempt}.log").read_text()
+                    if "STARTED" in text and text.count("PROGRESS") >= batches:
+                        break
                     if time.monotonic() > deadline:
                         raise AssertionError("driver never started its query")
-                    time.sleep(0.2)
-                time.sleep(rng.uniform(0.5, 12.0))
+                    time.sleep(0.1)
+                time.sleep(delay)
                 if proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
