@@ -27,6 +27,7 @@ import logging
 from functools import partial
 from typing import Any, AsyncIterator, Callable, NamedTuple
 
+from bkspark.client.connection import V2
 from bkspark.client.services import ClientServices
 from bkspark.protocol.ledger_name import LedgerRef
 from bkspark.client.schedule import CoverageSet, is_striped
@@ -126,12 +127,19 @@ class _EntryRead:
         if spec > 0 and len(self.bookies) > 1 and not self.finished:
             self.timer = self.reader.ctx.loop.call_later(spec, self.speculate, spec)
 
-    def send_next(self) -> bool:
+    def claim_next(self) -> str | None:
+        """The next replica to ask, counted as asked (None: every replica was)."""
         if self.next_i >= len(self.bookies):
-            return False
+            return None
         bookie = self.bookies[self.next_i]
         self.next_i += 1
         self.outstanding += 1
+        return bookie
+
+    def send_next(self) -> bool:
+        bookie = self.claim_next()
+        if bookie is None:
+            return False
         r = self.reader
         # One shared bound method and the bookie id as context: no closure per request.
         r.ctx.ops.read(
@@ -325,18 +333,15 @@ class LedgerReader:
         """Send each plain read to its first replica, as ``start(timer=False)`` would: over v2, one run of requests
         per bookie (:meth:`BookieOps.read_v2_many`)."""
         ops = self.ctx.ops
-        if not ops.use_v2 or self.ref.scope_id != 0:
+        if ops.data_version(self.ref.scope_id) != V2:
             for read in reads:
                 read.start(timer=False)
             return
         per_bookie: dict[str, list[_EntryRead]] = {}
         for read in reads:
-            per_bookie.setdefault(read.bookies[0], []).append(read)
+            per_bookie.setdefault(read.claim_next(), []).append(read)  # type: ignore[arg-type]  # never None first
         ledger_id = self.ref.ledger_id
         for bookie, group in per_bookie.items():
-            for read in group:
-                read.next_i = 1  # what send_next does for the first replica
-                read.outstanding = 1
             ops.read_v2_many(bookie, ledger_id, [read.entry_id for read in group], group, _first_answer)
 
     # -- batched reads ---------------------------------------------------------------------------

@@ -583,12 +583,10 @@ def decode_add_requests(bodies: list[bytes | memoryview]) -> list[object]:
     of a v2 connection, so a run of adds costs one call (docs/bookie.md, "Adds").  Never raises: a body this
     leaves alone meets :func:`decode_request` in its turn, which raises what it must then.
 
-    The compiled loop when it is built, else, and for what it hands back, :func:`decode_add_requests_reference`.
+    The compiled loop when it is built, else :func:`decode_add_requests_reference`.
     """
     if _speedups is not None:
-        decoded = _speedups.decode_add_requests(bodies, AddRequest, _ADD_REQUEST_MIN_BODY_SIZE)
-        if decoded is not None:
-            return decoded
+        return _speedups.decode_add_requests(bodies, AddRequest, _ADD_REQUEST_MIN_BODY_SIZE)  # type: ignore[no-any-return]
     return decode_add_requests_reference(bodies)
 
 

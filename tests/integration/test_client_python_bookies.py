@@ -130,3 +130,25 @@ def test_address_resolver_disabled_uses_ids_as_addresses(cluster, zk_root) -> No
         lh.append(b"direct")
         lh.close()
         assert bk.open_ledger(lh.ledger_id).read(0, 0)[0].payload == b"direct"
+
+
+def test_range_reads_sent_together_move_past_a_killed_bookie(zk_root, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A range read's first reads go as one run of requests per bookie (docs/client.md, "Read path"): with one
+    bookie of a striped ledger killed, both its lost connection and a new client's failed connect send each
+    of its reads on to the entry's other replica; every entry reads back, through read() and read_batches()."""
+    with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=3, journal_sync_data=False) as c:
+        c.start_all()
+        payloads = [b"s%d" % i for i in range(600)]
+        with BookKeeper(zk_root.metadata_service_uri, readEntryTimeoutSec=3, reorderReadSequenceEnabled=False) as bk:
+            lh = bk.create_ledger(3, 2, 2)
+            for f in [lh.append_many(payloads[i : i + 100]) for i in range(0, 600, 100)]:
+                f.result()
+            lh.close()
+            rh = bk.open_ledger(lh.ledger_id)
+            assert [e.payload for e in rh.read(0, 599)] == payloads  # every connection open
+            c.kill(c.bookie_ids.index(lh.metadata.last_ensemble[0]))
+            assert [e.payload for e in rh.read(0, 599)] == payloads  # the open connection is lost
+        with BookKeeper(zk_root.metadata_service_uri, readEntryTimeoutSec=3, reorderReadSequenceEnabled=False) as bk:
+            rh = bk.open_ledger(lh.ledger_id)
+            got = [p for batch in rh.read_batches(0, 599) for p in batch.column("payload").to_pylist()]
+            assert got == payloads  # the killed bookie's connect fails

@@ -121,9 +121,6 @@ class FakeOps:
             return
         asyncio.get_running_loop().call_later(b.delay, answer)
 
-    #: As a v2 client: a range read's first reads go through read_v2_many.
-    use_v2 = True
-
     def read_v2_many(self, bookie_id, ledger_id, entry_ids, args, callback):  # type: ignore[no-untyped-def]
         """BookieOps.read_v2_many: each read answers as read() would."""
         self.bulk_reads = getattr(self, "bulk_reads", 0) + 1
