@@ -42,10 +42,16 @@ from bookie_server.journal import (
 from bookie_server.storage import LedgerInfo, LedgerStorage
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 __all__ = ["Bookie", "ReadLacResult"]
 
 log = logging.getLogger("bookie_server.bookie")
+
+
+def _as_is(value: R) -> R:
+    """What a read thread found, as the answer (a batch read's entries)."""
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,34 +460,36 @@ class Bookie:
         if data is not None:
             return data
         ahead = max(1, self.conf.dbStorage_readAheadCacheBatchSize)
-        return self._on_read_thread(lambda: self.storage.read_cold(key, ahead), lambda found: found[0][1])
+        return self._on_read_thread(lambda: self.storage.read_cold(key, ahead), self._cache_read_ahead)
+
+    def _cache_read_ahead(self, found: list[tuple[tuple[int, int, int], bytes]]) -> bytes:
+        """Loop thread: a cold single read's entry and its read-ahead go into the read cache; the entry is
+        the answer."""
+        self.storage.remember(found)
+        return found[0][1]
 
     def read_range_soon(
         self, scope_id: int, ledger_id: int, start: int, max_count: int, budget: int
     ) -> "list[bytes] | asyncio.Future[list[bytes]]":
         """A batch read's entries (:meth:`LedgerStorage.get_range`'s rules): now when memory holds the whole
-        range, else a future a read thread completes with the rest from disk."""
+        range, else a future a read thread completes with the rest from disk.  What the disk gave is not put
+        in the read cache (docs/bookie.md, "Reads")."""
         have, used, next_id = self.storage.range_in_memory(scope_id, ledger_id, start, max_count, budget)
         if next_id is None:
             return have
         stop = start + max_count
         return self._on_read_thread(
-            lambda: self.storage.range_cold(scope_id, ledger_id, next_id, stop, budget, have, used),
-            lambda found: have + [data for _key, data in found],
+            lambda: self.storage.range_cold(scope_id, ledger_id, next_id, stop, budget, have, used), _as_is
         )
 
-    def _on_read_thread(
-        self,
-        read: Callable[[], list[tuple[tuple[int, int, int], bytes]]],
-        result: Callable[[list[tuple[tuple[int, int, int], bytes]]], T],
-    ) -> "asyncio.Future[T]":
-        """Run ``read`` on a read thread; on the loop, put what it found in the read cache and resolve the
-        returned future with ``result(found)`` (or the read's error)."""
+    def _on_read_thread(self, read: Callable[[], R], result: Callable[[R], T]) -> "asyncio.Future[T]":
+        """Run ``read`` on a read thread; on the loop, resolve the returned future with ``result(found)`` (or
+        the read's error)."""
         assert self._loop is not None
         loop = self._loop
         out: asyncio.Future[T] = loop.create_future()
 
-        def done(fut: "asyncio.Future[list[tuple[tuple[int, int, int], bytes]]]") -> None:
+        def done(fut: "asyncio.Future[R]") -> None:
             if out.done():
                 return
             if fut.cancelled():
@@ -489,9 +497,7 @@ class Bookie:
                 return
             error = fut.exception()
             if error is None:
-                found = fut.result()
-                self.storage.remember(found)
-                out.set_result(result(found))
+                out.set_result(result(fut.result()))
             elif isinstance(error, BookieError):
                 out.set_exception(error)
             else:

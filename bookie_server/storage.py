@@ -661,7 +661,8 @@ class LedgerStorage:
 
         The rules of every range (:meth:`_collect`): the first entry is always returned (its errors are
         raised: ENOLEDGER, ENOENTRY, EIO); each later one only while the running sum of ``len + 4`` stays
-        within ``budget``; the range ends at the first entry that is missing or unreadable.
+        within ``budget``; the range ends at the first entry that is missing or unreadable.  What the disk gave
+        stays out of the read cache, as for :meth:`range_cold`.
         """
         self._ledger_or_raise(scope_id, ledger_id)
         directory = self._dir_for(scope_id, ledger_id)
@@ -674,7 +675,6 @@ class LedgerStorage:
                 if location is None:
                     raise NoSuchEntryError(ledger_id=key[1], entry_id=key[2])
                 data = self._read_record(directory, location, key, chunk)
-                self._cache_read(key, data)
             return data
 
         out: list[bytes] = []
@@ -695,11 +695,12 @@ class LedgerStorage:
 
     def range_cold(
         self, scope_id: int, ledger_id: int, start: int, stop: int, budget: int, have: list[bytes], used: int
-    ) -> list[tuple[EntryKey, bytes]]:
-        """The disk part of a batch read, for a read thread: entries ``start..stop-1`` after the ``have`` ones
-        already collected (``used`` bytes of ``budget``), from one index read transaction with the entry
-        logs' read-ahead; no cache touched (the loop thread :meth:`remember` s them).  An entry only the write
-        cache holds ends the range there (a shorter batch, as a missing entry does)."""
+    ) -> list[bytes]:
+        """The disk part of a batch read, for a read thread: the ``have`` entries already collected (``used``
+        bytes of ``budget``) followed by entries ``start..stop-1``, from one index read transaction with the
+        entry logs' read-ahead.  No cache is touched, and nothing goes into the read cache afterwards either
+        (docs/bookie.md, "Reads").  An entry only the write cache holds ends the range there (a shorter batch,
+        as a missing entry does)."""
         directory = self._dir_for(scope_id, ledger_id)
         chunk: list[object] = [None, 0, b""]
         #: Where the last record read ends in the chunk: a checkpoint writes a ledger's entries in order, so the
@@ -729,7 +730,7 @@ class LedgerStorage:
         except lmdb.Error as exc:
             if not out:
                 raise BookieIOError("entry index read failed", error=str(exc)) from exc
-        return [((scope_id, ledger_id, start + i), data) for i, data in enumerate(out[len(have) :])]
+        return out
 
     @staticmethod
     def _collect(

@@ -49,8 +49,12 @@ class PythonBookie:
         port: int | None = None,
         journal_sync_data: bool = True,
         conf_overrides: Mapping[str, object] | None = None,
+        tree: Path | None = None,
     ) -> None:
         self.name = name
+        #: The checkout whose ``bookie_server`` runs (``python -m`` imports from its working directory); another
+        #: tree than this one only for benchmarks of an older commit's bookie.
+        self.tree = tree or REPO_ROOT
         self.dir = base_dir / name
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
@@ -99,7 +103,7 @@ class PythonBookie:
         """Start the process (does not wait)."""
         argv = [sys.executable, "-m", "bookie_server", "--conf", str(self.conf_file)]
         if self.process is None:
-            self.process = ManagedProcess(f"pybookie-{self.name}", argv, cwd=REPO_ROOT, log_dir=self.dir / "logs")
+            self.process = ManagedProcess(f"pybookie-{self.name}", argv, cwd=self.tree, log_dir=self.dir / "logs")
         self.process.argv = argv
         self.process.start()
 
@@ -140,8 +144,10 @@ class PythonBookieCluster:
         journal_sync_data: bool = True,
         conf_overrides: Mapping[str, object] | None = None,
         start_timeout: float = 60.0,
+        tree: Path | None = None,
     ) -> None:
         self.metadata_service_uri = metadata_service_uri
+        self.tree = tree
         self.connect_string, self.root = parse_metadata_service_uri(metadata_service_uri)
         self.base_dir = Path(base_dir)
         self.start_timeout = start_timeout
@@ -182,6 +188,7 @@ class PythonBookieCluster:
                 bookie_id=bookie_id,
                 journal_sync_data=self.journal_sync_data,
                 conf_overrides=self.conf_overrides,
+                tree=self.tree,
             )
         )
         if start:

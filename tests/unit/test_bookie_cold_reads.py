@@ -132,6 +132,39 @@ def test_a_batch_read_that_reaches_the_write_cache_ends_there_then_continues(tmp
     body(tmp_path)
 
 
+def test_a_cold_batch_read_leaves_the_read_cache_alone(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A batch read's entries from disk are answered, not cached (docs/bookie.md, "Reads"): reading them again
+    goes to a read thread again, with the same bytes.  What the read cache held before stays, a range that
+    starts in it continues on disk, and a cold single read still fills it."""
+
+    @with_bookie(dbStorage_readAheadCacheBatchSize=3)
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c = await Conn.open(server.port)
+        entries = [make_entry(9, i, bytes([i]) * 300) for i in range(20)]
+        for e in entries:
+            assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+        to_disk(bookie)
+        r = await read(c, 9, 10)  # a cold single read: 10 and its read-ahead (11, 12) go into the read cache
+        assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[10])
+        assert cached_entries(bookie, 9) == [10, 11, 12]
+        cached_bytes = bookie.storage._read_cache_bytes
+        gated = GatedColdReads(bookie, monkeypatch)
+        gated.gate.set()
+        for _ in range(2):
+            r = await c.v2(v2.encode_batch_read_request(9, 0, 1, 10, 1 << 20))
+            assert r.rc == v2.EOK and [bytes(e) for e in r.entries] == entries[:10]
+        assert gated.threads == ["bookie-read_0", "bookie-read_0"]  # the second one was cold again
+        r = await c.v2(v2.encode_batch_read_request(9, 10, 1, 10, 1 << 20))  # 10..12 from memory, then the disk
+        assert r.rc == v2.EOK and [bytes(e) for e in r.entries] == entries[10:]
+        assert len(gated.threads) == 3
+        assert bookie.storage.get_range(0, 9, 0, 20, 1 << 20) == entries  # the loop thread's own path alike
+        assert cached_entries(bookie, 9) == [10, 11, 12]
+        assert bookie.storage._read_cache_bytes == cached_bytes
+        c.close()
+
+    body(tmp_path)
+
+
 def test_a_failing_disk_read_answers_eio_and_the_bookie_goes_on(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     @with_bookie()
     async def body(bookie: Bookie, server: BookieServer) -> None:
@@ -312,16 +345,17 @@ def test_a_cold_batch_read_walks_the_entry_log_instead_of_the_index(tmp_path, mo
 
     monkeypatch.setattr(storage_module.LedgerStorage, "_read_record", staticmethod(counted))
     got = storage.range_cold(0, 1, 0, 400, 1 << 30, [], 0)
-    assert [key for key, _ in got] == [(0, 1, i) for i in range(400)]
-    assert [data for _, data in got] == [written[(1, i)] for i in range(400)]
+    assert got == [written[(1, i)] for i in range(400)]
     # One index read at the start and one per 256 KiB chunk the walk ran out of (about 400 KB here), not 400.
     assert 2 <= len(index_reads) <= 4, index_reads
     index_reads.clear()
     got = storage.range_cold(0, 1, 390, 420, 1 << 30, [], 0)  # runs into ledger 2's records, then the end
-    assert [data for _, data in got] == [written[(1, i)] for i in range(390, 400)]
+    assert got == [written[(1, i)] for i in range(390, 400)]
     assert len(index_reads) == 1
     got = storage.range_cold(0, 2, 0, 10, 1 << 30, [], 0)  # a gap after entry 0: the range ends there
-    assert [data for _, data in got] == [written[(2, 0)]]
+    assert got == [written[(2, 0)]]
     got = storage.range_cold(0, 3, 10, 50, 1 << 30, [], 0)
-    assert [data for _, data in got] == [written[(3, i)] for i in range(10, 50)]
+    assert got == [written[(3, i)] for i in range(10, 50)]
+    got = storage.range_cold(0, 3, 10, 50, 1 << 30, [b"before"], 4 + 6)  # what memory gave comes first
+    assert got == [b"before"] + [written[(3, i)] for i in range(10, 50)]
     storage.close()
