@@ -47,6 +47,7 @@ _READ_KEYS = {
     "metadataserviceuri", "ledgers", "scopeid", "dataset", "startentry", "endentry",
     "includeopenledgers", "maxentriesperpartition", "maxbytesperpartition", "minpartitions", "maxpartitions", "batchreadenabled", "batchmaxcount",
     "batchmaxsize", "digesttype", "password", "passwordfile", "passwordenv", "failondataloss", "path",
+    "includecustommetadata",
 }
 _WRITE_KEYS = {
     "metadataserviceuri", "dataset", "scopeid", "ensemblesize", "writequorumsize",
@@ -207,6 +208,10 @@ class ReadOptions:
     password: bytes = field(default=b"", repr=False)
     fail_on_data_loss: bool = True
     client_conf: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    #: The ``custom_metadata`` column is in the schema (Kafka's ``includeHeaders``, but on by default: the
+    #: column has always been there); false leaves it out, which Spark's JVM and the Arrow transfer pay for in
+    #: every row (docs/connector.md, "Schema").
+    include_custom_metadata: bool = True
 
 
 @dataclass(frozen=True)
@@ -275,6 +280,7 @@ def parse_read_options(options: Mapping[str, str | None]) -> ReadOptions:
         password=_password(opts),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         client_conf=_client_conf(opts),
+        include_custom_metadata=_bool(opts, "includeCustomMetadata", True),
     )
 
 

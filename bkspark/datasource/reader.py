@@ -219,6 +219,7 @@ class BookKeeperReader(DataSourceReader):
         opts = self.options
         next_entry = part.first_entry
         packed = packed_ledger(part.custom_metadata)
+        with_custom = opts.include_custom_metadata
         for batch in handle.read_batches(
             part.first_entry, part.last_entry,
             batch_size=max(1, opts.batch_max_count), max_size=opts.batch_max_size, batch=opts.batch_read_enabled,
@@ -231,10 +232,12 @@ class BookKeeperReader(DataSourceReader):
                     yield entry_batch(
                         part.scope_id, part.ledger_id, next_entry, payloads.slice(start, ROWS_PER_BATCH),
                         part.ctime_ms, part.custom_metadata, entry_ids=entry_ids[start : start + ROWS_PER_BATCH],
+                        include_custom_metadata=with_custom,
                     )
             else:
                 yield entry_batch(
-                    part.scope_id, part.ledger_id, next_entry, batch.column(1), part.ctime_ms, part.custom_metadata
+                    part.scope_id, part.ledger_id, next_entry, batch.column(1), part.ctime_ms, part.custom_metadata,
+                    include_custom_metadata=with_custom,
                 )
             next_entry += batch.num_rows
         if next_entry != part.last_entry + 1:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql.types import StructType
 
 __all__ = [
-    "SCHEMA_DDL", "spark_schema", "arrow_schema", "check_user_schema", "COLUMNS", "entry_batch",
+    "SCHEMA_DDL", "schema_ddl", "spark_schema", "arrow_schema", "check_user_schema", "COLUMNS", "entry_batch",
     "MAX_BATCH_PAYLOAD_BYTES",
 ]
 
@@ -29,15 +29,22 @@ MAX_BATCH_PAYLOAD_BYTES = DEFAULT_BYTES_PER_BATCH
 #: Column names, in order.
 COLUMNS = ("scope_id", "ledger_id", "entry_id", "payload", "ledger_ctime", "custom_metadata")
 
-#: The schema as DDL (what ``DataSource.schema()`` returns).
-SCHEMA_DDL = (
+#: The schema as DDL (what ``DataSource.schema()`` returns), without and with the last column.
+_DDL_WITHOUT_CUSTOM_METADATA = (
     "scope_id BIGINT NOT NULL, ledger_id BIGINT NOT NULL, entry_id BIGINT NOT NULL, "
-    "payload BINARY, ledger_ctime TIMESTAMP, custom_metadata MAP<STRING, BINARY>"
+    "payload BINARY, ledger_ctime TIMESTAMP"
 )
+SCHEMA_DDL = _DDL_WITHOUT_CUSTOM_METADATA + ", custom_metadata MAP<STRING, BINARY>"
 
 
-def spark_schema() -> "StructType":
-    """The Spark ``StructType`` of every row this source reads."""
+def schema_ddl(include_custom_metadata: bool = True) -> str:
+    """The DDL of the rows read: ``custom_metadata`` is left out when the ``includeCustomMetadata`` read option
+    is false (docs/connector.md, "Schema"), as Kafka's source leaves ``headers`` out."""
+    return SCHEMA_DDL if include_custom_metadata else _DDL_WITHOUT_CUSTOM_METADATA
+
+
+def spark_schema(include_custom_metadata: bool = True) -> "StructType":
+    """The Spark ``StructType`` of every row this source reads (:func:`schema_ddl`)."""
     from pyspark.sql.types import (
         BinaryType,
         LongType,
@@ -48,24 +55,26 @@ def spark_schema() -> "StructType":
         TimestampType,
     )
 
-    return StructType(
-        [
-            StructField("scope_id", LongType(), nullable=False),
-            StructField("ledger_id", LongType(), nullable=False),
-            StructField("entry_id", LongType(), nullable=False),
-            StructField("payload", BinaryType(), nullable=True),
-            StructField("ledger_ctime", TimestampType(), nullable=True),
-            StructField("custom_metadata", MapType(StringType(), BinaryType(), valueContainsNull=True), nullable=True),
-        ]
-    )
+    fields = [
+        StructField("scope_id", LongType(), nullable=False),
+        StructField("ledger_id", LongType(), nullable=False),
+        StructField("entry_id", LongType(), nullable=False),
+        StructField("payload", BinaryType(), nullable=True),
+        StructField("ledger_ctime", TimestampType(), nullable=True),
+    ]
+    if include_custom_metadata:
+        fields.append(
+            StructField("custom_metadata", MapType(StringType(), BinaryType(), valueContainsNull=True), nullable=True)
+        )
+    return StructType(fields)
 
 
-@lru_cache(maxsize=1)
-def arrow_schema() -> "pa.Schema":
+@lru_cache(maxsize=2)
+def arrow_schema(include_custom_metadata: bool = True) -> "pa.Schema":
     """The Arrow schema Spark checks yielded record batches against (``to_arrow_schema(..., "UTC")``)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(spark_schema(), timezone="UTC")
+    return to_arrow_schema(spark_schema(include_custom_metadata), timezone="UTC")
 
 
 def entry_batch(
@@ -76,6 +85,7 @@ def entry_batch(
     ctime_ms: int | None = None,
     custom_metadata: Sequence[tuple[str, bytes]] = (),
     entry_ids: Any = None,
+    include_custom_metadata: bool = True,
 ) -> "pa.RecordBatch":
     """Consecutive entries ``first_entry_id ..`` of one ledger as one Arrow batch of :func:`arrow_schema`
     (or rows with the given ``entry_ids``, a numpy int64 array: the rows of packed entries,
@@ -85,29 +95,29 @@ def entry_batch(
     column of the client's ``ReadHandle.read_batches`` (used as it is) or a list gathered into one buffer by
     :func:`bkspark.client.arrow.binary_array`; entry ids are a numpy ``arange``, and the ledger-level
     columns are repeated scalars.  Shared by every reader of the data source (batch and streaming), so all
-    of them yield the same rows.
+    of them yield the same rows.  Without ``include_custom_metadata`` the batch has no ``custom_metadata``
+    column (:func:`schema_ddl`).
     """
     import numpy as np
     import pyarrow as pa
 
     from bkspark.client.arrow import binary_array
 
-    schema = arrow_schema()
+    schema = arrow_schema(include_custom_metadata)
     n = len(payloads)
     if n == 0:  # pa.repeat of a map scalar cannot make an empty array
         return pa.RecordBatch.from_pylist([], schema=schema)
     payload_col = payloads if isinstance(payloads, pa.Array) else binary_array(payloads)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.repeat(pa.scalar(scope_id, pa.int64()), n),
-            pa.repeat(pa.scalar(ledger_id, pa.int64()), n),
-            pa.array(np.arange(first_entry_id, first_entry_id + n, dtype=np.int64) if entry_ids is None else entry_ids),
-            payload_col,
-            _repeated_ctime(schema.field("ledger_ctime").type, ctime_ms, n),
-            _repeated_map(schema.field("custom_metadata").type, custom_metadata, n),
-        ],
-        schema=schema,
-    )
+    columns = [
+        pa.repeat(pa.scalar(scope_id, pa.int64()), n),
+        pa.repeat(pa.scalar(ledger_id, pa.int64()), n),
+        pa.array(np.arange(first_entry_id, first_entry_id + n, dtype=np.int64) if entry_ids is None else entry_ids),
+        payload_col,
+        _repeated_ctime(schema.field("ledger_ctime").type, ctime_ms, n),
+    ]
+    if include_custom_metadata:
+        columns.append(_repeated_map(schema.field("custom_metadata").type, custom_metadata, n))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _repeated_ctime(ts_type: "pa.DataType", ctime_ms: int | None, n: int) -> "pa.Array":
@@ -145,13 +155,14 @@ def _tiled(value_type: "pa.DataType", values: list[bytes], n: int) -> "pa.Array"
     return pa.Array.from_buffers(value_type, len(values) * n, [None, pa.py_buffer(offsets.astype(np.int32)), data])
 
 
-def check_user_schema(schema: "StructType") -> None:
-    """Reject a user-specified schema that is not ours, as Kafka does (the schema is fixed)."""
+def check_user_schema(schema: "StructType", include_custom_metadata: bool = True) -> None:
+    """Reject a user-specified schema that is not ours, as Kafka does (the schema is fixed by the options)."""
     from bkspark.errors import InvalidOptionError
 
-    expected = spark_schema()
+    expected = spark_schema(include_custom_metadata)
     if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in expected.fields]:
         raise InvalidOptionError(
             "[BOOKKEEPER_FIXED_SCHEMA] the bookkeeper source has a fixed schema and cannot be read with a custom one; "
-            f"drop .schema(...) (the schema is: {SCHEMA_DDL})"
+            f"drop .schema(...) (with these options the schema is: {schema_ddl(include_custom_metadata)}; "
+            "option includeCustomMetadata adds or removes the last column)"
         )

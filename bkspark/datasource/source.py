@@ -59,7 +59,8 @@ class BookKeeperDataSource(DataSource):
             .option("dataset", "events").mode("append").save()
 
     The schema is fixed: ``scope_id, ledger_id, entry_id, payload,
-    ledger_ctime, custom_metadata``.  See docs/connector.md for every option.
+    ledger_ctime, custom_metadata`` (the last one left out with
+    ``includeCustomMetadata=false``).  See docs/connector.md for every option.
     """
 
     @classmethod
@@ -68,20 +69,19 @@ class BookKeeperDataSource(DataSource):
 
     def schema(self) -> str:
         from bkspark.datasource.options import parse_read_options
-        from bkspark.datasource.schema import SCHEMA_DDL
+        from bkspark.datasource.schema import schema_ddl
         from bkspark.datasource.stream_reader import without_stream_options
 
         # Fail at load(), before any task runs (readStream's own options are checked by streamReader()).
-        parse_read_options(without_stream_options(self.options))
-        return SCHEMA_DDL
+        return schema_ddl(parse_read_options(without_stream_options(self.options)).include_custom_metadata)
 
     def reader(self, schema: Any) -> DataSourceReader:
         from bkspark.datasource.options import parse_read_options
         from bkspark.datasource.reader import BookKeeperPushdownReader, BookKeeperReader
         from bkspark.datasource.schema import check_user_schema
 
-        check_user_schema(schema)
         options = parse_read_options(self.options)
+        check_user_schema(schema, options.include_custom_metadata)
         # Spark fails a query whose reader defines pushFilters while its pushdown conf is
         # off; only the pushdown planner gets a reader that defines it, so users never see that.
         if running_in_pushdown_planner():
@@ -93,8 +93,9 @@ class BookKeeperDataSource(DataSource):
         from bkspark.datasource.schema import check_user_schema
         from bkspark.datasource.stream_reader import BookKeeperStreamReader, parse_stream_read_options
 
-        check_user_schema(schema)
-        return BookKeeperStreamReader(*parse_stream_read_options(self.options))
+        options, stream_options = parse_stream_read_options(self.options)
+        check_user_schema(schema, options.include_custom_metadata)
+        return BookKeeperStreamReader(options, stream_options)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
         from bkspark.datasource.options import parse_write_options

@@ -194,6 +194,57 @@ def test_reads_ledgers_the_bkspark_client_wrote(spark, bk, py_cluster) -> None:
     }
 
 
+def test_include_custom_metadata_false_leaves_the_column_out_and_keeps_every_row(spark, bk, py_cluster) -> None:
+    """Kafka's source has ``headers`` only with ``includeHeaders``; ours has ``custom_metadata`` unless
+    ``includeCustomMetadata`` is false (docs/connector.md, "Schema"): then the rows are the same, without it, for
+    plain and packed ledgers, and a user schema must match what the options give."""
+    import numpy as np
+
+    from bkspark.datasource.packing import ENTRY_FORMAT_KEY, ROWS_V1, pack_rows
+
+    uri = py_cluster.metadata_service_uri
+    plain = [os.urandom(i % 90) for i in range(300)]
+    lid = write_bkspark_ledger(bk, plain, custom_metadata={"owner": b"tests"})
+    packed_rows = [b"row-%d" % i for i in range(50)]
+    offsets = np.concatenate([[0], np.cumsum([len(r) for r in packed_rows])])
+    packed_entries, _cuts = pack_rows(offsets, b"".join(packed_rows), 20)
+    packed = write_bkspark_ledger(bk, packed_entries, custom_metadata={ENTRY_FORMAT_KEY: ROWS_V1})
+    full = read_ledgers(spark, uri, f"{lid},{packed}", maxEntriesPerPartition="64")
+    lean = read_ledgers(spark, uri, f"{lid},{packed}", maxEntriesPerPartition="64", includeCustomMetadata="false")
+    assert full.columns == ["scope_id", "ledger_id", "entry_id", "payload", "ledger_ctime", "custom_metadata"]
+    assert lean.columns == full.columns[:-1]
+    assert sorted(lean.collect()) == sorted(tuple(r)[:-1] for r in full.collect())
+    assert entries_of(lean)[lid] == list(enumerate(plain))
+    assert sorted(p for _, p in entries_of(lean)[packed]) == sorted(packed_rows)
+    assert read_ledgers(spark, uri, str(lid), includeCustomMetadata="true").columns == full.columns
+    stream = (
+        spark.readStream.format("bookkeeper").option("metadataServiceUri", uri).option("ledgers", str(lid))
+        .option("includeCustomMetadata", "false").load()
+    )
+    assert stream.columns == full.columns[:-1]
+    query = stream.writeStream.format("memory").queryName("lean_stream").trigger(availableNow=True).start()
+    try:
+        assert query.awaitTermination(120)
+        streamed = spark.table("lean_stream")
+        assert streamed.columns == full.columns[:-1]
+        assert sorted(streamed.collect()) == sorted(r for r in lean.collect() if r.ledger_id == lid)
+    finally:
+        query.stop()
+    # A user schema is accepted only when it is the one the options give.
+    lean_schema = full.schema.fields[:-1]
+    from pyspark.sql.types import StructType
+
+    def with_user_schema(**options: str):  # a DataFrameReader keeps its options: a new one each time
+        reader = spark.read.format("bookkeeper").schema(StructType(lean_schema)).options(**options)
+        return reader.option("metadataServiceUri", uri).option("ledgers", str(lid)).load()
+
+    assert with_user_schema(includeCustomMetadata="false").count() == len(plain)
+    with pytest.raises(Exception, match="BOOKKEEPER_FIXED_SCHEMA"):
+        with_user_schema().count()
+    with pytest.raises(Exception, match="includeCustomMetadata"):
+        read_ledgers(spark, uri, str(lid), includeCustomMetadata="sometimes")
+
+
 def test_open_ledgers_are_read_up_to_their_lac_without_fencing(spark, bk, py_cluster) -> None:
     uri = py_cluster.metadata_service_uri
     lh = bk.create_ledger()

@@ -50,6 +50,18 @@ def test_entry_batch_equals_the_row_by_row_conversion(seed: int) -> None:
     got.validate(full=True)
 
 
+@pytest.mark.parametrize("n", [0, 1, 1000])
+def test_without_custom_metadata_the_batch_is_the_same_less_the_last_column(n: int) -> None:
+    """``includeCustomMetadata=false`` (docs/connector.md, "Schema"): the same columns but the last."""
+    payloads = [bytes([i % 251]) * (i % 300) for i in range(n)]
+    args = (3, 77, 10, payloads, 1_700_000_000_123, (("k", b"v"),))
+    lean = entry_batch(*args, include_custom_metadata=False)
+    full = entry_batch(*args)
+    assert lean.schema == arrow_schema(False) and arrow_schema(False).names == arrow_schema().names[:-1]
+    assert lean.equals(pa.RecordBatch.from_arrays(full.columns[:-1], schema=arrow_schema(False)))
+    lean.validate(full=True)
+
+
 def test_empty_and_zero_length_payloads() -> None:
     assert entry_batch(0, 7, 0, []).num_rows == 0
     batch = entry_batch(0, 7, 3, [b"", b"x", b""])

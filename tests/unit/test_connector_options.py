@@ -9,7 +9,7 @@ from pyspark.sql.datasource import EqualTo, GreaterThan, In, LessThanOrEqual, St
 
 from bkspark.datasource.options import parse_ledger_list, parse_read_options, parse_write_options
 from bkspark.datasource.planning import Bounds, LedgerSlice, push_filters, split_ledger
-from bkspark.datasource.schema import COLUMNS, arrow_schema, check_user_schema, spark_schema
+from bkspark.datasource.schema import COLUMNS, SCHEMA_DDL, arrow_schema, check_user_schema, schema_ddl, spark_schema
 from bkspark.errors import InvalidOptionError
 
 URI = "zk+hierarchical://127.0.0.1:2181/ledgers"
@@ -123,6 +123,24 @@ def test_schema_is_fixed_and_arrow_form_matches() -> None:
 
     with pytest.raises(InvalidOptionError, match="fixed schema"):
         check_user_schema(StructType([StructField("ledger_id", LongType())]))
+    # includeCustomMetadata=false: the same schema without its last column, in every form.
+    lean = StructType(spark_schema().fields[:-1])
+    assert spark_schema(False) == lean and arrow_schema(False).names == list(COLUMNS[:-1])
+    assert schema_ddl(False) + ", custom_metadata MAP<STRING, BINARY>" == schema_ddl() == SCHEMA_DDL
+    check_user_schema(lean, include_custom_metadata=False)
+    with pytest.raises(InvalidOptionError, match="includeCustomMetadata"):
+        check_user_schema(lean)
+    with pytest.raises(InvalidOptionError, match="fixed schema"):
+        check_user_schema(spark_schema(), include_custom_metadata=False)
+
+
+def test_include_custom_metadata_is_on_unless_turned_off() -> None:
+    base = {"metadataserviceuri": URI, "ledgers": "1"}
+    assert parse_read_options(base).include_custom_metadata is True
+    assert parse_read_options({**base, "includecustommetadata": "false"}).include_custom_metadata is False
+    assert parse_read_options({**base, "includeCustomMetadata": "TRUE"}).include_custom_metadata is True
+    with pytest.raises(InvalidOptionError, match="'includeCustomMetadata'"):
+        parse_read_options({**base, "includecustommetadata": "no thanks"})
 
 
 def test_auto_registration_module_exposes_default_source() -> None:
