@@ -19,12 +19,10 @@ are the same), or its bookie runs without them.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
-from bench.common import DEFAULT_BK_VERSION, REPO_ROOT, Cluster, java_bench, machine_facts
+from bench.common import DEFAULT_BK_VERSION, REPO_ROOT, Cluster, java_bench, machine_facts, medians
 
 
 def one_round(args: argparse.Namespace, tree: Path, counts: list[int]) -> dict[str, float]:
@@ -72,16 +70,18 @@ def main(argv: list[str] | None = None) -> int:
         for name, tree in order:
             runs[name].append(one_round(args, tree, counts))
             print(f"  round {rnd}, {name}: {runs[name][-1]}", flush=True)
-    keys = list(runs["this tree"][0])
-    med: dict[str, dict[str, Any]] = {
-        name: {k: statistics.median(r[k] for r in rounds) for k in keys} for name, rounds in runs.items()
-    }
-    for k in keys:
-        entries, label = k.split()
-        print(f"{int(entries):>8,} entries of {args.size} B, {label:>5} pass: this tree {med['this tree'][k]:>9,.0f}, "
-              f"that tree {med['that tree'][k]:>9,.0f} entries/s; this ÷ that {med['this tree'][k] / med['that tree'][k]:.2f}x")
+    print_medians({name: medians(rounds) for name, rounds in runs.items()}, args.size)
     print(f"load average after: {machine_facts()['loadavg_1_5_15']}")
     return 0
+
+
+def print_medians(med: dict[str, dict[str, float]], size: int) -> None:
+    """One line per ledger and pass: both trees' medians and their ratio."""
+    this, that = med["this tree"], med["that tree"]
+    for key in this:
+        entries, label = key.split()
+        print(f"{int(entries):>8,} entries of {size} B, {label:>5} pass: this tree {this[key]:>9,.0f}, "
+              f"that tree {that[key]:>9,.0f} entries/s; this ÷ that {this[key] / that[key]:.2f}x")
 
 
 if __name__ == "__main__":

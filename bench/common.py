@@ -17,6 +17,7 @@ import os
 import platform
 import resource
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -322,6 +323,11 @@ def median_run(runs: list[dict[str, Any]], key: str = "entries_per_sec") -> dict
         return None
     ordered = sorted(runs, key=lambda r: float(r[key]))
     return ordered[(len(ordered) - 1) // 2]
+
+
+def medians(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Per key, the median of the rounds' figures (every round has the same keys)."""
+    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
 
 
 def run_main(

@@ -14,11 +14,10 @@ warm (from the read cache).  Prints entries/s of each pass and the ratio of each
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from typing import Any
 
-from bench.common import Cluster, machine_facts, py_bench
+from bench.common import Cluster, machine_facts, medians, py_bench
 
 
 def one_round(args: argparse.Namespace, batch_size: int) -> dict[str, float]:
@@ -56,9 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.rounds):
         for size in sizes:
             runs[size].append(one_round(args, size))
-    base = {kind: statistics.median(r[kind] for r in runs[sizes[0]]) for kind in ("cold", "warm")}
+    base = medians(runs[sizes[0]])
     for size in sizes:
-        med = {kind: statistics.median(r[kind] for r in runs[size]) for kind in ("cold", "warm")}
+        med = medians(runs[size])
         print(f"read-ahead batch {size:>4}: cold pass {med['cold']:>9,.0f} entries/s ({med['cold'] / base['cold']:.2f}x), "
               f"warm pass {med['warm']:>9,.0f} entries/s ({med['warm'] / base['warm']:.2f}x)")
     print(f"load average after: {machine_facts()['loadavg_1_5_15']}")
