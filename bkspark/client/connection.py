@@ -18,6 +18,11 @@ TCP connection) would otherwise keep taking requests that can never be
 answered, and every retry or ensemble change that picks that bookie again would
 time out on it for ever.  The next request opens a new connection.  Writes are coalesced: frames queued in
 one loop iteration leave in one ``transport.write``.
+
+A bulk send (:meth:`BookieConnection.send_v2_many`: a bulk append's adds to this bookie, a range read's first
+reads) is one :class:`_Run` in the table, shared by its keys, with each key's arg beside it: no object per
+request.  Its successful answers may also be handed over together: the adds of one run answered in one chunk
+of bytes reach its ``many`` callback as one list, in the order they came (docs/client.md, "Write path").
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from bkspark.errors import (
 from bkspark.protocol import correlation, v2, v3
 from bkspark.protocol.framing import FrameSplitter
 
-__all__ = ["BookieConnection", "Callback", "V2", "V3"]
+__all__ = ["BookieConnection", "Callback", "ManyCallback", "V2", "V3"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +71,30 @@ class _Op:
         self.arg = arg
 
 
+class _Run:
+    """The requests of one bulk send: the table's value for each of their keys, with each key's own arg.
+
+    ``many(args)``, when given, takes a list of successful answers' args at once (their responses are not
+    kept: add acknowledgements carry nothing else); every other outcome goes to ``callback`` one by one.
+    """
+
+    __slots__ = ("sent", "deadline", "callback", "many", "args")
+
+    def __init__(
+        self, sent: float, timeout: float, callback: Callback, many: "ManyCallback | None", args: dict[Any, Any]
+    ) -> None:
+        self.sent = sent
+        self.deadline = sent + timeout
+        self.callback = callback
+        self.many = many
+        #: Each key's arg, until that key is answered (or times out, or the connection is lost).
+        self.args = args
+
+
+#: ``many(args)``: the args of several successful answers of one :class:`_Run`, in the order they came.
+ManyCallback = Callable[[list[Any]], None]
+
+
 class BookieConnection(asyncio.Protocol):
     """A pipelined request/response channel to one bookie."""
 
@@ -83,7 +112,7 @@ class BookieConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._splitter = FrameSplitter(max_frame_size)
         self._on_lost = on_lost
-        self._ops: dict[Any, _Op] = {}  # first op per key (v2) or per txnId (v3)
+        self._ops: dict[Any, _Op | _Run] = {}  # first op per key (v2) or per txnId (v3)
         self._conflicts: dict[Any, deque[_Op]] = {}  # further v2 ops sharing a key
         self._count = 0
         self._txn = itertools.count(1)
@@ -122,8 +151,7 @@ class BookieConnection(asyncio.Protocol):
                 self._handshake_frames(bodies)
                 return
             if self.version == V2:
-                for body in bodies:
-                    self._dispatch_v2(v2.decode_response(body))
+                self._dispatch_v2(bodies)
             else:
                 for body in bodies:
                     self._dispatch_v3(v3.decode_response(body))
@@ -242,18 +270,28 @@ class BookieConnection(asyncio.Protocol):
 
     def send_v2_many(
         self, keys: "Sequence[Hashable]", frames: "Sequence[bytes]", args: "Sequence[Any]", timeout: float,
-        callback: Callback,
+        callback: Callback, many: ManyCallback | None = None,
     ) -> None:
         """:meth:`send_v2` of each (key, frame, arg) of the three lists in order, with one deadline and one
-        callback: a bulk append's frames for this bookie."""
+        callback: a bulk append's frames for this bookie, a range read's first reads.
+
+        Registered as one :class:`_Run` when no key is waiting already (the usual case); otherwise each request
+        gets its own table entry and waits behind the earlier one, as :meth:`send_v2` does.  ``many``, when
+        given, takes the args of successful answers that come together (see the module's docstring).
+        """
         if self.closed:
             error = self._closed_error()
             for arg in args:
                 callback(None, error, arg)
             return
-        sent, enter = _monotonic(), self._enter
-        for key, arg in zip(keys, args):
-            enter(_Op(key, sent, timeout, callback, arg))
+        sent, ops = _monotonic(), self._ops
+        by_key = dict(zip(keys, args))
+        if len(by_key) == len(keys) and ops.keys().isdisjoint(by_key):
+            ops.update(dict.fromkeys(by_key, _Run(sent, timeout, callback, many, by_key)))
+        else:
+            enter = self._enter
+            for key, arg in zip(keys, args):
+                enter(_Op(key, sent, timeout, callback, arg))
         self._count += len(keys)
         self._out.extend(frames)
         self._schedule_flush()
@@ -275,7 +313,8 @@ class BookieConnection(asyncio.Protocol):
 
     # -- receiving ------------------------------------------------------------------
 
-    def _pop(self, key: Any) -> _Op | None:
+    def _pop(self, key: Any) -> tuple[_Op | _Run, Any] | None:
+        """The op waiting for ``key`` and its arg, out of the table (the next one of that key moves up)."""
         op = self._ops.pop(key, None)
         if op is None:
             return None
@@ -285,30 +324,69 @@ class BookieConnection(asyncio.Protocol):
             if not more:
                 del self._conflicts[key]
         self._count -= 1
-        return op
+        return op, (op.args.pop(key, None) if type(op) is _Run else op.arg)
 
-    def _dispatch_v2(self, response: Any) -> None:
-        key = correlation.v2_response_key(response)
-        if key is None:
-            return  # AUTH responses: auth is disabled on the bookies we talk to
-        op = self._pop(key)
-        if op is None:
-            log.debug("unmatched v2 response from %s: %r", self.bookie_id, key)
-            return
-        error = None if response.rc == v2.EOK else correlation.response_error(response, self.bookie_id)
-        self._complete(op, response, error)
+    def _dispatch_v2(self, bodies: "Sequence[bytes | memoryview]") -> None:
+        """Decode and answer the v2 response frames of one chunk, in order (loop thread: the hot path of acks).
+
+        Successful answers of a run with a ``many`` callback are collected and handed over together; the
+        collection is handed over before any other answer's callback runs, and before a frame that does not
+        decode ends the chunk (:class:`ProtocolError` then reaches :meth:`data_received`).
+        """
+        decode, key_of, pop, eok = v2.decode_response, correlation.v2_response_key, self._pop, v2.EOK
+        run_many: ManyCallback | None = None
+        run_args: list[Any] = []
+        try:
+            for body in bodies:
+                response = decode(body)
+                key = key_of(response)
+                if key is None:
+                    continue  # AUTH responses: auth is disabled on the bookies we talk to
+                found = pop(key)
+                if found is None:
+                    log.debug("unmatched v2 response from %s: %r", self.bookie_id, key)
+                    continue
+                op, arg = found
+                if response.rc == eok:
+                    many = op.many if type(op) is _Run else None
+                    if many is not None:
+                        if many is not run_many:
+                            if run_args:
+                                self._complete_many(run_many, run_args)  # type: ignore[arg-type]
+                                run_args = []
+                            run_many = many
+                        run_args.append(arg)
+                        continue
+                    error = None
+                else:
+                    error = correlation.response_error(response, self.bookie_id)
+                if run_args:
+                    self._complete_many(run_many, run_args)  # type: ignore[arg-type]
+                    run_args = []
+                self._complete(op.callback, response, error, arg)
+        finally:
+            if run_args:
+                self._complete_many(run_many, run_args)  # type: ignore[arg-type]
 
     def _dispatch_v3(self, response: "v3.pb.Response") -> None:
-        op = self._pop(response.header.txnId)
-        if op is None:
+        found = self._pop(response.header.txnId)
+        if found is None:
             log.debug("unmatched v3 response from %s: txn %s", self.bookie_id, response.header.txnId)
             return
-        self._complete(op, response, correlation.response_error(response, self.bookie_id))
+        op, arg = found
+        self._complete(op.callback, response, correlation.response_error(response, self.bookie_id), arg)
 
     @staticmethod
-    def _complete(op: _Op, response: Any, error: BaseException | None) -> None:
+    def _complete(callback: Callback, response: Any, error: BaseException | None, arg: Any) -> None:
         try:
-            op.callback(response, error, op.arg)
+            callback(response, error, arg)
+        except Exception:
+            log.exception("bookie response callback failed")
+
+    @staticmethod
+    def _complete_many(many: ManyCallback, args: list[Any]) -> None:
+        try:
+            many(args)
         except Exception:
             log.exception("bookie response callback failed")
 
@@ -326,18 +404,17 @@ class BookieConnection(asyncio.Protocol):
                     self._conflicts[key].remove(op)
                     self._count -= 1
                     silent = silent or self._last_received < op.sent
-                    self._complete(op, None, BookieTimeoutError("bookie did not answer in time", bookie_id=self.bookie_id))
+                    self._complete(op.callback, None, self._timeout_error(), op.arg)
             if key in self._conflicts and not self._conflicts[key]:
                 del self._conflicts[key]
         for key in expired:
             op = self._ops.get(key)
             if op is not None and op.deadline <= now:
-                op = self._pop(key)
-                if op is not None:
+                found = self._pop(key)
+                if found is not None:
+                    op, arg = found
                     silent = silent or self._last_received < op.sent
-                    self._complete(
-                        op, None, BookieTimeoutError("bookie did not answer in time", bookie_id=self.bookie_id)
-                    )
+                    self._complete(op.callback, None, self._timeout_error(), arg)
         if silent and not self.closed:
             log.info("bookie %s: nothing received on this connection since a request that timed out: dropping it",
                      self.bookie_id)
@@ -345,15 +422,22 @@ class BookieConnection(asyncio.Protocol):
             return
         self._sweeper = asyncio.get_running_loop().call_later(self._sweep_interval, self._sweep)
 
+    def _timeout_error(self) -> BookieTimeoutError:
+        return BookieTimeoutError("bookie did not answer in time", bookie_id=self.bookie_id)
+
     def _fail_all(self, error: BaseException) -> None:
-        ops = list(self._ops.values())
+        """Everything waiting fails with ``error``: the table's ops in the order they were sent, then the ops
+        that waited behind one of them."""
+        waiting: list[tuple[Callback, Any]] = [
+            (op.callback, op.args.get(key) if type(op) is _Run else op.arg) for key, op in self._ops.items()
+        ]
         for more in self._conflicts.values():
-            ops.extend(more)
+            waiting.extend((op.callback, op.arg) for op in more)
         self._ops.clear()
         self._conflicts.clear()
         self._count = 0
-        for op in ops:
-            self._complete(op, None, error)
+        for callback, arg in waiting:
+            self._complete(callback, None, error, arg)
 
     def abort(self, error: BKError | None = None) -> None:
         """Drop the connection now; everything waiting fails with ``error``."""

@@ -21,7 +21,7 @@ import asyncio
 import logging
 from typing import Any, Callable, Iterable, Sequence
 
-from bkspark.client.connection import V2, V3, BookieConnection, Callback
+from bkspark.client.connection import V2, V3, BookieConnection, Callback, ManyCallback
 from bkspark.client.pool import BookiePool
 from bkspark.errors import BadRequestError, BookieTimeoutError, BookieUnavailableError
 from bkspark.protocol import v2, v3
@@ -144,12 +144,13 @@ class BookieOps:
 
     def add_v2_many(
         self, bookie_id: str, keys: list[tuple[int, int, int]], frames: list[bytes], args: "Sequence[Any]",
-        callback: Callback,
+        callback: Callback, many: ManyCallback | None = None,
     ) -> None:
         """Several v2 adds to one bookie, in entry order: ``keys`` from :meth:`add_keys`, ``frames`` from
         :meth:`encode_v2_adds`; one connection lookup.  Each answers through ``callback(response, error, arg)``
-        with its own arg, exactly as :meth:`add` would."""
-        self._send_v2_many(bookie_id, keys, frames, args, callback, self.add_timeout)
+        with its own arg, exactly as :meth:`add` would, except that ``many(args)``, when given, takes the args
+        of acknowledgements that came together (:meth:`BookieConnection.send_v2_many`)."""
+        self._send_v2_many(bookie_id, keys, frames, args, callback, self.add_timeout, many)
 
     def read_v2_many(
         self, bookie_id: str, ledger_id: int, entry_ids: "Sequence[int]", args: "Sequence[Any]", callback: Callback
@@ -163,13 +164,13 @@ class BookieOps:
 
     def _send_v2_many(
         self, bookie_id: str, keys: "Sequence[Any]", frames: "Sequence[bytes]", args: "Sequence[Any]",
-        callback: Callback, timeout: float,
+        callback: Callback, timeout: float, many: ManyCallback | None = None,
     ) -> None:
         """The bulk v2 hot path: every request to the open connection, or all of them once it is open (or
         all failed with it)."""
 
         def send_all(conn: BookieConnection) -> None:
-            conn.send_v2_many(keys, frames, args, timeout, callback)
+            conn.send_v2_many(keys, frames, args, timeout, callback, many)
 
         conn = self.pool.ready(bookie_id, V2)
         if conn is not None:

@@ -142,6 +142,8 @@ class LedgerWriter:
         self._lac_timer: asyncio.TimerHandle | None = None
         #: The add-response callback of each (ensemble index, bookie) pair sent to (:meth:`_ack_callback`).
         self._ack_callbacks: dict[tuple[int, str], Callback] = {}
+        #: The same pairs' callbacks for acknowledgements that came together (:meth:`_acks_callback`).
+        self._acks_callbacks: dict[tuple[int, str], Callable[[list[_PendingAdd]], None]] = {}
         #: The largest payload one add frame can carry (any thread may read it: it never changes).
         self.max_payload = ctx.conf.nettyMaxFrameSizeBytes - self.digester.entry_overhead(ref.scope_id) - (
             v2.ADD_REQUEST_OVERHEAD if ctx.ops.data_version(ref.scope_id) == V2 else v3.add_request_overhead(ref.scope_id)
@@ -286,7 +288,8 @@ class LedgerWriter:
         if E == W:
             keys = self.ctx.ops.add_keys(ledger_id, range(ops[0].entry_id, entry_id)) if ops else []
             for idx in range(E):
-                add_many(ensemble[idx], keys, frames, ops, self._ack_callback(idx, ensemble[idx]))
+                bookie = ensemble[idx]
+                add_many(bookie, keys, frames, ops, self._ack_callback(idx, bookie), self._acks_callback(idx, bookie))
             return
         per_index: list[list[_PendingAdd]] = [[] for _ in range(E)]
         for op in ops:
@@ -294,8 +297,10 @@ class LedgerWriter:
                 per_index[idx].append(op)
         for idx, sent in enumerate(per_index):
             if sent:
+                bookie = ensemble[idx]
                 keys = self.ctx.ops.add_keys(ledger_id, [op.entry_id for op in sent])
-                add_many(ensemble[idx], keys, [op.frame for op in sent], sent, self._ack_callback(idx, ensemble[idx]))
+                add_many(bookie, keys, [op.frame for op in sent], sent, self._ack_callback(idx, bookie),
+                         self._acks_callback(idx, bookie))
 
     def _ack_callback(self, idx: int, bookie: str) -> Callback:
         """The add-response callback of ensemble index ``idx`` while it points to ``bookie``, made once per
@@ -310,6 +315,20 @@ class LedgerWriter:
 
         self._ack_callbacks[(idx, bookie)] = on_response
         return on_response
+
+    def _acks_callback(self, idx: int, bookie: str) -> Callable[[list[_PendingAdd]], None]:
+        """:meth:`_ack_callback`'s counterpart for acknowledgements that came together (a bulk append's, in one
+        chunk of the bookie's bytes): one call for all of them, made once per pair."""
+        known = self._acks_callbacks.get((idx, bookie))
+        if known is not None:
+            return known
+        on_acks = self._on_acks
+
+        def on_responses(ops: list[_PendingAdd]) -> None:
+            on_acks(ops, idx, bookie)
+
+        self._acks_callbacks[(idx, bookie)] = on_responses
+        return on_responses
 
     def _package(self, op: _PendingAdd) -> None:
         self._lac_piggybacked = self.lac
@@ -358,6 +377,21 @@ class LedgerWriter:
         log.info("ledger %s: bookie %s failed entry %s: %s", self.ref.ledger_id, bookie, op.entry_id, error)
         self.ctx.ops.pool.note_failure(bookie)
         self._bookie_failed(idx, bookie)
+
+    def _on_acks(self, ops: list[_PendingAdd], idx: int, bookie: str) -> None:
+        """:meth:`_on_ack` of several successful acknowledgements from ``bookie`` at once, in the order they came:
+        the same outcome, with one hand-back of what they completed."""
+        if self.error is not None or self.ensemble[idx] != bookie:
+            return
+        bit, quorum, completed = 1 << idx, self.A, False
+        for op in ops:
+            if op.callback is None:
+                continue  # already acknowledged and handed back
+            op.acked |= bit
+            if not op.completed and op.acked.bit_count() >= quorum:
+                op.completed = completed = True
+        if completed:
+            self._complete_in_order()
 
     def _complete_in_order(self) -> None:
         pending = self.pending

@@ -125,3 +125,104 @@ def test_a_silent_connection_is_dropped_after_a_timeout() -> None:
         assert isinstance(errors[1], BookieUnavailableError) and "silent" in str(errors[1])
 
     asyncio.run(run())
+
+
+# -- bulk sends: one run in the table for its keys ------------------------------------------------------------------
+
+
+def _acks(*entries: tuple[int, int, int]) -> bytes:
+    """One chunk of v2 add responses: (rc, ledger, entry) each."""
+    return b"".join(v2.encode_response(v2.AddResponse(rc, ledger, entry)) for rc, ledger, entry in entries)
+
+
+def test_a_bulk_send_answers_each_key_with_its_own_arg_and_hands_acks_over_together() -> None:
+    async def run() -> None:
+        conn, t = _conn(V2)
+        events: list[tuple[str, Any]] = []
+        keys = [add_key(7, e) for e in range(5)]
+        conn.send_v2_many(
+            keys, [b"f%d" % e for e in range(5)], [f"op{e}" for e in range(5)], 5.0,
+            lambda r, e, a: events.append(("one", (a, type(e).__name__ if e else None))),
+            lambda args: events.append(("many", list(args))),
+        )
+        assert conn.pending == 5 and len(conn._ops) == 5 and len({id(op) for op in conn._ops.values()}) == 1
+        await asyncio.sleep(0)
+        assert t.writes == [b"f0f1f2f3f4"]
+        # Out of order, an error in the middle: the acks before it are handed over before the error's callback,
+        # and the ones after it again together.
+        conn.data_received(_acks((0, 7, 3), (0, 7, 0), (v2.EFENCED, 7, 1), (0, 7, 4)))
+        assert events == [
+            ("many", ["op3", "op0"]), ("one", ("op1", "LedgerFencedError")), ("many", ["op4"]),
+        ]
+        assert conn.pending == 1
+        conn.data_received(_acks((0, 7, 2), (0, 7, 2)))  # a second answer for the same key matches nothing
+        assert events[-1] == ("many", ["op2"]) and conn.pending == 0 and not conn._ops
+
+    asyncio.run(run())
+
+
+def test_a_bulk_send_whose_key_is_waiting_already_queues_behind_it() -> None:
+    """The table's rule holds for bulk sends: the request sent first gets the first answer of its key."""
+
+    async def run() -> None:
+        conn, _t = _conn(V2)
+        got: list[tuple[str, Any]] = []
+        conn.send_v2(add_key(7, 1), b"a", 5.0, lambda r, e, a: got.append(("single", a)), "s1")
+        conn.send_v2_many(
+            [add_key(7, 0), add_key(7, 1)], [b"b", b"c"], ["r0", "r1"], 5.0,
+            lambda r, e, a: got.append(("one", a)), lambda args: got.append(("many", list(args))),
+        )
+        assert conn.pending == 3
+        conn.data_received(_acks((0, 7, 1)))
+        assert got == [("single", "s1")]
+        conn.data_received(_acks((0, 7, 1), (0, 7, 0)))
+        # Sent one by one (the key was taken), so each answers through its own callback.
+        assert got[1:] == [("one", "r1"), ("one", "r0")] and conn.pending == 0
+        # Keys repeated within one bulk send go one by one too, in order.
+        conn.send_v2_many([add_key(8, 0), add_key(8, 0)], [b"x", b"y"], ["d0", "d1"], 5.0,
+                          lambda r, e, a: got.append(("dup", a)), lambda args: got.append(("many", list(args))))
+        conn.data_received(_acks((0, 8, 0), (0, 8, 0)))
+        assert got[3:] == [("dup", "d0"), ("dup", "d1")]
+        # A single send of a key a run holds waits behind the run's request.
+        conn.send_v2_many([add_key(9, 0)], [b"z"], ["run"], 5.0, lambda r, e, a: got.append(("one", a)),
+                          lambda args: got.append(("many", list(args))))
+        conn.send_v2(add_key(9, 0), b"a", 5.0, lambda r, e, a: got.append(("single", a)), "later")
+        conn.data_received(_acks((0, 9, 0), (0, 9, 0)))
+        assert got[5:] == [("many", ["run"]), ("single", "later")] and conn.pending == 0
+
+    asyncio.run(run())
+
+
+def test_a_bulk_sends_unanswered_keys_time_out_or_fail_with_the_connection_each_with_its_arg() -> None:
+    async def run() -> None:
+        conn, t = _conn(V2, sweep=0.02)
+        got: list[tuple[Any, str]] = []
+        conn.send_v2_many([add_key(3, e) for e in range(3)], [b"a"] * 3, ["t0", "t1", "t2"], 0.05,
+                          lambda r, e, a: got.append((a, type(e).__name__)), lambda args: got.append((args, "acked")))
+        conn.send_v2_many([read_key(3, e) for e in range(2)], [b"r"] * 2, ["l0", "l1"], 5.0,
+                          lambda r, e, a: got.append((a, type(e).__name__)))
+        conn.data_received(_acks((0, 3, 1)))
+        await asyncio.sleep(0.2)
+        assert not conn.closed  # the bookie answered after the requests were sent: not a silent connection
+        assert got[0] == (["t1"], "acked") and sorted(got[1:]) == [("t0", "BookieTimeoutError"), ("t2", "BookieTimeoutError")]
+        assert conn.pending == 2
+        conn.data_received(v2.encode_response(v2.ReadResponse(0, 3, 1, b"one")))
+        assert got[-1] == ("l1", "NoneType") and conn.pending == 1
+        t.close()
+        assert got[-1] == ("l0", "BookieUnavailableError") and conn.pending == 0
+
+    asyncio.run(run())
+
+
+def test_acks_before_a_frame_that_does_not_decode_are_handed_over_before_the_connection_fails() -> None:
+    async def run() -> None:
+        conn, t = _conn(V2)
+        got: list[tuple[Any, str]] = []
+        conn.send_v2_many([add_key(4, e) for e in range(3)], [b"a"] * 3, ["a0", "a1", "a2"], 5.0,
+                          lambda r, e, a: got.append((a, type(e).__name__)), lambda args: got.append((args, "acked")))
+        bad = (4).to_bytes(4, "big") + b"\xff\xff\xff\xff"  # a v2 header of no known opcode
+        conn.data_received(_acks((0, 4, 0), (0, 4, 1)) + bad)
+        assert got[0] == (["a0", "a1"], "acked")
+        assert got[1:] == [("a2", "BookieUnavailableError")] and conn.closed and t.closed
+
+    asyncio.run(run())
