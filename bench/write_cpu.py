@@ -2,7 +2,7 @@
 its Python workers.
 
     python -m bench.write_cpu [--rows 1000000] [--size 100] [--bookie-kind java|python] [--rounds 2]
-                              [--rows-per-entry 1,100000] [--entry-max-bytes 16384]
+                              [--rows-per-entry 1,100000] [--entry-max-bytes 16384] [--threads]
 
 One ZooKeeper, one bookie (ensemble 1/1/1, fsync journal) and Spark ``local[2]`` in this process.  Each round
 writes --rows rows of --size bytes (2 tasks, one ledger each) once per ``rowsPerEntry`` value, and reads every
@@ -10,7 +10,10 @@ process's CPU time (``/proc/<pid>/stat``, user + system) before and after the jo
 that dataset into the ``noop`` sink (one partition per ledger).  It prints rows/s and, per
 kind of process, CPU seconds and microseconds per row: a py-spy profile sees only Python, and a Spark write's
 Python workers share two cores with the bookie's and Spark's JVMs.  The ratio is packed ÷ one row per entry
-(docs/connector.md, "Rows per entry").
+(docs/connector.md, "Rows per entry").  ``--threads`` also splits the Python processes' CPU by thread (the main
+thread, where a Spark task runs, and the others, where bkspark's client loop runs) into user and system time,
+from ``/proc/<pid>/task/<tid>/stat``: a sampling profiler charges a thread that is runnable but waiting for a core
+to the line it stopped on, and only these counters say what ran.
 """
 
 from __future__ import annotations
@@ -62,6 +65,47 @@ def cpu_by_process() -> dict[int, tuple[int, str]]:
     return out
 
 
+#: The kinds of process whose threads ``--threads`` reports.
+PYTHON_KINDS = ("Spark's Python workers", "Python bookie")
+
+
+def cpu_by_thread() -> dict[tuple[int, int], tuple[int, int, str]]:
+    """User and system ticks of every thread of the Python processes of :data:`PYTHON_KINDS`, by (pid, tid), with
+    the process's kind (a thread that ended meanwhile is not counted)."""
+    out = {}
+    for pid, (_ticks, cmd) in cpu_by_process().items():
+        kind = kind_of(cmd)
+        if kind not in PYTHON_KINDS:
+            continue
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[(pid, int(tid))] = (int(fields[11]), int(fields[12]), kind)
+    return out
+
+
+def thread_seconds(
+    before: dict[tuple[int, int], tuple[int, int, str]], after: dict[tuple[int, int], tuple[int, int, str]]
+) -> dict[tuple[str, str, str], float]:
+    """CPU seconds by (kind, "main thread" or "other threads", "user" or "system")."""
+    tick = os.sysconf("SC_CLK_TCK")
+    seconds: dict[tuple[str, str, str], float] = {}
+    for (pid, tid), (user, system, kind) in after.items():
+        user0, system0, _ = before.get((pid, tid), (0, 0, kind))
+        role = "main thread" if pid == tid else "other threads"
+        for mode, used in (("user", user - user0), ("system", system - system0)):
+            if used > 0:
+                seconds[(kind, role, mode)] = seconds.get((kind, role, mode), 0.0) + used / tick
+    return seconds
+
+
 def kind_of(cmd: str) -> str:
     return next((kind for kind, test in KINDS if test(cmd)), "other")
 
@@ -99,14 +143,19 @@ def run(args: argparse.Namespace) -> Report:
         def measured(what: str, job: Any) -> float:
             """Run ``job`` (returns its seconds), report its rows/s and every kind of process's CPU per row."""
             before = cpu_by_process()
+            threads_before = cpu_by_thread() if args.threads else {}
             secs = job()
             used = cpu_seconds_by_kind(before, cpu_by_process())
+            by_thread = thread_seconds(threads_before, cpu_by_thread()) if args.threads else {}
             rate = args.rows / secs
             report.row(what, rate, "rows/s")
             for kind, cpu in sorted(used.items(), key=lambda kv: -kv[1]):
                 if cpu >= 0.01:
                     report.row(f"{what}:   {kind}", cpu / args.rows * 1e6, "µs CPU/row", cpu_s=round(cpu, 2),
                                share_of_a_core=round(cpu / secs, 2))
+            for (kind, role, mode), cpu in sorted(by_thread.items()):
+                report.row(f"{what}:   {kind}, {role}, {mode}", cpu / args.rows * 1e6, "µs CPU/row",
+                           cpu_s=round(cpu, 2))
             return rate
 
         def write(rows: int, dataset: str, per_entry: int) -> float:
@@ -152,6 +201,8 @@ def parser() -> argparse.ArgumentParser:
     add_spark_job_args(p, rounds=2)
     p.add_argument("--rows-per-entry", default="1,100000", help="rowsPerEntry values, comma-separated (first: base)")
     p.add_argument("--entry-max-bytes", type=int, default=16 * 1024, help="entryMaxBytes (default 16 KiB)")
+    p.add_argument("--threads", action="store_true",
+                   help="also the Python processes' CPU by thread (main, others) and mode (user, system)")
     add_common_args(p)
     return p
 

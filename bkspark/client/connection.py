@@ -318,11 +318,12 @@ class BookieConnection(asyncio.Protocol):
         op = self._ops.pop(key, None)
         if op is None:
             return None
-        more = self._conflicts.get(key)
-        if more:
-            self._ops[key] = more.popleft()
-            if not more:
-                del self._conflicts[key]
+        if self._conflicts:  # usually empty: one dict test instead of a lookup per answer
+            more = self._conflicts.get(key)
+            if more:
+                self._ops[key] = more.popleft()
+                if not more:
+                    del self._conflicts[key]
         self._count -= 1
         return op, (op.args.pop(key, None) if type(op) is _Run else op.arg)
 
@@ -337,17 +338,22 @@ class BookieConnection(asyncio.Protocol):
         run_many: ManyCallback | None = None
         run_args: list[Any] = []
         try:
-            for body in bodies:
-                response = decode(body)
-                key = key_of(response)
-                if key is None:
-                    continue  # AUTH responses: auth is disabled on the bookies we talk to
+            # Successful add acknowledgements come as their keys (no response object each), the rest as bodies.
+            for item in correlation.v2_ok_add_keys(bodies):
+                if type(item) is tuple:
+                    key, response, ok = item, None, True
+                else:
+                    response = decode(item)
+                    key = key_of(response)
+                    if key is None:
+                        continue  # AUTH responses: auth is disabled on the bookies we talk to
+                    ok = response.rc == eok
                 found = pop(key)
                 if found is None:
                     log.debug("unmatched v2 response from %s: %r", self.bookie_id, key)
                     continue
                 op, arg = found
-                if response.rc == eok:
+                if ok:
                     many = op.many if type(op) is _Run else None
                     if many is not None:
                         if many is not run_many:
@@ -358,6 +364,8 @@ class BookieConnection(asyncio.Protocol):
                         run_args.append(arg)
                         continue
                     error = None
+                    if response is None:
+                        response = correlation.v2_add_response(key)
                 else:
                     error = correlation.response_error(response, self.bookie_id)
                 if run_args:

@@ -384,59 +384,124 @@ static PyObject *add_request(PyTypeObject *add_type, PyObject *body, const unsig
     return req;
 }
 
-static PyObject *speedups_decode_adds(PyObject *self, PyObject *args)
+/* What a pass over a chunk's frame bodies makes of one body: a new reference, or NULL with no error set to keep the
+ * body as it is, or NULL with an error set to fail the pass. */
+typedef PyObject *(*body_converter)(PyObject *body, void *context);
+
+/* The list of what convert makes of each body of the list bodies (the bodies it keeps, as they are). */
+static PyObject *map_bodies(PyObject *bodies, body_converter convert, void *context)
 {
-    PyObject *bodies;
-    PyTypeObject *add_type;
-    Py_ssize_t min_size;
-    if (!PyArg_ParseTuple(args, "O!O!n", &PyList_Type, &bodies, &PyType_Type, &add_type, &min_size))
-        return NULL;
-    if (!PyType_IsSubtype(add_type, &PyTuple_Type) || add_type->tp_alloc == NULL ||
-        min_size < 4 + MASTER_KEY_LENGTH) {
-        PyErr_SetString(PyExc_TypeError, "add_type must be a tuple subclass and min_size hold the key");
-        return NULL;
-    }
     Py_ssize_t n = PyList_GET_SIZE(bodies);
     PyObject *out = PyList_New(n);
     if (out == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *body = PyList_GET_ITEM(bodies, i);
-        PyObject *item = NULL;
-        Py_buffer view;
-        int have_view = 0;
-        if (PyBytes_CheckExact(body) || PyMemoryView_Check(body)) {
-            if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0)
-                PyErr_Clear(); /* not contiguous bytes: left for decode_request */
-            else
-                have_view = 1;
-        }
-        if (have_view && view.len >= min_size) {
-            const unsigned char *p = view.buf;
-            uint32_t header = be32(p);
-            long version = (long)((header >> 24) & 0xFF);
-            if (version >= 0x80)
-                version -= 0x100;
-            long opcode = version == 0 ? (long)(header & 0xFF) : (long)((header >> 16) & 0xFF);
-            long flags = version == 0 ? 0 : (long)(header & 0xFFFF);
-            if (opcode == 1) { /* ADDENTRY */
-                item = add_request(add_type, body, p, view.len, version, flags);
-                if (item == NULL) {
-                    PyBuffer_Release(&view);
-                    Py_DECREF(out);
-                    return NULL;
-                }
-            }
-        }
-        if (have_view)
-            PyBuffer_Release(&view);
+        PyObject *item = convert(body, context);
         if (item == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(out);
+                return NULL;
+            }
             Py_INCREF(body);
             item = body;
         }
         PyList_SET_ITEM(out, i, item);
     }
     return out;
+}
+
+typedef struct {
+    PyTypeObject *add_type;
+    Py_ssize_t min_size;
+} AddRequestContext;
+
+static PyObject *add_request_of(PyObject *body, void *context)
+{
+    const AddRequestContext *c = context;
+    PyObject *item = NULL;
+    Py_buffer view;
+    if (!PyBytes_CheckExact(body) && !PyMemoryView_Check(body))
+        return NULL;
+    if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear(); /* not contiguous bytes: left for decode_request */
+        return NULL;
+    }
+    if (view.len >= c->min_size) {
+        const unsigned char *p = view.buf;
+        uint32_t header = be32(p);
+        long version = (long)((header >> 24) & 0xFF);
+        if (version >= 0x80)
+            version -= 0x100;
+        long opcode = version == 0 ? (long)(header & 0xFF) : (long)((header >> 16) & 0xFF);
+        long flags = version == 0 ? 0 : (long)(header & 0xFFFF);
+        if (opcode == 1) /* ADDENTRY */
+            item = add_request(c->add_type, body, p, view.len, version, flags);
+    }
+    PyBuffer_Release(&view);
+    return item;
+}
+
+static PyObject *speedups_decode_adds(PyObject *self, PyObject *args)
+{
+    AddRequestContext c;
+    PyObject *bodies;
+    if (!PyArg_ParseTuple(args, "O!O!n", &PyList_Type, &bodies, &PyType_Type, &c.add_type, &c.min_size))
+        return NULL;
+    if (!PyType_IsSubtype(c.add_type, &PyTuple_Type) || c.add_type->tp_alloc == NULL ||
+        c.min_size < 4 + MASTER_KEY_LENGTH) {
+        PyErr_SetString(PyExc_TypeError, "add_type must be a tuple subclass and min_size hold the key");
+        return NULL;
+    }
+    return map_bodies(bodies, add_request_of, &c);
+}
+
+PyDoc_STRVAR(ok_add_keys_doc,
+"v2_ok_add_keys(bodies, header, eok, add_opcode) -> list\n\n"
+"bodies (a list of v2 response frame bodies) with each bytes body of at least 24 bytes that starts with header and\n"
+"the return code eok replaced by the table key (ledger id, entry id, add_opcode) of the ADDENTRY it answers; every\n"
+"other body left as it is (bkspark/protocol/correlation.py, v2_ok_add_keys_reference).");
+
+typedef struct {
+    uint32_t header;
+    int32_t eok;
+    PyObject *add_opcode;
+} AddAckContext;
+
+static PyObject *add_ack_key_of(PyObject *body, void *context)
+{
+    const AddAckContext *c = context;
+    if (!PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) < 24)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(body);
+    if (be32(p) != c->header || (int32_t)be32(p + 4) != c->eok)
+        return NULL;
+    PyObject *ledger = PyLong_FromLongLong((long long)be64(p + 8));
+    PyObject *entry = ledger == NULL ? NULL : PyLong_FromLongLong((long long)be64(p + 16));
+    PyObject *key = entry == NULL ? NULL : PyTuple_New(3);
+    if (key == NULL) {
+        Py_XDECREF(ledger);
+        Py_XDECREF(entry);
+        return NULL;
+    }
+    Py_INCREF(c->add_opcode);
+    PyTuple_SET_ITEM(key, 0, ledger);
+    PyTuple_SET_ITEM(key, 1, entry);
+    PyTuple_SET_ITEM(key, 2, c->add_opcode);
+    return key;
+}
+
+static PyObject *speedups_ok_add_keys(PyObject *self, PyObject *args)
+{
+    PyObject *bodies;
+    unsigned long header;
+    long eok;
+    AddAckContext c;
+    if (!PyArg_ParseTuple(args, "O!klO", &PyList_Type, &bodies, &header, &eok, &c.add_opcode))
+        return NULL;
+    c.header = (uint32_t)header;
+    c.eok = (int32_t)eok;
+    return map_bodies(bodies, add_ack_key_of, &c);
 }
 
 PyDoc_STRVAR(crc32c_table_doc,
@@ -464,6 +529,7 @@ static PyMethodDef speedups_methods[] = {
     {"v2_add_frames", speedups_add_frames, METH_VARARGS, add_frames_doc},
     {"split_frames", speedups_split_frames, METH_VARARGS, split_frames_doc},
     {"decode_add_requests", speedups_decode_adds, METH_VARARGS, decode_adds_doc},
+    {"v2_ok_add_keys", speedups_ok_add_keys, METH_VARARGS, ok_add_keys_doc},
     {"crc_hardware", speedups_hardware, METH_NOARGS, hardware_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -21,9 +21,13 @@ from typing import Any, Hashable
 
 from bkspark.errors import BKError, error_for_rc, error_for_status
 from bkspark.protocol import v2, v3
+from bkspark.protocol.speedups import speedups as _speedups
 
 __all__ = [
     "add_key",
+    "v2_ok_add_keys",
+    "v2_ok_add_keys_reference",
+    "v2_add_response",
     "read_key",
     "batch_read_key",
     "v2_response_key",
@@ -69,6 +73,35 @@ def v2_response_key(response: Any) -> Hashable | None:
     if kind is v2.BatchReadResponse:
         return (response.request_id, _BATCH)
     return None
+
+
+def v2_ok_add_keys(bodies: list[Any]) -> list[Any]:
+    """``bodies`` (a chunk's v2 response frame bodies) with each successful ADDENTRY response's body replaced by the
+    key it answers (:func:`add_key`), every other body left as it is: a client's pass over a chunk of
+    acknowledgements, without a response object per add.  Never raises (what it leaves meets
+    :func:`v2.decode_response` in its turn).
+
+    The compiled loop when it is built (docs/architecture.md, "Compiled fast path"), else
+    :func:`v2_ok_add_keys_reference`.
+    """
+    if _speedups is not None:
+        return _speedups.v2_ok_add_keys(bodies, v2.ADD_RESPONSE_HEADER_V2, v2.EOK, _ADD)  # type: ignore[no-any-return]
+    return v2_ok_add_keys_reference(bodies)
+
+
+def v2_ok_add_keys_reference(bodies: list[Any]) -> list[Any]:
+    """The pure-Python :func:`v2_ok_add_keys`: the tested reference of the compiled one."""
+    out: list[Any] = []
+    ids_of = v2.add_ack_ids
+    for body in bodies:
+        ids = ids_of(body)
+        out.append(body if ids is None else add_key(*ids))
+    return out
+
+
+def v2_add_response(key: tuple[int, int, int]) -> "v2.AddResponse":
+    """The successful ADDENTRY response a key of :func:`v2_ok_add_keys` stands for."""
+    return v2.AddResponse(v2.EOK, key[0], key[1])
 
 
 def v2_error(rc: int, bookie_id: str, **context: Any) -> BKError:

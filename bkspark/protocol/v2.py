@@ -45,9 +45,11 @@ from bkspark.protocol.proto.BookkeeperProtocol_pb2 import AuthMessage
 from bkspark.protocol.speedups import speedups as _speedups
 
 __all__ = [
+    "add_ack_ids",
     "PROTOCOL_VERSION",
     "LOWEST_COMPAT_PROTOCOL_VERSION",
     "ADD_ENTRY",
+    "ADD_RESPONSE_HEADER_V2",
     "READ_ENTRY",
     "AUTH",
     "READ_LAC",
@@ -726,9 +728,20 @@ _RESPONSE_DECODERS: dict[int, Callable[[memoryview, int], Response]] = {
 
 
 #: The header of every ADDENTRY response a v2 (version 2) bookie sends (flags 0): the client's hot path.
-_ADD_RESPONSE_HEADER_V2 = (PROTOCOL_VERSION << 24) | (ADD_ENTRY << 16)
+ADD_RESPONSE_HEADER_V2 = (PROTOCOL_VERSION << 24) | (ADD_ENTRY << 16)
 #: The same for READENTRY responses.
 _READ_RESPONSE_HEADER_V2 = (PROTOCOL_VERSION << 24) | (READ_ENTRY << 16)
+
+
+def add_ack_ids(body: object) -> tuple[int, int] | None:
+    """``(ledger id, entry id)`` of a successful ADDENTRY response body as the frame splitter hands a small one
+    over (``bytes``): what :func:`decode_response` makes of it, without the response.  None for any other body
+    (one that is not ``bytes`` included); never raises."""
+    if type(body) is bytes and len(body) >= RESPONSE_HEADER_SIZE:
+        header, rc, ledger_id, entry_id = _BODY_RESPONSE_PREFIX.unpack_from(body, 0)
+        if header == ADD_RESPONSE_HEADER_V2 and rc == EOK:
+            return ledger_id, entry_id
+    return None
 
 
 def decode_response(body: bytes | bytearray | memoryview) -> Response:
@@ -736,14 +749,14 @@ def decode_response(body: bytes | bytearray | memoryview) -> Response:
     if type(body) is bytes and len(body) >= RESPONSE_HEADER_SIZE:
         # Fastest path: an ADDENTRY response as the frame splitter hands it over (a small ``bytes``).
         header, rc, ledger_id, entry_id = _BODY_RESPONSE_PREFIX.unpack_from(body, 0)
-        if header == _ADD_RESPONSE_HEADER_V2:
+        if header == ADD_RESPONSE_HEADER_V2:
             return AddResponse(rc, ledger_id, entry_id, PROTOCOL_VERSION)
     view = _body_view(body)
     size = len(view)
     if size < 4:
         raise _too_short("v2 packet header", size, 4)
     header = _BODY_HEADER.unpack_from(view, 0)[0]
-    if header == _ADD_RESPONSE_HEADER_V2 and size >= RESPONSE_HEADER_SIZE:
+    if header == ADD_RESPONSE_HEADER_V2 and size >= RESPONSE_HEADER_SIZE:
         # Fast path (one per bookie per add): what _decode_add_response does, without the lookups.
         _, rc, ledger_id, entry_id = _BODY_RESPONSE_PREFIX.unpack_from(view, 0)
         return AddResponse(rc, ledger_id, entry_id, PROTOCOL_VERSION)

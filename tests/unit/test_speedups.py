@@ -19,6 +19,7 @@ from bkspark.client import arrow as arrow_module
 from bkspark.client import ops as ops_module
 from bkspark.client.ops import BookieOps
 from bkspark.errors import DigestMismatchError, FrameTooLargeError, InvalidOptionError, MalformedFrameError
+from bkspark.protocol import correlation as correlation_module
 from bkspark.protocol import digest as digest_module
 from bkspark.protocol import framing as framing_module
 from bkspark.protocol import v2
@@ -29,7 +30,7 @@ from bkspark.protocol.speedups import DISABLE_ENV, speedups
 LEDGER = 42
 
 #: Every module that takes the compiled path when it is on (each reads ``_speedups`` at call time).
-USERS = (digest_module, v2, framing_module, ops_module, arrow_module)
+USERS = (digest_module, v2, framing_module, ops_module, arrow_module, correlation_module)
 
 
 def test_the_compiled_path_is_built_and_on() -> None:
@@ -40,9 +41,10 @@ def test_the_compiled_path_is_built_and_on() -> None:
 
 def test_the_switch_turns_it_off_in_a_new_process() -> None:
     """One switch for both compiled modules, the protocol's and the bookie's (bookie_server/_speedups.c)."""
-    code = ("from bkspark.protocol import digest, v2, framing, speedups; from bkspark.client import ops, arrow; "
-            "from bookie_server import journal, storage; "
-            "print(speedups.speedups, *{m._speedups for m in (digest, v2, framing, ops, arrow, journal, storage)})")
+    code = ("from bkspark.protocol import correlation, digest, v2, framing, speedups; "
+            "from bkspark.client import ops, arrow; from bookie_server import journal, storage; "
+            "print(speedups.speedups, *{m._speedups for m in (digest, v2, framing, ops, arrow, correlation, journal, "
+            "storage)})")
     for value, want in (("1", "None None"), ("0", None)):
         out = subprocess.run([sys.executable, "-c", code], env={**os.environ, DISABLE_ENV: value},
                              capture_output=True, text=True, check=True).stdout.strip()
@@ -331,3 +333,80 @@ def test_received_adds_are_decoded_the_same_both_ways(monkeypatch: pytest.Monkey
         else:
             assert decoded is body
     assert sum(type(d) is v2.AddRequest for d in fast) == 300
+
+
+# -- a client's received acknowledgements -------------------------------------------------------------------------
+
+
+def test_received_acknowledgements_are_keyed_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each successful ADDENTRY response (a bytes body, as the splitter hands small ones over) becomes its table key;
+    failed adds, other responses, short, long-ledger-id and garbage bodies are left as they are."""
+    rng = random.Random(29)
+    bodies: list[object] = []
+    for _ in range(300):
+        rc = rng.choice([v2.EOK, v2.EOK, v2.EOK, v2.EFENCED, v2.ENOLEDGER])
+        ledger, entry = rng.choice([LEDGER, 2**63 - 1, 0]), rng.choice([0, 1, 2**40, 2**63 - 1])
+        bodies.append(v2.encode_response(v2.AddResponse(rc, ledger, entry))[4:])
+    ok_add = v2.encode_response(v2.AddResponse(v2.EOK, LEDGER, 3))[4:]
+    bodies += [
+        v2.encode_response(v2.ReadResponse(v2.EOK, LEDGER, 5, b"x"))[4:],  # another response
+        ok_add[:-1],  # one byte short: decode_response's error
+        ok_add + b"tail",  # longer: still an acknowledgement, as decode_response reads it
+        memoryview(ok_add),  # not bytes: left for decode_response
+        b"\x00\x00",
+    ]
+    rng.shuffle(bodies)
+    fast, reference = both_ways(monkeypatch, lambda: correlation_module.v2_ok_add_keys(list(bodies)))
+    assert fast == reference
+    for body, keyed in zip(bodies, fast):
+        if type(keyed) is tuple:
+            response = v2.decode_response(body)  # type: ignore[arg-type]
+            assert response.rc == v2.EOK and keyed == correlation_module.v2_response_key(response)
+            assert correlation_module.v2_add_response(keyed) == response
+        else:
+            assert keyed is body
+
+
+def test_a_connection_answers_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk of acknowledgements, failures and reads through BookieConnection: the same callbacks in the same order."""
+    import asyncio
+
+    from bkspark.client.connection import V2, BookieConnection
+    from bkspark.protocol.correlation import add_key, read_key
+
+    class Sink(asyncio.Transport):
+        def write(self, data: object) -> None:
+            pass
+
+        def writelines(self, lines: object) -> None:
+            pass
+
+        def abort(self) -> None:
+            pass
+
+    def run() -> list[tuple[object, ...]]:
+        async def main() -> list[tuple[object, ...]]:
+            conn = BookieConnection("b:1", V2, max_frame_size=1 << 20, sweep_interval=60)
+            conn.connection_made(Sink())
+            got: list[tuple[object, ...]] = []
+            conn.send_v2_many([add_key(1, e) for e in range(6)], [b"f"] * 6, list(range(6)), 5.0,
+                              lambda r, e, a: got.append(("one", a, r, type(e).__name__)),
+                              lambda args: got.append(("many", tuple(args))))
+            conn.send_v2(add_key(2, 0), b"f", 5.0, lambda r, e, a: got.append(("single", a, r, e)), "s")
+            conn.send_v2(read_key(1, 9), b"f", 5.0, lambda r, e, a: got.append(("read", a, bytes(r.entry), e)), "r")
+            conn.data_received(b"".join(v2.encode_response(r) for r in (
+                v2.AddResponse(v2.EOK, 1, 4), v2.AddResponse(v2.EOK, 1, 0), v2.AddResponse(v2.EOK, 2, 0),
+                v2.AddResponse(v2.EOK, 1, 1), v2.ReadResponse(v2.EOK, 1, 9, b"nine"),
+                v2.AddResponse(v2.EFENCED, 1, 2), v2.AddResponse(v2.EOK, 1, 3), v2.AddResponse(v2.EOK, 1, 5),
+            )))
+            return got
+
+        return asyncio.run(main())
+
+    fast, reference = both_ways(monkeypatch, run)
+    assert fast == reference
+    assert fast == [
+        ("many", (4, 0)), ("single", "s", v2.AddResponse(v2.EOK, 2, 0), None), ("many", (1,)),
+        ("read", "r", b"nine", None), ("one", 2, v2.AddResponse(v2.EFENCED, 1, 2), "LedgerFencedError"),
+        ("many", (3, 5)),
+    ]
