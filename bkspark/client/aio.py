@@ -377,7 +377,7 @@ class AsyncBookKeeper:
         password: bytes = b"",
         digest_type: str | int | DigestType | None = None,
     ) -> Awaitable["AsyncReadHandle"]:
-        """Open a ledger for reading; ``recovery=True`` fences and closes it first (spec §4.6, §4.7)."""
+        """Open a ledger for reading; ``recovery=True`` fences and closes it first (docs/protocol.md §4 items 6, 7)."""
         lid = _check_ledger_id(ledger_id)
         scope = _check_scope_id(scope_id)
         if not isinstance(recovery, bool):

@@ -190,7 +190,7 @@ class BookKeeper:
         password: bytes = b"",
         digest_type: str | int | DigestType | None = None,
     ) -> "ReadHandle":
-        """Open a ledger for reading; ``recovery=True`` fences and closes it first (spec §4.6, §4.7)."""
+        """Open a ledger for reading; ``recovery=True`` fences and closes it first (docs/protocol.md §4 items 6, 7)."""
         self._check_open()
         return ReadHandle(self, self._run(self.aio.open_ledger(ledger_id, scope_id, recovery, password, digest_type)))
 

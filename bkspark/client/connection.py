@@ -1,4 +1,4 @@
-"""One TCP connection to one bookie, speaking either v2 or v3 (never both: spec §1.4).
+"""One TCP connection to one bookie, speaking either v2 or v3 (never both: docs/protocol.md §1).
 
 An ``asyncio.Protocol``: bytes in go through the sans-IO ``FrameSplitter`` and
 the v2/v3 decoders; every request waits in a table until its response comes

@@ -132,7 +132,7 @@ class BookiePool:
         if self._conns.get(key) is conn:
             del self._conns[key]
         if conn.lost_during_batch_read:
-            # A pre-4.17 bookie closes the connection on v2 opcode 7 (spec §2.2, §7.1).
+            # A pre-4.17 bookie closes the connection on v2 opcode 7 (docs/protocol.md §2).
             log.info("bookie %s hung up on a batch read: using single reads with it", conn.bookie_id)
             self.note_no_batch_read(conn.bookie_id, V2)
         self.resolver.forget(conn.bookie_id)

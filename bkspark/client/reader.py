@@ -1,4 +1,4 @@
-"""The read path (spec §4.8, §4.9, BP-62), run on the client's event loop.
+"""The read path (docs/protocol.md §4 items 8, 9; BP-62), run on the client's event loop.
 
 * Single reads go to the write set of the entry in the placement policy's
   order; an error or a digest mismatch moves on to the next replica, and after

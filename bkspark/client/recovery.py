@@ -1,4 +1,4 @@
-"""Ledger recovery (spec §4.7): fence, find the last entry, re-replicate the tail, close.
+"""Ledger recovery (docs/protocol.md §4 item 7): fence, find the last entry, re-replicate the tail, close.
 
 1. Mark the metadata IN_RECOVERY (CAS loop); a CLOSED ledger needs nothing.
 2. Fence: ``READ(-1, DO_FENCING, masterKey)`` to every bookie of the last

@@ -1,6 +1,6 @@
 """When enough bookies answered, and whether batch reads apply: pure functions, no I/O.
 
-* the coverage rule of fencing / LAC reads (``RRQuorumCoverageSet``, spec §4.7);
+* the coverage rule of fencing / LAC reads (``RRQuorumCoverageSet``, docs/protocol.md §4 item 7);
 * striping (E > Qw: no bookie holds every entry).
 
 Write sets and the segment holding an entry are the ledger's own rules:

@@ -1,4 +1,4 @@
-"""The write path of one ledger (spec §4.2-4.5), run on the client's event loop.
+"""The write path of one ledger (docs/protocol.md §4 items 1-5), run on the client's event loop.
 
 * ``entryId = ++lastAddPushed``; the entry carries the LAC at send time
   (piggyback) and the cumulative length; it goes to the write set
@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from bkspark.client.services import ClientServices, update_metadata
 from bkspark.protocol.ledger_name import LedgerRef
-from bkspark.client.connection import V2, Callback
+from bkspark.client.connection import V2, Callback, ManyCallback
 from bkspark.client.ops import FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
 from bkspark.errors import (
     BKError,
@@ -140,10 +140,8 @@ class LedgerWriter:
         self._lac_piggybacked = last_add_confirmed
         self._lac_explicit = last_add_confirmed
         self._lac_timer: asyncio.TimerHandle | None = None
-        #: The add-response callback of each (ensemble index, bookie) pair sent to (:meth:`_ack_callback`).
-        self._ack_callbacks: dict[tuple[int, str], Callback] = {}
-        #: The same pairs' callbacks for acknowledgements that came together (:meth:`_acks_callback`).
-        self._acks_callbacks: dict[tuple[int, str], Callable[[list[_PendingAdd]], None]] = {}
+        #: The add-response callbacks of each (ensemble index, bookie) pair sent to (:meth:`_ack_callbacks_of`).
+        self._ack_callbacks: dict[tuple[int, str], tuple[Callback, ManyCallback]] = {}
         #: The largest payload one add frame can carry (any thread may read it: it never changes).
         self.max_payload = ctx.conf.nettyMaxFrameSizeBytes - self.digester.entry_overhead(ref.scope_id) - (
             v2.ADD_REQUEST_OVERHEAD if ctx.ops.data_version(ref.scope_id) == V2 else v3.add_request_overhead(ref.scope_id)
@@ -289,7 +287,7 @@ class LedgerWriter:
             keys = self.ctx.ops.add_keys(ledger_id, range(ops[0].entry_id, entry_id)) if ops else []
             for idx in range(E):
                 bookie = ensemble[idx]
-                add_many(bookie, keys, frames, ops, self._ack_callback(idx, bookie), self._acks_callback(idx, bookie))
+                add_many(bookie, keys, frames, ops, *self._ack_callbacks_of(idx, bookie))
             return
         per_index: list[list[_PendingAdd]] = [[] for _ in range(E)]
         for op in ops:
@@ -299,36 +297,25 @@ class LedgerWriter:
             if sent:
                 bookie = ensemble[idx]
                 keys = self.ctx.ops.add_keys(ledger_id, [op.entry_id for op in sent])
-                add_many(bookie, keys, [op.frame for op in sent], sent, self._ack_callback(idx, bookie),
-                         self._acks_callback(idx, bookie))
+                add_many(bookie, keys, [op.frame for op in sent], sent, *self._ack_callbacks_of(idx, bookie))
 
-    def _ack_callback(self, idx: int, bookie: str) -> Callback:
-        """The add-response callback of ensemble index ``idx`` while it points to ``bookie``, made once per
-        pair: each request's argument is then its :class:`_PendingAdd` alone."""
+    def _ack_callbacks_of(self, idx: int, bookie: str) -> tuple[Callback, ManyCallback]:
+        """The add-response callbacks of ensemble index ``idx`` while it points to ``bookie``, made once per pair:
+        one answer (each request's argument is then its :class:`_PendingAdd` alone) and acknowledgements that came
+        together (a bulk append's, in one chunk of the bookie's bytes: one call for all of them)."""
         known = self._ack_callbacks.get((idx, bookie))
         if known is not None:
             return known
-        on_ack = self._on_ack
+        on_ack, on_acks = self._on_ack, self._on_acks
 
         def on_response(_response: Any, error: BaseException | None, op: _PendingAdd) -> None:
             on_ack(op, idx, bookie, error)
 
-        self._ack_callbacks[(idx, bookie)] = on_response
-        return on_response
-
-    def _acks_callback(self, idx: int, bookie: str) -> Callable[[list[_PendingAdd]], None]:
-        """:meth:`_ack_callback`'s counterpart for acknowledgements that came together (a bulk append's, in one
-        chunk of the bookie's bytes): one call for all of them, made once per pair."""
-        known = self._acks_callbacks.get((idx, bookie))
-        if known is not None:
-            return known
-        on_acks = self._on_acks
-
         def on_responses(ops: list[_PendingAdd]) -> None:
             on_acks(ops, idx, bookie)
 
-        self._acks_callbacks[(idx, bookie)] = on_responses
-        return on_responses
+        known = self._ack_callbacks[(idx, bookie)] = (on_response, on_responses)
+        return known
 
     def _package(self, op: _PendingAdd) -> None:
         self._lac_piggybacked = self.lac
@@ -351,7 +338,7 @@ class LedgerWriter:
         )
         for idx in targets:
             bookie = ensemble[idx]
-            add(bookie, ledger_id, entry_id, key, entry, flags, scope_id, self._ack_callback(idx, bookie), op, frame)
+            add(bookie, ledger_id, entry_id, key, entry, flags, scope_id, self._ack_callbacks_of(idx, bookie)[0], op, frame)
 
     def _on_ack(self, op: _PendingAdd, idx: int, bookie: str, error: BaseException | None) -> None:
         if self.error is not None or self.ensemble[idx] != bookie:
@@ -602,7 +589,7 @@ class LedgerWriter:
         await fut
 
     async def close(self) -> LedgerMetadata:
-        """Wait for pending adds, then write CLOSED with the LAC and length (spec §4.5)."""
+        """Wait for pending adds, then write CLOSED with the LAC and length (docs/protocol.md §4 item 5)."""
         if self.closed:
             return self.metadata
         self.closing = True
@@ -636,7 +623,7 @@ class LedgerWriter:
         return self.metadata
 
     async def close_recovered(self) -> LedgerMetadata:
-        """The recovery's final write: IN_RECOVERY -> CLOSED at the recovered LAC (spec §4.7 step 7)."""
+        """The recovery's final write: IN_RECOVERY -> CLOSED at the recovered LAC (docs/protocol.md §4 item 7h)."""
         await self.drain()
         if self.error is not None:
             raise self.error

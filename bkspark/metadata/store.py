@@ -1,6 +1,6 @@
 """Ledger metadata in ZooKeeper, laid out exactly as Apache BookKeeper lays it out.
 
-What Java does, and so what we do (spec metadata-and-replication.md §1, §2.9):
+What Java does, and so what we do (docs/protocol.md §5):
 
 * ``<root>/LAYOUT`` names the ledger manager; its class decides the path scheme
   (hybrid hierarchical, always-long, legacy short).  A missing LAYOUT is

@@ -1,6 +1,6 @@
 """Per-connection v2/v3 detection, decided exactly as the Java bookie decides it.
 
-``BookieProtoEncoding.RequestDecoder`` (wire-protocol.md §1.4) starts every
+``BookieProtoEncoding.RequestDecoder`` (docs/protocol.md §1) starts every
 connection in v3 mode and parses each frame body as a protobuf ``Request``; the
 first frame that protobuf-java refuses flips the connection to v2 for good, and
 that frame and every later one are decoded as v2.

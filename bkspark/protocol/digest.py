@@ -1,4 +1,4 @@
-"""Entries, explicit-LAC blobs and their digests (wire-protocol.md §4).
+"""Entries, explicit-LAC blobs and their digests (docs/protocol.md §7).
 
 An entry is what a client writes, a bookie stores verbatim and a read returns:
 

@@ -2,7 +2,7 @@
 
 Every v2 body starts with one big-endian int32 header, ``version << 24 |
 opcode << 16 | flags``; a version-0 (legacy) header is just the opcode.  The
-layouts are in wire-protocol.md §2; this module mirrors Java's
+layouts are in docs/protocol.md §6; this module mirrors Java's
 ``BookieProtoEncoding.RequestEnDeCoderPreV3`` / ``ResponseEnDeCoderPreV3``,
 including what they ignore:
 
@@ -136,7 +136,7 @@ ADD_REQUEST_OVERHEAD = 4 + 4 + MASTER_KEY_LENGTH
 #: ``BatchedReadEntryProcessor`` counts it against ``maxSize``: the prefix plus the frame length.
 BATCH_RESPONSE_OVERHEAD = BATCH_RESPONSE_HEADER_SIZE + 4
 
-# v2 return codes (wire-protocol.md §2.4); bkspark.errors maps them to exceptions.
+# v2 return codes (docs/protocol.md §6); bkspark.errors maps them to exceptions.
 EOK = 0
 ENOLEDGER = 1
 ENOENTRY = 2

@@ -4,7 +4,7 @@ Sans-IO: everything here turns ``bytes`` into protobuf messages and back.  The
 schema is ``proto/BookkeeperProtocol.proto`` (BookKeeper 4.17's field numbers
 plus our extensions, docs/extensions.md).  Builders set exactly the fields the
 Java client (requests) and the Java bookie (responses) set, so that for scope 0
-our bytes are identical to theirs (wire-protocol.md §3.4, §3.5).
+our bytes are identical to theirs (docs/protocol.md §3).
 
 Errors say whose fault it was: bytes from a peer that protobuf rejects raise
 :class:`~bkspark.errors.MalformedFrameError`; arguments the protocol cannot
@@ -198,7 +198,7 @@ def decode_response(body: Buffer) -> pb.Response:
 
 
 # --------------------------------------------------------------------------
-# Request builders (what PerChannelBookieClient sends, spec §3.5)
+# Request builders (what PerChannelBookieClient sends, docs/protocol.md §3)
 
 
 def new_header(operation: int, txn_id: int, priority: int = 0) -> pb.BKPacketHeader:
@@ -434,7 +434,7 @@ def batch_read_request(
 
 
 # --------------------------------------------------------------------------
-# Response builders (what the Java bookie sends, spec §3.4, §3.6)
+# Response builders (what the Java bookie sends, docs/protocol.md §3)
 
 
 def response_header(request: pb.Request) -> pb.BKPacketHeader:
@@ -671,7 +671,7 @@ def scope_id_of(sub: Message) -> int:
 
 
 # --------------------------------------------------------------------------
-# AvailabilityOfEntriesOfLedger (GET_LIST_OF_ENTRIES_OF_LEDGER payload, spec §3.6.9)
+# AvailabilityOfEntriesOfLedger (GET_LIST_OF_ENTRIES_OF_LEDGER payload, docs/protocol.md §3)
 
 _AV_HEADER = struct.Struct(">ii56x")
 _AV_GROUP = struct.Struct(">qqii")

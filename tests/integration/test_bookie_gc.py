@@ -1,7 +1,7 @@
 """Garbage collection deletes exactly the ledgers whose metadata is gone, at Java's exact paths.
 
-The metadata znodes are created here at literal paths (taken from the spec's
-worked examples), not through bkspark.protocol.zk_paths, so a wrong path
+The metadata znodes are created here at literal paths (taken from the
+worked examples of docs/protocol.md §8), not through bkspark.protocol.zk_paths, so a wrong path
 scheme in the bookie would show up as a live ledger being deleted.
 """
 

@@ -1,6 +1,6 @@
 """ProtocolDetector: per-connection, sticky v3-then-v2, as BookieProtoEncoding.RequestDecoder decides.
 
-v2 frames are built with struct from the layouts and hex examples of wire-protocol.md §2.5 and §8.
+v2 frames are built with struct from the layouts of docs/protocol.md §6.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ def v2_header(opcode: int, flags: int = 0, version: int = 2) -> bytes:
     return struct.pack(">I", (version & 0xFF) << 24 | (opcode & 0xFF) << 16 | (flags & 0xFFFF))
 
 
-# Frame bodies (length prefix stripped), §8 v2 examples plus the legacy/older header versions.
+# Frame bodies (length prefix stripped): the worked v2 examples (docs/protocol.md §6) plus the legacy/older
+# header versions.
 V2_BODIES = {
     "add": v2_header(1) + MASTER_KEY + ENTRY,
     "recovery_add": v2_header(1, 0x0006) + MASTER_KEY + ENTRY,
@@ -37,7 +38,8 @@ V2_BODIES = {
     "add_v0_legacy": struct.pack(">i", 1) + MASTER_KEY + ENTRY,
 }
 
-# The spec's exact v2 hex (frames with length), to make sure the struct-built bodies are right.
+# Exact v2 frames (with length) of Apache BookKeeper's worked examples, laid out as docs/protocol.md §6 describes,
+# to make sure the struct-built bodies are right.
 SPEC_V2_FRAMES = {
     "add": "00000045 02010000 e793cbc379107648537183605cd361d3bb789a39 0000000000000001 0000000000000000"
     " ffffffffffffffff 0000000000000005 0000000030a56872 68656c6c6f",

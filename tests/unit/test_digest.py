@@ -1,4 +1,4 @@
-"""Entry format, digests and keys: byte-exact vectors from wire-protocol.md §4.9 / §8 plus our V2 format."""
+"""Entry format, digests and keys: byte-exact vectors (docs/protocol.md §7) plus our V2 format."""
 
 from __future__ import annotations
 

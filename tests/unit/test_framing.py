@@ -15,7 +15,7 @@ def test_default_limit_is_netty_max_frame_size() -> None:
 
 
 def test_encode_frame_prefixes_big_endian_length() -> None:
-    # §8: a READENTRY request body is 20 bytes -> prefix 00000014.
+    # docs/protocol.md §6: a READENTRY request body is 20 bytes -> prefix 00000014.
     body = bytes.fromhex("02020000" "0000000000000001" "0000000000000000")
     assert encode_frame(body) == bytes.fromhex("00000014") + body
     assert encode_frame(b"") == b"\x00\x00\x00\x00"

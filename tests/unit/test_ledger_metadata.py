@@ -52,7 +52,7 @@ JAVA_V3 = bytes.fromhex(
     "95ffbc315a0b0a046bc3a979120301804160b960"
 )
 
-SPEC_V3_EXAMPLE = bytes.fromhex(  # metadata-and-replication.md §2.5
+SPEC_V3_EXAMPLE = bytes.fromhex(  # docs/protocol.md §8
     "426f6f6b69654d65746164617461466f726d617456657273696f6e09330a"
     "5c"
     "0802100318002" "0ffffffffffffffffff01" "2801"
@@ -60,7 +60,7 @@ SPEC_V3_EXAMPLE = bytes.fromhex(  # metadata-and-replication.md §2.5
     "3803420270774802" "5a0b0a03617070120464656d6f" "60b960"
 )
 
-SPEC_V2_EXAMPLE = (  # metadata-and-replication.md §2.6
+SPEC_V2_EXAMPLE = (  # docs/protocol.md §8
     b"BookieMetadataFormatVersion\t2\n"
     b"quorumSize: 2\n"
     b"ensembleSize: 3\n"

@@ -1,4 +1,4 @@
-"""v2 codec: byte-exact frames from wire-protocol.md §8, Java's decoder rules, round trips."""
+"""v2 codec: byte-exact frames (docs/protocol.md §6), Java's decoder rules, round trips."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def body(frame: bytes) -> bytes:
     return frame[4:]
 
 
-# -- §8 vectors: encoding --------------------------------------------------------------
+# -- worked examples (docs/protocol.md §6): encoding -----------------------------------------------
 
 
 def test_master_key_vector_is_the_one_in_frames() -> None:
@@ -99,7 +99,7 @@ def test_auth_response_layout_has_no_rc() -> None:
     assert frame == h("0000001a 02030000") + AUTH_REQUEST[8:]
 
 
-# -- §8 vectors: decoding ------------------------------------------------------------
+# -- worked examples (docs/protocol.md §6): decoding ---------------------------------------------
 
 
 def test_decode_vectors_requests() -> None:

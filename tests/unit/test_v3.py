@@ -1,5 +1,5 @@
-"""v3 codec: the spec's byte vectors, every builder, status rules, our extensions,
-and the AvailabilityOfEntriesOfLedger codec (vectors produced by BookKeeper 4.17.3's Java class)."""
+"""v3 codec: byte vectors laid out as docs/protocol.md §3 and §7 describe, every builder, status rules, our
+extensions, and the AvailabilityOfEntriesOfLedger codec (vectors produced by BookKeeper 4.17.3's Java class)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ def h(text: str) -> bytes:
     return bytes.fromhex("".join(text.split()))
 
 
-# wire-protocol.md §4.9 / §8 inputs: CRC32 ledger 1, password "secret".
+# docs/protocol.md §7 inputs: CRC32 ledger 1, password "secret".
 MASTER_KEY = h("e793cbc379107648537183605cd361d3bb789a39")
 ENTRY = h("0000000000000001 0000000000000000 ffffffffffffffff 0000000000000005 0000000030a56872 68656c6c6f")
 LAC_BLOB = h("0000000000000001 0000000000000007 0000000065a4cab5")
 
 # --------------------------------------------------------------------------
-# §8 examples, byte for byte, both directions
+# Worked examples (docs/protocol.md §3, §7), byte for byte, both directions
 
 ADD_REQUEST_FRAME = h(
     "00000054 0a06 0803 1002 1801 aa0649 0801 1000 1a14 e793cbc379107648537183605cd361d3bb789a39"
@@ -364,7 +364,7 @@ def test_schema_equals_bookkeeper_4_17_apart_from_extensions() -> None:
 
 
 # --------------------------------------------------------------------------
-# Response builders (spec §3.4): headers and both statuses
+# Response builders (docs/protocol.md §3): headers and both statuses
 
 
 def test_normal_responses_get_a_fresh_header_and_both_statuses() -> None:
@@ -591,7 +591,7 @@ def test_bookkeeper_schema_skips_our_extensions_as_unknown_fields() -> None:
 
 
 # --------------------------------------------------------------------------
-# AvailabilityOfEntriesOfLedger (spec §3.6.9)
+# AvailabilityOfEntriesOfLedger (docs/protocol.md §3)
 
 # Produced by org.apache.bookkeeper.util.AvailabilityOfEntriesOfLedger(long[])
 # .serializeStateOfEntriesOfLedger() from bookkeeper-server 4.17.3.

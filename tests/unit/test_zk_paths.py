@@ -11,7 +11,7 @@ from bkspark.protocol import zk_paths as zp
 
 ROOT = "/ledgers"
 
-# metadata-and-replication.md §1.5 worked examples (hybrid, long).
+# docs/protocol.md §8 worked examples (hybrid, long).
 SPEC_PATHS = [
     (0, "/00/0000/L0000", "/000/0000/0000/0000/L0000"),
     (5, "/00/0000/L0005", "/000/0000/0000/0000/L0005"),
