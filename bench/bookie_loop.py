@@ -39,13 +39,14 @@ from bkspark.protocol import v2
 from bkspark.protocol.digest import Digester, DigestType, master_key
 from bookie_server import app as app_module
 from bookie_server import journal as journal_module
+from bookie_server import server as server_module
 from bookie_server import storage as storage_module
 from bookie_server.server import _Connection
 from tests.harness.inprocess_bookie import started_bookie
 
 VARIANTS = ("bookie GC", "Python GC", "reference")
 #: Every module that reads a compiled module at call time (the "reference" variant sets them to None).
-COMPILED_USERS = (v2, framing_module, journal_module, storage_module)
+COMPILED_USERS = (v2, framing_module, journal_module, storage_module, server_module)
 
 
 class CountingTransport(asyncio.Transport):

@@ -39,21 +39,6 @@ static int compare_records(const void *a, const void *b)
     return 0;
 }
 
-/* 1: the int fits int64 and was stored; 0: it does not (the reference's case); -1: an error is set. */
-static int exact_int64(PyObject *item, int64_t *out)
-{
-    if (!PyLong_CheckExact(item))
-        return 0;
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (overflow)
-        return 0;
-    *out = (int64_t)v;
-    return 1;
-}
-
 static void release_records(Record *records, Py_ssize_t n)
 {
     for (Py_ssize_t i = 0; i < n; i++)
@@ -282,7 +267,113 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(add_rows_doc,
+"add_rows(group, lowest_version, highest_version, recovery_flag, high_priority_flag) -> (adds, accepted) | None\n\n"
+"For a group of v2 AddRequests (flags, master key, entry, version), each add's row for Bookie.add_entries_cb,\n"
+"(ledger id, entry id, lac, entry, master key, recovery, high priority), and its (ledger id, entry id, version),\n"
+"read from the entry's header (format V1, or V2 with scope 0).  None when one of them would be refused (a\n"
+"header too short or of an unknown format, a scope, a version out of range) or is not what this code expects:\n"
+"the reference (bookie_server/server.py, add_rows_reference) then does the whole group.");
+
+/* 1: the entry header of buf was read into ids (ledger, entry, lac); 0: the reference's case. */
+static int read_entry_ids(const unsigned char *p, Py_ssize_t len, int64_t ids[3])
+{
+    if (len < 1)
+        return 0;
+    if (p[0] & 0x80) {
+        /* V2: format byte, scope, ledger, entry, lac, length */
+        if (len < 41 || (p[0] & 0xF0) != 0xA0 || be64(p + 1) != 0)
+            return 0;
+        p += 9;
+    } else if (len < 32) {
+        return 0;
+    }
+    for (int k = 0; k < 3; k++)
+        ids[k] = (int64_t)be64(p + 8 * k);
+    return 1;
+}
+
+static PyObject *add_rows(PyObject *self, PyObject *args)
+{
+    PyObject *group;
+    long lowest, highest, recovery_flag, high_flag;
+    if (!PyArg_ParseTuple(args, "O!llll", &PyList_Type, &group, &lowest, &highest, &recovery_flag, &high_flag))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(group);
+    PyObject *adds = PyList_New(n);
+    PyObject *accepted = adds == NULL ? NULL : PyList_New(n);
+    if (accepted == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *req = PyList_GET_ITEM(group, i);
+        if (!PyTuple_Check(req) || PyTuple_GET_SIZE(req) != 4)
+            goto hand_back;
+        PyObject *flags_obj = PyTuple_GET_ITEM(req, 0), *key = PyTuple_GET_ITEM(req, 1);
+        PyObject *entry = PyTuple_GET_ITEM(req, 2), *version = PyTuple_GET_ITEM(req, 3);
+        if (!PyLong_CheckExact(flags_obj) || !PyLong_CheckExact(version))
+            goto hand_back;
+        long flags = PyLong_AsLong(flags_obj), v = PyLong_AsLong(version);
+        if ((flags == -1 || v == -1) && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto hand_back;
+        }
+        if (v < lowest || v > highest)
+            goto hand_back;
+        Py_buffer view;
+        if (PyObject_GetBuffer(entry, &view, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear();
+            goto hand_back;
+        }
+        int64_t ids[3];
+        int ok = read_entry_ids(view.buf, view.len, ids);
+        PyBuffer_Release(&view);
+        if (!ok)
+            goto hand_back;
+        PyObject *ledger = PyLong_FromLongLong(ids[0]);
+        PyObject *entry_id = ledger == NULL ? NULL : PyLong_FromLongLong(ids[1]);
+        PyObject *lac = entry_id == NULL ? NULL : PyLong_FromLongLong(ids[2]);
+        PyObject *row = lac == NULL ? NULL : PyTuple_New(7);
+        PyObject *ids_row = row == NULL ? NULL : PyTuple_New(3);
+        if (ids_row == NULL) {
+            Py_XDECREF(ledger);
+            Py_XDECREF(entry_id);
+            Py_XDECREF(lac);
+            Py_XDECREF(row);
+            goto fail;
+        }
+        Py_INCREF(ledger);
+        Py_INCREF(entry_id);
+        PyTuple_SET_ITEM(ids_row, 0, ledger);
+        PyTuple_SET_ITEM(ids_row, 1, entry_id);
+        Py_INCREF(version);
+        PyTuple_SET_ITEM(ids_row, 2, version);
+        PyTuple_SET_ITEM(row, 0, ledger);
+        PyTuple_SET_ITEM(row, 1, entry_id);
+        PyTuple_SET_ITEM(row, 2, lac);
+        Py_INCREF(entry);
+        PyTuple_SET_ITEM(row, 3, entry);
+        Py_INCREF(key);
+        PyTuple_SET_ITEM(row, 4, key);
+        PyObject *recovery = PyBool_FromLong(flags & recovery_flag);
+        PyObject *high = PyBool_FromLong(flags & high_flag);
+        PyTuple_SET_ITEM(row, 5, recovery);
+        PyTuple_SET_ITEM(row, 6, high);
+        PyList_SET_ITEM(adds, i, row);
+        PyList_SET_ITEM(accepted, i, ids_row);
+    }
+    return Py_BuildValue("(NN)", adds, accepted);
+hand_back:
+    Py_DECREF(adds);
+    Py_DECREF(accepted);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(adds);
+    Py_XDECREF(accepted);
+    return NULL;
+}
+
 static PyMethodDef speedups_methods[] = {
+    {"add_rows", add_rows, METH_VARARGS, add_rows_doc},
     {"add_records", add_records, METH_VARARGS, add_records_doc},
     {"log_records", log_records, METH_VARARGS, log_records_doc},
     {NULL, NULL, 0, NULL},
@@ -290,7 +381,7 @@ static PyMethodDef speedups_methods[] = {
 
 static struct PyModuleDef speedups_module = {
     PyModuleDef_HEAD_INIT, "bookie_server._speedups",
-    "Compiled fast path of the bookie's journal add records and checkpoint records (see bookie_server/journal.py, storage.py).",
+    "Compiled fast path of the bookie's add rows, journal add records and checkpoint records (see bookie_server/server.py, journal.py, storage.py).",
     -1, speedups_methods,
 };
 

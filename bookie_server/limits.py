@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import logging
 import time
+from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import accumulate
 
 __all__ = ["InFlightGate", "LimitLog", "LIMIT_LOG_INTERVAL_S"]
 
@@ -59,6 +61,35 @@ class InFlightGate:
         self.count += 1
         self.bytes += nbytes
         return True
+
+    def try_acquire_many(self, sizes: Sequence[int]) -> int:
+        """Slots for as many of these requests (of ``sizes[i]`` bytes each), in order, as :meth:`try_acquire`
+        called for each until its first False would give: how many got one.
+
+        One call for a run of adds received together (docs/bookie.md, "Limits"): both bounds are prefix
+        conditions, so the count is the shortest of the prefixes that fit each (a bisection over the running
+        byte totals), with the same two exceptions as one at a time: the first request is admitted when nothing
+        is in progress, and while connections are parked none is admitted past that first one.
+        """
+        count = self.count
+        if not sizes or (count and self._waiters):
+            return 0
+        n = len(sizes)
+        if self.max_count:
+            room = self.max_count - count
+            n = min(n, max(room, 0) if count else max(room, 1))
+        if self._waiters:
+            n = min(n, 1)  # nothing in progress: the first goes, then the parked connections come first
+        if self.max_bytes:
+            totals = list(accumulate(sizes[:n]))
+            fit = bisect_right(totals, self.max_bytes - self.bytes)
+            n = min(n, fit if count else max(fit, 1))
+            taken = totals[n - 1] if n else 0
+        else:
+            taken = sum(sizes[:n])
+        self.count = count + n
+        self.bytes += taken
+        return n
 
     def release(self, nbytes: int = 0, count: int = 1) -> None:
         """Give ``count`` slots holding ``nbytes`` together back and wake the parked connections (they retry

@@ -50,6 +50,7 @@ from bkspark.protocol.detect import ProtocolDetector
 from bkspark.protocol.digest import entry_header, lac_header
 from bkspark.protocol.framing import FrameSplitter
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
+from bkspark.protocol.speedups import load_compiled
 
 from bookie_server.bookie import Bookie
 from bookie_server.config import BookieConfig
@@ -100,6 +101,78 @@ def _set_no_delay(transport: asyncio.BaseTransport) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:  # the connection is already gone: nothing to tune
             pass
+
+
+#: The bookie's compiled loops (bookie_server/_speedups.c), or None: read at call time, so tests can turn them off.
+_speedups = load_compiled("bookie_server._speedups")
+
+#: An add's row for :meth:`Bookie.add_entries_cb`: (ledger id, entry id, lac, entry, master key, recovery, high priority).
+AddRow = tuple[int, int, int, "bytes | memoryview", bytes, bool, bool]
+#: What a group's refused add is answered with: (rc, ledger id, entry id, protocol version).
+Refusal = tuple[int, int, int, int]
+
+
+def add_rows(group: list[v2.AddRequest]) -> tuple[list[AddRow], list[tuple[int, int, int]], list[Refusal]]:
+    """For a group of v2 adds: the row of each add the bookie may take, its ``(ledger id, entry id, version)``
+    in the same order, and the refusals of the rest (an entry header too short or of an unknown format, a bad
+    version, a scope id: v2 has none).
+
+    The compiled loop when it is built and no add of the group is refused (the usual group; docs/bookie.md,
+    "Adds"), else :func:`add_rows_reference`.
+    """
+    if _speedups is not None:
+        rows = _speedups.add_rows(
+            group, v2.LOWEST_COMPAT_PROTOCOL_VERSION, v2.PROTOCOL_VERSION, v2.FLAG_RECOVERY_ADD, v2.FLAG_HIGH_PRIORITY
+        )
+        if rows is not None:
+            return rows[0], rows[1], []
+    return add_rows_reference(group)
+
+
+def add_rows_reference(group: list[v2.AddRequest]) -> tuple[list[AddRow], list[tuple[int, int, int]], list[Refusal]]:
+    """The pure-Python :func:`add_rows`: the tested reference of the compiled one."""
+    lowest, highest = v2.LOWEST_COMPAT_PROTOCOL_VERSION, v2.PROTOCOL_VERSION
+    rows: list[AddRow] = []
+    ids: list[tuple[int, int, int]] = []
+    refusals: list[Refusal] = []
+    for request in group:
+        flags, master_key, entry, version = request
+        try:
+            scope_id, ledger_id, entry_id, lac = entry_header(entry)
+        except MalformedFrameError:
+            # Java takes the ids from bytes 0-15 (the decoder guaranteed 16) and fails later.
+            refusals.append((v2.EBADREQ, request.ledger_id, request.entry_id, version))
+            continue
+        if not lowest <= version <= highest:
+            refusals.append((v2.EBADVERSION, ledger_id, entry_id, version))
+        elif scope_id != 0:
+            refusals.append((v2.EBADREQ, ledger_id, entry_id, version))  # scope ids need v3 (BP-35 extension)
+        else:
+            rows.append((ledger_id, entry_id, lac, entry, master_key,
+                         bool(flags & v2.FLAG_RECOVERY_ADD), bool(flags & v2.FLAG_HIGH_PRIORITY)))
+            ids.append((ledger_id, entry_id, version))
+    return rows, ids, refusals
+
+
+def _runs_of_adds(requests: list[object]) -> list[object]:
+    """``requests`` with each run of consecutive :class:`v2.AddRequest` objects as one list (what a v2 connection's
+    backlog holds: :meth:`_Connection._drain_requests` admits and groups a run at once)."""
+    kinds = list(map(type, requests))
+    add = v2.AddRequest
+    if kinds.count(add) == len(kinds):
+        return [requests]  # the usual chunk: adds only
+    out: list[object] = []
+    run: list[object] | None = None
+    for request, kind in zip(requests, kinds):
+        if kind is add:
+            if run is None:
+                run = []
+                out.append(run)
+            run.append(request)
+        else:
+            run = None
+            out.append(request)
+    return out
 
 
 class BookieServer:
@@ -257,20 +330,22 @@ class _Connection(asyncio.Protocol):
             self.partial_since = self.last_activity  # a new frame started (earlier ones completed)
         if bodies:
             if self.sec is None and self.detector.version == "v2":
-                # A v2 connection's adds are decoded in one pass over the chunk; the rest are parsed in their turn.
-                bodies = v2.decode_add_requests(bodies)
-            self._backlog.extend(bodies)
+                # A v2 connection's adds are decoded in one pass over the chunk, and each run of them waits as
+                # one list (admitted and handled as a run); the rest are parsed in their turn.
+                self._backlog.extend(_runs_of_adds(v2.decode_add_requests(bodies)))
+            else:
+                self._backlog.extend(bodies)
             self._drain()
 
     # -- dispatch with bounds -----------------------------------------------------------
     def _drain(self) -> None:
         """Dispatch backlogged requests until one must wait; pause reading while any waits.
 
-        Consecutive v2 adds are gathered (each admitted through its gate, as any request) and handled
-        as one group (:meth:`_v2_add_group`) before the next request of another kind, or when dispatching
-        stops: one journal submission and one response write for the group.
+        Consecutive v2 adds are gathered (admitted through the adds gate, a run at a time:
+        :meth:`_admit_adds`) and handled as one group (:meth:`_v2_add_group`) before the next request of
+        another kind, or when dispatching stops: one journal submission and one response write for the group.
         """
-        adds: list[tuple[v2.AddRequest, tuple[InFlightGate, int] | None]] = []
+        adds: list[v2.AddRequest] = []
         try:
             self._drain_requests(adds)
         finally:
@@ -278,7 +353,7 @@ class _Connection(asyncio.Protocol):
                 self._v2_add_group(adds)
         self._update_reading()
 
-    def _drain_requests(self, adds: list[tuple[v2.AddRequest, tuple[InFlightGate, int] | None]]) -> None:
+    def _drain_requests(self, adds: list[v2.AddRequest]) -> None:
         backlog = self._backlog
         sec = self.sec
         while backlog and not (
@@ -288,6 +363,16 @@ class _Connection(asyncio.Protocol):
                 return  # the TLS upgrade resumes dispatching when it is done
             request = backlog[0]
             try:
+                if type(request) is list:
+                    # A run of v2 adds (_runs_of_adds): as many as the gate admits join the group, in order.
+                    admitted = self._admit_adds(request)
+                    if admitted == len(request):
+                        backlog.popleft()
+                        adds.extend(request)
+                    elif admitted:
+                        backlog[0] = request[admitted:]
+                        adds.extend(request[:admitted])
+                    continue  # the rest of a run the gate cut parks the connection on the next turn
                 if type(request) is memoryview or type(request) is bytes:
                     # A frame body as the splitter gave it (bytes when small: framing.SMALL_BODY).
                     # Parsed in arrival order, so v2/v3 detection sees frames as Java's does.
@@ -299,15 +384,14 @@ class _Connection(asyncio.Protocol):
                     if sec.handle(self, request):
                         return
                     continue
+                if type(request) is v2.AddRequest:
+                    backlog[0] = [request]  # an add parsed in its turn is a run of one
+                    continue
                 if not self._admit(request):
                     backlog[0] = request  # parsed once: it waits as a request
                     break
                 backlog.popleft()
                 permit = self._permit
-                if type(request) is v2.AddRequest:
-                    self._permit = None
-                    adds.append((request, permit))  # type: ignore[arg-type]
-                    continue
                 if adds:
                     group = list(adds)
                     adds.clear()
@@ -350,9 +434,7 @@ class _Connection(asyncio.Protocol):
         """Take the permit the request needs (``self._permit``); park the connection if it must wait."""
         cls = type(request)
         server = self.server
-        if cls is v2.AddRequest:
-            gate, nbytes = server.adds_gate, len(request.entry)  # type: ignore[attr-defined]
-        elif cls is v2.ReadRequest or cls is v2.BatchReadRequest:
+        if cls is v2.ReadRequest or cls is v2.BatchReadRequest:
             gate, nbytes = server.reads_gate, 0
         elif cls is _PB_REQUEST:
             gate, nbytes = self._v3_gate(request)  # type: ignore[arg-type]
@@ -370,6 +452,26 @@ class _Connection(asyncio.Protocol):
         self._permit = (gate, nbytes)
         self._permit_taken = False
         return True
+
+    def _admit_adds(self, run: list[v2.AddRequest]) -> int:
+        """How many adds at the head of ``run`` get a permit of the adds gate (each of its entry's bytes), as
+        :meth:`_admit` one at a time would give them; the connection is parked when none does."""
+        if self.bookie.write_cache_full:
+            self._park(self.bookie.wait_write_cache, "dbStorage_writeCacheMaxSizeMb")
+            return 0
+        gate = self.server.adds_gate
+        admitted = gate.try_acquire_many([len(add[2]) for add in run])
+        if not admitted:
+            self._park(gate.wait, _GATE_KEYS[gate.name])
+            return 0
+        self._permits_held += admitted
+        return admitted
+
+    def _release_adds(self, nbytes: int, count: int) -> None:
+        """Give back ``count`` permits of :meth:`_admit_adds` holding ``nbytes`` together."""
+        if count:
+            self._permits_held -= count
+            self.server.adds_gate.release(nbytes, count)
 
     def _v3_gate(self, request: pb.Request) -> tuple[InFlightGate | None, int]:
         op = request.header.operation
@@ -409,19 +511,6 @@ class _Connection(asyncio.Protocol):
         if permit is not None:
             self._permits_held -= 1
             permit[0].release(permit[1])
-
-    def _release_all(self, permits: list[tuple[InFlightGate, int] | None]) -> None:
-        """:meth:`_release` of each permit, one gate call when they share a gate (a group of adds)."""
-        held = [permit for permit in permits if permit is not None]
-        if not held:
-            return
-        gate = held[0][0]
-        if any(permit[0] is not gate for permit in held):
-            for permit in held:
-                self._release(permit)
-            return
-        self._permits_held -= len(held)
-        gate.release(sum([nbytes for _gate, nbytes in held]), len(held))
 
     def check_timeouts(self, now: float) -> None:
         """Close the connection when idle too long or stuck in a partial frame (the sweeper's call)."""
@@ -551,42 +640,22 @@ class _Connection(asyncio.Protocol):
     def _bad_version(version: int) -> bool:
         return version < v2.LOWEST_COMPAT_PROTOCOL_VERSION or version > v2.PROTOCOL_VERSION
 
-    def _v2_add_group(self, group: list[tuple[v2.AddRequest, tuple[InFlightGate, int] | None]]) -> None:
-        """v2 adds received together: checked one by one, stored and journalled as one group, and
-        answered with one response write once the group is durable (refusals are answered at once)."""
+    def _v2_add_group(self, group: list[v2.AddRequest]) -> None:
+        """v2 adds received together, each holding a permit of the adds gate (:meth:`_admit_adds`): checked one
+        by one, stored and journalled as one group, and answered with one response write once the group is
+        durable (refusals are answered at once)."""
         start = _now_ms()
         metrics = self.metrics
-        bad_version = self._bad_version
-        #: (ledger id, entry id, protocol version, permit) of the adds handed to the bookie.
-        accepted: list[tuple[int, int, int, tuple[InFlightGate, int] | None]] = []
-        adds: list[tuple[int, int, int, bytes | memoryview, bytes, bool, bool]] = []
-        refusals: list[bytes] = []
-        for req, permit in group:
-            flags, master_key, entry, version = req
-            try:
-                scope_id, ledger_id, entry_id, lac = entry_header(entry)
-            except MalformedFrameError:
-                # Java takes the ids from bytes 0-15 (the decoder guaranteed 16) and fails later.
-                ledger_id, entry_id, lac, rc = req.ledger_id, req.entry_id, -1, v2.EBADREQ
-            else:
-                # Scope ids need v3 (BP-35 extension).
-                rc = v2.EBADVERSION if bad_version(version) else (v2.EBADREQ if scope_id != 0 else v2.EOK)
-            if rc != v2.EOK:
-                self._release(permit)
-                refusals.append(v2.encode_add_response(rc, ledger_id, entry_id, version))
-                metrics.observe_request("ADD_ENTRY", _now_ms() - start, False)
-                continue
-            adds.append((ledger_id, entry_id, lac, entry, master_key,
-                         bool(flags & v2.FLAG_RECOVERY_ADD), bool(flags & v2.FLAG_HIGH_PRIORITY)))
-            accepted.append((ledger_id, entry_id, version, permit))
-        #: The adds the bookie took: answered together once durable.
-        durable: list[tuple[int, int, int, tuple[InFlightGate, int] | None]] = []
+        adds, accepted, refusals = add_rows(group)
+        group_bytes = sum([len(request[2]) for request in group])  # what the group's permits hold
+        #: The adds the bookie took, and their entries' bytes: answered together once durable.
+        durable: list[tuple[int, int, int]] = []
+        durable_bytes = [0]
 
         def reply(error: BaseException | None) -> None:
             rc = v2.EOK if error is None else v2.EIO
-            self._release_all([permit for _ledger_id, _entry_id, _version, permit in durable])
-            encode = v2.encode_add_response
-            self._send(b"".join([encode(rc, lid, eid, ver) for lid, eid, ver, _permit in durable]))
+            self._release_adds(durable_bytes[0], len(durable))
+            self._send(v2.encode_add_responses(rc, durable))
             self._flush()  # the group's answers leave now, not one loop iteration later: its adds wait for them
             metrics.observe_request("ADD_ENTRY", _now_ms() - start, rc == v2.EOK, len(durable))
 
@@ -610,21 +679,25 @@ class _Connection(asyncio.Protocol):
                 refused = [BookieIOError("unexpected error adding the entry")] * len(adds)
             if not any(refused):
                 durable.extend(accepted)
-                metrics.add_bytes.inc(sum([len(add[3]) for add in adds]))
+                durable_bytes[0] = group_bytes if not refusals else sum([len(add[3]) for add in adds])
             else:
-                stored_bytes = 0
-                for (ledger_id, entry_id, version, permit), add, error in zip(accepted, adds, refused):
+                for (ledger_id, entry_id, version), add, error in zip(accepted, adds, refused):
                     if error is None:
-                        durable.append((ledger_id, entry_id, version, permit))
-                        stored_bytes += len(add[3])
-                        continue
-                    self._release(permit)
-                    refusals.append(v2.encode_add_response(rc_for_error(error), ledger_id, entry_id, version))
-                    metrics.observe_request("ADD_ENTRY", _now_ms() - start, False)
-                metrics.add_bytes.inc(stored_bytes)
+                        durable.append((ledger_id, entry_id, version))
+                        durable_bytes[0] += len(add[3])
+                    else:
+                        refusals.append((rc_for_error(error), ledger_id, entry_id, version))
+            metrics.add_bytes.inc(durable_bytes[0])
             filled[0] = True
         if refusals:
-            self._send(b"".join(refusals))
+            # Every add is durable (its permit goes back with the answer) or refused (its permit goes back now).
+            self._release_adds(group_bytes - durable_bytes[0], len(refusals))
+            encode = v2.encode_add_response
+            self._send(b"".join([encode(rc, ledger_id, entry_id, version)
+                                 for rc, ledger_id, entry_id, version in refusals]))
+            elapsed = _now_ms() - start
+            for _refusal in refusals:
+                metrics.observe_request("ADD_ENTRY", elapsed, False)
 
     def _fence_first(self, ledger_id: int, flags: int, master_key: bytes | None) -> asyncio.Future[None] | None:
         """Start fencing for a fencing read; raises EUA (no key / wrong key)."""

@@ -38,6 +38,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 
 import lmdb
@@ -464,32 +465,50 @@ class LedgerStorage:
 
     def put_entries(self, scope_id: int, adds: Sequence[tuple], entries: Sequence[bytes]) -> None:
         """:meth:`put_entry` for each add, whose first three items are ledger id, entry id and LAC, with its
-        entry bytes from ``entries`` (the add path's group of adds: one call, not one per entry)."""
+        entry bytes from ``entries`` (the add path's group of adds: one call, not one per entry).
+
+        The loops over the group are the builtins' (``dict.update``, key-view intersections, ``max`` over the
+        ids), not Python statements per entry; an entry stored again (in this group or before it) is counted
+        once, with its newest bytes, as :meth:`put_entry` counts it.
+        """
+        if not adds:
+            return
         cache = self._write_cache
-        read_cache = self._read_cache
-        grown = 0
-        ledger_id = info = None
-        for add, data in zip(adds, entries):
-            if add[0] != ledger_id:
-                ledger_id = add[0]
-                info, _ = self.ensure_ledger(scope_id, ledger_id)
-                self._dirty.add((scope_id, ledger_id))
-            entry_id = add[1]
-            key = (scope_id, ledger_id, entry_id)
-            old = cache.get(key)
-            if old is not None:
-                grown -= len(old)
-            cache[key] = data
-            grown += len(data)
-            if read_cache:
-                cached = read_cache.pop(key, None)
-                if cached is not None:
-                    self._read_cache_bytes -= len(cached)
-            if entry_id > info.last_entry:
-                info.last_entry = entry_id
-            if add[2] > info.lac:
-                info.lac = add[2]
+        keys = [(scope_id, add[0], add[1]) for add in adds]
+        replaced = cache.keys() & keys  # usually empty: an entry written again
+        replaced_bytes = sum([len(cache[key]) for key in replaced]) if replaced else 0
+        size_before = len(cache)
+        cache.update(zip(keys, entries))
+        if len(cache) - size_before == len(keys):
+            grown = sum(map(len, entries))  # every key new and none twice in the group
+        else:
+            grown = sum([len(cache[key]) for key in set(keys)]) - replaced_bytes
         self._write_cache_bytes += grown
+        read_cache = self._read_cache
+        if read_cache:
+            for key in read_cache.keys() & keys:
+                self._read_cache_bytes -= len(read_cache.pop(key))
+        ledger_ids = dict.fromkeys(map(itemgetter(0), adds))
+        if len(ledger_ids) == 1:
+            ledger_id = adds[0][0]
+            self._note_added(scope_id, ledger_id, max(map(itemgetter(1), adds)), max(map(itemgetter(2), adds)))
+            return
+        for ledger_id in ledger_ids:
+            self._note_added(
+                scope_id,
+                ledger_id,
+                max([add[1] for add in adds if add[0] == ledger_id]),
+                max([add[2] for add in adds if add[0] == ledger_id]),
+            )
+
+    def _note_added(self, scope_id: int, ledger_id: int, last_entry: int, lac: int) -> None:
+        """A ledger got entries up to ``last_entry`` (and a LAC of ``lac``) in the write cache."""
+        info, _ = self.ensure_ledger(scope_id, ledger_id)
+        self._dirty.add((scope_id, ledger_id))
+        if last_entry > info.last_entry:
+            info.last_entry = last_entry
+        if lac > info.lac:
+            info.lac = lac
 
     @property
     def write_cache_bytes(self) -> int:

@@ -1,8 +1,8 @@
 /*
  * Byte helpers shared by bkspark's compiled modules (bkspark/protocol/_speedups.c, bookie_server/_speedups.c):
  * CRC32C (Castagnoli) chained like the crc32c package, on the CPU's crc32 instruction when it has one, and
- * big-endian loads and stores.  Everything is static: each module compiles its own copy; call crc_init() once
- * in the module's init function.
+ * big-endian loads and stores, and (where Python.h came first) an exact int's int64 value.  Everything is static:
+ * each module compiles its own copy; call crc_init() once in the module's init function.
  */
 #ifndef BKSPARK_BYTES_H
 #define BKSPARK_BYTES_H
@@ -79,6 +79,23 @@ static inline void put_be32(unsigned char *p, uint32_t v)
     p[2] = (unsigned char)(v >> 8);
     p[3] = (unsigned char)v;
 }
+
+#ifdef Py_PYTHON_H
+/* 1: the int fits int64 and was stored; 0: it does not (the reference's case); -1: an error is set. */
+static inline int exact_int64(PyObject *item, int64_t *out)
+{
+    if (!PyLong_CheckExact(item))
+        return 0;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow)
+        return 0;
+    *out = (int64_t)v;
+    return 1;
+}
+#endif
 
 static inline void crc_init(void)
 {

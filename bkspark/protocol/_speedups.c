@@ -504,6 +504,56 @@ static PyObject *speedups_ok_add_keys(PyObject *self, PyObject *args)
     return map_bodies(bodies, add_ack_key_of, &c);
 }
 
+PyDoc_STRVAR(add_responses_doc,
+"v2_add_responses(rc, ids, add_opcode) -> bytes | None\n\n"
+"The ADDENTRY response frames of rc for each (ledger id, entry id, protocol version) of the list ids, joined (what\n"
+"bkspark/protocol/v2.py's encode_add_responses_reference makes).  None for anything that code would raise on or\n"
+"that this one does not expect (an id past int64, a version outside 0..127, rc past int32): the reference then\n"
+"encodes them.");
+
+static PyObject *speedups_add_responses(PyObject *self, PyObject *args)
+{
+    long long rc;
+    PyObject *ids;
+    long opcode;
+    if (!PyArg_ParseTuple(args, "LO!l", &rc, &PyList_Type, &ids, &opcode))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(ids);
+    if (rc < INT32_MIN || rc > INT32_MAX || opcode < 0 || opcode > 0xFF || n > PY_SSIZE_T_MAX / 28)
+        Py_RETURN_NONE;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 28);
+    if (out == NULL)
+        return NULL;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++, p += 28) {
+        PyObject *item = PyList_GET_ITEM(ids, i);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 3)
+            goto hand_back;
+        int64_t ledger, entry, version;
+        int ok;
+        if ((ok = exact_int64(PyTuple_GET_ITEM(item, 0), &ledger)) != 1 ||
+            (ok = exact_int64(PyTuple_GET_ITEM(item, 1), &entry)) != 1 ||
+            (ok = exact_int64(PyTuple_GET_ITEM(item, 2), &version)) != 1) {
+            if (ok < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            goto hand_back;
+        }
+        if (version < 0 || version > 127)
+            goto hand_back;
+        put_be32(p, 24);
+        put_be32(p + 4, version == 0 ? (uint32_t)opcode : ((uint32_t)version << 24) | ((uint32_t)opcode << 16));
+        put_be32(p + 8, (uint32_t)(int32_t)rc);
+        put_be64(p + 12, (uint64_t)ledger);
+        put_be64(p + 20, (uint64_t)entry);
+    }
+    return out;
+hand_back:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(crc32c_table_doc,
 "crc32c_table(data, value=0) -> int\n\n"
 "The same CRC32C computed with the lookup table, the path of CPUs without the crc32 instruction; for tests.");
@@ -530,6 +580,7 @@ static PyMethodDef speedups_methods[] = {
     {"split_frames", speedups_split_frames, METH_VARARGS, split_frames_doc},
     {"decode_add_requests", speedups_decode_adds, METH_VARARGS, decode_adds_doc},
     {"v2_ok_add_keys", speedups_ok_add_keys, METH_VARARGS, ok_add_keys_doc},
+    {"v2_add_responses", speedups_add_responses, METH_VARARGS, add_responses_doc},
     {"crc_hardware", speedups_hardware, METH_NOARGS, hardware_doc},
     {NULL, NULL, 0, NULL},
 };

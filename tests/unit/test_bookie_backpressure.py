@@ -14,16 +14,23 @@ from tests.unit.test_bookie_server import DIGEST, KEY, Conn, make_entry, with_bo
 
 
 def track_max(gate: object) -> list[int]:
-    """Record the gate's count after every admission."""
+    """Record the gate's count after every admission (one request's, or a run of adds')."""
     seen = [0]
     acquire = gate.try_acquire  # type: ignore[attr-defined]
+    acquire_many = gate.try_acquire_many  # type: ignore[attr-defined]
 
     def tracked(nbytes: int = 0) -> bool:
         ok = acquire(nbytes)
         seen[0] = max(seen[0], gate.count)  # type: ignore[attr-defined]
         return ok
 
+    def tracked_many(sizes: list[int]) -> int:
+        admitted = acquire_many(sizes)
+        seen[0] = max(seen[0], gate.count)  # type: ignore[attr-defined]
+        return admitted
+
     gate.try_acquire = tracked  # type: ignore[attr-defined]
+    gate.try_acquire_many = tracked_many  # type: ignore[attr-defined]
     return seen
 
 

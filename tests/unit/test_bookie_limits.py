@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 
 import pytest
 
@@ -46,6 +47,39 @@ def test_gate_parked_connections_go_before_newcomers() -> None:
 def test_gate_zero_means_unlimited() -> None:
     gate = InFlightGate("reads", max_count=0)
     assert all(gate.try_acquire() for _ in range(10_000))
+
+
+def _one_at_a_time(gate: InFlightGate, sizes: list[int]) -> int:
+    admitted = 0
+    for size in sizes:
+        if not gate.try_acquire(size):
+            break
+        admitted += 1
+    return admitted
+
+
+def test_gate_admits_a_run_as_one_request_at_a_time_would() -> None:
+    """``try_acquire_many`` (a run of adds received together) against ``try_acquire`` per request, from the same
+    state: the same count admitted and the same count and bytes held, over random bounds, holdings, parked
+    connections and runs, including requests larger than the byte bound and zero-byte ones."""
+    rng = random.Random(20261125)
+    for _case in range(5000):
+        max_count, max_bytes = rng.choice([0, 1, 2, 5, 50]), rng.choice([0, 1, 100, 1000, 10_000])
+        sizes = [rng.choice([0, 1, 50, 99, 100, 101, 700, 20_000]) for _ in range(rng.randrange(0, 40))]
+        held = rng.randrange(0, 8)
+        held_bytes = rng.randrange(0, 2000) if held else 0
+        parked = rng.random() < 0.3
+        gates = []
+        for _ in range(2):
+            gate = InFlightGate("adds", max_count=max_count, max_bytes=max_bytes)
+            gate.count, gate.bytes = held, held_bytes
+            if parked:
+                gate._waiters.append(lambda: None)
+            gates.append(gate)
+        many, single = gates
+        case = (max_count, max_bytes, sizes, held, held_bytes, parked)
+        assert many.try_acquire_many(sizes) == _one_at_a_time(single, sizes), case
+        assert (many.count, many.bytes) == (single.count, single.bytes), case
 
 
 def test_limit_log_logs_first_hit_then_a_count_per_interval(caplog: pytest.LogCaptureFixture) -> None:

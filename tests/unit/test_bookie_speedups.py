@@ -14,13 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from bkspark.protocol import v2
+from bkspark.protocol.digest import entry_header, master_key
 from bookie_server import journal as journal_module
+from bookie_server import server as server_module
 from bookie_server import storage as storage_module
 from bookie_server.journal import JournalPosition, RecordType, add_records, add_records_reference, iter_records
 from bookie_server.storage import LedgerStorage, log_records, log_records_reference
 
 COMPILED = journal_module._speedups
-USERS = (journal_module, storage_module)
+USERS = (journal_module, storage_module, server_module)
 
 
 @pytest.fixture(params=["compiled", "reference"])
@@ -71,6 +74,55 @@ def test_add_records_hand_what_they_cannot_do_to_the_reference(path: str) -> Non
     with pytest.raises(struct.error):
         add_records(0, [(1, 2**63, 0, b"x")])  # an id over int64: the reference's error
     assert COMPILED is None or COMPILED.add_records(0, [(1, 2**63, 0, b"x")]) is None
+
+
+def _add_group(rng: random.Random, n: int, refused: bool) -> list[v2.AddRequest]:
+    """v2 adds as a connection decodes them: entry headers V1 and V2 (scope 0), every flag; with ``refused``,
+    also adds the bookie refuses (a short or unknown header, a scope, a bad version)."""
+    key = master_key(b"pw")
+    group = []
+    for i in range(n):
+        ledger, entry_id, lac = rng.choice([1, 2**62]), rng.randrange(0, 2**40), rng.randrange(-1, 2**40)
+        if rng.random() < 0.5:  # format V1, as Java's DigestManager writes it
+            data = struct.pack(">qqqq", ledger, entry_id, lac, i) + b"p" * i
+        else:  # format V2 (its format byte: high bit, V2, the digest type) in scope 0
+            data = bytes([0xA0 | rng.choice([1, 3])]) + struct.pack(">qqqqq", 0, ledger, entry_id, lac, i) + b"p" * i
+        flags = rng.choice([0, v2.FLAG_RECOVERY_ADD, v2.FLAG_HIGH_PRIORITY, v2.FLAG_RECOVERY_ADD | v2.FLAG_HIGH_PRIORITY])
+        version = rng.choice([v2.LOWEST_COMPAT_PROTOCOL_VERSION, v2.PROTOCOL_VERSION])
+        if refused and rng.random() < 0.2:
+            kind = rng.randrange(4)
+            if kind == 0:
+                data = data[:rng.choice([16, 20, 31])]  # shorter than its header (the decoder guaranteed 16)
+            elif kind == 1:
+                data = bytes([0xB0]) + bytes(40)  # the high bit and an unknown format
+            elif kind == 2:
+                data = bytes([0xA1]) + struct.pack(">qqqqq", 5, ledger, entry_id, lac, 0)  # scope 5
+            else:
+                version = rng.choice([-1, v2.PROTOCOL_VERSION + 1])
+        entry = memoryview(b"....." + data)[5:] if i % 2 else data
+        group.append(v2.AddRequest(flags, key, entry, version))
+    return group
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_add_rows_are_the_reference_rows(monkeypatch: pytest.MonkeyPatch, refused: bool) -> None:
+    """The rows of a group of v2 adds, compiled and reference: the same rows, ids and refusals (a group with a
+    refusal is handed to the reference whole)."""
+    rng = random.Random(7 if refused else 8)
+    for _round in range(40):
+        group = _add_group(rng, rng.randrange(0, 60), refused)
+        reference = server_module.add_rows_reference(group)
+        assert server_module.add_rows(group) == reference
+        if COMPILED is not None:  # compiled exactly when no add is refused
+            compiled = COMPILED.add_rows(group, 0, v2.PROTOCOL_VERSION, v2.FLAG_RECOVERY_ADD, v2.FLAG_HIGH_PRIORITY)
+            assert (compiled is None) == bool(reference[2])
+        rows, ids, refusals = reference
+        assert len(rows) + len(refusals) == len(group)
+        for row, (ledger_id, entry_id, _version) in zip(rows, ids):
+            assert entry_header(row[3])[1:] == (ledger_id, entry_id, row[2]) and row[:2] == (ledger_id, entry_id)
+        monkeypatch.setattr(server_module, "_speedups", None)
+        assert server_module.add_rows(group) == reference
+        monkeypatch.undo()
 
 
 def _snapshot(rng: random.Random) -> dict[tuple[int, int, int], bytes]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import random
 import struct
 import threading
 from pathlib import Path
@@ -146,6 +147,47 @@ def test_storage_write_cache_checkpoint_and_reopen(tmp_path: Path) -> None:
     with pytest.raises(NoSuchLedgerError):
         again.get_entry(1, 1, 0)  # same ledger id, other scope
     again.close()
+
+
+def test_a_group_of_entries_is_stored_as_one_entry_at_a_time_would_be(tmp_path: Path) -> None:
+    """``put_entries`` (one call per group of adds, the builtins' loops) against storing the same adds one by one
+    the way the per-entry loop did: the same write cache, byte count, read cache, last entries and LACs, over
+    random groups with entries written again (in the group and before it), several ledgers and scopes, and entries
+    the read cache holds."""
+    rng = random.Random(1125)
+    grouped = LedgerStorage([tmp_path / "grouped"])
+    grouped.open()
+    model_cache: dict[tuple[int, int, int], bytes] = {}
+    model_read: dict[tuple[int, int, int], bytes] = {}
+    model_ledgers: dict[tuple[int, int], list[int]] = {}
+    for _round in range(300):
+        scope = rng.choice([0, 0, 3])
+        adds, entries = [], []
+        for _ in range(rng.randrange(1, 30)):
+            ledger, entry_id = rng.choice([1, 1, 1, 2, 9]), rng.randrange(0, 60)
+            adds.append((ledger, entry_id, rng.randrange(-1, entry_id + 1), b"", b"k" * 20, False, False))
+            entries.append(rng.randbytes(rng.randrange(0, 40)))
+        for key in rng.sample(sorted(model_cache), min(3, len(model_cache))):  # the read cache holds some keys
+            data = rng.randbytes(5)
+            grouped._read_cache_bytes += len(data) - len(grouped._read_cache.get(key, b""))
+            grouped._read_cache[key] = data
+            model_read[key] = data
+        grouped.put_entries(scope, adds, entries)
+        for add, data in zip(adds, entries):  # the per-entry reference
+            key = (scope, add[0], add[1])
+            model_cache[key] = data
+            model_read.pop(key, None)
+            state = model_ledgers.setdefault((scope, add[0]), [-1, -1])
+            state[0], state[1] = max(state[0], add[1]), max(state[1], add[2])
+        assert grouped._write_cache == model_cache
+        assert grouped.write_cache_bytes == sum(map(len, model_cache.values()))
+        assert dict(grouped._read_cache) == model_read
+        assert grouped._read_cache_bytes == sum(map(len, model_read.values()))
+        for (scope_id, ledger_id), (last_entry, lac) in model_ledgers.items():
+            info = grouped.ledger(scope_id, ledger_id)
+            assert info is not None and (info.last_entry, info.lac) == (last_entry, lac)
+            assert (scope_id, ledger_id) in grouped._dirty
+    grouped.close()
 
 
 def test_storage_delete_ledger_removes_index_rows(tmp_path: Path) -> None:

@@ -42,9 +42,9 @@ def test_the_compiled_path_is_built_and_on() -> None:
 def test_the_switch_turns_it_off_in_a_new_process() -> None:
     """One switch for both compiled modules, the protocol's and the bookie's (bookie_server/_speedups.c)."""
     code = ("from bkspark.protocol import correlation, digest, v2, framing, speedups; "
-            "from bkspark.client import ops, arrow; from bookie_server import journal, storage; "
+            "from bkspark.client import ops, arrow; from bookie_server import journal, server, storage; "
             "print(speedups.speedups, *{m._speedups for m in (digest, v2, framing, ops, arrow, correlation, journal, "
-            "storage)})")
+            "server, storage)})")
     for value, want in (("1", "None None"), ("0", None)):
         out = subprocess.run([sys.executable, "-c", code], env={**os.environ, DISABLE_ENV: value},
                              capture_output=True, text=True, check=True).stdout.strip()
@@ -365,6 +365,26 @@ def test_received_acknowledgements_are_keyed_the_same_both_ways(monkeypatch: pyt
             assert correlation_module.v2_add_response(keyed) == response
         else:
             assert keyed is body
+
+
+def test_a_group_of_add_responses_is_encoded_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bookie's answer to a group of adds: the frames encode_add_response makes, joined, for every return code,
+    id and version it takes; what it refuses (an id past int64, a version past a byte) is the same error."""
+    rng = random.Random(31)
+    for _round in range(50):
+        rc = rng.choice([v2.EOK, v2.EIO, v2.EFENCED, -1, 2**31 - 1])
+        ids = [(rng.choice([0, LEDGER, 2**63 - 1, -5]), rng.choice([-1, 0, 7, 2**40, 2**63 - 1]),
+                rng.choice([0, 1, 2, 3, 127, 128, 255, -1, -128])) for _ in range(rng.randrange(0, 40))]
+        fast, reference = both_ways(monkeypatch, lambda: v2.encode_add_responses(rc, ids))
+        assert fast == reference == b"".join(v2.encode_add_response(rc, *i) for i in ids)
+    for bad in ([(2**63, 0, 2)], [(1, 0, 256)], [(1, 2, 3, 4)]):
+        fast, reference = both_ways(monkeypatch, lambda: v2.encode_add_responses(v2.EOK, bad))
+        assert fast == reference and isinstance(fast, tuple) and issubclass(fast[0], Exception), bad
+    fast, reference = both_ways(monkeypatch, lambda: v2.encode_add_responses(v2.EOK, [[1, 2, 3]]))  # not a tuple
+    assert fast == reference == v2.encode_add_response(v2.EOK, 1, 2, 3)
+    if speedups is not None:  # handed to the reference
+        assert speedups.v2_add_responses(v2.EOK, [(2**63, 0, 2)], v2.ADD_ENTRY) is None
+        assert speedups.v2_add_responses(2**31, [], v2.ADD_ENTRY) is None
 
 
 def test_a_connection_answers_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
