@@ -50,6 +50,41 @@ async def test_adds_in_progress_never_pass_the_limit(bookie: Bookie, server: Boo
     c.close()
 
 
+@with_bookie(maxAddsInProgressLimit=0, maxAddsInProgressBytes=2000)
+async def test_runs_of_adds_cut_by_the_byte_bound_wait_their_turn(bookie: Bookie, server: BookieServer) -> None:
+    """Two connections each send a run of 150 adds at once against a bound of 2,000 entry bytes (about 11 adds):
+    each run is admitted a prefix at a time (docs/bookie.md, "Adds"), the bound is never passed, refused adds in
+    a run (a scope id, which v2 cannot carry) give their permits back at once, every add is answered, and every
+    permit comes back."""
+    gate = server.adds_gate
+    peak_bytes = [0]
+    acquire_many = gate.try_acquire_many
+
+    def tracked_many(sizes: list[int]) -> int:
+        admitted = acquire_many(sizes)
+        peak_bytes[0] = max(peak_bytes[0], gate.bytes)
+        return admitted
+
+    gate.try_acquire_many = tracked_many  # type: ignore[method-assign]
+    conns = [await Conn.open(server.port) for _ in range(2)]
+    for ledger, c in zip((1, 2), conns):
+        c.send(b"".join(
+            v2.encode_add_request(0, KEY, make_entry(ledger, i, b"x" * 100, scope=5 if i % 37 == 36 else 0))
+            for i in range(150)
+        ))
+    for ledger, c in zip((1, 2), conns):
+        acks = [v2.decode_response(await c.body()) for _ in range(150)]
+        assert sorted(a.entry_id for a in acks if a.rc == v2.EOK) == [i for i in range(150) if i % 37 != 36]
+        assert sorted(a.entry_id for a in acks if a.rc == v2.EBADREQ) == [36, 73, 110, 147]
+        assert {a.ledger_id for a in acks} == {ledger}
+    assert 0 < peak_bytes[0] <= 2000
+    assert server.limit_log.hits.get("maxAddsInProgressLimit", 0) > 0  # the adds gate logs under its count key
+    assert gate.count == 0 and gate.bytes == 0 and not gate.waiting  # every permit came back
+    assert all(conn._permits_held == 0 for conn in server._connections)
+    for c in conns:
+        c.close()
+
+
 @with_bookie(maxLongPollReadsInProgress=2)
 async def test_long_polls_are_bounded_and_the_connection_waits(bookie: Bookie, server: BookieServer) -> None:
     writer = await Conn.open(server.port)
