@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TypeVar
 
 from bkspark.errors import (
@@ -40,6 +41,10 @@ from bookie_server.journal import (
     replay_journals,
 )
 from bookie_server.storage import LedgerInfo, LedgerStorage
+
+#: The fields of an add row (``add_entries_cb``) that its checks depend on: ledger id, master key, recovery and
+#: high-priority flags.
+_CHECKED_FIELDS = itemgetter(0, 4, 5, 6)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -382,32 +387,35 @@ class Bookie:
         refused: list[BookieError | None] = []
         accepted: list[tuple[int, int, int, bytes | memoryview, bytes, bool, bool]] = []
         key_records: list[bytes] = []
-        passed: tuple[int, bytes, bool, bool] | None = None
-        for add in adds:
-            ledger_id, _entry_id, _lac, _entry, master_key, recovery, high_priority = add
-            if passed is None or passed != (ledger_id, master_key, recovery, high_priority):
-                try:
-                    if self.readonly and not (high_priority and not self._disk_readonly):
-                        raise WriteOnReadOnlyBookieError(ledger_id=ledger_id)
-                    info = self.storage.ledger(0, ledger_id)
-                    self._check_key(info, master_key, ledger_id)
-                    if info is not None and info.fenced and not recovery:
-                        raise LedgerFencedError(ledger_id=ledger_id)
-                    # A new ledger's key record goes before the group's adds (before this ledger's first).
-                    key_record = self._bind_key(0, ledger_id, info, master_key)
-                except BookieError as exc:
-                    refused.append(exc)
-                    passed = None
-                    continue
-                if key_record:
-                    key_records.append(key_record)
-                passed = (ledger_id, master_key, recovery, high_priority)
-            accepted.append(add)
-            refused.append(None)
+        if adds and len(set(map(_CHECKED_FIELDS, adds))) == 1:
+            # The usual group: one ledger, key and flags, so one check decides for every add.
+            try:
+                key_record = self._check_add(*_CHECKED_FIELDS(adds[0]))
+            except BookieError as exc:
+                return [exc] * len(adds)
+            if key_record:
+                key_records.append(key_record)
+            accepted, refused = list(adds), [None] * len(adds)
+        else:
+            passed: tuple[int, bytes, bool, bool] | None = None
+            for add in adds:
+                checked = _CHECKED_FIELDS(add)
+                if passed is None or passed != checked:
+                    try:
+                        key_record = self._check_add(*checked)
+                    except BookieError as exc:
+                        refused.append(exc)
+                        passed = None
+                        continue
+                    if key_record:
+                        key_records.append(key_record)
+                    passed = checked
+                accepted.append(add)
+                refused.append(None)
         if accepted:
             blob, entries = add_records(0, accepted)
             self.storage.put_entries(0, accepted, entries)
-            touched = {add[0] for add in accepted}
+            touched = set(map(itemgetter(0), accepted))
 
             def durable(error: BaseException | None) -> None:
                 if error is None and self._lac_waiters:
@@ -423,6 +431,18 @@ class Bookie:
                 self._background.add(task)  # keep a reference until it is done
                 task.add_done_callback(self._background.discard)
         return refused
+
+    def _check_add(self, ledger_id: int, master_key: bytes, recovery: bool, high_priority: bool) -> bytes:
+        """The checks of a scope-0 add (read-only, master key, fenced), raising the refusal; the MASTER_KEY record
+        of a ledger this add creates (to journal before its adds), else b""."""
+        if self.readonly and not (high_priority and not self._disk_readonly):
+            raise WriteOnReadOnlyBookieError(ledger_id=ledger_id)
+        info = self.storage.ledger(0, ledger_id)
+        self._check_key(info, master_key, ledger_id)
+        if info is not None and info.fenced and not recovery:
+            raise LedgerFencedError(ledger_id=ledger_id)
+        # A new ledger's key record goes before the group's adds (before this ledger's first).
+        return self._bind_key(0, ledger_id, info, master_key)
 
     def fence(self, scope_id: int, ledger_id: int, master_key: bytes) -> asyncio.Future[None]:
         """Fence a ledger (creating it if unknown); resolves once the fence is durable.

@@ -508,7 +508,30 @@ def encode_batch_read_response(
     entries: Iterable[bytes | bytearray | memoryview] = (),
     version: int = PROTOCOL_VERSION,
 ) -> bytes:
-    """Fast path: the BATCH_READ_ENTRY response frame, each entry as ``[len int32][entry]``."""
+    """Fast path: the BATCH_READ_ENTRY response frame, each entry as ``[len int32][entry]``.
+
+    The compiled loop (one copy of each entry into the frame) when it is built and ``entries`` is a list of
+    ``bytes`` (a bookie's batch read, docs/bookie.md, "Reads"), else, and for anything it hands back,
+    :func:`encode_batch_read_response_reference`.
+    """
+    if _speedups is not None and type(entries) is list and 0 <= version <= 127:
+        frame = _speedups.v2_batch_read_frame(
+            _header(version, BATCH_READ_ENTRY, 0), rc, ledger_id, start_entry_id, request_id, entries
+        )
+        if frame is not None:
+            return frame  # type: ignore[no-any-return]
+    return encode_batch_read_response_reference(rc, ledger_id, start_entry_id, request_id, entries, version)
+
+
+def encode_batch_read_response_reference(
+    rc: int,
+    ledger_id: int,
+    start_entry_id: int,
+    request_id: int,
+    entries: Iterable[bytes | bytearray | memoryview] = (),
+    version: int = PROTOCOL_VERSION,
+) -> bytes:
+    """The pure-Python :func:`encode_batch_read_response`: the tested reference of the compiled one."""
     parts: list[bytes | bytearray | memoryview] = [b""]
     body_size = BATCH_RESPONSE_HEADER_SIZE
     pack_length = _UINT32.pack

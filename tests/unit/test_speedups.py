@@ -18,7 +18,13 @@ import pytest
 from bkspark.client import arrow as arrow_module
 from bkspark.client import ops as ops_module
 from bkspark.client.ops import BookieOps
-from bkspark.errors import DigestMismatchError, FrameTooLargeError, InvalidOptionError, MalformedFrameError
+from bkspark.errors import (
+    DigestMismatchError,
+    FrameTooLargeError,
+    InvalidOptionError,
+    LocalProtocolError,
+    MalformedFrameError,
+)
 from bkspark.protocol import correlation as correlation_module
 from bkspark.protocol import digest as digest_module
 from bkspark.protocol import framing as framing_module
@@ -385,6 +391,34 @@ def test_a_group_of_add_responses_is_encoded_the_same_both_ways(monkeypatch: pyt
     if speedups is not None:  # handed to the reference
         assert speedups.v2_add_responses(v2.EOK, [(2**63, 0, 2)], v2.ADD_ENTRY) is None
         assert speedups.v2_add_responses(2**31, [], v2.ADD_ENTRY) is None
+
+
+def test_batch_read_responses_are_encoded_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bookie's batch-read answer: the same frame both ways for random entries, return codes, ids and versions,
+    decoded back to the entries; what the reference refuses (an id past int64, rc past int32, a version past a
+    byte) is the same error, and entries that are not a list of bytes (views, a tuple) take the reference."""
+    rng = random.Random(37)
+    for _round in range(60):
+        entries = [rng.randbytes(rng.choice([0, 1, 33, 1024, rng.randrange(5000)])) for _ in range(rng.randrange(0, 30))]
+        rc = rng.choice([v2.EOK, v2.ENOENTRY, -1, 2**31 - 1])
+        ids = (rng.choice([0, LEDGER, 2**63 - 1, -2]), rng.choice([-1, 0, 2**40]), rng.choice([0, 2**63 - 1, -7]))
+        version = rng.choice([0, 2, 3, 127, 128, 255, -1])
+        fast, reference = both_ways(monkeypatch, lambda: v2.encode_batch_read_response(rc, *ids, entries, version))
+        assert fast == reference
+        assert fast == v2.encode_batch_read_response_reference(rc, *ids, entries, version)
+        if rc == v2.EOK and version in (2, 3):
+            response = v2.decode_response(fast[4:])
+            assert list(map(bytes, response.entries)) == entries and response.request_id == ids[2]
+    for bad in ((2**63, 0, 0), (0, 0, -(2**63) - 1)):
+        fast, reference = both_ways(monkeypatch, lambda: v2.encode_batch_read_response(v2.EOK, *bad, [b"e"]))
+        assert fast == reference and isinstance(fast, tuple) and fast[0] is LocalProtocolError
+    fast, reference = both_ways(monkeypatch, lambda: v2.encode_batch_read_response(2**31, 1, 0, 0, [b"e"]))
+    assert fast == reference and isinstance(fast, tuple) and fast[0] is LocalProtocolError
+    for entries in ([memoryview(b"view"), b"b"], (b"a", b"b"), [bytearray(b"ba")]):
+        fast, reference = both_ways(monkeypatch, lambda: v2.encode_batch_read_response(v2.EOK, 1, 0, 0, entries))
+        assert fast == reference == v2.encode_batch_read_response_reference(v2.EOK, 1, 0, 0, list(entries))
+    if speedups is not None:
+        assert speedups.v2_batch_read_frame(0, v2.EOK, 1, 0, 0, [memoryview(b"v")]) is None  # handed back
 
 
 def test_a_connection_answers_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
