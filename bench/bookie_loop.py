@@ -1,6 +1,6 @@
 """The Python bookie's event loop alone: its CPU per v2 add, in-process, with no client and no network.
 
-    python -m bench.bookie_loop [--entries 100000] [--size 1024] [--chunk 70] [--rounds 3] [--profile]
+    python -m bench.bookie_loop [--entries 100000] [--size 1024] [--chunk 70] [--rounds 3] [--batch-reads 0] [--profile]
 
 A real ``Bookie`` and ``BookieServer`` (journal without fsync, write cache of --write-cache-mb) serve one
 ``_Connection`` whose transport only counts what it is given.  --chunk v2 ADDENTRY frames at a time are handed
@@ -13,6 +13,11 @@ and the best round is reported:
 * ``bookie GC``: the collector as a bookie process sets it (``bookie_server.app.tune_gc``);
 * ``Python GC``: Python's default thresholds, nothing frozen;
 * ``reference``: bookie GC, with the compiled loops of ``bkspark.protocol`` and ``bookie_server`` turned off.
+
+With ``--batch-reads PASSES`` each round then reads its ledger back PASSES times in v2 batch reads of 100 entries
+(one request per loop iteration, as a client reading one batch at a time sends them) and also reports the loop
+thread's CPU per entry read.  The write cache is then made large enough to hold every add, so each read is
+answered from memory on the loop (the reads the read threads serve from disk are another measurement).
 
 Why a separate program: under a Java client the machine's two cores are shared by the client's JVM, the bookie's
 threads and the kernel, so ``bench.bookie_compare``'s rates move by ±20 % from run to run; this isolates the
@@ -45,6 +50,10 @@ from bookie_server.server import _Connection
 from tests.harness.inprocess_bookie import started_bookie
 
 VARIANTS = ("bookie GC", "Python GC", "reference")
+#: Entries per batch read of --batch-reads.
+BATCH = 100
+#: What an entry stores besides its payload: the V1 header (32 bytes) and the CRC32C digest (4).
+ENTRY_OVERHEAD = 36
 #: Every module that reads a compiled module at call time (the "reference" variant sets them to None).
 COMPILED_USERS = (v2, framing_module, journal_module, storage_module, server_module)
 
@@ -87,8 +96,11 @@ def chunks_of_adds(entries: int, size: int, per_chunk: int, ledger: int) -> list
     return [b"".join(frames[i : i + per_chunk]) for i in range(0, entries, per_chunk)]
 
 
-async def one_round(args: argparse.Namespace, workdir: Path, ledger: int, profile: cProfile.Profile | None) -> float:
-    """Loop-thread CPU microseconds per add of one round on a fresh bookie."""
+async def one_round(
+    args: argparse.Namespace, workdir: Path, ledger: int, profile: cProfile.Profile | None
+) -> tuple[float, float | None]:
+    """Loop-thread CPU microseconds per add of one round on a fresh bookie, and per entry of its batch reads
+    (None without --batch-reads)."""
     async with started_bookie(workdir, dbStorage_writeCacheMaxSizeMb=args.write_cache_mb) as (_bookie, server):
         conn = _Connection(server)
         transport = CountingTransport()
@@ -108,7 +120,27 @@ async def one_round(args: argparse.Namespace, workdir: Path, ledger: int, profil
             await asyncio.sleep(0.0005)
         if profile is not None:
             profile.disable()
-        return (time.thread_time() - started) / args.entries * 1e6
+        per_add = (time.thread_time() - started) / args.entries * 1e6
+        if not args.batch_reads:
+            return per_add, None
+        requests = [v2.encode_batch_read_request(ledger, first, first, BATCH, 1 << 20)
+                    for first in range(0, args.entries, BATCH)]
+        stored = args.size + ENTRY_OVERHEAD
+        expected = transport.bytes_written + args.batch_reads * sum(
+            v2.BATCH_RESPONSE_OVERHEAD + min(BATCH, args.entries - first) * (4 + stored)
+            for first in range(0, args.entries, BATCH)
+        )
+        started = time.thread_time()
+        for _pass in range(args.batch_reads):
+            for request in requests:
+                conn.data_received(request)
+                await asyncio.sleep(0)
+        deadline = time.monotonic() + 120
+        while transport.bytes_written < expected:
+            if time.monotonic() > deadline:  # e.g. batches cut short by the bookie's maxBatchReadSize
+                raise RuntimeError(f"batch reads answered {transport.bytes_written} of {expected} bytes in 120 s")
+            await asyncio.sleep(0.0005)
+        return per_add, (time.thread_time() - started) / (args.entries * args.batch_reads) * 1e6
 
 
 def set_variant(variant: str, compiled: dict[Any, Any], thresholds: tuple[int, int, int]) -> None:
@@ -122,6 +154,16 @@ def set_variant(variant: str, compiled: dict[Any, Any], thresholds: tuple[int, i
         module._speedups = None if variant == "reference" else compiled[module]
 
 
+def print_variants(results: dict[str, list[float]], unit: str) -> None:
+    """Each variant's best round and all its rounds (µs per ``unit``), then the ratios between them."""
+    best = {variant: min(values) for variant, values in results.items()}
+    for variant in VARIANTS:
+        rounds = ", ".join(f"{value:.2f}" for value in results[variant])
+        print(f"  {variant:10s} {best[variant]:.2f} µs/{unit}  ({rounds})")
+    print(f"  Python GC ÷ bookie GC: {best['Python GC'] / best['bookie GC']:.2f}x; "
+          f"reference ÷ compiled: {best['reference'] / best['bookie GC']:.2f}x")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bookie_loop", description=__doc__.splitlines()[0])
     p.add_argument("--entries", type=int, default=100_000, help="adds per round (default 100000)")
@@ -130,20 +172,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--in-flight", type=int, default=1000, help="adds sent and not yet answered (default 1000)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of each variant, interleaved (default 3)")
     p.add_argument("--write-cache-mb", type=int, default=64, help="the bookie's write cache (default 64: checkpoints run)")
+    p.add_argument("--batch-reads", type=int, default=0, metavar="PASSES",
+                   help="then read the ledger back PASSES times in batch reads of 100 (default 0: no reads)")
     p.add_argument("--profile", action="store_true", help="also print cProfile's top functions of a bookie-GC round")
     args = p.parse_args(argv)
+    if args.batch_reads:  # every add stays in the write cache: the reads are answered from memory
+        args.write_cache_mb = max(args.write_cache_mb, args.entries * (args.size + 200) // (1 << 20) + 1)
     compiled = {module: module._speedups for module in COMPILED_USERS}
     if any(value is None for value in compiled.values()):
         print("a compiled module is not built or is turned off (BKSPARK_NO_EXTENSIONS): the variants would be equal")
         return 1
     thresholds = gc.get_threshold()
     results: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    reads: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="bookie-loop-") as tmp:
         for rnd in range(args.rounds):
             for variant in VARIANTS:
                 set_variant(variant, compiled, thresholds)
                 workdir = Path(tmp) / f"{rnd}-{variant.replace(' ', '-')}"
-                results[variant].append(asyncio.run(one_round(args, workdir, 7, None)))
+                per_add, per_read = asyncio.run(one_round(args, workdir, 7, None))
+                results[variant].append(per_add)
+                if per_read is not None:
+                    reads[variant].append(per_read)
         profile_text = ""
         if args.profile:
             set_variant("bookie GC", compiled, thresholds)
@@ -158,12 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"python -m bench.bookie_loop {' '.join(argv if argv is not None else sys.argv[1:])}")
     print(f"{args.entries} adds of {args.size} B per round, {args.chunk} per received chunk, {args.in_flight} in flight, write cache "
           f"{args.write_cache_mb} MiB; loop-thread CPU per add, best of {args.rounds} (all rounds):")
-    best = {variant: min(values) for variant, values in results.items()}
-    for variant in VARIANTS:
-        rounds = ", ".join(f"{value:.2f}" for value in results[variant])
-        print(f"  {variant:10s} {best[variant]:.2f} µs/add  ({rounds})")
-    print(f"  Python GC ÷ bookie GC: {best['Python GC'] / best['bookie GC']:.2f}x; "
-          f"reference ÷ compiled: {best['reference'] / best['bookie GC']:.2f}x")
+    print_variants(results, "add")
+    if args.batch_reads:
+        print(f"then {args.batch_reads} pass(es) of batch reads of {BATCH} over those entries, from the write cache; "
+              f"loop-thread CPU per entry read, best of {args.rounds} (all rounds):")
+        print_variants(reads, "entry")
     if profile_text:
         print(profile_text)
     return 0

@@ -524,12 +524,8 @@ def encode_batch_read_response(
 
 
 def encode_batch_read_response_reference(
-    rc: int,
-    ledger_id: int,
-    start_entry_id: int,
-    request_id: int,
-    entries: Iterable[bytes | bytearray | memoryview] = (),
-    version: int = PROTOCOL_VERSION,
+    rc: int, ledger_id: int, start_entry_id: int, request_id: int,
+    entries: Iterable[bytes | bytearray | memoryview] = (), version: int = PROTOCOL_VERSION,
 ) -> bytes:
     """The pure-Python :func:`encode_batch_read_response`: the tested reference of the compiled one."""
     parts: list[bytes | bytearray | memoryview] = [b""]
