@@ -66,7 +66,7 @@ class InFlightGate:
         """Slots for as many of these requests (of ``sizes[i]`` bytes each), in order, as :meth:`try_acquire`
         called for each until its first False would give: how many got one.
 
-        One call for a run of adds received together (docs/bookie.md, "Limits"): both bounds are prefix
+        One call for a run of adds received together (docs/bookie.md, "Adds"): both bounds are prefix
         conditions, so the count is the shortest of the prefixes that fit each (a bisection over the running
         byte totals), with the same two exceptions as one at a time: the first request is admitted when nothing
         is in progress, and while connections are parked none is admitted past that first one.

@@ -112,6 +112,11 @@ AddRow = tuple[int, int, int, "bytes | memoryview", bytes, bool, bool]
 Refusal = tuple[int, int, int, int]
 
 
+def _bad_version(version: int) -> bool:
+    """True for a v2 protocol version this bookie does not serve (answered EBADVERSION, as Java's bookie does)."""
+    return version < v2.LOWEST_COMPAT_PROTOCOL_VERSION or version > v2.PROTOCOL_VERSION
+
+
 def add_rows(group: list[v2.AddRequest]) -> tuple[list[AddRow], list[tuple[int, int, int]], list[Refusal]]:
     """For a group of v2 adds: the row of each add the bookie may take, its ``(ledger id, entry id, version)``
     in the same order, and the refusals of the rest (an entry header too short or of an unknown format, a bad
@@ -131,7 +136,6 @@ def add_rows(group: list[v2.AddRequest]) -> tuple[list[AddRow], list[tuple[int, 
 
 def add_rows_reference(group: list[v2.AddRequest]) -> tuple[list[AddRow], list[tuple[int, int, int]], list[Refusal]]:
     """The pure-Python :func:`add_rows`: the tested reference of the compiled one."""
-    lowest, highest = v2.LOWEST_COMPAT_PROTOCOL_VERSION, v2.PROTOCOL_VERSION
     rows: list[AddRow] = []
     ids: list[tuple[int, int, int]] = []
     refusals: list[Refusal] = []
@@ -143,7 +147,7 @@ def add_rows_reference(group: list[v2.AddRequest]) -> tuple[list[AddRow], list[t
             # Java takes the ids from bytes 0-15 (the decoder guaranteed 16) and fails later.
             refusals.append((v2.EBADREQ, request.ledger_id, request.entry_id, version))
             continue
-        if not lowest <= version <= highest:
+        if _bad_version(version):
             refusals.append((v2.EBADVERSION, ledger_id, entry_id, version))
         elif scope_id != 0:
             refusals.append((v2.EBADREQ, ledger_id, entry_id, version))  # scope ids need v3 (BP-35 extension)
@@ -636,10 +640,6 @@ class _Connection(asyncio.Protocol):
         else:
             self._send(v2.encode_auth_response(v2.AUTH_DISABLED_PLUGIN_NAME, b"", request.version))
 
-    @staticmethod
-    def _bad_version(version: int) -> bool:
-        return version < v2.LOWEST_COMPAT_PROTOCOL_VERSION or version > v2.PROTOCOL_VERSION
-
     def _v2_add_group(self, group: list[v2.AddRequest]) -> None:
         """v2 adds received together, each holding a permit of the adds gate (:meth:`_admit_adds`): checked one
         by one, stored and journalled as one group, and answered with one response write once the group is
@@ -718,7 +718,7 @@ class _Connection(asyncio.Protocol):
             self._send(v2.encode_read_response(rc, ledger_id, entry_id, data, version))
             self.metrics.observe_request(op, _now_ms() - start, rc == v2.EOK)
 
-        if self._bad_version(version):
+        if _bad_version(version):
             reply(v2.EBADVERSION)
             return
         try:
@@ -782,7 +782,7 @@ class _Connection(asyncio.Protocol):
             if rc == v2.EOK:
                 self.metrics.batch_read_response_size.observe(len(frame))
 
-        if self._bad_version(version):
+        if _bad_version(version):
             reply(v2.EBADVERSION)
             return
         try:
