@@ -387,31 +387,21 @@ class Bookie:
         refused: list[BookieError | None] = []
         accepted: list[tuple[int, int, int, bytes | memoryview, bytes, bool, bool]] = []
         key_records: list[bytes] = []
-        if adds and len(set(map(_CHECKED_FIELDS, adds))) == 1:
-            # The usual group: one ledger, key and flags, so one check decides for every add.
-            try:
-                key_record = self._check_add(*_CHECKED_FIELDS(adds[0]))
-            except BookieError as exc:
-                return [exc] * len(adds)
-            if key_record:
-                key_records.append(key_record)
-            accepted, refused = list(adds), [None] * len(adds)
-        else:
-            passed: tuple[int, bytes, bool, bool] | None = None
-            for add in adds:
-                checked = _CHECKED_FIELDS(add)
-                if passed is None or passed != checked:
-                    try:
-                        key_record = self._check_add(*checked)
-                    except BookieError as exc:
-                        refused.append(exc)
-                        passed = None
-                        continue
-                    if key_record:
-                        key_records.append(key_record)
-                    passed = checked
-                accepted.append(add)
-                refused.append(None)
+        passed: tuple[int, bytes, bool, bool] | None = None
+        for add in adds:
+            checked = _CHECKED_FIELDS(add)
+            if passed is None or passed != checked:
+                try:
+                    key_record = self._check_add(*checked)
+                except BookieError as exc:
+                    refused.append(exc)
+                    passed = None
+                    continue
+                if key_record:
+                    key_records.append(key_record)
+                passed = checked
+            accepted.append(add)
+            refused.append(None)
         if accepted:
             blob, entries = add_records(0, accepted)
             self.storage.put_entries(0, accepted, entries)

@@ -51,25 +51,17 @@ class InFlightGate:
 
     def try_acquire(self, nbytes: int = 0) -> bool:
         """Take a slot for one request of ``nbytes``; False when the gate is full."""
-        if self.count and (
-            (self.max_count and self.count >= self.max_count)
-            or (self.max_bytes and self.bytes + nbytes > self.max_bytes)
-        ):
-            return False
-        if self._waiters and self.count:
-            return False  # connections parked earlier go first (FIFO fairness)
-        self.count += 1
-        self.bytes += nbytes
-        return True
+        return self.try_acquire_many((nbytes,)) == 1
 
     def try_acquire_many(self, sizes: Sequence[int]) -> int:
-        """Slots for as many of these requests (of ``sizes[i]`` bytes each), in order, as :meth:`try_acquire`
-        called for each until its first False would give: how many got one.
+        """Slots for the longest prefix of these requests (of ``sizes[i]`` bytes each) that fits: how many got one
+        (the one home of the gate's rule; :meth:`try_acquire` is a run of one).
 
-        One call for a run of adds received together (docs/bookie.md, "Adds"): both bounds are prefix
-        conditions, so the count is the shortest of the prefixes that fit each (a bisection over the running
-        byte totals), with the same two exceptions as one at a time: the first request is admitted when nothing
-        is in progress, and while connections are parked none is admitted past that first one.
+        A request fits while the count stays under ``max_count`` and the bytes within ``max_bytes``; the first
+        request is admitted when nothing is in progress, whatever its size, and while connections are parked
+        (FIFO fairness) none is admitted past that first one.  Both bounds are prefix conditions, so a run of adds
+        received together is admitted in one call (docs/bookie.md, "Adds"): the shortest of the prefixes that
+        fit each, found by a bisection over the running byte totals.
         """
         count = self.count
         if not sizes or (count and self._waiters):

@@ -49,19 +49,23 @@ def test_gate_zero_means_unlimited() -> None:
     assert all(gate.try_acquire() for _ in range(10_000))
 
 
-def _one_at_a_time(gate: InFlightGate, sizes: list[int]) -> int:
+def _one_at_a_time(count: int, held: int, max_count: int, max_bytes: int, parked: bool, sizes: list[int]) -> tuple:
+    """The gate's rule applied to one request after another (a model written from docs/bookie.md, "Limits"):
+    ``(admitted, count, bytes)`` after the run."""
     admitted = 0
     for size in sizes:
-        if not gate.try_acquire(size):
+        full = count and ((max_count and count >= max_count) or (max_bytes and held + size > max_bytes))
+        if full or (parked and count):
             break
-        admitted += 1
-    return admitted
+        count, held, admitted = count + 1, held + size, admitted + 1
+    return admitted, count, held
 
 
 def test_gate_admits_a_run_as_one_request_at_a_time_would() -> None:
-    """``try_acquire_many`` (a run of adds received together) against ``try_acquire`` per request, from the same
-    state: the same count admitted and the same count and bytes held, over random bounds, holdings, parked
-    connections and runs, including requests larger than the byte bound and zero-byte ones."""
+    """``try_acquire_many`` (a run of adds received together) and ``try_acquire`` (a run of one) against the rule
+    applied one request after another, from the same state: the same count admitted and the same count and bytes
+    held, over random bounds, holdings, parked connections and runs, including requests larger than the byte
+    bound and zero-byte ones."""
     rng = random.Random(20261125)
     for _case in range(5000):
         max_count, max_bytes = rng.choice([0, 1, 2, 5, 50]), rng.choice([0, 1, 100, 1000, 10_000])
@@ -69,17 +73,17 @@ def test_gate_admits_a_run_as_one_request_at_a_time_would() -> None:
         held = rng.randrange(0, 8)
         held_bytes = rng.randrange(0, 2000) if held else 0
         parked = rng.random() < 0.3
-        gates = []
-        for _ in range(2):
-            gate = InFlightGate("adds", max_count=max_count, max_bytes=max_bytes)
-            gate.count, gate.bytes = held, held_bytes
-            if parked:
-                gate._waiters.append(lambda: None)
-            gates.append(gate)
-        many, single = gates
+        gate = InFlightGate("adds", max_count=max_count, max_bytes=max_bytes)
+        gate.count, gate.bytes = held, held_bytes
+        if parked:
+            gate._waiters.append(lambda: None)
         case = (max_count, max_bytes, sizes, held, held_bytes, parked)
-        assert many.try_acquire_many(sizes) == _one_at_a_time(single, sizes), case
-        assert (many.count, many.bytes) == (single.count, single.bytes), case
+        want = _one_at_a_time(held, held_bytes, max_count, max_bytes, parked, sizes)
+        assert (gate.try_acquire_many(sizes), gate.count, gate.bytes) == want, case
+        if sizes:  # a run of one
+            gate.count, gate.bytes = held, held_bytes
+            one = _one_at_a_time(held, held_bytes, max_count, max_bytes, parked, sizes[:1])
+            assert (gate.try_acquire(sizes[0]), gate.count, gate.bytes) == (one[0] == 1, one[1], one[2]), case
 
 
 def test_limit_log_logs_first_hit_then_a_count_per_interval(caplog: pytest.LogCaptureFixture) -> None:
