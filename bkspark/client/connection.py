@@ -22,7 +22,9 @@ one loop iteration leave in one ``transport.write``.
 A bulk send (:meth:`BookieConnection.send_v2_many`: a bulk append's adds to this bookie, a range read's first
 reads) is one :class:`_Run` in the table, shared by its keys, with each key's arg beside it: no object per
 request.  Its successful answers may also be handed over together: the adds of one run answered in one chunk
-of bytes reach its ``many`` callback as one list, in the order they came (docs/client.md, "Write path").
+of bytes reach its ``many`` callback as one list of their args, in the order they came (docs/client.md, "Write
+path"); a run of single reads' answers as one list of ``(arg, stored entry)`` pairs (docs/client.md, "Read
+path").
 """
 
 from __future__ import annotations
@@ -74,8 +76,9 @@ class _Op:
 class _Run:
     """The requests of one bulk send: the table's value for each of their keys, with each key's own arg.
 
-    ``many(args)``, when given, takes a list of successful answers' args at once (their responses are not
-    kept: add acknowledgements carry nothing else); every other outcome goes to ``callback`` one by one.
+    ``many(args)``, when given, takes a list of successful answers at once: each add's arg (acknowledgements
+    carry nothing else), each READENTRY's ``(arg, stored entry)``; every other outcome goes to ``callback`` one
+    by one.
     """
 
     __slots__ = ("sent", "deadline", "callback", "many", "args")
@@ -91,7 +94,7 @@ class _Run:
         self.args = args
 
 
-#: ``many(args)``: the args of several successful answers of one :class:`_Run`, in the order they came.
+#: ``many(args)``: several successful answers of one :class:`_Run`, in the order they came (see :class:`_Run`).
 ManyCallback = Callable[[list[Any]], None]
 
 
@@ -338,10 +341,15 @@ class BookieConnection(asyncio.Protocol):
         run_many: ManyCallback | None = None
         run_args: list[Any] = []
         try:
-            # Successful add acknowledgements come as their keys (no response object each), the rest as bodies.
-            for item in correlation.v2_ok_add_keys(bodies):
+            # Successful add acknowledgements come as their keys and successful single reads' answers as (key,
+            # entry) pairs (no response object each), the rest as bodies.
+            for item in correlation.v2_ok_answers(bodies):
                 if type(item) is tuple:
-                    key, response, ok = item, None, True
+                    if len(item) == 2:
+                        key, entry = item
+                    else:
+                        key, entry = item, None
+                    response, ok = None, True
                 else:
                     response = decode(item)
                     key = key_of(response)
@@ -361,11 +369,16 @@ class BookieConnection(asyncio.Protocol):
                                 self._complete_many(run_many, run_args)  # type: ignore[arg-type]
                                 run_args = []
                             run_many = many
-                        run_args.append(arg)
+                        if entry is None and type(response) is v2.ReadResponse:
+                            entry = response.entry  # a read's answer the pass above left to decode
+                        run_args.append(arg if entry is None else (arg, entry))
                         continue
                     error = None
                     if response is None:
-                        response = correlation.v2_add_response(key)
+                        response = (
+                            correlation.v2_add_response(key) if entry is None
+                            else correlation.v2_read_response(key, entry)
+                        )
                 else:
                     error = correlation.response_error(response, self.bookie_id)
                 if run_args:

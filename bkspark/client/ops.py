@@ -153,14 +153,17 @@ class BookieOps:
         self._send_v2_many(bookie_id, keys, frames, args, callback, self.add_timeout, many)
 
     def read_v2_many(
-        self, bookie_id: str, ledger_id: int, entry_ids: "Sequence[int]", args: "Sequence[Any]", callback: Callback
+        self, bookie_id: str, ledger_id: int, entry_ids: "Sequence[int]", args: "Sequence[Any]", callback: Callback,
+        many: ManyCallback | None = None,
     ) -> None:
         """v2 reads of ``entry_ids`` (no fencing, scope 0) from one bookie, sent together; one connection lookup.
-        Each answers through ``callback(response, error, arg)`` with its own arg, exactly as :meth:`read` would."""
+        Each answers through ``callback(response, error, arg)`` with its own arg, exactly as :meth:`read` would,
+        except that ``many(pairs)``, when given, takes the ``(arg, stored entry)`` of successful answers that came
+        together (:meth:`BookieConnection.send_v2_many`)."""
         encode = v2.encode_read_request
         keys = [read_key(ledger_id, entry_id) for entry_id in entry_ids]
         frames = [encode(ledger_id, entry_id, 0, None) for entry_id in entry_ids]
-        self._send_v2_many(bookie_id, keys, frames, args, callback, self.read_timeout)
+        self._send_v2_many(bookie_id, keys, frames, args, callback, self.read_timeout, many)
 
     def _send_v2_many(
         self, bookie_id: str, keys: "Sequence[Any]", frames: "Sequence[bytes]", args: "Sequence[Any]",

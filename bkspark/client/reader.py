@@ -200,6 +200,164 @@ def _speculate_group(reads: list[_EntryRead], delay: float) -> None:
             read.speculate(delay)
 
 
+class _RangeRead:
+    """Plain v2 single reads of ``first..last`` (one segment), all sent at once, with no object per entry.
+
+    The fast path of a striped ledger's scan (:meth:`LedgerReader._fallback`; docs/client.md, "Read path"). Each
+    entry's first replica is asked in one run of requests per bookie; answers are kept as they came, by index
+    (successful ones handed over a chunk at a time: :meth:`on_answers`), and the digests of all of them are checked by one :meth:`Digester.verify_payloads` call at the end. An entry whose
+    first answer is an error, or still missing after ``speculativeReadTimeout``, becomes an :class:`_EntryRead`
+    that asks its other replicas exactly as :meth:`LedgerReader.read_range` would (its first replica counted as
+    asked); so does an entry whose copy fails the digest check.
+    """
+
+    __slots__ = ("reader", "first", "count", "bodies", "remaining", "done", "escalated", "verified", "replicas")
+
+    def __init__(self, reader: "LedgerReader", first: int, last: int) -> None:
+        self.reader = reader
+        self.first = first
+        self.count = last - first + 1
+        #: Each entry's stored bytes as its first replica sent them (None until then).
+        self.bodies: list[Any] = [None] * self.count
+        self.remaining = self.count
+        self.done: asyncio.Future[None] = reader.ctx.loop.create_future()
+        #: Entries handed to an :class:`_EntryRead` (an error, a timeout), by index.
+        self.escalated: dict[int, _EntryRead] = {}
+        #: Payloads an :class:`_EntryRead` verified, by index.
+        self.verified: dict[int, bytes] = {}
+        # The write set's order repeats every E entries within a segment.
+        ensemble_size = reader.metadata.ensemble_size
+        cache: dict[tuple[int, int], list[str]] = {}
+        self.replicas = [reader._replicas(first + k, cache) for k in range(min(ensemble_size, self.count))]
+
+    async def run(self) -> list[bytes]:
+        """The verified payloads of the range, in order."""
+        reader = self.reader
+        period = len(self.replicas)
+        per_bookie: dict[str, list[int]] = {}
+        for k, bookies in enumerate(self.replicas):
+            per_bookie.setdefault(bookies[0], []).extend(range(k, self.count, period))
+        ledger_id, first = reader.ref.ledger_id, self.first
+        for bookie, indexes in per_bookie.items():
+            indexes.sort()
+            reader.ctx.ops.read_v2_many(
+                bookie, ledger_id, [first + i for i in indexes], indexes, self.on_first, self.on_answers
+            )
+        spec = reader.ctx.conf.speculativeReadTimeout / 1000.0
+        timer = (
+            reader.ctx.loop.call_later(spec, self.speculate, spec)
+            if spec > 0 and len(self.replicas[0]) > 1 and not self.done.done() else None
+        )
+        try:
+            await self.done
+        finally:
+            if timer is not None:
+                timer.cancel()
+            for read in self.escalated.values():
+                if read.timer is not None and not read.finished:
+                    read.timer.cancel()  # the range failed or was cancelled: no more speculative asks
+                    read.timer = None
+        return await self.verify()
+
+    def on_first(self, resp: Any, exc: BaseException | None, index: int) -> None:
+        """The answer of an entry's first replica."""
+        if self.done.done():
+            return
+        read = self.escalated.get(index)
+        if read is not None:
+            read.on_response(resp, exc, read.bookies[0])
+        elif exc is None:
+            self.bodies[index] = read_body(resp)
+            self.remaining -= 1
+            if self.remaining == 0:
+                self.done.set_result(None)
+        else:
+            self.escalate(index).answer(self.replicas[index % len(self.replicas)][0], None, exc)
+
+    def on_answers(self, pairs: list[tuple[int, Any]]) -> None:
+        """Successful answers of first replicas that came together: ``(index, stored entry)`` each."""
+        if self.done.done():
+            return
+        bodies, escalated = self.bodies, self.escalated
+        if escalated:
+            for index, entry in pairs:
+                read = escalated.get(index)
+                if read is None:
+                    bodies[index] = entry
+                    self.remaining -= 1
+                else:
+                    read.answer(read.bookies[0], entry, None)  # its own outcome counts (on_entry)
+        else:
+            for index, entry in pairs:
+                bodies[index] = entry
+            self.remaining -= len(pairs)
+        if self.remaining == 0 and not self.done.done():
+            self.done.set_result(None)
+
+    def escalate(self, index: int) -> _EntryRead:
+        """Entry ``index`` as an :class:`_EntryRead` whose first replica was asked and has not answered."""
+        read = _EntryRead(
+            self.reader, self.first + index, self.replicas[index % len(self.replicas)],
+            partial(self.on_entry, index), 0, None,
+        )
+        read.next_i = 1
+        read.outstanding = 1
+        self.escalated[index] = read
+        return read
+
+    def on_entry(self, index: int, entry: VerifiedEntry | None, exc: BaseException | None) -> None:
+        """An escalated entry's outcome: its verified payload, or the range's error."""
+        if self.done.done():
+            return
+        if exc is not None:
+            self.done.set_exception(exc)
+            return
+        self.verified[index] = bytes(entry.payload)  # type: ignore[union-attr]
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.done.set_result(None)
+
+    def speculate(self, delay: float) -> None:
+        """``speculativeReadTimeout`` passed: each entry still unanswered asks its next replica too, and backs off on
+        its own timer from then on (as :func:`_speculate_group`)."""
+        if self.done.done():
+            return
+        bodies, escalated = self.bodies, self.escalated
+        for index in range(self.count):
+            if bodies[index] is None and index not in escalated and index not in self.verified:
+                self.escalate(index).speculate(delay)
+
+    async def verify(self) -> list[bytes]:
+        """Every payload, digests checked in runs of answers kept as they came; a copy that fails the check is read
+        again from the entry's other replicas (its error kept, as :meth:`_EntryRead.answer` keeps it)."""
+        reader = self.reader
+        out: list[bytes] = []
+        i = 0
+        while i < self.count:
+            if i in self.verified:
+                out.append(self.verified[i])
+                i += 1
+                continue
+            j = i + 1
+            while j < self.count and j not in self.verified:
+                j += 1
+            payloads, bad = reader.digester.verify_payloads(
+                self.bodies[i:j], reader.ref.ledger_id, self.first + i, reader.ref.scope_id
+            )
+            out.extend(payloads)
+            i += len(payloads)
+            if bad is not None:
+                bookie = self.replicas[i % len(self.replicas)][0]
+                log.warning("bookie %s returned a bad copy of %s/%s: %s", bookie, reader.ref.ledger_id, self.first + i, bad)
+                self.done = reader.ctx.loop.create_future()
+                self.remaining = 1
+                self.escalate(i).answer(bookie, None, bad)
+                await self.done
+                out.append(self.verified[i])
+                i += 1
+        return out
+
+
 class LedgerReader:
     """Reads of one ledger; the metadata and LAC are updated by the handle that owns it."""
 
@@ -382,7 +540,7 @@ class LedgerReader:
             end = min(end, next_segment - 1)
         md = self.metadata
         if not self.ctx.conf.batchReadEnabled or is_striped(md.ensemble_size, md.write_quorum_size):
-            return [e.payload for e in await self._fallback(start, end, max_size)]
+            return await self._fallback(start, end, max_size)
         ensemble = md.ensemble_at(start)
         order = self._order(ensemble, md.write_set(start))
         ops = self.ctx.ops
@@ -391,7 +549,7 @@ class LedgerReader:
             k = capable.index(prefer % len(ensemble))
             capable = capable[k:] + capable[:k]
         if not capable:
-            return [e.payload for e in await self._fallback(start, end, max_size)]
+            return await self._fallback(start, end, max_size)
         want = end - start + 1
         verified: list[bytes] = []
         used = BATCH_RESPONSE_OVERHEAD
@@ -426,7 +584,7 @@ class LedgerReader:
         if verified:
             return verified
         if any(not ops.can_batch_read(ensemble[i], self.ref.scope_id) for i in capable):
-            return [e.payload for e in await self._fallback(start, end, max_size)]
+            return await self._fallback(start, end, max_size)
         raise pick_error(errors, ledger_id=self.ref.ledger_id, entry_id=start)
 
     async def read_range_batched(
@@ -553,19 +711,28 @@ class LedgerReader:
                 task.add_done_callback(_retrieve)
 
 
-    async def _fallback(self, start: int, end: int, max_size: int) -> list[LedgerEntry]:
-        """Pipelined single reads of ``start..end`` within ``max_size`` bytes (at least one entry)."""
-        out: list[LedgerEntry] = []
+    async def _fallback(self, start: int, end: int, max_size: int) -> list[bytes]:
+        """The verified payloads of pipelined single reads of ``start..end`` within ``max_size`` bytes (at least
+        one entry), ``readPipelineDepth`` at a time: over v2 as a :class:`_RangeRead` each, else
+        :meth:`read_range`."""
+        out: list[bytes] = []
         used = BATCH_RESPONSE_OVERHEAD
+        per_entry = 4 + 32 + self.digester.size
         chunk = max(1, self.ctx.conf.readPipelineDepth)
+        plain_v2 = self.ctx.ops.data_version(self.ref.scope_id) == V2
         cur = start
         while cur <= end:
-            part = await self.read_range(cur, min(end, cur + chunk - 1))
-            for entry in part:
-                size = 4 + len(entry.payload) + 32 + self.digester.size
+            last = min(end, cur + chunk - 1)
+            next_segment = self.metadata.next_segment_start(cur)
+            if plain_v2 and (next_segment is None or next_segment > last):
+                part = await _RangeRead(self, cur, last).run()
+            else:
+                part = [entry.payload for entry in await self.read_range(cur, last)]
+            for payload in part:
+                size = per_entry + len(payload)
                 if out and used + size > max_size:
                     return out
-                out.append(entry)
+                out.append(payload)
                 used += size
             cur += len(part)
         return out

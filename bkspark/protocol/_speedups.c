@@ -456,26 +456,24 @@ static PyObject *speedups_decode_adds(PyObject *self, PyObject *args)
     return map_bodies(bodies, add_request_of, &c);
 }
 
-PyDoc_STRVAR(ok_add_keys_doc,
-"v2_ok_add_keys(bodies, header, eok, add_opcode) -> list\n\n"
-"bodies (a list of v2 response frame bodies) with each bytes body of at least 24 bytes that starts with header and\n"
-"the return code eok replaced by the table key (ledger id, entry id, add_opcode) of the ADDENTRY it answers; every\n"
-"other body left as it is (bkspark/protocol/correlation.py, v2_ok_add_keys_reference).");
+PyDoc_STRVAR(ok_answers_doc,
+"v2_ok_answers(bodies, add_header, read_header, eok, add_opcode, read_opcode) -> list\n\n"
+"bodies (a list of v2 response frame bodies) with each bytes body of at least 24 bytes that starts with add_header\n"
+"and the return code eok replaced by the table key (ledger id, entry id, add_opcode) of the ADDENTRY it answers,\n"
+"each body of at least 24 bytes (bytes, or a flat memoryview of unsigned bytes) that starts with read_header and eok\n"
+"by ((ledger id, entry id, read_opcode), a memoryview of its stored entry); every other body left as it is\n"
+"(bkspark/protocol/correlation.py, v2_ok_answers_reference).");
 
 typedef struct {
-    uint32_t header;
+    uint32_t add_header;
+    uint32_t read_header;
     int32_t eok;
     PyObject *add_opcode;
-} AddAckContext;
+    PyObject *read_opcode;
+} OkAnswerContext;
 
-static PyObject *add_ack_key_of(PyObject *body, void *context)
+static PyObject *answer_key(const unsigned char *p, PyObject *opcode)
 {
-    const AddAckContext *c = context;
-    if (!PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) < 24)
-        return NULL;
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(body);
-    if (be32(p) != c->header || (int32_t)be32(p + 4) != c->eok)
-        return NULL;
     PyObject *ledger = PyLong_FromLongLong((long long)be64(p + 8));
     PyObject *entry = ledger == NULL ? NULL : PyLong_FromLongLong((long long)be64(p + 16));
     PyObject *key = entry == NULL ? NULL : PyTuple_New(3);
@@ -484,24 +482,67 @@ static PyObject *add_ack_key_of(PyObject *body, void *context)
         Py_XDECREF(entry);
         return NULL;
     }
-    Py_INCREF(c->add_opcode);
+    Py_INCREF(opcode);
     PyTuple_SET_ITEM(key, 0, ledger);
     PyTuple_SET_ITEM(key, 1, entry);
-    PyTuple_SET_ITEM(key, 2, c->add_opcode);
+    PyTuple_SET_ITEM(key, 2, opcode);
     return key;
 }
 
-static PyObject *speedups_ok_add_keys(PyObject *self, PyObject *args)
+static PyObject *ok_answer_of(PyObject *body, void *context)
+{
+    const OkAnswerContext *c = context;
+    const unsigned char *p;
+    Py_ssize_t size;
+    int is_bytes = PyBytes_CheckExact(body);
+    if (is_bytes) {
+        p = (const unsigned char *)PyBytes_AS_STRING(body);
+        size = PyBytes_GET_SIZE(body);
+    } else if (PyMemoryView_Check(body)) {
+        const Py_buffer *b = PyMemoryView_GET_BUFFER(body);
+        if (b->ndim != 1 || b->itemsize != 1 || (b->format != NULL && strcmp(b->format, "B") != 0) ||
+            !PyBuffer_IsContiguous(b, 'C'))
+            return NULL;
+        p = (const unsigned char *)b->buf;
+        size = b->len;
+    } else {
+        return NULL;
+    }
+    if (size < 24 || (int32_t)be32(p + 4) != c->eok)
+        return NULL;
+    uint32_t header = be32(p);
+    if (header == c->add_header && is_bytes)
+        return answer_key(p, c->add_opcode);
+    if (header != c->read_header)
+        return NULL;
+    PyObject *view = is_bytes ? PyMemoryView_FromObject(body) : (Py_INCREF(body), body);
+    PyObject *entry = view == NULL ? NULL : PySequence_GetSlice(view, 24, size);
+    Py_XDECREF(view);
+    PyObject *key = entry == NULL ? NULL : answer_key(p, c->read_opcode);
+    PyObject *pair = key == NULL ? NULL : PyTuple_New(2);
+    if (pair == NULL) {
+        Py_XDECREF(entry);
+        Py_XDECREF(key);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, key);
+    PyTuple_SET_ITEM(pair, 1, entry);
+    return pair;
+}
+
+static PyObject *speedups_ok_answers(PyObject *self, PyObject *args)
 {
     PyObject *bodies;
-    unsigned long header;
+    unsigned long add_header, read_header;
     long eok;
-    AddAckContext c;
-    if (!PyArg_ParseTuple(args, "O!klO", &PyList_Type, &bodies, &header, &eok, &c.add_opcode))
+    OkAnswerContext c;
+    if (!PyArg_ParseTuple(args, "O!kklOO", &PyList_Type, &bodies, &add_header, &read_header, &eok,
+                          &c.add_opcode, &c.read_opcode))
         return NULL;
-    c.header = (uint32_t)header;
+    c.add_header = (uint32_t)add_header;
+    c.read_header = (uint32_t)read_header;
     c.eok = (int32_t)eok;
-    return map_bodies(bodies, add_ack_key_of, &c);
+    return map_bodies(bodies, ok_answer_of, &c);
 }
 
 PyDoc_STRVAR(add_responses_doc,
@@ -634,7 +675,7 @@ static PyMethodDef speedups_methods[] = {
     {"v2_add_frames", speedups_add_frames, METH_VARARGS, add_frames_doc},
     {"split_frames", speedups_split_frames, METH_VARARGS, split_frames_doc},
     {"decode_add_requests", speedups_decode_adds, METH_VARARGS, decode_adds_doc},
-    {"v2_ok_add_keys", speedups_ok_add_keys, METH_VARARGS, ok_add_keys_doc},
+    {"v2_ok_answers", speedups_ok_answers, METH_VARARGS, ok_answers_doc},
     {"v2_add_responses", speedups_add_responses, METH_VARARGS, add_responses_doc},
     {"v2_batch_read_frame", speedups_batch_read_frame, METH_VARARGS, batch_read_frame_doc},
     {"crc_hardware", speedups_hardware, METH_NOARGS, hardware_doc},

@@ -25,8 +25,9 @@ from bkspark.protocol.speedups import speedups as _speedups
 
 __all__ = [
     "add_key",
-    "v2_ok_add_keys",
-    "v2_ok_add_keys_reference",
+    "v2_ok_answers",
+    "v2_ok_answers_reference",
+    "v2_read_response",
     "v2_add_response",
     "read_key",
     "batch_read_key",
@@ -75,33 +76,45 @@ def v2_response_key(response: Any) -> Hashable | None:
     return None
 
 
-def v2_ok_add_keys(bodies: list[Any]) -> list[Any]:
+def v2_ok_answers(bodies: list[Any]) -> list[Any]:
     """``bodies`` (a chunk's v2 response frame bodies) with each successful ADDENTRY response's body replaced by the
-    key it answers (:func:`add_key`), every other body left as it is: a client's pass over a chunk of
-    acknowledgements, without a response object per add.  Never raises (what it leaves meets
-    :func:`v2.decode_response` in its turn).
+    key it answers (:func:`add_key`), each successful READENTRY response's by ``(its key (:func:`read_key`), the
+    stored entry)``, every other body left as it is: a client's pass over a chunk of acknowledgements and single
+    reads' answers, without a response object each.  Never raises (what it leaves meets :func:`v2.decode_response`
+    in its turn).
 
     The compiled loop when it is built (docs/architecture.md, "Compiled fast path"), else
-    :func:`v2_ok_add_keys_reference`.
+    :func:`v2_ok_answers_reference`.
     """
     if _speedups is not None:
-        return _speedups.v2_ok_add_keys(bodies, v2.ADD_RESPONSE_HEADER_V2, v2.EOK, _ADD)  # type: ignore[no-any-return]
-    return v2_ok_add_keys_reference(bodies)
+        return _speedups.v2_ok_answers(  # type: ignore[no-any-return]
+            bodies, v2.ADD_RESPONSE_HEADER_V2, v2.READ_RESPONSE_HEADER_V2, v2.EOK, _ADD, _READ
+        )
+    return v2_ok_answers_reference(bodies)
 
 
-def v2_ok_add_keys_reference(bodies: list[Any]) -> list[Any]:
-    """The pure-Python :func:`v2_ok_add_keys`: the tested reference of the compiled one."""
+def v2_ok_answers_reference(bodies: list[Any]) -> list[Any]:
+    """The pure-Python :func:`v2_ok_answers`: the tested reference of the compiled one."""
     out: list[Any] = []
-    ids_of = v2.add_ack_ids
+    ids_of, read_of = v2.add_ack_ids, v2.read_answer
     for body in bodies:
         ids = ids_of(body)
-        out.append(body if ids is None else add_key(*ids))
+        if ids is not None:
+            out.append(add_key(*ids))
+            continue
+        found = read_of(body)
+        out.append(body if found is None else (read_key(found[0], found[1]), found[2]))
     return out
 
 
 def v2_add_response(key: tuple[int, int, int]) -> "v2.AddResponse":
-    """The successful ADDENTRY response a key of :func:`v2_ok_add_keys` stands for."""
+    """The successful ADDENTRY response a key of :func:`v2_ok_answers` stands for."""
     return v2.AddResponse(v2.EOK, key[0], key[1])
+
+
+def v2_read_response(key: tuple[int, int, int], entry: Any) -> "v2.ReadResponse":
+    """The successful READENTRY response a pair of :func:`v2_ok_answers` stands for."""
+    return v2.ReadResponse(v2.EOK, key[0], key[1], entry)
 
 
 def v2_error(rc: int, bookie_id: str, **context: Any) -> BKError:

@@ -46,10 +46,12 @@ from bkspark.protocol.speedups import speedups as _speedups
 
 __all__ = [
     "add_ack_ids",
+    "read_answer",
     "PROTOCOL_VERSION",
     "LOWEST_COMPAT_PROTOCOL_VERSION",
     "ADD_ENTRY",
     "ADD_RESPONSE_HEADER_V2",
+    "READ_RESPONSE_HEADER_V2",
     "READ_ENTRY",
     "AUTH",
     "READ_LAC",
@@ -767,7 +769,7 @@ _RESPONSE_DECODERS: dict[int, Callable[[memoryview, int], Response]] = {
 #: The header of every ADDENTRY response a v2 (version 2) bookie sends (flags 0): the client's hot path.
 ADD_RESPONSE_HEADER_V2 = (PROTOCOL_VERSION << 24) | (ADD_ENTRY << 16)
 #: The same for READENTRY responses.
-_READ_RESPONSE_HEADER_V2 = (PROTOCOL_VERSION << 24) | (READ_ENTRY << 16)
+READ_RESPONSE_HEADER_V2 = (PROTOCOL_VERSION << 24) | (READ_ENTRY << 16)
 
 
 def add_ack_ids(body: object) -> tuple[int, int] | None:
@@ -778,6 +780,22 @@ def add_ack_ids(body: object) -> tuple[int, int] | None:
         header, rc, ledger_id, entry_id = _BODY_RESPONSE_PREFIX.unpack_from(body, 0)
         if header == ADD_RESPONSE_HEADER_V2 and rc == EOK:
             return ledger_id, entry_id
+    return None
+
+
+def read_answer(body: object) -> tuple[int, int, memoryview] | None:
+    """``(ledger id, entry id, the stored entry)`` of a successful READENTRY response body (``bytes``, or a flat
+    memoryview of unsigned bytes as the frame splitter hands a large one over): what :func:`decode_response` makes
+    of it, without the response.  None for any other body; never raises."""
+    if type(body) is memoryview:
+        if not (body.ndim == 1 and body.itemsize == 1 and body.format == "B" and body.c_contiguous):
+            return None
+    elif type(body) is not bytes:
+        return None
+    if len(body) >= RESPONSE_HEADER_SIZE:  # type: ignore[arg-type]
+        header, rc, ledger_id, entry_id = _BODY_RESPONSE_PREFIX.unpack_from(body, 0)  # type: ignore[arg-type]
+        if header == READ_RESPONSE_HEADER_V2 and rc == EOK:
+            return ledger_id, entry_id, memoryview(body)[RESPONSE_HEADER_SIZE:]  # type: ignore[arg-type]
     return None
 
 
@@ -797,7 +815,7 @@ def decode_response(body: bytes | bytearray | memoryview) -> Response:
         # Fast path (one per bookie per add): what _decode_add_response does, without the lookups.
         _, rc, ledger_id, entry_id = _BODY_RESPONSE_PREFIX.unpack_from(view, 0)
         return AddResponse(rc, ledger_id, entry_id, PROTOCOL_VERSION)
-    if header == _READ_RESPONSE_HEADER_V2 and size >= RESPONSE_HEADER_SIZE:
+    if header == READ_RESPONSE_HEADER_V2 and size >= RESPONSE_HEADER_SIZE:
         # Fast path of single reads: what _decode_read_response does.
         _, rc, ledger_id, entry_id = _BODY_RESPONSE_PREFIX.unpack_from(view, 0)
         return ReadResponse(rc, ledger_id, entry_id, view[RESPONSE_HEADER_SIZE:], PROTOCOL_VERSION)

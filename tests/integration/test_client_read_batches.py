@@ -211,6 +211,16 @@ def test_java_417_bookies_batches_striped_and_digest_errors(java_cluster_factory
         with pytest.raises(DigestMismatchError):
             list(bk.open_ledger(ledger, password=b"pw").read_batches(0, 599, batch_size=50))
 
+        # the striped ledger's range reads: a bad copy of entry 5 on the bookie asked first is read again from
+        # the other replica once the range is in; both copies bad, the error reaches the caller, typed
+        striped_ensemble = bk.open_ledger(striped, password=b"pw").metadata.last_ensemble
+        overwrite(striped_ensemble[5 % 3], 5, bad_copy(striped, 5), striped)
+        assert [p for b in check_same_as_read(bk.open_ledger(striped, password=b"pw"), 0, 299, batch_size=40)
+                for p in b.column("payload").to_pylist()][5] == payload(5)
+        overwrite(striped_ensemble[6 % 3], 5, bad_copy(striped, 5), striped)
+        with pytest.raises(DigestMismatchError):
+            list(bk.open_ledger(striped, password=b"pw").read_batches(0, 299, batch_size=40))
+
         # The compiled path (bkspark/protocol/_speedups.c) and the pure-Python reference read the same bytes, in
         # processes of their own, from a ledger of their own: clean, then with a bad copy on one bookie.
         other = write_ledger(bk, 600)

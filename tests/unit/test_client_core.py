@@ -51,6 +51,7 @@ class FakeBookie:
         self.fenced: set[int] = set()
         self.adds: list[tuple[int, int]] = []
         self.reads: list[int] = []
+        self.asked = 0
         self.batches: list[int] = []
 
 
@@ -90,6 +91,7 @@ class FakeOps:
 
     def read(self, bookie_id, ledger_id, entry_id, scope_id, callback, arg=None, *, flags=0, master_key=None):  # type: ignore[no-untyped-def]
         b = self.bookies[bookie_id]
+        b.asked += 1  # when sent (b.reads: when answered)
 
         def reply(data: bytes | None, err: BaseException | None) -> None:
             callback(None if data is None else ReadResponse(0, ledger_id, entry_id, data), err, arg)
@@ -121,11 +123,32 @@ class FakeOps:
             return
         asyncio.get_running_loop().call_later(b.delay, answer)
 
-    def read_v2_many(self, bookie_id, ledger_id, entry_ids, args, callback):  # type: ignore[no-untyped-def]
-        """BookieOps.read_v2_many: each read answers as read() would."""
+    def read_v2_many(self, bookie_id, ledger_id, entry_ids, args, callback, many=None):  # type: ignore[no-untyped-def]
+        """BookieOps.read_v2_many: each read answers as read() would; with ``many``, the successful answers of one
+        loop iteration go to it together as (arg, entry) pairs, as a connection hands over a chunk's."""
         self.bulk_reads = getattr(self, "bulk_reads", 0) + 1
+        if many is None:
+            for entry_id, arg in zip(entry_ids, args):
+                self.read(bookie_id, ledger_id, entry_id, 0, callback, arg)
+            return
+        loop = asyncio.get_running_loop()
+        came: list[tuple[object, bytes]] = []
+
+        def hand_over() -> None:
+            pairs = list(came)
+            came.clear()
+            many(pairs)
+
+        def one(response, error, arg):  # type: ignore[no-untyped-def]
+            if error is not None:
+                callback(response, error, arg)
+                return
+            if not came:
+                loop.call_soon(hand_over)
+            came.append((arg, response.entry))
+
         for entry_id, arg in zip(entry_ids, args):
-            self.read(bookie_id, ledger_id, entry_id, 0, callback, arg)
+            self.read(bookie_id, ledger_id, entry_id, 0, one, arg)
 
     def can_batch_read(self, bookie_id: str, scope_id: int) -> bool:
         return self.pool.supports_batch_read(bookie_id)
@@ -525,6 +548,80 @@ def test_a_range_read_arms_one_speculative_timer_for_the_reads_it_sends_together
             h.bookies[BOOKIES[0]].delay = 0.0
 
     asyncio.run(run())
+
+
+def test_a_striped_range_is_read_as_one_range_read_and_its_replicas_step_in() -> None:
+    """A striped ledger's batch read falls back to one _RangeRead per readPipelineDepth entries: each entry's first
+    replica asked in one run per bookie, answers handed over together, digests checked at the end. A bad copy, a
+    failed read and a slow bookie make only the entries concerned ask their next replica (a bad copy after the
+    whole range came); an entry no replica holds and an entry every replica spoiled fail the read, typed; a
+    cancelled read asks nothing more."""
+    h = Harness(3, 2, 2, readPipelineDepth=16, batchReadEnabled=True)
+
+    async def run() -> None:
+        await _filled(h, 40)
+        h.conf.reorderReadSequenceEnabled = False
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        want = [b"v%03d" % i for i in range(40)]
+        h.ops.bulk_reads = 0
+        for b in h.bookies.values():
+            b.reads.clear()
+        assert await reader.batch_read_payloads(0, 0, 0, 39) == want
+        assert h.ops.bulk_reads == 3 * 3  # 40 entries: ranges of 16, 16 and 8, one run to each bookie each
+        assert sorted(e for b in h.bookies.values() for e in b.reads) == list(range(40))  # each entry asked once
+
+        def spoil(bookie: str, entry_id: int) -> None:
+            data = bytearray(h.bookies[bookie].entries[(7, entry_id)])
+            data[-1] ^= 1
+            h.bookies[bookie].entries[(7, entry_id)] = bytes(data)
+
+        first_of = {e: BOOKIES[e % 3] for e in range(40)}  # write set (e % 3, (e + 1) % 3), asked in that order
+        spoil(first_of[3], 3)
+        h.bookies[first_of[5]].read_error = lambda e: BookieIOError("disk") if e == 5 else None
+        for b in h.bookies.values():
+            b.reads.clear()
+        assert await reader.batch_read_payloads(0, 0, 0, 39) == want
+        assert h.bookies[BOOKIES[1]].reads.count(3) == 1 and h.bookies[BOOKIES[0]].reads.count(5) == 1
+        assert {first_of[3], first_of[5]} <= set(h.ops.pool.failures_since(60))
+        h.bookies[first_of[5]].read_error = lambda e: None
+
+        # a slow bookie: the first replica of a third of the entries answers in 3 s; the range takes ~50 ms
+        slow = h.bookies[BOOKIES[2]]
+        slow.delay = 3.0
+        assert await asyncio.wait_for(reader.batch_read_payloads(16, 0, 0, 31), 1.0) == want[16:32]
+        slow.delay = 0.0
+
+        for bookie in (BOOKIES[1], BOOKIES[2]):  # entry 7's write set: bookies 1 and 2
+            spoil(bookie, 7)
+        with pytest.raises(DigestMismatchError):
+            await reader.batch_read_payloads(0, 0, 0, 39)
+        for bookie in (BOOKIES[2], BOOKIES[0]):
+            del h.bookies[bookie].entries[(7, 20)]
+        with pytest.raises(NoSuchEntryError):
+            await reader.batch_read_payloads(16, 0, 0, 31)
+
+    asyncio.run(run())
+
+    # Cancelled while every bookie is slow, after the speculative timer fired (each entry asked its second
+    # replica and armed its own timer for the third): no third ask follows. E = W = 3, batch reads off.
+    h3 = Harness(3, 3, 2, readPipelineDepth=16, batchReadEnabled=False)
+
+    async def cancelled() -> None:
+        await _filled(h3, 10)
+        reader = LedgerReader(h3.ctx(), h3.ref, h3.store.data[7].metadata, h3.digester)
+        for b in h3.bookies.values():
+            b.delay = 3.0
+        task = asyncio.ensure_future(reader.batch_read_payloads(0, 0, 0, 9))
+        await asyncio.sleep(0.08)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        asked = sum(b.asked for b in h3.bookies.values())
+        assert asked == 20  # each entry's first and second replica
+        await asyncio.sleep(0.2)
+        assert sum(b.asked for b in h3.bookies.values()) == asked
+
+    asyncio.run(cancelled())
 
 
 def test_batch_read_mismatch_inside_batch_returns_prefix_then_next_replica() -> None:

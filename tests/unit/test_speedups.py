@@ -8,6 +8,7 @@ same error type and message (docs/architecture.md, "Compiled fast path").
 from __future__ import annotations
 
 import os
+import collections
 import random
 import subprocess
 import sys
@@ -344,33 +345,57 @@ def test_received_adds_are_decoded_the_same_both_ways(monkeypatch: pytest.Monkey
 # -- a client's received acknowledgements -------------------------------------------------------------------------
 
 
-def test_received_acknowledgements_are_keyed_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each successful ADDENTRY response (a bytes body, as the splitter hands small ones over) becomes its table key;
-    failed adds, other responses, short, long-ledger-id and garbage bodies are left as they are."""
+def test_received_answers_are_keyed_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each successful ADDENTRY response (a bytes body, as the splitter hands small ones over) becomes its table key,
+    each successful READENTRY response (bytes, or a flat memoryview as the splitter hands large ones over) its key
+    and a view of its stored entry; failed ones, other responses, short, long-ledger-id, strided, other-format and
+    garbage bodies are left as they are."""
     rng = random.Random(29)
     bodies: list[object] = []
     for _ in range(300):
-        rc = rng.choice([v2.EOK, v2.EOK, v2.EOK, v2.EFENCED, v2.ENOLEDGER])
-        ledger, entry = rng.choice([LEDGER, 2**63 - 1, 0]), rng.choice([0, 1, 2**40, 2**63 - 1])
-        bodies.append(v2.encode_response(v2.AddResponse(rc, ledger, entry))[4:])
+        rc = rng.choice([v2.EOK, v2.EOK, v2.EOK, v2.EFENCED, v2.ENOLEDGER, v2.ENOENTRY])
+        ledger, entry = rng.choice([LEDGER, 2**63 - 1, 0]), rng.choice([0, 1, -1, 2**40, 2**63 - 1])
+        if rng.random() < 0.5:
+            bodies.append(v2.encode_response(v2.AddResponse(rc, ledger, max(entry, 0)))[4:])
+        else:
+            stored = rng.randbytes(rng.choice([0, 1, 40, 41, 300]))
+            body = v2.encode_response(v2.ReadResponse(rc, ledger, entry, stored if rc == v2.EOK else b""))[4:]
+            # large bodies come from the splitter as views of the chunk they arrived in
+            bodies.append(memoryview(b"\0" * 7 + body)[7:] if rng.random() < 0.5 else body)
     ok_add = v2.encode_response(v2.AddResponse(v2.EOK, LEDGER, 3))[4:]
+    ok_read = v2.encode_response(v2.ReadResponse(v2.EOK, LEDGER, 5, b"x" * 50))[4:]
     bodies += [
-        v2.encode_response(v2.ReadResponse(v2.EOK, LEDGER, 5, b"x"))[4:],  # another response
+        v2.encode_response(v2.BatchReadResponse(v2.EOK, LEDGER, 5, 9, [b"x"]))[4:],  # another response
         ok_add[:-1],  # one byte short: decode_response's error
+        ok_read[:23],
         ok_add + b"tail",  # longer: still an acknowledgement, as decode_response reads it
         memoryview(ok_add),  # not bytes: left for decode_response
+        memoryview(ok_read + ok_read)[::2],  # not contiguous
+        memoryview(ok_read).cast("b"),  # signed bytes
+        bytearray(ok_read),
         b"\x00\x00",
     ]
     rng.shuffle(bodies)
-    fast, reference = both_ways(monkeypatch, lambda: correlation_module.v2_ok_add_keys(list(bodies)))
+    fast, reference = both_ways(monkeypatch, lambda: correlation_module.v2_ok_answers(list(bodies)))
     assert fast == reference
+    assert [type(x) for x in fast] == [type(x) for x in reference]
+    kinds = collections.Counter()
     for body, keyed in zip(bodies, fast):
         if type(keyed) is tuple:
             response = v2.decode_response(body)  # type: ignore[arg-type]
-            assert response.rc == v2.EOK and keyed == correlation_module.v2_response_key(response)
-            assert correlation_module.v2_add_response(keyed) == response
+            assert response.rc == v2.EOK
+            if len(keyed) == 2:
+                key, stored = keyed
+                assert type(stored) is memoryview and key == correlation_module.v2_response_key(response)
+                assert correlation_module.v2_read_response(key, stored) == response
+                kinds["read"] += 1
+            else:
+                assert keyed == correlation_module.v2_response_key(response)
+                assert correlation_module.v2_add_response(keyed) == response
+                kinds["add"] += 1
         else:
             assert keyed is body
+    assert kinds["read"] > 50 and kinds["add"] > 50
 
 
 def test_a_group_of_add_responses_is_encoded_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
