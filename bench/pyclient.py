@@ -175,10 +175,11 @@ def cmd_read(args: argparse.Namespace) -> dict[str, Any]:
         for _ in range(args.warmup_passes):
             _read_pass(rh, last, batch, args.batch_size, args.max_size, {"lat": [], "requests": 0, "entries": 0, "bytes": 0})
         stats: dict[str, Any] = {"lat": [], "requests": 0, "entries": 0, "bytes": 0}
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         for _ in range(args.passes):
             _read_pass(rh, last, batch, args.batch_size, args.max_size, stats)
         secs = time.perf_counter() - start
+        cpu_secs = time.process_time() - cpu_start  # every thread of this process, the timed passes only
         rh.close()
         return {
             "event": "read",
@@ -194,6 +195,7 @@ def cmd_read(args: argparse.Namespace) -> dict[str, Any]:
             "entries": stats["entries"],
             "bytes": stats["bytes"],
             "seconds": round(secs, 3),
+            "cpu_seconds": round(cpu_secs, 3),
             "entries_per_sec": round(stats["entries"] / secs, 3),
             "mb_per_sec": round(stats["bytes"] / secs / 1e6, 3),
             "latency_ms": percentiles(stats["lat"]),

@@ -25,7 +25,7 @@ from bkspark.client.connection import V2, V3, BookieConnection, Callback, ManyCa
 from bkspark.client.pool import BookiePool
 from bkspark.errors import BadRequestError, BookieTimeoutError, BookieUnavailableError
 from bkspark.protocol import v2, v3
-from bkspark.protocol.correlation import add_key, batch_read_key, read_key
+from bkspark.protocol.correlation import add_key, batch_read_key, read_key, read_keys
 from bkspark.protocol.digest import Digester, DigestType
 from bkspark.protocol.service_info import BATCH_READ_V3_EXTENSION
 from bkspark.protocol.speedups import speedups as _speedups
@@ -160,9 +160,8 @@ class BookieOps:
         Each answers through ``callback(response, error, arg)`` with its own arg, exactly as :meth:`read` would,
         except that ``many(pairs)``, when given, takes the ``(arg, stored entry)`` of successful answers that came
         together (:meth:`BookieConnection.send_v2_many`)."""
-        encode = v2.encode_read_request
-        keys = [read_key(ledger_id, entry_id) for entry_id in entry_ids]
-        frames = [encode(ledger_id, entry_id, 0, None) for entry_id in entry_ids]
+        keys = read_keys(ledger_id, entry_ids)
+        frames = [v2.encode_read_requests(ledger_id, entry_ids)]  # one buffer: the connection only queues them
         self._send_v2_many(bookie_id, keys, frames, args, callback, self.read_timeout, many)
 
     def _send_v2_many(

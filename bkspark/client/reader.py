@@ -728,12 +728,17 @@ class LedgerReader:
                 part = await _RangeRead(self, cur, last).run()
             else:
                 part = [entry.payload for entry in await self.read_range(cur, last)]
-            for payload in part:
-                size = per_entry + len(payload)
-                if out and used + size > max_size:
-                    return out
-                out.append(payload)
-                used += size
+            part_size = per_entry * len(part) + sum(map(len, part))
+            if used + part_size <= max_size:  # the usual case: the whole part fits
+                out.extend(part)
+                used += part_size
+            else:
+                for payload in part:
+                    size = per_entry + len(payload)
+                    if out and used + size > max_size:
+                        return out
+                    out.append(payload)
+                    used += size
             cur += len(part)
         return out
 

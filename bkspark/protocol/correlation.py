@@ -17,7 +17,7 @@ sees either a successful response or a typed error.
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+from typing import Any, Hashable, Iterable
 
 from bkspark.errors import BKError, error_for_rc, error_for_status
 from bkspark.protocol import v2, v3
@@ -30,6 +30,7 @@ __all__ = [
     "v2_read_response",
     "v2_add_response",
     "read_key",
+    "read_keys",
     "batch_read_key",
     "v2_response_key",
     "v2_error",
@@ -52,6 +53,11 @@ def add_key(ledger_id: int, entry_id: int) -> tuple[int, int, int]:
 def read_key(ledger_id: int, entry_id: int) -> tuple[int, int, int]:
     """The table key of a v2 READENTRY request; ``entry_id`` as sent (-1 stays -1)."""
     return (ledger_id, entry_id, _READ)
+
+
+def read_keys(ledger_id: int, entry_ids: "Iterable[int]") -> list[tuple[int, int, int]]:
+    """:func:`read_key` of each of ``entry_ids``."""
+    return [(ledger_id, entry_id, _READ) for entry_id in entry_ids]
 
 
 def batch_read_key(request_id: int) -> tuple[int, int]:

@@ -76,6 +76,21 @@ def test_read_request_vectors() -> None:
     assert v2.encode_request(ReadRequest(flags, 1, -1, KEY)) == FENCING_READ_REQUEST
 
 
+def test_a_run_of_read_requests_is_the_frames_of_each_joined() -> None:
+    """encode_read_requests (a range read's run to one bookie) is encode_read_request of each entry id, joined;
+    an id past int64 is the same typed error."""
+    ids = [0, 1, -1, 5, 2**40, 2**63 - 1, 7]
+    for ledger in (1, 0, 2**63 - 1):
+        assert v2.encode_read_requests(ledger, ids) == b"".join(v2.encode_read_request(ledger, e) for e in ids)
+    assert v2.encode_read_requests(1, []) == b""
+    assert v2.encode_read_requests(1, [0]) == READ_REQUEST
+    for bad_ledger, bad_ids in ((2**63, [0]), (1, [3, 2**63])):
+        with pytest.raises(LocalProtocolError):
+            v2.encode_read_request(bad_ledger, bad_ids[-1])
+        with pytest.raises(LocalProtocolError):
+            v2.encode_read_requests(bad_ledger, bad_ids)
+
+
 def test_read_response_vectors() -> None:
     assert v2.encode_read_response(0, 1, 0, ENTRY) == READ_RESPONSE
     assert v2.encode_response(ReadResponse(0, 1, 0, ENTRY)) == READ_RESPONSE
