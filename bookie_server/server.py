@@ -764,7 +764,8 @@ class _Connection(asyncio.Protocol):
         """A run of plain v2 reads, each holding a permit of the reads gate (:meth:`_admit_reads`): those memory
         holds are answered at once with one frame buffer, one metrics update and one gate release per stretch
         of them; the others (a miss, entry -1, an unknown ledger, a bad version) take :meth:`_v2_read`, in
-        their turn, so the answers leave in the order one read at a time gives them (docs/bookie.md, "Reads").
+        their turn, so the answers leave in the order one read at a time gives them (docs/bookie.md, "Runs of
+        single reads").
 
         Stops, as the dispatch loop does, where the answers reach the write buffer's high water mark or
         another read the memory lacks would pass the connection's bound of reads held; returns how many reads

@@ -552,7 +552,8 @@ class LedgerStorage:
     def memory_hits(self, scope_id: int, reads: Sequence[tuple]) -> list[bytes | None]:
         """Loop thread: for each read, whose first two items are ledger id and entry id, the bytes :meth:`locate`
         finds in memory, or None where memory lacks them or locate must decide (an unknown ledger: ENOLEDGER;
-        entry -1: the last one): a run of single reads looked up with one call (docs/bookie.md, "Reads")."""
+        entry -1: the last one): a run of single reads looked up with one call (docs/bookie.md, "Runs of single
+        reads")."""
         keys = [(scope_id, read[0], read[1]) for read in reads]
         found = self._in_memory_many(keys)
         known = self._ledgers

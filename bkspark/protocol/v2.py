@@ -503,7 +503,7 @@ def encode_read_response(
 def encode_read_responses(ids: list[tuple[int, int, int]], entries: list[bytes]) -> bytes:
     """:func:`encode_read_response` of each successful read, ``ids[i]`` its ``(ledger_id, entry_id, version)``
     and ``entries[i]`` its entry, joined: a bookie's answer to a run of single reads that memory held, in one
-    buffer (docs/bookie.md, "Reads")."""
+    buffer (docs/bookie.md, "Runs of single reads")."""
     pack = _RESPONSE_PREFIX.pack
     try:
         frames = [
@@ -671,8 +671,8 @@ def decode_plain_reads(items: list[object]) -> list[object]:
     """``items`` (frame bodies, or what :func:`decode_add_requests` made of them) with each READENTRY body that
     does not ask for fencing as its ``(ledger_id, entry_id, version)`` -- what :func:`decode_request` reads from
     it -- and every other item left as it is: a bookie's pass over a received chunk of a v2 connection, so a run
-    of single reads is handled at once (docs/bookie.md, "Reads").  Only ``bytes`` bodies are decoded (the frame
-    splitter's small bodies: every read request is one).  Never raises: a body this leaves alone meets
+    of single reads is handled at once (docs/bookie.md, "Runs of single reads").  Only ``bytes`` bodies are
+    decoded (the frame splitter's small bodies: every read request is one).  Never raises: a body this leaves alone meets
     :func:`decode_request` in its turn.
 
     The compiled loop when it is built, else :func:`decode_plain_reads_reference`.

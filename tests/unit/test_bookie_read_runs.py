@@ -269,7 +269,9 @@ def test_a_read_ahead_that_does_not_bring_the_entry(tmp_path: Path, monkeypatch:
         await asyncio.sleep(0.1)
         assert len(gated.threads) == 1
         gated.gate.set()
-        answers = sorted((a.entry_id, a.rc, bytes(a.entry)) for a in [v2.decode_response(await c.body()) for _ in range(2)])
+        answers = sorted(
+            (a.entry_id, a.rc, bytes(a.entry)) for a in [v2.decode_response(await c.body()) for _ in range(2)]
+        )
         assert answers == [(0, v2.EOK, entries[0]), (1, v2.EOK, entries[1])]
         assert len(gated.threads) == 2
         c.close()
@@ -277,7 +279,9 @@ def test_a_read_ahead_that_does_not_bring_the_entry(tmp_path: Path, monkeypatch:
     body(tmp_path)
 
 
-def test_reads_waiting_for_a_read_ahead_are_bounded_per_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reads_waiting_for_a_read_ahead_are_bounded_per_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A connection whose reads wait for another connection's read-ahead stops dispatching at its bound of waiting
     reads (WAITING_READS_PER_CONNECTION x dbStorage_readAheadCacheBatchSize; 3 here), and goes on once they are
     answered."""
