@@ -555,7 +555,7 @@ class LedgerStorage:
         entry -1: the last one): a run of single reads looked up with one call (docs/bookie.md, "Runs of single
         reads")."""
         keys = [(scope_id, read[0], read[1]) for read in reads]
-        found = self._in_memory_many(keys)
+        found = list(map(self._in_memory, keys))
         known = self._ledgers
         unknown = {ledger_id for ledger_id in set(map(itemgetter(0), reads)) if (scope_id, ledger_id) not in known}
         if unknown or -1 in map(itemgetter(1), reads):
@@ -563,25 +563,18 @@ class LedgerStorage:
         return found
 
     def _in_memory(self, key: EntryKey) -> bytes | None:
-        """Loop thread: :meth:`_in_memory_many` of one key."""
-        return self._in_memory_many((key,))[0]
-
-    def _in_memory_many(self, keys: Sequence[EntryKey]) -> list[bytes | None]:
-        """Loop thread: each entry from the write cache, else the checkpoint in progress, else the read cache,
+        """Loop thread: the entry from the write cache, else the checkpoint in progress, else the read cache,
         whose order moves on a hit; None where none holds it (the one home of these rules)."""
-        write_cache, flushing, read_cache = self._write_cache.get, self._flushing.get, self._read_cache
-        out: list[bytes | None] = []
-        append = out.append
-        for key in keys:
-            data = write_cache(key)
-            if data is None:
-                data = flushing(key)
-                if data is None:
-                    data = read_cache.get(key)
-                    if data is not None:
-                        read_cache.move_to_end(key)
-            append(data)
-        return out
+        data = self._write_cache.get(key)
+        if data is not None:
+            return data
+        data = self._flushing.get(key)
+        if data is not None:
+            return data
+        data = self._read_cache.get(key)
+        if data is not None:
+            self._read_cache.move_to_end(key)
+        return data
 
     def read_cold(self, key: EntryKey, max_entries: int = 1) -> list[tuple[EntryKey, bytes]]:
         """Read thread: ``[(key, data)]`` for an entry only the disk holds (docs/bookie.md, "Reads"): its own
