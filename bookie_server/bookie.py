@@ -477,13 +477,13 @@ class Bookie:
         key, data = self.storage.locate(scope_id, ledger_id, entry_id)
         if data is not None:
             return data
-        pending = self._read_ahead_for(key)
+        pending = self._read_ahead_for(key, None)
         if pending is None:
             return self._read_cold_soon(key)
         # A read-ahead on a read thread may bring it: wait for that one, then look again.
         assert self._loop is not None
         wait = ReadAheadWait(loop=self._loop)
-        pending.add_done_callback(lambda _done: self._after_read_ahead(key, wait))
+        self._wait_for(pending, key, wait)
         return wait
 
     def memory_hits(self, scope_id: int, reads: Sequence[tuple]) -> list[bytes | None]:
@@ -491,16 +491,26 @@ class Bookie:
         answer take :meth:`read_entry_soon`."""
         return self.storage.memory_hits(scope_id, reads)
 
-    def _read_ahead_for(self, key: tuple[int, int, int]) -> "asyncio.Future[bytes] | None":
-        """The answer of a cold read on a read thread whose read-ahead window holds ``key``'s entry (ids after
-        the read's own, less than it + ``dbStorage_readAheadCacheBatchSize``), or None."""
+    def _read_ahead_for(
+        self, key: tuple[int, int, int], after: int | None
+    ) -> "tuple[int, asyncio.Future[bytes]] | None":
+        """``(its entry id, its answer)`` of a cold read on a read thread whose read-ahead window holds ``key``'s
+        entry (ids after the read's own, less than it + ``dbStorage_readAheadCacheBatchSize``) and, unless
+        ``after`` is None, whose entry id is greater than ``after``; or None."""
         pending = self._read_aheads.get((key[0], key[1]))
         if pending:
             entry_id, ahead = key[2], self.conf.dbStorage_readAheadCacheBatchSize
-            for first, answer in pending:
-                if first < entry_id < first + ahead:
-                    return answer
+            for item in pending:
+                first = item[0]
+                if first < entry_id < first + ahead and (after is None or first > after):
+                    return item
         return None
+
+    def _wait_for(
+        self, pending: "tuple[int, asyncio.Future[bytes]]", key: tuple[int, int, int], wait: ReadAheadWait
+    ) -> None:
+        first, answer = pending
+        answer.add_done_callback(lambda _done: self._after_read_ahead(key, wait, first))
 
     def _read_cold_soon(self, key: tuple[int, int, int]) -> "asyncio.Future[bytes]":
         """A read thread reads ``key``'s entry and its read-ahead; while it runs, the reads its window holds
@@ -523,9 +533,13 @@ class Bookie:
             if not pending:
                 del self._read_aheads[ledger]
 
-    def _after_read_ahead(self, key: tuple[int, int, int], wait: ReadAheadWait) -> None:
-        """The read-ahead ``wait`` waited for is over, whatever its outcome (its error is its own read's, not
-        this one's): the entry from memory if it brought it, else this read goes to a read thread itself."""
+    def _after_read_ahead(self, key: tuple[int, int, int], wait: ReadAheadWait, first: int) -> None:
+        """The read-ahead of entry ``first`` that ``wait`` waited for is over, whatever its outcome (its error
+        is its own read's, not this one's): the entry from memory if it brought it; else the read waits for a
+        read-ahead of a later entry than ``first`` whose window holds it, if one is on a read thread (another
+        waiter's own read: a window of entries too large for one read-ahead is read one entry after another,
+        not all at once), else it goes to a read thread itself.  The entries it waits for increase, so it
+        waits fewer than ``dbStorage_readAheadCacheBatchSize`` times."""
         if wait.done():
             return
         try:
@@ -535,6 +549,10 @@ class Bookie:
             return
         if data is not None:
             wait.set_result(data)
+            return
+        pending = self._read_ahead_for(key, first)
+        if pending is not None:
+            self._wait_for(pending, key, wait)
             return
 
         def settle(own: "asyncio.Future[bytes]") -> None:
