@@ -1,6 +1,7 @@
 """The Python bookie's event loop alone: its CPU per v2 add, in-process, with no client and no network.
 
-    python -m bench.bookie_loop [--entries 100000] [--size 1024] [--chunk 70] [--rounds 3] [--batch-reads 0] [--profile]
+    python -m bench.bookie_loop [--entries 100000] [--size 1024] [--chunk 70] [--rounds 3] [--batch-reads 0]
+                                [--single-reads 0] [--profile]
 
 A real ``Bookie`` and ``BookieServer`` (journal without fsync, write cache of --write-cache-mb) serve one
 ``_Connection`` whose transport only counts what it is given.  --chunk v2 ADDENTRY frames at a time are handed
@@ -17,7 +18,9 @@ and the best round is reported:
 With ``--batch-reads PASSES`` each round then reads its ledger back PASSES times in v2 batch reads of 100 entries
 (one request per loop iteration, as a client reading one batch at a time sends them) and also reports the loop
 thread's CPU per entry read.  The write cache is then made large enough to hold every add, so each read is
-answered from memory on the loop (the reads the read threads serve from disk are another measurement).
+answered from memory on the loop (the reads the read threads serve from disk are another measurement).  With
+``--single-reads PASSES`` it reads the ledger back PASSES times in pipelined v2 single reads (a striped ledger's
+scan), --read-chunk READENTRY requests per received chunk, and reports the loop thread's CPU per read.
 
 Why a separate program: under a Java client the machine's two cores are shared by the client's JVM, the bookie's
 threads and the kernel, so ``bench.bookie_compare``'s rates move by ±20 % from run to run; this isolates the
@@ -96,11 +99,29 @@ def chunks_of_adds(entries: int, size: int, per_chunk: int, ledger: int) -> list
     return [b"".join(frames[i : i + per_chunk]) for i in range(0, entries, per_chunk)]
 
 
+async def read_back(conn: _Connection, transport: CountingTransport, chunks: list[bytes], passes: int,
+                    answer_bytes: int, entries: int) -> float:
+    """Loop-thread CPU microseconds per entry of ``passes`` passes of these chunks of read requests, whose answers
+    take ``answer_bytes`` per pass (one chunk per loop iteration)."""
+    expected = transport.bytes_written + passes * answer_bytes
+    started = time.thread_time()
+    for _pass in range(passes):
+        for chunk in chunks:
+            conn.data_received(chunk)
+            await asyncio.sleep(0)
+    deadline = time.monotonic() + 120
+    while transport.bytes_written < expected:
+        if time.monotonic() > deadline:  # e.g. batches cut short by the bookie's maxBatchReadSize
+            raise RuntimeError(f"reads answered {transport.bytes_written} of {expected} bytes in 120 s")
+        await asyncio.sleep(0.0005)
+    return (time.thread_time() - started) / (entries * passes) * 1e6
+
+
 async def one_round(
     args: argparse.Namespace, workdir: Path, ledger: int, profile: cProfile.Profile | None
-) -> tuple[float, float | None]:
-    """Loop-thread CPU microseconds per add of one round on a fresh bookie, and per entry of its batch reads
-    (None without --batch-reads)."""
+) -> tuple[float, float | None, float | None]:
+    """Loop-thread CPU microseconds per add of one round on a fresh bookie, per entry of its batch reads and per
+    single read (None without --batch-reads, --single-reads)."""
     async with started_bookie(workdir, dbStorage_writeCacheMaxSizeMb=args.write_cache_mb) as (_bookie, server):
         conn = _Connection(server)
         transport = CountingTransport()
@@ -121,26 +142,20 @@ async def one_round(
         if profile is not None:
             profile.disable()
         per_add = (time.thread_time() - started) / args.entries * 1e6
-        if not args.batch_reads:
-            return per_add, None
-        requests = [v2.encode_batch_read_request(ledger, first, first, BATCH, 1 << 20)
-                    for first in range(0, args.entries, BATCH)]
         stored = args.size + ENTRY_OVERHEAD
-        expected = transport.bytes_written + args.batch_reads * sum(
-            v2.BATCH_RESPONSE_OVERHEAD + min(BATCH, args.entries - first) * (4 + stored)
-            for first in range(0, args.entries, BATCH)
-        )
-        started = time.thread_time()
-        for _pass in range(args.batch_reads):
-            for request in requests:
-                conn.data_received(request)
-                await asyncio.sleep(0)
-        deadline = time.monotonic() + 120
-        while transport.bytes_written < expected:
-            if time.monotonic() > deadline:  # e.g. batches cut short by the bookie's maxBatchReadSize
-                raise RuntimeError(f"batch reads answered {transport.bytes_written} of {expected} bytes in 120 s")
-            await asyncio.sleep(0.0005)
-        return per_add, (time.thread_time() - started) / (args.entries * args.batch_reads) * 1e6
+        per_batch = per_single = None
+        if args.batch_reads:
+            requests = [v2.encode_batch_read_request(ledger, first, first, BATCH, 1 << 20)
+                        for first in range(0, args.entries, BATCH)]
+            answer_bytes = sum(v2.BATCH_RESPONSE_OVERHEAD + min(BATCH, args.entries - first) * (4 + stored)
+                               for first in range(0, args.entries, BATCH))
+            per_batch = await read_back(conn, transport, requests, args.batch_reads, answer_bytes, args.entries)
+        if args.single_reads:
+            frames = [v2.encode_read_request(ledger, i) for i in range(args.entries)]
+            requests = [b"".join(frames[i : i + args.read_chunk]) for i in range(0, args.entries, args.read_chunk)]
+            answer_bytes = args.entries * (4 + v2.RESPONSE_HEADER_SIZE + stored)
+            per_single = await read_back(conn, transport, requests, args.single_reads, answer_bytes, args.entries)
+        return per_add, per_batch, per_single
 
 
 def set_variant(variant: str, compiled: dict[Any, Any], thresholds: tuple[int, int, int]) -> None:
@@ -174,9 +189,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write-cache-mb", type=int, default=64, help="the bookie's write cache (default 64: checkpoints run)")
     p.add_argument("--batch-reads", type=int, default=0, metavar="PASSES",
                    help="then read the ledger back PASSES times in batch reads of 100 (default 0: no reads)")
+    p.add_argument("--single-reads", type=int, default=0, metavar="PASSES",
+                   help="then read the ledger back PASSES times in pipelined single reads (default 0: no reads)")
+    p.add_argument("--read-chunk", type=int, default=100, help="single reads per received chunk (default 100)")
     p.add_argument("--profile", action="store_true", help="also print cProfile's top functions of a bookie-GC round")
     args = p.parse_args(argv)
-    if args.batch_reads:  # every add stays in the write cache: the reads are answered from memory
+    if args.batch_reads or args.single_reads:  # every add stays in the write cache: reads are answered from memory
         args.write_cache_mb = max(args.write_cache_mb, args.entries * (args.size + 200) // (1 << 20) + 1)
     compiled = {module: module._speedups for module in COMPILED_USERS}
     if any(value is None for value in compiled.values()):
@@ -185,15 +203,18 @@ def main(argv: list[str] | None = None) -> int:
     thresholds = gc.get_threshold()
     results: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     reads: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    singles: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="bookie-loop-") as tmp:
         for rnd in range(args.rounds):
             for variant in VARIANTS:
                 set_variant(variant, compiled, thresholds)
                 workdir = Path(tmp) / f"{rnd}-{variant.replace(' ', '-')}"
-                per_add, per_read = asyncio.run(one_round(args, workdir, 7, None))
+                per_add, per_read, per_single = asyncio.run(one_round(args, workdir, 7, None))
                 results[variant].append(per_add)
                 if per_read is not None:
                     reads[variant].append(per_read)
+                if per_single is not None:
+                    singles[variant].append(per_single)
         profile_text = ""
         if args.profile:
             set_variant("bookie GC", compiled, thresholds)
@@ -213,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"then {args.batch_reads} pass(es) of batch reads of {BATCH} over those entries, from the write cache; "
               f"loop-thread CPU per entry read, best of {args.rounds} (all rounds):")
         print_variants(reads, "entry")
+    if args.single_reads:
+        print(f"then {args.single_reads} pass(es) of single reads of those entries, {args.read_chunk} per received "
+              f"chunk, from the write cache; loop-thread CPU per read, best of {args.rounds} (all rounds):")
+        print_variants(singles, "read")
     if profile_text:
         print(profile_text)
     return 0

@@ -49,7 +49,7 @@ _CHECKED_FIELDS = itemgetter(0, 4, 5, 6)
 T = TypeVar("T")
 R = TypeVar("R")
 
-__all__ = ["Bookie", "ReadLacResult"]
+__all__ = ["Bookie", "ReadAheadWait", "ReadLacResult"]
 
 log = logging.getLogger("bookie_server.bookie")
 
@@ -57,6 +57,11 @@ log = logging.getLogger("bookie_server.bookie")
 def _as_is(value: R) -> R:
     """What a read thread found, as the answer (a batch read's entries)."""
     return value
+
+
+class ReadAheadWait(asyncio.Future):  # type: ignore[type-arg]
+    """A cold read's answer that waits for a read-ahead already on a read thread (:meth:`Bookie.read_entry_soon`;
+    docs/bookie.md, "Reads"): the connection counts it apart from the reads it sent to the read threads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +101,9 @@ class Bookie:
         self._disk_readonly = False
         self.on_state_change: Callable[[bool], None] | None = None
         self.started = False
+        #: (scope id, ledger id) -> [(entry id, answer)] of the cold single reads on a read thread whose
+        #: read-ahead may bring the entries after theirs (docs/bookie.md, "Reads").
+        self._read_aheads: dict[tuple[int, int], list[tuple[int, asyncio.Future[bytes]]]] = {}
         #: Reads of entries only the disk holds run here, off the event loop (docs/bookie.md, "Reads").
         self.read_pool = concurrent.futures.ThreadPoolExecutor(
             max(1, conf.numReadWorkerThreads), thread_name_prefix="bookie-read"
@@ -469,8 +477,99 @@ class Bookie:
         key, data = self.storage.locate(scope_id, ledger_id, entry_id)
         if data is not None:
             return data
+        pending = self._read_ahead_for(key, None)
+        if pending is None:
+            return self._read_cold_soon(key)
+        # A read-ahead on a read thread may bring it: wait for that one, then look again.
+        assert self._loop is not None
+        wait = ReadAheadWait(loop=self._loop)
+        self._wait_for(pending, key, wait)
+        return wait
+
+    def memory_hits(self, scope_id: int, reads: Sequence[tuple]) -> list[bytes | None]:
+        """:meth:`LedgerStorage.memory_hits`: what memory holds of a run of single reads; the reads it does not
+        answer take :meth:`read_entry_soon`."""
+        return self.storage.memory_hits(scope_id, reads)
+
+    def _read_ahead_for(
+        self, key: tuple[int, int, int], after: int | None
+    ) -> "tuple[int, asyncio.Future[bytes]] | None":
+        """``(its entry id, its answer)`` of a cold read on a read thread whose read-ahead window holds ``key``'s
+        entry (ids after the read's own, less than it + ``dbStorage_readAheadCacheBatchSize``) and, unless
+        ``after`` is None, whose entry id is greater than ``after``; or None."""
+        pending = self._read_aheads.get((key[0], key[1]))
+        if pending:
+            entry_id, ahead = key[2], self.conf.dbStorage_readAheadCacheBatchSize
+            for item in pending:
+                first = item[0]
+                if first < entry_id < first + ahead and (after is None or first > after):
+                    return item
+        return None
+
+    def _wait_for(
+        self, pending: "tuple[int, asyncio.Future[bytes]]", key: tuple[int, int, int], wait: ReadAheadWait
+    ) -> None:
+        first, answer = pending
+        answer.add_done_callback(lambda _done: self._after_read_ahead(key, wait, first))
+
+    def _read_cold_soon(self, key: tuple[int, int, int]) -> "asyncio.Future[bytes]":
+        """A read thread reads ``key``'s entry and its read-ahead; while it runs, the reads its window holds
+        wait for it (:meth:`_read_ahead_for`)."""
         ahead = max(1, self.conf.dbStorage_readAheadCacheBatchSize)
-        return self._on_read_thread(lambda: self.storage.read_cold(key, ahead), self._cache_read_ahead)
+        answer = self._on_read_thread(lambda: self.storage.read_cold(key, ahead), self._cache_read_ahead)
+        if ahead > 1:
+            ledger = (key[0], key[1])
+            pending = self._read_aheads.setdefault(ledger, [])
+            item = (key[2], answer)
+            pending.append(item)
+            # First of the answer's callbacks: the read-ahead is no longer pending when its waiters look again.
+            answer.add_done_callback(lambda _done: self._read_ahead_done(ledger, item))
+        return answer
+
+    def _read_ahead_done(self, ledger: tuple[int, int], item: tuple[int, "asyncio.Future[bytes]"]) -> None:
+        pending = self._read_aheads.get(ledger)
+        if pending is not None:
+            pending.remove(item)
+            if not pending:
+                del self._read_aheads[ledger]
+
+    def _after_read_ahead(self, key: tuple[int, int, int], wait: ReadAheadWait, first: int) -> None:
+        """The read-ahead of entry ``first`` that ``wait`` waited for is over, whatever its outcome (its error
+        is its own read's, not this one's): the entry from memory if it brought it; else the read waits for a
+        read-ahead of a later entry than ``first`` whose window holds it, if one is on a read thread (another
+        waiter's own read: a window of entries too large for one read-ahead is read one entry after another,
+        not all at once), else it goes to a read thread itself.  The entries it waits for increase, so it
+        waits fewer than ``dbStorage_readAheadCacheBatchSize`` times."""
+        if wait.done():
+            return
+        try:
+            _key, data = self.storage.locate(*key)
+        except BookieError as exc:  # the ledger was deleted meanwhile: what this read would answer now
+            wait.set_exception(exc)
+            return
+        if data is not None:
+            wait.set_result(data)
+            return
+        pending = self._read_ahead_for(key, first)
+        if pending is not None:
+            self._wait_for(pending, key, wait)
+            return
+
+        def settle(own: "asyncio.Future[bytes]") -> None:
+            if wait.done():
+                return
+            error = own.exception()
+            if error is None:
+                wait.set_result(own.result())
+            else:
+                wait.set_exception(error)
+
+        try:
+            own = self._read_cold_soon(key)
+        except RuntimeError as exc:  # the read threads are shut down: the bookie is stopping
+            wait.set_exception(BookieIOError("entry read failed", error=repr(exc)))
+            return
+        own.add_done_callback(settle)
 
     def _cache_read_ahead(self, found: list[tuple[tuple[int, int, int], bytes]]) -> bytes:
         """Loop thread: a cold single read's entry and its read-ahead go into the read cache; the entry is

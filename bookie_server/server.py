@@ -31,6 +31,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
+from itertools import groupby
 from typing import TypeVar
 
 from bkspark.errors import (
@@ -52,7 +53,7 @@ from bkspark.protocol.framing import FrameSplitter
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bkspark.protocol.speedups import load_compiled
 
-from bookie_server.bookie import Bookie
+from bookie_server.bookie import Bookie, ReadAheadWait
 from bookie_server.config import BookieConfig
 from bookie_server.limits import InFlightGate, LimitLog
 from bookie_server.metrics import BookieMetrics
@@ -78,6 +79,11 @@ _PB_REQUEST = pb.Request
 #: bring up to ``maxBatchReadSize`` bytes, so this bounds what a connection's cold reads hold
 #: (docs/bookie.md, "Reads"), as the write buffer's marks bound its answers.
 COLD_READS_PER_CONNECTION = 4
+
+#: Reads of one connection waiting for a read-ahead already on a read thread, per ``dbStorage_readAheadCacheBatchSize``
+#: (a waiter holds no entry while it waits): as many as its own cold reads' read-aheads could answer
+#: (docs/bookie.md, "Reads").
+WAITING_READS_PER_CONNECTION = COLD_READS_PER_CONNECTION
 
 #: Configuration key of each gate, for the limit log.
 _GATE_KEYS = {
@@ -158,24 +164,23 @@ def add_rows_reference(group: list[v2.AddRequest]) -> tuple[list[AddRow], list[t
     return rows, ids, refusals
 
 
-def _runs_of_adds(requests: list[object]) -> list[object]:
-    """``requests`` with each run of consecutive :class:`v2.AddRequest` objects as one list (what a v2 connection's
-    backlog holds: :meth:`_Connection._drain_requests` admits and groups a run at once)."""
+def _runs(requests: list[object]) -> list[object]:
+    """``requests`` with each run of consecutive :class:`v2.AddRequest` objects as one list and each run of plain
+    reads' ``(ledger id, entry id, version)`` (:func:`v2.decode_plain_reads`) as one tuple: what a v2 connection's
+    backlog holds (:meth:`_Connection._drain_requests` admits and handles a run at once)."""
     kinds = list(map(type, requests))
-    add = v2.AddRequest
-    if kinds.count(add) == len(kinds):
-        return [requests]  # the usual chunk: adds only
+    if kinds.count(v2.AddRequest) == len(kinds):
+        return [requests]  # the usual chunk of a writer: adds only
+    if kinds.count(tuple) == len(kinds):
+        return [tuple(requests)]  # the usual chunk of a reader: single reads only
     out: list[object] = []
-    run: list[object] | None = None
-    for request, kind in zip(requests, kinds):
-        if kind is add:
-            if run is None:
-                run = []
-                out.append(run)
-            run.append(request)
+    for kind, run in groupby(requests, type):
+        if kind is v2.AddRequest:
+            out.append(list(run))
+        elif kind is tuple:
+            out.append(tuple(run))
         else:
-            run = None
-            out.append(request)
+            out.extend(run)
     return out
 
 
@@ -264,6 +269,8 @@ class _Connection(asyncio.Protocol):
         self._write_blocked = False  # queued responses over the high water mark
         self._parked = False  # waiting for a gate (adds/reads/long polls) or the write cache
         self._cold_reads = 0  # reads of this connection on the read threads (COLD_READS_PER_CONNECTION)
+        self._waiting_reads = 0  # its reads waiting for a read-ahead (WAITING_READS_PER_CONNECTION)
+        self._waiting_limit = WAITING_READS_PER_CONNECTION * max(1, server.conf.dbStorage_readAheadCacheBatchSize)
         self._reading_paused = False
         self._rejected = False
         # (gate, bytes) of the request being dispatched (None: it needs no permit).
@@ -334,9 +341,10 @@ class _Connection(asyncio.Protocol):
             self.partial_since = self.last_activity  # a new frame started (earlier ones completed)
         if bodies:
             if self.sec is None and self.detector.version == "v2":
-                # A v2 connection's adds are decoded in one pass over the chunk, and each run of them waits as
-                # one list (admitted and handled as a run); the rest are parsed in their turn.
-                self._backlog.extend(_runs_of_adds(v2.decode_add_requests(bodies)))
+                # A v2 connection's adds and plain single reads are decoded in two passes over the chunk, and each
+                # run of them waits as one list or tuple (admitted and handled as a run); the rest are parsed in
+                # their turn.
+                self._backlog.extend(_runs(v2.decode_plain_reads(v2.decode_add_requests(bodies))))
             else:
                 self._backlog.extend(bodies)
             self._drain()
@@ -360,15 +368,13 @@ class _Connection(asyncio.Protocol):
     def _drain_requests(self, adds: list[v2.AddRequest]) -> None:
         backlog = self._backlog
         sec = self.sec
-        while backlog and not (
-            self.closed or self._write_blocked or self._parked or self._cold_reads >= COLD_READS_PER_CONNECTION
-        ):
+        while backlog and not (self.closed or self._write_blocked or self._parked or self._reads_held()):
             if sec is not None and sec.upgrading:
                 return  # the TLS upgrade resumes dispatching when it is done
             request = backlog[0]
             try:
                 if type(request) is list:
-                    # A run of v2 adds (_runs_of_adds): as many as the gate admits join the group, in order.
+                    # A run of v2 adds (_runs): as many as the gate admits join the group, in order.
                     admitted = self._admit_adds(request)
                     if admitted == len(request):
                         backlog.popleft()
@@ -377,6 +383,18 @@ class _Connection(asyncio.Protocol):
                         backlog[0] = request[admitted:]
                         adds.extend(request[:admitted])
                     continue  # the rest of a run the gate cut parks the connection on the next turn
+                if type(request) is tuple:
+                    # A run of plain v2 reads (_runs): the gate admits a prefix, the adds before it go first.
+                    admitted = self._admit_reads(request)
+                    if not admitted:
+                        continue  # parked
+                    self._hand_over_adds(adds)
+                    done = self._v2_read_run(request if admitted == len(request) else request[:admitted])
+                    if done == len(request):
+                        backlog.popleft()
+                    else:
+                        backlog[0] = request[done:]
+                    continue
                 if type(request) is memoryview or type(request) is bytes:
                     # A frame body as the splitter gave it (bytes when small: framing.SMALL_BODY).
                     # Parsed in arrival order, so v2/v3 detection sees frames as Java's does.
@@ -396,10 +414,7 @@ class _Connection(asyncio.Protocol):
                     break
                 backlog.popleft()
                 permit = self._permit
-                if adds:
-                    group = list(adds)
-                    adds.clear()
-                    self._v2_add_group(group)  # in arrival order: the adds before this request go first
+                self._hand_over_adds(adds)
                 try:
                     if type(request) is _PB_REQUEST:
                         self._handle_v3(request)  # type: ignore[arg-type]
@@ -420,6 +435,18 @@ class _Connection(asyncio.Protocol):
                 log.exception("unexpected error serving %s; closing the connection", self.peer)
                 self.close()
                 return
+
+    def _hand_over_adds(self, adds: list[v2.AddRequest]) -> None:
+        """In arrival order: the adds gathered before the request about to be handled go first, as a group."""
+        if adds:
+            group = list(adds)
+            adds.clear()
+            self._v2_add_group(group)
+
+    def _reads_held(self) -> bool:
+        """True while the connection's reads waiting for the read threads, or for a read-ahead, are at their
+        bound (docs/bookie.md, "Reads"): it dispatches no more until one is answered."""
+        return self._cold_reads >= COLD_READS_PER_CONNECTION or self._waiting_reads >= self._waiting_limit
 
     def _update_reading(self) -> None:
         if self.closed or self.transport is None:
@@ -470,6 +497,23 @@ class _Connection(asyncio.Protocol):
             return 0
         self._permits_held += admitted
         return admitted
+
+    def _admit_reads(self, run: tuple[tuple[int, int, int], ...]) -> int:
+        """How many reads at the head of ``run`` get a permit of the reads gate, as :meth:`_admit` one at a time
+        would give them; the connection is parked when none does."""
+        gate = self.server.reads_gate
+        admitted = gate.try_acquire_many((0,) * len(run))
+        if not admitted:
+            self._park(gate.wait, _GATE_KEYS[gate.name])
+            return 0
+        self._permits_held += admitted
+        return admitted
+
+    def _release_reads(self, count: int) -> None:
+        """Give back ``count`` permits of :meth:`_admit_reads`."""
+        if count:
+            self._permits_held -= count
+            self.server.reads_gate.release(0, count)
 
     def _release_adds(self, nbytes: int, count: int) -> None:
         """Give back ``count`` permits of :meth:`_admit_adds` holding ``nbytes`` together."""
@@ -592,14 +636,22 @@ class _Connection(asyncio.Protocol):
     ) -> None:
         """``on_data`` now for what memory held, or when the read threads bring it from disk
         (``Bookie.read_entry_soon``; docs/bookie.md, "Reads"); ``on_error`` with the disk's error.  While
-        ``COLD_READS_PER_CONNECTION`` of its reads wait for the read threads, the connection dispatches no more."""
+        ``COLD_READS_PER_CONNECTION`` of its reads wait for the read threads, or its waiting reads for a
+        read-ahead (:class:`ReadAheadWait`) are at their bound, the connection dispatches no more."""
         if not isinstance(found, asyncio.Future):
             on_data(found)
             return
-        self._cold_reads += 1
+        waiting = type(found) is ReadAheadWait
+        if waiting:
+            self._waiting_reads += 1
+        else:
+            self._cold_reads += 1
 
         def done(fut: "asyncio.Future[T]") -> None:
-            self._cold_reads -= 1
+            if waiting:
+                self._waiting_reads -= 1
+            else:
+                self._cold_reads -= 1
             if self._backlog and not self.closed:
                 self._loop.call_soon(self._drain)
             # Bookie._on_read_thread settles it with the bytes or a BookieError, never by cancelling it
@@ -634,7 +686,8 @@ class _Connection(asyncio.Protocol):
     # -- v2 -----------------------------------------------------------------------------
     def _handle_v2(self, request: object) -> None:
         if isinstance(request, v2.ReadRequest):
-            self._v2_read(request)
+            self._v2_read(request.ledger_id, request.entry_id, request.version, request.flags, request.master_key,
+                          self._take_permit())
         elif isinstance(request, v2.BatchReadRequest):
             self._v2_batch_read(request)
         else:
@@ -707,11 +760,68 @@ class _Connection(asyncio.Protocol):
             raise UnauthorizedAccessError("fencing read without a master key", ledger_id=ledger_id)
         return self.bookie.fence(0, ledger_id, master_key)
 
-    def _v2_read(self, req: v2.ReadRequest) -> None:
+    def _v2_read_run(self, reads: tuple[tuple[int, int, int], ...]) -> int:
+        """A run of plain v2 reads, each holding a permit of the reads gate (:meth:`_admit_reads`): those memory
+        holds are answered at once with one frame buffer, one metrics update and one gate release per stretch
+        of them; the others (a miss, entry -1, an unknown ledger, a bad version) take :meth:`_v2_read`, in
+        their turn, so the answers leave in the order one read at a time gives them (docs/bookie.md, "Runs of
+        single reads").
+
+        Stops, as the dispatch loop does, where the answers reach the write buffer's high water mark or
+        another read the memory lacks would pass the connection's bound of reads held; returns how many reads
+        it handled.  The permits of the others go back.
+        """
         start = _now_ms()
-        ledger_id, entry_id, version = req.ledger_id, req.entry_id, req.version
-        op = "READ_ENTRY_FENCE_REQUEST" if req.flags & v2.FLAG_DO_FENCING else "READ_ENTRY"
-        permit = self._take_permit()
+        found = self.bookie.memory_hits(0, reads)
+        budget = self.conf.serverWriteBufferHighWaterMark - self._out_bytes
+        hits: list[tuple[int, int, int]] = []
+        entries: list[bytes] = []
+        size = 0
+        done = 0
+        try:
+            for read, data in zip(reads, found):
+                if data is not None and not _bad_version(read[2]):
+                    hits.append(read)
+                    entries.append(data)
+                    size += len(data)
+                    done += 1
+                    if size + v2.RESPONSE_HEADER_SIZE * len(hits) >= budget:
+                        break
+                    continue
+                if self._reads_held() or self._write_blocked or self.closed:
+                    break
+                if hits:
+                    self._v2_read_hits(hits, entries, size, start)
+                    hits, entries, size = [], [], 0
+                self._v2_read(read[0], read[1], read[2], 0, None, (self.server.reads_gate, 0))
+                done += 1  # after: a read that raised gives its permit back below, as the dispatch loop does
+            if hits:
+                self._v2_read_hits(hits, entries, size, start)
+        finally:
+            self._release_reads(len(reads) - done)
+        return done
+
+    def _v2_read_hits(self, ids: list[tuple[int, int, int]], entries: list[bytes], size: int, start: float) -> None:
+        """Answer reads whose ``entries`` (``size`` bytes) memory held, and give their permits back."""
+        count = len(ids)
+        self._release_reads(count)
+        self._send(v2.encode_read_responses(ids, entries))
+        metrics = self.metrics
+        metrics.read_bytes.inc(size)
+        metrics.observe_request("READ_ENTRY", _now_ms() - start, True, count)
+
+    def _v2_read(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        version: int,
+        flags: int,
+        master_key: bytes | None,
+        permit: tuple[InFlightGate, int] | None,
+    ) -> None:
+        """One v2 read (a fencing one, or one of a run that memory does not answer at once)."""
+        start = _now_ms()
+        op = "READ_ENTRY_FENCE_REQUEST" if flags & v2.FLAG_DO_FENCING else "READ_ENTRY"
 
         def reply(rc: int, data: bytes = b"") -> None:
             self._release(permit)
@@ -722,7 +832,7 @@ class _Connection(asyncio.Protocol):
             reply(v2.EBADVERSION)
             return
         try:
-            fence = self._fence_first(ledger_id, req.flags, req.master_key)
+            fence = self._fence_first(ledger_id, flags, master_key)
             found = self.bookie.read_entry_soon(0, ledger_id, entry_id)
         except BookieError as exc:
             reply(rc_for_error(exc))

@@ -549,8 +549,22 @@ class LedgerStorage:
         key = (scope_id, ledger_id, entry_id)
         return key, self._in_memory(key)
 
+    def memory_hits(self, scope_id: int, reads: Sequence[tuple]) -> list[bytes | None]:
+        """Loop thread: for each read, whose first two items are ledger id and entry id, the bytes :meth:`locate`
+        finds in memory, or None where memory lacks them or locate must decide (an unknown ledger: ENOLEDGER;
+        entry -1: the last one): a run of single reads looked up with one call (docs/bookie.md, "Runs of single
+        reads")."""
+        keys = [(scope_id, read[0], read[1]) for read in reads]
+        found = list(map(self._in_memory, keys))
+        known = self._ledgers
+        unknown = {ledger_id for ledger_id in set(map(itemgetter(0), reads)) if (scope_id, ledger_id) not in known}
+        if unknown or -1 in map(itemgetter(1), reads):
+            found = [None if key[1] in unknown or key[2] == -1 else data for key, data in zip(keys, found)]
+        return found
+
     def _in_memory(self, key: EntryKey) -> bytes | None:
-        """Loop thread: the read cache's order moves on a hit."""
+        """Loop thread: the entry from the write cache, else the checkpoint in progress, else the read cache,
+        whose order moves on a hit; None where none holds it (the one home of these rules)."""
         data = self._write_cache.get(key)
         if data is not None:
             return data

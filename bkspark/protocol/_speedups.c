@@ -3,7 +3,7 @@
  * splitting a BP-62 batch-read response into its items, checking the CRC32C digests of consecutive scope-0
  * (V1) entries, gathering payloads into the buffers of an Arrow binary array, packaging payloads as the v2
  * ADDENTRY frames of a bulk append, cutting a received chunk into its length-prefixed frames, and decoding a
- * bookie's received ADDENTRY requests.  Each function does only the common case and hands anything
+ * bookie's received ADDENTRY and plain READENTRY requests.  Each function does only the common case and hands anything
  * else back to the pure-Python code in bkspark/protocol/v2.py and digest.py, which stays the tested reference
  * and raises the precise errors (docs/architecture.md, "Compiled fast path").  BKSPARK_NO_EXTENSIONS=1 turns
  * this module off (bkspark/protocol/speedups.py).
@@ -411,6 +411,18 @@ static PyObject *map_bodies(PyObject *bodies, body_converter convert, void *cont
     return out;
 }
 
+/* A v2 request header's opcode, its version and flags through the pointers, as v2.unpack_header reads them (version
+ * 0: the legacy form, the opcode alone and no flags). */
+static long request_header(uint32_t header, long *version, long *flags)
+{
+    long v = (long)((header >> 24) & 0xFF);
+    if (v >= 0x80)
+        v -= 0x100;
+    *version = v;
+    *flags = v == 0 ? 0 : (long)(header & 0xFFFF);
+    return v == 0 ? (long)(header & 0xFF) : (long)((header >> 16) & 0xFF);
+}
+
 typedef struct {
     PyTypeObject *add_type;
     Py_ssize_t min_size;
@@ -429,13 +441,8 @@ static PyObject *add_request_of(PyObject *body, void *context)
     }
     if (view.len >= c->min_size) {
         const unsigned char *p = view.buf;
-        uint32_t header = be32(p);
-        long version = (long)((header >> 24) & 0xFF);
-        if (version >= 0x80)
-            version -= 0x100;
-        long opcode = version == 0 ? (long)(header & 0xFF) : (long)((header >> 16) & 0xFF);
-        long flags = version == 0 ? 0 : (long)(header & 0xFFFF);
-        if (opcode == 1) /* ADDENTRY */
+        long version, flags;
+        if (request_header(be32(p), &version, &flags) == 1) /* ADDENTRY */
             item = add_request(c->add_type, body, p, view.len, version, flags);
     }
     PyBuffer_Release(&view);
@@ -454,6 +461,43 @@ static PyObject *speedups_decode_adds(PyObject *self, PyObject *args)
         return NULL;
     }
     return map_bodies(bodies, add_request_of, &c);
+}
+
+PyDoc_STRVAR(decode_plain_reads_doc,
+"decode_plain_reads(items, read_opcode, fencing_flag, min_size) -> list\n\n"
+"items (a list of request frame bodies, or what decode_add_requests made of them) with each bytes body of at least\n"
+"min_size bytes whose header says read_opcode without fencing_flag replaced by (ledger id, entry id, version);\n"
+"every other item left as it is (bkspark/protocol/v2.py, decode_plain_reads_reference).");
+
+typedef struct {
+    long read_opcode;
+    long fencing_flag;
+    Py_ssize_t min_size;
+} PlainReadContext;
+
+static PyObject *plain_read_of(PyObject *body, void *context)
+{
+    const PlainReadContext *c = context;
+    if (!PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) < c->min_size)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(body);
+    long version, flags;
+    if (request_header(be32(p), &version, &flags) != c->read_opcode || (flags & c->fencing_flag))
+        return NULL;
+    return Py_BuildValue("(LLl)", (long long)be64(p + 4), (long long)be64(p + 12), version);
+}
+
+static PyObject *speedups_decode_plain_reads(PyObject *self, PyObject *args)
+{
+    PlainReadContext c;
+    PyObject *items;
+    if (!PyArg_ParseTuple(args, "O!lln", &PyList_Type, &items, &c.read_opcode, &c.fencing_flag, &c.min_size))
+        return NULL;
+    if (c.min_size < 20) {
+        PyErr_SetString(PyExc_ValueError, "min_size must hold the header and both ids");
+        return NULL;
+    }
+    return map_bodies(items, plain_read_of, &c);
 }
 
 PyDoc_STRVAR(ok_answers_doc,
@@ -675,6 +719,7 @@ static PyMethodDef speedups_methods[] = {
     {"v2_add_frames", speedups_add_frames, METH_VARARGS, add_frames_doc},
     {"split_frames", speedups_split_frames, METH_VARARGS, split_frames_doc},
     {"decode_add_requests", speedups_decode_adds, METH_VARARGS, decode_adds_doc},
+    {"decode_plain_reads", speedups_decode_plain_reads, METH_VARARGS, decode_plain_reads_doc},
     {"v2_ok_answers", speedups_ok_answers, METH_VARARGS, ok_answers_doc},
     {"v2_add_responses", speedups_add_responses, METH_VARARGS, add_responses_doc},
     {"v2_batch_read_frame", speedups_batch_read_frame, METH_VARARGS, batch_read_frame_doc},

@@ -513,6 +513,25 @@ def encode_read_response(
     return prefix + entry if entry_size else prefix
 
 
+def encode_read_responses(ids: list[tuple[int, int, int]], entries: list[bytes]) -> bytes:
+    """:func:`encode_read_response` of each successful read, ``ids[i]`` its ``(ledger_id, entry_id, version)``
+    and ``entries[i]`` its entry, joined: a bookie's answer to a run of single reads that memory held, in one
+    buffer (docs/bookie.md, "Runs of single reads")."""
+    pack = _RESPONSE_PREFIX.pack
+    try:
+        frames = [
+            part
+            for (ledger_id, entry_id, version), entry in zip(ids, entries)
+            for part in (
+                pack(RESPONSE_HEADER_SIZE + len(entry), _header(version, READ_ENTRY, 0), EOK, ledger_id, entry_id),
+                entry,
+            )
+        ]
+    except struct.error as exc:
+        raise LocalProtocolError(f"READENTRY response field out of range: {exc}") from None
+    return b"".join(frames)
+
+
 def encode_batch_read_response(
     rc: int,
     ledger_id: int,
@@ -653,6 +672,47 @@ def decode_add_requests_reference(bodies: list[bytes | memoryview]) -> list[obje
                 out.append(_decode_add_request(view, version, flags))
                 continue
         out.append(body)
+    return out
+
+
+#: A READENTRY header of version 2 without the fencing flag (what :func:`decode_plain_reads` checks first).
+_PLAIN_READ_MASK = 0xFFFF0000 | FLAG_DO_FENCING
+_PLAIN_READ_V2 = (PROTOCOL_VERSION << 24) | (READ_ENTRY << 16)
+
+
+def decode_plain_reads(items: list[object]) -> list[object]:
+    """``items`` (frame bodies, or what :func:`decode_add_requests` made of them) with each READENTRY body that
+    does not ask for fencing as its ``(ledger_id, entry_id, version)`` -- what :func:`decode_request` reads from
+    it -- and every other item left as it is: a bookie's pass over a received chunk of a v2 connection, so a run
+    of single reads is handled at once (docs/bookie.md, "Runs of single reads").  Only ``bytes`` bodies are
+    decoded (the frame splitter's small bodies: every read request is one).  Never raises: a body this leaves alone meets
+    :func:`decode_request` in its turn.
+
+    The compiled loop when it is built, else :func:`decode_plain_reads_reference`.
+    """
+    if _speedups is not None:
+        return _speedups.decode_plain_reads(  # type: ignore[no-any-return]
+            items, READ_ENTRY, FLAG_DO_FENCING, _READ_REQUEST_BODY_SIZE
+        )
+    return decode_plain_reads_reference(items)
+
+
+def decode_plain_reads_reference(items: list[object]) -> list[object]:
+    """The pure-Python :func:`decode_plain_reads`: the tested reference of the compiled one."""
+    out: list[object] = []
+    append = out.append
+    unpack = _BODY_READ_REQUEST.unpack_from
+    for item in items:
+        if type(item) is bytes and len(item) >= _READ_REQUEST_BODY_SIZE:
+            header, ledger_id, entry_id = unpack(item, 0)
+            if header & _PLAIN_READ_MASK == _PLAIN_READ_V2:
+                append((ledger_id, entry_id, PROTOCOL_VERSION))
+                continue
+            version, opcode, flags = unpack_header(header)
+            if opcode == READ_ENTRY and not flags & FLAG_DO_FENCING:
+                append((ledger_id, entry_id, version))
+                continue
+        append(item)
     return out
 
 

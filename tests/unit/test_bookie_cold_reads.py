@@ -214,10 +214,11 @@ def test_a_client_that_leaves_during_a_cold_read_harms_no_one(tmp_path, monkeypa
 
 
 def test_a_connection_waits_with_four_cold_reads_out(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """COLD_READS_PER_CONNECTION: the fifth and sixth reads are not dispatched until one of the four is answered."""
+    """COLD_READS_PER_CONNECTION: the fifth and sixth reads are not dispatched until one of the four is answered
+    (without read-ahead: with it, they would wait for the first read's instead)."""
     from bookie_server.server import COLD_READS_PER_CONNECTION
 
-    @with_bookie()
+    @with_bookie(dbStorage_readAheadCacheBatchSize=1)
     async def body(bookie: Bookie, server: BookieServer) -> None:
         c = await Conn.open(server.port)
         entries = [make_entry(7, i, b"z%d" % i) for i in range(6)]

@@ -86,6 +86,20 @@ def test_gate_admits_a_run_as_one_request_at_a_time_would() -> None:
             assert (gate.try_acquire(sizes[0]), gate.count, gate.bytes) == (one[0] == 1, one[1], one[2]), case
 
 
+def test_reads_gate_admits_a_run_of_reads_as_one_read_at_a_time_would() -> None:
+    """The reads gate has a count bound only and reads take no bytes: ``try_acquire_many`` of a run of zero sizes
+    (docs/bookie.md, "Reads") admits what the rule applied one read after another admits."""
+    rng = random.Random(20261126)
+    for _case in range(3000):
+        max_count, held, parked, n = rng.choice([0, 1, 2, 3, 10, 10_000]), rng.randrange(0, 12), rng.random() < 0.3, rng.randrange(0, 300)
+        gate = InFlightGate("reads", max_count=max_count)
+        gate.count = held
+        if parked:
+            gate._waiters.append(lambda: None)
+        admitted, count, _held_bytes = _one_at_a_time(held, 0, max_count, 0, parked, [0] * n)
+        assert (gate.try_acquire_many((0,) * n), gate.count) == (admitted, count), (max_count, held, parked, n)
+
+
 def test_limit_log_logs_first_hit_then_a_count_per_interval(caplog: pytest.LogCaptureFixture) -> None:
     now = [0.0]
     limits = LimitLog(interval_s=60.0, clock=lambda: now[0])

@@ -342,6 +342,68 @@ def test_received_adds_are_decoded_the_same_both_ways(monkeypatch: pytest.Monkey
     assert sum(type(d) is v2.AddRequest for d in fast) == 300
 
 
+def test_received_plain_reads_are_decoded_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each READENTRY body that does not ask for fencing becomes the ``(ledger id, entry id, version)``
+    decode_request reads from it (every header form: legacy version 0, which drops the flags, other flags, bad
+    versions, ids at both ends of int64, longer bodies); fencing reads, adds already decoded, other requests,
+    short, non-bytes and garbage bodies are left for decode_request."""
+    rng = random.Random(27)
+    key = master_key(b"pw")
+    items: list[object] = []
+    for _ in range(400):
+        ledger = rng.choice([0, LEDGER, 2**63 - 1, -(2**63), -1])
+        entry = rng.choice([0, -1, 5, 2**40, 2**63 - 1, -(2**63)])
+        version = rng.choice([0, 1, 2, 2, 2, 3, 127, -1, -128])
+        flags = rng.choice([0, 0, v2.FLAG_HIGH_PRIORITY, v2.FLAG_DO_FENCING, v2.FLAG_DO_FENCING | 0x8000])
+        fence_key = key if flags & v2.FLAG_DO_FENCING and rng.random() < 0.7 else None
+        body = v2.encode_read_request(ledger, entry, flags, fence_key, version=version)[4:]
+        items.append(body + b"tail" if rng.random() < 0.1 else body)
+    plain = v2.encode_read_request(LEDGER, 5)[4:]
+    items += [
+        v2.decode_add_requests([v2.encode_add_request(0, key, b"e" * 16)[4:]])[0],  # an add, decoded
+        v2.encode_batch_read_request(LEDGER, 0, 1, 10, 1000)[4:],  # another request
+        plain[:-1],  # one byte short: decode_request's error
+        memoryview(plain),  # not bytes: left for decode_request
+        bytearray(plain),
+        b"\x00\x00",
+        b"",
+    ]
+    rng.shuffle(items)
+    fast, reference = both_ways(monkeypatch, lambda: v2.decode_plain_reads(list(items)))
+    assert fast == reference
+    decoded = 0
+    for item, got in zip(items, fast):
+        if type(got) is tuple and type(item) is bytes:
+            request = v2.decode_request(item)
+            assert type(request) is v2.ReadRequest and not request.flags & v2.FLAG_DO_FENCING
+            assert got == (request.ledger_id, request.entry_id, request.version)
+            decoded += 1
+        else:
+            assert got is item
+            if type(item) is bytes and len(item) >= 20:
+                try:
+                    request = v2.decode_request(item)
+                except MalformedFrameError:
+                    continue  # a fencing read without its key
+                assert type(request) is not v2.ReadRequest or request.flags & v2.FLAG_DO_FENCING
+    assert 150 < decoded < 400
+
+
+def test_read_responses_of_a_run_are_the_single_responses_joined() -> None:
+    """encode_read_responses (a run's answers) is encode_read_response of each, joined; an id past int64 raises
+    its error."""
+    rng = random.Random(28)
+    ids = [(rng.choice([0, LEDGER, 2**63 - 1, -1]), rng.choice([0, 7, 2**63 - 1]), rng.choice([0, 1, 2, 3]))
+           for _ in range(200)]
+    entries = [rng.randbytes(rng.choice([0, 1, 100, 5000])) for _ in ids]
+    want = b"".join(v2.encode_read_response(v2.EOK, ledger, entry, data, version)
+                    for (ledger, entry, version), data in zip(ids, entries))
+    assert v2.encode_read_responses(ids, entries) == want
+    assert v2.encode_read_responses([], []) == b""
+    with pytest.raises(LocalProtocolError):
+        v2.encode_read_responses([(2**63, 0, 2)], [b"x"])
+
+
 # -- a client's received acknowledgements -------------------------------------------------------------------------
 
 

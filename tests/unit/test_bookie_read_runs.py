@@ -1,0 +1,322 @@
+"""Runs of plain v2 single reads (docs/bookie.md, "Reads"): a chunk's consecutive READENTRY requests without the
+fencing flag are admitted with one gate call and those memory holds are answered with one frame buffer, the others
+take the per-read path; and cold reads that a read-ahead on a read thread will answer wait for it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bkspark.protocol import v2
+from bookie_server import server as server_module
+from bookie_server.bookie import Bookie
+from bookie_server.server import BookieServer
+from tests.unit.test_bookie_backpressure import track_max
+from tests.unit.test_bookie_cold_reads import GatedColdReads, to_disk
+from tests.unit.test_bookie_server import KEY, Conn, make_entry, with_bookie
+
+
+def server_side(server: BookieServer) -> list[Any]:
+    """The server's connection objects."""
+    return list(server._connections)
+
+
+def count_single_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Entry ids of the reads that took the per-read path (``_Connection._v2_read``)."""
+    seen: list[int] = []
+    original = server_module._Connection._v2_read
+
+    def counted(self: Any, ledger_id: int, entry_id: int, *args: Any) -> None:
+        seen.append(entry_id)
+        original(self, ledger_id, entry_id, *args)
+
+    monkeypatch.setattr(server_module._Connection, "_v2_read", counted)
+    return seen
+
+
+#: (ledger, entry, flags, master key, version) of the mixed chunk of reads, and which of them are not answered at once
+#: from memory by a run: a miss, entry -1, a fencing read, an unknown ledger, a bad version, a missing entry.
+MIXED = [
+    (1, 20, 0, None, 2), (1, 21, 0, None, 2), (1, 22, 0, None, 2),  # the write cache
+    (1, 10, 0, None, 2), (1, 11, 0, None, 2),  # the read cache
+    (1, 3, 0, None, 2),  # the disk
+    (1, 23, 0, None, 2),
+    (1, -1, 0, None, 2),  # the LAC read: the last entry
+    (2, 1, v2.FLAG_DO_FENCING, KEY, 2),  # fencing, in the middle of the run
+    (2, 2, 0, None, 2),
+    (99, 0, 0, None, 2),  # an unknown ledger
+    (1, 24, 0, None, 3),  # a bad version
+    (1, 25, 0, None, 0),  # the legacy header
+    (1, 26, v2.FLAG_HIGH_PRIORITY, None, 2),
+    (1, 100, 0, None, 2),  # no such entry
+    (1, 12, 0, None, 2),
+    (1, 5, 0, None, 2),  # the disk, inside the read-ahead of entry 3
+    (1, 27, 0, None, 1),
+]
+NOT_AT_ONCE = [3, -1, 1, 0, 24, 100, 5]
+
+
+def mixed_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: bool) -> dict[str, Any]:
+    """The answers (raw frame bodies), metrics and per-read-path reads of the mixed chunk, with or without runs."""
+    out: dict[str, Any] = {}
+
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c = await Conn.open(server.port)
+        entries = [make_entry(1, i, bytes([i]) * (50 + i)) for i in range(30)]
+        for e in entries[:20]:
+            assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+        to_disk(bookie)
+        for e in entries[20:] + [make_entry(2, i, b"two") for i in range(4)]:
+            assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+        bookie.storage.remember(bookie.storage.read_cold((0, 1, 10), 5))  # the read cache: 10..14
+        single = count_single_reads(monkeypatch)
+        if not runs:
+            monkeypatch.setattr(v2, "decode_plain_reads", lambda items: items)
+        c.send(b"".join(v2.encode_read_request(ledger, entry, flags, key, version)
+                        for ledger, entry, flags, key, version in MIXED))
+        out["answers"] = [bytes(await c.body()) for _ in MIXED]
+        await asyncio.sleep(0.05)
+        assert not c.bodies  # each read answered once
+        out["single"] = single
+        metrics = server.metrics
+        out["metrics"] = (
+            {(op, ok): sum(hist.counts)  # the buckets depend on the latencies
+             for op in ("READ_ENTRY", "READ_ENTRY_FENCE_REQUEST") for ok, hist in metrics.requests[op].items()},
+            metrics.read_bytes.value,
+        )
+        assert server.reads_gate.count == 0 and all(conn._permits_held == 0 for conn in server_side(server))
+        c.close()
+
+    body(tmp_path)
+    monkeypatch.undo()
+    return out
+
+
+def test_a_run_answers_byte_for_byte_what_single_reads_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hits of the write cache and the read cache, misses, the LAC read, a fencing read in the middle, an unknown
+    ledger, bad and legacy versions, a missing entry: the same frames, the same metrics (requests per success,
+    bytes read), every permit back; the run sent only what memory could not answer at once down the
+    per-read path, and the answers memory gave leave in the order of their requests, before the others."""
+    run = mixed_answers(tmp_path / "runs", monkeypatch, runs=True)
+    single = mixed_answers(tmp_path / "single", monkeypatch, runs=False)
+    assert sorted(run["answers"]) == sorted(single["answers"])
+    assert run["metrics"] == single["metrics"]
+    assert run["metrics"][0][("READ_ENTRY", True)] == 14 and run["metrics"][0][("READ_ENTRY", False)] == 3
+    assert sorted(run["single"]) == sorted(NOT_AT_ONCE)
+    assert len(single["single"]) == len(MIXED)
+    decoded = [v2.decode_response(a) for a in run["answers"]]
+    rcs = {(r.ledger_id, r.entry_id): r.rc for r in decoded}
+    assert rcs[(99, 0)] == v2.ENOLEDGER and rcs[(1, 24)] == v2.EBADVERSION and rcs[(1, 100)] == v2.ENOENTRY
+    assert all(rc == v2.EOK for key, rc in rcs.items() if key not in {(99, 0), (1, 24), (1, 100)})
+    hits = [(r.ledger_id, r.entry_id) for r in decoded if r.entry_id in (20, 21, 22, 10, 11)]
+    assert hits == [(1, 20), (1, 21), (1, 22), (1, 10), (1, 11)]  # in order, first: nothing before them waited
+
+
+@with_bookie(maxReadsInProgressLimit=3, dbStorage_readAheadCacheBatchSize=1)
+async def test_runs_cut_by_the_reads_gate_park_and_resume(bookie: Bookie, server: BookieServer) -> None:
+    """Two connections send 300 reads each, one in five of an entry only the disk holds (it keeps its permit until a
+    read thread brings it), against a bound of 3 reads in progress: each run is admitted a prefix at a time, the
+    connections park and resume, the bound is never passed, every read is answered once with its entry, every
+    permit comes back."""
+    writer = await Conn.open(server.port)
+    entries = {(ledger, i): make_entry(ledger, i, b"%d" % i * 20) for ledger in (1, 2) for i in range(100)}
+    writer.send(b"".join(v2.encode_add_request(0, KEY, e) for (ledger, i), e in entries.items() if i < 50))
+    for _ in range(100):
+        assert v2.decode_response(await writer.body()).rc == v2.EOK
+    to_disk(bookie)  # 0..49 on disk, 50..99 in the write cache
+    writer.send(b"".join(v2.encode_add_request(0, KEY, e) for (ledger, i), e in entries.items() if i >= 50))
+    for _ in range(100):
+        assert v2.decode_response(await writer.body()).rc == v2.EOK
+    conns = [await Conn.open(server.port) for _ in range(2)]
+    for ledger, c in zip((1, 2), conns):
+        assert (await c.v2(v2.encode_read_request(ledger, 50))).rc == v2.EOK  # the connection speaks v2 now
+    peak = track_max(server.reads_gate)
+    wanted = [i if i % 5 == 0 else 50 + i % 50 for i in range(300)]
+    for ledger, c in zip((1, 2), conns):
+        c.send(b"".join(v2.encode_read_request(ledger, i % 100) for i in wanted))
+    for ledger, c in zip((1, 2), conns):
+        answers = [v2.decode_response(await c.body()) for _ in range(300)]
+        assert sorted((a.ledger_id, a.entry_id, bytes(a.entry)) for a in answers) == sorted(
+            (ledger, i % 100, entries[(ledger, i % 100)]) for i in wanted)
+    assert peak[0] == 3
+    assert server.limit_log.hits.get("maxReadsInProgressLimit", 0) > 0
+    assert server.reads_gate.count == 0 and not server.reads_gate.waiting
+    assert all(conn._permits_held == 0 for conn in server_side(server))
+    assert sum(server.metrics.requests["READ_ENTRY"][True].counts) == 602
+    for c in conns + [writer]:
+        c.close()
+
+
+def test_adds_before_reads_in_one_chunk_go_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adds and reads of a new ledger interleaved in one chunk: every add is acknowledged, a read after an add sees
+    its entry, a read before it does not."""
+
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c = await Conn.open(server.port)
+        assert (await c.v2(v2.encode_read_request(4, 0))).rc == v2.ENOLEDGER  # the connection speaks v2 now
+        e = [make_entry(5, i, b"e%d" % i) for i in range(3)]
+        single = count_single_reads(monkeypatch)
+        c.send(b"".join([
+            v2.encode_add_request(0, KEY, e[0]), v2.encode_add_request(0, KEY, e[1]),
+            v2.encode_read_request(5, 0), v2.encode_read_request(5, 1), v2.encode_read_request(5, 2),
+            v2.encode_add_request(0, KEY, e[2]), v2.encode_read_request(5, 2),
+        ]))
+        answers = [v2.decode_response(await c.body()) for _ in range(7)]
+        adds = sorted((a.entry_id, a.rc) for a in answers if isinstance(a, v2.AddResponse))
+        reads = sorted((a.entry_id, a.rc, bytes(a.entry)) for a in answers if isinstance(a, v2.ReadResponse))
+        assert adds == [(0, v2.EOK), (1, v2.EOK), (2, v2.EOK)]
+        assert reads == [(0, v2.EOK, e[0]), (1, v2.EOK, e[1]), (2, v2.EOK, e[2]), (2, v2.ENOENTRY, b"")]
+        assert single == [2]  # the others were runs of reads answered from the write cache
+        assert server.reads_gate.count == 0 and server.adds_gate.count == 0
+        c.close()
+
+    body(tmp_path)
+
+
+# -- cold reads waiting for a read-ahead ----------------------------------------------------------------------------
+
+
+async def on_disk(
+    bookie: Bookie, server: BookieServer, monkeypatch: pytest.MonkeyPatch, ledger: int, count: int, size: int = 100
+) -> tuple[Conn, list[bytes], GatedColdReads]:
+    """A connection that stored ``count`` entries of ``size`` bytes in ``ledger``, now only on disk, and the gate
+    of the read threads' disk reads."""
+    c = await Conn.open(server.port)
+    entries = [make_entry(ledger, i, bytes([i % 251]) * size) for i in range(count)]
+    for e in entries:
+        assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+    to_disk(bookie)
+    return c, entries, GatedColdReads(bookie, monkeypatch)
+
+
+async def started(gated: GatedColdReads) -> None:
+    assert await asyncio.get_running_loop().run_in_executor(None, gated.started.wait, 10)
+
+
+def test_cold_reads_inside_a_pending_read_ahead_wait_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Six pipelined cold reads of consecutive entries: the first goes to a read thread, the five in its read-ahead
+    window wait for it (they do not count as the connection's reads on the read threads) and are answered from what
+    it brought: one disk read, not six.  A read past the window goes to the disk itself."""
+
+    @with_bookie(dbStorage_readAheadCacheBatchSize=10)
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c, entries, gated = await on_disk(bookie, server, monkeypatch, 7, 20)
+        c.send(b"".join(v2.encode_read_request(7, i) for i in range(6)))
+        await started(gated)
+        await asyncio.sleep(0.1)
+        [conn] = server_side(server)
+        assert (conn._cold_reads, conn._waiting_reads) == (1, 5)
+        assert gated.threads == ["bookie-read_0"]
+        gated.gate.set()
+        answers = [v2.decode_response(await c.body()) for _ in range(6)]
+        assert sorted((a.entry_id, bytes(a.entry)) for a in answers) == list(enumerate(entries[:6]))
+        assert len(gated.threads) == 1
+        assert (conn._cold_reads, conn._waiting_reads) == (0, 0)
+        r = await c.v2(v2.encode_read_request(7, 10))  # 0 + 10: past the window, and no read-ahead pending
+        assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[10]) and len(gated.threads) == 2
+        assert not bookie._read_aheads and server.reads_gate.count == 0
+        c.close()
+
+    body(tmp_path)
+
+
+def test_a_failed_read_ahead_is_not_its_waiters_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read the others wait for fails (EIO, its own answer): the waiters do not take its error; the first reads
+    its entry itself and the others wait for that read's read-ahead."""
+
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c, entries, gated = await on_disk(bookie, server, monkeypatch, 8, 5)
+        gated_read = bookie.storage.read_cold
+        calls: list[int] = []
+
+        def first_fails(key: Any, ahead: int) -> Any:
+            calls.append(key[2])
+            if len(calls) == 1:
+                gated_read(key, ahead)  # waits for the gate, then fails
+                raise OSError(5, "Input/output error")
+            return gated_read(key, ahead)
+
+        monkeypatch.setattr(bookie.storage, "read_cold", first_fails)
+        c.send(b"".join(v2.encode_read_request(8, i) for i in range(5)))
+        await started(gated)
+        await asyncio.sleep(0.1)
+        assert calls == [0]
+        gated.gate.set()
+        answers = {a.entry_id: a for a in [v2.decode_response(await c.body()) for _ in range(5)]}
+        assert answers[0].rc == v2.EIO
+        assert [(answers[i].rc, bytes(answers[i].entry)) for i in range(1, 5)] == [(v2.EOK, e) for e in entries[1:]]
+        assert calls == [0, 1]
+        assert server.reads_gate.count == 0 and not bookie._read_aheads
+        c.close()
+
+    body(tmp_path)
+
+
+def test_a_read_ahead_that_does_not_bring_the_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries too large for the read-ahead's chunk (256 KiB) to hold the next one whole: each waiter reads its own
+    entry, one after another (the later ones wait for the earlier one's read), not all at once."""
+
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c, entries, gated = await on_disk(bookie, server, monkeypatch, 9, 4, size=200_000)
+        pending_at_once: list[int] = []
+        original = bookie._read_cold_soon
+
+        def counted(key: Any) -> Any:
+            answer = original(key)
+            pending_at_once.append(len(bookie._read_aheads[(0, 9)]))
+            return answer
+
+        monkeypatch.setattr(bookie, "_read_cold_soon", counted)
+        c.send(b"".join(v2.encode_read_request(9, i) for i in range(4)))
+        await started(gated)
+        await asyncio.sleep(0.1)
+        assert len(gated.threads) == 1
+        gated.gate.set()
+        answers = sorted(
+            (a.entry_id, a.rc, bytes(a.entry)) for a in [v2.decode_response(await c.body()) for _ in range(4)]
+        )
+        assert answers == [(i, v2.EOK, entries[i]) for i in range(4)]
+        assert len(gated.threads) == 4 and pending_at_once == [1, 1, 1, 1]
+        c.close()
+
+    body(tmp_path)
+
+
+def test_reads_waiting_for_a_read_ahead_are_bounded_per_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection whose reads wait for another connection's read-ahead stops dispatching at its bound of waiting
+    reads (WAITING_READS_PER_CONNECTION x dbStorage_readAheadCacheBatchSize; 3 here), and goes on once they are
+    answered."""
+
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        a, entries, gated = await on_disk(bookie, server, monkeypatch, 6, 10)
+        b = await Conn.open(server.port)
+        assert (await b.v2(v2.encode_read_request(4, 0))).rc == v2.ENOLEDGER  # the connection speaks v2 now
+        conn_b = [conn for conn in server_side(server) if conn.peer.endswith(str(b.writer.get_extra_info("sockname")[1]))]
+        [conn_b] = conn_b
+        assert conn_b._waiting_limit == server_module.WAITING_READS_PER_CONNECTION * 100
+        conn_b._waiting_limit = 3
+        a.send(v2.encode_read_request(6, 0))
+        await started(gated)
+        b.send(b"".join(v2.encode_read_request(6, i) for i in range(1, 7)))
+        await asyncio.sleep(0.2)
+        assert conn_b._waiting_reads == 3 and conn_b._backlog == deque([((6, 4, 2), (6, 5, 2), (6, 6, 2))])
+        gated.gate.set()
+        assert bytes(v2.decode_response(await a.body()).entry) == entries[0]
+        answers = [v2.decode_response(await b.body()) for _ in range(6)]
+        assert sorted((r.entry_id, bytes(r.entry)) for r in answers) == [(i, entries[i]) for i in range(1, 7)]
+        assert gated.threads == ["bookie-read_0"]
+        a.close()
+        b.close()
+
+    body(tmp_path)
