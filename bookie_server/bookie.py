@@ -491,6 +491,12 @@ class Bookie:
         answer take :meth:`read_entry_soon`."""
         return self.storage.memory_hits(scope_id, reads)
 
+    def pending_read_ahead(self, key: tuple[int, int, int]) -> "asyncio.Future[bytes] | None":
+        """The answer of a cold read on a read thread whose read-ahead window holds ``key``'s entry, or None: a
+        connection's run of single reads waits for it as a whole (docs/bookie.md, "Runs of single reads")."""
+        pending = self._read_ahead_for(key, None)
+        return None if pending is None else pending[1]
+
     def _read_ahead_for(
         self, key: tuple[int, int, int], after: int | None
     ) -> "tuple[int, asyncio.Future[bytes]] | None":

@@ -270,6 +270,8 @@ class _Connection(asyncio.Protocol):
         self._parked = False  # waiting for a gate (adds/reads/long polls) or the write cache
         self._cold_reads = 0  # reads of this connection on the read threads (COLD_READS_PER_CONNECTION)
         self._waiting_reads = 0  # its reads waiting for a read-ahead (WAITING_READS_PER_CONNECTION)
+        self._read_ahead_hold = False  # a run of reads waits for a read-ahead (_hold_for_read_ahead)
+        self._held_for: tuple[int, int, int] | None = None  # the key of the read it waited for last
         self._waiting_limit = WAITING_READS_PER_CONNECTION * max(1, server.conf.dbStorage_readAheadCacheBatchSize)
         self._reading_paused = False
         self._rejected = False
@@ -446,7 +448,11 @@ class _Connection(asyncio.Protocol):
     def _reads_held(self) -> bool:
         """True while the connection's reads waiting for the read threads, or for a read-ahead, are at their
         bound (docs/bookie.md, "Reads"): it dispatches no more until one is answered."""
-        return self._cold_reads >= COLD_READS_PER_CONNECTION or self._waiting_reads >= self._waiting_limit
+        return (
+            self._read_ahead_hold
+            or self._cold_reads >= COLD_READS_PER_CONNECTION
+            or self._waiting_reads >= self._waiting_limit
+        )
 
     def _update_reading(self) -> None:
         if self.closed or self.transport is None:
@@ -790,6 +796,8 @@ class _Connection(asyncio.Protocol):
                     continue
                 if self._reads_held() or self._write_blocked or self.closed:
                     break
+                if data is None and self._hold_for_read_ahead(read):
+                    break  # this read and the run's rest wait, then meet memory again
                 if hits:
                     self._v2_read_hits(hits, entries, size, start)
                     hits, entries, size = [], [], 0
@@ -800,6 +808,27 @@ class _Connection(asyncio.Protocol):
         finally:
             self._release_reads(len(reads) - done)
         return done
+
+    def _hold_for_read_ahead(self, read: tuple[int, int, int]) -> bool:
+        """True when a read-ahead on a read thread may bring ``read``'s entry: the connection then dispatches no
+        more until that read-ahead is over, and the run resumes from ``read`` (docs/bookie.md, "Runs of single
+        reads"), its entries then answered from memory as a run.  A read is held once: the next time it takes
+        :meth:`_v2_read` (which waits for a read-ahead on its own, or reads the disk)."""
+        key = (0, read[0], read[1])
+        if key == self._held_for:
+            return False
+        pending = self.bookie.pending_read_ahead(key)
+        if pending is None:
+            return False
+        self._held_for = key
+        self._read_ahead_hold = True
+        pending.add_done_callback(self._read_ahead_over)
+        return True
+
+    def _read_ahead_over(self, _answer: "asyncio.Future[bytes]") -> None:
+        self._read_ahead_hold = False
+        if self._backlog and not self.closed:
+            self._loop.call_soon(self._drain)
 
     def _v2_read_hits(self, ids: list[tuple[int, int, int]], entries: list[bytes], size: int, start: float) -> None:
         """Answer reads whose ``entries`` (``size`` bytes) memory held, and give their permits back."""

@@ -54,10 +54,10 @@ MIXED = [
     (1, 26, v2.FLAG_HIGH_PRIORITY, None, 2),
     (1, 100, 0, None, 2),  # no such entry
     (1, 12, 0, None, 2),
-    (1, 5, 0, None, 2),  # the disk, inside the read-ahead of entry 3
+    (1, 5, 0, None, 2),  # the disk, inside the read-ahead of entry 3: the run waits for it, then memory answers
     (1, 27, 0, None, 1),
 ]
-NOT_AT_ONCE = [3, -1, 1, 0, 24, 100, 5]
+NOT_AT_ONCE = [3, -1, 1, 0, 24, 100]
 
 
 def mixed_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: bool) -> dict[str, Any]:
@@ -200,30 +200,56 @@ async def started(gated: GatedColdReads) -> None:
 
 
 def test_cold_reads_inside_a_pending_read_ahead_wait_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Six pipelined cold reads of consecutive entries: the first goes to a read thread, the five in its read-ahead
-    window wait for it (they do not count as the connection's reads on the read threads) and are answered from what
-    it brought: one disk read, not six.  A read past the window goes to the disk itself."""
+    """Six pipelined cold reads of consecutive entries: the first goes to a read thread; in a run, the five in its
+    read-ahead window wait with the connection (which dispatches nothing meanwhile) and are then answered from what
+    it brought, as a run; read one at a time (a connection's first chunk, before it is known to speak v2), each of
+    the five waits for it on its own (they do not count as the connection's reads on the read threads).  One disk
+    read either way, not six.  A read past the window goes to the disk itself."""
 
     @with_bookie(dbStorage_readAheadCacheBatchSize=10)
     async def body(bookie: Bookie, server: BookieServer) -> None:
-        c, entries, gated = await on_disk(bookie, server, monkeypatch, 7, 20)
+        c, entries, gated = await on_disk(bookie, server, monkeypatch, 7, 40)
+        single = count_single_reads(monkeypatch)
         c.send(b"".join(v2.encode_read_request(7, i) for i in range(6)))
         await started(gated)
         await asyncio.sleep(0.1)
         [conn] = server_side(server)
-        assert (conn._cold_reads, conn._waiting_reads) == (1, 5)
+        assert (conn._cold_reads, conn._waiting_reads, conn._read_ahead_hold) == (1, 0, True)
+        assert conn._backlog == deque([tuple((7, i, 2) for i in range(1, 6))])
         assert gated.threads == ["bookie-read_0"]
         gated.gate.set()
         answers = [v2.decode_response(await c.body()) for _ in range(6)]
-        assert sorted((a.entry_id, bytes(a.entry)) for a in answers) == list(enumerate(entries[:6]))
-        assert len(gated.threads) == 1
-        assert (conn._cold_reads, conn._waiting_reads) == (0, 0)
+        assert [(a.entry_id, bytes(a.entry)) for a in answers] == list(enumerate(entries[:6]))  # in order
+        assert len(gated.threads) == 1 and single == [0]
+        assert (conn._cold_reads, conn._waiting_reads, conn._read_ahead_hold) == (0, 0, False)
         r = await c.v2(v2.encode_read_request(7, 10))  # 0 + 10: past the window, and no read-ahead pending
         assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[10]) and len(gated.threads) == 2
+
+        gated.gate.clear()
+        gated.started.clear()
+        fresh = await Conn.open(server.port)
+        fresh.send(b"".join(v2.encode_read_request(7, i) for i in range(20, 26)))  # its first chunk
+        await started(gated)
+        await asyncio.sleep(0.1)
+        [fresh_conn] = [conn for conn in server_side(server) if conn is not conn_of(server, c)]
+        assert (fresh_conn._cold_reads, fresh_conn._waiting_reads) == (1, 5)
+        gated.gate.set()
+        answers = [v2.decode_response(await fresh.body()) for _ in range(6)]
+        assert sorted((a.entry_id, bytes(a.entry)) for a in answers) == [(i, entries[i]) for i in range(20, 26)]
+        assert len(gated.threads) == 3
+        assert (fresh_conn._cold_reads, fresh_conn._waiting_reads) == (0, 0)
         assert not bookie._read_aheads and server.reads_gate.count == 0
         c.close()
+        fresh.close()
 
     body(tmp_path)
+
+
+def conn_of(server: BookieServer, c: Conn) -> Any:
+    """The server's side of the client connection ``c``."""
+    port = c.writer.get_extra_info("sockname")[1]
+    [conn] = [conn for conn in server_side(server) if conn.peer.endswith(str(port))]
+    return conn
 
 
 def test_a_failed_read_ahead_is_not_its_waiters_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -302,12 +328,12 @@ def test_reads_waiting_for_a_read_ahead_are_bounded_per_connection(
         a, entries, gated = await on_disk(bookie, server, monkeypatch, 6, 10)
         b = await Conn.open(server.port)
         assert (await b.v2(v2.encode_read_request(4, 0))).rc == v2.ENOLEDGER  # the connection speaks v2 now
-        conn_b = [conn for conn in server_side(server) if conn.peer.endswith(str(b.writer.get_extra_info("sockname")[1]))]
-        [conn_b] = conn_b
+        conn_b = conn_of(server, b)
         assert conn_b._waiting_limit == server_module.WAITING_READS_PER_CONNECTION * 100
         conn_b._waiting_limit = 3
         a.send(v2.encode_read_request(6, 0))
         await started(gated)
+        monkeypatch.setattr(conn_b, "_hold_for_read_ahead", lambda read: False)  # its reads wait one by one
         b.send(b"".join(v2.encode_read_request(6, i) for i in range(1, 7)))
         await asyncio.sleep(0.2)
         assert conn_b._waiting_reads == 3 and conn_b._backlog == deque([((6, 4, 2), (6, 5, 2), (6, 6, 2))])
