@@ -438,9 +438,27 @@ class LedgerReader:
         return await fut
 
     async def read_range(self, first: int, last: int) -> list[LedgerEntry]:
-        """Entries ``first..last`` (inclusive), ``readPipelineDepth`` in flight; every one verified."""
+        """Entries ``first..last`` (inclusive), ``readPipelineDepth`` in flight; every one verified.  At most
+        ``readPipelineDepth`` plain v2 reads within one segment are one :class:`_RangeRead`."""
         if last < first:
             return []
+        if self._one_range_read(first, last):
+            ledger_id, scope_id = self.ref.ledger_id, self.ref.scope_id
+            payloads = await _RangeRead(self, first, last).run()
+            return [LedgerEntry(ledger_id, first + i, payload, scope_id) for i, payload in enumerate(payloads)]
+        return await self._read_range_pipelined(first, last)
+
+    def _one_range_read(self, first: int, last: int) -> bool:
+        """Whether ``first..last`` is read as one :class:`_RangeRead`: plain v2 reads (scope 0), no more than
+        ``readPipelineDepth`` of them, within one segment."""
+        if last - first + 1 > self.ctx.conf.readPipelineDepth or self.ctx.ops.data_version(self.ref.scope_id) != V2:
+            return False
+        next_segment = self.metadata.next_segment_start(first)
+        return next_segment is None or next_segment > last
+
+    async def _read_range_pipelined(self, first: int, last: int) -> list[LedgerEntry]:
+        """Entries ``first..last`` with ``readPipelineDepth`` :class:`_EntryRead` objects in flight, one started
+        as each one ends."""
         count = last - first + 1
         results: list[LedgerEntry | None] = [None] * count
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -713,18 +731,16 @@ class LedgerReader:
 
     async def _fallback(self, start: int, end: int, max_size: int) -> list[bytes]:
         """The verified payloads of pipelined single reads of ``start..end`` within ``max_size`` bytes (at least
-        one entry), ``readPipelineDepth`` at a time: over v2 as a :class:`_RangeRead` each, else
-        :meth:`read_range`."""
+        one entry), ``readPipelineDepth`` at a time: as a :class:`_RangeRead` each where :meth:`read_range` would
+        make one, else through :meth:`read_range`."""
         out: list[bytes] = []
         used = BATCH_RESPONSE_OVERHEAD
         per_entry = 4 + 32 + self.digester.size
         chunk = max(1, self.ctx.conf.readPipelineDepth)
-        plain_v2 = self.ctx.ops.data_version(self.ref.scope_id) == V2
         cur = start
         while cur <= end:
             last = min(end, cur + chunk - 1)
-            next_segment = self.metadata.next_segment_start(cur)
-            if plain_v2 and (next_segment is None or next_segment > last):
+            if self._one_range_read(cur, last):
                 part = await _RangeRead(self, cur, last).run()
             else:
                 part = [entry.payload for entry in await self.read_range(cur, last)]
