@@ -203,12 +203,13 @@ def _speculate_group(reads: list[_EntryRead], delay: float) -> None:
 class _RangeRead:
     """Plain v2 single reads of ``first..last`` (one segment), all sent at once, with no object per entry.
 
-    The fast path of a striped ledger's scan (:meth:`LedgerReader._fallback`; docs/client.md, "Read path"). Each
-    entry's first replica is asked in one run of requests per bookie; answers are kept as they came, by index
-    (successful ones handed over a chunk at a time: :meth:`on_answers`), and the digests of all of them are checked by one :meth:`Digester.verify_payloads` call at the end. An entry whose
-    first answer is an error, or still missing after ``speculativeReadTimeout``, becomes an :class:`_EntryRead`
-    that asks its other replicas exactly as :meth:`LedgerReader.read_range` would (its first replica counted as
-    asked); so does an entry whose copy fails the digest check.
+    What :meth:`LedgerReader.read_range` makes of up to ``readPipelineDepth`` entries, and the fast path of a
+    striped ledger's scan (:meth:`LedgerReader._fallback`; docs/client.md, "Read path"). Each entry's first replica
+    is asked in one run of requests per bookie; answers are kept as they came, by index (successful ones handed
+    over a chunk at a time: :meth:`on_answers`), and the digests of all of them are checked by one
+    :meth:`Digester.verify_payloads` call at the end. An entry whose first answer is an error, or still missing
+    after ``speculativeReadTimeout``, becomes an :class:`_EntryRead` that asks its other replicas by the rules of
+    a single read (its first replica counted as asked); so does an entry whose copy fails the digest check.
     """
 
     __slots__ = ("reader", "first", "count", "bodies", "remaining", "done", "escalated", "verified", "replicas")
@@ -295,7 +296,8 @@ class _RangeRead:
             self.done.set_result(None)
 
     def escalate(self, index: int) -> _EntryRead:
-        """Entry ``index`` as an :class:`_EntryRead` whose first replica was asked and has not answered."""
+        """Entry ``index`` as an :class:`_EntryRead` whose first replica was asked, its answer still to count
+        (:meth:`_EntryRead.answer` takes it, now or when it comes)."""
         read = _EntryRead(
             self.reader, self.first + index, self.replicas[index % len(self.replicas)],
             partial(self.on_entry, index), 0, None,
