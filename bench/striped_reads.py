@@ -24,16 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import REPO_ROOT, Cluster, machine_facts, medians, py_bench
+from bench.write_cpu import stat_ticks
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _cpu(pid: int, tid: int | None = None) -> float:
     """Seconds of CPU (user + system) of a process, or of one of its threads."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    with open(path) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return sum(stat_ticks(pid, tid)) / _TICK
 
 
 def one_round(args: argparse.Namespace, tree: Path) -> dict[str, float]:

@@ -48,6 +48,15 @@ KINDS = (
 )
 
 
+def stat_ticks(pid: int, tid: int | None = None) -> tuple[int, int]:
+    """User and system CPU ticks of a process (children not included), or of one of its threads, from
+    ``/proc/<pid>[/task/<tid>]/stat``; OSError when it is gone."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    with open(path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12])
+
+
 def cpu_by_process() -> dict[int, tuple[int, str]]:
     """Every process's CPU ticks (user + system, children not included) and command line."""
     out = {}
@@ -55,13 +64,12 @@ def cpu_by_process() -> dict[int, tuple[int, str]]:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            user, system = stat_ticks(int(name))
             with open(f"/proc/{name}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue  # gone meanwhile
-        out[int(name)] = (int(fields[11]) + int(fields[12]), cmd)
+        out[int(name)] = (user + system, cmd)
     return out
 
 
@@ -83,11 +91,10 @@ def cpu_by_thread() -> dict[tuple[int, int], tuple[int, int, str]]:
             continue
         for tid in tids:
             try:
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
+                user, system = stat_ticks(pid, int(tid))
             except OSError:
                 continue
-            out[(pid, int(tid))] = (int(fields[11]), int(fields[12]), kind)
+            out[(pid, int(tid))] = (user, system, kind)
     return out
 
 

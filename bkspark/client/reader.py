@@ -261,19 +261,13 @@ class _RangeRead:
         return await self.verify()
 
     def on_first(self, resp: Any, exc: BaseException | None, index: int) -> None:
-        """The answer of an entry's first replica."""
-        if self.done.done():
-            return
-        read = self.escalated.get(index)
-        if read is not None:
-            read.on_response(resp, exc, read.bookies[0])
-        elif exc is None:
-            self.bodies[index] = read_body(resp)
-            self.remaining -= 1
-            if self.remaining == 0:
-                self.done.set_result(None)
-        else:
-            self.escalate(index).answer(self.replicas[index % len(self.replicas)][0], None, exc)
+        """The answer of an entry's first replica that came alone: a success as :meth:`on_answers` takes it; an
+        error makes the entry ask its next replica."""
+        if exc is None:
+            self.on_answers([(index, read_body(resp))])
+        elif not self.done.done():
+            read = self.escalated.get(index) or self.escalate(index)
+            read.answer(read.bookies[0], None, exc)
 
     def on_answers(self, pairs: list[tuple[int, Any]]) -> None:
         """Successful answers of first replicas that came together: ``(index, stored entry)`` each."""
@@ -326,7 +320,7 @@ class _RangeRead:
             return
         bodies, escalated = self.bodies, self.escalated
         for index in range(self.count):
-            if bodies[index] is None and index not in escalated and index not in self.verified:
+            if bodies[index] is None and index not in escalated:  # (a verified entry was escalated)
                 self.escalate(index).speculate(delay)
 
     async def verify(self) -> list[bytes]:
