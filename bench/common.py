@@ -183,6 +183,8 @@ def _fmt(v: Any) -> str:
         return f"{v:.2f}"
     if isinstance(v, int):
         return f"{v:,}"
+    if isinstance(v, dict):  # e.g. CPU per record by kind of process: "Spark JVM 5.73, Kafka JVM 4.87"
+        return ", ".join(f"{k} {_fmt(x)}" for k, x in v.items())
     return str(v)
 
 
@@ -288,7 +290,8 @@ class Report:
                 for k in r:
                     if k not in ("what", "value", "unit") and k not in extras:
                         extras.append(k)
-            labels = {"mb_s": "MB/s", "p50_ms": "p50 ms", "p99_ms": "p99 ms"}
+            labels = {"mb_s": "MB/s", "p50_ms": "p50 ms", "p99_ms": "p99 ms",
+                      "cpu_us_per_record": "CPU µs per record"}
             heads = [labels.get(k, k) for k in extras]
             out += ["", "| measurement | value | unit | " + " | ".join(heads) + (" |" if extras else "")]
             out.append("|---|---:|---|" + "---|" * len(extras))

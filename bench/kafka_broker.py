@@ -40,6 +40,15 @@ def spark_kafka_jars(version: str = SPARK_KAFKA_VERSION) -> list[str]:
     return sorted(str(p) for p in _lib("spark-kafka", version).glob("*.jar"))
 
 
+def _cluster_id() -> str:
+    """A random KRaft cluster id: 16 bytes, URL-safe base64 without padding, never starting with "-" (as Kafka's
+    own ``Uuid.randomUuid`` ensures: ``kafka-storage format -t -x...`` reads such an id as an option)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class KafkaBroker:
     """One KRaft node (broker and controller in one JVM) on loopback, with its data under ``base``.
 
@@ -93,7 +102,7 @@ class KafkaBroker:
             props["log.flush.interval.messages"] = str(self.flush_messages)
         conf = self.base / "server.properties"
         conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = _cluster_id()
         fmt = subprocess.run(
             self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf), log_name="format"),
             capture_output=True, text=True, timeout=300,

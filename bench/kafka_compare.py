@@ -23,7 +23,11 @@ size, --records records:
   the default schema; then the write and the first scan again with rows packed into entries of at most 16 KiB
   (``rowsPerEntry``, ``entryMaxBytes``: Kafka's producer batch size).
 
-Every Spark job runs once untimed on a small topic / dataset first.  Ratios are bkspark ÷ Kafka.  What is and
+Every Spark job runs once untimed on a small topic / dataset first, and again right before each side's timed
+Spark jobs (Spark stops Python workers idle for a minute, and the raw clients' runs take longer).  Ratios are
+bkspark ÷ Kafka.  Each Spark job's row also gives the CPU per record of every kind of process meanwhile
+(``/proc/<pid>/stat``, as ``bench.write_cpu`` reads it): the Spark JVM, its Python workers (with the Python
+processes that plan and commit the job), the bookie, the broker.  What is and
 is not comparable (replication, fsync, batching) is printed as notes and written up in BENCHMARKS.md.
 """
 
@@ -50,6 +54,7 @@ from bench.common import (
     timed,
 )
 from bench.kafka_broker import KAFKA_VERSION, SPARK_KAFKA_VERSION, KafkaBroker, spark_kafka_jars
+from bench.write_cpu import cpu_by_process, cpu_seconds_by_kind
 
 BATCH_COUNT = 1000
 BATCH_BYTES = 4 * 1024 * 1024
@@ -79,20 +84,34 @@ class _Run:
     def __init__(self, report: Report) -> None:
         self.report = report
         self.values: dict[tuple[int, str, str], float] = {}
+        self.last_cpu: dict[str, float] = {}
 
     def attempt(self, label: str, fn: Any) -> Any:
+        """``fn()``, or None if it failed; the CPU seconds every kind of process spent meanwhile are kept in
+        :attr:`last_cpu`."""
+        self.last_cpu = {}
+        before = cpu_by_process()
         try:
-            return fn()
+            result = fn()
+            self.last_cpu = cpu_seconds_by_kind(before, cpu_by_process())
+            return result
         except Unavailable as exc:
             self.report.fail(label, f"unavailable: {exc}")
         except Exception as exc:  # noqa: BLE001 - one failed part must not stop the others
             self.report.fail(label, f"{type(exc).__name__}: {str(exc)[:1500]}")
         return None
 
-    def put(self, size: int, side: str, what: str, value: float | None, unit: str, **extra: Any) -> None:
+    def put(self, size: int, side: str, what: str, value: float | None, unit: str, records: int = 0,
+            **extra: Any) -> None:
+        """One figure; with ``records``, also the CPU per record of every kind of process during the last
+        :meth:`attempt` (where a job's time went: the Spark JVM, its Python workers, the bookie, the broker)."""
         if value is None:
             return
         self.values[(size, side, what)] = value
+        if records:
+            extra["cpu_us_per_record"] = {kind: round(secs / records * 1e6, 2)
+                                          for kind, secs in sorted(self.last_cpu.items(), key=lambda kv: -kv[1])
+                                          if secs >= 0.01}
         self.report.row(f"{size} B: {side}: {what}", value, unit, mb_s=value * size / 1e6, **extra)
 
 
@@ -111,10 +130,10 @@ def _kafka_side(run: _Run, kafka: KafkaBroker, spark: Any, size: int, n: int, co
             run.put(size, "Kafka", "raw consumer (Java)", res["fetch_records_per_sec"], "records/s")
     if spark is None:
         return
+    _kafka_warm(run, spark, kafka, cores, str(size))
     opts = {"kafka.bootstrap.servers": kafka.bootstrap}
 
     def spark_write() -> float:
-        kafka.create_topic(spark_topic, 2)
         t0 = time.perf_counter()
         payload_frame(spark, n, size, cores, "value").write.format("kafka").options(**opts).option("topic", spark_topic).save()
         return n / (time.perf_counter() - t0)
@@ -128,9 +147,12 @@ def _kafka_side(run: _Run, kafka: KafkaBroker, spark: Any, size: int, n: int, co
         return n / secs
 
     with timed(f"{size} B: Spark write into Kafka"):
-        run.put(size, "Kafka", "Spark write", run.attempt(f"{size} B Spark write (kafka)", spark_write), "rows/s")
+        kafka.create_topic(spark_topic, 2)
+        run.put(size, "Kafka", "Spark write", run.attempt(f"{size} B Spark write (kafka)", spark_write), "rows/s",
+                records=n)
     with timed(f"{size} B: Spark scan of Kafka"):
-        run.put(size, "Kafka", "Spark scan", run.attempt(f"{size} B Spark scan (kafka)", spark_scan), "rows/s")
+        run.put(size, "Kafka", "Spark scan", run.attempt(f"{size} B Spark scan (kafka)", spark_scan), "rows/s",
+                records=n)
 
 
 def _bookkeeper_side(
@@ -169,6 +191,7 @@ def _bookkeeper_side(
                 run.put(size, jside, "raw client batched read", float(r["entries_per_sec"]), "entries/s")
     if spark is None:
         return
+    _bookkeeper_warm(run, spark, uri, kind, cores, str(size))
     dataset = f"spark-{size}"
     wopts = {"metadataServiceUri": uri, "ensembleSize": "1", "writeQuorumSize": "1", "ackQuorumSize": "1",
              "digestType": "CRC32C"}
@@ -202,41 +225,61 @@ def _bookkeeper_side(
         return n / (time.perf_counter() - t0)
 
     with timed(f"{size} B: Spark write into {side}"):
-        run.put(size, side, "Spark write", run.attempt(f"{size} B Spark write ({side})", spark_write), "rows/s")
+        run.put(size, side, "Spark write", run.attempt(f"{size} B Spark write ({side})", spark_write), "rows/s",
+                records=n)
     with timed(f"{size} B: Spark scan of {side}"):
-        run.put(size, side, "Spark scan", run.attempt(f"{size} B Spark scan ({side})", spark_scan), "rows/s")
+        run.put(size, side, "Spark scan", run.attempt(f"{size} B Spark scan ({side})", spark_scan), "rows/s",
+                records=n)
     with timed(f"{size} B: Spark scan of {side}, with the custom_metadata column"):
         run.put(size, side, "Spark scan, with custom_metadata",
                 run.attempt(f"{size} B Spark scan, with custom_metadata ({side})",
-                            lambda: spark_scan(custom_metadata=True)), "rows/s")
+                            lambda: spark_scan(custom_metadata=True)), "rows/s", records=n)
     with timed(f"{size} B: Spark write into {side}, rows packed into entries"):
         run.put(size, side, "Spark write, packed",
-                run.attempt(f"{size} B Spark write, packed ({side})", spark_write_packed), "rows/s")
+                run.attempt(f"{size} B Spark write, packed ({side})", spark_write_packed), "rows/s", records=n)
     with timed(f"{size} B: Spark scan of {side}, rows packed into entries"):
         run.put(size, side, "Spark scan, packed",
-                run.attempt(f"{size} B Spark scan, packed ({side})", lambda: spark_scan(f"{dataset}-packed")), "rows/s")
+                run.attempt(f"{size} B Spark scan, packed ({side})", lambda: spark_scan(f"{dataset}-packed")), "rows/s",
+                records=n)
+
+
+def _kafka_warm(run: _Run, spark: Any, kafka: KafkaBroker, cores: int, tag: str) -> None:
+    """One small untimed Spark write and scan of Kafka (topic ``warmup-<tag>``)."""
+    def warm() -> None:
+        kafka.create_topic(f"warmup-{tag}", 2)
+        opts = {"kafka.bootstrap.servers": kafka.bootstrap}
+        payload_frame(spark, 2000, 100, cores, "value").write.format("kafka").options(**opts).option(
+            "topic", f"warmup-{tag}").save()
+        _noop(spark.read.format("kafka").options(**opts).option("subscribe", f"warmup-{tag}")
+              .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
+
+    with timed(f"Spark warm-up (untimed): Kafka, {tag}"):
+        run.attempt(f"Spark warm-up (kafka, {tag})", warm)
+
+
+def _bookkeeper_warm(run: _Run, spark: Any, uri: str, kind: str, cores: int, tag: str) -> None:
+    """One small untimed Spark write and scan of the bookkeeper source (dataset ``warmup-<tag>``).
+
+    Run right before each side's timed Spark jobs as well as at the start: Spark stops a Python worker that has
+    been idle for a minute, and the raw clients' runs take longer than that, so without it the first timed job
+    would start new Python workers (imports, a client and its ZooKeeper session, per worker), which Kafka's
+    connector, all in Spark's JVM, never does.  BENCHMARKS.md ("Spark's idle Python workers") measures that cost.
+    """
+    def warm() -> None:
+        opts = {"metadataServiceUri": uri, "ensembleSize": "1", "writeQuorumSize": "1", "ackQuorumSize": "1"}
+        payload_frame(spark, 2000, 100, cores, "payload").write.format("bookkeeper").options(**opts).option(
+            "dataset", f"warmup-{tag}").mode("append").save()
+        _noop(spark.read.format("bookkeeper").options(metadataServiceUri=uri, dataset=f"warmup-{tag}").load())
+
+    with timed(f"Spark warm-up (untimed): {kind} bookie, {tag}"):
+        run.attempt(f"Spark warm-up ({kind} bookie, {tag})", warm)
 
 
 def _warm_up(run: _Run, spark: Any, kafka: KafkaBroker, uris: dict[str, str], cores: int) -> None:
     """One small untimed write and scan per format: JVM classes, Python workers and clients get ready."""
-    def kafka_warm() -> None:
-        kafka.create_topic("warmup", 2)
-        opts = {"kafka.bootstrap.servers": kafka.bootstrap}
-        payload_frame(spark, 2000, 100, cores, "value").write.format("kafka").options(**opts).option("topic", "warmup").save()
-        _noop(spark.read.format("kafka").options(**opts).option("subscribe", "warmup")
-              .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
-
-    with timed("Spark warm-up (untimed): Kafka"):
-        run.attempt("Spark warm-up (kafka)", kafka_warm)
+    _kafka_warm(run, spark, kafka, cores, "start")
     for kind, uri in uris.items():
-        def bk_warm(uri: str = uri) -> None:
-            opts = {"metadataServiceUri": uri, "ensembleSize": "1", "writeQuorumSize": "1", "ackQuorumSize": "1"}
-            payload_frame(spark, 2000, 100, cores, "payload").write.format("bookkeeper").options(**opts).option(
-                "dataset", "warmup").mode("append").save()
-            _noop(spark.read.format("bookkeeper").options(metadataServiceUri=uri, dataset="warmup").load())
-
-        with timed(f"Spark warm-up (untimed): {kind} bookie"):
-            run.attempt(f"Spark warm-up ({kind} bookie)", bk_warm)
+        _bookkeeper_warm(run, spark, uri, kind, cores, "start")
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -336,7 +379,9 @@ def run(args: argparse.Namespace) -> Report:
         % (PACKED_ROWS, PACKED_ENTRY_BYTES),
         "Raw consumer figure: ConsumerPerformance's fetch rate (the consumer group join is left out).",
         "Spark scans: one Spark partition per Kafka partition / per ledger (2 each), into the noop sink; each Spark "
-        "job's time covers planning, tasks and commit, after one untimed warm-up job per format.",
+        "job's time covers planning, tasks and commit, after one untimed warm-up job per format at the start and "
+        "one right before each side's timed Spark jobs (Spark stops a Python worker idle for a minute; the first "
+        "job after that starts new ones: BENCHMARKS.md, \"Spark's idle Python workers\").",
         "Spark rows: Kafka's source yields key, value, topic, partition, offset, timestamp, timestampType (headers "
         "only with includeHeaders); the bookkeeper scans yield scope_id, ledger_id, entry_id, payload, ledger_ctime "
         "(includeCustomMetadata=false), the same shape. 'with custom_metadata' is the connector's default schema, "

@@ -40,11 +40,14 @@ from bench.common import (
 #: (kind, predicate over the command line), first match wins.
 KINDS = (
     ("Spark JVM", lambda cmd: "java" in cmd and "pyspark" in cmd),
+    ("Kafka JVM", lambda cmd: "java" in cmd and " kafka.Kafka " in cmd),
+    ("Java bench client", lambda cmd: "java" in cmd and "BenchClient" in cmd),
     ("bookie JVM", lambda cmd: "java" in cmd and "bookkeeper" in cmd.lower() and "zookeeper.server" not in cmd),
     ("ZooKeeper JVM", lambda cmd: "java" in cmd),
     ("Spark's Python workers", lambda cmd: "pyspark.daemon" in cmd or "pyspark.worker" in cmd),
     ("Python bookie", lambda cmd: "bookie_server" in cmd),
-    ("this driver", lambda cmd: "bench.write_cpu" in cmd),
+    ("bkspark bench client", lambda cmd: "bench.pyclient" in cmd),
+    ("this driver", lambda cmd: "bench." in cmd),
 )
 
 

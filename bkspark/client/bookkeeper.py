@@ -33,6 +33,7 @@ from bkspark.client.arrow import payload_batch, require_pyarrow
 from bkspark.client.conf import ClientConf
 from bkspark.client.reader import LedgerEntry
 from bkspark.client.services import ClientServices
+from bkspark.client.writer import AddCallback
 from bkspark.errors import ClientClosedError, IllegalOpError
 from bkspark.metadata.registry import BookieRegistry
 from bkspark.metadata.store import ZkMetadataStore
@@ -413,18 +414,32 @@ class LedgerHandle(HandleIdentity):
         return self._writer.max_payload
 
     def _drain_inbox(self) -> None:
-        """Hand queued entries to the writer (loop thread)."""
+        """Hand queued entries to the writer in call order (loop thread); single appends queued one after another
+        go as one run (:meth:`LedgerWriter.append_each`), each with its own future."""
         with self._inbox_lock:
             items, self._inbox = self._inbox, []
             self._inbox_scheduled = False
-        append = self._writer.append
-        append_many = self._writer.append_many
+        writer = self._writer
         done = self._done
+        singles: list[bytes] = []
+        callbacks: list[AddCallback] = []
         for data, fut in items:
             if type(data) is list:
-                append_many(data, partial(self._batch_done, fut, len(data)))
+                if singles:
+                    self._hand_over_singles(singles, callbacks)
+                    singles, callbacks = [], []
+                writer.append_many(data, partial(self._batch_done, fut, len(data)))
             else:
-                append(data, partial(done, fut))
+                singles.append(data)
+                callbacks.append(partial(done, fut))
+        if singles:
+            self._hand_over_singles(singles, callbacks)
+
+    def _hand_over_singles(self, singles: list[bytes], callbacks: list[AddCallback]) -> None:
+        if len(singles) == 1:
+            self._writer.append(singles[0], callbacks[0])
+        else:
+            self._writer.append_each(singles, callbacks)
 
     def _done(self, fut: AppendFuture, entry_id: int | None, exc: BaseException | None) -> None:
         """An append finished (loop thread): free its slot, then complete its future."""

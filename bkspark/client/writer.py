@@ -22,7 +22,8 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from itertools import repeat
+from typing import Any, Callable, Iterable, Sequence
 
 from bkspark.client.services import ClientServices, update_metadata
 from bkspark.protocol.ledger_name import LedgerRef
@@ -235,7 +236,7 @@ class LedgerWriter:
         first = self.last_add_pushed + 1
         batch = _BatchAdd(first, count, callback)
         if not self.changing_ensemble and self.ctx.ops.data_version(self.ref.scope_id) == V2:
-            self._append_many_v2(payloads, batch)
+            self._append_many_v2(payloads, repeat(batch, count))
             return
         send = self._send
         entry_id = first
@@ -254,8 +255,27 @@ class LedgerWriter:
             if not self.changing_ensemble:
                 send(op, None)
 
-    def _append_many_v2(self, payloads: "Sequence[bytes | memoryview]", batch: _BatchAdd) -> None:
-        """The bulk append's v2 path: package every entry, then one run of sends per bookie (loop thread).
+    def append_each(self, payloads: "Sequence[bytes]", callbacks: Sequence[AddCallback]) -> None:
+        """Queue consecutive single appends, each with its own callback (loop thread): what :meth:`append` of
+        each in turn does, sent as one run like a bulk append's (one encode, one send per bookie) when the
+        ledger is written over v2 and nothing special is going on, else one :meth:`append` at a time."""
+        if (
+            self.changing_ensemble
+            or self.error is not None
+            or self.closing
+            or self.closed
+            or self.ctx.ops.data_version(self.ref.scope_id) != V2
+            or max(map(len, payloads)) > self.max_payload
+        ):
+            for payload, callback in zip(payloads, callbacks):
+                self.append(payload, callback)
+            return
+        self._append_many_v2(payloads, callbacks)
+
+    def _append_many_v2(self, payloads: "Sequence[bytes | memoryview]", callbacks: Iterable[AddCallback]) -> None:
+        """The v2 path of a bulk append and of a run of single appends: package every entry, then one run of
+        sends per bookie (loop thread).  ``callbacks`` gives each entry's: the bulk append's shared one, repeated,
+        or each single append's own.
 
         Every entry goes to its whole write set even if a send below fails synchronously and starts an
         ensemble change (as :meth:`_send` does for one entry): the change then re-sends to the
@@ -268,9 +288,9 @@ class LedgerWriter:
         frames = self.ctx.ops.encode_v2_adds(
             self.digester, self.master_key, self.flags, self.ref.ledger_id, entry_id, self.lac, length, payloads
         )
-        for payload, frame in zip(payloads, frames):
+        for payload, frame, callback in zip(payloads, frames, callbacks):
             length += len(payload)
-            op = _PendingAdd(entry_id, payload, length, batch)
+            op = _PendingAdd(entry_id, payload, length, callback)
             entry_id += 1
             op.frame = frame
             op.sent = True

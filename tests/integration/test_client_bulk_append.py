@@ -1,4 +1,5 @@
-"""The bulk append (``append_many``, blocking and async) against real Python and Java bookies.
+"""The bulk append (``append_many``, blocking and async) against real Python and Java bookies, and single
+appends (``append_async``) queued together, which the handle gives the writer as one run (``append_each``).
 
 Same guarantees as ``append``: entries in call order (mixed with single appends), each acknowledged by Qa
 bookies, an ensemble change when a bookie dies during a bulk append (nothing acknowledged is lost), and a
@@ -116,37 +117,111 @@ def test_fenced_during_bulk_append_loses_nothing_acknowledged(py_cluster, module
             if b == 10:
                 futures[0].result(timeout=30)
                 rh = reader_bk.open_ledger(lh.ledger_id, password=b"pw", recovery=True)
-        acked: list[int] = []
-        failures = 0
-        for fut in futures:
-            try:
-                acked.extend(fut.result(timeout=60))
-            except LedgerFencedError:
-                failures += 1
-        assert failures > 0 and acked == list(range(len(acked)))
-        md = reader_bk.get_ledger_metadata(lh.ledger_id)
-        assert md.state == LedgerState.CLOSED and md.last_entry_id >= acked[-1]
-        got = [e.payload for e in rh.read(0, md.last_entry_id)] if md.last_entry_id >= 0 else []
-        assert got[: len(acked)] == [payload(i) for i in acked]
+        _check_fenced_keeps_what_was_acknowledged(reader_bk, lh.ledger_id, rh, futures)
+
+
+def _check_fenced_keeps_what_was_acknowledged(reader_bk, ledger_id: int, rh, futures) -> None:  # type: ignore[no-untyped-def]
+    """Some appends failed as fenced, the acknowledged ones are entries 0..n in order, and the ledger the
+    recovery closed holds each of them byte for byte."""
+    acked: list[int] = []
+    failures = 0
+    for fut in futures:
+        try:
+            got = fut.result(timeout=60)
+        except LedgerFencedError:
+            failures += 1
+            continue
+        acked.extend(got if isinstance(got, range) else [got])
+    assert failures > 0 and acked == list(range(len(acked)))
+    md = reader_bk.get_ledger_metadata(ledger_id)
+    assert md.state == LedgerState.CLOSED and md.last_entry_id >= acked[-1]
+    got_payloads = [e.payload for e in rh.read(0, md.last_entry_id)] if md.last_entry_id >= 0 else []
+    assert got_payloads[: len(acked)] == [payload(i) for i in acked]
 
 
 def _bulk_load_while_killing(
-    bk: BookKeeper, kill: "callable[[str], None]", entries: int = 3000, write_quorum: int = 3  # type: ignore[valid-type]
+    bk: BookKeeper, kill: "callable[[str], None]", entries: int = 3000, write_quorum: int = 3,  # type: ignore[valid-type]
+    single: bool = False,
 ) -> tuple[int, list[str]]:
-    """Bulk appends of 100 entries; kill the ensemble's second bookie after a third of them; returns the ledger."""
+    """Bulk appends of 100 entries (or, ``single``, one ``append_async`` per entry, which the handle hands over
+    as runs); kill the ensemble's second bookie after a third of them; returns the ledger and its first ensemble."""
     lh = bk.create_ledger(3, write_quorum, 2, password=b"pw")
+    runs = _runs_of_single_appends(lh)
     first_ensemble = list(lh.metadata.last_ensemble)
     futures = []
     for b in range(entries // 100):
-        futures.append(lh.append_many([payload(b * 100 + k) for k in range(100)]))
+        if single:
+            futures.extend(lh.append_async(payload(b * 100 + k)) for k in range(100))
+        else:
+            futures.append(lh.append_many([payload(b * 100 + k) for k in range(100)]))
         if b == entries // 300:
             kill(first_ensemble[1])
     acked: list[int] = []
     for fut in futures:
-        acked.extend(fut.result(timeout=120))
+        got = fut.result(timeout=120)
+        acked.extend(got if isinstance(got, range) else [got])
     assert acked == list(range(entries))
+    assert not single or sum(runs) > 0
     lh.close()
     return lh.ledger_id, first_ensemble
+
+
+def _runs_of_single_appends(lh: "object") -> list[int]:
+    """The sizes of the runs of single appends the handle gives its writer from now on (a spy on ``append_each``,
+    called on the client's loop thread)."""
+    writer = lh._writer  # type: ignore[attr-defined]
+    runs: list[int] = []
+    original = writer.append_each
+
+    def spy(payloads, callbacks):  # type: ignore[no-untyped-def]
+        runs.append(len(payloads))
+        original(payloads, callbacks)
+
+    writer.append_each = spy
+    return runs
+
+
+@pytest.mark.parametrize("write_quorum", [3, 2])
+def test_single_appends_queued_together_go_as_runs_in_call_order(py_cluster, module_zk_root, write_quorum) -> None:  # type: ignore[no-untyped-def]
+    """3,000 ``append_async`` calls in a burst, a bulk append every 500: the handle hands queued single appends
+    over as runs, each future gives its own entry id, and the ledger reads back byte for byte (E=W and striped)."""
+    with BookKeeper(module_zk_root.metadata_service_uri, maxPendingAdds=1000) as bk:
+        lh = bk.create_ledger(3, write_quorum, 2, password=b"pw")
+        runs = _runs_of_single_appends(lh)
+        expected: list[bytes] = []
+        futures = []
+        for i in range(3000):
+            if i % 500 == 250:
+                batch = [payload(len(expected) + k) for k in range(100)]
+                futures.append((len(expected), lh.append_many(batch)))
+                expected.extend(batch)
+            futures.append((len(expected), lh.append_async(payload(len(expected)))))
+            expected.append(payload(len(expected)))
+        for first, fut in futures:
+            got = fut.result(timeout=60)
+            assert got == (range(first, first + 100) if isinstance(got, range) else first)
+        assert runs and max(runs) > 1 and sum(runs) <= 3000
+        assert lh.last_add_confirmed == len(expected) - 1 and lh.length == sum(map(len, expected))
+        lh.close()
+        rh = bk.open_ledger(lh.ledger_id, password=b"pw")
+        assert [e.payload for e in rh.read(0, rh.last_add_confirmed)] == expected
+
+
+def test_fenced_during_runs_of_single_appends_loses_nothing_acknowledged(py_cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """A recovery open fences the ledger while single appends go as runs: later ones fail, acknowledged ones stay."""
+    with BookKeeper(module_zk_root.metadata_service_uri, maxPendingAdds=200) as writer_bk, BookKeeper(
+        module_zk_root.metadata_service_uri
+    ) as reader_bk:
+        lh = writer_bk.create_ledger(3, 3, 2, password=b"pw")
+        runs = _runs_of_single_appends(lh)
+        futures = []
+        for i in range(2000):
+            futures.append(lh.append_async(payload(i)))
+            if i == 500:
+                futures[0].result(timeout=30)
+                rh = reader_bk.open_ledger(lh.ledger_id, password=b"pw", recovery=True)
+        _check_fenced_keeps_what_was_acknowledged(reader_bk, lh.ledger_id, rh, futures)
+        assert sum(runs) > 0
 
 
 def _check_replaced_and_readable(bk: BookKeeper, ledger_id: int, first: list[str]) -> None:
@@ -171,13 +246,15 @@ def test_python_bookie_killed_during_bulk_append(zk_root, tmp_path) -> None:  # 
 
 
 @pytest.mark.fault
-def test_python_bookie_killed_during_a_striped_bulk_append(zk_root, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """E=3/W=2/A=2 (each bookie gets its own run of a batch's entries): the same guarantees."""
+@pytest.mark.parametrize("single", [False, True], ids=["bulk appends", "single appends as runs"])
+def test_python_bookie_killed_during_a_striped_bulk_append(zk_root, tmp_path, single) -> None:  # type: ignore[no-untyped-def]
+    """E=3/W=2/A=2 (each bookie gets its own run of a batch's entries), bulk appends or one ``append_async`` per
+    entry (handed over as runs): the same guarantees."""
     with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=4, journal_sync_data=False) as cluster:
         cluster.start_all()
         with BookKeeper(zk_root.metadata_service_uri, addEntryTimeoutSec=3, maxPendingAdds=500) as bk:
             kill = lambda b: cluster.kill(cluster.bookie_ids.index(b))  # noqa: E731
-            ledger_id, first = _bulk_load_while_killing(bk, kill, write_quorum=2)
+            ledger_id, first = _bulk_load_while_killing(bk, kill, write_quorum=2, single=single)
             _check_replaced_and_readable(bk, ledger_id, first)
 
 
@@ -206,6 +283,23 @@ def test_bulk_append_on_java_bookies_reads_back_identically(java_cluster_factory
         rh = bk.open_ledger(lh.ledger_id, password=b"pw")
         assert [e.payload for e in rh.read(0, 499)] == [payload(i, 1024) for i in range(500)]
         assert rh.length == 500 * 1024
+
+
+@pytest.mark.compat
+def test_runs_of_single_appends_on_java_bookies_read_back_identically(java_cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    """3 Java 4.17.3 bookies, E=3/W=2/A=2: 2,000 ``append_async`` calls handed over as runs; Apache BookKeeper's
+    bookies take them and the ledger reads back byte for byte."""
+    cluster = java_cluster_factory("4.17.3", bookies=3)
+    with BookKeeper(cluster.metadata_service_uri) as bk:
+        lh = bk.create_ledger(3, 2, 2, password=b"pw")
+        runs = _runs_of_single_appends(lh)
+        futures = [lh.append_async(payload(i, 300)) for i in range(2000)]
+        assert [fut.result(timeout=60) for fut in futures] == list(range(2000))
+        assert runs and max(runs) > 1
+        lh.close()
+        rh = bk.open_ledger(lh.ledger_id, password=b"pw")
+        assert [e.payload for e in rh.read(0, 1999)] == [payload(i, 300) for i in range(2000)]
+        assert rh.length == 2000 * 300
 
 
 def test_bulk_append_of_a_scoped_ledger_goes_over_v3(py_cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
