@@ -185,6 +185,8 @@ def _fmt(v: Any) -> str:
         return f"{v:,}"
     if isinstance(v, dict):  # e.g. CPU per record by kind of process: "Spark JVM 5.73, Kafka JVM 4.87"
         return ", ".join(f"{k} {_fmt(x)}" for k, x in v.items())
+    if isinstance(v, list):  # e.g. each round's value: "127,237 / 135,399 / 120,493"
+        return " / ".join(_fmt(x) for x in v)
     return str(v)
 
 
@@ -291,7 +293,7 @@ class Report:
                     if k not in ("what", "value", "unit") and k not in extras:
                         extras.append(k)
             labels = {"mb_s": "MB/s", "p50_ms": "p50 ms", "p99_ms": "p99 ms",
-                      "cpu_us_per_record": "CPU µs per record"}
+                      "cpu_us_per_record": "CPU µs per record", "rounds": "each round"}
             heads = [labels.get(k, k) for k in extras]
             out += ["", "| measurement | value | unit | " + " | ".join(heads) + (" |" if extras else "")]
             out.append("|---|---:|---|" + "---|" * len(extras))

@@ -23,9 +23,13 @@ size, --records records:
   the default schema; then the write and the first scan again with rows packed into entries of at most 16 KiB
   (``rowsPerEntry``, ``entryMaxBytes``: Kafka's producer batch size).
 
-Every Spark job runs once untimed on a small topic / dataset first, and again right before each side's timed
-Spark jobs (Spark stops Python workers idle for a minute, and the raw clients' runs take longer).  Ratios are
-bkspark ÷ Kafka.  Each Spark job's row also gives the CPU per record of every kind of process meanwhile
+The raw clients run once per side; then the Spark jobs run in --rounds rounds (3 by default), every side's
+jobs in each round, the sides taking turns to go first, each round writing a topic / dataset of its own and
+scanning it.  Each Spark figure is the median round (the lower median of an even count), every round's value
+beside it: Kafka's own Spark write moves by a factor of 1.7 between runs on a 2-core machine, more than either
+side's code does (BENCHMARKS.md, "Rounds in the anchor").  Every Spark job runs once untimed on a small topic /
+dataset first, and again right before each side's timed Spark jobs of every round (Spark stops Python workers
+idle for a minute, and the raw clients' runs take longer).  Ratios are bkspark ÷ Kafka, median ÷ median.  Each Spark job's row also gives the CPU per record of every kind of process meanwhile
 (``/proc/<pid>/stat``, as ``bench.write_cpu`` reads it): the Spark JVM, its Python workers (with the Python
 processes that plan and commit the job), the bookie, the broker.  What is and
 is not comparable (replication, fsync, batching) is printed as notes and written up in BENCHMARKS.md.
@@ -47,6 +51,7 @@ from bench.common import (
     command_line,
     java_bench,
     machine_facts,
+    median_run,
     payload_frame,
     py_bench,
     run_main,
@@ -79,12 +84,14 @@ def _noop(df: Any) -> float:
 
 
 class _Run:
-    """The figures of one run: rows/s keyed by (size, side, what), every raw result kept for the JSON."""
+    """The figures of one run: each measurement's rounds keyed by (size, side, what); :meth:`flush` reports the
+    median round of each, every raw result kept for the JSON."""
 
     def __init__(self, report: Report) -> None:
         self.report = report
         self.values: dict[tuple[int, str, str], float] = {}
         self.last_cpu: dict[str, float] = {}
+        self.samples: dict[tuple[int, str, str], list[dict[str, Any]]] = {}
 
     def attempt(self, label: str, fn: Any) -> Any:
         """``fn()``, or None if it failed; the CPU seconds every kind of process spent meanwhile are kept in
@@ -101,22 +108,45 @@ class _Run:
             self.report.fail(label, f"{type(exc).__name__}: {str(exc)[:1500]}")
         return None
 
-    def put(self, size: int, side: str, what: str, value: float | None, unit: str, records: int = 0,
-            **extra: Any) -> None:
-        """One figure; with ``records``, also the CPU per record of every kind of process during the last
-        :meth:`attempt` (where a job's time went: the Spark JVM, its Python workers, the bookie, the broker)."""
+    def put(self, size: int, side: str, what: str, value: float | None, unit: str, records: int = 0) -> None:
+        """One round of a figure; with ``records``, also the CPU per record of every kind of process during the
+        last :meth:`attempt` (where a job's time went: the Spark JVM, its Python workers, the bookie, the broker)."""
         if value is None:
             return
-        self.values[(size, side, what)] = value
+        sample: dict[str, Any] = {"value": value, "unit": unit}
         if records:
-            extra["cpu_us_per_record"] = {kind: round(secs / records * 1e6, 2)
-                                          for kind, secs in sorted(self.last_cpu.items(), key=lambda kv: -kv[1])
-                                          if secs >= 0.01}
-        self.report.row(f"{size} B: {side}: {what}", value, unit, mb_s=value * size / 1e6, **extra)
+            sample["cpu_us_per_record"] = {kind: round(secs / records * 1e6, 2)
+                                           for kind, secs in sorted(self.last_cpu.items(), key=lambda kv: -kv[1])
+                                           if secs >= 0.01}
+        self.samples.setdefault((size, side, what), []).append(sample)
+
+    def note(self, text: str) -> None:
+        """A note printed once however many rounds make it."""
+        if text not in self.report.notes:
+            self.report.notes.append(text)
+
+    def flush(self, size: int) -> None:
+        """Report each of ``size``'s figures as its median round (the lower median of an even count, with that
+        round's CPU per record), every round's value alongside when there was more than one."""
+        for (s, side, what), rounds in list(self.samples.items()):
+            if s != size:
+                continue
+            median = median_run(rounds, key="value")
+            assert median is not None
+            value = float(median["value"])
+            self.values[(size, side, what)] = value
+            extra: dict[str, Any] = {"mb_s": value * size / 1e6}
+            if len(rounds) > 1:
+                extra["rounds"] = [float(r["value"]) for r in rounds]
+            if "cpu_us_per_record" in median:
+                extra["cpu_us_per_record"] = median["cpu_us_per_record"]
+            self.report.row(f"{size} B: {side}: {what}", value, median["unit"], **extra)
+            del self.samples[(s, side, what)]
 
 
-def _kafka_side(run: _Run, kafka: KafkaBroker, spark: Any, size: int, n: int, cores: int) -> None:
-    raw_topic, spark_topic = f"raw-{size}", f"spark-{size}"
+def _kafka_raw(run: _Run, kafka: KafkaBroker, size: int, n: int) -> None:
+    """Kafka's own perf tools: ProducerPerformance into a 2-partition topic, ConsumerPerformance of it."""
+    raw_topic = f"raw-{size}"
     with timed(f"{size} B: Kafka raw producer, {n} records"):
         kafka.create_topic(raw_topic, 2)
         res = run.attempt(f"{size} B Kafka ProducerPerformance", lambda: kafka.produce_perf(raw_topic, n, size))
@@ -128,10 +158,13 @@ def _kafka_side(run: _Run, kafka: KafkaBroker, spark: Any, size: int, n: int, co
         if res:
             run.report.raw.append({"size": size, "side": "kafka", "what": "consumer", **res})
             run.put(size, "Kafka", "raw consumer (Java)", res["fetch_records_per_sec"], "records/s")
-    if spark is None:
-        return
-    _kafka_warm(run, spark, kafka, cores, str(size))
+
+
+def _kafka_spark(run: _Run, kafka: KafkaBroker, spark: Any, size: int, n: int, cores: int, round_no: int) -> None:
+    """One round of Spark's Kafka connector: a write of ``n`` rows into a topic of this round's, a scan of it."""
+    _kafka_warm(run, spark, kafka, cores, f"{size}-r{round_no}")
     opts = {"kafka.bootstrap.servers": kafka.bootstrap}
+    spark_topic = f"spark-{size}-r{round_no}"
 
     def spark_write() -> float:
         t0 = time.perf_counter()
@@ -143,21 +176,20 @@ def _kafka_side(run: _Run, kafka: KafkaBroker, spark: Any, size: int, n: int, co
               .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
         nparts = df.rdd.getNumPartitions()
         secs = _noop(df)
-        run.report.notes.append(f"{size} B: Kafka's connector planned {nparts} partitions for the scan.")
+        run.note(f"{size} B: Kafka's connector planned {nparts} partitions for the scan.")
         return n / secs
 
-    with timed(f"{size} B: Spark write into Kafka"):
+    with timed(f"{size} B, round {round_no}: Spark write into Kafka"):
         kafka.create_topic(spark_topic, 2)
         run.put(size, "Kafka", "Spark write", run.attempt(f"{size} B Spark write (kafka)", spark_write), "rows/s",
                 records=n)
-    with timed(f"{size} B: Spark scan of Kafka"):
+    with timed(f"{size} B, round {round_no}: Spark scan of Kafka"):
         run.put(size, "Kafka", "Spark scan", run.attempt(f"{size} B Spark scan (kafka)", spark_scan), "rows/s",
                 records=n)
 
 
-def _bookkeeper_side(
-    run: _Run, cluster: Cluster, uri: str, kind: str, spark: Any, size: int, n: int, cores: int, bk_version: str
-) -> None:
+def _bookkeeper_raw(run: _Run, cluster: Cluster, uri: str, kind: str, size: int, n: int, bk_version: str) -> None:
+    """bkspark's client and Apache BookKeeper's Java client: a ledger of ``n`` entries each, a batched read of it."""
     side = f"bkspark ({kind} bookie)"
     common = dict(ensemble=1, write=1, ack=1, digest="CRC32C")
     with timed(f"{size} B: {side}: raw client write + batched read"):
@@ -189,10 +221,15 @@ def _bookkeeper_side(
             if r:
                 run.report.raw.append({"size": size, "side": jside, **r})
                 run.put(size, jside, "raw client batched read", float(r["entries_per_sec"]), "entries/s")
-    if spark is None:
-        return
-    _bookkeeper_warm(run, spark, uri, kind, cores, str(size))
-    dataset = f"spark-{size}"
+
+
+def _bookkeeper_spark(run: _Run, uri: str, kind: str, spark: Any, size: int, n: int, cores: int,
+                      round_no: int) -> None:
+    """One round of the bookkeeper source: a write of ``n`` rows as a dataset of this round's and two scans of
+    it, then the same packed."""
+    side = f"bkspark ({kind} bookie)"
+    _bookkeeper_warm(run, spark, uri, kind, cores, f"{size}-r{round_no}")
+    dataset = f"spark-{size}-r{round_no}"
     wopts = {"metadataServiceUri": uri, "ensembleSize": "1", "writeQuorumSize": "1", "ackQuorumSize": "1",
              "digestType": "CRC32C"}
 
@@ -214,7 +251,7 @@ def _bookkeeper_side(
         ).load()
         nparts = df.rdd.getNumPartitions()
         secs = _noop(df)
-        run.report.notes.append(f"{size} B: {side}: the bookkeeper source planned {nparts} partitions for the scan.")
+        run.note(f"{size} B: {side}: the bookkeeper source planned {nparts} partitions for the scan.")
         return n / secs
 
     def spark_write_packed() -> float:
@@ -224,23 +261,37 @@ def _bookkeeper_side(
         ).option("dataset", f"{dataset}-packed").mode("append").save()
         return n / (time.perf_counter() - t0)
 
-    with timed(f"{size} B: Spark write into {side}"):
+    with timed(f"{size} B, round {round_no}: Spark write into {side}"):
         run.put(size, side, "Spark write", run.attempt(f"{size} B Spark write ({side})", spark_write), "rows/s",
                 records=n)
-    with timed(f"{size} B: Spark scan of {side}"):
+    with timed(f"{size} B, round {round_no}: Spark scan of {side}"):
         run.put(size, side, "Spark scan", run.attempt(f"{size} B Spark scan ({side})", spark_scan), "rows/s",
                 records=n)
-    with timed(f"{size} B: Spark scan of {side}, with the custom_metadata column"):
+    with timed(f"{size} B, round {round_no}: Spark scan of {side}, with the custom_metadata column"):
         run.put(size, side, "Spark scan, with custom_metadata",
                 run.attempt(f"{size} B Spark scan, with custom_metadata ({side})",
                             lambda: spark_scan(custom_metadata=True)), "rows/s", records=n)
-    with timed(f"{size} B: Spark write into {side}, rows packed into entries"):
+    with timed(f"{size} B, round {round_no}: Spark write into {side}, rows packed into entries"):
         run.put(size, side, "Spark write, packed",
                 run.attempt(f"{size} B Spark write, packed ({side})", spark_write_packed), "rows/s", records=n)
-    with timed(f"{size} B: Spark scan of {side}, rows packed into entries"):
+    with timed(f"{size} B, round {round_no}: Spark scan of {side}, rows packed into entries"):
         run.put(size, side, "Spark scan, packed",
                 run.attempt(f"{size} B Spark scan, packed ({side})", lambda: spark_scan(f"{dataset}-packed")), "rows/s",
                 records=n)
+
+
+def _spark_rounds(run: _Run, spark: Any, kafka: KafkaBroker | None, uris: dict[str, str], size: int, n: int,
+                  cores: int, rounds: int) -> None:
+    """``rounds`` rounds of every side's Spark jobs, the sides taking turns to go first (round r starts with side
+    r mod sides), so that no side always runs right after the raw clients or always last."""
+    sides: list[Any] = ([None] if kafka is not None else []) + list(uris)
+    for round_no in range(rounds):
+        shift = round_no % max(1, len(sides))
+        for kind in sides[shift:] + sides[:shift]:
+            if kind is None:
+                _kafka_spark(run, kafka, spark, size, n, cores, round_no)  # type: ignore[arg-type]
+            else:
+                _bookkeeper_spark(run, uris[kind], kind, spark, size, n, cores, round_no)
 
 
 def _kafka_warm(run: _Run, spark: Any, kafka: KafkaBroker, cores: int, tag: str) -> None:
@@ -287,6 +338,7 @@ def run(args: argparse.Namespace) -> Report:
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     kinds = [k.strip() for k in args.bookie_kinds.split(",") if k.strip()]
     n = args.records
+    rounds = args.rounds
     report = Report(
         name="kafka_compare",
         title="bkspark vs Apache Kafka and Spark's Kafka connector (issue 14)",
@@ -302,6 +354,7 @@ def run(args: argparse.Namespace) -> Report:
             "bookies": ", ".join(f"1 x {k}" + (f" {args.bk_version}" if k == "java" else "") for k in kinds)
                        + ", ensemble 1/1/1, fsync journal",
             "batch_read": f"{BATCH_COUNT} entries / {BATCH_BYTES} bytes",
+            "spark_rounds": rounds,
         },
     )
     report.machine_before = machine_facts()
@@ -333,9 +386,12 @@ def run(args: argparse.Namespace) -> Report:
         try:
             for size in sizes:
                 if kafka is not None:
-                    _kafka_side(runs, kafka, spark, size, n, cores)
+                    _kafka_raw(runs, kafka, size, n)
                 for kind, uri in uris.items():
-                    _bookkeeper_side(runs, cluster, uri, kind, spark, size, n, cores, args.bk_version)
+                    _bookkeeper_raw(runs, cluster, uri, kind, size, n, args.bk_version)
+                if spark is not None:
+                    _spark_rounds(runs, spark, kafka, uris, size, n, cores, rounds)
+                runs.flush(size)
         finally:
             if spark is not None:
                 spark.stop()
@@ -378,6 +434,10 @@ def run(args: argparse.Namespace) -> Report:
         "dataset (docs/connector.md, 'Rows per entry'). One row per entry stays the connector's default."
         % (PACKED_ROWS, PACKED_ENTRY_BYTES),
         "Raw consumer figure: ConsumerPerformance's fetch rate (the consumer group join is left out).",
+        "Rounds: the raw clients run once; the Spark jobs run in %d round(s), the sides taking turns to go first, "
+        "each round writing and scanning a topic / dataset of its own; a Spark figure is the median round (the "
+        "lower median of an even count, with that round's CPU per record), every round's value in the rounds "
+        "column; a ratio is median ÷ median." % rounds,
         "Spark scans: one Spark partition per Kafka partition / per ledger (2 each), into the noop sink; each Spark "
         "job's time covers planning, tasks and commit, after one untimed warm-up job per format at the start and "
         "one right before each side's timed Spark jobs (Spark stops a Python worker idle for a minute; the first "
@@ -398,6 +458,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", default="100,1024", help="record sizes in bytes, comma-separated (default 100,1024)")
     p.add_argument("--bookie-kinds", default="java,python", help="bookies to compare, reported separately")
     p.add_argument("--cores", type=int, default=2, help="Spark local[N] (default 2)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds of every side's Spark jobs, sides taking turns to go first; each figure is the "
+                        "median round (default 3)")
     p.add_argument("--kafka-flush-messages", type=int, default=0,
                    help="Kafka's log.flush.interval.messages (0: Kafka's default, no fsync of its own)")
     add_common_args(p)
