@@ -23,16 +23,18 @@ size, --records records:
   the default schema; then the write and the first scan again with rows packed into entries of at most 16 KiB
   (``rowsPerEntry``, ``entryMaxBytes``: Kafka's producer batch size).
 
-The raw clients run once per side; then the Spark jobs run in --rounds rounds (3 by default), every side's
-jobs in each round, the sides taking turns to go first, each round writing a topic / dataset of its own and
-scanning it.  Each Spark figure is the median round (the lower median of an even count), every round's value
-beside it: Kafka's own Spark write moves by a factor of 1.7 between runs on a 2-core machine, more than either
-side's code does (BENCHMARKS.md, "Rounds in the anchor").  Every Spark job runs once untimed on a small topic /
-dataset first, and again right before each side's timed Spark jobs of every round (Spark stops Python workers
-idle for a minute, and the raw clients' runs take longer).  Ratios are bkspark ÷ Kafka, median ÷ median.  Each Spark job's row also gives the CPU per record of every kind of process meanwhile
-(``/proc/<pid>/stat``, as ``bench.write_cpu`` reads it): the Spark JVM, its Python workers (with the Python
-processes that plan and commit the job), the bookie, the broker.  What is and
-is not comparable (replication, fsync, batching) is printed as notes and written up in BENCHMARKS.md.
+Before anything is timed, each format runs an untimed Spark write and scan of --warmup-rows rows (200,000 by
+default): Kafka's first timed Spark write after a warm-up of 2,000 rows ran at a third of its later rounds, the
+JVM's compiled code not yet ready (BENCHMARKS.md, "Rounds in the anchor").  The raw clients run once per side;
+then the Spark jobs run in --rounds rounds (3 by default), every side's jobs in each round, the sides taking
+turns to go first, each round writing a topic / dataset of its own and scanning it.  Each Spark figure is the
+median round (the lower median of an even count), every round's value beside it.  Right before each side's
+timed Spark jobs of every round, a write and scan of 2,000 rows runs untimed (Spark stops Python workers idle
+for a minute, and the raw clients' runs take longer).  Ratios are bkspark ÷ Kafka, median ÷ median.  Each
+Spark job's row also gives the CPU per record of every kind of process meanwhile (``/proc/<pid>/stat``, as
+``bench.write_cpu`` reads it): the Spark JVM, its Python workers (with the Python processes that plan and
+commit the job), the bookie, the broker.  What is and is not comparable (replication, fsync, batching) is
+printed as notes and written up in BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ PACKED_ENTRY_BYTES = 16 * 1024
 PACKED_ROWS = 100_000
 #: ``maxBytesPerPartition`` of the scans: no ledger is cut by bytes (1 TiB).
 UNBOUNDED_BYTES = 1 << 40
+#: Rows of the untimed Spark jobs right before each side's timed ones in every round: enough to start Spark's
+#: Python workers and clients again, as the timed jobs would otherwise.
+WARM_ROWS = 2000
 
 
 def _spark(cores: int, jars: list[str]) -> Any:
@@ -294,12 +299,12 @@ def _spark_rounds(run: _Run, spark: Any, kafka: KafkaBroker | None, uris: dict[s
                 _bookkeeper_spark(run, uris[kind], kind, spark, size, n, cores, round_no)
 
 
-def _kafka_warm(run: _Run, spark: Any, kafka: KafkaBroker, cores: int, tag: str) -> None:
-    """One small untimed Spark write and scan of Kafka (topic ``warmup-<tag>``)."""
+def _kafka_warm(run: _Run, spark: Any, kafka: KafkaBroker, cores: int, tag: str, rows: int = WARM_ROWS) -> None:
+    """An untimed Spark write of ``rows`` rows into Kafka (topic ``warmup-<tag>``) and a scan of it."""
     def warm() -> None:
         kafka.create_topic(f"warmup-{tag}", 2)
         opts = {"kafka.bootstrap.servers": kafka.bootstrap}
-        payload_frame(spark, 2000, 100, cores, "value").write.format("kafka").options(**opts).option(
+        payload_frame(spark, rows, 100, cores, "value").write.format("kafka").options(**opts).option(
             "topic", f"warmup-{tag}").save()
         _noop(spark.read.format("kafka").options(**opts).option("subscribe", f"warmup-{tag}")
               .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
@@ -308,8 +313,9 @@ def _kafka_warm(run: _Run, spark: Any, kafka: KafkaBroker, cores: int, tag: str)
         run.attempt(f"Spark warm-up (kafka, {tag})", warm)
 
 
-def _bookkeeper_warm(run: _Run, spark: Any, uri: str, kind: str, cores: int, tag: str) -> None:
-    """One small untimed Spark write and scan of the bookkeeper source (dataset ``warmup-<tag>``).
+def _bookkeeper_warm(run: _Run, spark: Any, uri: str, kind: str, cores: int, tag: str, rows: int = WARM_ROWS) -> None:
+    """An untimed Spark write of ``rows`` rows with the bookkeeper source (dataset ``warmup-<tag>``) and a scan
+    of it.
 
     Run right before each side's timed Spark jobs as well as at the start: Spark stops a Python worker that has
     been idle for a minute, and the raw clients' runs take longer than that, so without it the first timed job
@@ -318,7 +324,7 @@ def _bookkeeper_warm(run: _Run, spark: Any, uri: str, kind: str, cores: int, tag
     """
     def warm() -> None:
         opts = {"metadataServiceUri": uri, "ensembleSize": "1", "writeQuorumSize": "1", "ackQuorumSize": "1"}
-        payload_frame(spark, 2000, 100, cores, "payload").write.format("bookkeeper").options(**opts).option(
+        payload_frame(spark, rows, 100, cores, "payload").write.format("bookkeeper").options(**opts).option(
             "dataset", f"warmup-{tag}").mode("append").save()
         _noop(spark.read.format("bookkeeper").options(metadataServiceUri=uri, dataset=f"warmup-{tag}").load())
 
@@ -326,11 +332,14 @@ def _bookkeeper_warm(run: _Run, spark: Any, uri: str, kind: str, cores: int, tag
         run.attempt(f"Spark warm-up ({kind} bookie, {tag})", warm)
 
 
-def _warm_up(run: _Run, spark: Any, kafka: KafkaBroker, uris: dict[str, str], cores: int) -> None:
-    """One small untimed write and scan per format: JVM classes, Python workers and clients get ready."""
-    _kafka_warm(run, spark, kafka, cores, "start")
+def _warm_up(run: _Run, spark: Any, kafka: KafkaBroker, uris: dict[str, str], cores: int, rows: int) -> None:
+    """An untimed write and scan of ``rows`` rows per format before anything is timed: JVM classes and their
+    compiled code (Spark's Kafka producer and consumer, the bookies' JVM), Python workers and clients get
+    ready.  Kafka's first timed Spark write after a warm-up of 2,000 rows ran at a third of its later rounds
+    (BENCHMARKS.md, "Rounds in the anchor")."""
+    _kafka_warm(run, spark, kafka, cores, "start", rows)
     for kind, uri in uris.items():
-        _bookkeeper_warm(run, spark, uri, kind, cores, "start")
+        _bookkeeper_warm(run, spark, uri, kind, cores, "start", rows)
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -355,6 +364,7 @@ def run(args: argparse.Namespace) -> Report:
                        + ", ensemble 1/1/1, fsync journal",
             "batch_read": f"{BATCH_COUNT} entries / {BATCH_BYTES} bytes",
             "spark_rounds": rounds,
+            "spark_warmup_rows": args.warmup_rows,
         },
     )
     report.machine_before = machine_facts()
@@ -382,7 +392,7 @@ def run(args: argparse.Namespace) -> Report:
         with timed(f"starting Spark local[{cores}] with Spark's Kafka connector {SPARK_KAFKA_VERSION}"):
             spark = runs.attempt("Spark session", lambda: _spark(cores, spark_kafka_jars()))
         if spark is not None and kafka is not None:
-            _warm_up(runs, spark, kafka, uris, cores)
+            _warm_up(runs, spark, kafka, uris, cores, args.warmup_rows)
         try:
             for size in sizes:
                 if kafka is not None:
@@ -439,9 +449,10 @@ def run(args: argparse.Namespace) -> Report:
         "lower median of an even count, with that round's CPU per record), every round's value in the rounds "
         "column; a ratio is median ÷ median." % rounds,
         "Spark scans: one Spark partition per Kafka partition / per ledger (2 each), into the noop sink; each Spark "
-        "job's time covers planning, tasks and commit, after one untimed warm-up job per format at the start and "
-        "one right before each side's timed Spark jobs (Spark stops a Python worker idle for a minute; the first "
-        "job after that starts new ones: BENCHMARKS.md, \"Spark's idle Python workers\").",
+        "job's time covers planning, tasks and commit, after an untimed write and scan of %d rows per format at the "
+        "start (the JVMs' compiled code ready: BENCHMARKS.md, \"Rounds in the anchor\") and one of %d rows right "
+        "before each side's timed Spark jobs of every round (Spark stops a Python worker idle for a minute; the "
+        "first job after that starts new ones: BENCHMARKS.md, \"Spark's idle Python workers\")." % (args.warmup_rows, WARM_ROWS),
         "Spark rows: Kafka's source yields key, value, topic, partition, offset, timestamp, timestampType (headers "
         "only with includeHeaders); the bookkeeper scans yield scope_id, ledger_id, entry_id, payload, ledger_ctime "
         "(includeCustomMetadata=false), the same shape. 'with custom_metadata' is the connector's default schema, "
@@ -458,6 +469,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", default="100,1024", help="record sizes in bytes, comma-separated (default 100,1024)")
     p.add_argument("--bookie-kinds", default="java,python", help="bookies to compare, reported separately")
     p.add_argument("--cores", type=int, default=2, help="Spark local[N] (default 2)")
+    p.add_argument("--warmup-rows", type=int, default=200_000,
+                   help="rows of the untimed Spark write and scan per format before anything is timed "
+                        "(default 200000)")
     p.add_argument("--rounds", type=int, default=3,
                    help="rounds of every side's Spark jobs, sides taking turns to go first; each figure is the "
                         "median round (default 3)")
