@@ -446,7 +446,7 @@ def run(args: argparse.Namespace) -> Report:
         "Raw consumer figure: ConsumerPerformance's fetch rate (the consumer group join is left out).",
         "Rounds: the raw clients run once; the Spark jobs run in %d round(s), the sides taking turns to go first, "
         "each round writing and scanning a topic / dataset of its own; a Spark figure is the median round (the "
-        "lower median of an even count, with that round's CPU per record), every round's value in the rounds "
+        "lower median of an even count, with that round's CPU per record), every round's value in the 'each round' "
         "column; a ratio is median ÷ median." % rounds,
         "Spark scans: one Spark partition per Kafka partition / per ledger (2 each), into the noop sink; each Spark "
         "job's time covers planning, tasks and commit, after an untimed write and scan of %d rows per format at the "

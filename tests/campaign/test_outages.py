@@ -113,6 +113,16 @@ def _in_thread(fn):  # type: ignore[no-untyped-def]
     return join
 
 
+def _wait_until_no_task_runs(spark, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    """Until Spark's executors run no task: a failed job returns to its caller while the tasks it cancelled may
+    still run, and such a task can create a ledger once ZooKeeper is back."""
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    deadline = time.monotonic() + timeout
+    while sum(info.numRunningTasks() for info in tracker.getExecutorInfos()) > 0:
+        assert time.monotonic() < deadline, f"Spark still runs tasks of the failed job after {timeout}s"
+        time.sleep(0.1)
+
+
 def _write_ledger(bk: BookKeeper, count: int, prefix: bytes) -> int:
     lh = bk.create_ledger(3, 3, 2)
     for i in range(count):
@@ -276,6 +286,9 @@ def test_a_spark_job_failed_by_an_outage_longer_than_zk_timeout_leaves_nothing_u
                 join(300)
         finally:
             cluster.zk_proxy.restore()
+        # What the job left is known once its cancelled tasks have stopped: in one run a ledger of the dataset
+        # appeared after the checks below had listed what the job left.
+        _wait_until_no_task_runs(spark, 120)
         left = ledgers_of(bk, dataset) - before
         reported = set(audit(cluster.direct_uri, bk))
         assert left <= reported, f"ledgers the failed job left and the audit does not report: {left - reported}"
