@@ -235,7 +235,7 @@ class LedgerWriter:
             return
         first = self.last_add_pushed + 1
         batch = _BatchAdd(first, count, callback)
-        if not self.changing_ensemble and self.ctx.ops.data_version(self.ref.scope_id) == V2:
+        if self._sends_v2_runs():
             self._append_many_v2(payloads, repeat(batch, count))
             return
         send = self._send
@@ -260,17 +260,21 @@ class LedgerWriter:
         each in turn does, sent as one run like a bulk append's (one encode, one send per bookie) when the
         ledger is written over v2 and nothing special is going on, else one :meth:`append` at a time."""
         if (
-            self.changing_ensemble
+            not self._sends_v2_runs()
             or self.error is not None
             or self.closing
             or self.closed
-            or self.ctx.ops.data_version(self.ref.scope_id) != V2
             or max(map(len, payloads)) > self.max_payload
         ):
             for payload, callback in zip(payloads, callbacks):
                 self.append(payload, callback)
             return
         self._append_many_v2(payloads, callbacks)
+
+    def _sends_v2_runs(self) -> bool:
+        """Whether entries queued now may go as one v2 run (:meth:`_append_many_v2`): the ledger is written over
+        v2 and no ensemble change holds the sends back."""
+        return not self.changing_ensemble and self.ctx.ops.data_version(self.ref.scope_id) == V2
 
     def _append_many_v2(self, payloads: "Sequence[bytes | memoryview]", callbacks: Iterable[AddCallback]) -> None:
         """The v2 path of a bulk append and of a run of single appends: package every entry, then one run of
