@@ -9,7 +9,9 @@ bookie restarts (its start-up checkpoint puts every entry on disk, the read cach
 batch-reads each ledger once (the first pass, from disk) and then three passes more (again: from the read
 cache, when the bookie kept what it read and the ledger fits it).  The default counts are a ledger that fits
 the bookie's 64 MiB read cache and one that does not.  Prints the medians of entries/s per tree and this tree ÷
-that tree (docs/bookie.md, "Reads": batch reads leave the read cache alone).
+that tree, and of the bookie process's CPU per entry read (``/proc/<pid>/stat``, user + system; the Java client's
+rates move with its own JIT warming up, the bookie's CPU does not).  What is measured: docs/bookie.md, "Reads"
+(batch reads cached as ranges).
 
 The other tree runs from its own directory (``python -m bookie_server`` imports that tree's code); give it this
 tree's venv and compiled extensions (``make`` builds them in place; copy ``*/_speedups*.so`` when the C sources
@@ -23,6 +25,7 @@ import sys
 from pathlib import Path
 
 from bench.common import DEFAULT_BK_VERSION, REPO_ROOT, Cluster, java_bench, machine_facts, medians
+from bench.write_cpu import cpu_seconds
 
 
 def one_round(args: argparse.Namespace, tree: Path, counts: list[int]) -> dict[str, float]:
@@ -42,11 +45,15 @@ def one_round(args: argparse.Namespace, tree: Path, counts: list[int]) -> dict[s
             ledgers[n] = w["ledger_id"]
         bookies.close()
         bookies.start_all()  # every entry on disk now, the read cache empty
+        process = bookies.bookies[0].process
+        assert process is not None
         for n, ledger in ledgers.items():
             for label, passes in (("first", 1), ("again", 3)):
+                cpu_before = cpu_seconds(process.pid)
                 r = java_bench(cluster, args.bk_version, uri, "read", ledger=ledger, mode="batch", passes=passes,
                                warmup_passes=0, digest="CRC32C")
                 out[f"{n} {label}"] = float(r["entries_per_sec"])
+                out[f"{n} {label} cpu"] = (cpu_seconds(process.pid) - cpu_before) * 1e6 / (n * passes)
     return out
 
 
@@ -76,12 +83,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_medians(med: dict[str, dict[str, float]], size: int) -> None:
-    """One line per ledger and pass: both trees' medians and their ratio."""
+    """One line per ledger and pass: both trees' medians of entries/s and their ratio, then of the bookie's CPU."""
     this, that = med["this tree"], med["that tree"]
     for key in this:
+        if key.endswith(" cpu"):
+            continue
         entries, label = key.split()
+        cpu = f"{key} cpu"
         print(f"{int(entries):>8,} entries of {size} B, {label:>5} pass: this tree {this[key]:>9,.0f}, "
-              f"that tree {that[key]:>9,.0f} entries/s; this ÷ that {this[key] / that[key]:.2f}x")
+              f"that tree {that[key]:>9,.0f} entries/s; this ÷ that {this[key] / that[key]:.2f}x; "
+              f"the bookie's CPU per entry {this[cpu]:.1f} and {that[cpu]:.1f} µs, this ÷ that {this[cpu] / that[cpu]:.2f}x")
 
 
 if __name__ == "__main__":

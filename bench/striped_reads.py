@@ -18,20 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from bench.common import REPO_ROOT, Cluster, machine_facts, medians, py_bench
-from bench.write_cpu import stat_ticks
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu(pid: int, tid: int | None = None) -> float:
-    """Seconds of CPU (user + system) of a process, or of one of its threads."""
-    return sum(stat_ticks(pid, tid)) / _TICK
+from bench.write_cpu import cpu_seconds as _cpu
 
 
 def one_round(args: argparse.Namespace, tree: Path) -> dict[str, float]:

@@ -60,6 +60,15 @@ def stat_ticks(pid: int, tid: int | None = None) -> tuple[int, int]:
     return int(fields[11]), int(fields[12])
 
 
+#: Clock ticks per second of /proc's CPU times.
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """Seconds of CPU (user + system) of a process, or of one of its threads (:func:`stat_ticks`)."""
+    return sum(stat_ticks(pid, tid)) / _TICK
+
+
 def cpu_by_process() -> dict[int, tuple[int, str]]:
     """Every process's CPU ticks (user + system, children not included) and command line."""
     out = {}

@@ -147,6 +147,7 @@ class BookieApp:
     async def _gauges(self) -> None:
         while True:
             self.metrics.write_cache_bytes.set(self.bookie.storage.write_cache_bytes)
+            self.metrics.read_cache_bytes.set(self.bookie.storage.read_cache_bytes)
             self.metrics.ledgers.set(len(self.bookie.storage.ledgers()))
             await asyncio.sleep(5)
 

@@ -54,11 +54,6 @@ __all__ = ["Bookie", "ReadAheadWait", "ReadLacResult"]
 log = logging.getLogger("bookie_server.bookie")
 
 
-def _as_is(value: R) -> R:
-    """What a read thread found, as the answer (a batch read's entries)."""
-    return value
-
-
 class ReadAheadWait(asyncio.Future):  # type: ignore[type-arg]
     """A cold read's answer that waits for a read-ahead already on a read thread (:meth:`Bookie.read_entry_soon`;
     docs/bookie.md, "Reads"): the connection counts it apart from the reads it sent to the read threads."""
@@ -587,14 +582,20 @@ class Bookie:
         self, scope_id: int, ledger_id: int, start: int, max_count: int, budget: int
     ) -> "list[bytes] | asyncio.Future[list[bytes]]":
         """A batch read's entries (:meth:`LedgerStorage.get_range`'s rules): now when memory holds the whole
-        range, else a future a read thread completes with the rest from disk.  What the disk gave is not put
-        in the read cache (docs/bookie.md, "Reads")."""
-        have, used, next_id = self.storage.range_in_memory(scope_id, ledger_id, start, max_count, budget)
+        range, else a future a read thread completes with the rest from disk.  What the disk gave goes into
+        the read cache as one range (:meth:`LedgerStorage.remember_range`; docs/bookie.md, "Reads")."""
+        storage = self.storage
+        have, used, next_id = storage.range_in_memory(scope_id, ledger_id, start, max_count, budget)
         if next_id is None:
             return have
-        stop = start + max_count
+        stop, from_memory = start + max_count, len(have)
+
+        def remember(entries: list[bytes]) -> list[bytes]:
+            storage.remember_range(scope_id, ledger_id, next_id, entries[from_memory:])
+            return entries
+
         return self._on_read_thread(
-            lambda: self.storage.range_cold(scope_id, ledger_id, next_id, stop, budget, have, used), _as_is
+            lambda: storage.range_cold(scope_id, ledger_id, next_id, stop, budget, have, used), remember
         )
 
     def _on_read_thread(self, read: Callable[[], R], result: Callable[[R], T]) -> "asyncio.Future[T]":

@@ -174,6 +174,9 @@ class BookieMetrics:
         self.write_cache_bytes = Gauge(
             "bookie_write_cache_size", "Bytes in the write cache", registry=self.registry
         )
+        self.read_cache_bytes = Gauge(
+            "bookie_read_cache_size", "Bytes in the read cache (entries and batch-read ranges)", registry=self.registry
+        )
         self.ledgers = Gauge("bookie_ledgers_count", "Ledgers stored on this bookie", registry=self.registry)
         # Back-pressure (docs/bookie.md, "Limits"); BookKeeper's names for the first two.
         self.adds_in_progress = Gauge(

@@ -55,6 +55,9 @@ log = logging.getLogger("bookie_server.storage")
 
 LedgerKey = tuple[int, int]  # (scope id, ledger id)
 EntryKey = tuple[int, int, int]  # (scope id, ledger id, entry id)
+#: A read-cache key of a range a cold batch read brought: (scope id, ledger id, first entry id, _RANGE).
+RangeKey = tuple[int, int, int, int]
+_RANGE = -1
 
 _INDEX_KEY = struct.Struct(">qqq")
 _LEDGER_KEY = struct.Struct(">qq")
@@ -74,6 +77,21 @@ _LOG_NAME = re.compile(r"^([0-9a-f]{16})\.log$")
 _speedups = load_compiled("bookie_server._speedups")
 #: Bytes read from an entry log at once during batch reads (the next entries usually follow).
 _READ_AHEAD = 256 * 1024
+
+
+class CachedRange:
+    """What a cold batch read brought from disk, one item of the read cache (``LedgerStorage.remember_range``)."""
+
+    __slots__ = ("entries", "nbytes")
+
+    def __init__(self, entries: list[bytes]) -> None:
+        self.entries = entries
+        self.nbytes = sum(map(len, entries))
+
+
+def _cached_size(item: bytes | CachedRange) -> int:
+    """The bytes a read-cache item counts for against ``read_cache_max_bytes``."""
+    return item.nbytes if isinstance(item, CachedRange) else len(item)
 
 
 @dataclass(slots=True)
@@ -375,7 +393,9 @@ class LedgerStorage:
         self._write_cache: dict[EntryKey, bytes] = {}
         self._write_cache_bytes = 0
         self._flushing: dict[EntryKey, bytes] = {}
-        self._read_cache: OrderedDict[EntryKey, bytes] = OrderedDict()
+        #: Entries (EntryKey -> bytes) and the ranges of cold batch reads (RangeKey -> CachedRange), least
+        #: recently used first, all counted in ``_read_cache_bytes`` against ``read_cache_max_bytes``.
+        self._read_cache: OrderedDict[EntryKey | RangeKey, bytes | CachedRange] = OrderedDict()
         self._read_cache_bytes = 0
         self._pending_deletes: set[LedgerKey] = set()
         self.checkpoint_mark = JournalPosition(0, 0)
@@ -487,7 +507,7 @@ class LedgerStorage:
         read_cache = self._read_cache
         if read_cache:
             for key in read_cache.keys() & keys:
-                self._read_cache_bytes -= len(read_cache.pop(key))
+                self._read_cache_bytes -= _cached_size(read_cache.pop(key))
         ledger_ids = dict.fromkeys(map(itemgetter(0), adds))
         if len(ledger_ids) == 1:
             ledger_id = adds[0][0]
@@ -514,6 +534,11 @@ class LedgerStorage:
     def write_cache_bytes(self) -> int:
         """Bytes of entries not yet in an entry log."""
         return self._write_cache_bytes
+
+    @property
+    def read_cache_bytes(self) -> int:
+        """Bytes the read cache holds: entries single reads brought and ranges batch reads brought."""
+        return self._read_cache_bytes
 
     @property
     def needs_flush(self) -> bool:
@@ -564,17 +589,18 @@ class LedgerStorage:
 
     def _in_memory(self, key: EntryKey) -> bytes | None:
         """Loop thread: the entry from the write cache, else the checkpoint in progress, else the read cache,
-        whose order moves on a hit; None where none holds it (the one home of these rules)."""
+        whose order moves on a hit; None where none holds it (the one home of these rules; a batch read also
+        looks for ranges: :meth:`range_in_memory`)."""
         data = self._write_cache.get(key)
         if data is not None:
             return data
         data = self._flushing.get(key)
         if data is not None:
             return data
-        data = self._read_cache.get(key)
-        if data is not None:
+        cached = self._read_cache.get(key)
+        if cached is not None:
             self._read_cache.move_to_end(key)
-        return data
+        return cached  # type: ignore[return-value]  # an EntryKey's item is an entry's bytes, never a CachedRange
 
     def read_cold(self, key: EntryKey, max_entries: int = 1) -> list[tuple[EntryKey, bytes]]:
         """Read thread: ``[(key, data)]`` for an entry only the disk holds (docs/bookie.md, "Reads"): its own
@@ -610,16 +636,31 @@ class LedgerStorage:
             if (key[0], key[1]) in self._ledgers:
                 self._cache_read(key, data)
 
-    def _cache_read(self, key: EntryKey, data: bytes) -> None:
-        if len(data) <= self.read_cache_max_bytes // 4:
+    def remember_range(self, scope_id: int, ledger_id: int, first: int, entries: list[bytes]) -> None:
+        """Loop thread: the entries ``first..`` a cold batch read brought go into the read cache as one item,
+        so a batch read that starts at ``first`` again is answered from memory (docs/bookie.md, "Reads"); one
+        insert per batch, not per entry.  Nothing when the ledger was deleted meanwhile, nor for a ledger whose
+        entries, at this range's mean size, would not fit the read cache: read in order, it would evict its own
+        ranges before a second pass reached them, and the cache's churn cost CPU for no hit."""
+        info = self._ledgers.get((scope_id, ledger_id))
+        if not entries or info is None:
+            return
+        cached = CachedRange(entries)
+        if cached.nbytes * (info.last_entry + 1) > self.read_cache_max_bytes * len(entries):
+            return
+        self._cache_read((scope_id, ledger_id, first, _RANGE), cached)
+
+    def _cache_read(self, key: EntryKey | RangeKey, data: bytes | CachedRange) -> None:
+        size = _cached_size(data)
+        if size <= self.read_cache_max_bytes // 4:
             held = self._read_cache.pop(key, None)  # read again (read-aheads overlap): counted once
             if held is not None:
-                self._read_cache_bytes -= len(held)
+                self._read_cache_bytes -= _cached_size(held)
             self._read_cache[key] = data
-            self._read_cache_bytes += len(data)
+            self._read_cache_bytes += size
             while self._read_cache_bytes > self.read_cache_max_bytes:
                 _, evicted = self._read_cache.popitem(last=False)
-                self._read_cache_bytes -= len(evicted)
+                self._read_cache_bytes -= _cached_size(evicted)
 
     def has_entry(self, scope_id: int, ledger_id: int, entry_id: int) -> bool:
         """True when the entry is stored here (no exceptions)."""
@@ -695,7 +736,8 @@ class LedgerStorage:
         The rules of every range (:meth:`_collect`): the first entry is always returned (its errors are
         raised: ENOLEDGER, ENOENTRY, EIO); each later one only while the running sum of ``len + 4`` stays
         within ``budget``; the range ends at the first entry that is missing or unreadable.  What the disk gave
-        stays out of the read cache, as for :meth:`range_cold`.
+        stays out of the read cache (the bookie's batch reads, :meth:`range_in_memory` then :meth:`range_cold`,
+        put it there as one range).
         """
         self._ledger_or_raise(scope_id, ledger_id)
         directory = self._dir_for(scope_id, ledger_id)
@@ -723,7 +765,28 @@ class LedgerStorage:
         self._ledger_or_raise(scope_id, ledger_id)
         out: list[bytes] = []
         stop = start + max_count
-        next_id, used = self._collect(scope_id, ledger_id, start, stop, budget, out, 0, self._in_memory)
+        read_cache = self._read_cache
+        held: CachedRange | None = None
+        base = start
+
+        def fetch(key: EntryKey) -> bytes | None:
+            """:meth:`_in_memory`, then the range of an earlier cold batch read that starts at the entry; the
+            next entries from that range.  An entry's bytes never change once written (a recovery add writes the
+            same), so where memory holds it twice either copy is the answer."""
+            nonlocal held, base
+            if held is not None and key[2] - base < len(held.entries):
+                return held.entries[key[2] - base]
+            data = self._in_memory(key)
+            if data is None:
+                range_key = (*key, _RANGE)
+                found = read_cache.get(range_key)
+                if isinstance(found, CachedRange):
+                    read_cache.move_to_end(range_key)
+                    held, base = found, key[2]
+                    return found.entries[0]
+            return data
+
+        next_id, used = self._collect(scope_id, ledger_id, start, stop, budget, out, 0, fetch)
         return out, used, (next_id if next_id < stop else None)
 
     def range_cold(
@@ -731,8 +794,8 @@ class LedgerStorage:
     ) -> list[bytes]:
         """The disk part of a batch read, for a read thread: the ``have`` entries already collected (``used``
         bytes of ``budget``) followed by entries ``start..stop-1``, from one index read transaction with the
-        entry logs' read-ahead.  No cache is touched, and nothing goes into the read cache afterwards either
-        (docs/bookie.md, "Reads").  An entry only the write cache holds ends the range there (a shorter batch,
+        entry logs' read-ahead.  No cache is touched here; the loop thread then puts the entries from disk into
+        the read cache as one range (:meth:`remember_range`; docs/bookie.md, "Reads").  An entry only the write cache holds ends the range there (a shorter batch,
         as a missing entry does)."""
         directory = self._dir_for(scope_id, ledger_id)
         chunk: list[object] = [None, 0, b""]
@@ -834,7 +897,7 @@ class LedgerStorage:
         for cache_key in [k for k in self._write_cache if k[0] == scope_id and k[1] == ledger_id]:
             self._write_cache_bytes -= len(self._write_cache.pop(cache_key))
         for cache_key in [k for k in self._read_cache if k[0] == scope_id and k[1] == ledger_id]:
-            self._read_cache_bytes -= len(self._read_cache.pop(cache_key))
+            self._read_cache_bytes -= _cached_size(self._read_cache.pop(cache_key))
         self._pending_deletes.add(key)
 
     # -- journal replay -----------------------------------------------------------------

@@ -13,6 +13,7 @@ from bkspark.protocol import v2, v3
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bookie_server.bookie import Bookie
 from bookie_server.server import BookieServer
+from bookie_server.storage import CachedRange
 from tests.unit.test_bookie_server import KEY, Conn, make_entry, with_bookie
 
 
@@ -132,34 +133,92 @@ def test_a_batch_read_that_reaches_the_write_cache_ends_there_then_continues(tmp
     body(tmp_path)
 
 
-def test_a_cold_batch_read_leaves_the_read_cache_alone(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """A batch read's entries from disk are answered, not cached (docs/bookie.md, "Reads"): reading them again
-    goes to a read thread again, with the same bytes.  What the read cache held before stays, a range that
-    starts in it continues on disk, and a cold single read still fills it."""
+def test_a_cold_batch_read_is_cached_as_one_range(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A batch read's entries from disk go into the read cache as one item (docs/bookie.md, "Reads"): the same
+    batch read again is answered from memory with the same bytes, and so is a shorter one from the same entry
+    or one whose budget or count stops it inside the range; ranges that follow each other chain; a batch read
+    that starts inside a range goes to the disk.  What single reads put there stays, and the bytes are counted
+    once per item."""
 
     @with_bookie(dbStorage_readAheadCacheBatchSize=3)
     async def body(bookie: Bookie, server: BookieServer) -> None:
         c = await Conn.open(server.port)
-        entries = [make_entry(9, i, bytes([i]) * 300) for i in range(20)]
+        entries = [make_entry(9, i, bytes([i]) * 300) for i in range(30)]
         for e in entries:
             assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
         to_disk(bookie)
         r = await read(c, 9, 10)  # a cold single read: 10 and its read-ahead (11, 12) go into the read cache
         assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[10])
         assert cached_entries(bookie, 9) == [10, 11, 12]
-        cached_bytes = bookie.storage._read_cache_bytes
         gated = GatedColdReads(bookie, monkeypatch)
         gated.gate.set()
-        for _ in range(2):
-            r = await c.v2(v2.encode_batch_read_request(9, 0, 1, 10, 1 << 20))
-            assert r.rc == v2.EOK and [bytes(e) for e in r.entries] == entries[:10]
-        assert gated.threads == ["bookie-read_0", "bookie-read_0"]  # the second one was cold again
-        r = await c.v2(v2.encode_batch_read_request(9, 10, 1, 10, 1 << 20))  # 10..12 from memory, then the disk
-        assert r.rc == v2.EOK and [bytes(e) for e in r.entries] == entries[10:]
-        assert len(gated.threads) == 3
-        assert bookie.storage.get_range(0, 9, 0, 20, 1 << 20) == entries  # the loop thread's own path alike
+
+        async def batch(first: int, count: int, size: int = 1 << 20) -> list[bytes]:
+            r = await c.v2(v2.encode_batch_read_request(9, first, 1, count, size))
+            assert r.rc == v2.EOK
+            return [bytes(e) for e in r.entries]
+
+        assert await batch(0, 10) == entries[:10]
+        assert len(gated.threads) == 1 and cached_ranges(bookie, 9) == {0: 10}
+        assert await batch(0, 10) == entries[:10]  # from memory
+        assert await batch(0, 4) == entries[:4]
+        assert await batch(0, 10, 36 + 3 * (len(entries[0]) + 4)) == entries[:3]  # the budget ends it
+        assert len(gated.threads) == 1
+        assert await batch(10, 10) == entries[10:20]  # 10..12 from the single reads' entries, then the disk
+        assert len(gated.threads) == 2 and cached_ranges(bookie, 9) == {0: 10, 13: 7}
+        assert await batch(0, 25) == entries[:25]  # 0..9 and 13..19 as ranges, 10..12 as entries, then disk
+        assert len(gated.threads) == 3 and cached_ranges(bookie, 9) == {0: 10, 13: 7, 20: 5}
+        assert await batch(0, 25) == entries[:25]
+        assert await batch(5, 3) == entries[5:8]  # inside a range, not at its start: the disk
+        assert len(gated.threads) == 4 and cached_ranges(bookie, 9) == {0: 10, 5: 3, 13: 7, 20: 5}
         assert cached_entries(bookie, 9) == [10, 11, 12]
-        assert bookie.storage._read_cache_bytes == cached_bytes
+        storage = bookie.storage
+        assert storage._read_cache_bytes == sum(len(e) for e in entries[:25]) + sum(len(e) for e in entries[5:8])
+        assert storage.get_range(0, 9, 0, 30, 1 << 20) == entries  # the loop thread's own path alike
+        c.close()
+
+    body(tmp_path)
+
+
+def test_cached_ranges_are_bounded_and_leave_with_their_ledger(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Ranges count against the read cache's bytes (dbStorage_readAheadCacheMaxSizeMb) with the entries single
+    reads bring, least recently used out first; one larger than a quarter of it is not kept, nor one of a ledger
+    too large for the cache; a deleted ledger's ranges go with it, as do those a read thread brings back after
+    the ledger was deleted."""
+
+    @with_bookie(dbStorage_readAheadCacheBatchSize=1)
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        storage = bookie.storage
+        c = await Conn.open(server.port)
+        counts = {5: 4, 6: 4, 7: 4, 8: 12}
+        entries = {ledger: [make_entry(ledger, i, bytes([i]) * 200) for i in range(n)] for ledger, n in counts.items()}
+        for ledger, written in entries.items():
+            for e in written:
+                assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+        to_disk(bookie)
+        size = len(entries[5][0])
+        storage.read_cache_max_bytes = 9 * size - 1  # four ranges of two entries fit, not five, nor four and one
+
+        async def batch(ledger: int, first: int, count: int) -> None:
+            r = await c.v2(v2.encode_batch_read_request(ledger, first, 1, count, 1 << 20))
+            assert r.rc == v2.EOK and [bytes(e) for e in r.entries] == entries[ledger][first : first + count]
+
+        for ledger, first in ((5, 0), (5, 2), (6, 0), (6, 2), (7, 0)):
+            await batch(ledger, first, 2)
+        assert cached_ranges(bookie, 5) == {2: 2} and cached_ranges(bookie, 6) == {0: 2, 2: 2}  # (5, 0) went out
+        assert cached_ranges(bookie, 7) == {0: 2} and storage._read_cache_bytes == size * 8
+        await batch(7, 1, 3)  # 3 entries: over a quarter of the cache
+        await batch(8, 0, 2)  # 12 entries of this size would not fit the cache
+        assert cached_ranges(bookie, 7) == {0: 2} and cached_ranges(bookie, 8) == {}
+        await batch(5, 2, 2)  # a hit: (5, 2) is now the most recently used
+        r = await read(c, 8, 0)  # a single read's entry: the least recently used range, (6, 0), makes room
+        assert r.rc == v2.EOK and cached_entries(bookie, 8) == [0]
+        assert cached_ranges(bookie, 6) == {2: 2} and cached_ranges(bookie, 5) == {2: 2}
+        assert storage._read_cache_bytes == size * 7
+        storage.delete_ledger(0, 5)
+        assert cached_ranges(bookie, 5) == {} and storage._read_cache_bytes == size * 5
+        storage.remember_range(0, 5, 0, entries[5][:2])  # a read thread's answer after the deletion
+        assert cached_ranges(bookie, 5) == {} and storage._read_cache_bytes == size * 5
         c.close()
 
     body(tmp_path)
@@ -247,7 +306,17 @@ def test_a_connection_waits_with_four_cold_reads_out(tmp_path, monkeypatch) -> N
 
 
 def cached_entries(bookie: Bookie, ledger: int) -> list[int]:
-    return sorted(key[2] for key in bookie.storage._read_cache if key[:2] == (0, ledger))
+    """The ids of the ledger's single entries in the read cache."""
+    return sorted(key[2] for key in bookie.storage._read_cache if key[:2] == (0, ledger) and len(key) == 3)
+
+
+def cached_ranges(bookie: Bookie, ledger: int) -> dict[int, int]:
+    """The ledger's ranges in the read cache: first entry id -> entries."""
+    return {
+        key[2]: len(item.entries)
+        for key, item in bookie.storage._read_cache.items()
+        if key[:2] == (0, ledger) and isinstance(item, CachedRange)
+    }
 
 
 def test_a_cold_single_read_brings_the_next_entries_of_its_ledger(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
