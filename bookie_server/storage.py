@@ -80,13 +80,21 @@ _READ_AHEAD = 256 * 1024
 
 
 class CachedRange:
-    """What a cold batch read brought from disk, one item of the read cache (``LedgerStorage.remember_range``)."""
+    """What a cold batch read brought from disk, entries ``first..``: one item of the read cache
+    (``LedgerStorage.remember_range``).  An entry's bytes never change once written (a recovery add writes the
+    same), so a range stays right while its ledger exists."""
 
-    __slots__ = ("entries", "nbytes")
+    __slots__ = ("first", "entries", "nbytes")
 
-    def __init__(self, entries: list[bytes]) -> None:
+    def __init__(self, first: int, entries: list[bytes]) -> None:
+        self.first = first
         self.entries = entries
         self.nbytes = sum(map(len, entries))
+
+    def get(self, key: EntryKey) -> bytes | None:
+        """The entry of ``key`` (of this range's ledger) when the range holds it, else None."""
+        i = key[2] - self.first
+        return self.entries[i] if 0 <= i < len(self.entries) else None
 
 
 def _cached_size(item: bytes | CachedRange) -> int:
@@ -645,7 +653,7 @@ class LedgerStorage:
         info = self._ledgers.get((scope_id, ledger_id))
         if not entries or info is None:
             return
-        cached = CachedRange(entries)
+        cached = CachedRange(first, entries)
         if cached.nbytes * (info.last_entry + 1) > self.read_cache_max_bytes * len(entries):
             return
         self._cache_read((scope_id, ledger_id, first, _RANGE), cached)
@@ -764,30 +772,20 @@ class LedgerStorage:
         range is complete.  Same rules and errors as :meth:`get_range`."""
         self._ledger_or_raise(scope_id, ledger_id)
         out: list[bytes] = []
-        stop = start + max_count
+        next_id, stop, used = start, start + max_count, 0
         read_cache = self._read_cache
-        held: CachedRange | None = None
-        base = start
-
-        def fetch(key: EntryKey) -> bytes | None:
-            """:meth:`_in_memory`, then the range of an earlier cold batch read that starts at the entry; the
-            next entries from that range.  An entry's bytes never change once written (a recovery add writes the
-            same), so where memory holds it twice either copy is the answer."""
-            nonlocal held, base
-            if held is not None and key[2] - base < len(held.entries):
-                return held.entries[key[2] - base]
-            data = self._in_memory(key)
-            if data is None:
-                range_key = (*key, _RANGE)
-                found = read_cache.get(range_key)
-                if isinstance(found, CachedRange):
-                    read_cache.move_to_end(range_key)
-                    held, base = found, key[2]
-                    return found.entries[0]
-            return data
-
-        next_id, used = self._collect(scope_id, ledger_id, start, stop, budget, out, 0, fetch)
-        return out, used, (next_id if next_id < stop else None)
+        while True:  # entries memory holds one by one, then, where it lacks one, a range starting there
+            next_id, used = self._collect(scope_id, ledger_id, next_id, stop, budget, out, used, self._in_memory)
+            if next_id >= stop:
+                return out, used, None
+            range_key = (scope_id, ledger_id, next_id, _RANGE)
+            found = read_cache.get(range_key)
+            if not isinstance(found, CachedRange):
+                return out, used, next_id
+            read_cache.move_to_end(range_key)
+            next_id, used = self._collect(scope_id, ledger_id, next_id, stop, budget, out, used, found.get)
+            if next_id >= stop:
+                return out, used, None
 
     def range_cold(
         self, scope_id: int, ledger_id: int, start: int, stop: int, budget: int, have: list[bytes], used: int
@@ -795,8 +793,8 @@ class LedgerStorage:
         """The disk part of a batch read, for a read thread: the ``have`` entries already collected (``used``
         bytes of ``budget``) followed by entries ``start..stop-1``, from one index read transaction with the
         entry logs' read-ahead.  No cache is touched here; the loop thread then puts the entries from disk into
-        the read cache as one range (:meth:`remember_range`; docs/bookie.md, "Reads").  An entry only the write cache holds ends the range there (a shorter batch,
-        as a missing entry does)."""
+        the read cache as one range (:meth:`remember_range`; docs/bookie.md, "Reads").  An entry only the write
+        cache holds ends the range there (a shorter batch, as a missing entry does)."""
         directory = self._dir_for(scope_id, ledger_id)
         chunk: list[object] = [None, 0, b""]
         #: Where the last record read ends in the chunk: a checkpoint writes a ledger's entries in order, so the
