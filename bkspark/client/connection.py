@@ -351,7 +351,9 @@ class BookieConnection(asyncio.Protocol):
                         key, entry = item, None
                     response, ok = None, True
                 else:
-                    response = decode(item)
+                    # A body the pass above left as it was: an error, or an answer cut across two reads of the
+                    # socket (the splitter hands that one over as a view of its own buffer)
+                    response, entry = decode(item), None
                     key = key_of(response)
                     if key is None:
                         continue  # AUTH responses: auth is disabled on the bookies we talk to

@@ -104,3 +104,25 @@ def test_closing_the_client_fails_pending_appends(proxied) -> None:  # type: ign
             f.result(timeout=5)
     with pytest.raises(ClientClosedError):
         lh.append_async(b"after")
+
+
+def test_acknowledgements_cut_across_reads_reach_a_bulk_append(proxied) -> None:  # type: ignore[no-untyped-def]
+    """A bookie's answers arrive as the network cuts them: the proxy forwards 100 bytes at a time, so most
+    28-byte acknowledgements of a bulk append (and single reads' answers) are split across two reads of the
+    socket.  Every add is acknowledged on the connection it went out on: no ensemble change, nothing failed."""
+    cluster, proxy = proxied
+    cut = cluster.bookie_ids[0]
+    with BookKeeper(cluster.metadata_service_uri, bookieAddressResolverEnabled=False) as bk:
+        lh = bk.create_ledger(3, 3, 3)  # Qa = 3: every add waits for the cut bookie's acknowledgement
+        while cut not in lh.metadata.last_ensemble:
+            lh.close()
+            lh = bk.create_ledger(3, 3, 3)
+        lh.append(b"connected")
+        proxy.rate(2000, Direction.DOWN)  # pieces of 100 bytes
+        payloads = [b"cut-%03d" % i for i in range(60)]
+        assert lh.append_many(payloads).result(60) == range(1, 61)
+        assert sorted(bk.get_ledger_metadata(lh.ledger_id).ensembles) == [0]
+        lh.close()
+        rh = bk.open_ledger(lh.ledger_id)
+        assert [e.payload for e in rh.read(0, 60)] == [b"connected", *payloads]
+        assert sorted(bk.get_ledger_metadata(lh.ledger_id).ensembles) == [0]

@@ -226,3 +226,32 @@ def test_acks_before_a_frame_that_does_not_decode_are_handed_over_before_the_con
         assert got[1:] == [("a2", "BookieUnavailableError")] and conn.closed and t.closed
 
     asyncio.run(run())
+
+
+def test_acks_and_answers_cut_across_reads_of_the_socket_reach_their_run() -> None:
+    """A frame cut across two reads of the socket comes out of the splitter as a view of its own buffer, which the
+    pass over successful answers leaves to be decoded: it must still reach its run's ``many`` callback (it once
+    met a variable of the previous frame, or none, and failed the connection), at every cut."""
+
+    async def run() -> None:
+        adds = _acks(*((0, 6, e) for e in range(4)))
+        reads = b"".join(v2.encode_response(v2.ReadResponse(0, 6, e, b"payload-%d" % e)) for e in range(3))
+        for data, keys, want in (
+            (adds, [add_key(6, e) for e in range(4)], [f"a{e}" for e in range(4)]),
+            (reads + adds, [read_key(6, e) for e in range(3)] + [add_key(6, e) for e in range(4)],
+             [(f"r{e}", b"payload-%d" % e) for e in range(3)] + [f"a{e}" for e in range(4)]),
+        ):
+            for cut in range(1, len(data)):
+                conn, _t = _conn(V2)
+                got: list[Any] = []
+                errors: list[Any] = []
+                args = [f"r{e}" for e in range(3)][: len(keys) - 4] + [f"a{e}" for e in range(4)]
+                conn.send_v2_many(keys, [b"f"] * len(keys), args, 5.0,
+                                  lambda r, e, a: errors.append((a, e)), lambda many: got.extend(many))
+                conn.data_received(data[:cut])
+                conn.data_received(data[cut:])
+                assert not conn.closed and not errors, (cut, errors)
+                assert [(x[0], bytes(x[1])) if type(x) is tuple else x for x in got] == want, cut
+                assert conn.pending == 0
+
+    asyncio.run(run())
