@@ -37,6 +37,8 @@ JAVA_READER_SHARE = 0.12
 ADD_HANG_SECONDS = 30.0
 #: Fraction of schedules that also run a Spark connector write job (docs/reliability.md); ``CAMPAIGN_SPARK_SHARE``.
 SPARK_SHARE = 0.1
+#: Fraction of schedules whose bookies' streams are cut into small pieces throughout (docs/reliability.md).
+FRAGMENT_SHARE = 0.25
 FAULT_KINDS = ("kill", "delay", "blackhole", "reset", "half_open", "rate", "zk_outage", "session_expiry", "fence")
 
 
@@ -92,6 +94,18 @@ class Plan:
     batched_read: bool
     mid_reader: bool
     spark_job: dict[str, Any] | None = None
+    #: Bookie id -> the largest piece its proxy cuts every chunk into, both ways, for the whole schedule.
+    fragmented: dict[str, int] = field(default_factory=dict)
+
+
+def plan_fragmenting(seed: int, bookies: list[BookieRef], share: float = FRAGMENT_SHARE) -> dict[str, int]:
+    """Which bookies' streams schedule ``seed`` cuts into pieces, and how small (a generator of its own, so the
+    rest of the schedule stays what the seed always drew)."""
+    rng = random.Random(f"fragment-{seed}")
+    if rng.random() >= share:
+        return {}
+    chosen = rng.sample(bookies, rng.randint(1, len(bookies)))
+    return {b.bookie_id: rng.choice((16, 200, 1500)) for b in chosen}
 
 
 def plan_schedule(seed: int, bookies: list[BookieRef], spark_share: float = SPARK_SHARE) -> Plan:
@@ -133,6 +147,7 @@ def plan_schedule(seed: int, bookies: list[BookieRef], spark_share: float = SPAR
         batched_read=rng.random() < 0.5,
         mid_reader=rng.random() < 0.4,
         spark_job=plan_spark_job(seed, spark_share),
+        fragmented=plan_fragmenting(seed, bookies),
     )
 
 
@@ -420,6 +435,8 @@ def run_schedule(
                 run.errors.append(f"the Spark job of seed {seed} crashed the schedule: {type(exc).__name__}: {exc}")
 
         spark_thread = threading.Thread(target=spark_job, daemon=True)
+    for index, (bookie_id, max_piece) in enumerate(sorted(plan.fragmented.items())):
+        run.by_id[bookie_id].proxy.fragment(max_piece, seed=seed + index)  # lifted by any restore, and by heal()
     writer = threading.Thread(target=run.java_writer if plan.writer == "java" else run.python_writer, daemon=True)
     writer.start()
     deadline = time.monotonic() + 180

@@ -56,6 +56,18 @@ def test_rate_caps_bytes_per_second(proxy: FaultProxy) -> None:
 
 
 @pytest.mark.parametrize("direction", [Direction.UP, Direction.DOWN])
+def test_fragment_forwards_every_byte_in_order(proxy: FaultProxy, direction: Direction) -> None:
+    proxy.fragment(1, direction)  # one byte a write: ZooKeeper reads "ruok" (or the client "imok") in pieces
+    assert _ruok(proxy) == b"imok"
+    proxy.fragment(3, direction, seed=7)
+    assert _ruok(proxy) == b"imok"
+    with pytest.raises(ValueError):
+        proxy.fragment(-1)
+    proxy.restore()
+    assert _ruok(proxy) == b"imok"
+
+
+@pytest.mark.parametrize("direction", [Direction.UP, Direction.DOWN])
 def test_blackhole_swallows_everything(proxy: FaultProxy, direction: Direction) -> None:
     proxy.blackhole(direction)
     with pytest.raises(socket.timeout):

@@ -6,6 +6,8 @@ a test may, in either direction (:class:`Direction`):
 
 * ``delay(seconds)``      hold every chunk ``seconds`` before forwarding it (order kept, throughput not capped);
 * ``rate(bytes_per_s)``   forward at most that many bytes a second;
+* ``fragment(max_bytes)`` forward every chunk cut into pieces of 1 to ``max_bytes`` bytes (seeded sizes), each
+                          written on its own: frames arrive cut at every kind of place, at full speed;
 * ``blackhole()``         read and discard every byte (connections stay open: the peer hears nothing);
 * ``drop()``              close every open connection cleanly (FIN both ways);
 * ``reset()``             close every open connection with a TCP RST;
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import random
 import socket
 import struct
 import threading
@@ -64,6 +67,9 @@ class _Faults:
     delay: float = 0.0
     rate: float | None = None
     blackhole: bool = False
+    #: Largest piece a chunk is cut into (0: chunks go as they came); sizes drawn from ``rng``.
+    fragment: int = 0
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
 
 
 @dataclass(eq=False)
@@ -166,6 +172,15 @@ class FaultProxy:
                 wait = due - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
+                if faults.fragment and not faults.rate:
+                    view = memoryview(data)
+                    while view:
+                        size = faults.rng.randint(1, faults.fragment)
+                        dst.write(view[:size])
+                        view = view[size:]
+                        await dst.drain()
+                        await asyncio.sleep(0)  # the next piece in a write of its own
+                    data = b""
                 while data:
                     if faults.rate:
                         step = max(1, int(faults.rate * 0.05))  # about 20 writes a second
@@ -241,6 +256,13 @@ class FaultProxy:
             raise ValueError("rate must be positive (use blackhole() to stop traffic)")
         self._set(direction, rate=bytes_per_second)
 
+    def fragment(self, max_bytes: int, direction: Direction = Direction.BOTH, seed: int = 0) -> None:
+        """Forward every chunk cut into pieces of 1 to ``max_bytes`` bytes, sizes drawn from ``seed``, each piece a
+        write of its own (0 lifts it).  The peer's reads then end inside frames, wherever the cuts fall."""
+        if max_bytes < 0:
+            raise ValueError("max_bytes must not be negative")
+        self._set(direction, fragment=int(max_bytes), rng=random.Random(seed))
+
     def blackhole(self, direction: Direction = Direction.BOTH) -> None:
         """Discard every byte that arrives from now on (connections stay open)."""
         self._set(direction, blackhole=True)
@@ -276,7 +298,7 @@ class FaultProxy:
         self._call(apply)
 
     def restore(self) -> None:
-        """Lift every standing fault: delay, rate, black hole, refusal (open connections live on; half-open ones
+        """Lift every standing fault: delay, rate, fragmenting, black hole, refusal (open connections live on; half-open ones
         stay cut, as a real half-open connection does)."""
 
         def apply() -> None:
