@@ -600,7 +600,7 @@ class Bookie:
 
     def _on_read_thread(self, read: Callable[[], R], result: Callable[[R], T]) -> "asyncio.Future[T]":
         """Run ``read`` on a read thread; on the loop, resolve the returned future with ``result(found)`` (or
-        the read's error)."""
+        the read's error; EIO when ``result`` itself raises: the request is answered whatever fails)."""
         assert self._loop is not None
         loop = self._loop
         out: asyncio.Future[T] = loop.create_future()
@@ -613,7 +613,11 @@ class Bookie:
                 return
             error = fut.exception()
             if error is None:
-                out.set_result(result(fut.result()))
+                try:
+                    out.set_result(result(fut.result()))
+                except Exception as exc:  # noqa: BLE001 - a failure on the loop still answers the request
+                    log.exception("handling a read thread's result failed")
+                    out.set_exception(BookieIOError("entry read failed", error=repr(exc)))
             elif isinstance(error, BookieError):
                 out.set_exception(error)
             else:

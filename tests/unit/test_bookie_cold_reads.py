@@ -250,6 +250,33 @@ def test_a_failing_disk_read_answers_eio_and_the_bookie_goes_on(tmp_path, monkey
     body(tmp_path)
 
 
+def test_a_failure_caching_what_the_disk_gave_answers_eio_and_the_bookie_goes_on(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """What a read thread brought is cached on the loop before the answer goes out; if that step raises, the
+    request is still answered (EIO, which a client takes to another replica), never left waiting."""
+
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c = await Conn.open(server.port)
+        e = make_entry(6, 0, b"y")
+        assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+        to_disk(bookie)
+
+        def broken(*_args: Any) -> Any:
+            raise MemoryError("no room to cache")
+
+        monkeypatch.setattr(bookie.storage, "remember", broken)
+        monkeypatch.setattr(bookie.storage, "remember_range", broken)
+        assert (await asyncio.wait_for(read(c, 6, 0), 10)).rc == v2.EIO
+        batch = c.v2(v2.encode_batch_read_request(6, 0, 1, 10, 1 << 20))
+        assert (await asyncio.wait_for(batch, 10)).rc == v2.EIO
+        monkeypatch.undo()
+        r = await read(c, 6, 0)
+        assert (r.rc, bytes(r.entry)) == (v2.EOK, e)
+        c.close()
+
+    body(tmp_path)
+
+
 def test_a_client_that_leaves_during_a_cold_read_harms_no_one(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     @with_bookie()
     async def body(bookie: Bookie, server: BookieServer) -> None:
