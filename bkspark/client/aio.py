@@ -88,6 +88,10 @@ def check_payload(payload: object) -> None:
         raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
 
 
+#: The payload types a bulk append takes without a copy (exactly ``bytes``: a subclass is copied).
+_BYTES_ONLY = frozenset((bytes,))
+
+
 def check_payloads(payloads: Iterable[object]) -> list[bytes]:
     """The entries of a bulk append as a list of immutable bytes; ``TypeError`` names the first bad one.
 
@@ -97,7 +101,7 @@ def check_payloads(payloads: Iterable[object]) -> list[bytes]:
     if isinstance(payloads, (bytes, bytearray, memoryview, str)):
         raise TypeError("append_many takes a sequence of payloads, not one payload")
     out: list[bytes] = list(payloads)  # type: ignore[arg-type]  # our own list: the caller may reuse theirs
-    if all(type(p) is bytes for p in out):
+    if set(map(type, out)) <= _BYTES_ONLY:  # one pass in C (a generator was a tenth of a bulk append's caller)
         return out
     out = []
     for index, payload in enumerate(payloads):

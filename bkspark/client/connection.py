@@ -260,7 +260,7 @@ class BookieConnection(asyncio.Protocol):
             return False
         return True
 
-    def send_v2(self, key: tuple[int, ...], frame: bytes, timeout: float, callback: Callback, arg: Any = None) -> None:
+    def send_v2(self, key: Hashable, frame: bytes, timeout: float, callback: Callback, arg: Any = None) -> None:
         """Send a whole v2 frame under its :mod:`correlation` key; ``callback(response, error, arg)``."""
         if self.closed:
             callback(None, self._closed_error(), arg)
@@ -322,33 +322,39 @@ class BookieConnection(asyncio.Protocol):
         if op is None:
             return None
         if self._conflicts:  # usually empty: one dict test instead of a lookup per answer
-            more = self._conflicts.get(key)
-            if more:
-                self._ops[key] = more.popleft()
-                if not more:
-                    del self._conflicts[key]
+            self._next_of(key)
         self._count -= 1
         return op, (op.args.pop(key, None) if type(op) is _Run else op.arg)
+
+    def _next_of(self, key: Any) -> None:
+        """The table rule's second half: once the op of ``key`` is out, the next one waiting with that key (if
+        any) takes its place."""
+        more = self._conflicts.get(key)
+        if more:
+            self._ops[key] = more.popleft()
+            if not more:
+                del self._conflicts[key]
 
     def _dispatch_v2(self, bodies: "Sequence[bytes | memoryview]") -> None:
         """Decode and answer the v2 response frames of one chunk, in order (loop thread: the hot path of acks).
 
         Successful answers of a run with a ``many`` callback are collected and handed over together; the
         collection is handed over before any other answer's callback runs, and before a frame that does not
-        decode ends the chunk (:class:`ProtocolError` then reaches :meth:`data_received`).
+        decode ends the chunk (:class:`ProtocolError` then reaches :meth:`data_received`).  :meth:`_pop` is
+        written out in the loop: one call less per answer.
         """
-        decode, key_of, pop, eok = v2.decode_response, correlation.v2_response_key, self._pop, v2.EOK
+        decode, key_of, eok = v2.decode_response, correlation.v2_response_key, v2.EOK
+        ops_pop, conflicts = self._ops.pop, self._conflicts
         run_many: ManyCallback | None = None
         run_args: list[Any] = []
         try:
-            # Successful add acknowledgements come as their keys and successful single reads' answers as (key,
-            # entry) pairs (no response object each), the rest as bodies.
+            # Successful add acknowledgements come as their keys (ints) and successful single reads' answers as
+            # (key, entry) pairs (no response object each), the rest as bodies.
             for item in correlation.v2_ok_answers(bodies):
-                if type(item) is tuple:
-                    if len(item) == 2:
-                        key, entry = item
-                    else:
-                        key, entry = item, None
+                if type(item) is int:
+                    key, entry, response, ok = item, None, None, True
+                elif type(item) is tuple:
+                    key, entry = item
                     response, ok = None, True
                 else:
                     # A body the pass above left as it was: an error, or an answer cut across two reads of the
@@ -358,13 +364,18 @@ class BookieConnection(asyncio.Protocol):
                     if key is None:
                         continue  # AUTH responses: auth is disabled on the bookies we talk to
                     ok = response.rc == eok
-                found = pop(key)
-                if found is None:
+                op = ops_pop(key, None)
+                if op is None:
                     log.debug("unmatched v2 response from %s: %r", self.bookie_id, key)
                     continue
-                op, arg = found
+                if conflicts:
+                    self._next_of(key)
+                self._count -= 1
+                if type(op) is _Run:
+                    arg, many = op.args.pop(key, None), op.many
+                else:
+                    arg, many = op.arg, None
                 if ok:
-                    many = op.many if type(op) is _Run else None
                     if many is not None:
                         if many is not run_many:
                             if run_args:

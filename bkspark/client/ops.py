@@ -25,7 +25,7 @@ from bkspark.client.connection import V2, V3, BookieConnection, Callback, ManyCa
 from bkspark.client.pool import BookiePool
 from bkspark.errors import BadRequestError, BookieTimeoutError, BookieUnavailableError
 from bkspark.protocol import v2, v3
-from bkspark.protocol.correlation import add_key, batch_read_key, read_key, read_keys
+from bkspark.protocol.correlation import add_key, add_keys, batch_read_key, read_key, read_keys
 from bkspark.protocol.digest import Digester, DigestType
 from bkspark.protocol.service_info import BATCH_READ_V3_EXTENSION
 from bkspark.protocol.speedups import speedups as _speedups
@@ -138,12 +138,12 @@ class BookieOps:
         self._with_conn(bookie_id, V3, send, callback, arg)
 
     @staticmethod
-    def add_keys(ledger_id: int, entry_ids: "Iterable[int]") -> list[tuple[int, int, int]]:
+    def add_keys(ledger_id: int, entry_ids: "Iterable[int]") -> list[int]:
         """The table keys of v2 adds of ``entry_ids`` (one list a bulk append shares among its bookies)."""
-        return [add_key(ledger_id, entry_id) for entry_id in entry_ids]
+        return add_keys(ledger_id, entry_ids)
 
     def add_v2_many(
-        self, bookie_id: str, keys: list[tuple[int, int, int]], frames: list[bytes], args: "Sequence[Any]",
+        self, bookie_id: str, keys: list[int], frames: list[bytes], args: "Sequence[Any]",
         callback: Callback, many: ManyCallback | None = None,
     ) -> None:
         """Several v2 adds to one bookie, in entry order: ``keys`` from :meth:`add_keys`, ``frames`` from

@@ -76,7 +76,11 @@ class _BatchAdd:
     def __call__(self, _entry_id: int | None, error: BaseException | None) -> None:
         if error is not None and self.error is None:
             self.error = error
-        self.remaining -= 1
+        self.acknowledged(1)
+
+    def acknowledged(self, count: int) -> None:
+        """``count`` of its entries succeeded (what as many calls with no error do, in one)."""
+        self.remaining -= count
         if self.remaining == 0 and self.callback is not None:
             callback, self.callback = self.callback, None
             callback(self.first, self.count, self.error)
@@ -85,16 +89,19 @@ class _BatchAdd:
 class _PendingAdd:
     __slots__ = ("entry_id", "payload", "length", "entry", "frame", "acked", "completed", "sent", "callback")
 
-    def __init__(self, entry_id: int, payload: bytes, length: int, callback: AddCallback) -> None:
+    def __init__(
+        self, entry_id: int, payload: bytes, length: int, callback: AddCallback, frame: bytes | None = None
+    ) -> None:
         self.entry_id = entry_id
         self.payload = payload
         self.length = length
         self.entry = b""
-        self.frame: bytes | None = None
+        #: The v2 frame, when the entry was packaged with others (:meth:`LedgerWriter._append_many_v2`): sent.
+        self.frame = frame
         #: Ensemble indexes that acknowledged the entry, one bit each (an int: no set per entry).
         self.acked = 0
         self.completed = False
-        self.sent = False
+        self.sent = frame is not None
         self.callback = callback
 
 
@@ -294,11 +301,8 @@ class LedgerWriter:
         )
         for payload, frame, callback in zip(payloads, frames, callbacks):
             length += len(payload)
-            op = _PendingAdd(entry_id, payload, length, callback)
+            ops.append(_PendingAdd(entry_id, payload, length, callback, frame))
             entry_id += 1
-            op.frame = frame
-            op.sent = True
-            ops.append(op)
         self.last_add_pushed = entry_id - 1
         self.length = length
         self.pending.extend(ops)
@@ -405,16 +409,28 @@ class LedgerWriter:
             self._complete_in_order()
 
     def _complete_in_order(self) -> None:
+        """Hand back, in entry order, every completed entry at the head of the pending queue.  The consecutive
+        entries of one bulk append go back together (one :meth:`_BatchAdd.acknowledged` for them all)."""
         pending = self.pending
         while pending and not self.changing_ensemble:
             head = pending[0]
             if not head.completed:
                 break
             pending.popleft()
-            self.lac = head.entry_id
-            self.confirmed_length = head.length
             callback, head.callback = head.callback, None  # type: ignore[assignment]
             head.payload = b""
+            if type(callback) is _BatchAdd:
+                count = 1
+                while pending and pending[0].callback is callback and pending[0].completed:
+                    head = pending.popleft()
+                    head.callback, head.payload = None, b""  # type: ignore[assignment]
+                    count += 1
+                self.lac = head.entry_id
+                self.confirmed_length = head.length
+                callback.acknowledged(count)
+                continue
+            self.lac = head.entry_id
+            self.confirmed_length = head.length
             callback(head.entry_id, None)
         if not pending:
             self._notify_drained()

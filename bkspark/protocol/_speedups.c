@@ -501,36 +501,35 @@ static PyObject *speedups_decode_plain_reads(PyObject *self, PyObject *args)
 }
 
 PyDoc_STRVAR(ok_answers_doc,
-"v2_ok_answers(bodies, add_header, read_header, eok, add_opcode, read_opcode) -> list\n\n"
+"v2_ok_answers(bodies, add_header, read_header, eok, add_kind, read_kind) -> list\n\n"
 "bodies (a list of v2 response frame bodies) with each bytes body of at least 24 bytes that starts with add_header\n"
-"and the return code eok replaced by the table key (ledger id, entry id, add_opcode) of the ADDENTRY it answers,\n"
-"each body of at least 24 bytes (bytes, or a flat memoryview of unsigned bytes) that starts with read_header and eok\n"
-"by ((ledger id, entry id, read_opcode), a memoryview of its stored entry); every other body left as it is\n"
-"(bkspark/protocol/correlation.py, v2_ok_answers_reference).");
+"and the return code eok replaced by the table key of the ADDENTRY it answers, each body of at least 24 bytes\n"
+"(bytes, or a flat memoryview of unsigned bytes) that starts with read_header and eok by (the key of the READENTRY,\n"
+"a memoryview of its stored entry); every other body left as it is.  A key is the int\n"
+"(ledger id mod 2**64) << 65 | (entry id mod 2**64) << 1 | kind (bkspark/protocol/correlation.py, add_key,\n"
+"read_key, v2_ok_answers_reference).");
 
 typedef struct {
     uint32_t add_header;
     uint32_t read_header;
     int32_t eok;
-    PyObject *add_opcode;
-    PyObject *read_opcode;
+    unsigned int add_kind;
+    unsigned int read_kind;
 } OkAnswerContext;
 
-static PyObject *answer_key(const unsigned char *p, PyObject *opcode)
+/* The table key of the answer whose ledger and entry ids start at p + 8: ledger << 65 | entry << 1 | kind, both
+   ids as unsigned 64-bit values (correlation.py's _key), built from its 17 little-endian bytes. */
+static PyObject *answer_key(const unsigned char *p, unsigned int kind)
 {
-    PyObject *ledger = PyLong_FromLongLong((long long)be64(p + 8));
-    PyObject *entry = ledger == NULL ? NULL : PyLong_FromLongLong((long long)be64(p + 16));
-    PyObject *key = entry == NULL ? NULL : PyTuple_New(3);
-    if (key == NULL) {
-        Py_XDECREF(ledger);
-        Py_XDECREF(entry);
-        return NULL;
+    uint64_t ledger = be64(p + 8), entry = be64(p + 16);
+    uint64_t low = (entry << 1) | (kind & 1u), middle = (entry >> 63) | (ledger << 1);
+    unsigned char le[17];
+    for (int i = 0; i < 8; i++) {
+        le[i] = (unsigned char)(low >> (8 * i));
+        le[8 + i] = (unsigned char)(middle >> (8 * i));
     }
-    Py_INCREF(opcode);
-    PyTuple_SET_ITEM(key, 0, ledger);
-    PyTuple_SET_ITEM(key, 1, entry);
-    PyTuple_SET_ITEM(key, 2, opcode);
-    return key;
+    le[16] = (unsigned char)(ledger >> 63);
+    return _PyLong_FromByteArray(le, sizeof le, 1, 0);
 }
 
 static PyObject *ok_answer_of(PyObject *body, void *context)
@@ -556,13 +555,13 @@ static PyObject *ok_answer_of(PyObject *body, void *context)
         return NULL;
     uint32_t header = be32(p);
     if (header == c->add_header && is_bytes)
-        return answer_key(p, c->add_opcode);
+        return answer_key(p, c->add_kind);
     if (header != c->read_header)
         return NULL;
     PyObject *view = is_bytes ? PyMemoryView_FromObject(body) : (Py_INCREF(body), body);
     PyObject *entry = view == NULL ? NULL : PySequence_GetSlice(view, 24, size);
     Py_XDECREF(view);
-    PyObject *key = entry == NULL ? NULL : answer_key(p, c->read_opcode);
+    PyObject *key = entry == NULL ? NULL : answer_key(p, c->read_kind);
     PyObject *pair = key == NULL ? NULL : PyTuple_New(2);
     if (pair == NULL) {
         Py_XDECREF(entry);
@@ -580,8 +579,8 @@ static PyObject *speedups_ok_answers(PyObject *self, PyObject *args)
     unsigned long add_header, read_header;
     long eok;
     OkAnswerContext c;
-    if (!PyArg_ParseTuple(args, "O!kklOO", &PyList_Type, &bodies, &add_header, &read_header, &eok,
-                          &c.add_opcode, &c.read_opcode))
+    if (!PyArg_ParseTuple(args, "O!kklII", &PyList_Type, &bodies, &add_header, &read_header, &eok,
+                          &c.add_kind, &c.read_kind))
         return NULL;
     c.add_header = (uint32_t)add_header;
     c.read_header = (uint32_t)read_header;

@@ -4,7 +4,12 @@ Sans-IO.  A connection keeps its requests in a table keyed the way the Java
 client keys them (``PerChannelBookieClient``):
 
 * v2 ADDENTRY / READENTRY: ``(ledger id, entry id as sent, opcode)``; several
-  requests may share a key and any response with it completes one of them;
+  requests may share a key and any response with it completes one of them.
+  The key is that triple packed into one ``int`` (:func:`add_key`, :func:`read_key`):
+  an ``int`` is never tracked by Python's cyclic garbage collector and hashes at
+  once, where a tuple per request was one more object for the collector to walk
+  while the request waits, and three hashes per lookup (BENCHMARKS.md, "Keys as
+  integers");
 * v2 BATCH_READ_ENTRY: ``(request id, opcode 7)``;
 * v3: the header's ``txnId`` (unique per connection).
 
@@ -25,12 +30,14 @@ from bkspark.protocol.speedups import speedups as _speedups
 
 __all__ = [
     "add_key",
+    "add_keys",
     "v2_ok_answers",
     "v2_ok_answers_reference",
     "v2_read_response",
     "v2_add_response",
     "read_key",
     "read_keys",
+    "key_ids",
     "batch_read_key",
     "v2_response_key",
     "v2_error",
@@ -40,24 +47,58 @@ __all__ = [
     "is_batch_read_key",
 ]
 
-_ADD = v2.ADD_ENTRY
-_READ = v2.READ_ENTRY
 _BATCH = v2.BATCH_READ_ENTRY
 
 
-def add_key(ledger_id: int, entry_id: int) -> tuple[int, int, int]:
+#: The layout of an ADDENTRY or READENTRY key: the ledger id and the entry id as unsigned 64-bit fields above one
+#: bit that tells a read (1) from an add (0): ``ledger << 65 | entry << 1 | kind``.  The compiled
+#: :func:`v2_ok_answers` builds the same integers.
+_U64 = (1 << 64) - 1
+_ADD_KIND = 0
+_READ_KIND = 1
+
+
+def _key(ledger_id: int, entry_id: int, kind: int) -> int:
+    return ((ledger_id & _U64) << 65) | ((entry_id & _U64) << 1) | kind
+
+
+def _keys(ledger_id: int, entry_ids: "Iterable[int]", kind: int) -> list[int]:
+    base = ((ledger_id & _U64) << 65) | kind
+    if type(entry_ids) is range and entry_ids.step == 1 and 0 <= entry_ids.start and entry_ids.stop <= _U64:
+        # consecutive entries: keys two apart, made by range itself (no Python step per entry)
+        return list(range(base | (entry_ids.start << 1), base | (max(entry_ids.start, entry_ids.stop) << 1), 2))
+    return [base | ((entry_id & _U64) << 1) for entry_id in entry_ids]
+
+
+def key_ids(key: int) -> tuple[int, int]:
+    """``(ledger id, entry id)`` of an ADDENTRY or READENTRY key, as signed 64-bit values (-1 stays -1)."""
+    ledger_id, entry_id = key >> 65, (key >> 1) & _U64
+    if ledger_id >= 1 << 63:
+        ledger_id -= 1 << 64
+    if entry_id >= 1 << 63:
+        entry_id -= 1 << 64
+    return ledger_id, entry_id
+
+
+def add_key(ledger_id: int, entry_id: int) -> int:
     """The table key of a v2 ADDENTRY request (and of its response)."""
-    return (ledger_id, entry_id, _ADD)
+    return _key(ledger_id, entry_id, _ADD_KIND)
 
 
-def read_key(ledger_id: int, entry_id: int) -> tuple[int, int, int]:
+def add_keys(ledger_id: int, entry_ids: "Iterable[int]") -> list[int]:
+    """:func:`add_key` of each of ``entry_ids`` (a bulk append's: a ``range`` of them costs no Python step per
+    entry)."""
+    return _keys(ledger_id, entry_ids, _ADD_KIND)
+
+
+def read_key(ledger_id: int, entry_id: int) -> int:
     """The table key of a v2 READENTRY request; ``entry_id`` as sent (-1 stays -1)."""
-    return (ledger_id, entry_id, _READ)
+    return _key(ledger_id, entry_id, _READ_KIND)
 
 
-def read_keys(ledger_id: int, entry_ids: "Iterable[int]") -> list[tuple[int, int, int]]:
+def read_keys(ledger_id: int, entry_ids: "Iterable[int]") -> list[int]:
     """:func:`read_key` of each of ``entry_ids``."""
-    return [(ledger_id, entry_id, _READ) for entry_id in entry_ids]
+    return _keys(ledger_id, entry_ids, _READ_KIND)
 
 
 def batch_read_key(request_id: int) -> tuple[int, int]:
@@ -74,9 +115,9 @@ def v2_response_key(response: Any) -> Hashable | None:
     """The table key a v2 response answers; None for responses nothing waits for (AUTH)."""
     kind = type(response)
     if kind is v2.AddResponse:
-        return (response.ledger_id, response.entry_id, _ADD)
+        return _key(response.ledger_id, response.entry_id, _ADD_KIND)
     if kind is v2.ReadResponse:
-        return (response.ledger_id, response.entry_id, _READ)
+        return _key(response.ledger_id, response.entry_id, _READ_KIND)
     if kind is v2.BatchReadResponse:
         return (response.request_id, _BATCH)
     return None
@@ -94,7 +135,7 @@ def v2_ok_answers(bodies: list[Any]) -> list[Any]:
     """
     if _speedups is not None:
         return _speedups.v2_ok_answers(  # type: ignore[no-any-return]
-            bodies, v2.ADD_RESPONSE_HEADER_V2, v2.READ_RESPONSE_HEADER_V2, v2.EOK, _ADD, _READ
+            bodies, v2.ADD_RESPONSE_HEADER_V2, v2.READ_RESPONSE_HEADER_V2, v2.EOK, _ADD_KIND, _READ_KIND
         )
     return v2_ok_answers_reference(bodies)
 
@@ -113,14 +154,14 @@ def v2_ok_answers_reference(bodies: list[Any]) -> list[Any]:
     return out
 
 
-def v2_add_response(key: tuple[int, int, int]) -> "v2.AddResponse":
+def v2_add_response(key: int) -> "v2.AddResponse":
     """The successful ADDENTRY response a key of :func:`v2_ok_answers` stands for."""
-    return v2.AddResponse(v2.EOK, key[0], key[1])
+    return v2.AddResponse(v2.EOK, *key_ids(key))
 
 
-def v2_read_response(key: tuple[int, int, int], entry: Any) -> "v2.ReadResponse":
+def v2_read_response(key: int, entry: Any) -> "v2.ReadResponse":
     """The successful READENTRY response a pair of :func:`v2_ok_answers` stands for."""
-    return v2.ReadResponse(v2.EOK, key[0], key[1], entry)
+    return v2.ReadResponse(v2.EOK, *key_ids(key), entry)
 
 
 def v2_error(rc: int, bookie_id: str, **context: Any) -> BKError:

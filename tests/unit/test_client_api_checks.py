@@ -11,7 +11,17 @@ from bkspark.errors import ClientClosedError, InvalidOptionError, MetadataError,
 from bkspark.placement.base import check_quorums
 from bkspark.placement.random_policy import RandomEnsemblePlacementPolicy
 from bkspark.protocol import v2, v3
-from bkspark.protocol.correlation import add_key, read_key, response_error, v2_response_key
+from bkspark.protocol.correlation import (
+    add_key,
+    add_keys,
+    batch_read_key,
+    is_batch_read_key,
+    key_ids,
+    read_key,
+    read_keys,
+    response_error,
+    v2_response_key,
+)
 from bkspark.protocol.ledger_metadata import check_custom_metadata
 
 URI = "zk+hierarchical://127.0.0.1:1/ledgers"  # never contacted: checks come first
@@ -96,6 +106,25 @@ def test_responses_turn_into_typed_errors_once() -> None:
     request = v3.read_request(9, 5, 1, 0)
     assert isinstance(response_error(v3.read_response(request, 402), "b:2"), NoSuchLedgerError)
     assert response_error(v3.read_response(request, 0, body=b"x"), "b:2") is None
+
+
+def test_table_keys_are_integers_one_per_ledger_entry_and_kind() -> None:
+    """v2 add and read keys pack (ledger, entry, kind) into one int (never tracked by the garbage collector); every
+    pair of ids and kinds has its own, the ids come back out signed, and a range of entries gives the keys one by one
+    would.  Batch-read keys stay pairs and are told apart."""
+    ids = [0, 1, 2, 7, 2**32, 2**62, 2**63 - 1, -1, -(2**63)]
+    keys = {(kind, ledger, entry): f(ledger, entry) for kind, f in (("add", add_key), ("read", read_key))
+            for ledger in ids for entry in ids}
+    assert len(set(keys.values())) == len(keys) and all(type(k) is int for k in keys.values())
+    for (_kind, ledger, entry), key in keys.items():
+        assert key_ids(key) == (ledger, entry)
+        assert not is_batch_read_key(key)
+    for ledger in (0, 5, 2**63 - 1):
+        for entries in (range(0), range(3, 3), range(5, 2), range(0, 10), range(2**63 - 3, 2**63), [4, -1, 0, 9],
+                        range(0, 10, 3)):
+            assert add_keys(ledger, entries) == [add_key(ledger, e) for e in entries]
+            assert read_keys(ledger, entries) == [read_key(ledger, e) for e in entries]
+    assert is_batch_read_key(batch_read_key(12)) and batch_read_key(12) not in set(keys.values())
 
 
 def test_requests_to_one_bookie_are_retried_by_the_bookie_policy() -> None:

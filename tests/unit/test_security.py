@@ -30,6 +30,7 @@ from bkspark.errors import (
     UnauthorizedAccessError,
 )
 from bkspark.protocol import v2, v3
+from bkspark.protocol.correlation import read_key
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bkspark.protocol.sasl import DigestMd5Client, DigestMd5Server, parse_directives
 from bkspark.security.auth import BookieSecurity, ClientSecurity
@@ -325,7 +326,7 @@ async def _v2_read(pool: BookiePool) -> Any:
     """The bookie's answer to a v2 read: the error it maps to (a ledger it does not have)."""
     conn = await pool.get("b", V2)
     fut = asyncio.get_running_loop().create_future()
-    conn.send_v2((42, 0, 2), v2.encode_read_request(42, 0), 5, lambda r, e, _arg: fut.set_result((r, e)))
+    conn.send_v2(read_key(42, 0), v2.encode_read_request(42, 0), 5, lambda r, e, _arg: fut.set_result((r, e)))
     resp, error = await fut
     return error if error is not None else resp.rc
 
