@@ -76,10 +76,11 @@ class _BatchAdd:
     def __call__(self, _entry_id: int | None, error: BaseException | None) -> None:
         if error is not None and self.error is None:
             self.error = error
-        self.acknowledged(1)
+        self.settled(1)
 
-    def acknowledged(self, count: int) -> None:
-        """``count`` of its entries succeeded (what as many calls with no error do, in one)."""
+    def settled(self, count: int) -> None:
+        """``count`` more of its entries have their outcome (what as many calls do, in one; an error is recorded
+        before): the last one reports the batch."""
         self.remaining -= count
         if self.remaining == 0 and self.callback is not None:
             callback, self.callback = self.callback, None
@@ -410,7 +411,7 @@ class LedgerWriter:
 
     def _complete_in_order(self) -> None:
         """Hand back, in entry order, every completed entry at the head of the pending queue.  The consecutive
-        entries of one bulk append go back together (one :meth:`_BatchAdd.acknowledged` for them all)."""
+        entries of one bulk append go back together (one :meth:`_BatchAdd.settled` for them all)."""
         pending = self.pending
         while pending and not self.changing_ensemble:
             head = pending[0]
@@ -427,7 +428,7 @@ class LedgerWriter:
                     count += 1
                 self.lac = head.entry_id
                 self.confirmed_length = head.length
-                callback.acknowledged(count)
+                callback.settled(count)
                 continue
             self.lac = head.entry_id
             self.confirmed_length = head.length

@@ -8,8 +8,8 @@ client keys them (``PerChannelBookieClient``):
   The key is that triple packed into one ``int`` (:func:`add_key`, :func:`read_key`):
   an ``int`` is never tracked by Python's cyclic garbage collector and hashes at
   once, where a tuple per request was one more object for the collector to walk
-  while the request waits, and three hashes per lookup (BENCHMARKS.md, "Keys as
-  integers");
+  while the request waits, and three hashes per lookup (BENCHMARKS.md,
+  "Acknowledgements cut across reads; keys as integers");
 * v2 BATCH_READ_ENTRY: ``(request id, opcode 7)``;
 * v3: the header's ``txnId`` (unique per connection).
 
