@@ -258,7 +258,8 @@ class FaultProxy:
 
     def fragment(self, max_bytes: int, direction: Direction = Direction.BOTH, seed: int = 0) -> None:
         """Forward every chunk cut into pieces of 1 to ``max_bytes`` bytes, sizes drawn from ``seed``, each piece a
-        write of its own (0 lifts it).  The peer's reads then end inside frames, wherever the cuts fall."""
+        write of its own (0 lifts it).  The peer's reads then end inside frames, wherever the cuts fall.  A byte-rate
+        cap (:meth:`rate`) set as well takes over: it writes its own pieces."""
         if max_bytes < 0:
             raise ValueError("max_bytes must not be negative")
         self._set(direction, fragment=int(max_bytes), rng=random.Random(seed))
