@@ -14,29 +14,24 @@
 
 #include "_bytes.h"
 
-/* An entry-log record: length (u32), scope, ledger, entry (3 x i64), big-endian; then the entry bytes. */
+/* An entry-log record: length (u32), then the entry's key; then the entry bytes. */
 #define RECORD_HEADER 28
-/* An index row: key scope, ledger, entry (3 x i64); value log id (u64), offset (u64), length (u32). */
+/* An entry's key: scope, ledger, entry (3 x i64), big-endian: the 24 bytes of its cache key, an int
+ * (storage.py's cache_key).  An index row: the key; value log id (u64), offset (u64), length (u32). */
 #define INDEX_KEY 24
 #define LOCATION 20
 
 typedef struct {
-    int64_t scope, ledger, entry;
+    unsigned char key[INDEX_KEY];
     PyObject *data; /* a strong reference, held while the GIL is released */
     const char *buf;
     Py_ssize_t len;
 } Record;
 
+/* The order of the keys as ints, which is the order of their big-endian bytes. */
 static int compare_records(const void *a, const void *b)
 {
-    const Record *x = a, *y = b;
-    if (x->scope != y->scope)
-        return x->scope < y->scope ? -1 : 1;
-    if (x->ledger != y->ledger)
-        return x->ledger < y->ledger ? -1 : 1;
-    if (x->entry != y->entry)
-        return x->entry < y->entry ? -1 : 1;
-    return 0;
+    return memcmp(((const Record *)a)->key, ((const Record *)b)->key, INDEX_KEY);
 }
 
 static void release_records(Record *records, Py_ssize_t n)
@@ -46,19 +41,20 @@ static void release_records(Record *records, Py_ssize_t n)
     PyMem_Free(records);
 }
 
-/* 1: every key is a tuple of three int64s with a bytes value in entries; 0: one is not; -1: an error is set. */
+/* 1: every key is an int of 0..2**192-1 with a bytes value in entries; 0: one is not; -1: an error is set. */
 static int collect(PyObject *keys, PyObject *entries, Record *records, Py_ssize_t n, Py_ssize_t *filled)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *key = PyList_GET_ITEM(keys, i);
-        if (!PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 3)
+        if (!PyLong_CheckExact(key))
             return 0;
         Record *r = &records[i];
-        int ok;
-        if ((ok = exact_int64(PyTuple_GET_ITEM(key, 0), &r->scope)) != 1 ||
-            (ok = exact_int64(PyTuple_GET_ITEM(key, 1), &r->ledger)) != 1 ||
-            (ok = exact_int64(PyTuple_GET_ITEM(key, 2), &r->entry)) != 1)
-            return ok;
+        if (_PyLong_AsByteArray((PyLongObject *)key, r->key, INDEX_KEY, 0, 0) < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+                return -1;
+            PyErr_Clear(); /* negative, or past 24 bytes: the reference raises its own error */
+            return 0;
+        }
         PyObject *data = PyDict_GetItemWithError(entries, key);
         if (data == NULL)
             return PyErr_Occurred() ? -1 : 0;
@@ -75,11 +71,11 @@ static int collect(PyObject *keys, PyObject *entries, Record *records, Py_ssize_
 
 PyDoc_STRVAR(log_records_doc,
 "log_records(keys, entries, place) -> (blob, rows) | None\n\n"
-"The entry-log records of the entries named by keys (a list of (scope, ledger, entry) tuples; entries maps\n"
-"each to its bytes), sorted by key, as one blob; place(len(blob)) -> (log id, offset) says where the blob\n"
+"The entry-log records of the entries named by keys (a list of cache keys, ints whose 24 big-endian bytes are\n"
+"scope, ledger and entry; entries maps each to its bytes), sorted by key, as one blob; place(len(blob)) -> (log id, offset) says where the blob\n"
 "will land.  rows are the index rows (key bytes, location bytes) of the records, in the same order.  The\n"
 "entries are copied with the GIL released.  None for what the reference must handle itself (a key that is\n"
-"not three int64s, a missing or non-bytes value, an entry longer than 4 GiB).");
+"not an int of 0..2**192-1, a missing or non-bytes value, an entry longer than 4 GiB).");
 
 static PyObject *log_records(PyObject *self, PyObject *args)
 {
@@ -129,9 +125,7 @@ static PyObject *log_records(PyObject *self, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++) {
         const Record *r = &records[i];
         put_be32(out + pos, (uint32_t)r->len);
-        put_be64(out + pos + 4, (uint64_t)r->scope);
-        put_be64(out + pos + 12, (uint64_t)r->ledger);
-        put_be64(out + pos + 20, (uint64_t)r->entry);
+        memcpy(out + pos + 4, r->key, INDEX_KEY);
         memcpy(out + pos + RECORD_HEADER, r->buf, (size_t)r->len);
         pos += RECORD_HEADER + r->len;
     }
@@ -152,9 +146,7 @@ static PyObject *log_records(PyObject *self, PyObject *args)
             return NULL;
         }
         unsigned char *k = (unsigned char *)PyBytes_AS_STRING(key);
-        put_be64(k, (uint64_t)r->scope);
-        put_be64(k + 8, (uint64_t)r->ledger);
-        put_be64(k + 16, (uint64_t)r->entry);
+        memcpy(k, r->key, INDEX_KEY);
         unsigned char *v = (unsigned char *)PyBytes_AS_STRING(location);
         put_be64(v, (uint64_t)log_id);
         put_be64(v + 8, (uint64_t)start + (uint64_t)pos);

@@ -572,7 +572,7 @@ class Bookie:
             return
         own.add_done_callback(settle)
 
-    def _cache_read_ahead(self, found: list[tuple[tuple[int, int, int], bytes]]) -> bytes:
+    def _cache_read_ahead(self, found: list[tuple[int, bytes]]) -> bytes:
         """Loop thread: a cold single read's entry and its read-ahead go into the read cache; the entry is
         the answer."""
         self.storage.remember(found)

@@ -38,7 +38,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import eq, itemgetter
 from pathlib import Path
 
 import lmdb
@@ -54,10 +54,9 @@ __all__ = ["LedgerInfo", "LedgerStorage", "Snapshot", "LedgerKey"]
 log = logging.getLogger("bookie_server.storage")
 
 LedgerKey = tuple[int, int]  # (scope id, ledger id)
-EntryKey = tuple[int, int, int]  # (scope id, ledger id, entry id)
-#: A read-cache key of a range a cold batch read brought: (scope id, ledger id, first entry id, _RANGE).
-RangeKey = tuple[int, int, int, int]
-_RANGE = -1
+EntryKey = tuple[int, int, int]  # (scope id, ledger id, entry id): an entry's address outside this module
+#: An entry's key in the write cache, a checkpoint's snapshot and the read cache: :func:`cache_key`.
+CacheKey = int
 
 _INDEX_KEY = struct.Struct(">qqq")
 _LEDGER_KEY = struct.Struct(">qq")
@@ -65,6 +64,32 @@ _LOCATION = struct.Struct(">QQI")  # log id, offset of the entry bytes, length
 _LOG_HEADER = struct.Struct(">4sI")
 _LOG_MAGIC = b"BKSL"
 _LOG_RECORD = struct.Struct(">Iqqq")  # length, scope, ledger, entry; then the entry bytes
+_RECORD_LENGTH = struct.Struct(">I")  # the first field of _LOG_RECORD; the key's 24 bytes follow it
+_U64 = (1 << 64) - 1
+_U128 = (1 << 128) - 1
+#: Set in the read-cache key of a range a cold batch read brought (``CachedRange``; its first entry's key
+#: otherwise), never in an entry's.
+_RANGE_BIT = 1 << 192
+
+
+def cache_key(scope_id: int, ledger_id: int, entry_id: int) -> CacheKey:
+    """An entry's cache key: scope, ledger and entry id, each as 64 unsigned bits, in one integer (docs/bookie.md,
+    "Python's garbage collector").  Its 24 big-endian bytes are the entry's index key and the key of its entry-log record (the
+    bits of ``>qqq``), so the int order is the order of the index and of a checkpoint's records.  An int, not a
+    tuple: hashed in one step, made with no container per entry (a group of adds' keys are one ``range``), and
+    never tracked by Python's garbage collector, which a write cache of a million tuples kept busy."""
+    return (scope_id & _U64) << 128 | (ledger_id & _U64) << 64 | (entry_id & _U64)
+
+
+def key_address(key: CacheKey) -> EntryKey:
+    """The inverse of :func:`cache_key`: ``(scope id, ledger id, entry id)``, signed as stored."""
+    return _INDEX_KEY.unpack(key.to_bytes(_INDEX_KEY.size, "big"))  # type: ignore[return-value]
+
+
+def key_ledger(key: CacheKey) -> int:
+    """The part of a cache key (an entry's or a range's) that names its ledger: equal for every key of one ledger,
+    and to ``cache_key(scope, ledger, 0) >> 64``."""
+    return (key >> 64) & _U128
 _STATE = struct.Struct(">BBqqHI")  # version, flags, lac, last entry, key length, explicit LAC length
 _STATE_VERSION = 1
 _FLAG_FENCED = 1
@@ -91,9 +116,9 @@ class CachedRange:
         self.entries = entries
         self.nbytes = sum(map(len, entries))
 
-    def get(self, key: EntryKey) -> bytes | None:
+    def get(self, key: CacheKey) -> bytes | None:
         """The entry of ``key`` (of this range's ledger) when the range holds it, else None."""
-        i = key[2] - self.first
+        i = (key & _U64) - self.first
         return self.entries[i] if 0 <= i < len(self.entries) else None
 
 
@@ -150,12 +175,25 @@ class Snapshot:
     """A checkpoint in progress: what it will write, and the journal mark it covers."""
 
     mark: JournalPosition
-    entries: dict[EntryKey, bytes]
+    entries: dict[CacheKey, bytes]
     states: dict[LedgerKey, bytes]
     deletes: set[LedgerKey] = field(default_factory=set)
 
 
-def _record_at(data: bytes, pos: int) -> tuple[EntryKey, int, int] | None:
+def _group_keys(scope_id: int, adds: Sequence[tuple], one_ledger: bool) -> Sequence[CacheKey]:
+    """The cache keys of a group of adds whose first two items are ledger id and entry id: one ``range`` when
+    they are one ledger's consecutive entries (``one_ledger`` says the first half; a client's run of adds), else a
+    list (:func:`cache_key` of each)."""
+    n, first = len(adds), adds[0]
+    entry_id = first[1]
+    if one_ledger and 0 <= entry_id and entry_id + n <= 1 << 63:  # the range stays within the ledger's keys
+        if all(map(eq, map(itemgetter(1), adds), range(entry_id, entry_id + n))):
+            start = cache_key(scope_id, first[0], entry_id)
+            return range(start, start + n)
+    return [cache_key(scope_id, add[0], add[1]) for add in adds]
+
+
+def _record_at(data: bytes, pos: int) -> tuple[CacheKey, int, int] | None:
     """The entry-log record starting at ``pos`` of a chunk read from a log: ``(its key, where its entry bytes
     start, where it ends)``, or None when the chunk does not hold it whole.  The one parser of records met by
     walking a log (read-ahead of single reads, consecutive entries of batch reads); a record found through the
@@ -163,11 +201,10 @@ def _record_at(data: bytes, pos: int) -> tuple[EntryKey, int, int] | None:
     end_of_header = pos + _LOG_RECORD.size
     if pos < 0 or end_of_header > len(data):
         return None
-    length, scope_id, ledger_id, entry_id = _LOG_RECORD.unpack_from(data, pos)
-    end = end_of_header + length
+    end = end_of_header + _RECORD_LENGTH.unpack_from(data, pos)[0]
     if end > len(data):
         return None
-    return (scope_id, ledger_id, entry_id), end_of_header, end
+    return int.from_bytes(data[pos + _RECORD_LENGTH.size : end_of_header], "big"), end_of_header, end
 
 
 #: Where a blob of this many bytes will land in an entry log: ``(log id, offset)``.
@@ -176,7 +213,7 @@ Place = Callable[[int], tuple[int, int]]
 IndexRow = tuple[bytes, bytes]
 
 
-def log_records(keys: list[EntryKey], entries: dict[EntryKey, bytes], place: Place) -> tuple[bytes, list[IndexRow]]:
+def log_records(keys: list[CacheKey], entries: dict[CacheKey, bytes], place: Place) -> tuple[bytes, list[IndexRow]]:
     """The entry-log records of ``keys`` (sorted, so a ledger's entries are contiguous) as one blob, and their
     index rows; ``place(len(blob))`` says where the blob will be appended.
 
@@ -191,22 +228,23 @@ def log_records(keys: list[EntryKey], entries: dict[EntryKey, bytes], place: Pla
 
 
 def log_records_reference(
-    keys: list[EntryKey], entries: dict[EntryKey, bytes], place: Place
+    keys: list[CacheKey], entries: dict[CacheKey, bytes], place: Place
 ) -> tuple[bytes, list[IndexRow]]:
     """The pure-Python :func:`log_records`: the tested reference of the compiled one."""
     keys = sorted(keys)
     parts: list[bytes] = []
-    relative: list[tuple[EntryKey, int, int]] = []
+    relative: list[tuple[bytes, int, int]] = []
     pos = 0
     for key in keys:
         data = entries[key]
-        parts.append(_LOG_RECORD.pack(len(data), *key))
+        key_bytes = key.to_bytes(_INDEX_KEY.size, "big")  # an entry's key, so < 2**192: OverflowError else
+        parts.append(_RECORD_LENGTH.pack(len(data)) + key_bytes)
         parts.append(data)
         pos += _LOG_RECORD.size
-        relative.append((key, pos, len(data)))
+        relative.append((key_bytes, pos, len(data)))
         pos += len(data)
     log_id, start = place(pos)
-    rows = [(_INDEX_KEY.pack(*key), _LOCATION.pack(log_id, start + rel, length)) for key, rel, length in relative]
+    rows = [(key_bytes, _LOCATION.pack(log_id, start + rel, length)) for key_bytes, rel, length in relative]
     return b"".join(parts), rows
 
 
@@ -398,12 +436,13 @@ class LedgerStorage:
         self._dirs: list[_Directory] = []
         self._ledgers: dict[LedgerKey, LedgerInfo] = {}
         self._dirty: set[LedgerKey] = set()
-        self._write_cache: dict[EntryKey, bytes] = {}
+        self._write_cache: dict[CacheKey, bytes] = {}
         self._write_cache_bytes = 0
-        self._flushing: dict[EntryKey, bytes] = {}
-        #: Entries (EntryKey -> bytes) and the ranges of cold batch reads (RangeKey -> CachedRange), least
-        #: recently used first, all counted in ``_read_cache_bytes`` against ``read_cache_max_bytes``.
-        self._read_cache: OrderedDict[EntryKey | RangeKey, bytes | CachedRange] = OrderedDict()
+        self._flushing: dict[CacheKey, bytes] = {}
+        #: Entries (cache key -> bytes) and the ranges of cold batch reads (``_RANGE_BIT`` | their first entry's
+        #: key -> CachedRange), least recently used first, all counted in ``_read_cache_bytes`` against
+        #: ``read_cache_max_bytes``.
+        self._read_cache: OrderedDict[CacheKey, bytes | CachedRange] = OrderedDict()
         self._read_cache_bytes = 0
         self._pending_deletes: set[LedgerKey] = set()
         self.checkpoint_mark = JournalPosition(0, 0)
@@ -496,13 +535,15 @@ class LedgerStorage:
         entry bytes from ``entries`` (the add path's group of adds: one call, not one per entry).
 
         The loops over the group are the builtins' (``dict.update``, key-view intersections, ``max`` over the
-        ids), not Python statements per entry; an entry stored again (in this group or before it) is counted
+        ids), not Python statements per entry; a group of one ledger's consecutive entries (a client's run of
+        adds) has its keys as one ``range``.  An entry stored again (in this group or before it) is counted
         once, with its newest bytes, as :meth:`put_entry` counts it.
         """
         if not adds:
             return
         cache = self._write_cache
-        keys = [(scope_id, add[0], add[1]) for add in adds]
+        ledger_ids = dict.fromkeys(map(itemgetter(0), adds))
+        keys = _group_keys(scope_id, adds, len(ledger_ids) == 1)
         replaced = cache.keys() & keys  # usually empty: an entry written again
         replaced_bytes = sum([len(cache[key]) for key in replaced]) if replaced else 0
         size_before = len(cache)
@@ -516,7 +557,6 @@ class LedgerStorage:
         if read_cache:
             for key in read_cache.keys() & keys:
                 self._read_cache_bytes -= _cached_size(read_cache.pop(key))
-        ledger_ids = dict.fromkeys(map(itemgetter(0), adds))
         if len(ledger_ids) == 1:
             ledger_id = adds[0][0]
             self._note_added(scope_id, ledger_id, max(map(itemgetter(1), adds)), max(map(itemgetter(2), adds)))
@@ -559,9 +599,10 @@ class LedgerStorage:
         Raises :class:`NoSuchLedgerError`, :class:`NoSuchEntryError` or, for a
         damaged index or entry log, :class:`BookieIOError`.
         """
-        key, data = self.locate(scope_id, ledger_id, entry_id)
+        address, data = self.locate(scope_id, ledger_id, entry_id)
         if data is not None:
             return data
+        key = cache_key(*address)
         data = self._read_from_disk(key)
         self._cache_read(key, data)
         return data
@@ -579,23 +620,22 @@ class LedgerStorage:
             entry_id = info.last_entry
             if entry_id < 0:
                 raise NoSuchEntryError(ledger_id=ledger_id, entry_id=-1)
-        key = (scope_id, ledger_id, entry_id)
-        return key, self._in_memory(key)
+        return (scope_id, ledger_id, entry_id), self._in_memory(cache_key(scope_id, ledger_id, entry_id))
 
     def memory_hits(self, scope_id: int, reads: Sequence[tuple]) -> list[bytes | None]:
         """Loop thread: for each read, whose first two items are ledger id and entry id, the bytes :meth:`locate`
         finds in memory, or None where memory lacks them or locate must decide (an unknown ledger: ENOLEDGER;
         entry -1: the last one): a run of single reads looked up with one call (docs/bookie.md, "Runs of single
         reads")."""
-        keys = [(scope_id, read[0], read[1]) for read in reads]
-        found = list(map(self._in_memory, keys))
+        in_memory = self._in_memory
+        found = [in_memory(cache_key(scope_id, read[0], read[1])) for read in reads]
         known = self._ledgers
         unknown = {ledger_id for ledger_id in set(map(itemgetter(0), reads)) if (scope_id, ledger_id) not in known}
         if unknown or -1 in map(itemgetter(1), reads):
-            found = [None if key[1] in unknown or key[2] == -1 else data for key, data in zip(keys, found)]
+            found = [None if read[0] in unknown or read[1] == -1 else data for read, data in zip(reads, found)]
         return found
 
-    def _in_memory(self, key: EntryKey) -> bytes | None:
+    def _in_memory(self, key: CacheKey) -> bytes | None:
         """Loop thread: the entry from the write cache, else the checkpoint in progress, else the read cache,
         whose order moves on a hit; None where none holds it (the one home of these rules; a batch read also
         looks for ranges: :meth:`range_in_memory`)."""
@@ -608,10 +648,11 @@ class LedgerStorage:
         cached = self._read_cache.get(key)
         if cached is not None:
             self._read_cache.move_to_end(key)
-        return cached  # type: ignore[return-value]  # an EntryKey's item is an entry's bytes, never a CachedRange
+        return cached  # type: ignore[return-value]  # an entry's key holds its bytes, never a CachedRange
 
-    def read_cold(self, key: EntryKey, max_entries: int = 1) -> list[tuple[EntryKey, bytes]]:
-        """Read thread: ``[(key, data)]`` for an entry only the disk holds (docs/bookie.md, "Reads"): its own
+    def read_cold(self, address: EntryKey, max_entries: int = 1) -> list[tuple[CacheKey, bytes]]:
+        """Read thread: ``[(cache key, data)]`` for the entry at ``address`` (what :meth:`locate` gave) when only
+        the disk holds it (docs/bookie.md, "Reads"): its own
         index read transaction, the entry log read under the directory's fd lock, no cache touched (the loop
         thread puts what it found in the read cache: :meth:`remember`).  Raises as :meth:`get_entry`.
 
@@ -619,6 +660,7 @@ class LedgerStorage:
         in its entry log while they hold later entries of the same ledger, up to ``max_entries`` in all, taken
         from the bytes the first read brought (no further I/O).  A checkpoint writes each ledger's entries in
         order, so the pipelined single reads of a scan find the next ones in the read cache."""
+        key = cache_key(*address)
         directory, location = self._index_location(key, own_transaction=True)
         if max_entries <= 1:  # no read-ahead: the record alone, not a 256 KiB chunk
             return [(key, self._read_logged(directory, location, key, None))]
@@ -627,21 +669,20 @@ class LedgerStorage:
         _log_id, start, data = chunk
         assert isinstance(start, int) and isinstance(data, bytes)
         pos = _LOCATION.unpack(location)[1] + len(found[0][1]) - start  # where the entry's record ends
-        last = key[2]
+        ledger, last = key >> 64, key
         while len(found) < max_entries:
             record = _record_at(data, pos)
-            if record is None or record[0][:2] != key[:2] or record[0][2] <= last:
+            if record is None or record[0] >> 64 != ledger or record[0] <= last:
                 break  # another ledger's record, or one the chunk does not hold whole
-            next_key, body, pos = record
-            found.append((next_key, data[body:pos]))
-            last = next_key[2]
+            last, body, pos = record
+            found.append((last, data[body:pos]))
         return found
 
-    def remember(self, keys_and_data: Iterable[tuple[EntryKey, bytes]]) -> None:
+    def remember(self, keys_and_data: Iterable[tuple[CacheKey, bytes]]) -> None:
         """Loop thread: entries a read thread brought from disk go into the read cache, unless the ledger was
         deleted meanwhile."""
         for key, data in keys_and_data:
-            if (key[0], key[1]) in self._ledgers:
+            if key_address(key)[:2] in self._ledgers:
                 self._cache_read(key, data)
 
     def remember_range(self, scope_id: int, ledger_id: int, first: int, entries: list[bytes]) -> None:
@@ -656,9 +697,9 @@ class LedgerStorage:
         cached = CachedRange(first, entries)
         if cached.nbytes * (info.last_entry + 1) > self.read_cache_max_bytes * len(entries):
             return
-        self._cache_read((scope_id, ledger_id, first, _RANGE), cached)
+        self._cache_read(_RANGE_BIT | cache_key(scope_id, ledger_id, first), cached)
 
-    def _cache_read(self, key: EntryKey | RangeKey, data: bytes | CachedRange) -> None:
+    def _cache_read(self, key: CacheKey, data: bytes | CachedRange) -> None:
         size = _cached_size(data)
         if size <= self.read_cache_max_bytes // 4:
             held = self._read_cache.pop(key, None)  # read again (read-aheads overlap): counted once
@@ -678,16 +719,17 @@ class LedgerStorage:
         except (NoSuchEntryError, NoSuchLedgerError):
             return False
 
-    def _read_from_disk(self, key: EntryKey, own_transaction: bool = False) -> bytes:
+    def _read_from_disk(self, key: CacheKey, own_transaction: bool = False) -> bytes:
         """Index lookup, then the entry-log record: through the loop thread's reused read transaction, or
         (``own_transaction``, any thread) through a new one.  Raises ENOENTRY, or EIO for index or log errors."""
         directory, location = self._index_location(key, own_transaction)
         return self._read_logged(directory, location, key, None)
 
-    def _index_location(self, key: EntryKey, own_transaction: bool) -> tuple[_Directory, bytes]:
+    def _index_location(self, key: CacheKey, own_transaction: bool) -> tuple[_Directory, bytes]:
         """The entry's directory and index value (see :meth:`_read_from_disk`); ENOENTRY, or EIO."""
-        directory = self._dir_for(key[0], key[1])
-        packed = _INDEX_KEY.pack(*key)
+        scope_id, ledger_id, entry_id = key_address(key)
+        directory = self._dir_for(scope_id, ledger_id)
+        packed = key.to_bytes(_INDEX_KEY.size, "big")
         try:
             if own_transaction:
                 with directory.env.begin(db=directory.index_db, buffers=False) as txn:
@@ -697,28 +739,34 @@ class LedgerStorage:
         except lmdb.Error as exc:
             raise BookieIOError("entry index read failed", error=str(exc)) from exc
         if location is None:
-            raise NoSuchEntryError(ledger_id=key[1], entry_id=key[2])
+            raise NoSuchEntryError(ledger_id=ledger_id, entry_id=entry_id)
         return directory, location
 
-    def _read_logged(self, directory: _Directory, location: bytes, key: EntryKey, chunk: list[object] | None) -> bytes:
+    def _read_logged(self, directory: _Directory, location: bytes, key: CacheKey, chunk: list[object] | None) -> bytes:
         """:meth:`_read_record`, its OSError answered as EIO."""
         try:
             return self._read_record(directory, location, key, chunk)
         except OSError as exc:
-            raise BookieIOError("entry log read failed", ledger_id=key[1], entry_id=key[2], error=str(exc)) from exc
+            _, ledger_id, entry_id = key_address(key)
+            raise BookieIOError("entry log read failed", ledger_id=ledger_id, entry_id=entry_id, error=str(exc)) from exc
 
     @staticmethod
     def _read_record(
-        directory: _Directory, location: bytes, key: EntryKey, chunk: list[object] | None
+        directory: _Directory, location: bytes, key: CacheKey, chunk: list[object] | None
     ) -> bytes:
         """Read and check one entry-log record; ``chunk`` is a reusable read-ahead buffer
         ``[log id, start offset, bytes]`` (sequential entries of a ledger sit next to each other)."""
+
+        def damaged(problem: str, **details: object) -> BookieIOError:
+            _, ledger_id, entry_id = key_address(key)
+            return BookieIOError(problem, ledger_id=ledger_id, entry_id=entry_id, **details)
+
         if len(location) != _LOCATION.size:
-            raise BookieIOError("entry index is corrupt", ledger_id=key[1], entry_id=key[2])
+            raise damaged("entry index is corrupt")
         log_id, offset, length = _LOCATION.unpack(location)
         record_offset = offset - _LOG_RECORD.size
         if record_offset < _LOG_HEADER.size:
-            raise BookieIOError("entry index is corrupt", ledger_id=key[1], entry_id=key[2])
+            raise damaged("entry index is corrupt")
         need = _LOG_RECORD.size + length
         raw: bytes | memoryview
         if chunk is None:
@@ -732,10 +780,12 @@ class LedgerStorage:
                 c_start = record_offset
             raw = memoryview(c_data)[record_offset - c_start : record_offset - c_start + need]
         if len(raw) != need:
-            raise BookieIOError("entry log is truncated", log_id=log_id, ledger_id=key[1], entry_id=key[2])
-        stored_len, s, lg, e = _LOG_RECORD.unpack_from(raw, 0)
-        if (stored_len, s, lg, e) != (length, *key):
-            raise BookieIOError("entry index points at the wrong record", ledger_id=key[1], entry_id=key[2])
+            raise damaged("entry log is truncated", log_id=log_id)
+        if (
+            _RECORD_LENGTH.unpack_from(raw, 0)[0] != length
+            or int.from_bytes(raw[_RECORD_LENGTH.size : _LOG_RECORD.size], "big") != key
+        ):
+            raise damaged("entry index points at the wrong record")
         return bytes(raw[_LOG_RECORD.size :])
 
     def get_range(self, scope_id: int, ledger_id: int, start: int, max_count: int, budget: int) -> list[bytes]:
@@ -751,12 +801,12 @@ class LedgerStorage:
         directory = self._dir_for(scope_id, ledger_id)
         chunk: list[object] = [None, 0, b""]
 
-        def fetch(key: EntryKey) -> bytes:
+        def fetch(key: CacheKey) -> bytes:
             data = self._in_memory(key)
             if data is None:
-                location = directory.index_get(_INDEX_KEY.pack(*key))
+                location = directory.index_get(key.to_bytes(_INDEX_KEY.size, "big"))
                 if location is None:
-                    raise NoSuchEntryError(ledger_id=key[1], entry_id=key[2])
+                    raise NoSuchEntryError(ledger_id=ledger_id, entry_id=key_address(key)[2])
                 data = self._read_record(directory, location, key, chunk)
             return data
 
@@ -778,7 +828,7 @@ class LedgerStorage:
             next_id, used = self._collect(scope_id, ledger_id, next_id, stop, budget, out, used, self._in_memory)
             if next_id >= stop:
                 return out, used, None
-            range_key = (scope_id, ledger_id, next_id, _RANGE)
+            range_key = _RANGE_BIT | cache_key(scope_id, ledger_id, next_id)
             found = read_cache.get(range_key)
             if not isinstance(found, CachedRange):
                 return out, used, next_id
@@ -804,16 +854,16 @@ class LedgerStorage:
         try:
             with directory.env.begin(db=directory.index_db, buffers=False) as txn:
 
-                def fetch(key: EntryKey) -> bytes:
+                def fetch(key: CacheKey) -> bytes:
                     data = chunk[2]
                     assert isinstance(data, bytes)
                     record = _record_at(data, after[0]) if after[0] >= 0 else None
                     if record is not None and record[0] == key:
                         _key, body, after[0] = record
                         return data[body : after[0]]
-                    location = txn.get(_INDEX_KEY.pack(*key))
+                    location = txn.get(key.to_bytes(_INDEX_KEY.size, "big"))
                     if location is None:
-                        raise NoSuchEntryError(ledger_id=key[1], entry_id=key[2])
+                        raise NoSuchEntryError(ledger_id=ledger_id, entry_id=key_address(key)[2])
                     entry = self._read_record(directory, location, key, chunk)
                     start = chunk[1]
                     assert isinstance(start, int)
@@ -835,16 +885,16 @@ class LedgerStorage:
         budget: int,
         out: list[bytes],
         used: int,
-        fetch: Callable[[EntryKey], bytes | None],
+        fetch: Callable[[CacheKey], bytes | None],
     ) -> tuple[int, int]:
         """The one home of a batch read's range rules: append entries ``start..stop-1`` to ``out`` while
         ``fetch`` gives them and ``budget`` holds (``len + 4`` each, the first always).  ``fetch`` returns
         None to stop at an entry another path must read.  An error of the range's first entry is raised; a
         later one ends the range.  Returns ``(the id where it stopped, bytes used)``."""
+        key_of_entry_0 = cache_key(scope_id, ledger_id, 0)
         for entry_id in range(start, stop):
-            key = (scope_id, ledger_id, entry_id)
             try:
-                data = fetch(key)
+                data = fetch(key_of_entry_0 | (entry_id & _U64))
             except lmdb.Error as exc:
                 if not out:
                     raise BookieIOError("entry index read failed", error=str(exc)) from exc
@@ -880,10 +930,9 @@ class LedgerStorage:
                     if key[:16] != prefix:
                         break
                     ids.add(_INDEX_KEY.unpack(key)[2])
+        ledger = key_ledger(cache_key(scope_id, ledger_id, 0))
         for cache in (self._write_cache, self._flushing):
-            for s, lg, e in cache:
-                if s == scope_id and lg == ledger_id:
-                    ids.add(e)
+            ids.update(key_address(key)[2] for key in cache if key >> 64 == ledger)
         return sorted(ids)
 
     # -- deletion (garbage collection) ---------------------------------------------------
@@ -892,10 +941,11 @@ class LedgerStorage:
         key = (scope_id, ledger_id)
         self._ledgers.pop(key, None)
         self._dirty.discard(key)
-        for cache_key in [k for k in self._write_cache if k[0] == scope_id and k[1] == ledger_id]:
-            self._write_cache_bytes -= len(self._write_cache.pop(cache_key))
-        for cache_key in [k for k in self._read_cache if k[0] == scope_id and k[1] == ledger_id]:
-            self._read_cache_bytes -= _cached_size(self._read_cache.pop(cache_key))
+        ledger = key_ledger(cache_key(scope_id, ledger_id, 0))
+        for gone in [k for k in self._write_cache if k >> 64 == ledger]:
+            self._write_cache_bytes -= len(self._write_cache.pop(gone))
+        for gone in [k for k in self._read_cache if key_ledger(k) == ledger]:  # entries and ranges
+            self._read_cache_bytes -= _cached_size(self._read_cache.pop(gone))
         self._pending_deletes.add(key)
 
     # -- journal replay -----------------------------------------------------------------
@@ -935,15 +985,16 @@ class LedgerStorage:
 
     def write_checkpoint(self, snapshot: Snapshot) -> None:
         """Write a snapshot to entry logs and the index (any thread; the slow part)."""
-        per_dir: dict[int, list[EntryKey]] = {}
+        per_dir: dict[int, list[CacheKey]] = {}
         n = len(self._dirs)
         if n == 1 and not snapshot.deletes:
             per_dir[0] = list(snapshot.entries)
         else:
             for key in snapshot.entries:
-                if (key[0], key[1]) in snapshot.deletes:
+                scope_id, ledger_id, _ = key_address(key)
+                if (scope_id, ledger_id) in snapshot.deletes:
                     continue
-                per_dir.setdefault((key[0] * 31 + key[1]) % n, []).append(key)
+                per_dir.setdefault((scope_id * 31 + ledger_id) % n, []).append(key)
         try:
             for index, directory in enumerate(self._dirs):
                 keys = per_dir.get(index)
@@ -986,7 +1037,7 @@ class LedgerStorage:
             self.checkpoint_mark = snapshot.mark
         else:
             for key, data in snapshot.entries.items():
-                if key not in self._write_cache and (key[0], key[1]) in self._ledgers:
+                if key not in self._write_cache and key_address(key)[:2] in self._ledgers:
                     self._write_cache[key] = data
                     self._write_cache_bytes += len(data)
             self._dirty |= set(snapshot.states) & set(self._ledgers)

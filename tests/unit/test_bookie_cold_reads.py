@@ -13,7 +13,7 @@ from bkspark.protocol import v2, v3
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bookie_server.bookie import Bookie
 from bookie_server.server import BookieServer
-from bookie_server.storage import CachedRange
+from bookie_server.storage import CachedRange, cache_key, key_address, key_ledger
 from tests.unit.test_bookie_server import KEY, Conn, make_entry, with_bookie
 
 
@@ -71,7 +71,7 @@ def test_a_cold_read_does_not_stop_the_loop(tmp_path, monkeypatch) -> None:  # t
         cold = v2.decode_response(await a.body())
         assert (cold.rc, bytes(cold.entry)) == (v2.EOK, old[1])
         assert gated.threads == ["bookie-read_0"]
-        assert (0, 1, 1) in bookie.storage._read_cache  # the loop cached what the read thread found
+        assert cache_key(0, 1, 1) in bookie.storage._read_cache  # the loop cached what the read thread found
         a.close()
         b.close()
 
@@ -320,15 +320,21 @@ def test_a_connection_waits_with_four_cold_reads_out(tmp_path, monkeypatch) -> N
 
 def cached_entries(bookie: Bookie, ledger: int) -> list[int]:
     """The ids of the ledger's single entries in the read cache."""
-    return sorted(key[2] for key in bookie.storage._read_cache if key[:2] == (0, ledger) and len(key) == 3)
+    ledger_key = key_ledger(cache_key(0, ledger, 0))
+    return sorted(
+        key_address(key)[2]
+        for key, item in bookie.storage._read_cache.items()
+        if key_ledger(key) == ledger_key and not isinstance(item, CachedRange)
+    )
 
 
 def cached_ranges(bookie: Bookie, ledger: int) -> dict[int, int]:
     """The ledger's ranges in the read cache: first entry id -> entries."""
+    ledger_key = key_ledger(cache_key(0, ledger, 0))
     return {
-        key[2]: len(item.entries)
+        item.first: len(item.entries)
         for key, item in bookie.storage._read_cache.items()
-        if key[:2] == (0, ledger) and isinstance(item, CachedRange)
+        if key_ledger(key) == ledger_key and isinstance(item, CachedRange)
     }
 
 
@@ -392,7 +398,7 @@ def test_entries_read_again_are_counted_once_in_the_read_cache(tmp_path) -> None
         to_disk(bookie)
         for first in (0, 5, 10, 0):  # each brings the rest of the ledger again
             found = bookie.storage.read_cold((0, 4, first), 100)
-            assert [key[2] for key, _ in found] == list(range(first, 20))
+            assert [key_address(key)[2] for key, _ in found] == list(range(first, 20))
             bookie.storage.remember(found)
         storage = bookie.storage
         assert cached_entries(bookie, 4) == list(range(20))

@@ -20,7 +20,7 @@ from bookie_server import journal as journal_module
 from bookie_server import server as server_module
 from bookie_server import storage as storage_module
 from bookie_server.journal import JournalPosition, RecordType, add_records, add_records_reference, iter_records
-from bookie_server.storage import LedgerStorage, log_records, log_records_reference
+from bookie_server.storage import LedgerStorage, cache_key, key_address, log_records, log_records_reference
 
 COMPILED = journal_module._speedups
 USERS = (journal_module, storage_module, server_module)
@@ -125,11 +125,11 @@ def test_add_rows_are_the_reference_rows(monkeypatch: pytest.MonkeyPatch, refuse
         monkeypatch.undo()
 
 
-def _snapshot(rng: random.Random) -> dict[tuple[int, int, int], bytes]:
+def _snapshot(rng: random.Random) -> dict[int, bytes]:
     entries = {}
     for ledger in (3, 1, 2**40, -2):
         for entry_id in rng.sample(range(-1, 5000), 200):
-            entries[(rng.choice([0, 0, 7]), ledger, entry_id)] = rng.randbytes(rng.randrange(0, 3000))
+            entries[cache_key(rng.choice([0, 0, 7]), ledger, entry_id)] = rng.randbytes(rng.randrange(0, 3000))
     return entries
 
 
@@ -147,27 +147,35 @@ def test_log_records_are_the_reference_records(path: str) -> None:
     blob, rows = log_records(keys, entries, place)
     assert (blob, rows) == log_records_reference(keys, entries, place)
     assert asked == [len(blob)] * 2  # once per call, with the blob's size
-    # Sorted by key; each row's location points at its entry's bytes inside the blob placed at 4096.
-    assert [struct.unpack(">qqq", k) for k, _ in rows] == sorted(keys)
+    # Sorted by key; each row's key is the entry's (scope, ledger, entry) and its location points at the entry's
+    # bytes inside the blob placed at 4096, after a record header with the same key.
+    assert [int.from_bytes(k, "big") for k, _ in rows] == sorted(keys)
     for key_bytes, location in rows:
         log_id, offset, length = struct.unpack(">QQI", location)
-        key = struct.unpack(">qqq", key_bytes)
+        key = int.from_bytes(key_bytes, "big")
+        assert struct.unpack(">qqq", key_bytes) == key_address(key)
         assert log_id == 9 and blob[offset - 4096 : offset - 4096 + length] == entries[key]
-        assert struct.unpack(">Iqqq", blob[offset - 4096 - 28 : offset - 4096]) == (length, *key)
+        assert struct.unpack(">Iqqq", blob[offset - 4096 - 28 : offset - 4096]) == (length, *key_address(key))
 
 
 def test_log_records_hand_what_they_cannot_do_to_the_reference(path: str) -> None:
     def place(size: int) -> tuple[int, int]:
         return 1, 8
 
+    key = cache_key(0, 1, 2)
     with pytest.raises(KeyError):
-        log_records([(0, 1, 2)], {}, place)  # a key without its entry
-    odd = {(0, 1, 2): bytearray(b"not bytes")}
-    assert log_records([(0, 1, 2)], odd, place) == log_records_reference([(0, 1, 2)], odd, place)
+        log_records([key], {}, place)  # a key without its entry
+    odd = {key: bytearray(b"not bytes")}
+    assert log_records([key], odd, place) == log_records_reference([key], odd, place)
+    for not_a_key in (-1, 1 << 192):  # no entry's key: no 24 bytes
+        with pytest.raises(OverflowError):
+            log_records([not_a_key], {not_a_key: b""}, place)
     if COMPILED is not None:
-        assert COMPILED.log_records([(0, 1, 2)], {}, place) is None
-        assert COMPILED.log_records([(0, 1, 2)], odd, place) is None
-        assert COMPILED.log_records([(0, 1)], {(0, 1): b""}, place) is None
+        assert COMPILED.log_records([key], {}, place) is None
+        assert COMPILED.log_records([key], odd, place) is None
+        assert COMPILED.log_records([(0, 1, 2)], {(0, 1, 2): b""}, place) is None  # a tuple, as keys were
+        assert COMPILED.log_records([-1], {-1: b""}, place) is None
+        assert COMPILED.log_records([1 << 192], {1 << 192: b""}, place) is None
 
 
 def test_a_checkpoint_writes_the_same_files_both_ways(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -180,10 +188,10 @@ def test_a_checkpoint_writes_the_same_files_both_ways(tmp_path: Path, monkeypatc
             monkeypatch.setattr(storage_module, "_speedups", None)
         storage = LedgerStorage([tmp_path / name])
         storage.open()
-        for (scope_id, ledger_id, entry_id), data in entries.items():
-            storage.put_entry(scope_id, ledger_id, entry_id, -1, data)
+        for key, data in entries.items():
+            storage.put_entry(*key_address(key), -1, data)
         storage.checkpoint(JournalPosition(1, 1))
-        assert all(storage.get_entry(*key) == data for key, data in entries.items())
+        assert all(storage.get_entry(*key_address(key)) == data for key, data in entries.items())
         storage.close()
         logs[name] = sorted((p.name, p.read_bytes()) for p in (tmp_path / name).rglob("*.log"))
     assert logs["compiled"] == logs["reference"] and logs["compiled"]

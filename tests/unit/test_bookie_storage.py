@@ -35,7 +35,7 @@ from bookie_server.journal import (
 )
 from bookie_server import journal as journal_module
 from bookie_server import storage as storage_module
-from bookie_server.storage import LedgerInfo, LedgerStorage
+from bookie_server.storage import LedgerInfo, LedgerStorage, _group_keys, cache_key, key_address, key_ledger
 
 KEY = b"k" * 20
 OTHER_KEY = b"x" * 20
@@ -152,8 +152,8 @@ def test_storage_write_cache_checkpoint_and_reopen(tmp_path: Path) -> None:
 def test_a_group_of_entries_is_stored_as_one_entry_at_a_time_would_be(tmp_path: Path) -> None:
     """``put_entries`` (one call per group of adds, the builtins' loops) against storing the same adds one by one
     the way the per-entry loop did: the same write cache, byte count, read cache, last entries and LACs, over
-    random groups with entries written again (in the group and before it), several ledgers and scopes, and entries
-    the read cache holds."""
+    random groups with entries written again (in the group and before it), several ledgers and scopes, entries
+    the read cache holds, and runs of one ledger's consecutive entries (whose keys are one range)."""
     rng = random.Random(1125)
     grouped = LedgerStorage([tmp_path / "grouped"])
     grouped.open()
@@ -163,14 +163,20 @@ def test_a_group_of_entries_is_stored_as_one_entry_at_a_time_would_be(tmp_path: 
     for _round in range(300):
         scope = rng.choice([0, 0, 3])
         adds, entries = [], []
-        for _ in range(rng.randrange(1, 30)):
-            ledger, entry_id = rng.choice([1, 1, 1, 2, 9]), rng.randrange(0, 60)
+        if rng.random() < 0.3:  # a client's run of adds
+            run_ledger, first = rng.choice([1, 2, 9]), rng.randrange(0, 60)
+            ids = [(run_ledger, first + i) for i in range(rng.randrange(1, 30))]
+        else:
+            ids = [(rng.choice([1, 1, 1, 2, 9]), rng.randrange(0, 60)) for _ in range(rng.randrange(1, 30))]
+        for ledger, entry_id in ids:
             adds.append((ledger, entry_id, rng.randrange(-1, entry_id + 1), b"", b"k" * 20, False, False))
             entries.append(rng.randbytes(rng.randrange(0, 40)))
         for key in rng.sample(sorted(model_cache), min(3, len(model_cache))):  # the read cache holds some keys
             data = rng.randbytes(5)
-            grouped._read_cache_bytes += len(data) - len(grouped._read_cache.get(key, b""))
-            grouped._read_cache[key] = data
+            held = grouped._read_cache.get(cache_key(*key), b"")
+            assert isinstance(held, bytes)
+            grouped._read_cache_bytes += len(data) - len(held)
+            grouped._read_cache[cache_key(*key)] = data
             model_read[key] = data
         grouped.put_entries(scope, adds, entries)
         for add, data in zip(adds, entries):  # the per-entry reference
@@ -179,15 +185,55 @@ def test_a_group_of_entries_is_stored_as_one_entry_at_a_time_would_be(tmp_path: 
             model_read.pop(key, None)
             state = model_ledgers.setdefault((scope, add[0]), [-1, -1])
             state[0], state[1] = max(state[0], add[1]), max(state[1], add[2])
-        assert grouped._write_cache == model_cache
+        assert grouped._write_cache == {cache_key(*key): data for key, data in model_cache.items()}
         assert grouped.write_cache_bytes == sum(map(len, model_cache.values()))
-        assert dict(grouped._read_cache) == model_read
+        assert dict(grouped._read_cache) == {cache_key(*key): data for key, data in model_read.items()}
         assert grouped._read_cache_bytes == sum(map(len, model_read.values()))
         for (scope_id, ledger_id), (last_entry, lac) in model_ledgers.items():
             info = grouped.ledger(scope_id, ledger_id)
             assert info is not None and (info.last_entry, info.lac) == (last_entry, lac)
             assert (scope_id, ledger_id) in grouped._dirty
     grouped.close()
+
+
+def test_cache_keys_are_the_index_keys_as_integers() -> None:
+    """An entry's cache key is one int whose 24 big-endian bytes are its index key and record key (``>qqq``):
+    a round trip for signed ids, the ints' order that of the index, one ledger part for all of a ledger's keys."""
+    rng = random.Random(1126)
+    edges = [0, 1, -1, 2**63 - 1, -(2**63)]
+    triples = [tuple(rng.choice(edges) if rng.random() < 0.3 else rng.randrange(-(2**63), 2**63) for _ in range(3))
+               for _ in range(2000)]
+    for triple in triples:
+        key = cache_key(*triple)
+        assert 0 <= key < 1 << 192 and key.to_bytes(24, "big") == struct.pack(">qqq", *triple)
+        assert key_address(key) == triple
+        assert key_ledger(key) == key_ledger(cache_key(triple[0], triple[1], 0)) == key >> 64
+    keys = [cache_key(*t) for t in triples]
+    assert sorted(keys) == [int.from_bytes(b, "big") for b in sorted(struct.pack(">qqq", *t) for t in triples)]
+    assert len(set(keys)) == len(set(triples))
+
+
+@pytest.mark.parametrize(
+    ("scope", "ids", "is_range"),
+    [
+        (0, [(7, 0), (7, 1), (7, 2)], True),  # a client's run
+        (3, [(2**62, 2**63 - 3), (2**62, 2**63 - 2), (2**62, 2**63 - 1)], True),  # up to the last entry id
+        (-1, [(-5, 10)], True),  # signed scope and ledger: the range is within the entry part
+        (0, [(7, 0), (7, 2)], False),  # a gap
+        (0, [(7, 1), (7, 0)], False),  # out of order
+        (0, [(7, 3), (7, 3)], False),  # the same entry twice
+        (0, [(7, 0), (8, 1)], False),  # two ledgers
+        (0, [(7, -1), (7, 0)], False),  # a negative entry id: its key is past the ledger's others
+        (0, [(7, 2**63 - 1)], True),
+    ],
+)
+def test_a_group_of_adds_keys_are_one_range_only_for_one_ledgers_consecutive_entries(
+    scope: int, ids: list[tuple[int, int]], is_range: bool
+) -> None:
+    adds = [(ledger, entry_id, -1) for ledger, entry_id in ids]
+    keys = _group_keys(scope, adds, len({ledger for ledger, _ in ids}) == 1)
+    assert isinstance(keys, range) == is_range
+    assert list(keys) == [cache_key(scope, ledger, entry_id) for ledger, entry_id in ids]
 
 
 def test_storage_delete_ledger_removes_index_rows(tmp_path: Path) -> None:
