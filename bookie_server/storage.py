@@ -544,15 +544,25 @@ class LedgerStorage:
         cache = self._write_cache
         ledger_ids = dict.fromkeys(map(itemgetter(0), adds))
         keys = _group_keys(scope_id, adds, len(ledger_ids) == 1)
-        replaced = cache.keys() & keys  # usually empty: an entry written again
-        replaced_bytes = sum([len(cache[key]) for key in replaced]) if replaced else 0
+        info = self._ledgers.get((scope_id, adds[0][0]))
         size_before = len(cache)
-        cache.update(zip(keys, entries))
-        if len(cache) - size_before == len(keys):
-            grown = sum(map(len, entries))  # every key new and none twice in the group
+        if type(keys) is range and info is not None and adds[0][1] > info.last_entry:
+            # A run past the ledger's last entry (a writer's next adds): the write cache holds none of its keys,
+            # since each stored entry raised last_entry, so there is nothing written again to look for.
+            cache.update(zip(keys, entries))
+            if len(cache) - size_before == len(keys):
+                self._write_cache_bytes += sum(map(len, entries))
+            else:  # not expected: count the cache again rather than trust the rule above
+                self._write_cache_bytes = sum(map(len, cache.values()))
         else:
-            grown = sum([len(cache[key]) for key in set(keys)]) - replaced_bytes
-        self._write_cache_bytes += grown
+            replaced = cache.keys() & keys  # usually empty: an entry written again
+            replaced_bytes = sum([len(cache[key]) for key in replaced]) if replaced else 0
+            cache.update(zip(keys, entries))
+            if len(cache) - size_before == len(keys):
+                grown = sum(map(len, entries))  # every key new and none twice in the group
+            else:
+                grown = sum([len(cache[key]) for key in set(keys)]) - replaced_bytes
+            self._write_cache_bytes += grown
         read_cache = self._read_cache
         if read_cache:
             for key in read_cache.keys() & keys:

@@ -236,6 +236,23 @@ def test_a_group_of_adds_keys_are_one_range_only_for_one_ledgers_consecutive_ent
     assert list(keys) == [cache_key(scope, ledger, entry_id) for ledger, entry_id in ids]
 
 
+def test_a_run_past_the_last_entry_counts_what_it_replaced_even_against_the_rule(tmp_path: Path) -> None:
+    """A run of adds past the ledger's last entry skips the look for entries written again (the write cache holds
+    none of its keys); should one be there after all, the byte count is counted again, not thrown off."""
+    storage = LedgerStorage([tmp_path])
+    storage.open()
+    storage.put_entries(0, [(4, i, i - 1) for i in range(3)], [b"a" * 10] * 3)
+    assert storage.write_cache_bytes == 30
+    storage.put_entries(0, [(4, i, i - 1) for i in range(3, 6)], [b"b" * 7] * 3)  # the rule's usual case
+    assert storage.write_cache_bytes == 51
+    storage._write_cache[cache_key(0, 4, 7)] = b"stale" * 3  # what the rule says cannot be: past last entry 5
+    storage._write_cache_bytes += 15
+    storage.put_entries(0, [(4, i, i - 1) for i in range(6, 9)], [b"c" * 4] * 3)
+    assert storage.write_cache_bytes == sum(map(len, storage._write_cache.values())) == 51 + 12
+    assert storage.get_entry(0, 4, 7) == b"cccc" and storage.ledger(0, 4).last_entry == 8  # type: ignore[union-attr]
+    storage.close()
+
+
 def test_storage_delete_ledger_removes_index_rows(tmp_path: Path) -> None:
     storage = LedgerStorage([tmp_path])
     storage.open()
