@@ -28,6 +28,8 @@ from bkspark.errors import (
     NoSuchEntryError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
+    TooManyRequestsError,
+    WriteOnReadOnlyBookieError,
 )
 from bkspark.metadata.store import Versioned
 from bkspark.placement.random_policy import RandomEnsemblePlacementPolicy
@@ -313,9 +315,20 @@ def test_ack_quorum_does_not_wait_for_slow_bookie() -> None:
     asyncio.run(run())
 
 
-def test_failed_bookie_triggers_ensemble_change_and_resend() -> None:
+@pytest.mark.parametrize(
+    "error",
+    [
+        BookieIOError("disk"),
+        WriteOnReadOnlyBookieError("read-only"),
+        # ETOOMANYREQUESTS: Java's bookie refuses adds past maxPendingAddRequestsPerThread; Java's client and this
+        # one replace the bookie (docs/client.md, "Write path"; docs/connector.md on the Spark writer's window).
+        TooManyRequestsError("add queue full"),
+    ],
+    ids=["EIO", "EREADONLY", "ETOOMANYREQUESTS"],
+)
+def test_failed_bookie_triggers_ensemble_change_and_resend(error: Exception) -> None:
     h = Harness(3, 3, 2, bookies=4)
-    h.bookies[BOOKIES[1]].add_error = lambda e: BookieIOError("disk") if e >= 5 else None
+    h.bookies[BOOKIES[1]].add_error = lambda e: error if e >= 5 else None
 
     async def run() -> None:
         w = h.writer()
