@@ -49,7 +49,7 @@ from bkspark.protocol.speedups import load_compiled
 
 from bookie_server.journal import JournalPosition, JournalRecord, RecordType, decode_add_payload, write_all
 
-__all__ = ["LedgerInfo", "LedgerStorage", "Snapshot", "LedgerKey"]
+__all__ = ["LedgerInfo", "LedgerStorage", "Snapshot", "LedgerKey", "EntryKey", "CacheKey", "cache_key", "key_address", "key_ledger"]
 
 log = logging.getLogger("bookie_server.storage")
 
