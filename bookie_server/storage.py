@@ -49,7 +49,17 @@ from bkspark.protocol.speedups import load_compiled
 
 from bookie_server.journal import JournalPosition, JournalRecord, RecordType, decode_add_payload, write_all
 
-__all__ = ["LedgerInfo", "LedgerStorage", "Snapshot", "LedgerKey", "EntryKey", "CacheKey", "cache_key", "key_address", "key_ledger"]
+__all__ = [
+    "LedgerInfo",
+    "LedgerStorage",
+    "Snapshot",
+    "LedgerKey",
+    "EntryKey",
+    "CacheKey",
+    "cache_key",
+    "key_address",
+    "key_ledger",
+]
 
 log = logging.getLogger("bookie_server.storage")
 
@@ -74,10 +84,10 @@ _RANGE_BIT = 1 << 192
 
 def cache_key(scope_id: int, ledger_id: int, entry_id: int) -> CacheKey:
     """An entry's cache key: scope, ledger and entry id, each as 64 unsigned bits, in one integer (docs/bookie.md,
-    "Python's garbage collector").  Its 24 big-endian bytes are the entry's index key and the key of its entry-log record (the
-    bits of ``>qqq``), so the int order is the order of the index and of a checkpoint's records.  An int, not a
-    tuple: hashed in one step, made with no container per entry (a group of adds' keys are one ``range``), and
-    never tracked by Python's garbage collector, which a write cache of a million tuples kept busy."""
+    "Python's garbage collector").  Its 24 big-endian bytes are the entry's index key and the key of its entry-log
+    record (the bits of ``>qqq``), so the int order is the order of the index and of a checkpoint's records.  An
+    int, not a tuple: hashed in one step, made with no container per entry (a group of adds' keys are one
+    ``range``), and never tracked by Python's garbage collector, which a write cache of a million tuples kept busy."""
     return (scope_id & _U64) << 128 | (ledger_id & _U64) << 64 | (entry_id & _U64)
 
 
@@ -758,7 +768,9 @@ class LedgerStorage:
             return self._read_record(directory, location, key, chunk)
         except OSError as exc:
             _, ledger_id, entry_id = key_address(key)
-            raise BookieIOError("entry log read failed", ledger_id=ledger_id, entry_id=entry_id, error=str(exc)) from exc
+            raise BookieIOError(
+                "entry log read failed", ledger_id=ledger_id, entry_id=entry_id, error=str(exc)
+            ) from exc
 
     @staticmethod
     def _read_record(

@@ -14,7 +14,9 @@ from bkspark.client import BookKeeper
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
 
-def test_a_java_bookie_refusing_adds_as_too_many_is_replaced_and_nothing_is_lost(java_cluster_factory) -> None:  # type: ignore[no-untyped-def]
+def test_a_java_bookie_refusing_adds_as_too_many_is_replaced_and_nothing_is_lost(  # type: ignore[no-untyped-def]
+    java_cluster_factory,
+) -> None:
     limited = java_cluster_factory("4.17.3", bookies=1, conf_overrides={"maxPendingAddRequestsPerThread": 10})
     spare = java_cluster_factory("4.17.3", bookies=1)  # the same ledgers root: one cluster of two bookies
     refusing, other = limited.bookie_ids[0], spare.bookie_ids[0]
