@@ -72,8 +72,8 @@ static int collect(PyObject *keys, PyObject *entries, Record *records, Py_ssize_
 PyDoc_STRVAR(log_records_doc,
 "log_records(keys, entries, place) -> (blob, rows) | None\n\n"
 "The entry-log records of the entries named by keys (a list of cache keys, ints whose 24 big-endian bytes are\n"
-"scope, ledger and entry; entries maps each to its bytes), sorted by key, as one blob; place(len(blob)) -> (log id, offset) says where the blob\n"
-"will land.  rows are the index rows (key bytes, location bytes) of the records, in the same order.  The\n"
+"scope, ledger and entry; entries maps each to its bytes), sorted by key, as one blob; place(len(blob)) ->\n"
+"(log id, offset) says where the blob will land.  rows are the index rows (key bytes, location bytes) of the records, in the same order.  The\n"
 "entries are copied with the GIL released.  None for what the reference must handle itself (a key that is\n"
 "not an int of 0..2**192-1, a missing or non-bytes value, an entry longer than 4 GiB).");
 
