@@ -21,6 +21,14 @@
 #define INDEX_KEY 24
 #define LOCATION 20
 
+/* An int's bytes, big-endian and unsigned (OverflowError for a negative int or one past n bytes); Python 3.13
+ * added a with_exceptions argument to this function. */
+#if PY_VERSION_HEX >= 0x030D0000
+#define INT_TO_BYTES(v, buf, n) _PyLong_AsByteArray((PyLongObject *)(v), (buf), (n), 0, 0, 1)
+#else
+#define INT_TO_BYTES(v, buf, n) _PyLong_AsByteArray((PyLongObject *)(v), (buf), (n), 0, 0)
+#endif
+
 typedef struct {
     unsigned char key[INDEX_KEY];
     PyObject *data; /* a strong reference, held while the GIL is released */
@@ -49,7 +57,7 @@ static int collect(PyObject *keys, PyObject *entries, Record *records, Py_ssize_
         if (!PyLong_CheckExact(key))
             return 0;
         Record *r = &records[i];
-        if (_PyLong_AsByteArray((PyLongObject *)key, r->key, INDEX_KEY, 0, 0) < 0) {
+        if (INT_TO_BYTES(key, r->key, INDEX_KEY) < 0) {
             if (!PyErr_ExceptionMatches(PyExc_OverflowError))
                 return -1;
             PyErr_Clear(); /* negative, or past 24 bytes: the reference raises its own error */

@@ -81,6 +81,19 @@ _U128 = (1 << 128) - 1
 #: otherwise), never in an entry's.
 _RANGE_BIT = 1 << 192
 
+_STATE = struct.Struct(">BBqqHI")  # version, flags, lac, last entry, key length, explicit LAC length
+_STATE_VERSION = 1
+_FLAG_FENCED = 1
+_FLAG_HAS_KEY = 2
+_FLAG_HAS_LAC = 4
+_CHECKPOINT_KEY = b"checkpoint"
+_LOG_NAME = re.compile(r"^([0-9a-f]{16})\.log$")
+#: The bookie's compiled loops (bookie_server/_speedups.c), or None: read at call time, so tests can turn them
+#: off here as BKSPARK_NO_EXTENSIONS=1 does at import.
+_speedups = load_compiled("bookie_server._speedups")
+#: Bytes read from an entry log at once during batch reads (the next entries usually follow).
+_READ_AHEAD = 256 * 1024
+
 
 def cache_key(scope_id: int, ledger_id: int, entry_id: int) -> CacheKey:
     """An entry's cache key: scope, ledger and entry id, each as 64 unsigned bits, in one integer (docs/bookie.md,
@@ -100,18 +113,6 @@ def key_ledger(key: CacheKey) -> int:
     """The part of a cache key (an entry's or a range's) that names its ledger: equal for every key of one ledger,
     and to ``cache_key(scope, ledger, 0) >> 64``."""
     return (key >> 64) & _U128
-_STATE = struct.Struct(">BBqqHI")  # version, flags, lac, last entry, key length, explicit LAC length
-_STATE_VERSION = 1
-_FLAG_FENCED = 1
-_FLAG_HAS_KEY = 2
-_FLAG_HAS_LAC = 4
-_CHECKPOINT_KEY = b"checkpoint"
-_LOG_NAME = re.compile(r"^([0-9a-f]{16})\.log$")
-#: The bookie's compiled loops (bookie_server/_speedups.c), or None: read at call time, so tests can turn them
-#: off here as BKSPARK_NO_EXTENSIONS=1 does at import.
-_speedups = load_compiled("bookie_server._speedups")
-#: Bytes read from an entry log at once during batch reads (the next entries usually follow).
-_READ_AHEAD = 256 * 1024
 
 
 class CachedRange:
@@ -689,10 +690,10 @@ class LedgerStorage:
         _log_id, start, data = chunk
         assert isinstance(start, int) and isinstance(data, bytes)
         pos = _LOCATION.unpack(location)[1] + len(found[0][1]) - start  # where the entry's record ends
-        ledger, last = key >> 64, key
+        ledger, last = key_ledger(key), key
         while len(found) < max_entries:
             record = _record_at(data, pos)
-            if record is None or record[0] >> 64 != ledger or record[0] <= last:
+            if record is None or key_ledger(record[0]) != ledger or record[0] <= last:
                 break  # another ledger's record, or one the chunk does not hold whole
             last, body, pos = record
             found.append((last, data[body:pos]))
@@ -954,7 +955,7 @@ class LedgerStorage:
                     ids.add(_INDEX_KEY.unpack(key)[2])
         ledger = key_ledger(cache_key(scope_id, ledger_id, 0))
         for cache in (self._write_cache, self._flushing):
-            ids.update(key_address(key)[2] for key in cache if key >> 64 == ledger)
+            ids.update(key_address(key)[2] for key in cache if key_ledger(key) == ledger)
         return sorted(ids)
 
     # -- deletion (garbage collection) ---------------------------------------------------
@@ -964,7 +965,7 @@ class LedgerStorage:
         self._ledgers.pop(key, None)
         self._dirty.discard(key)
         ledger = key_ledger(cache_key(scope_id, ledger_id, 0))
-        for gone in [k for k in self._write_cache if k >> 64 == ledger]:
+        for gone in [k for k in self._write_cache if key_ledger(k) == ledger]:
             self._write_cache_bytes -= len(self._write_cache.pop(gone))
         for gone in [k for k in self._read_cache if key_ledger(k) == ledger]:  # entries and ranges
             self._read_cache_bytes -= _cached_size(self._read_cache.pop(gone))
