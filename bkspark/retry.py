@@ -3,15 +3,18 @@
 One object says how hard to try; the error says whether trying again can
 help (:attr:`bkspark.errors.BKError.retriable`, read through
 :func:`bkspark.errors.is_retriable`), as kazoo's ``KazooRetry`` and aiokafka's
-``retriable`` errors split it.  Two policies are defined here:
+``retriable`` errors split it.  Three policies are defined here:
 
 * :data:`BOOKIE_RETRY` for operations against bookies (a read or a request
   that a bookie may answer after a restart, an overload, an ensemble change);
+* :data:`BUSY_BOOKIE_RETRY` for adds a bookie refused as too many (ETOOMANYREQUESTS) when no other
+  bookie can take its place: its queue drains in milliseconds, so the writer sends them to it again
+  (docs/client.md, "Write path");
 * :data:`METADATA_CAS_RETRY` for compare-and-set loops on ZooKeeper metadata
   (Java's ``MetadataUpdateLoop``): a lost race (:class:`MetadataVersionError`,
   retriable) re-reads and tries again, a bounded number of times.
 
-ZooKeeper connection loss is a third policy, kazoo's own
+ZooKeeper connection loss is a fourth policy, kazoo's own
 (:class:`bkspark.metadata.retry.RetryPolicy`), below these.
 
 Two ways to use a policy:
@@ -43,7 +46,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from bkspark.errors import is_retriable
 
-__all__ = ["RetryPolicy", "Attempts", "BOOKIE_RETRY", "METADATA_CAS_RETRY"]
+__all__ = ["RetryPolicy", "Attempts", "BOOKIE_RETRY", "BUSY_BOOKIE_RETRY", "METADATA_CAS_RETRY"]
 
 T = TypeVar("T")
 
@@ -145,6 +148,11 @@ class Attempts:
 
 #: Bookie operations: a few tries over seconds (a bookie restarting, overloaded or being replaced).
 BOOKIE_RETRY = RetryPolicy(max_tries=3, delay=0.1, backoff=2.0, max_delay=1.0, deadline=30.0)
+
+#: Adds refused as too many by a bookie no other can replace: sent to it again after 5 ms, doubling up to
+#: 0.5 s; the writer sets the deadline to its addEntryTimeoutSec, counted from the refusal since its last
+#: progress (docs/client.md, "Write path").
+BUSY_BOOKIE_RETRY = RetryPolicy(max_tries=10_000, delay=0.005, backoff=2.0, max_delay=0.5, deadline=5.0, jitter=0.2)
 
 #: Metadata compare-and-set: a lost race re-reads at once, then backs off a little; 20 tries
 #: within a minute (Java's MetadataUpdateLoop never gives up; a bound turns a livelock into an error).

@@ -37,6 +37,7 @@ from bkspark.errors import (
     LedgerFencedError,
     MetadataVersionError,
     NotEnoughBookiesError,
+    TooManyRequestsError,
     ends_writes,
 )
 from bkspark.metadata.store import Versioned
@@ -44,6 +45,7 @@ from bkspark.protocol import v2, v3
 from bkspark.protocol.digest import Digester, master_key
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState, write_set
 from bkspark.protocol.service_info import SCOPE_IDS_EXTENSION
+from bkspark.retry import BUSY_BOOKIE_RETRY, Attempts
 
 __all__ = ["LedgerWriter", "AddCallback", "BatchCallback"]
 
@@ -151,6 +153,12 @@ class LedgerWriter:
         self._lac_timer: asyncio.TimerHandle | None = None
         #: The add-response callbacks of each (ensemble index, bookie) pair sent to (:meth:`_ack_callbacks_of`).
         self._ack_callbacks: dict[tuple[int, str], tuple[Callback, ManyCallback]] = {}
+        #: Adds refused as too many by a bookie no other can replace, by (ensemble index, bookie), to be sent to it
+        #: again when ``_busy_timer`` fires; ``_busy_attempts`` backs off from the first refusal since the LAC
+        #: last moved (:meth:`_send_again_later`).
+        self._busy_resends: dict[tuple[int, str], list[_PendingAdd]] = {}
+        self._busy_timer: asyncio.TimerHandle | None = None
+        self._busy_attempts: Attempts | None = None
         #: The largest payload one add frame can carry (any thread may read it: it never changes).
         self.max_payload = ctx.conf.nettyMaxFrameSizeBytes - self.digester.entry_overhead(ref.scope_id) - (
             v2.ADD_REQUEST_OVERHEAD if ctx.ops.data_version(ref.scope_id) == V2 else v3.add_request_overhead(ref.scope_id)
@@ -388,6 +396,8 @@ class LedgerWriter:
             return
         if self.closed:
             return  # a late failure of a closed ledger's bookie: nothing will be written there again
+        if type(error) is TooManyRequestsError and self._send_again_later(op, idx, bookie):
+            return
         # A failure after the entry was acknowledged still replaces the bookie (Java
         # remembers it and changes ensemble on the next add): later entries need it.
         log.info("ledger %s: bookie %s failed entry %s: %s", self.ref.ledger_id, bookie, op.entry_id, error)
@@ -412,7 +422,7 @@ class LedgerWriter:
     def _complete_in_order(self) -> None:
         """Hand back, in entry order, every completed entry at the head of the pending queue.  The consecutive
         entries of one bulk append go back together (one :meth:`_BatchAdd.settled` for them all)."""
-        pending = self.pending
+        pending, lac = self.pending, self.lac
         while pending and not self.changing_ensemble:
             head = pending[0]
             if not head.completed:
@@ -433,6 +443,8 @@ class LedgerWriter:
             self.lac = head.entry_id
             self.confirmed_length = head.length
             callback(head.entry_id, None)
+        if self._busy_attempts is not None and self.lac != lac:
+            self._busy_attempts = None  # progress: a later refusal starts a new back-off
         if not pending:
             self._notify_drained()
 
@@ -441,6 +453,10 @@ class LedgerWriter:
         if self.error is None:
             self.error = error
         pending, self.pending = self.pending, deque()
+        self._busy_resends.clear()
+        if self._busy_timer is not None:
+            self._busy_timer.cancel()
+            self._busy_timer = None
         self.length = self.confirmed_length
         self.last_add_pushed = self.lac
         for op in pending:
@@ -448,6 +464,67 @@ class LedgerWriter:
             if callback is not None:
                 callback(None, error)
         self._notify_drained()
+
+    # -- a bookie that refuses adds as too many ----------------------------------------------
+
+    def _send_again_later(self, op: _PendingAdd, idx: int, bookie: str) -> bool:
+        """ETOOMANYREQUESTS from ``bookie``: if no other bookie can take its place, queue ``op`` to be sent to it
+        again after a back-off and say True; False when one can (the ensemble change then replaces it, as Java's
+        client does).
+
+        A Java bookie refuses adds past its add queue (``maxPendingAddRequestsPerThread``) and the queue drains in
+        milliseconds, where Java's client would fail the ledger for want of a replacement.  The back-off
+        (:data:`bkspark.retry.BUSY_BOOKIE_RETRY`) starts at the first refusal since the LAC last moved; when its next
+        wait would end past ``addEntryTimeoutSec``, every pending add fails with :class:`TooManyRequestsError`
+        (docs/client.md, "Write path").
+        """
+        key = (idx, bookie)
+        waiting = self._busy_resends.get(key)
+        if waiting is None:
+            try:
+                self._choose_replacements(self.ensemble, {idx: bookie})
+            except NotEnoughBookiesError:
+                waiting = self._busy_resends[key] = []
+            else:
+                return False
+        waiting.append(op)
+        if self._busy_timer is not None:
+            return True
+        timeout = self.ctx.conf.addEntryTimeoutSec
+        attempts = self._busy_attempts
+        if attempts is None:
+            attempts = self._busy_attempts = BUSY_BOOKIE_RETRY.with_(deadline=timeout).start()
+        error = TooManyRequestsError(
+            f"bookie {bookie} kept refusing adds as too many (ETOOMANYREQUESTS) and the ledger made no progress "
+            f"within addEntryTimeoutSec={timeout}; no other bookie can take its place",
+            ledger_id=self.ref.ledger_id,
+            bookie_id=bookie,
+        )
+        try:
+            delay = attempts.next_delay(error)
+        except TooManyRequestsError:
+            log.warning("ledger %s: %s", self.ref.ledger_id, error)
+            self._fail_all(error)
+            return True
+        if attempts.tries == 1:
+            log.info("ledger %s: bookie %s refuses adds as too many, no other can replace it: sending them again",
+                     self.ref.ledger_id, bookie)
+        self._busy_timer = self.ctx.loop.call_later(delay, self._resend_refused)
+        return True
+
+    def _resend_refused(self) -> None:
+        """Send the adds :meth:`_send_again_later` queued to the bookies that refused them (loop thread)."""
+        self._busy_timer = None
+        waiting, self._busy_resends = self._busy_resends, {}
+        if self.error is not None:
+            return
+        for (idx, bookie), ops in waiting.items():
+            if self.ensemble[idx] != bookie:
+                continue  # replaced since: the ensemble change sent its pending entries to the new bookie
+            bit = 1 << idx
+            for op in ops:
+                if op.callback is not None and not op.acked & bit:
+                    self._send(op, [idx])
 
     # -- ensemble change -------------------------------------------------------------------
 

@@ -346,6 +346,100 @@ def test_failed_bookie_triggers_ensemble_change_and_resend(error: Exception) -> 
     asyncio.run(run())
 
 
+def refusing_as_too_many(times: int) -> Callable[[int], BaseException | None]:
+    """An add_error that refuses each entry ``times`` times as too many (ETOOMANYREQUESTS), then takes it."""
+    refused: dict[int, int] = {}
+
+    def add_error(entry_id: int) -> BaseException | None:
+        refused[entry_id] = refused.get(entry_id, 0) + 1
+        return TooManyRequestsError("add queue full") if refused[entry_id] <= times else None
+
+    return add_error
+
+
+def test_adds_refused_as_too_many_by_a_bookie_none_can_replace_are_sent_to_it_again() -> None:
+    # A Java bookie past maxPendingAddRequestsPerThread with no spare bookie: Java's client would fail the ledger;
+    # this one backs off and sends the adds again (docs/client.md, "Write path").
+    h = Harness(1, 1, 1, bookies=1)
+    h.bookies[BOOKIES[0]].add_error = refusing_as_too_many(3)
+
+    async def run() -> None:
+        w = h.writer()
+        results, order = await append_all(w, [b"e%d" % i for i in range(20)])
+        assert results == list(range(20)) and order == list(range(20))
+        assert w.ensemble_changes == 0 and w.error is None
+        assert h.store.data[7].metadata.ensembles == {0: (BOOKIES[0],)}
+        assert sorted(e for _, e in h.bookies[BOOKIES[0]].adds) == list(range(20))
+
+    asyncio.run(run())
+
+
+def test_adds_refused_as_too_many_for_add_entry_timeout_fail_with_a_clear_error() -> None:
+    h = Harness(1, 1, 1, bookies=1, addEntryTimeoutSec=0.3)
+    h.bookies[BOOKIES[0]].add_error = lambda e: TooManyRequestsError("add queue full")
+
+    async def run() -> None:
+        w = h.writer()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        results, order = await append_all(w, [b"x"] * 5)
+        # Not at the first refusal: when the back-off's next wait would end past addEntryTimeoutSec.
+        assert 0.1 <= loop.time() - start <= 0.3 + 0.5
+        assert order == [] and all(isinstance(r, TooManyRequestsError) for r in results)
+        assert "addEntryTimeoutSec=0.3" in str(results[0]) and BOOKIES[0] in str(results[0])
+        assert w.ensemble_changes == 0 and h.store.data[7].metadata.ensembles == {0: (BOOKIES[0],)}
+        # The failure sticks, as any failed writer's does.
+        again, _ = await append_all(w, [b"y"])
+        assert isinstance(again[0], TooManyRequestsError)
+
+    asyncio.run(run())
+
+
+def test_the_back_off_of_refused_adds_starts_again_once_the_ledger_made_progress() -> None:
+    # Refusals spread over longer than addEntryTimeoutSec, with entries taken in between: no failure.
+    h = Harness(1, 1, 1, bookies=1, addEntryTimeoutSec=0.2)
+    h.bookies[BOOKIES[0]].add_error = refusing_as_too_many(2)
+
+    async def run() -> None:
+        w = h.writer()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for wave in range(8):
+            results, _ = await append_all(w, [b"w%d" % wave] * 5)
+            assert results == list(range(wave * 5, wave * 5 + 5))
+            await asyncio.sleep(0.05)
+        assert loop.time() - start > 0.4 and w.error is None
+
+    asyncio.run(run())
+
+
+def test_a_bookie_refusing_adds_as_too_many_is_not_asked_again_once_the_others_acknowledged() -> None:
+    # E = W = 3, Qa = 2: two bookies acknowledge every entry and the LAC moves; the refusing one gets each entry
+    # again until the entry is handed back, then no more (no endless resends), and no ensemble change.
+    h = Harness(3, 3, 2, bookies=3)
+    tries: list[int] = []
+
+    def always_refuses(entry_id: int) -> BaseException:
+        tries.append(entry_id)
+        return TooManyRequestsError("add queue full")
+
+    h.bookies[BOOKIES[2]].delay = 0.01
+    h.bookies[BOOKIES[2]].add_error = always_refuses
+
+    async def run() -> None:
+        w = h.writer()
+        results, order = await append_all(w, [b"e%d" % i for i in range(10)])
+        assert results == list(range(10)) and order == list(range(10))
+        await asyncio.sleep(0.3)
+        settled = len(tries)
+        await asyncio.sleep(0.3)
+        assert len(tries) == settled
+        assert w.ensemble_changes == 0 and w.error is None
+        assert h.store.data[7].metadata.ensembles == {0: tuple(BOOKIES[:3])}
+
+    asyncio.run(run())
+
+
 def test_ensemble_change_retries_on_metadata_conflict() -> None:
     h = Harness(3, 3, 2, bookies=4)
     h.store.conflicts = 2
