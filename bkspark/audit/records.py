@@ -27,6 +27,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, ZookeeperError
 
 from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError, MetadataVersionError
+from bkspark.metadata.multiread import get_many
 from bkspark.protocol.ledger_name import parse_qualified_name, qualified_name
 from bkspark.protocol import zk_paths
 from bkspark.protocol.values import INT64_MAX, INT64_MIN
@@ -201,16 +202,16 @@ def list_orphans(zk: KazooClient, root: str) -> list[OrphanRecord]:
         return []
     except ZookeeperError as exc:
         raise MetadataError(f"cannot list orphans: {type(exc).__name__}", path=base) from exc
-    pending = [(name, zk.get_async(f"{base}/{name}")) for name in names]
     out: list[OrphanRecord] = []
-    for name, result in pending:
-        try:
-            data, _ = result.get(timeout=30)
-        except NoNodeError:  # cleared by the auditor since we listed
-            continue
-        except ZookeeperError as exc:
-            raise MetadataError(f"cannot read orphan record: {type(exc).__name__}", name=name) from exc
-        out.extend(decode_records(name, data))
+    try:
+        for (_, result), name in zip(get_many(zk, [f"{base}/{name}" for name in names], timeout=30), names):
+            if isinstance(result, NoNodeError):  # cleared by the auditor since we listed
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            out.extend(decode_records(name, result[0]))
+    except ZookeeperError as exc:
+        raise MetadataError(f"cannot read orphan records: {type(exc).__name__}", path=base) from exc
     out.sort(key=lambda r: (r.scope_id % 2**64, r.ledger_id, r.reason.value))
     return out
 

@@ -27,6 +27,7 @@ from bkspark.audit.records import (
 )
 from bkspark.context import LedgerLink, read_close_context, read_create_context
 from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError
+from bkspark.metadata.multiread import get_many
 from bkspark.metadata.store import ZkMetadataStore
 from bkspark.protocol import ledger_metadata as md_codec
 from bkspark.protocol import zk_paths
@@ -121,19 +122,26 @@ def _label(scope_id: int, ledger_id: int) -> str:
 def _read_window(
     store: ZkMetadataStore, refs: list[tuple[int, int]]
 ) -> Iterator[tuple[int, int, LedgerMetadata | None, str | None]]:
-    """Pipelined reads: ``(scope, id, metadata or None, error or None)``; deleted ledgers are left out."""
-    pending = [(s, lid, store.zk.get_async(store.ledger_path(lid, s))) for s, lid in refs]
-    for scope_id, ledger_id, result in pending:
-        try:
-            data, stat = result.get(timeout=60)
-        except NoNodeError:
-            continue
-        except ZookeeperError as exc:
-            raise MetadataError(f"cannot read ledger metadata: {type(exc).__name__}", ledger_id=ledger_id) from exc
-        try:
-            yield scope_id, ledger_id, md_codec.parse(data, znode_ctime=stat.ctime), None
-        except BadMetadataError as exc:
-            yield scope_id, ledger_id, None, str(exc)
+    """ZooKeeper multi reads (:mod:`bkspark.metadata.multiread`): ``(scope, id, metadata or None, error or None)``;
+    deleted ledgers are left out."""
+    paths = [store.ledger_path(lid, s) for s, lid in refs]
+    try:
+        for (scope_id, ledger_id), (_, result) in zip(refs, get_many(store.zk, paths)):
+            if isinstance(result, NoNodeError):
+                continue
+            if isinstance(result, BaseException):
+                raise MetadataError(
+                    f"cannot read ledger metadata: {type(result).__name__}", ledger_id=ledger_id
+                ) from result
+            data, stat = result
+            try:
+                md = md_codec.parse(data, znode_ctime=stat.ctime)
+            except BadMetadataError as exc:
+                yield scope_id, ledger_id, None, str(exc)
+                continue
+            yield scope_id, ledger_id, md, None
+    except ZookeeperError as exc:  # the read itself failed (connection loss, session expiry)
+        raise MetadataError(f"cannot read ledger metadata: {type(exc).__name__}") from exc
 
 
 def scan(

@@ -365,6 +365,12 @@ def serialize(md: LedgerMetadata, version: int | None = None) -> bytes:
 def header_version(data: bytes) -> tuple[int, int]:
     """``(format version, offset of the body)`` from a metadata header (Java's ``readHeader``)."""
     key_len = len(HEADER_KEY)
+    if data.startswith(HEADER_KEY):  # the usual case in one look; the walk below names what is wrong
+        end = data.find(b"\n", key_len, key_len + _MAX_VERSION_DIGITS)
+        if end >= 0:
+            version = java_parse_int(data[key_len:end].decode("utf-8", errors="replace"))
+            if version is not None:
+                return version, end + 1
     for i in range(key_len):
         if i >= len(data) or data[i] != HEADER_KEY[i]:
             raise BadMetadataError(f"Ledger metadata header corrupt at index {i}")

@@ -243,3 +243,27 @@ def test_java_bookies_4_16_without_batch_reads(java_cluster_factory, java_tools)
     got, _, parts = planned_read(uri, ",".join(map(str, [lid, *small])), batchMaxCount="64")
     assert len(parts) == 1 and isinstance(parts[0], SliceGroup) and len(parts[0].slices) == 3
     assert got.column("payload").to_pylist() == [java_payload(i, 20) for i in range(640)] + [java_payload(0, 9)] * 2
+
+
+def test_a_ledger_of_a_dataset_deleted_before_planning(py_cluster: PythonBookieCluster, monkeypatch) -> None:
+    """Planning reads the dataset's ledgers' metadata in ZooKeeper multi reads (two ledgers each here): a deleted
+    one fails the plan naming it (failOnDataLoss=true), or is left out of it (false)."""
+    from bkspark.errors import NoSuchLedgerMetadataError
+    from bkspark.metadata import multiread
+    from tests.harness.ledgers import publish_dataset
+
+    monkeypatch.setattr(multiread, "READS_PER_REQUEST", 2)
+    uri = py_cluster.metadata_service_uri
+    with BookKeeper(uri) as bk:
+        lids = [write_bkspark_ledger(bk, random_payloads(60 + i, 3), ensemble_size=2, write_quorum_size=2,
+                                     ack_quorum_size=2) for i in range(5)]
+        publish_dataset(bk, "loses-one", lids)
+        bk.delete_ledger(lids[3])
+    want = reference_tables(uri, [lid for lid in lids if lid != lids[3]])
+    options = {"metadataServiceUri": uri, "dataset": "loses-one"}
+    with pytest.raises(NoSuchLedgerMetadataError, match=f"BOOKKEEPER_DATA_LOSS.*ledger {lids[3]}"):
+        BookKeeperReader(parse_read_options(options)).partitions()
+    reader = BookKeeperReader(parse_read_options({**options, "failOnDataLoss": "false"}))
+    got = pa.Table.from_batches([b for part in reader.partitions() for b in reader.read(part)],
+                                schema=schema_module.arrow_schema())
+    assert_same_rows(got, want)

@@ -262,3 +262,43 @@ def test_registry_lists_watches_and_resolves(zk_root) -> None:  # type: ignore[n
     assert disabled.resolve("10.9.9.9:3181") == ("10.9.9.9", 3181)
     with pytest.raises(BookieUnavailableError):
         disabled.resolve("bookie-a")  # ids are addresses in this mode
+
+
+def test_multi_reads_answer_as_one_get_data_per_znode_would(zk_root) -> None:  # type: ignore[no-untyped-def]
+    # ZooKeeper's multiRead (bkspark.metadata.multiread): several requests of many getData each, a missing
+    # znode and one the client may not read among them, and a chrooted client.
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoAuthError, NoNodeError
+    from kazoo.security import make_digest_acl
+
+    from bkspark.metadata.multiread import get_many
+
+    zk = zk_root.zk_client
+    base = f"{zk_root.path}/multiread"
+    paths = [f"{base}/n{i:04d}" for i in range(600)]
+    tx = zk.transaction()
+    tx.create(base, b"")
+    for i, path in enumerate(paths):
+        if i % 97 != 5:
+            tx.create(path, b"data-%d" % i + bytes(i % 300))
+    assert all(r is not None and not isinstance(r, Exception) for r in tx.commit())
+    secret = f"{base}/secret"
+    zk.create(secret, b"hidden", acl=[make_digest_acl("someone", "else", all=True)])
+    asked = paths + [secret, f"{base}/never"]
+    got = list(get_many(zk, asked, per_request=256))
+    assert [p for p, _ in got] == asked
+    for i, (path, result) in enumerate(got[:600]):
+        if i % 97 == 5:
+            assert isinstance(result, NoNodeError)
+        else:
+            assert result == zk.get(path)  # data and stat
+    assert isinstance(got[600][1], NoAuthError) and isinstance(got[601][1], NoNodeError)
+
+    chrooted = KazooClient(hosts=zk_root.connect_string + zk_root.path, timeout=10.0)
+    chrooted.start(15)
+    try:
+        short = [p.removeprefix(zk_root.path) for p in paths[:10]]
+        assert [r for _, r in get_many(chrooted, short)][:5] == [zk.get(p) for p in paths[:5]]
+    finally:
+        chrooted.stop()
+        chrooted.close()

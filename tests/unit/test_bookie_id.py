@@ -71,3 +71,24 @@ def test_java_string_helpers() -> None:
     assert java_split(":a", ":") == ["", "a"]
     assert java_parse_int("-12") == -12 and java_parse_int(" 1") is None and java_parse_int("1_0") is None
     assert java_parse_int("2147483648") is None and java_parse_int("2147483648", 0, 2**63 - 1) == 2**31
+
+
+def test_accepted_ids_are_remembered_within_a_bound_and_refused_ones_never(monkeypatch) -> None:
+    from bkspark.protocol import bookie_id as module
+
+    monkeypatch.setattr(module, "_ACCEPTED", set())
+    monkeypatch.setattr(module, "_ACCEPTED_MAX", 2)
+    for text in ("b1:3181", "b2:3181", "b3:3181", "b1:3181"):
+        assert validate_bookie_id(text) == text
+    assert module._ACCEPTED == {"b1:3181", "b2:3181"}
+    for bad in ("readonly", "bad id", ""):
+        with pytest.raises(InvalidBookieIdError):
+            validate_bookie_id(bad)
+        with pytest.raises(InvalidBookieIdError):
+            validate_bookie_id(bad)  # the second time too
+    assert module._ACCEPTED == {"b1:3181", "b2:3181"}
+
+    class Text(str):
+        pass
+
+    assert validate_bookie_id(Text("b4:3181")) == "b4:3181" and "b4:3181" not in module._ACCEPTED

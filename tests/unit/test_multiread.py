@@ -1,0 +1,165 @@
+"""bkspark.metadata.multiread: ZooKeeper's multiRead of getData operations, codec and kazoo glue (fake client).
+
+The real server's answers are in tests/integration/test_metadata_zk.py.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from kazoo.exceptions import ConnectionLoss, NoAuthError, NoNodeError, UnimplementedError
+from kazoo.protocol.states import ZnodeStat
+
+from bkspark.metadata import multiread
+from bkspark.metadata.multiread import (
+    GET_DATA,
+    MULTI_READ,
+    decode_get_data_many,
+    encode_get_data_many,
+    get_many,
+)
+
+STAT = ZnodeStat(1, 2, 1_700_000_000_000, 4, 5, 6, 7, 0, 2, 0, 9)
+
+
+def header(op_type: int, done: bool, err: int) -> bytes:
+    return struct.pack(">iBi", op_type, done, err)
+
+
+def data_result(data: bytes | None, stat: ZnodeStat = STAT) -> bytes:
+    body = struct.pack(">i", -1) if data is None else struct.pack(">i", len(data)) + data
+    return header(GET_DATA, False, 0) + body + struct.pack(">qqqqiiiqiiq", *stat)
+
+
+def error_result(code: int) -> bytes:
+    return header(-1, False, code) + struct.pack(">i", code)
+
+
+END = header(-1, True, -1)
+
+
+def test_the_request_is_zookeepers_multi_operation_record_of_get_data_without_watch() -> None:
+    assert MULTI_READ == 22 and GET_DATA == 4  # ZooDefs.OpCode.multiRead, getData
+    assert encode_get_data_many(["/a", "/ledgers/00/0000/L0007"]) == (
+        header(4, False, -1) + struct.pack(">i", 2) + b"/a" + b"\0"
+        + header(4, False, -1) + struct.pack(">i", 22) + b"/ledgers/00/0000/L0007" + b"\0"
+        + header(-1, True, -1)
+    )
+    assert encode_get_data_many([]) == END
+    assert encode_get_data_many(["/é"]) == header(4, False, -1) + struct.pack(">i", 3) + "/é".encode() + b"\0" + END
+
+
+def test_each_operation_of_the_answer_succeeds_or_fails_on_its_own() -> None:
+    answer = data_result(b"meta") + error_result(-101) + data_result(None) + error_result(-102) + END
+    results = decode_get_data_many(b"\0\0\0\0" + answer, 4)
+    assert results[0] == (b"meta", STAT) and results[0][1].ctime == 1_700_000_000_000
+    assert isinstance(results[1], NoNodeError)
+    assert results[2] == (b"", STAT)  # a znode without data
+    assert isinstance(results[3], NoAuthError)
+    assert decode_get_data_many(END) == []
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        data_result(b"meta")[:-3] + END,  # a stat cut short
+        data_result(b"meta"),  # no end header
+        struct.pack(">iBi", 4, 0, 0) + struct.pack(">i", 1000) + b"short",  # data past the end
+        header(5, False, 0) + END,  # a setData result: not a read's answer
+    ],
+    ids=["cut-stat", "no-end", "data-past-end", "other-type"],
+)
+def test_a_malformed_answer_is_a_value_error(answer: bytes) -> None:
+    with pytest.raises(ValueError):
+        decode_get_data_many(answer)
+
+
+class Result:
+    def __init__(self, value: Any = None, error: BaseException | None = None) -> None:
+        self.value, self.error = value, error
+
+    def get(self, timeout: float | None = None) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class FakeZk:
+    """What get_many uses of a KazooClient: ``chroot``, ``handler.async_result()``, ``_call``, ``get_async``."""
+
+    def __init__(self, znodes: dict[str, bytes], *, multi: bool = True, chroot: str = "",
+                 request_error: BaseException | None = None) -> None:
+        self.znodes, self.multi, self.chroot, self.request_error = znodes, multi, chroot, request_error
+        self.handler = self
+        self.requests: list[tuple[str, ...]] = []
+        self.singles: list[str] = []
+
+    def async_result(self) -> Result:
+        return Result()
+
+    def _read(self, path: str) -> Any:
+        return (self.znodes[path], STAT) if path in self.znodes else NoNodeError()
+
+    def _call(self, request: Any, result: Result) -> None:
+        assert request.type == MULTI_READ
+        self.requests.append(request.paths)
+        if self.request_error is not None:
+            result.error = self.request_error
+        elif not self.multi:
+            result.error = UnimplementedError()
+        else:
+            # What kazoo does with the answer: the request class decodes it.
+            answer = b"".join(
+                data_result(self.znodes[p]) if p in self.znodes else error_result(-101) for p in request.paths
+            ) + END
+            result.value = type(request).deserialize(answer, 0)
+
+    def get_async(self, path: str) -> Result:
+        self.singles.append(path)
+        got = self._read(path)
+        return Result(error=got) if isinstance(got, BaseException) else Result(value=got)
+
+
+def test_results_come_in_path_order_over_several_requests() -> None:
+    znodes = {f"/l/{i}": b"m%d" % i for i in range(10) if i != 4}
+    zk = FakeZk(znodes)
+    paths = [f"/l/{i}" for i in range(10)]
+    got = list(get_many(zk, paths, per_request=3))  # type: ignore[arg-type]
+    assert [p for p, _ in got] == paths
+    assert [r for _, r in got if not isinstance(r, BaseException)] == [(znodes[p], STAT) for p in paths if p != "/l/4"]
+    assert isinstance(dict(got)["/l/4"], NoNodeError)
+    assert [len(r) for r in zk.requests] == [3, 3, 3, 1] and zk.singles == []
+
+
+def test_the_paths_sent_carry_the_clients_chroot() -> None:
+    zk = FakeZk({"/app/l/1": b"x"}, chroot="/app")
+    assert list(get_many(zk, ["/l/1"])) == [("/l/1", (b"x", STAT))]  # type: ignore[arg-type]
+    assert zk.requests == [("/app/l/1",)]
+
+
+def test_one_request_in_flight_until_the_server_answered_a_multi_read() -> None:
+    # An old server may drop the connection after its UNIMPLEMENTED: a second request must not be in flight.
+    zk = FakeZk({f"/l/{i}": b"x" for i in range(9)})
+    consumer = get_many(zk, [f"/l/{i}" for i in range(9)], per_request=3)  # type: ignore[arg-type]
+    next(consumer)
+    assert len(zk.requests) == 1
+    list(consumer)
+    assert len(zk.requests) == 3
+
+
+def test_a_server_without_multi_read_gets_one_get_data_per_znode_from_then_on() -> None:
+    zk = FakeZk({f"/l/{i}": b"x%d" % i for i in range(5)}, multi=False)
+    paths = [f"/l/{i}" for i in range(5)]
+    assert list(get_many(zk, paths, per_request=2)) == [(p, (b"x%d" % i, STAT)) for i, p in enumerate(paths)]  # type: ignore[arg-type]
+    assert len(zk.requests) == 1 and zk.singles == paths
+    assert list(get_many(zk, paths[:1])) == [(paths[0], (b"x0", STAT))]  # type: ignore[arg-type]
+    assert len(zk.requests) == 1  # never asked again
+    assert zk in multiread._NO_MULTI_READ
+
+
+def test_a_failed_request_is_raised() -> None:
+    zk = FakeZk({"/l/1": b"x"}, request_error=ConnectionLoss())
+    with pytest.raises(ConnectionLoss):
+        list(get_many(zk, ["/l/1"]))  # type: ignore[arg-type]
