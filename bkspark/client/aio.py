@@ -380,23 +380,34 @@ class AsyncBookKeeper:
         recovery: bool = True,
         password: bytes = b"",
         digest_type: str | int | DigestType | None = None,
+        *,
+        metadata: Versioned | None = None,
     ) -> Awaitable["AsyncReadHandle"]:
-        """Open a ledger for reading; ``recovery=True`` fences and closes it first (docs/protocol.md §4 items 6, 7)."""
+        """Open a ledger for reading; ``recovery=True`` fences and closes it first (docs/protocol.md §4 items 6, 7).
+
+        ``metadata``: the ledger's metadata and znode version as the caller just read them (e.g. many at once with
+        ``store.read_many_ledger_metadata``), to open without reading them again; opened as if read here.
+        """
         lid = _check_ledger_id(ledger_id)
         scope = _check_scope_id(scope_id)
         if not isinstance(recovery, bool):
             raise TypeError(f"recovery must be a bool, not {type(recovery).__name__}")
+        if metadata is not None and not isinstance(metadata, Versioned):
+            raise TypeError(f"metadata must be a Versioned, not {type(metadata).__name__}")
         pw = check_password(password)
         dtype = None if digest_type is None else _check_digest(digest_type)
         self._check_usable()
-        return self._open(lid, scope, recovery, pw, dtype)
+        return self._open(lid, scope, recovery, pw, dtype, metadata)
 
     async def _open(
-        self, ledger_id: int, scope_id: int, recovery: bool, password: bytes, digest_type: DigestType | None
+        self, ledger_id: int, scope_id: int, recovery: bool, password: bytes, digest_type: DigestType | None,
+        known: Versioned | None = None,
     ) -> "AsyncReadHandle":
         ctx = self.services
         ref = LedgerRef(ledger_id, scope_id)
-        versioned: Versioned = await ctx.in_thread(self.store.read_ledger_metadata, ledger_id, scope_id)
+        versioned: Versioned = (
+            known if known is not None else await ctx.in_thread(self.store.read_ledger_metadata, ledger_id, scope_id)
+        )
         md = versioned.metadata
         if md.has_password and md.password != password:
             raise UnauthorizedAccessError("wrong password for ledger", ledger_id=ledger_id)

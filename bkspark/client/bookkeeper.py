@@ -36,7 +36,7 @@ from bkspark.client.services import ClientServices
 from bkspark.client.writer import AddCallback
 from bkspark.errors import ClientClosedError, IllegalOpError
 from bkspark.metadata.registry import BookieRegistry
-from bkspark.metadata.store import ZkMetadataStore
+from bkspark.metadata.store import Versioned, ZkMetadataStore
 from bkspark.placement.base import EnsemblePlacementPolicy
 from bkspark.protocol.digest import DigestType
 from bkspark.protocol.ledger_metadata import LedgerMetadata
@@ -190,10 +190,15 @@ class BookKeeper:
         recovery: bool = True,
         password: bytes = b"",
         digest_type: str | int | DigestType | None = None,
+        *,
+        metadata: Versioned | None = None,
     ) -> "ReadHandle":
-        """Open a ledger for reading; ``recovery=True`` fences and closes it first (docs/protocol.md §4 items 6, 7)."""
+        """Open a ledger for reading; ``recovery=True`` fences and closes it first (docs/protocol.md §4 items 6, 7).
+        ``metadata``: as :meth:`AsyncBookKeeper.open_ledger`'s (the ledger's metadata just read by the caller)."""
         self._check_open()
-        return ReadHandle(self, self._run(self.aio.open_ledger(ledger_id, scope_id, recovery, password, digest_type)))
+        return ReadHandle(self, self._run(
+            self.aio.open_ledger(ledger_id, scope_id, recovery, password, digest_type, metadata=metadata)
+        ))
 
     def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
         """Delete the ledger's metadata; bookies garbage-collect its entries."""

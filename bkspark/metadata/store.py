@@ -23,7 +23,7 @@ import random
 import re
 import threading
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -364,6 +364,38 @@ class ZkMetadataStore:
             raise self.retry.wrap_error(exc, path=path) from exc
         # Java falls back to the znode's creation time (stat.ctime, ms) when the blob has none.
         return Versioned(md_codec.parse(data, znode_ctime=stat.ctime), stat.version)
+
+    def read_many_ledger_metadata(
+        self, refs: Sequence[tuple[int, int]]
+    ) -> Iterator[tuple[int, int, Versioned | None]]:
+        """``(scope id, ledger id, metadata and znode version, or None when absent)`` for each ``(scope id,
+        ledger id)`` in order, read with ZooKeeper multi reads of many znodes each (any thread;
+        :mod:`bkspark.metadata.multiread`).  A ledger id no path of this layout can hold is absent; metadata that
+        does not parse raises :class:`BadMetadataError`, any other failure the store's wrapped error."""
+        from bkspark.metadata.multiread import get_many
+
+        paths: list[str] = []
+        has_path: list[bool] = []
+        for scope_id, ledger_id in refs:
+            try:
+                paths.append(self.ledger_path(ledger_id, scope_id))
+            except InvalidOptionError:
+                has_path.append(False)
+                continue
+            has_path.append(True)
+        results = get_many(self.zk, paths)
+        try:
+            for (scope_id, ledger_id), known in zip(refs, has_path):
+                path, result = next(results) if known else (None, None)
+                if result is None or isinstance(result, NoNodeError):
+                    yield scope_id, ledger_id, None
+                    continue
+                if isinstance(result, BaseException):
+                    raise self.retry.wrap_error(result, path=path) from result
+                data, stat = result
+                yield scope_id, ledger_id, Versioned(md_codec.parse(data, znode_ctime=stat.ctime), stat.version)
+        except ZookeeperError as exc:  # the request itself (connection loss, session expiry)
+            raise self.retry.wrap_error(exc) from exc
 
     def write_ledger_metadata(
         self, ledger_id: int, metadata: LedgerMetadata, version: int, scope_id: int = 0

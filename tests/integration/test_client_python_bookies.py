@@ -193,3 +193,42 @@ def test_batch_reads_of_entries_on_disk_are_read_again_from_the_read_cache(zk_ro
                 assert got == data
             stored = sum(map(len, data))  # the entries as stored carry a digest header on top
             assert _read_cache_size(cluster, stored) >= stored
+
+
+def test_ledgers_opened_from_metadata_read_many_at_once(cluster, zk_root, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``store.read_many_ledger_metadata`` (ZooKeeper multi reads) and ``open_ledger(metadata=...)``: opened as if
+    read there, with no metadata read of their own; the password is still checked."""
+    from bkspark.errors import UnauthorizedAccessError
+
+    with BookKeeper(zk_root.metadata_service_uri) as bk:
+        ids = []
+        for n in range(3):
+            lh = bk.create_ledger(2, 2, 2, password=b"pw")
+            lh.append_many([b"l%d-e%d" % (n, e) for e in range(n + 1)]).result(timeout=30)
+            lh.close()
+            ids.append(lh.ledger_id)
+        open_one = bk.create_ledger(2, 2, 2, password=b"pw")
+        open_one.append(b"unclosed")
+        bk.delete_ledger(ids[1])
+        refs = [(0, ids[0]), (0, ids[1]), (0, ids[2]), (0, open_one.ledger_id), (0, 1 << 62)]
+        got = list(bk.store.read_many_ledger_metadata(refs))
+        assert [(s, lid) for s, lid, _ in got] == refs
+        assert got[1][2] is None and got[4][2] is None  # deleted; never existed
+        for scope_id, ledger_id, versioned in (got[0], got[2], got[3]):
+            assert versioned == bk.store.read_ledger_metadata(ledger_id, scope_id)
+
+        def no_reads(*args, **kwargs):  # type: ignore[no-untyped-def]
+            raise AssertionError("open_ledger(metadata=...) read the metadata again")
+
+        monkeypatch.setattr(bk.store, "read_ledger_metadata", no_reads)
+        rh = bk.open_ledger(ids[2], recovery=False, password=b"pw", metadata=got[2][2])
+        assert [e.payload for e in rh.read(0, 2)] == [b"l2-e0", b"l2-e1", b"l2-e2"]
+        with pytest.raises(UnauthorizedAccessError):
+            bk.open_ledger(ids[0], recovery=False, password=b"other", metadata=got[0][2])
+        with pytest.raises(TypeError):
+            bk.open_ledger(ids[0], recovery=False, password=b"pw", metadata=got[0][2].metadata)  # type: ignore[arg-type]
+        monkeypatch.undo()
+        # An open ledger opened from its metadata reads its LAC from the bookies, as any non-recovery open does.
+        rh = bk.open_ledger(open_one.ledger_id, recovery=False, password=b"pw", metadata=got[3][2])
+        assert rh.metadata.state == LedgerState.OPEN and rh.last_add_confirmed in (-1, 0)
+        open_one.close()
