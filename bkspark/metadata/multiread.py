@@ -20,7 +20,7 @@ from collections import deque
 from typing import Iterator, NamedTuple, Sequence, Union
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import EXCEPTIONS, KazooException, UnimplementedError
+from kazoo.exceptions import EXCEPTIONS, KazooException, NoAuthError, NoNodeError, UnimplementedError
 from kazoo.handlers.threading import AsyncResult
 from kazoo.protocol.states import ZnodeStat
 
@@ -128,12 +128,14 @@ def _send(zk: KazooClient, paths: Sequence[str]) -> AsyncResult:
 
 
 def _one_by_one(zk: KazooClient, paths: Sequence[str], timeout: float) -> list[ReadResult]:
+    """Pipelined getData, one per path: a znode's own error is its result, as in a multiRead's answer; a failure
+    of the connection or session is raised."""
     pending = [zk.get_async(path) for path in paths]
     out: list[ReadResult] = []
     for result in pending:
         try:
             out.append(result.get(timeout=timeout))
-        except KazooException as exc:
+        except (NoNodeError, NoAuthError) as exc:
             out.append(exc)
     return out
 

@@ -163,3 +163,12 @@ def test_a_failed_request_is_raised() -> None:
     zk = FakeZk({"/l/1": b"x"}, request_error=ConnectionLoss())
     with pytest.raises(ConnectionLoss):
         list(get_many(zk, ["/l/1"]))  # type: ignore[arg-type]
+
+
+def test_without_multi_read_a_znodes_error_is_its_result_and_a_lost_connection_is_raised() -> None:
+    zk = FakeZk({"/l/1": b"x"}, multi=False)
+    got = list(get_many(zk, ["/l/1", "/l/2"]))  # type: ignore[arg-type]
+    assert got[0] == ("/l/1", (b"x", STAT)) and isinstance(got[1][1], NoNodeError)
+    zk.get_async = lambda path: Result(error=ConnectionLoss())  # type: ignore[method-assign]
+    with pytest.raises(ConnectionLoss):
+        list(get_many(zk, ["/l/1"]))  # type: ignore[arg-type]
