@@ -231,4 +231,8 @@ def test_ledgers_opened_from_metadata_read_many_at_once(cluster, zk_root, monkey
         # An open ledger opened from its metadata reads its LAC from the bookies, as any non-recovery open does.
         rh = bk.open_ledger(open_one.ledger_id, recovery=False, password=b"pw", metadata=got[3][2])
         assert rh.metadata.state == LedgerState.OPEN and rh.last_add_confirmed in (-1, 0)
-        open_one.close()
+        # Recovery from given metadata fences and closes the ledger as from metadata read there.
+        recovered = bk.open_ledger(open_one.ledger_id, recovery=True, password=b"pw", metadata=got[3][2])
+        assert recovered.metadata.state == LedgerState.CLOSED and recovered.last_add_confirmed == 0
+        assert [e.payload for e in recovered.read(0, 0)] == [b"unclosed"]
+        assert bk.store.read_ledger_metadata(open_one.ledger_id).metadata.state == LedgerState.CLOSED
