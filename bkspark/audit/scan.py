@@ -27,9 +27,7 @@ from bkspark.audit.records import (
 )
 from bkspark.context import LedgerLink, read_close_context, read_create_context
 from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError
-from bkspark.metadata.multiread import get_many
 from bkspark.metadata.store import ZkMetadataStore
-from bkspark.protocol import ledger_metadata as md_codec
 from bkspark.protocol import zk_paths
 from bkspark.protocol.ledger_metadata import LedgerMetadata
 
@@ -122,26 +120,15 @@ def _label(scope_id: int, ledger_id: int) -> str:
 def _read_window(
     store: ZkMetadataStore, refs: list[tuple[int, int]]
 ) -> Iterator[tuple[int, int, LedgerMetadata | None, str | None]]:
-    """ZooKeeper multi reads (:mod:`bkspark.metadata.multiread`): ``(scope, id, metadata or None, error or None)``;
-    deleted ledgers are left out."""
-    paths = [store.ledger_path(lid, s) for s, lid in refs]
-    try:
-        for (scope_id, ledger_id), (_, result) in zip(refs, get_many(store.zk, paths)):
-            if isinstance(result, NoNodeError):
-                continue
-            if isinstance(result, BaseException):
-                raise MetadataError(
-                    f"cannot read ledger metadata: {type(result).__name__}", ledger_id=ledger_id
-                ) from result
-            data, stat = result
-            try:
-                md = md_codec.parse(data, znode_ctime=stat.ctime)
-            except BadMetadataError as exc:
-                yield scope_id, ledger_id, None, str(exc)
-                continue
-            yield scope_id, ledger_id, md, None
-    except ZookeeperError as exc:  # the read itself failed (connection loss, session expiry)
-        raise MetadataError(f"cannot read ledger metadata: {type(exc).__name__}") from exc
+    """``(scope, id, metadata or None, why it is unreadable or None)``, read by the store's multi reads
+    (``ZkMetadataStore.read_many_ledger_metadata``); deleted ledgers are left out."""
+    for scope_id, ledger_id, read in store.read_many_ledger_metadata(refs, bad_metadata_as_result=True):
+        if read is None:
+            continue
+        if isinstance(read, BadMetadataError):
+            yield scope_id, ledger_id, None, str(read)
+            continue
+        yield scope_id, ledger_id, read.metadata, None
 
 
 def scan(

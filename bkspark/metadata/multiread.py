@@ -10,6 +10,10 @@ read). That is the Java client's ``ZooKeeper.multi`` of ``Op.getData`` (docs/pro
 The codec is pure functions over bytes (:func:`encode_get_data_many`, :func:`decode_get_data_many`);
 :func:`get_many` sends it through kazoo. A server that does not know the opcode (ZooKeeper 3.5 and older)
 answers UNIMPLEMENTED: that client falls back to one pipelined ``getData`` per znode for good.
+
+Two bounds a single getData does not need (docs/protocol.md §5): an answer is kept near :data:`ANSWER_BYTES` by
+sizing each request from the bytes per znode of the last answer, and a request that fails with the connection
+(connection loss, operation timeout) is sent again under the caller's retry policy, since reads are safe to repeat.
 """
 
 from __future__ import annotations
@@ -17,15 +21,24 @@ from __future__ import annotations
 import struct
 import weakref
 from collections import deque
-from typing import Iterator, NamedTuple, Sequence, Union
+from typing import Callable, Iterator, NamedTuple, Optional, Sequence, Union
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import EXCEPTIONS, KazooException, NoAuthError, NoNodeError, UnimplementedError
+from kazoo.exceptions import (
+    EXCEPTIONS,
+    KazooException,
+    NoAuthError,
+    NoNodeError,
+    OperationTimeoutError,
+    UnimplementedError,
+)
 from kazoo.handlers.threading import AsyncResult
 from kazoo.protocol.states import ZnodeStat
 
+from bkspark.metadata.retry import TRANSIENT_ZK_ERRORS
+
 __all__ = [
-    "MULTI_READ", "GET_DATA", "READS_PER_REQUEST", "ReadResult",
+    "MULTI_READ", "GET_DATA", "READS_PER_REQUEST", "FIRST_REQUEST", "ANSWER_BYTES", "ReadResult", "Retry",
     "encode_get_data_many", "decode_get_data_many", "get_many",
 ]
 
@@ -34,9 +47,20 @@ MULTI_READ = 22
 GET_DATA = 4
 ERROR = -1
 
-#: getData operations per multiRead: a dataset's ledger metadata is a few hundred bytes each, so an answer
-#: stays near 100 KB, far below any frame limit, while the round trips fall by this factor.
+#: getData operations per multiRead at most: a dataset's ledger metadata is a few hundred bytes each, so an
+#: answer stays near 100 KB while the round trips fall by this factor.
 READS_PER_REQUEST = 256
+
+#: getData operations in the first multiRead, before any answer has shown how large the znodes are.
+FIRST_REQUEST = 32
+
+#: The size an answer is kept near: a request asks for as many znodes as fit at the last answer's bytes per znode
+#: (a ledger with thousands of ensemble segments has metadata of hundreds of KB). Half of ``jute.maxbuffer``'s
+#: default, the largest packet ZooKeeper's Java client accepts.
+ANSWER_BYTES = 512 * 1024
+
+#: An answer's bytes per znode beyond its data: the stat (68 bytes) and the operation's header and length.
+_RESULT_OVERHEAD = 84
 
 #: multiRead requests in flight per :func:`get_many` (ZooKeeper reads the next while this process parses).
 REQUESTS_IN_FLIGHT = 2
@@ -47,6 +71,10 @@ _STAT = struct.Struct(">qqqqiiiqiiq")  # czxid mzxid ctime mtime version cversio
 
 #: One znode's read: its data and stat, or the kazoo exception of its error code (e.g. ``NoNodeError()``).
 ReadResult = Union[tuple[bytes, ZnodeStat], KazooException]
+
+#: A retry policy: calls its argument again while it raises a transient ZooKeeper error, within its bounds
+#: (:class:`bkspark.metadata.retry.RetryPolicy` is one).
+Retry = Callable[[Callable[[], list[ReadResult]]], list[ReadResult]]
 
 
 def encode_get_data_many(paths: Sequence[str]) -> bytes:
@@ -134,37 +162,69 @@ def _one_by_one(zk: KazooClient, paths: Sequence[str], timeout: float) -> list[R
     out: list[ReadResult] = []
     for result in pending:
         try:
-            out.append(result.get(timeout=timeout))
+            out.append(_wait(zk, result, timeout))
         except (NoNodeError, NoAuthError) as exc:
             out.append(exc)
     return out
 
 
-def get_many(zk: KazooClient, paths: Sequence[str], *, timeout: float = 60.0,
-             per_request: int | None = None) -> Iterator[tuple[str, ReadResult]]:
-    """``(path, result)`` for every path, in order (any thread): multiReads of ``per_request`` paths
-    (:data:`READS_PER_REQUEST` by default), two in flight. A znode's own error (``NoNodeError``, ``NoAuthError``)
-    is its result; a failure of the request (connection loss, session expiry, timeout) is raised."""
-    size = per_request or READS_PER_REQUEST
-    windows = [paths[i : i + size] for i in range(0, len(paths), size)]
+def _wait(zk: KazooClient, pending: AsyncResult, timeout: float) -> object:
+    """``pending``'s value; no answer within ``timeout`` is ZooKeeper's own operation timeout (a transient error:
+    the read may be sent again)."""
+    try:
+        return pending.get(timeout=timeout)
+    except zk.handler.timeout_exception as exc:
+        raise OperationTimeoutError(f"no answer from ZooKeeper in {timeout} s") from exc
+
+
+def _answer(zk: KazooClient, window: Sequence[str], pending: AsyncResult | None, timeout: float) -> list[ReadResult]:
+    """The results of ``window``: ``pending``'s multiRead, or getData one by one on a server without it."""
+    if pending is not None:
+        try:
+            results = _wait(zk, pending, timeout)
+            _MULTI_READ_OK.add(zk)
+            return results  # type: ignore[return-value]
+        except UnimplementedError:
+            _NO_MULTI_READ.add(zk)
+    return _one_by_one(zk, window, timeout)
+
+
+def _answer_bytes(results: list[ReadResult]) -> int:
+    return sum(len(r[0]) + _RESULT_OVERHEAD if isinstance(r, tuple) else 16 for r in results)
+
+
+def get_many(zk: KazooClient, paths: Sequence[str], *, timeout: float = 60.0, per_request: int | None = None,
+             retry: Optional[Retry] = None, answer_bytes: int = ANSWER_BYTES) -> Iterator[tuple[str, ReadResult]]:
+    """``(path, result)`` for every path, in order (any thread): multiReads of at most ``per_request`` paths
+    (:data:`READS_PER_REQUEST` by default; :data:`FIRST_REQUEST` until an answer shows the znodes' size, then as
+    many as fit ``answer_bytes``), two in flight.
+
+    A znode's own error (``NoNodeError``, ``NoAuthError``) is its result. A request that fails with the connection
+    (``ConnectionLoss``, ``OperationTimeoutError``) is sent again through ``retry`` when one is given (the request
+    already sent is its first try); whatever ``retry`` raises, or any other failure of a request (session expiry, no retry given), is raised."""
+    limit = per_request or READS_PER_REQUEST
+    size = min(limit, FIRST_REQUEST)
     in_flight: deque[tuple[Sequence[str], AsyncResult | None]] = deque()
-    next_window = 0
-    while next_window < len(windows) or in_flight:
+    sent = 0
+    while sent < len(paths) or in_flight:
         depth = REQUESTS_IN_FLIGHT if zk in _MULTI_READ_OK or zk in _NO_MULTI_READ else 1
-        while next_window < len(windows) and len(in_flight) < depth:
-            window = windows[next_window]
-            next_window += 1
+        while sent < len(paths) and len(in_flight) < depth:
+            window = paths[sent : sent + size]
+            sent += len(window)
             in_flight.append((window, None if zk in _NO_MULTI_READ else _send(zk, window)))
         window, pending = in_flight.popleft()
-        results: list[ReadResult] | None = None
-        if pending is not None:
-            try:
-                results = pending.get(timeout=timeout)
-                _MULTI_READ_OK.add(zk)
-            except UnimplementedError:
-                _NO_MULTI_READ.add(zk)
-        if results is None:
-            results = _one_by_one(zk, window, timeout)
+        if retry is None:
+            results = _answer(zk, window, pending, timeout)
+        else:  # the request already sent is the policy's first try
+            sent_first = [pending]
+
+            def read_window() -> list[ReadResult]:
+                request = sent_first.pop() if sent_first else None if zk in _NO_MULTI_READ else _send(zk, window)
+                return _answer(zk, window, request, timeout)
+
+            results = retry(read_window)
         if len(results) != len(window):
             raise ValueError(f"a multiRead of {len(window)} paths answered {len(results)} results")
+        per_path = _answer_bytes(results) / len(results)
+        size = max(1, min(limit, int(answer_bytes // per_path)))
         yield from zip(window, results)

@@ -23,7 +23,7 @@ import random
 import re
 import threading
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Literal, Sequence, overload
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -365,13 +365,25 @@ class ZkMetadataStore:
         # Java falls back to the znode's creation time (stat.ctime, ms) when the blob has none.
         return Versioned(md_codec.parse(data, znode_ctime=stat.ctime), stat.version)
 
+    @overload
     def read_many_ledger_metadata(
-        self, refs: Sequence[tuple[int, int]]
-    ) -> Iterator[tuple[int, int, Versioned | None]]:
+        self, refs: Sequence[tuple[int, int]], *, bad_metadata_as_result: Literal[False] = False
+    ) -> Iterator[tuple[int, int, Versioned | None]]: ...
+
+    @overload
+    def read_many_ledger_metadata(
+        self, refs: Sequence[tuple[int, int]], *, bad_metadata_as_result: Literal[True]
+    ) -> Iterator[tuple[int, int, Versioned | BadMetadataError | None]]: ...
+
+    def read_many_ledger_metadata(
+        self, refs: Sequence[tuple[int, int]], *, bad_metadata_as_result: bool = False
+    ) -> Iterator[tuple[int, int, Versioned | BadMetadataError | None]]:
         """``(scope id, ledger id, metadata and znode version, or None when absent)`` for each ``(scope id,
         ledger id)`` in order, read with ZooKeeper multi reads of many znodes each (any thread;
-        :mod:`bkspark.metadata.multiread`).  A ledger id no path of this layout can hold is absent; metadata that
-        does not parse raises :class:`BadMetadataError`, any other failure the store's wrapped error."""
+        :mod:`bkspark.metadata.multiread`), a lost connection retried under this store's policy.  A ledger id no
+        path of this layout can hold is absent; metadata that does not parse raises :class:`BadMetadataError`
+        (or, with ``bad_metadata_as_result``, is that ledger's result: the orphan audit reports it and goes on),
+        any other failure the store's wrapped error."""
         from bkspark.metadata.multiread import get_many
 
         paths: list[str] = []
@@ -383,7 +395,7 @@ class ZkMetadataStore:
                 has_path.append(False)
                 continue
             has_path.append(True)
-        results = get_many(self.zk, paths)
+        results = get_many(self.zk, paths, retry=self.retry)
         try:
             for (scope_id, ledger_id), known in zip(refs, has_path):
                 path, result = next(results) if known else (None, None)
@@ -393,8 +405,15 @@ class ZkMetadataStore:
                 if isinstance(result, BaseException):
                     raise self.retry.wrap_error(result, path=path) from result
                 data, stat = result
-                yield scope_id, ledger_id, Versioned(md_codec.parse(data, znode_ctime=stat.ctime), stat.version)
-        except ZookeeperError as exc:  # the request itself (connection loss, session expiry)
+                try:
+                    metadata = md_codec.parse(data, znode_ctime=stat.ctime)
+                except BadMetadataError as exc:
+                    if not bad_metadata_as_result:
+                        raise
+                    yield scope_id, ledger_id, exc
+                    continue
+                yield scope_id, ledger_id, Versioned(metadata, stat.version)
+        except ZookeeperError as exc:  # the request itself (session expiry; connection loss without a retry left)
             raise self.retry.wrap_error(exc) from exc
 
     def write_ledger_metadata(

@@ -302,3 +302,88 @@ def test_multi_reads_answer_as_one_get_data_per_znode_would(zk_root) -> None:  #
     finally:
         chrooted.stop()
         chrooted.close()
+
+
+def test_multi_reads_size_their_requests_so_answers_stay_near_the_byte_bound(zk_root, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Znodes of 200 KB (metadata of a ledger with thousands of ensemble segments is that large): after the first
+    # answer, a request asks for no more znodes than fit ANSWER_BYTES; every znode is still read as getData reads it.
+    from bkspark.metadata import multiread
+
+    zk = zk_root.zk_client
+    base = f"{zk_root.path}/bigreads"
+    zk.create(base, b"")
+    paths = [f"{base}/n{i:02d}" for i in range(40)]
+    for i, path in enumerate(paths):
+        zk.create(path, bytes([i]) * 200_000)
+    asked: list[int] = []
+    real_send = multiread._send
+    monkeypatch.setattr(multiread, "_send", lambda client, window: asked.append(len(window)) or real_send(client, window))
+    got = list(multiread.get_many(zk, paths))
+    assert [p for p, _ in got] == paths and [r for _, r in got] == [zk.get(p) for p in paths]
+    fits = multiread.ANSWER_BYTES // (200_000 + multiread._RESULT_OVERHEAD)
+    # A fresh client has one request in flight until the first answer, so the second is already sized by it.
+    assert asked[0] == multiread.FIRST_REQUEST and set(asked[1:-1]) == {fits} and asked[-1] <= fits
+    assert sum(asked) == len(paths)
+
+
+@pytest.mark.fault
+def test_a_multi_read_lost_with_the_connection_is_read_again(zk_root) -> None:  # type: ignore[no-untyped-def]
+    # Planning reads 600 ledgers' metadata through a proxy; the connection is reset while a multiRead's answer
+    # is being swallowed. The store's retry policy sends it again once kazoo has reconnected: every ledger is read.
+    from tests.harness.proxy import Direction, FaultProxy
+
+    host, port = zk_root.connect_string.split(",")[0].rsplit(":", 1)
+    with FaultProxy((host, int(port)), name="zk") as proxy:
+        uri = zk_root.metadata_service_uri.replace(f"{host}:{port}", f"127.0.0.1:{proxy.port}")
+        proxied = ZkMetadataStore(uri)
+        try:
+            refs = [(0, 5_000 + i) for i in range(600)]
+            for _, ledger_id in refs:
+                proxied.create_ledger_metadata(ledger_id, _md(custom_metadata={"n": str(ledger_id).encode()}))
+            accepted = proxy.connections_accepted
+            reads = proxied.read_many_ledger_metadata(refs)
+            first = [next(reads) for _ in range(32)]  # the first request's answer, nothing left in flight
+            proxy.blackhole(Direction.DOWN)  # the next requests' answers are swallowed ...
+            cut = threading.Timer(0.5, lambda: (proxy.reset(), proxy.restore()))  # ... until the connection dies
+            cut.start()
+            rest = list(reads)
+            cut.join()
+            assert proxy.connections_accepted > accepted  # kazoo reconnected: the read did cross a lost connection
+            got = first + rest
+            assert [(s, lid) for s, lid, _ in got] == refs
+            assert all(v is not None and v.metadata.custom_metadata == {"n": str(lid).encode()} for _, lid, v in got)
+        finally:
+            proxied.close()
+
+
+def test_a_multi_read_failure_no_retry_fixes_is_a_metadata_error(zk_root, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # An expired session is not sent again; connection loss past the policy's tries gives up; both are typed.
+    from kazoo.exceptions import SessionExpiredError
+
+    from bkspark.errors import MetadataError
+    from bkspark.metadata import multiread
+    from bkspark.metadata.retry import RetryPolicy
+
+    store = ZkMetadataStore(zk_root.metadata_service_uri, zk=zk_root.zk_client, retry=RetryPolicy(max_tries=3, delay=0.01))
+    store.create_ledger_metadata(7, _md())
+    sent: list[tuple[str, ...]] = []
+
+    def failing(error: BaseException):  # type: ignore[no-untyped-def]
+        def send(client, window):  # type: ignore[no-untyped-def]
+            sent.append(tuple(window))
+            result = client.handler.async_result()
+            result.set_exception(error)
+            return result
+        return send
+
+    monkeypatch.setattr(multiread, "_send", failing(SessionExpiredError()))
+    with pytest.raises(MetadataError, match="session expired"):
+        list(store.read_many_ledger_metadata([(0, 7)]))
+    assert len(sent) == 1
+    sent.clear()
+    monkeypatch.setattr(multiread, "_send", failing(ConnectionLoss()))
+    with pytest.raises(MetadataError, match="retries exhausted"):
+        list(store.read_many_ledger_metadata([(0, 7)]))
+    assert len(sent) == 3  # max_tries, the first send included
+    monkeypatch.undo()
+    assert [v.metadata for _, _, v in store.read_many_ledger_metadata([(0, 7)])] == [store.read_ledger_metadata(7).metadata]

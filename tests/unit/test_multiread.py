@@ -9,17 +9,29 @@ import struct
 from typing import Any
 
 import pytest
-from kazoo.exceptions import ConnectionLoss, NoAuthError, NoNodeError, UnimplementedError
+from kazoo.exceptions import (
+    ConnectionLoss,
+    NoAuthError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+    UnimplementedError,
+)
 from kazoo.protocol.states import ZnodeStat
 
+from bkspark.errors import MetadataError
 from bkspark.metadata import multiread
 from bkspark.metadata.multiread import (
+    ANSWER_BYTES,
+    FIRST_REQUEST,
     GET_DATA,
     MULTI_READ,
+    READS_PER_REQUEST,
     decode_get_data_many,
     encode_get_data_many,
     get_many,
 )
+from bkspark.metadata.retry import RetryPolicy
 
 STAT = ZnodeStat(1, 2, 1_700_000_000_000, 4, 5, 6, 7, 0, 2, 0, 9)
 
@@ -86,12 +98,20 @@ class Result:
         return self.value
 
 
+class FakeTimeout(Exception):
+    """The handler's ``timeout_exception``: what ``AsyncResult.get`` raises when no answer came in time."""
+
+
 class FakeZk:
-    """What get_many uses of a KazooClient: ``chroot``, ``handler.async_result()``, ``_call``, ``get_async``."""
+    """What get_many uses of a KazooClient: ``chroot``, ``handler.async_result()`` and ``timeout_exception``,
+    ``_call``, ``get_async``. ``request_error`` fails every request, ``failures`` only the next ones."""
+
+    timeout_exception = FakeTimeout
 
     def __init__(self, znodes: dict[str, bytes], *, multi: bool = True, chroot: str = "",
-                 request_error: BaseException | None = None) -> None:
+                 request_error: BaseException | None = None, failures: list[BaseException] | None = None) -> None:
         self.znodes, self.multi, self.chroot, self.request_error = znodes, multi, chroot, request_error
+        self.failures = list(failures or [])
         self.handler = self
         self.requests: list[tuple[str, ...]] = []
         self.singles: list[str] = []
@@ -105,7 +125,9 @@ class FakeZk:
     def _call(self, request: Any, result: Result) -> None:
         assert request.type == MULTI_READ
         self.requests.append(request.paths)
-        if self.request_error is not None:
+        if self.failures:
+            result.error = self.failures.pop(0)
+        elif self.request_error is not None:
             result.error = self.request_error
         elif not self.multi:
             result.error = UnimplementedError()
@@ -172,3 +194,71 @@ def test_without_multi_read_a_znodes_error_is_its_result_and_a_lost_connection_i
     zk.get_async = lambda path: Result(error=ConnectionLoss())  # type: ignore[method-assign]
     with pytest.raises(ConnectionLoss):
         list(get_many(zk, ["/l/1"]))  # type: ignore[arg-type]
+
+
+def test_the_first_request_is_small_and_later_ones_are_sized_by_the_last_answers_bytes_per_znode() -> None:
+    # 600 small znodes, then 1,500 of 20 KB: requests grow to the cap, then shrink to what fits the answer bound.
+    znodes = {f"/s/{i}": b"m" * 300 for i in range(600)}
+    znodes.update({f"/b/{i}": b"B" * 20_000 for i in range(1500)})
+    paths = [f"/s/{i}" for i in range(600)] + [f"/b/{i}" for i in range(1500)]
+    zk = FakeZk(znodes)
+    got = list(get_many(zk, paths))  # type: ignore[arg-type]
+    assert [p for p, _ in got] == paths and all(r == (znodes[p], STAT) for p, r in got)
+    sizes = [len(r) for r in zk.requests]
+    assert sizes[0] == FIRST_REQUEST and sizes[1] == READS_PER_REQUEST  # 300 B znodes: the cap, not the bytes
+    # Two requests are in flight, so the request after next is the first sized by an answer of big znodes.
+    first_big = next(i for i, r in enumerate(zk.requests) if all(p.startswith("/b/") for p in r))
+    fits = ANSWER_BYTES // (20_000 + multiread._RESULT_OVERHEAD)
+    assert set(sizes[first_big + 2 : -1]) == {fits} and sizes[-1] <= fits
+    assert max(sum(len(znodes[p]) for p in r) for r in zk.requests[first_big + 2 :]) <= ANSWER_BYTES
+    # One znode larger than the bound is still read, one at a time.
+    zk = FakeZk({f"/h/{i}": b"H" * (ANSWER_BYTES + 1) for i in range(3)})
+    assert len(list(get_many(zk, [f"/h/{i}" for i in range(3)], per_request=2))) == 3  # type: ignore[arg-type]
+    assert [len(r) for r in zk.requests] == [2, 1]
+
+
+@pytest.mark.parametrize("error", [ConnectionLoss(), OperationTimeoutError()], ids=["connection-loss", "timeout"])
+def test_a_request_lost_with_the_connection_is_sent_again_under_the_retry_policy(error: BaseException) -> None:
+    znodes = {f"/l/{i}": b"m%d" % i for i in range(9)}
+    paths = [f"/l/{i}" for i in range(9)]
+    zk = FakeZk(znodes, failures=[error, error])  # the first request, then its first retry
+    retries = []
+
+    def retry(read):  # type: ignore[no-untyped-def]
+        return RetryPolicy(delay=0.001)(lambda: retries.append(1) or read())
+
+    got = list(get_many(zk, paths, per_request=3, retry=retry))  # type: ignore[arg-type]
+    assert got == [(p, (znodes[p], STAT)) for p in paths]
+    assert zk.requests[:3] == [tuple(paths[:3])] * 3 and len(zk.requests) == 5  # three windows, two sent again
+    assert len(retries) == 5  # each send is one try of the policy, the first send included
+    # Without a policy, or once the policy gives up, the request's failure is raised.
+    with pytest.raises(type(error)):
+        list(get_many(FakeZk(znodes, failures=[error]), paths))  # type: ignore[arg-type]
+    with pytest.raises(MetadataError, match="retries exhausted"):
+        list(get_many(FakeZk(znodes, request_error=error), paths,  # type: ignore[arg-type]
+                      retry=RetryPolicy(max_tries=3, delay=0.001)))
+
+
+def test_an_expired_session_is_not_sent_again() -> None:
+    zk = FakeZk({"/l/1": b"x"}, failures=[SessionExpiredError()])
+    with pytest.raises(MetadataError, match="session expired"):  # the policy's own typed error
+        list(get_many(zk, ["/l/1"], retry=RetryPolicy(delay=0.001)))  # type: ignore[arg-type]
+    assert len(zk.requests) == 1
+
+
+def test_no_answer_in_time_is_zookeepers_operation_timeout_and_is_retried() -> None:
+    zk = FakeZk({"/l/1": b"x"}, failures=[FakeTimeout()])
+    with pytest.raises(OperationTimeoutError, match="no answer from ZooKeeper"):
+        list(get_many(zk, ["/l/1"], timeout=0.01))  # type: ignore[arg-type]
+    zk = FakeZk({"/l/1": b"x"}, failures=[FakeTimeout()])
+    assert list(get_many(zk, ["/l/1"], retry=RetryPolicy(delay=0.001))) == [("/l/1", (b"x", STAT))]  # type: ignore[arg-type]
+
+
+def test_without_multi_read_a_lost_connection_is_retried_one_by_one() -> None:
+    zk = FakeZk({"/l/1": b"x", "/l/2": b"y"}, multi=False)
+    assert len(list(get_many(zk, ["/l/1"]))) == 1  # learns the server has no multiRead
+    real_get_async, lost = zk.get_async, [ConnectionLoss()]
+    zk.get_async = lambda path: Result(error=lost.pop()) if lost else real_get_async(path)  # type: ignore[method-assign]
+    got = list(get_many(zk, ["/l/1", "/l/2"], retry=RetryPolicy(delay=0.001)))  # type: ignore[arg-type]
+    assert got == [("/l/1", (b"x", STAT)), ("/l/2", (b"y", STAT))]
+    assert len(zk.requests) == 1  # still no multiRead asked
