@@ -1010,13 +1010,11 @@ class LedgerStorage:
         """Write a snapshot to entry logs and the index (any thread; the slow part)."""
         per_dir: dict[int, list[CacheKey]] = {}
         n = len(self._dirs)
-        if n == 1 and not snapshot.deletes:
+        if n == 1:
             per_dir[0] = list(snapshot.entries)
         else:
             for key in snapshot.entries:
                 scope_id, ledger_id, _ = key_address(key)
-                if (scope_id, ledger_id) in snapshot.deletes:
-                    continue
                 per_dir.setdefault((scope_id * 31 + ledger_id) % n, []).append(key)
         try:
             for index, directory in enumerate(self._dirs):
@@ -1034,12 +1032,10 @@ class LedgerStorage:
                         raise BookieIOError("an entry log moved between placing and appending a checkpoint")
                     directory.sync()
                 with directory.env.begin(write=True) as txn:
-                    if locations:
-                        cursor = txn.cursor(db=directory.index_db)
-                        cursor.putmulti(locations)
-                    for (scope_id, ledger_id), state in snapshot.states.items():
-                        if (scope_id * 31 + ledger_id) % n == index:
-                            txn.put(_LEDGER_KEY.pack(scope_id, ledger_id), state, db=directory.ledgers_db)
+                    # Deletes first: a snapshot holds entries or state of a deleted ledger only when a writer
+                    # re-created it after a failed checkpoint put its delete back (end_checkpoint); the old life's
+                    # rows go, the new life's are written below, as if the re-creation came after the delete's
+                    # checkpoint.
                     for scope_id, ledger_id in snapshot.deletes:
                         if (scope_id * 31 + ledger_id) % n != index:
                             continue
@@ -1050,6 +1046,12 @@ class LedgerStorage:
                             while cursor.key()[:16] == prefix:
                                 if not cursor.delete():
                                     break
+                    if locations:
+                        cursor = txn.cursor(db=directory.index_db)
+                        cursor.putmulti(locations)
+                    for (scope_id, ledger_id), state in snapshot.states.items():
+                        if (scope_id * 31 + ledger_id) % n == index:
+                            txn.put(_LEDGER_KEY.pack(scope_id, ledger_id), state, db=directory.ledgers_db)
                     txn.put(_CHECKPOINT_KEY, snapshot.mark.pack(), db=directory.meta_db)
         except (OSError, lmdb.Error) as exc:
             raise BookieIOError("checkpoint failed", error=str(exc)) from exc

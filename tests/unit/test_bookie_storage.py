@@ -597,3 +597,49 @@ def test_a_checkpoint_retried_after_the_next_entry_log_could_not_be_made(
     again.open()
     assert [again.get_entry(0, 1, i) for i in range(20)] == [written[i] for i in range(20)]
     again.close()
+
+
+@pytest.mark.parametrize("checkpoint_fails", [True, False], ids=["failed", "ok"])
+def test_a_ledger_written_again_while_a_failed_checkpoint_held_its_delete_keeps_its_new_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkpoint_fails: bool
+) -> None:
+    """Ledger 1 is deleted; the checkpoint that carries the delete fails after a writer (a zombie writing to a
+    ledger id after its garbage collection) stored new entries under the same id. The failed checkpoint puts the
+    delete back; the next one must delete the old life's rows only: the new entries are acknowledged and read
+    back, before and after a restart, exactly as when the checkpoint had not failed."""
+    storage = LedgerStorage([tmp_path])
+    storage.open()
+    storage.set_master_key(0, 1, KEY)
+    for i in range(5):
+        storage.put_entry(0, 1, i, i - 1, entry(1, i, i - 1, b"old %d " % i * 20))
+    storage.put_entry(0, 2, 0, -1, entry(2, 0, -1, b"other " * 40))
+    storage.checkpoint(JournalPosition(1, 10))
+    storage.delete_ledger(0, 1)
+    storage.put_entry(0, 2, 1, 0, entry(2, 1, 0, b"other " * 40))  # something for the checkpoint to write
+    snapshot = storage.begin_checkpoint(JournalPosition(1, 20))
+    assert (0, 1) in snapshot.deletes
+    new = {i: entry(1, i, i - 1, b"new %d " % i * 20) for i in range(3)}
+    storage.set_master_key(0, 1, OTHER_KEY)
+    for i, data in new.items():  # while the checkpoint's thread writes
+        storage.put_entry(0, 1, i, i - 1, data)
+    if checkpoint_fails:
+        disk = _DiskThatFails(write_halfway=1)
+        monkeypatch.setattr(storage_module, "os", disk)
+        monkeypatch.setattr(journal_module, "os", disk)
+        with pytest.raises(BookieIOError):
+            storage.write_checkpoint(snapshot)
+        monkeypatch.undo()
+    else:
+        storage.write_checkpoint(snapshot)
+    storage.end_checkpoint(snapshot, ok=not checkpoint_fails)
+    storage.checkpoint(JournalPosition(1, 30))
+    for store in (storage, None):
+        if store is None:
+            storage.close()
+            store = LedgerStorage([tmp_path])
+            store.open()
+        assert store.entry_ids(0, 1) == [0, 1, 2]  # the old life's entries 3 and 4 are gone with its delete
+        assert [store.get_entry(0, 1, i) for i in range(3)] == [new[i] for i in range(3)]
+        assert store.ledger(0, 1).master_key == OTHER_KEY
+        assert store.entry_ids(0, 2) == [0, 1]
+    store.close()
