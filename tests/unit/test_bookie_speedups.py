@@ -158,6 +158,41 @@ def test_log_records_are_the_reference_records(path: str) -> None:
         assert struct.unpack(">Iqqq", blob[offset - 4096 - 28 : offset - 4096]) == (length, *key_address(key))
 
 
+@pytest.mark.parametrize(
+    "order",
+    ["writers-runs", "one-writer", "runs-that-interleave", "short-runs"],
+)
+def test_log_records_sort_a_write_caches_runs_as_the_reference_sorts_every_key(path: str, order: str) -> None:
+    """Key orders a write cache has (writers' runs of adds in arrival order, one writer's ascending keys, two
+    writers' runs that interleave in one ledger, short runs): the compiled loop's blob and rows are the reference's."""
+    rng = random.Random(16)
+    keys: list[int] = []
+    if order in ("writers-runs", "runs-that-interleave"):
+        step = 2 if order == "runs-that-interleave" else 1  # two writers' runs share one ledger's ids
+        next_id = {(0, 5): 0, (0, 9): 1 if step == 2 else 0, (7, 5): 0}
+        writers = [(0, 5), (0, 9), (7, 5)] if step == 1 else [(0, 5), (0, 9)]
+        for _ in range(60):
+            scope_id, ledger_id = rng.choice(writers)
+            target = 5 if step == 2 else ledger_id
+            run = rng.randrange(1, 40)
+            first = next_id[(scope_id, ledger_id)]
+            keys += [cache_key(scope_id, target, first + step * i) for i in range(run)]
+            next_id[(scope_id, ledger_id)] = first + step * run
+    elif order == "one-writer":
+        keys = [cache_key(0, 3, i) for i in range(500)]
+    else:
+        keys = [cache_key(0, rng.randrange(4), rng.randrange(10_000)) for _ in range(400)]
+        keys = list(dict.fromkeys(keys))
+    entries = {key: rng.randbytes(rng.randrange(0, 200)) for key in keys}
+
+    def place(size: int) -> tuple[int, int]:
+        return 3, 128
+
+    blob, rows = log_records(keys, entries, place)
+    assert (blob, rows) == log_records_reference(keys, entries, place)
+    assert [int.from_bytes(k, "big") for k, _ in rows] == sorted(keys)
+
+
 def test_log_records_hand_what_they_cannot_do_to_the_reference(path: str) -> None:
     def place(size: int) -> tuple[int, int]:
         return 1, 8
