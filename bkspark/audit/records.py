@@ -28,6 +28,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, Zook
 
 from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError, MetadataVersionError
 from bkspark.metadata.multiread import get_many
+from bkspark.metadata.retry import RetryPolicy
 from bkspark.protocol.ledger_name import parse_qualified_name, qualified_name
 from bkspark.protocol import zk_paths
 from bkspark.protocol.values import INT64_MAX, INT64_MIN
@@ -189,22 +190,25 @@ def decode_records(name: str, data: bytes) -> list[OrphanRecord]:
         raise BadMetadataError(f"malformed orphan record {name!r}: {exc}") from None
 
 
-def list_orphans(zk: KazooClient, root: str) -> list[OrphanRecord]:
+def list_orphans(zk: KazooClient, root: str, retry: RetryPolicy | None = None) -> list[OrphanRecord]:
     """Every orphan the last audit recorded, sorted by (scope, ledger id, reason).
 
-    One ``getChildren`` and pipelined ``getData`` calls: cheap whatever the
-    number of ledgers in the cluster.  No audit yet means an empty list.
+    One ``getChildren`` and multi reads of the records: cheap whatever the number of ledgers in the cluster.
+    A lost connection is retried under ``retry`` (a default :class:`RetryPolicy` when None), as the metadata
+    store's reads are.  No audit yet means an empty list.
     """
     base = orphans_path(root)
+    policy = retry or RetryPolicy()
     try:
-        names = zk.get_children(base)
+        names = policy(zk.get_children, base)
     except NoNodeError:
         return []
     except ZookeeperError as exc:
         raise MetadataError(f"cannot list orphans: {type(exc).__name__}", path=base) from exc
     out: list[OrphanRecord] = []
     try:
-        for (_, result), name in zip(get_many(zk, [f"{base}/{name}" for name in names], timeout=30), names):
+        paths = [f"{base}/{name}" for name in names]
+        for (_, result), name in zip(get_many(zk, paths, timeout=30, retry=policy), names):
             if isinstance(result, NoNodeError):  # cleared by the auditor since we listed
                 continue
             if isinstance(result, BaseException):

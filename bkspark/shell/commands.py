@@ -135,7 +135,7 @@ def cmd_listorphaned(args: argparse.Namespace, out: Output) -> int:
     """The orphans the last audit recorded (cheap: reads only the audit's znodes)."""
     scope_filter = resolve_scope(args) if getattr(args, "ledger_scope_id", None) is not None else None
     with open_store(args) as store:
-        records = list_orphans(store.zk, store.root)
+        records = list_orphans(store.zk, store.root, store.retry)
     if scope_filter is not None:
         records = [r for r in records if r.scope_id == scope_filter]
     if out.json:

@@ -261,3 +261,39 @@ def test_embedded_auditor_on_a_shared_session_leaves_it_running(zk_root, store) 
         auditor.stop()
     assert not auditor.is_leader and Auditor_contenders(store) == []
     assert zk.connected  # the bookie's session is still its own
+
+
+@pytest.mark.fault
+def test_the_orphan_list_is_read_again_after_a_lost_connection(zk_root, store) -> None:  # type: ignore[no-untyped-def]
+    # The list is read through a proxy that swallows ZooKeeper's answers until it resets the connection: the
+    # getChildren and the multi reads are sent again once kazoo has reconnected, and every orphan is listed.
+    import threading
+
+    from kazoo.client import KazooClient
+
+    from tests.harness.proxy import Direction, FaultProxy
+
+    past = datetime.now(timezone.utc) - timedelta(hours=2)
+    overdue = sorted(new_ledger(store, ledger(close_ctx(past))) for _ in range(40))
+    auditor = Auditor(zk_root.metadata_service_uri, grace_period=3600, audit_period=3600)
+    try:
+        auditor.audit_once()
+    finally:
+        auditor.stop()
+    expected = list_orphans(store.zk, store.root)
+    assert [r.ledger_id for r in expected] == overdue
+    host, port = zk_root.connect_string.split(",")[0].rsplit(":", 1)
+    with FaultProxy((host, int(port)), name="zk") as proxy:
+        client = KazooClient(hosts=f"127.0.0.1:{proxy.port}", timeout=10.0)
+        client.start(15)
+        try:
+            accepted = proxy.connections_accepted
+            proxy.blackhole(Direction.DOWN)
+            cut = threading.Timer(0.5, lambda: (proxy.reset(), proxy.restore()))
+            cut.start()
+            assert list_orphans(client, store.root) == expected
+            cut.join()
+            assert proxy.connections_accepted > accepted  # the answers did cross a lost connection
+        finally:
+            client.stop()
+            client.close()
