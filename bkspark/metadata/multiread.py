@@ -201,7 +201,8 @@ def get_many(zk: KazooClient, paths: Sequence[str], *, timeout: float = 60.0, pe
 
     A znode's own error (``NoNodeError``, ``NoAuthError``) is its result. A request that fails with the connection
     (``ConnectionLoss``, ``OperationTimeoutError``) is sent again through ``retry`` when one is given (the request
-    already sent is its first try); whatever ``retry`` raises, or any other failure of a request (session expiry, no retry given), is raised."""
+    already sent is its first try). Whatever ``retry`` raises is raised, and so is any other failure of a request
+    (session expiry; any failure when no retry is given)."""
     limit = per_request or READS_PER_REQUEST
     size = min(limit, FIRST_REQUEST)
     in_flight: deque[tuple[Sequence[str], AsyncResult | None]] = deque()
@@ -219,7 +220,10 @@ def get_many(zk: KazooClient, paths: Sequence[str], *, timeout: float = 60.0, pe
             sent_first = [pending]
 
             def read_window() -> list[ReadResult]:
-                request = sent_first.pop() if sent_first else None if zk in _NO_MULTI_READ else _send(zk, window)
+                if sent_first:
+                    request = sent_first.pop()
+                else:
+                    request = None if zk in _NO_MULTI_READ else _send(zk, window)
                 return _answer(zk, window, request, timeout)
 
             results = retry(read_window)
