@@ -3,7 +3,8 @@ process; writes them at exit to $BK_COUNT_DIR/<pid>.json."""
 import atexit, json, os, sys, concurrent.futures
 _d = os.environ.get("BK_COUNT_DIR")
 if _d:
-    counts = {"submit": 0, "read_cold": 0, "read_cold_entries": 0, "argv": sys.argv[:3]}
+    counts = {"submit": 0, "read_cold": 0, "read_cold_entries": 0, "memory_hits_calls": 0, "memory_hits_reads": 0,
+              "argv": sys.argv[:3]}
     _orig = concurrent.futures.ThreadPoolExecutor.submit
     def submit(self, *a, **k):
         counts["submit"] += 1
@@ -21,6 +22,12 @@ if _d:
             counts["read_cold_entries"] += len(out)
             return out
         storage.LedgerStorage.read_cold = read_cold
+        orig_hits = storage.LedgerStorage.memory_hits
+        def memory_hits(self, scope_id, reads):
+            counts["memory_hits_calls"] += 1
+            counts["memory_hits_reads"] += len(reads)
+            return orig_hits(self, scope_id, reads)
+        storage.LedgerStorage.memory_hits = memory_hits
     import builtins
     _imp = builtins.__import__
     def hook(name, *a, **k):
