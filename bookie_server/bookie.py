@@ -14,6 +14,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -48,6 +49,14 @@ _CHECKED_FIELDS = itemgetter(0, 4, 5, 6)
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+#: A ledger's cold single reads that follow one another along it (a scan) read ahead twice as many entries each
+#: time, up to this many times ``dbStorage_readAheadCacheBatchSize`` (docs/bookie.md, "Reads"). The read-ahead
+#: only takes records from the one chunk its read brought, so a larger one costs no more I/O.
+READ_AHEAD_GROWTH = 16
+
+#: Ledgers whose last cold read's read-ahead :class:`Bookie` remembers (the least recently read go first).
+SEQUENTIAL_LEDGERS = 4096
 
 __all__ = ["Bookie", "ReadAheadWait", "ReadLacResult"]
 
@@ -96,9 +105,12 @@ class Bookie:
         self._disk_readonly = False
         self.on_state_change: Callable[[bool], None] | None = None
         self.started = False
-        #: (scope id, ledger id) -> [(entry id, answer)] of the cold single reads on a read thread whose
-        #: read-ahead may bring the entries after theirs (docs/bookie.md, "Reads").
-        self._read_aheads: dict[tuple[int, int], list[tuple[int, asyncio.Future[bytes]]]] = {}
+        #: (scope id, ledger id) -> [(entry id, answer, read-ahead)] of the cold single reads on a read thread whose
+        #: read-ahead may bring the entries after theirs, up to that many in all (docs/bookie.md, "Reads").
+        self._read_aheads: dict[tuple[int, int], list[tuple[int, asyncio.Future[bytes], int]]] = {}
+        #: (scope id, ledger id) -> (entry id, read-ahead) of the ledger's last cold single read: the next one
+        #: reads ahead twice as far when it follows on (:meth:`_read_ahead_size`).
+        self._last_read_ahead: OrderedDict[tuple[int, int], tuple[int, int]] = OrderedDict()
         #: Reads of entries only the disk holds run here, off the event loop (docs/bookie.md, "Reads").
         self.read_pool = concurrent.futures.ThreadPoolExecutor(
             max(1, conf.numReadWorkerThreads), thread_name_prefix="bookie-read"
@@ -496,15 +508,14 @@ class Bookie:
         self, key: tuple[int, int, int], after: int | None
     ) -> "tuple[int, asyncio.Future[bytes]] | None":
         """``(its entry id, its answer)`` of a cold read on a read thread whose read-ahead window holds ``key``'s
-        entry (ids after the read's own, less than it + ``dbStorage_readAheadCacheBatchSize``) and, unless
-        ``after`` is None, whose entry id is greater than ``after``; or None."""
+        entry (ids after the read's own, less than it + its read-ahead) and, unless ``after`` is None, whose
+        entry id is greater than ``after``; or None."""
         pending = self._read_aheads.get((key[0], key[1]))
         if pending:
-            entry_id, ahead = key[2], self.conf.dbStorage_readAheadCacheBatchSize
-            for item in pending:
-                first = item[0]
+            entry_id = key[2]
+            for first, answer, ahead in pending:
                 if first < entry_id < first + ahead and (after is None or first > after):
-                    return item
+                    return first, answer
         return None
 
     def _wait_for(
@@ -513,21 +524,39 @@ class Bookie:
         first, answer = pending
         answer.add_done_callback(lambda _done: self._after_read_ahead(key, wait, first))
 
+    def _read_ahead_size(self, key: tuple[int, int, int]) -> int:
+        """How many entries the cold single read of ``key`` brings, itself included (docs/bookie.md, "Reads"):
+        ``dbStorage_readAheadCacheBatchSize``, or twice the ledger's last cold read's when this one follows on from
+        it (after its entry, less than four of its read-aheads further: a scan, striped ensembles' gaps included),
+        up to :data:`READ_AHEAD_GROWTH` times the setting."""
+        base = max(1, self.conf.dbStorage_readAheadCacheBatchSize)
+        if base == 1:
+            return 1
+        ledger = (key[0], key[1])
+        last = self._last_read_ahead.pop(ledger, None)
+        ahead = base
+        if last is not None and last[0] < key[2] < last[0] + 4 * last[1]:
+            ahead = min(2 * last[1], READ_AHEAD_GROWTH * base)
+        self._last_read_ahead[ledger] = (key[2], ahead)
+        if len(self._last_read_ahead) > SEQUENTIAL_LEDGERS:
+            self._last_read_ahead.popitem(last=False)
+        return ahead
+
     def _read_cold_soon(self, key: tuple[int, int, int]) -> "asyncio.Future[bytes]":
         """A read thread reads ``key``'s entry and its read-ahead; while it runs, the reads its window holds
         wait for it (:meth:`_read_ahead_for`)."""
-        ahead = max(1, self.conf.dbStorage_readAheadCacheBatchSize)
+        ahead = self._read_ahead_size(key)
         answer = self._on_read_thread(lambda: self.storage.read_cold(key, ahead), self._cache_read_ahead)
         if ahead > 1:
             ledger = (key[0], key[1])
             pending = self._read_aheads.setdefault(ledger, [])
-            item = (key[2], answer)
+            item = (key[2], answer, ahead)
             pending.append(item)
             # First of the answer's callbacks: the read-ahead is no longer pending when its waiters look again.
             answer.add_done_callback(lambda _done: self._read_ahead_done(ledger, item))
         return answer
 
-    def _read_ahead_done(self, ledger: tuple[int, int], item: tuple[int, "asyncio.Future[bytes]"]) -> None:
+    def _read_ahead_done(self, ledger: tuple[int, int], item: tuple[int, "asyncio.Future[bytes]", int]) -> None:
         pending = self._read_aheads.get(ledger)
         if pending is not None:
             pending.remove(item)
@@ -540,7 +569,7 @@ class Bookie:
         read-ahead of a later entry than ``first`` whose window holds it, if one is on a read thread (another
         waiter's own read: a window of entries too large for one read-ahead is read one entry after another,
         not all at once), else it goes to a read thread itself.  The entries it waits for increase, so it
-        waits fewer than ``dbStorage_readAheadCacheBatchSize`` times."""
+        waits fewer times than the largest read-ahead (:meth:`_read_ahead_size`)."""
         if wait.done():
             return
         try:

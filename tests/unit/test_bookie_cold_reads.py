@@ -372,6 +372,43 @@ def test_a_cold_single_read_brings_the_next_entries_of_its_ledger(tmp_path, monk
     body(tmp_path)
 
 
+def test_a_scans_cold_reads_read_ahead_twice_as_far_each_time_up_to_a_bound(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A ledger's cold single reads that follow on from its last one (a scan) read twice as many entries ahead
+    each time, up to READ_AHEAD_GROWTH times dbStorage_readAheadCacheBatchSize (docs/bookie.md, "Reads"); a cold
+    read that does not follow on (another place in the ledger) reads the setting's number again. The same bytes
+    either way."""
+    from bookie_server.bookie import READ_AHEAD_GROWTH
+
+    @with_bookie(dbStorage_readAheadCacheBatchSize=4)
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c = await Conn.open(server.port)
+        entries = {i: make_entry(5, i, b"%d" % i * 20) for i in range(400)}
+        for i in range(400):
+            assert (await c.v2(v2.encode_add_request(0, KEY, entries[i]))).rc == v2.EOK
+        to_disk(bookie)
+        brought = []
+        first = 0
+        while first < 400:  # read the first entry the cache lacks, as a scan's next cold read is
+            before = len(cached_entries(bookie, 5))
+            r = await read(c, 5, first)
+            assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[first])
+            now = cached_entries(bookie, 5)
+            brought.append(len(now) - before)
+            first = next((i for i in range(first, 400) if i not in set(now)), 400)
+        cap = READ_AHEAD_GROWTH * 4
+        assert brought[:6] == [4, 8, 16, 32, 64, cap] and set(brought[5:-1]) == {cap}
+        assert sum(brought) == 400 and cached_entries(bookie, 5) == list(range(400))
+        bookie.storage._read_cache.clear()
+        bookie.storage._read_cache_bytes = 0
+        r = await read(c, 5, 100)  # the last cold read was near the end: not a scan's next one
+        assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[100]) and cached_entries(bookie, 5) == [100, 101, 102, 103]
+        r = await read(c, 5, 10)  # back before the last one: the setting again
+        assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[10]) and cached_entries(bookie, 5) == [10, 11, 12, 13, 100, 101, 102, 103]
+        c.close()
+
+    body(tmp_path)
+
+
 def test_a_read_ahead_of_one_reads_only_the_entry(tmp_path) -> None:  # type: ignore[no-untyped-def]
     @with_bookie(dbStorage_readAheadCacheBatchSize=1)
     async def body(bookie: Bookie, server: BookieServer) -> None:

@@ -16,7 +16,7 @@ from bookie_server import server as server_module
 from bookie_server.bookie import Bookie
 from bookie_server.server import BookieServer
 from tests.unit.test_bookie_backpressure import track_max
-from tests.unit.test_bookie_cold_reads import GatedColdReads, to_disk
+from tests.unit.test_bookie_cold_reads import GatedColdReads, cached_entries, to_disk
 from tests.unit.test_bookie_server import KEY, Conn, make_entry, with_bookie
 
 
@@ -224,18 +224,19 @@ def test_cold_reads_inside_a_pending_read_ahead_wait_for_it(tmp_path: Path, monk
         assert (conn._cold_reads, conn._waiting_reads, conn._read_ahead_hold) == (0, 0, False)
         r = await c.v2(v2.encode_read_request(7, 10))  # 0 + 10: past the window, and no read-ahead pending
         assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[10]) and len(gated.threads) == 2
+        assert cached_entries(bookie, 7) == list(range(30))  # it followed on from the first: twice as far ahead
 
         gated.gate.clear()
         gated.started.clear()
         fresh = await Conn.open(server.port)
-        fresh.send(b"".join(v2.encode_read_request(7, i) for i in range(20, 26)))  # its first chunk
+        fresh.send(b"".join(v2.encode_read_request(7, i) for i in range(30, 36)))  # its first chunk
         await started(gated)
         await asyncio.sleep(0.1)
         [fresh_conn] = [conn for conn in server_side(server) if conn is not conn_of(server, c)]
         assert (fresh_conn._cold_reads, fresh_conn._waiting_reads) == (1, 5)
         gated.gate.set()
         answers = [v2.decode_response(await fresh.body()) for _ in range(6)]
-        assert sorted((a.entry_id, bytes(a.entry)) for a in answers) == [(i, entries[i]) for i in range(20, 26)]
+        assert sorted((a.entry_id, bytes(a.entry)) for a in answers) == [(i, entries[i]) for i in range(30, 36)]
         assert len(gated.threads) == 3
         assert (fresh_conn._cold_reads, fresh_conn._waiting_reads) == (0, 0)
         assert not bookie._read_aheads and server.reads_gate.count == 0
