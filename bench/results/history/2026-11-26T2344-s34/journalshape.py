@@ -1,8 +1,8 @@
 """The Python bookie under the Spark writer's shape (CLIENTS bkspark clients, bulk 500, 2,000 in flight, 100 B,
 1/1/1): its CPU per entry by thread (user, system), and its journal's group commits (records per commit, sync
 time) from /metrics."""
-import json, os, re, subprocess, sys, urllib.request
-from bench.common import Cluster
+import concurrent.futures, json, os, re, subprocess, sys, urllib.request
+from bench.common import Cluster, py_bench
 
 N = int(os.environ.get("ENTRIES", "1000000"))
 CLIENTS = int(os.environ.get("CLIENTS", "2"))
@@ -16,8 +16,6 @@ def thread_names(pid):
     """Python thread names by native thread id, from py-spy dump."""
     spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
     out = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True).stdout
-    for m in re.finditer(r'^Thread (0x[0-9A-F]+|\d+) \((\w+)\): "([^"]*)"', out, re.M):
-        pass
     for m in re.finditer(r'^Thread (\S+) \(([^)]*)\): "([^"]*)"', out, re.M):
         tid = m.group(1)
         NAMES[int(tid, 16) if tid.startswith("0x") else int(tid)] = m.group(3)
@@ -50,28 +48,22 @@ def metrics(pb):
     return got
 
 
-def start(uri, n, warm):
-    return subprocess.Popen([sys.executable, "-m", "bench.pyclient", "write", "--zk", uri, "--digest", "CRC32C",
-                             "--entries", str(n), "--size", "100", "--warmup", str(warm), "--bulk", "500",
-                             "--outstanding", "2000", "--ensemble", "1", "--write", "1", "--ack", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def write(uri, n, warm):
+    """One bkspark client in the Spark writer's shape (bench.common.py_bench): its entries/s."""
+    return py_bench(uri, "write", digest="CRC32C", entries=n, size=100, warmup=warm, bulk=500, outstanding=2000,
+                    ensemble=1, write=1, ack=1)["entries_per_sec"]
 
 
 with Cluster(None, False, make_jars=False) as c:
     uri = c.new_root("python")
     pb = c.python_bookies(uri, 1, "python")
     pid = pb.bookies[0].process.pid
-    start(uri, 100000, 2000).communicate()
+    write(uri, 100000, 2000)
     print(thread_names(pid)[:3000])
     for r in range(int(os.environ.get("ROUNDS", "2"))):
         t0, m0 = threads(pid), metrics(pb)
-        procs = [start(uri, N // CLIENTS, 0) for _ in range(CLIENTS)]
-        rates = []
-        for p in procs:
-            out, err = p.communicate()
-            if p.returncode:
-                raise SystemExit(err)
-            rates.append(json.loads([l for l in out.splitlines() if l.startswith("{")][-1])["entries_per_sec"])
+        with concurrent.futures.ThreadPoolExecutor(CLIENTS) as clients:  # the clients run at once
+            rates = list(clients.map(lambda _: write(uri, N // CLIENTS, 0), range(CLIENTS)))
         t1, m1 = threads(pid), metrics(pb)
         per = {name: [round((t1[name][i] - t0.get(name, [0, 0])[i]) / TICK / N * 1e6, 3) for i in (0, 1)]
                for name in t1 if t1[name] != t0.get(name)}
