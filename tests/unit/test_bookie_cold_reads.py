@@ -404,6 +404,12 @@ def test_a_scans_cold_reads_read_ahead_twice_as_far_each_time_up_to_a_bound(tmp_
         assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[100]) and cached_entries(bookie, 5) == [100, 101, 102, 103]
         r = await read(c, 5, 10)  # back before the last one: the setting again
         assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[10]) and cached_entries(bookie, 5) == [10, 11, 12, 13, 100, 101, 102, 103]
+        # The last cold read is remembered for SEQUENTIAL_LEDGERS ledgers; the least recently read goes first.
+        from bookie_server.bookie import SEQUENTIAL_LEDGERS
+
+        for ledger in range(1000, 1000 + SEQUENTIAL_LEDGERS):
+            assert bookie._read_ahead_size((0, ledger, 0)) == 4
+        assert len(bookie._last_read_ahead) == SEQUENTIAL_LEDGERS and (0, 5) not in bookie._last_read_ahead
         c.close()
 
     body(tmp_path)
