@@ -3,6 +3,7 @@
 from bkspark.client.aio import AsyncBookKeeper, AsyncLedgerHandle, AsyncReadHandle
 from bkspark.client.bookkeeper import AppendFuture, BookKeeper, LedgerHandle, ReadHandle
 from bkspark.client.conf import ClientConf
+from bkspark.client.payloads import PackedPayloads
 from bkspark.client.reader import LedgerEntry
 
 __all__ = [
@@ -15,4 +16,5 @@ __all__ = [
     "AsyncReadHandle",
     "LedgerEntry",
     "ClientConf",
+    "PackedPayloads",
 ]

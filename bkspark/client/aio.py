@@ -34,6 +34,7 @@ from bkspark.client.ops import BookieOps
 from bkspark.client.pool import BookiePool
 from bkspark.client.arrow import DEFAULT_BYTES_PER_BATCH, DEFAULT_ROWS_PER_BATCH, payload_batch, require_pyarrow
 from bkspark.client.reader import DEFAULT_BYTES_IN_FLIGHT, LedgerEntry, LedgerReader
+from bkspark.client.payloads import PackedPayloads
 from bkspark.client.recovery import recover_ledger
 from bkspark.client.services import ClientServices
 from bkspark.client.writer import LedgerWriter
@@ -92,12 +93,15 @@ def check_payload(payload: object) -> None:
 _BYTES_ONLY = frozenset((bytes,))
 
 
-def check_payloads(payloads: Iterable[object]) -> list[bytes]:
-    """The entries of a bulk append as a list of immutable bytes; ``TypeError`` names the first bad one.
+def check_payloads(payloads: Iterable[object]) -> list[bytes] | PackedPayloads:
+    """The entries of a bulk append as a list of immutable bytes, or the :class:`PackedPayloads` given (immutable
+    already); ``TypeError`` names the first bad one.
 
     ``bytes`` pass through without a copy; a bytearray or memoryview is copied, because the writer keeps
     each payload until it is acknowledged (an ensemble change sends it again).
     """
+    if type(payloads) is PackedPayloads:
+        return payloads
     if isinstance(payloads, (bytes, bytearray, memoryview, str)):
         raise TypeError("append_many takes a sequence of payloads, not one payload")
     out: list[bytes] = list(payloads)  # type: ignore[arg-type]  # our own list: the caller may reuse theirs
@@ -562,7 +566,7 @@ class AsyncLedgerHandle(HandleIdentity):
         self.append_cb(payload, done)
         return fut
 
-    def append_many(self, payloads: Iterable[bytes | bytearray | memoryview]) -> Awaitable[range]:
+    def append_many(self, payloads: Iterable[bytes | bytearray | memoryview] | PackedPayloads) -> Awaitable[range]:
         """Append ``payloads`` as consecutive entries, all sent at once; awaits to the range of their ids.
 
         Every entry is an ordinary add (ordered after earlier appends, acknowledged by Qa bookies, an

@@ -31,6 +31,7 @@ from bkspark.client.aio import (
 )
 from bkspark.client.arrow import payload_batch, require_pyarrow
 from bkspark.client.conf import ClientConf
+from bkspark.client.payloads import PackedPayloads
 from bkspark.client.reader import LedgerEntry
 from bkspark.client.services import ClientServices
 from bkspark.client.writer import AddCallback
@@ -429,7 +430,7 @@ class LedgerHandle(HandleIdentity):
         singles: list[bytes] = []
         callbacks: list[AddCallback] = []
         for data, fut in items:
-            if type(data) is list:
+            if type(data) is list or type(data) is PackedPayloads:
                 if singles:
                     self._hand_over_singles(singles, callbacks)
                     singles, callbacks = [], []
@@ -502,7 +503,7 @@ class LedgerHandle(HandleIdentity):
                 self._bk._call_soon(self._drain_inbox)
         return fut
 
-    def append_many(self, payloads: Iterable[bytes | bytearray | memoryview]) -> AppendFuture:
+    def append_many(self, payloads: Iterable[bytes | bytearray | memoryview] | PackedPayloads) -> AppendFuture:
         """Queue ``payloads`` as consecutive entries with one hand-over to the loop; one future for them all.
 
         The future's result is the ``range`` of their entry ids once every one is acknowledged by Qa
@@ -512,6 +513,8 @@ class LedgerHandle(HandleIdentity):
         (a batch larger than that waits until nothing else is in flight).  Raises at once, with
         nothing queued and the ledger still writable, for a payload that is not bytes (``TypeError``)
         or larger than :attr:`max_payload` (:class:`EntryTooLargeError` with the entry's ``index``).
+        Payloads laid end to end in one buffer (:class:`PackedPayloads`, e.g. an Arrow binary column's) go
+        without a bytes object per entry.
         """
         data = check_payloads(payloads)
         self._writer.check_payload_sizes(data)

@@ -22,6 +22,7 @@ import logging
 from typing import Any, Callable, Iterable, Sequence
 
 from bkspark.client.connection import V2, V3, BookieConnection, Callback, ManyCallback
+from bkspark.client.payloads import PackedPayloads
 from bkspark.client.pool import BookiePool
 from bkspark.errors import BadRequestError, BookieTimeoutError, BookieUnavailableError
 from bkspark.protocol import v2, v3
@@ -198,17 +199,22 @@ class BookieOps:
         first_entry_id: int,
         lac: int,
         length: int,
-        payloads: "Sequence[bytes]",
+        payloads: "Sequence[bytes] | PackedPayloads",
     ) -> list[bytes]:
         """The ADDENTRY frames of ``payloads`` as scope-0 entries ``first_entry_id, ...`` (``length``: the ledger's
-        length before them).  A CRC32C ledger's list of bytes is packaged by one compiled call when it was built
-        (docs/architecture.md, "Compiled fast path"); the loop below, one :meth:`Digester.package_entry` and
-        one :meth:`encode_v2_add` per entry, is the reference and reports every error."""
-        if _speedups is not None and digester.digest_type is DigestType.CRC32C and type(payloads) is list:
-            frames = _speedups.v2_add_frames(
-                v2.add_request_header(flags), master_key, ledger_id, first_entry_id, lac,
-                length, payloads,
-            )
+        length before them).  A CRC32C ledger's list of bytes, or its :class:`PackedPayloads` straight from their
+        buffer, is packaged by one compiled call when it was built (docs/architecture.md, "Compiled fast path");
+        the loop below, one :meth:`Digester.package_entry` and one :meth:`encode_v2_add` per entry, is the
+        reference and reports every error."""
+        if _speedups is not None and digester.digest_type is DigestType.CRC32C:
+            header = v2.add_request_header(flags)
+            frames = None
+            if type(payloads) is list:
+                frames = _speedups.v2_add_frames(header, master_key, ledger_id, first_entry_id, lac, length, payloads)
+            elif type(payloads) is PackedPayloads:
+                frames = _speedups.v2_add_frames_packed(
+                    header, master_key, ledger_id, first_entry_id, lac, length, payloads.data, payloads.bounds
+                )
             if frames is not None:
                 return frames  # type: ignore[no-any-return]
         out: list[bytes] = []

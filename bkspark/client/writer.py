@@ -29,6 +29,7 @@ from bkspark.client.services import ClientServices, update_metadata
 from bkspark.protocol.ledger_name import LedgerRef
 from bkspark.client.connection import V2, Callback, ManyCallback
 from bkspark.client.ops import FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
+from bkspark.client.payloads import PackedPayloads
 from bkspark.errors import (
     BKError,
     EntryTooLargeError,
@@ -213,10 +214,12 @@ class LedgerWriter:
         if not self.changing_ensemble:
             self._send(op, None)
 
-    def check_payload_sizes(self, payloads: "Sequence[bytes | bytearray | memoryview]") -> None:
+    def check_payload_sizes(self, payloads: "Sequence[bytes | bytearray | memoryview] | PackedPayloads") -> None:
         """:meth:`check_payload_size` for a whole bulk append (any thread): the first too-large entry, by index."""
         max_payload = self.max_payload
-        if not payloads or max(map(len, payloads)) <= max_payload:
+        if not payloads:
+            return
+        if (payloads.max_size if type(payloads) is PackedPayloads else max(map(len, payloads))) <= max_payload:
             return
         for index, payload in enumerate(payloads):
             if len(payload) > max_payload:
@@ -227,7 +230,7 @@ class LedgerWriter:
                         f"entry {index} of a bulk append: {exc}", index=index, **exc.context
                     ) from None
 
-    def append_many(self, payloads: "Sequence[bytes | memoryview]", callback: BatchCallback) -> None:
+    def append_many(self, payloads: "Sequence[bytes | memoryview] | PackedPayloads", callback: BatchCallback) -> None:
         """Queue ``payloads`` as consecutive entries, sent at once, with one completion (loop thread).
 
         Each entry is an ordinary add (its own id, write set, Qa acknowledgements, ensemble change on a
@@ -292,7 +295,9 @@ class LedgerWriter:
         v2 and no ensemble change holds the sends back."""
         return not self.changing_ensemble and self.ctx.ops.data_version(self.ref.scope_id) == V2
 
-    def _append_many_v2(self, payloads: "Sequence[bytes | memoryview]", callbacks: Iterable[AddCallback]) -> None:
+    def _append_many_v2(
+        self, payloads: "Sequence[bytes | memoryview] | PackedPayloads", callbacks: Iterable[AddCallback]
+    ) -> None:
         """The v2 path of a bulk append and of a run of single appends: package every entry, then one run of
         sends per bookie (loop thread).  ``callbacks`` gives each entry's: the bulk append's shared one, repeated,
         or each single append's own.
@@ -308,10 +313,18 @@ class LedgerWriter:
         frames = self.ctx.ops.encode_v2_adds(
             self.digester, self.master_key, self.flags, self.ref.ledger_id, entry_id, self.lac, length, payloads
         )
-        for payload, frame, callback in zip(payloads, frames, callbacks):
-            length += len(payload)
-            ops.append(_PendingAdd(entry_id, payload, length, callback, frame))
-            entry_id += 1
+        if type(payloads) is PackedPayloads:
+            # No bytes object per entry: an op sent as a frame never needs its payload again (an ensemble
+            # change re-sends the frame), so each keeps only its cumulative length.
+            for end, frame, callback in zip(payloads.ends(length), frames, callbacks):
+                ops.append(_PendingAdd(entry_id, b"", end, callback, frame))
+                entry_id += 1
+            length += payloads.nbytes
+        else:
+            for payload, frame, callback in zip(payloads, frames, callbacks):
+                length += len(payload)
+                ops.append(_PendingAdd(entry_id, payload, length, callback, frame))
+                entry_id += 1
         self.last_add_pushed = entry_id - 1
         self.length = length
         self.pending.extend(ops)

@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
+from bkspark.client.payloads import PackedPayloads
 from bkspark.datasource.faults import fault_point
 from bkspark.datasource.packing import ENTRY_FORMAT_KEY, HEADER_BYTES, ROW_OVERHEAD_BYTES, ROWS_V1, pack_rows
 from bkspark.datasource.options import WriteOptions
@@ -123,12 +124,11 @@ def _payload_buffers(batch: Any, index: int, is_string: bool) -> tuple[Any, byte
     return offsets, data
 
 
-def _payloads(batch: Any, index: int, is_string: bool) -> tuple[list[bytes], int]:
-    """The payload column of an Arrow batch as one entry per row, and their bytes (one slice of
-    :func:`_payload_buffers`' copy per row)."""
+def _payloads(batch: Any, index: int, is_string: bool) -> tuple[PackedPayloads, int]:
+    """The payload column of an Arrow batch as one entry per row, and their bytes: :func:`_payload_buffers`'
+    copy and offsets as they are, with no bytes object per row (the client frames them from the buffer)."""
     offsets, data = _payload_buffers(batch, index, is_string)
-    bounds = offsets.tolist()
-    return [data[a:b] for a, b in zip(bounds, bounds[1:])], len(data)
+    return PackedPayloads(data, offsets), len(data)
 
 
 def _packed_entries(batch: Any, index: int, is_string: bool, options: WriteOptions) -> tuple[list[bytes], list[int], int]:
@@ -237,12 +237,12 @@ class BookKeeperWriter(DataSourceArrowWriter):
         return f"{app}/job-{self.job_id}" if app else f"job-{self.job_id}"
 
     # -- executor -------------------------------------------------------------
-    def _create_ledger(self, bk: Any, partition_id: int, attempt: int, first: list[bytes]) -> Any:
+    def _create_ledger(self, bk: Any, partition_id: int, attempt: int, first: "list[bytes] | PackedPayloads") -> Any:
         from bkspark.context import LedgerCreateContext, create_ledger_with_context
 
         opts = self.options
         host = socket.gethostname()
-        sizes = [len(p) for p in first]
+        sizes = first.sizes() if type(first) is PackedPayloads else [len(p) for p in first]
         context = (
             LedgerCreateContext.builder()
             .created_by(CREATOR_ENTERPRISE, CREATOR_SYSTEM, self.creator_application(), host[:256])
@@ -307,7 +307,7 @@ class BookKeeperWriter(DataSourceArrowWriter):
         pending: deque[tuple[Any, int]] = deque()
         in_flight = 0
         try:
-            payloads: list[bytes] | None = first
+            payloads: list[bytes] | PackedPayloads | None = first
             cuts, batch_size = first_cuts, first_size
             while payloads is not None:
                 for lo in range(0, len(payloads), BULK_APPEND_ENTRIES):
@@ -347,7 +347,7 @@ class BookKeeperWriter(DataSourceArrowWriter):
             raise
         return LedgerCommitMessage(opts.scope_id, handle.ledger_id, entries, size, partition_id, attempt)
 
-    def _entries(self, batch: Any) -> tuple[list[bytes], list[int] | None, int]:
+    def _entries(self, batch: Any) -> tuple["list[bytes] | PackedPayloads", list[int] | None, int]:
         """One Arrow batch as entries: ``(entries, first row of each entry and the row count, or None when each
         row is its own entry, the rows' bytes)``."""
         if self.options.rows_per_entry > 1:

@@ -256,6 +256,56 @@ PyDoc_STRVAR(add_frames_doc,
 #define MASTER_KEY_LENGTH 20
 #define ADD_PREFIX (4 + 4 + MASTER_KEY_LENGTH)
 
+/* What both bulk-append encoders check before building anything; nonzero when the Python encoder must take it. */
+static int add_frames_handed_back(unsigned long header, Py_buffer *key, long long ledger_id, long long first_entry_id,
+                                  long long length, Py_ssize_t n)
+{
+    return key->len != MASTER_KEY_LENGTH || ledger_id < 0 || first_entry_id < 0 || first_entry_id > LLONG_MAX - n ||
+           length < 0 || header > 0xFFFFFFFFul;
+}
+
+/* Sets out[i] to the ADDENTRY frame of entry first_entry_id + i, whose payload is payload_len bytes at payload
+ * (payload_len -1: not bytes), and adds its size to the cumulative *length.  1 when set; 0 when the Python
+ * encoder must take it (not bytes, past the int64 length or an int32 frame); -1 on no memory (an exception set). */
+static int put_add_frame(PyObject *out, Py_ssize_t i, unsigned long header, const void *key, long long ledger_id,
+                         long long first_entry_id, long long lac, long long *length, const char *payload,
+                         Py_ssize_t payload_len)
+{
+    if (payload_len < 0 || payload_len > LLONG_MAX - *length ||
+        payload_len > INT32_MAX - (ADD_PREFIX - 4 + V1_PAYLOAD_START))
+        return 0;
+    *length += payload_len;
+    Py_ssize_t size = ADD_PREFIX + V1_PAYLOAD_START + payload_len;
+    PyObject *frame = PyBytes_FromStringAndSize(NULL, size);
+    if (frame == NULL)
+        return -1;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(frame);
+    put_be32(p, (uint32_t)(size - 4));
+    put_be32(p + 4, (uint32_t)header);
+    memcpy(p + 8, key, MASTER_KEY_LENGTH);
+    unsigned char *entry = p + ADD_PREFIX;
+    put_be64(entry, (uint64_t)ledger_id);
+    put_be64(entry + 8, (uint64_t)(first_entry_id + i));
+    put_be64(entry + 16, (uint64_t)lac);
+    put_be64(entry + 24, (uint64_t)*length);
+    memcpy(entry + V1_PAYLOAD_START, payload, (size_t)payload_len);
+    uint32_t c = crc_update(0, entry, V1_HEADER);
+    c = crc_update(c, entry + V1_PAYLOAD_START, (size_t)payload_len);
+    put_be32(entry + V1_HEADER, c);
+    PyList_SET_ITEM(out, i, frame);
+    return 1;
+}
+
+/* What both encoders return: the list when every frame was set (got 1), None for the Python encoder (0), NULL
+ * with the exception (-1); the list is dropped unless returned. */
+static PyObject *add_frames_result(PyObject *out, int got)
+{
+    if (got == 1)
+        return out;
+    Py_XDECREF(out);
+    return got == 0 ? Py_NewRef(Py_None) : NULL;
+}
+
 static PyObject *speedups_add_frames(PyObject *self, PyObject *args)
 {
     unsigned long header;
@@ -266,51 +316,56 @@ static PyObject *speedups_add_frames(PyObject *self, PyObject *args)
                           &PyList_Type, &payloads))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(payloads);
-    if (key.len != MASTER_KEY_LENGTH || ledger_id < 0 || first_entry_id < 0 || first_entry_id > LLONG_MAX - n ||
-        length < 0 || header > 0xFFFFFFFFul) {
-        PyBuffer_Release(&key);
-        Py_RETURN_NONE;
-    }
-    PyObject *out = PyList_New(n);
-    if (out == NULL) {
-        PyBuffer_Release(&key);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(payloads, i);
-        Py_ssize_t payload_len = PyBytes_CheckExact(item) ? PyBytes_GET_SIZE(item) : -1;
-        if (payload_len < 0 || payload_len > LLONG_MAX - length ||
-            payload_len > INT32_MAX - (ADD_PREFIX - 4 + V1_PAYLOAD_START)) {
-            Py_DECREF(out); /* not bytes, or too long for a frame: the Python encoder's case */
-            PyBuffer_Release(&key);
-            Py_RETURN_NONE;
+    PyObject *out = NULL;
+    int got = 0;
+    if (!add_frames_handed_back(header, &key, ledger_id, first_entry_id, length, n)) {
+        out = PyList_New(n);
+        got = out == NULL ? -1 : 1;
+        for (Py_ssize_t i = 0; i < n && got == 1; i++) {
+            PyObject *item = PyList_GET_ITEM(payloads, i);
+            got = put_add_frame(out, i, header, key.buf, ledger_id, first_entry_id, lac, &length,
+                                PyBytes_CheckExact(item) ? PyBytes_AS_STRING(item) : NULL,
+                                PyBytes_CheckExact(item) ? PyBytes_GET_SIZE(item) : -1);
         }
-        length += payload_len;
-        Py_ssize_t size = ADD_PREFIX + V1_PAYLOAD_START + payload_len;
-        PyObject *frame = PyBytes_FromStringAndSize(NULL, size);
-        if (frame == NULL)
-            goto failed;
-        unsigned char *p = (unsigned char *)PyBytes_AS_STRING(frame);
-        put_be32(p, (uint32_t)(size - 4));
-        put_be32(p + 4, (uint32_t)header);
-        memcpy(p + 8, key.buf, MASTER_KEY_LENGTH);
-        unsigned char *entry = p + ADD_PREFIX;
-        put_be64(entry, (uint64_t)ledger_id);
-        put_be64(entry + 8, (uint64_t)(first_entry_id + i));
-        put_be64(entry + 16, (uint64_t)lac);
-        put_be64(entry + 24, (uint64_t)length);
-        memcpy(entry + V1_PAYLOAD_START, PyBytes_AS_STRING(item), (size_t)payload_len);
-        uint32_t c = crc_update(0, entry, V1_HEADER);
-        c = crc_update(c, entry + V1_PAYLOAD_START, (size_t)payload_len);
-        put_be32(entry + V1_HEADER, c);
-        PyList_SET_ITEM(out, i, frame);
     }
     PyBuffer_Release(&key);
-    return out;
-failed:
-    Py_DECREF(out);
+    return add_frames_result(out, got);
+}
+
+PyDoc_STRVAR(add_frames_packed_doc,
+"v2_add_frames_packed(header, master_key, ledger_id, first_entry_id, lac, length, data, bounds) -> list | None\n\n"
+"v2_add_frames of the payloads laid end to end in data (any contiguous buffer): payload i is\n"
+"data[bounds[i]:bounds[i + 1]], bounds a contiguous buffer of native int64 (one more than the payloads).  No\n"
+"bytes object per payload is made.  None for what v2_add_frames hands back, and for bounds that are not\n"
+"non-decreasing within data: the Python encoder then takes the payloads one by one.");
+
+static PyObject *speedups_add_frames_packed(PyObject *self, PyObject *args)
+{
+    unsigned long header;
+    Py_buffer key, data, bounds;
+    long long ledger_id, first_entry_id, lac, length;
+    if (!PyArg_ParseTuple(args, "ky*LLLLy*y*", &header, &key, &ledger_id, &first_entry_id, &lac, &length, &data,
+                          &bounds))
+        return NULL;
+    PyObject *out = NULL;
+    int got = 0;
+    const int64_t *at = (const int64_t *)bounds.buf;
+    Py_ssize_t n = bounds.len / (Py_ssize_t)sizeof(int64_t) - 1;
+    int fits = bounds.len % (Py_ssize_t)sizeof(int64_t) == 0 && n >= 0 &&
+               !add_frames_handed_back(header, &key, ledger_id, first_entry_id, length, n);
+    for (Py_ssize_t i = 0; fits && i <= n; i++) /* every bound inside data, in order: checked before any read */
+        fits = at[i] >= 0 && at[i] <= data.len && (i == 0 || at[i] >= at[i - 1]);
+    if (fits) {
+        out = PyList_New(n);
+        got = out == NULL ? -1 : 1;
+        for (Py_ssize_t i = 0; i < n && got == 1; i++)
+            got = put_add_frame(out, i, header, key.buf, ledger_id, first_entry_id, lac, &length,
+                                (const char *)data.buf + at[i], (Py_ssize_t)(at[i + 1] - at[i]));
+    }
     PyBuffer_Release(&key);
-    return NULL;
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&bounds);
+    return add_frames_result(out, got);
 }
 
 PyDoc_STRVAR(split_frames_doc,
@@ -716,6 +771,7 @@ static PyMethodDef speedups_methods[] = {
     {"split_batch_items", speedups_split, METH_VARARGS, split_doc},
     {"gather_binary", speedups_gather, METH_VARARGS, gather_doc},
     {"v2_add_frames", speedups_add_frames, METH_VARARGS, add_frames_doc},
+    {"v2_add_frames_packed", speedups_add_frames_packed, METH_VARARGS, add_frames_packed_doc},
     {"split_frames", speedups_split_frames, METH_VARARGS, split_frames_doc},
     {"decode_add_requests", speedups_decode_adds, METH_VARARGS, decode_adds_doc},
     {"decode_plain_reads", speedups_decode_plain_reads, METH_VARARGS, decode_plain_reads_doc},

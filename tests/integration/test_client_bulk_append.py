@@ -3,17 +3,20 @@ appends (``append_async``) queued together, which the handle gives the writer as
 
 Same guarantees as ``append``: entries in call order (mixed with single appends), each acknowledged by Qa
 bookies, an ensemble change when a bookie dies during a bulk append (nothing acknowledged is lost), and a
-too-large entry refused locally before anything of its batch is sent.
+too-large entry refused locally before anything of its batch is sent.  Each holds for payloads laid end to
+end in one buffer (:class:`PackedPayloads`, what the Spark writer hands over), framed without a bytes object
+per entry: their ops keep no payload, so an ensemble change re-sends their frames.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from array import array
 
 import pytest
 
-from bkspark.client import BookKeeper
+from bkspark.client import BookKeeper, PackedPayloads
 from bkspark.client.aio import AsyncBookKeeper
 from bkspark.errors import EntryTooLargeError, LedgerClosedError, LedgerFencedError
 from bkspark.protocol.ledger_metadata import LedgerState
@@ -25,6 +28,14 @@ pytestmark = pytest.mark.integration
 def payload(i: int, size: int = 120) -> bytes:
     head = f"b{i:07d}:".encode()
     return (head * (size // len(head) + 1))[:size]
+
+
+def packed(payloads: list[bytes]) -> PackedPayloads:
+    """The payloads end to end in one bytes object, with int64 bounds (as an Arrow binary column lays them out)."""
+    bounds = array("q", [0])
+    for p in payloads:
+        bounds.append(bounds[-1] + len(p))
+    return PackedPayloads(b"".join(payloads), bounds)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +57,7 @@ def test_bulk_and_single_appends_keep_call_order_on_python_bookies(py_cluster, m
             batch = [payload(len(expected) + k) for k in range(size)]
             if round_no == 3:
                 batch = [bytearray(p) if k % 2 else memoryview(p) for k, p in enumerate(batch)]
-            futures.append(("many", len(expected), size, lh.append_many(batch)))
+            futures.append(("many", len(expected), size, lh.append_many(packed(batch) if round_no in (1, 5) else batch)))
             expected.extend(bytes(p) for p in batch)
             futures.append(("one", len(expected), 1, lh.append_async(payload(len(expected)))))
             expected.append(payload(len(expected)))
@@ -67,9 +78,10 @@ def test_too_large_entry_refuses_the_whole_batch_locally(py_cluster, module_zk_r
         lh = bk.create_ledger(3, 3, 2)
         lh.append(b"before")
         big = b"x" * (lh.max_payload + 1)
-        with pytest.raises(EntryTooLargeError, match="entry 2 of a bulk append") as info:
-            lh.append_many([b"a", b"b", big, b"c"])
-        assert info.value.context["index"] == 2 and info.value.context["max_payload"] == lh.max_payload
+        for given in ([b"a", b"b", big, b"c"], packed([b"a", b"b", big, b"c"])):
+            with pytest.raises(EntryTooLargeError, match="entry 2 of a bulk append") as info:
+                lh.append_many(given)
+            assert info.value.context["index"] == 2 and info.value.context["max_payload"] == lh.max_payload
         with pytest.raises(TypeError, match="payload 1 of a bulk append"):
             lh.append_many([b"a", "not bytes"])  # type: ignore[list-item]
         with pytest.raises(TypeError, match="sequence of payloads"):
@@ -141,10 +153,11 @@ def _check_fenced_keeps_what_was_acknowledged(reader_bk, ledger_id: int, rh, fut
 
 def _bulk_load_while_killing(
     bk: BookKeeper, kill: "callable[[str], None]", entries: int = 3000, write_quorum: int = 3,  # type: ignore[valid-type]
-    single: bool = False,
+    single: bool = False, packed_runs: bool = False,
 ) -> tuple[int, list[str]]:
-    """Bulk appends of 100 entries (or, ``single``, one ``append_async`` per entry, which the handle hands over
-    as runs); kill the ensemble's second bookie after a third of them; returns the ledger and its first ensemble."""
+    """Bulk appends of 100 entries (``packed_runs``: as :class:`PackedPayloads`; ``single``: one ``append_async``
+    per entry, which the handle hands over as runs); kill the ensemble's second bookie after a third of them;
+    returns the ledger and its first ensemble."""
     lh = bk.create_ledger(3, write_quorum, 2, password=b"pw")
     runs = _runs_of_single_appends(lh)
     first_ensemble = list(lh.metadata.last_ensemble)
@@ -153,7 +166,8 @@ def _bulk_load_while_killing(
         if single:
             futures.extend(lh.append_async(payload(b * 100 + k)) for k in range(100))
         else:
-            futures.append(lh.append_many([payload(b * 100 + k) for k in range(100)]))
+            batch = [payload(b * 100 + k) for k in range(100)]
+            futures.append(lh.append_many(packed(batch) if packed_runs else batch))
         if b == entries // 300:
             kill(first_ensemble[1])
     acked: list[int] = []
@@ -236,47 +250,55 @@ def _check_replaced_and_readable(bk: BookKeeper, ledger_id: int, first: list[str
 
 
 @pytest.mark.fault
-def test_python_bookie_killed_during_bulk_append(zk_root, tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("packed_runs", [False, True], ids=["lists", "packed payloads"])
+def test_python_bookie_killed_during_bulk_append(zk_root, tmp_path, packed_runs) -> None:  # type: ignore[no-untyped-def]
     """4 Python bookies, E=3/W=3/A=2: one dies mid bulk append; every entry acknowledged, all readable."""
     with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=4, journal_sync_data=False) as cluster:
         cluster.start_all()
         with BookKeeper(zk_root.metadata_service_uri, addEntryTimeoutSec=3, maxPendingAdds=500) as bk:
-            ledger_id, first = _bulk_load_while_killing(bk, lambda b: cluster.kill(cluster.bookie_ids.index(b)))
+            kill = lambda b: cluster.kill(cluster.bookie_ids.index(b))  # noqa: E731
+            ledger_id, first = _bulk_load_while_killing(bk, kill, packed_runs=packed_runs)
             _check_replaced_and_readable(bk, ledger_id, first)
 
 
 @pytest.mark.fault
-@pytest.mark.parametrize("single", [False, True], ids=["bulk appends", "single appends as runs"])
-def test_python_bookie_killed_during_a_striped_bulk_append(zk_root, tmp_path, single) -> None:  # type: ignore[no-untyped-def]
-    """E=3/W=2/A=2 (each bookie gets its own run of a batch's entries), bulk appends or one ``append_async`` per
-    entry (handed over as runs): the same guarantees."""
+@pytest.mark.parametrize(
+    "single, packed_runs", [(False, False), (False, True), (True, False)],
+    ids=["bulk appends", "packed bulk appends", "single appends as runs"],
+)
+def test_python_bookie_killed_during_a_striped_bulk_append(zk_root, tmp_path, single, packed_runs) -> None:  # type: ignore[no-untyped-def]
+    """E=3/W=2/A=2 (each bookie gets its own run of a batch's entries), bulk appends (lists or packed) or one
+    ``append_async`` per entry (handed over as runs): the same guarantees."""
     with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=4, journal_sync_data=False) as cluster:
         cluster.start_all()
         with BookKeeper(zk_root.metadata_service_uri, addEntryTimeoutSec=3, maxPendingAdds=500) as bk:
             kill = lambda b: cluster.kill(cluster.bookie_ids.index(b))  # noqa: E731
-            ledger_id, first = _bulk_load_while_killing(bk, kill, write_quorum=2, single=single)
+            ledger_id, first = _bulk_load_while_killing(bk, kill, write_quorum=2, single=single, packed_runs=packed_runs)
             _check_replaced_and_readable(bk, ledger_id, first)
 
 
 @pytest.mark.fault
 @pytest.mark.compat
 def test_java_bookie_killed_during_bulk_append(java_cluster_factory) -> None:  # type: ignore[no-untyped-def]
-    """4 Java 4.17.3 bookies, E=3/W=3/A=2: the same on Apache BookKeeper's own bookies."""
+    """4 Java 4.17.3 bookies, E=3/W=3/A=2: the same on Apache BookKeeper's own bookies (packed payloads)."""
     cluster = java_cluster_factory("4.17.3", bookies=4)
     with BookKeeper(cluster.metadata_service_uri, addEntryTimeoutSec=3, maxPendingAdds=500) as bk:
-        ledger_id, first = _bulk_load_while_killing(bk, lambda b: cluster.kill(cluster.bookie_ids.index(b)))
+        kill = lambda b: cluster.kill(cluster.bookie_ids.index(b))  # noqa: E731
+        ledger_id, first = _bulk_load_while_killing(bk, kill, packed_runs=True)
         _check_replaced_and_readable(bk, ledger_id, first)
 
 
 @pytest.mark.compat
-def test_bulk_append_on_java_bookies_reads_back_identically(java_cluster_factory) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("packed_runs", [False, True], ids=["list", "packed payloads"])
+def test_bulk_append_on_java_bookies_reads_back_identically(java_cluster_factory, packed_runs) -> None:  # type: ignore[no-untyped-def]
     """3 Java bookies, E=3/W=2/A=2 (striped): bulk-appended entries read back as single appends' would."""
     cluster = java_cluster_factory("4.17.3", bookies=3)
     with BookKeeper(cluster.metadata_service_uri) as bk:
         lh = bk.create_ledger(3, 2, 2, password=b"pw")
         done = threading.Event()
         results: list[range] = []
-        fut = lh.append_many([payload(i, 1024) for i in range(500)])
+        batch = [payload(i, 1024) for i in range(500)]
+        fut = lh.append_many(packed(batch) if packed_runs else batch)
         fut.add_done_callback(lambda f: (results.append(f.result()), done.set()))
         assert done.wait(60) and results == [range(0, 500)]
         lh.close()
@@ -312,7 +334,7 @@ def test_bulk_append_of_a_scoped_ledger_goes_over_v3(py_cluster, module_zk_root)
         with BookKeeper(module_zk_root.metadata_service_uri, **conf) as bk:
             lh = bk.create_ledger(3, 2, 2, password=b"pw", scope_id=scope, **({"ledger_id": ledger_id} if scope else {}))
             assert lh.append_many([payload(i) for i in range(120)]).result(timeout=60) == range(0, 120)
-            assert lh.append_many([payload(i) for i in range(120, 150)]).result(timeout=60) == range(120, 150)
+            assert lh.append_many(packed([payload(i) for i in range(120, 150)])).result(timeout=60) == range(120, 150)
             lh.close()
             rh = bk.open_ledger(lh.ledger_id, scope_id=scope, password=b"pw")
             assert [e.payload for e in rh.read(0, 149)] == [payload(i) for i in range(150)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from bkspark.client.payloads import PackedPayloads
 from bkspark.datasource.writer import _payloads
 
 
@@ -22,24 +23,31 @@ def test_payloads_match_the_row_by_row_conversion(arrow_type: pa.DataType) -> No
     if is_string:
         values[3] = "ÿ" * 40
     batch = pa.record_batch([pa.array(values, type=arrow_type)], names=["payload"])
-    got, size = _payloads(batch, 0, is_string)
+    packed, size = _payloads(batch, 0, is_string)
+    assert type(packed) is PackedPayloads  # no bytes object per row: the client frames them from the buffer
+    got = list(packed)
     expected = _old_way(batch, is_string)
     assert got == expected and size == sum(map(len, expected))
     assert all(type(p) is bytes for p in got)
+    assert packed.sizes() == list(map(len, expected)) and packed.max_size == max(map(len, expected))
     # A slice (non-zero array offset) of the same batch, as Arrow hands out for split batches.
     sliced = batch.slice(2, 4)
-    got, size = _payloads(sliced, 0, is_string)
+    packed, size = _payloads(sliced, 0, is_string)
+    got = list(packed)
     assert got == _old_way(sliced, is_string) and size == sum(map(len, got))
 
 
 def test_payloads_of_an_empty_and_an_all_null_column() -> None:
     empty = pa.record_batch([pa.array([], type=pa.binary())], names=["payload"])
-    assert _payloads(empty, 0, False) == ([], 0)
+    packed, size = _payloads(empty, 0, False)
+    assert (list(packed), size) == ([], 0)
     nulls = pa.record_batch([pa.array([None, None], type=pa.binary())], names=["payload"])
-    assert _payloads(nulls, 0, False) == ([b"", b""], 0)
+    packed, size = _payloads(nulls, 0, False)
+    assert (list(packed), size) == ([b"", b""], 0)
 
 
 def test_payloads_of_a_binary_view_column() -> None:
     """A layout other than offsets + data (binary_view) is cast first and gives the same entries."""
     batch = pa.record_batch([pa.array([b"x" * 20, None, b"y"], type=pa.binary_view())], names=["payload"])
-    assert _payloads(batch, 0, False) == ([b"x" * 20, b"", b"y"], 21)
+    packed, size = _payloads(batch, 0, False)
+    assert (list(packed), size) == ([b"x" * 20, b"", b"y"], 21)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import collections
 import random
+from array import array
 import subprocess
 import sys
 
@@ -19,6 +20,7 @@ import pytest
 from bkspark.client import arrow as arrow_module
 from bkspark.client import ops as ops_module
 from bkspark.client.ops import BookieOps
+from bkspark.client.payloads import PackedPayloads
 from bkspark.errors import (
     DigestMismatchError,
     FrameTooLargeError,
@@ -260,6 +262,63 @@ def test_bulk_append_frames_hand_back_what_the_reference_checks(
 ) -> None:
     fast, reference = both_ways(monkeypatch, lambda: add_frames(**case))
     assert fast == reference, what
+
+
+def packed_payloads(payloads: list[bytes], lead: bytes = b"") -> PackedPayloads:
+    """The payloads end to end after ``lead`` (bounds that do not start at 0, as a slice's)."""
+    bounds = array("q", [len(lead)])
+    for p in payloads:
+        bounds.append(bounds[-1] + len(p))
+    return PackedPayloads(lead + b"".join(payloads), bounds)
+
+
+def test_packed_bulk_append_frames_are_equal_both_ways_and_to_the_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames straight from one buffer are the frames of the same payloads as a list of bytes, both ways; a
+    slice of the run (sharing its buffer) frames its own payloads."""
+    rng = random.Random(19)
+    for _ in range(40):
+        payloads = [rng.randbytes(rng.choice([0, 1, 7, 100, 1024, 5000])) for _ in range(rng.randint(0, 40))]
+        run = packed_payloads(payloads, lead=rng.randbytes(rng.choice([0, 3])))
+        case = dict(ledger_id=rng.choice([0, LEDGER, (1 << 63) - 1]), first_entry_id=rng.choice([0, 1 << 40]),
+                    lac=rng.choice([-1, 4]), length=rng.choice([0, 1 << 45]), flags=rng.choice([0, v2.FLAG_RECOVERY_ADD]))
+        fast, reference = both_ways(monkeypatch, lambda: add_frames(payloads=run, **case))
+        listed = add_frames(payloads=payloads, **case)
+        assert fast == reference == listed and len(fast) == len(payloads)
+        lo, hi = sorted(rng.sample(range(len(payloads) + 1), 2)) if len(payloads) > 1 else (0, len(payloads))
+        fast, reference = both_ways(monkeypatch, lambda: add_frames(payloads=run[lo:hi], **case))
+        assert fast == reference == add_frames(payloads=payloads[lo:hi], **case)
+
+
+@pytest.mark.parametrize(
+    "what, case",
+    [
+        ("negative ledger id", dict(ledger_id=-1)),
+        ("master key of 19 bytes", dict(master_key=b"k" * 19)),
+        ("entry id past int64", dict(first_entry_id=(1 << 63) - 1, payloads=packed_payloads([b"a", b"b"]))),
+        ("length past int64", dict(length=(1 << 63) - 2, payloads=packed_payloads([b"abc"]))),
+        ("flags over 16 bits", dict(flags=1 << 16)),
+    ],
+)
+def test_packed_bulk_append_frames_hand_back_what_the_reference_checks(
+    monkeypatch: pytest.MonkeyPatch, what: str, case: dict
+) -> None:
+    case.setdefault("payloads", packed_payloads([b"x", b"yz"]))
+    fast, reference = both_ways(monkeypatch, lambda: add_frames(**case))
+    assert fast == reference, what
+
+
+def test_packed_frames_refuse_bounds_outside_the_data() -> None:
+    """The compiled call checks every bound before reading (PackedPayloads checks them too, in Python): bounds
+    out of order, negative, past the data, or not whole int64 values hand the payloads back (None)."""
+    if speedups is None:
+        pytest.skip("the compiled module is off (BKSPARK_NO_EXTENSIONS=1): nothing compiled to check")
+    call = lambda data, bounds: speedups.v2_add_frames_packed(  # noqa: E731
+        v2.add_request_header(0), master_key(b"pw"), LEDGER, 0, -1, 0, data, bounds
+    )
+    assert len(call(b"abc", array("q", [0, 1, 3]))) == 2
+    assert call(b"abc", array("q", [0])) == []
+    for bounds in (array("q", [0, 2, 1]), array("q", [-1, 2]), array("q", [0, 4]), array("q"), b"\0" * 12):
+        assert call(b"abc", bounds) is None, bounds
 
 
 def test_other_digests_package_through_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
