@@ -22,7 +22,7 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import replace
-from itertools import repeat
+from itertools import accumulate, repeat
 from typing import Any, Callable, Iterable, Sequence
 
 from bkspark.client.services import ClientServices, update_metadata
@@ -306,27 +306,23 @@ class LedgerWriter:
         ensemble change (as :meth:`_send` does for one entry): the change then re-sends to the
         replaced indexes, and an entry marked sent always reached every bookie it was meant for.
         """
-        ops: list[_PendingAdd] = []
-        entry_id = self.last_add_pushed + 1
+        first = self.last_add_pushed + 1
         length = self.length
         self._lac_piggybacked = self.lac
         frames = self.ctx.ops.encode_v2_adds(
-            self.digester, self.master_key, self.flags, self.ref.ledger_id, entry_id, self.lac, length, payloads
+            self.digester, self.master_key, self.flags, self.ref.ledger_id, first, self.lac, length, payloads
         )
+        # An op sent as a frame never needs its payload again (an ensemble change re-sends the frame): each
+        # keeps its cumulative length only, and a packed run makes no bytes object per entry.
         if type(payloads) is PackedPayloads:
-            # No bytes object per entry: an op sent as a frame never needs its payload again (an ensemble
-            # change re-sends the frame), so each keeps only its cumulative length.
-            for end, frame, callback in zip(payloads.ends(length), frames, callbacks):
-                ops.append(_PendingAdd(entry_id, b"", end, callback, frame))
-                entry_id += 1
-            length += payloads.nbytes
+            ends = payloads.ends(length)
         else:
-            for payload, frame, callback in zip(payloads, frames, callbacks):
-                length += len(payload)
-                ops.append(_PendingAdd(entry_id, payload, length, callback, frame))
-                entry_id += 1
+            ends = list(accumulate(map(len, payloads), initial=length))
+            del ends[0]
+        entry_id = first + len(ends)
+        ops = list(map(_PendingAdd, range(first, entry_id), repeat(b""), ends, callbacks, frames))
         self.last_add_pushed = entry_id - 1
-        self.length = length
+        self.length = ends[-1] if ends else length
         self.pending.extend(ops)
         ensemble = list(self.ensemble)
         E, W = self.E, self.W
@@ -334,7 +330,7 @@ class LedgerWriter:
         # The arguments are the ops themselves and the key and frame lists are shared by the bookies: no tuple
         # per entry and bookie (fewer GC-tracked objects; BENCHMARKS.md, "Per-entry allocations of the client").
         if E == W:
-            keys = self.ctx.ops.add_keys(ledger_id, range(ops[0].entry_id, entry_id)) if ops else []
+            keys = self.ctx.ops.add_keys(ledger_id, range(first, entry_id)) if ops else []
             for idx in range(E):
                 bookie = ensemble[idx]
                 add_many(bookie, keys, frames, ops, *self._ack_callbacks_of(idx, bookie))
