@@ -63,10 +63,14 @@ JAVA_BENCH_JVM: tuple[str, ...] = ("-XX:TieredStopAtLevel=4", "-Xms256m", "-Xmx1
 JAVA_BOOKIE_JVM: tuple[str, ...] = ("-XX:TieredStopAtLevel=4", "-Xms256m", "-Xmx1g", "-XX:MaxDirectMemorySize=512m")
 
 #: bk_server.conf overrides for the Java bookies: the harness's test caches (16 MiB) raised to the Python
-#: bookie's defaults (64 MiB write cache, 64 MiB read-ahead cache), so both bookies cache the same amount.
+#: bookie's defaults (64 MiB write cache, 64 MiB read-ahead cache), so both bookies cache the same amount; and a
+#: read-ahead of 1,000 entries (BookKeeper's default: 100), the entries of one of the benchmarks' batch reads, as
+#: the Python bookie's own read-ahead grows to 1,600 entries on a scan (docs/bookie.md, "Reads"; BENCHMARKS.md,
+#: "The Spark writer's payloads as one buffer").
 JAVA_BOOKIE_CONF: dict[str, Any] = {
     "dbStorage_writeCacheMaxSizeMb": 64,
     "dbStorage_readAheadCacheMaxSizeMb": 64,
+    "dbStorage_readAheadCacheBatchSize": 1000,
 }
 
 
