@@ -117,6 +117,28 @@ def test_async_bulk_append_on_the_callers_loop(py_cluster, module_zk_root) -> No
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("packed_runs", [False, True], ids=["list", "packed payloads"])
+def test_pending_bulk_appends_keep_their_frames_only(py_cluster, module_zk_root, packed_runs) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, "Bulk append": on v2 the entries of a bulk append wait as their frames, with no payload kept
+    (a packed run never had a bytes object per entry); the ledger reads back byte for byte."""
+
+    async def run() -> None:
+        async with AsyncBookKeeper(module_zk_root.metadata_service_uri) as bk:
+            lh = await bk.create_ledger(3, 2, 2, password=b"pw")
+            batch = [payload(i, 300) for i in range(200)]
+            done = lh.append_many(packed(batch) if packed_runs else batch)  # queued on this loop, now
+            waiting = list(lh.writer.pending)
+            assert [op.entry_id for op in waiting] == list(range(200))
+            assert all(op.payload == b"" and op.frame is not None for op in waiting)
+            assert [op.length for op in waiting] == [300 * (i + 1) for i in range(200)]
+            assert await done == range(0, 200)
+            await lh.close()
+            rh = await bk.open_ledger(lh.ledger_id, password=b"pw")
+            assert [e.payload async for e in rh.read_batched(0, 199)] == batch
+
+    asyncio.run(run())
+
+
 def test_fenced_during_bulk_append_loses_nothing_acknowledged(py_cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
     """A recovery open fences the ledger while bulk appends run: later batches fail, acknowledged ones stay."""
     with BookKeeper(module_zk_root.metadata_service_uri, maxPendingAdds=200) as writer_bk, BookKeeper(
