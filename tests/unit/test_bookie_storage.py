@@ -643,3 +643,44 @@ def test_a_ledger_written_again_while_a_failed_checkpoint_held_its_delete_keeps_
         assert store.ledger(0, 1).master_key == OTHER_KEY
         assert store.entry_ids(0, 2) == [0, 1]
     store.close()
+
+
+def test_a_crash_before_a_delete_reaches_a_checkpoint_brings_the_ledger_back_until_deleted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/bookie.md, "Checkpoints": deletes are not journaled. Ledger 1 is deleted, the checkpoint that carries the
+    delete fails, and the bookie stops before another one (close() runs no checkpoint: a crash, as far as the index
+    knows). After the restart ledger 1 is back with the entries of the last checkpoint; the next garbage-collection
+    round, finding its metadata still gone (bookie_server/gc.py), deletes it again, and that delete lasts."""
+    storage = LedgerStorage([tmp_path])
+    storage.open()
+    storage.set_master_key(0, 1, KEY)
+    old = {i: entry(1, i, i - 1, b"old %d " % i * 20) for i in range(5)}
+    for i, data in old.items():
+        storage.put_entry(0, 1, i, i - 1, data)
+    storage.put_entry(0, 2, 0, -1, entry(2, 0, -1, b"other " * 40))
+    storage.checkpoint(JournalPosition(1, 10))
+    storage.delete_ledger(0, 1)
+    storage.put_entry(0, 2, 1, 0, entry(2, 1, 0, b"other " * 40))  # something for the checkpoint to write
+    disk = _DiskThatFails(write_halfway=1)
+    monkeypatch.setattr(storage_module, "os", disk)
+    monkeypatch.setattr(journal_module, "os", disk)
+    with pytest.raises(BookieIOError):
+        storage.checkpoint(JournalPosition(1, 20))
+    monkeypatch.undo()
+    assert storage.ledger(0, 1) is None  # deleted in memory; the delete waits for the next checkpoint
+    storage.close()
+    again = LedgerStorage([tmp_path])
+    again.open()
+    assert again.entry_ids(0, 1) == [0, 1, 2, 3, 4]
+    assert [again.get_entry(0, 1, i) for i in range(5)] == [old[i] for i in range(5)]
+    again.delete_ledger(0, 1)  # what the garbage collector's next round does, then its checkpoint
+    again.checkpoint(JournalPosition(1, 30))
+    again.close()
+    last = LedgerStorage([tmp_path])
+    last.open()
+    assert last.ledger(0, 1) is None
+    with pytest.raises(NoSuchLedgerError):
+        last.entry_ids(0, 1)
+    assert last.entry_ids(0, 2) == [0]  # its second entry was in the failed checkpoint only (not journaled here)
+    last.close()
