@@ -17,3 +17,7 @@ SIZE=100 $H/ab.sh > $H/ab-100.out                             # 02:07, c847bd2 a
 python -m bench.kafka_compare --no-make --json $H/kafka_compare-2.json > $H/kafka_compare-2.log        # 02:37, 6b9cb6e
 python -m bench.client_compare --no-make --entries 20000 --repeat 3 --json $H/client_compare.json      # 02:48
 python -m bench.bookie_compare --no-make --entries 20000 --repeat 5 --json $H/bookie_compare.json      # 02:50
+make demo > $H/make-demo-1.log; make demo > $H/make-demo-2.log                     # 03:18, 552f5c6
+(cd /work/wt/base && PYTHONPATH=. python examples/demo.py) > $H/make-demo-c847bd2-1.log   # 03:20, c847bd2
+make demo > $H/make-demo-3.log                                                      # 03:21
+(cd /work/wt/base && PYTHONPATH=. python examples/demo.py) > $H/make-demo-c847bd2-2.log   # 03:22
