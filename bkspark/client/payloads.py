@@ -20,9 +20,10 @@ class PackedPayloads(Sequence[bytes]):
     """Payload ``i`` is ``data[bounds[i]:bounds[i + 1]]``; immutable, and slices share the buffer.
 
     ``data`` must be ``bytes`` (the writer frames it on the client's loop thread, later: a buffer the caller
-    could still change would be read as it is then).  ``bounds`` is anything with the buffer protocol holding
-    native int64 values (a numpy ``int64`` array, an ``array('q')``), one more than the payloads, non-decreasing,
-    within ``data``.  ``max_size`` bounds every payload's size from above: a quick check against the frame limit.
+    could still change would be read as it is then).  ``bounds`` is any buffer of native int64 values
+    (a numpy ``int64`` array, an ``array('q')``), one more than the payloads, non-decreasing, within ``data``; it
+    is copied (8 bytes per payload), so the caller may reuse its array at once.  ``max_size`` bounds every
+    payload's size from above: a quick check against the frame limit.
     """
 
     __slots__ = ("data", "bounds", "max_size")
@@ -38,7 +39,7 @@ class PackedPayloads(Sequence[bytes]):
         view = memoryview(bounds)  # type: ignore[arg-type]
         if view.itemsize != 8 or view.format.lstrip("@=") not in ("q", "l"):
             raise TypeError(f"the bounds of packed payloads are int64 values, not format {view.format!r}")
-        view = view.cast("B").cast("q")
+        view = memoryview(view.tobytes()).cast("q")  # our own copy, read later on the client's loop thread
         if len(view) < 1:
             raise ValueError("packed payloads need at least one bound (the start of the first payload)")
         sizes = list(map(operator.sub, view[1:], view[:-1]))

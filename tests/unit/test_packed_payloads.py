@@ -48,6 +48,18 @@ def test_bad_buffers_are_refused(data: object, bounds: object, error: type, matc
         PackedPayloads(data, bounds)  # type: ignore[arg-type]
 
 
+def test_the_bounds_are_copied_so_the_caller_may_reuse_its_array() -> None:
+    bounds = np.array([0, 1, 3], dtype=np.int64)
+    run = PackedPayloads(b"abc", bounds)
+    bounds[1] = 2  # the caller's next batch, say: the run was framed later, on the client's loop thread
+    assert list(run) == [b"a", b"bc"] and run.sizes() == [1, 2]
+
+
+def test_bounds_in_a_strided_view_are_read_in_order() -> None:
+    run = PackedPayloads(b"abcd", np.array([0, 9, 1, 9, 4, 9], dtype=np.int64)[::2])
+    assert list(run) == [b"a", b"bcd"]
+
+
 def test_a_bulk_append_takes_it_as_it_is() -> None:
     run = PackedPayloads(b"ab", array("q", [0, 1, 2]))
     assert check_payloads(run) is run
