@@ -42,13 +42,13 @@ class PackedPayloads(Sequence[bytes]):
         view = memoryview(view.tobytes()).cast("q")  # our own copy, read later on the client's loop thread
         if len(view) < 1:
             raise ValueError("packed payloads need at least one bound (the start of the first payload)")
-        sizes = list(map(operator.sub, view[1:], view[:-1]))
+        self.data = data
+        self.bounds = view
+        sizes = self.sizes()
         if view[0] < 0 or view[-1] > len(data) or (sizes and min(sizes) < 0):
             raise ValueError(
                 f"the bounds of packed payloads must be non-decreasing within the {len(data)} bytes of data"
             )
-        self.data = data
-        self.bounds = view
         self.max_size = max(sizes, default=0)
 
     @classmethod
