@@ -23,6 +23,7 @@ import logging
 from collections import deque
 from dataclasses import replace
 from itertools import accumulate, repeat
+from operator import attrgetter
 from typing import Any, Callable, Iterable, Sequence
 
 from bkspark.client.services import ClientServices, update_metadata
@@ -107,6 +108,9 @@ class _PendingAdd:
         self.completed = False
         self.sent = frame is not None
         self.callback = callback
+
+
+_entry_id_of = attrgetter("entry_id")
 
 
 class LedgerWriter:
@@ -522,7 +526,15 @@ class LedgerWriter:
         return True
 
     def _resend_refused(self) -> None:
-        """Send the adds :meth:`_send_again_later` queued to the bookies that refused them (loop thread)."""
+        """Send the adds :meth:`_send_again_later` queued to the bookies that refused them, lowest entry first
+        (loop thread).
+
+        Refusals come back in the order the bookie worked through its requests, and the back-off's first rounds
+        fire while refusals of an earlier send are still arriving, so the queue interleaves rounds.  Sent in that
+        order, the ledger's next entry can sit behind thousands of later ones each round and be refused again
+        while they are taken: acknowledgements without progress until ``addEntryTimeoutSec`` ends the ledger.
+        Sorted, the lowest waiting entry is the first the bookie sees, so each round moves the LAC.
+        """
         self._busy_timer = None
         waiting, self._busy_resends = self._busy_resends, {}
         if self.error is not None:
@@ -531,6 +543,7 @@ class LedgerWriter:
             if self.ensemble[idx] != bookie:
                 continue  # replaced since: the ensemble change sent its pending entries to the new bookie
             bit = 1 << idx
+            ops.sort(key=_entry_id_of)
             for op in ops:
                 if op.callback is not None and not op.acked & bit:
                     self._send(op, [idx])

@@ -413,6 +413,53 @@ def test_the_back_off_of_refused_adds_starts_again_once_the_ledger_made_progress
     asyncio.run(run())
 
 
+class SerialBookieOps(FakeOps):
+    """One bookie that works through its requests one at a time (``per_request`` s each) and holds at most
+    ``queue`` accepted adds for ``hold`` s each, refusing the rest as too many: a Java bookie past
+    ``maxPendingAddRequestsPerThread``.  Its refusals come back spread over the time it takes to get through a
+    burst, as a real bookie's do."""
+
+    def __init__(self, bookies: dict[str, FakeBookie], per_request: float, queue: int, hold: float) -> None:
+        super().__init__(bookies)
+        self.per_request, self.queue, self.hold = per_request, queue, hold
+        self.free_at = 0.0
+        self.held: list[float] = []
+        self.tried: list[int] = []
+
+    def add(self, bookie_id, ledger_id, entry_id, master_key, entry, flags, scope_id, callback, arg=None, v2_frame=None):  # type: ignore[no-untyped-def]
+        loop = asyncio.get_running_loop()
+        at = self.free_at = max(loop.time(), self.free_at) + self.per_request
+        self.held = [until for until in self.held if until > at]
+        self.tried.append(entry_id)
+        if len(self.held) >= self.queue:
+            loop.call_at(at, callback, None, TooManyRequestsError("add queue full"), arg)
+            return
+        self.held.append(at + self.hold)
+        b = self.bookies[bookie_id]
+        b.entries[(ledger_id, entry_id)] = bytes(entry)
+        b.adds.append((ledger_id, entry_id))
+        loop.call_at(at + self.hold, callback, None, None, arg)
+
+
+def test_adds_refused_as_too_many_in_a_long_burst_are_sent_again_lowest_first() -> None:
+    # A burst of 1,000 adds on a bookie that queues 10: the back-off's first rounds fire while the burst's
+    # refusals still arrive, so the waiting adds interleave rounds.  Sent again in that order, the ledger's next
+    # entry sat behind hundreds of later ones each round and the LAC stalled past addEntryTimeoutSec (seen with
+    # a Java bookie in tests/integration/test_client_java_bookie_throttle.py); lowest first, every round moves it.
+    h = Harness(1, 1, 1, bookies=1, addEntryTimeoutSec=2.0)
+    h.ops = SerialBookieOps(h.bookies, per_request=0.0001, queue=10, hold=0.005)
+
+    async def run() -> None:
+        w = h.writer()
+        results, order = await append_all(w, [b"e%d" % i for i in range(1000)])
+        assert results == list(range(1000)) and order == list(range(1000))
+        assert w.error is None and w.ensemble_changes == 0
+        assert sorted(e for _, e in h.bookies[BOOKIES[0]].adds) == list(range(1000))
+        assert len(h.ops.tried) > 2000  # refusals all along: the case under test happened
+
+    asyncio.run(run())
+
+
 def test_a_bookie_refusing_adds_as_too_many_is_not_asked_again_once_the_others_acknowledged() -> None:
     # E = W = 3, Qa = 2: two bookies acknowledge every entry and the LAC moves; the refusing one gets each entry
     # again until the entry is handed back, then no more (no endless resends), and no ensemble change.
