@@ -312,10 +312,19 @@ class LedgerWriter:
         """
         first = self.last_add_pushed + 1
         length = self.length
+        try:
+            frames = self.ctx.ops.encode_v2_adds(
+                self.digester, self.master_key, self.flags, self.ref.ledger_id, first, self.lac, length, payloads
+            )
+        except Exception as exc:  # noqa: BLE001 - MemoryError in practice: fail these appends, queue nothing
+            # Nothing changed yet, so the writer stays usable for later appends (they take these ids); raising
+            # instead would reach the loop's handler and leave the callers' futures, and any append queued
+            # behind them in the same hand-over, unfinished.
+            log.warning("ledger %s: could not frame %d entries: %r", self.ref.ledger_id, len(payloads), exc)
+            for callback in callbacks:
+                callback(None, exc)
+            return
         self._lac_piggybacked = self.lac
-        frames = self.ctx.ops.encode_v2_adds(
-            self.digester, self.master_key, self.flags, self.ref.ledger_id, first, self.lac, length, payloads
-        )
         # An op sent as a frame never needs its payload again (an ensemble change re-sends the frame): each
         # keeps its cumulative length only, and a packed run makes no bytes object per entry.
         if type(payloads) is PackedPayloads:

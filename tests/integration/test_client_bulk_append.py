@@ -18,6 +18,7 @@ import pytest
 
 from bkspark.client import BookKeeper, PackedPayloads
 from bkspark.client.aio import AsyncBookKeeper
+from bkspark.client.ops import BookieOps
 from bkspark.errors import EntryTooLargeError, LedgerClosedError, LedgerFencedError
 from bkspark.protocol.ledger_metadata import LedgerState
 from tests.harness.python_bookie import PythonBookieCluster
@@ -70,6 +71,41 @@ def test_bulk_and_single_appends_keep_call_order_on_python_bookies(py_cluster, m
         rh = bk.open_ledger(lh.ledger_id, password=b"pw")
         assert rh.length == sum(map(len, expected))
         assert [e.payload for e in rh.read_batched(0, rh.last_add_confirmed)] == expected
+
+
+def test_appends_that_cannot_be_framed_fail_alone_and_the_ledger_goes_on(  # type: ignore[no-untyped-def]
+    py_cluster, module_zk_root, monkeypatch
+) -> None:
+    """Framing a run on the client's loop thread can fail (MemoryError): those appends fail with the error, nothing
+    of them is sent, and the appends handed over with them, before and after, still complete; the ledger stays
+    writable and reads back without a gap (docs/client.md, "Bulk append")."""
+    real = BookieOps.encode_v2_adds
+    calls = {"n": 0}
+
+    def encode_once_fails(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise MemoryError("no room for the frames")
+        return real(*args, **kwargs)
+
+    with BookKeeper(module_zk_root.metadata_service_uri) as bk:
+        lh = bk.create_ledger(3, 3, 2, password=b"pw")
+        first = [payload(i) for i in range(40)]
+        lost = [payload(1000 + i) for i in range(30)]
+        after = [payload(40 + i) for i in range(25)]
+        monkeypatch.setattr(BookieOps, "encode_v2_adds", staticmethod(encode_once_fails))
+        futures = [lh.append_many(first), lh.append_many(lost), lh.append_many(packed(after)), lh.append_async(b"last")]
+        assert futures[0].result(timeout=30) == range(0, 40)
+        with pytest.raises(MemoryError, match="no room for the frames"):
+            futures[1].result(timeout=30)
+        # The entries after the failed ones take the ids it would have had.
+        assert futures[2].result(timeout=30) == range(40, 65)
+        assert futures[3].result(timeout=30) == 65
+        monkeypatch.undo()
+        assert lh.append_many([b"x", b"y"]).result(timeout=30) == range(66, 68)
+        lh.close()
+        rh = bk.open_ledger(lh.ledger_id, password=b"pw")
+        assert [e.payload for e in rh.read(0, rh.last_add_confirmed)] == first + after + [b"last", b"x", b"y"]
 
 
 def test_too_large_entry_refuses_the_whole_batch_locally(py_cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
