@@ -26,15 +26,15 @@ import logging
 import secrets
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
 
 from bkspark.client.conf import ClientConf
 from bkspark.client.ops import BookieOps
 from bkspark.client.pool import BookiePool
-from bkspark.client.arrow import DEFAULT_BYTES_PER_BATCH, DEFAULT_ROWS_PER_BATCH, payload_batch, require_pyarrow
+from bkspark.client.arrow import DEFAULT_BYTES_PER_BATCH, DEFAULT_ROWS_PER_BATCH, payload_runs_batch, require_pyarrow
 from bkspark.client.reader import DEFAULT_BYTES_IN_FLIGHT, LedgerEntry, LedgerReader
-from bkspark.client.payloads import PackedPayloads
+from bkspark.client.payloads import PackedPayloads, payload_bytes
 from bkspark.client.recovery import recover_ledger
 from bkspark.client.services import ClientServices
 from bkspark.client.writer import LedgerWriter
@@ -695,7 +695,15 @@ class AsyncReadHandle(HandleIdentity):
                 yield entry
             cur = end + 1
 
-    async def read_payload_groups(
+    async def read_payload_groups(self, first: int, last: int, **options: Any) -> AsyncIterator[tuple[int, list[bytes]]]:
+        """Every entry ``first..min(last, LAC)`` as ``(first entry id, payloads)`` groups (``bytes`` payloads) of up to
+        ``rows_per_group`` entries / about ``bytes_per_group`` bytes, read pipelined (see
+        :meth:`LedgerReader.stream_payloads`): the groups of :meth:`read_payload_runs` (whose options these are),
+        one list each."""
+        async for group_first, pieces in self.read_payload_runs(first, last, **options):
+            yield group_first, [payload for piece in pieces for payload in piece]
+
+    async def read_payload_runs(
         self,
         first: int,
         last: int,
@@ -706,10 +714,10 @@ class AsyncReadHandle(HandleIdentity):
         batch: bool = True,
         rows_per_group: int = DEFAULT_ROWS_PER_BATCH,
         bytes_per_group: int = DEFAULT_BYTES_PER_BATCH,
-    ) -> AsyncIterator[tuple[int, list[bytes]]]:
-        """Every entry ``first..min(last, LAC)`` as ``(first entry id, payloads)`` groups (``bytes`` payloads) of up to
-        ``rows_per_group`` entries / about ``bytes_per_group`` bytes, read pipelined (see
-        :meth:`LedgerReader.stream_payloads`); the rows of :meth:`read_batches`."""
+    ) -> AsyncIterator[tuple[int, list[Sequence[bytes]]]]:
+        """The groups of :meth:`read_payload_groups` as the pieces the reads gave, in order (each a
+        :class:`PackedPayloads` gathered by the compiled check, or a list of ``bytes``), with no object per entry
+        made here: the rows of :meth:`read_batches` (:func:`bkspark.client.arrow.payload_runs_batch`)."""
         first, last = _check_entry_range(first, last)
         for name, value in (("batch_size", batch_size), ("max_size", max_size), ("bytes_in_flight", bytes_in_flight),
                             ("rows_per_group", rows_per_group), ("bytes_per_group", bytes_per_group)):
@@ -717,7 +725,8 @@ class AsyncReadHandle(HandleIdentity):
         if rows_per_group < 1 or bytes_per_group < 1 or bytes_in_flight < 1:
             raise InvalidOptionError("rows_per_group, bytes_per_group and bytes_in_flight must be >= 1")
         self.check_open()
-        group: list[bytes] = []
+        pieces: list[Sequence[bytes]] = []
+        rows = 0
         group_first = first
         group_bytes = 0
         async for start, payloads in self.reader.stream_payloads(
@@ -725,26 +734,27 @@ class AsyncReadHandle(HandleIdentity):
             batch=batch,
         ):
             while payloads:
-                take = rows_per_group - len(group)
+                take = rows_per_group - rows
                 chunk, payloads = payloads[:take], payloads[take:]
-                if not group:
+                if not pieces:
                     group_first = start
-                group.extend(chunk)
-                group_bytes += sum(map(len, chunk))
+                pieces.append(chunk)
+                rows += len(chunk)
+                group_bytes += payload_bytes(chunk)
                 start += len(chunk)
-                if len(group) >= rows_per_group or group_bytes >= bytes_per_group:
-                    yield group_first, group
-                    group, group_bytes = [], 0
-        if group:
-            yield group_first, group
+                if rows >= rows_per_group or group_bytes >= bytes_per_group:
+                    yield group_first, pieces
+                    pieces, rows, group_bytes = [], 0, 0
+        if pieces:
+            yield group_first, pieces
 
     async def read_batches(self, first: int, last: int, **options: Any) -> AsyncIterator[Any]:
         """Every entry ``first..min(last, LAC)`` as ``pyarrow.RecordBatch``es of ``entry_id`` and ``payload``
         (needs pyarrow; options as :meth:`read_payload_groups`).  The batches are built on the loop thread:
         asyncio users who mind should take the payload groups and build them elsewhere."""
         require_pyarrow()
-        async for start, payloads in self.read_payload_groups(first, last, **options):
-            yield payload_batch(start, payloads)
+        async for start, pieces in self.read_payload_runs(first, last, **options):
+            yield payload_runs_batch(start, pieces)
 
     async def read_last_add_confirmed(self) -> int:
         """Ask the bookies for the LAC (no RPC for a closed ledger); updates :attr:`last_add_confirmed`."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+from bkspark.client.payloads import PackedPayloads
 from bkspark.errors import InvalidOptionError
 from bkspark.protocol.speedups import speedups as _speedups
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "DEFAULT_BYTES_PER_BATCH", "DEFAULT_ROWS_PER_BATCH", "PAYLOAD_BATCH_COLUMNS", "binary_array", "payload_batch",
-    "require_pyarrow",
+    "payload_runs_batch", "require_pyarrow",
 ]
 
 #: Rows of one Arrow batch by default (Spark's Arrow transfer likes batches of thousands of rows).
@@ -61,22 +62,64 @@ def binary_array(payloads: Sequence[bytes]) -> "pa.BinaryArray":
             return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, payloads), dtype=np.int64, count=n), out=offsets[1:])
-    total = int(offsets[-1])
-    if total > (1 << 31) - 1:
-        raise InvalidOptionError(
-            f"{total} payload bytes do not fit one Arrow binary array (2 GiB); use smaller batches"
-        )
-    data = pa.py_buffer(b"".join(payloads))
-    return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), data])
+    _check_int32_offsets(int(offsets[-1]))  # before the join: no 2 GiB copy to refuse
+    return _binary_from_buffers(pa, n, offsets, b"".join(payloads))
+
+
+def _check_int32_offsets(end: int) -> None:
+    """The payloads of one array must end within what int32 offsets address (2 GiB)."""
+    if end > (1 << 31) - 1:
+        raise InvalidOptionError(f"{end} payload bytes do not fit one Arrow binary array (2 GiB); use smaller batches")
+
+
+def _binary_from_buffers(pa: Any, n: int, offsets: Any, data: bytes) -> "pa.BinaryArray":
+    """A binary array of ``n`` values over ``data`` at ``offsets`` (n + 1 int64 values, any first one); the one
+    check that int32 offsets can address them."""
+    import numpy as np
+
+    _check_int32_offsets(int(offsets[-1]))
+    return pa.BinaryArray.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+    )
+
+
+def packed_binary_array(pieces: "Sequence[PackedPayloads]") -> "pa.BinaryArray":
+    """The payloads of ``pieces`` as one Arrow binary array: one run's buffer taken as the data with no copy (its
+    bounds as the offsets, whatever the first), several joined into one buffer (one copy, the offsets by numpy)."""
+    pa = require_pyarrow()
+    import numpy as np
+
+    if len(pieces) == 1:
+        run = pieces[0]
+        return _binary_from_buffers(pa, len(run), np.frombuffer(run.bounds, dtype=np.int64), run.data)
+    bounds = [np.frombuffer(run.bounds, dtype=np.int64) for run in pieces]
+    shifts = np.cumsum([0] + [int(b[-1] - b[0]) for b in bounds[:-1]])
+    offsets = np.concatenate([np.zeros(1, dtype=np.int64)] + [b[1:] - b[0] + shift for b, shift in zip(bounds, shifts)])
+    data = b"".join(memoryview(run.data)[int(b[0]) : int(b[-1])] for run, b in zip(pieces, bounds))
+    return _binary_from_buffers(pa, int(sum(len(b) - 1 for b in bounds)), offsets, data)
 
 
 def payload_batch(first_entry_id: int, payloads: Sequence[bytes]) -> "pa.RecordBatch":
     """Consecutive entries ``first_entry_id ..`` as a RecordBatch of ``entry_id`` (int64) and ``payload``."""
+    return _entries_batch(first_entry_id, binary_array(payloads))
+
+
+def payload_runs_batch(first_entry_id: int, pieces: "Sequence[Sequence[bytes]]") -> "pa.RecordBatch":
+    """:func:`payload_batch` of the payloads of ``pieces`` in order (a group of
+    :meth:`~bkspark.client.aio.AsyncReadHandle.read_payload_runs`): packed runs become the payload column's
+    buffers with no object per entry (:func:`packed_binary_array`); a group with a list in it (single reads,
+    digests other than CRC32C) is gathered from its ``bytes``."""
+    if pieces and all(type(piece) is PackedPayloads for piece in pieces):
+        return _entries_batch(first_entry_id, packed_binary_array(pieces))  # type: ignore[arg-type]
+    return payload_batch(first_entry_id, [payload for piece in pieces for payload in piece])
+
+
+def _entries_batch(first_entry_id: int, payloads: "pa.BinaryArray") -> "pa.RecordBatch":
     pa = require_pyarrow()
     import numpy as np
 
     n = len(payloads)
     return pa.RecordBatch.from_arrays(
-        [pa.array(np.arange(first_entry_id, first_entry_id + n, dtype=np.int64)), binary_array(payloads)],
+        [pa.array(np.arange(first_entry_id, first_entry_id + n, dtype=np.int64)), payloads],
         names=list(PAYLOAD_BATCH_COLUMNS),
     )

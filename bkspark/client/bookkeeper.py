@@ -24,12 +24,12 @@ import logging
 import threading
 import time
 from functools import partial
-from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from bkspark.client.aio import (
     AsyncBookKeeper, AsyncLedgerHandle, AsyncReadHandle, HandleIdentity, check_payload, check_payloads,
 )
-from bkspark.client.arrow import payload_batch, require_pyarrow
+from bkspark.client.arrow import payload_runs_batch, require_pyarrow
 from bkspark.client.conf import ClientConf
 from bkspark.client.payloads import PackedPayloads
 from bkspark.client.reader import LedgerEntry
@@ -628,7 +628,10 @@ class ReadHandle(HandleIdentity):
         """Every entry ``first..min(last, LAC)`` as ``(first entry id, payloads)`` groups, read pipelined
         (options of :meth:`AsyncReadHandle.read_payload_groups`).  One hop to the client's loop per group:
         the reads stay in flight on the loop while the caller works on the previous group."""
-        groups = self.aio.read_payload_groups(first, last, **options)
+        return self._groups_of(self.aio.read_payload_groups(first, last, **options))
+
+    def _groups_of(self, groups: AsyncIterator[T]) -> Iterator[T]:
+        """The items of an async generator of the handle's, each fetched with one hop to the client's loop."""
         try:
             while True:
                 try:
@@ -637,15 +640,16 @@ class ReadHandle(HandleIdentity):
                     return
                 yield group
         finally:
-            self._bk._run(groups.aclose())
+            self._bk._run(groups.aclose())  # type: ignore[attr-defined]
 
     def read_batches(self, first: int, last: int, **options: Any) -> Iterator[Any]:
         """Every entry ``first..min(last, LAC)`` as ``pyarrow.RecordBatch``es of ``entry_id`` (int64) and
-        ``payload`` (binary), built on the calling thread from one gathered buffer per batch; several batch
-        requests in flight, spread over the bookies (see :meth:`read_payload_groups`).  Needs pyarrow."""
+        ``payload`` (binary), built on the calling thread (:func:`bkspark.client.arrow.payload_runs_batch`: the
+        buffers the reads gathered taken as they are, or joined once); several batch requests in flight, spread
+        over the bookies (see :meth:`read_payload_groups`).  Needs pyarrow."""
         require_pyarrow()
-        for start, payloads in self.read_payload_groups(first, last, **options):
-            yield payload_batch(start, payloads)
+        for start, pieces in self._groups_of(self.aio.read_payload_runs(first, last, **options)):
+            yield payload_runs_batch(start, pieces)
 
     def read_last_add_confirmed(self) -> int:
         """Ask the bookies for the LAC (no RPC for a closed ledger); updates :attr:`last_add_confirmed`."""

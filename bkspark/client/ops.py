@@ -286,8 +286,9 @@ class BookieOps:
 
     async def batch_read_async(
         self, bookie_id: str, ledger_id: int, start: int, max_count: int, max_size: int, scope_id: int
-    ) -> list[bytes | memoryview]:
-        """One batch read: the stored entries from ``start`` on (possibly fewer than asked).
+    ) -> Sequence[bytes | memoryview]:
+        """One batch read: the stored entries from ``start`` on (possibly fewer than asked); over v2 a
+        :class:`bkspark.protocol.v2.BatchItems`.
 
         A v3 bookie that turns out not to know our batch read is remembered in the
         pool, and :meth:`can_batch_read` says no from then on: Java >= 4.17 answers
@@ -386,10 +387,10 @@ def _ok_response(resp: Any, exc: BaseException | None) -> Any:
     return resp
 
 
-def _v2_batch_entries(resp: Any, exc: BaseException | None) -> list[Any]:
+def _v2_batch_entries(resp: Any, exc: BaseException | None) -> Sequence[Any]:
     if exc is not None:
         raise exc
-    return list(resp.entries)
+    return resp.entries  # type: ignore[no-any-return] - a BatchItems: cut into views only if the reader asks
 
 
 def _v3_batch_entries(resp: Any, exc: BaseException | None) -> list[Any]:

@@ -25,7 +25,7 @@ import collections
 import itertools
 import logging
 from functools import partial
-from typing import Any, AsyncIterator, Callable, NamedTuple
+from typing import Any, AsyncIterator, Callable, NamedTuple, Sequence
 
 from bkspark.client.connection import V2
 from bkspark.client.services import ClientServices
@@ -43,7 +43,8 @@ from bkspark.errors import (
 from bkspark.protocol.digest import Digester, VerifiedEntry
 from bkspark.protocol.ledger_metadata import LedgerMetadata
 from bkspark.protocol.correlation import read_body
-from bkspark.protocol.v2 import BATCH_RESPONSE_OVERHEAD
+from bkspark.client.payloads import PackedPayloads, join_payloads, payload_bytes
+from bkspark.protocol.v2 import BATCH_RESPONSE_OVERHEAD, BatchItems
 
 __all__ = ["DEFAULT_BYTES_IN_FLIGHT", "LedgerEntry", "LedgerReader", "pick_error"]
 
@@ -532,9 +533,11 @@ class LedgerReader:
         max_size: int,
         last_readable: int,
         prefer: int | None = None,
-    ) -> list[bytes]:
-        """The verified payloads (``bytes``) of a BP-62 batch read of at most ``max_count`` entries / ``max_size`` bytes
-        from ``start`` (entry ids ``start, start + 1, ...``).
+    ) -> "list[bytes] | PackedPayloads":
+        """The verified payloads of a BP-62 batch read of at most ``max_count`` entries / ``max_size`` bytes
+        from ``start`` (entry ids ``start, start + 1, ...``): a list of ``bytes``, or, when one answer held them
+        all and the compiled check took them (scope 0, CRC32C), one :class:`PackedPayloads` gathered straight
+        from the answer with no object per entry (docs/architecture.md, "Compiled fast path").
 
         ``last_readable`` is the LAC (or the last entry id the caller may read).
         Returns at least one entry when ``start <= last_readable``.  ``prefer`` (an ensemble index, modulo E)
@@ -584,8 +587,16 @@ class LedgerReader:
                     break
                 continue
             clean = True
-            items = raw[: want - len(verified)]
+            limit = want - len(verified)
             ledger_id, scope_id = self.ref.ledger_id, self.ref.scope_id
+            if not verified and type(raw) is BatchItems and raw.count:
+                packed = self.digester.verify_payloads_packed(raw.body, raw.offset, limit, ledger_id, cur, scope_id)
+                if packed is not None and packed[3] == min(limit, raw.count):
+                    # Every entry asked for (or answered) checked out: the usual case.  Otherwise the list path
+                    # below checks the answer again and names the entry that stopped it.
+                    data, bounds, max_size = packed[:3]
+                    return PackedPayloads._sharing(data, bounds, max_size)
+            items = raw[:limit]
             payloads, bad = self.digester.verify_payloads(items, ledger_id, cur, scope_id)
             verified.extend(payloads)
             used += 4 * len(payloads) + sum(map(len, items[: len(payloads)]))
@@ -650,12 +661,13 @@ class LedgerReader:
         max_size: int = 0,
         bytes_in_flight: int = DEFAULT_BYTES_IN_FLIGHT,
         batch: bool = True,
-    ) -> AsyncIterator[tuple[int, list[bytes]]]:
+    ) -> AsyncIterator[tuple[int, Sequence[bytes]]]:
         """Verified payloads of ``first..min(last, last_readable)``, in order, as ``(first entry id, payloads)``.
 
-        The payloads are ``bytes`` copies, not views of the responses: a view is tracked by the garbage
-        collector, and with many batches in flight the collector's walks over them cost more than the copy
-        (BENCHMARKS.md, "Per-entry allocations of the client").
+        The payloads of a chunk are one :class:`PackedPayloads` when the compiled check gathered them from the
+        answers (:meth:`batch_read_payloads`), else a list of ``bytes`` copies, not views of the responses: a view
+        is tracked by the garbage collector, and with many batches in flight the collector's walks over them cost
+        more than the copy (BENCHMARKS.md, "Per-entry allocations of the client").
 
         The range is cut into chunks of ``batch_size`` entries; chunks are read concurrently, as many as fit in
         ``bytes_in_flight`` (estimated from the entry sizes seen so far; at least one), and each chunk starts
@@ -671,23 +683,24 @@ class LedgerReader:
         frame_limit = self.ctx.conf.nettyMaxFrameSizeBytes
         request_size = frame_limit if max_size <= 0 else min(max_size, frame_limit)
         loop = asyncio.get_running_loop()
-        pending: collections.deque[tuple[asyncio.Task[list[bytes]], int, int]] = collections.deque()
+        pending: collections.deque[tuple[asyncio.Task[Sequence[bytes]], int, int]] = collections.deque()
         seen_bytes = 0
         seen_entries = 0
         next_start = first
         chunk_index = 0
 
-        async def read_chunk(start: int, end: int, prefer: int) -> list[bytes]:
-            out: list[bytes] = []
+        async def read_chunk(start: int, end: int, prefer: int) -> Sequence[bytes]:
+            pieces: list[Sequence[bytes]] = []
             cur = start
             while cur <= end:
+                got: Sequence[bytes]
                 if batch:
                     got = await self.batch_read_payloads(cur, end - cur + 1, request_size, end, prefer)
                 else:
                     got = [entry.payload for entry in await self.read_range(cur, end)]
-                out.extend(got)
+                pieces.append(got)
                 cur += len(got)
-            return out
+            return join_payloads(pieces)
 
         def chunk_entries(limit: int) -> int:
             """Entries of the next chunk: ``batch_size``, but no more than one request's bytes once entry sizes
@@ -717,7 +730,7 @@ class LedgerReader:
                 task, start, end = pending.popleft()
                 payloads = await task
                 seen_entries += len(payloads)
-                seen_bytes += sum(map(len, payloads))
+                seen_bytes += payload_bytes(payloads)
                 yield start, payloads
         finally:
             for task, _, _ in pending:

@@ -167,6 +167,109 @@ malformed:
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(count_items_doc,
+"count_batch_items(body, offset) -> int | None\n\n"
+"How many length-prefixed items body holds from offset on (a BP-62 batch-read response body), without making\n"
+"an object per item; None when one does not fit, which the reference split reports.");
+
+static PyObject *speedups_count_items(PyObject *self, PyObject *args)
+{
+    PyObject *body;
+    Py_ssize_t offset, count = 0;
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "On", &body, &offset) || PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len;
+    int fits = offset >= 0 && offset <= end;
+    while (fits && offset < end) {
+        if (end - offset < 4) {
+            fits = 0;
+            break;
+        }
+        int32_t size = (int32_t)be32(p + offset);
+        offset += 4;
+        if (size < 0 || size > end - offset) {
+            fits = 0;
+            break;
+        }
+        offset += size;
+        count++;
+    }
+    PyBuffer_Release(&view);
+    if (!fits)
+        Py_RETURN_NONE;
+    return PyLong_FromSsize_t(count);
+}
+
+PyDoc_STRVAR(verify_gather_doc,
+"verify_gather_crc32c(body, offset, limit, ledger_id, first_entry_id) -> (data, bounds, max_size, count, next)\n\n"
+"Of the length-prefixed items of body from offset on (a BP-62 batch-read response body), the longest prefix of\n"
+"at most limit items that are V1 entries of ledger_id, first_entry_id, first_entry_id + 1, ... whose CRC32C\n"
+"digests match (verify_crc32c_payloads' check): their payloads laid end to end in data (bytes), the count + 1\n"
+"int64 bounds (native byte order) as bytes, the largest payload's size, the count, and the offset of the first\n"
+"item not taken.  One pass over the bytes and no object per entry.  Stops at limit, at the end of body, or at the\n"
+"first item that is not such an entry or does not fit; the caller checks that one itself.");
+
+static PyObject *speedups_verify_gather(PyObject *self, PyObject *args)
+{
+    PyObject *body;
+    Py_ssize_t offset, limit;
+    long long ledger_id, first_entry_id;
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "OnnLL", &body, &offset, &limit, &ledger_id, &first_entry_id))
+        return NULL;
+    if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len;
+    if (offset < 0 || offset > end)
+        offset = end; /* nothing to take: the caller's check reports it */
+    Py_ssize_t room = end - offset;
+    Py_ssize_t most = room / (4 + V1_PAYLOAD_START); /* no item is shorter */
+    if (limit < most)
+        most = limit < 0 ? 0 : limit;
+    PyObject *data = PyBytes_FromStringAndSize(NULL, room);
+    PyObject *bounds = PyBytes_FromStringAndSize(NULL, (most + 1) * (Py_ssize_t)sizeof(int64_t));
+    if (data == NULL || bounds == NULL) {
+        Py_XDECREF(data);
+        Py_XDECREF(bounds);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    unsigned char *dst = (unsigned char *)PyBytes_AS_STRING(data);
+    int64_t *b = (int64_t *)PyBytes_AS_STRING(bounds);
+    Py_ssize_t count = 0, total = 0, max_size = 0;
+    b[0] = 0;
+    while (count < most && end - offset >= 4) {
+        int32_t size = (int32_t)be32(p + offset);
+        if (size < V1_PAYLOAD_START || size > end - offset - 4)
+            break;
+        const unsigned char *item = p + offset + 4;
+        if ((item[0] & 0x80) || (long long)be64(item) != ledger_id || (long long)be64(item + 8) != first_entry_id + count)
+            break;
+        size_t len = (size_t)(size - V1_PAYLOAD_START);
+        uint32_t c = crc_update(0, item, V1_HEADER);
+        c = crc_update(c, item + V1_PAYLOAD_START, len);
+        if (c != be32(item + V1_HEADER))
+            break;
+        memcpy(dst + total, item + V1_PAYLOAD_START, len);
+        total += (Py_ssize_t)len;
+        if ((Py_ssize_t)len > max_size)
+            max_size = (Py_ssize_t)len;
+        b[++count] = total;
+        offset += 4 + size;
+    }
+    PyBuffer_Release(&view);
+    if (_PyBytes_Resize(&data, total) < 0 ||
+        _PyBytes_Resize(&bounds, (count + 1) * (Py_ssize_t)sizeof(int64_t)) < 0) {
+        Py_XDECREF(data);
+        Py_XDECREF(bounds);
+        return NULL;
+    }
+    return Py_BuildValue("(NNnnn)", data, bounds, max_size, count, offset);
+}
+
 PyDoc_STRVAR(gather_doc,
 "gather_binary(items) -> (data, offsets) | None\n\n"
 "The buffers of an Arrow binary array holding items (a list of bytes-like objects): their bytes joined, and\n"
@@ -770,6 +873,8 @@ static PyMethodDef speedups_methods[] = {
     {"verify_crc32c_payloads", speedups_verify, METH_VARARGS, verify_doc},
     {"split_batch_items", speedups_split, METH_VARARGS, split_doc},
     {"gather_binary", speedups_gather, METH_VARARGS, gather_doc},
+    {"count_batch_items", speedups_count_items, METH_VARARGS, count_items_doc},
+    {"verify_gather_crc32c", speedups_verify_gather, METH_VARARGS, verify_gather_doc},
     {"v2_add_frames", speedups_add_frames, METH_VARARGS, add_frames_doc},
     {"v2_add_frames_packed", speedups_add_frames_packed, METH_VARARGS, add_frames_packed_doc},
     {"split_frames", speedups_split_frames, METH_VARARGS, split_frames_doc},

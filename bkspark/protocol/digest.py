@@ -423,6 +423,24 @@ class Digester:
             entry_id += 1
         return out, None
 
+    def verify_payloads_packed(
+        self, body: "bytes | memoryview", offset: int, limit: int, ledger_id: int, first_entry_id: int,
+        scope_id: int = 0,
+    ) -> "tuple[bytes, memoryview, int, int, int] | None":
+        """:meth:`verify_payloads` of the length-prefixed items of a batch-read response body from ``offset``, at
+        most ``limit`` of them, as one pass with no object per entry: ``(data, bounds, max_size, count,
+        next_offset)``, the payloads of the verified prefix laid end to end in ``data`` with their ``count + 1``
+        int64 ``bounds`` (a ``q`` memoryview), the largest payload's size and the offset of the first item not
+        taken.  ``None`` when only :meth:`verify_payloads` applies (a digest other than CRC32C, a scope other than
+        0, the compiled path off): that method stays the reference, and checks any item this stops at.
+        """
+        if scope_id != 0 or self.digest_type is not DigestType.CRC32C or _speedups is None:
+            return None
+        data, bounds, max_size, count, next_offset = _speedups.verify_gather_crc32c(
+            body, offset, limit, ledger_id, first_entry_id
+        )
+        return data, memoryview(bounds).cast("q"), max_size, count, next_offset
+
     # -- explicit LAC -----------------------------------------------------------
 
     def package_lac(self, ledger_id: int, lac: int, scope_id: int = 0) -> bytes:

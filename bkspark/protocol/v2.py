@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Iterable, NamedTuple, Union
+from collections.abc import Sequence
+from typing import Callable, ClassVar, Iterable, Iterator, NamedTuple, Union, overload
 
 from bkspark.errors import LocalProtocolError, MalformedFrameError, UnknownOpcodeError
 from bkspark.protocol.proto.BookkeeperProtocol_pb2 import AuthMessage
@@ -87,6 +88,7 @@ __all__ = [
     "AddResponse",
     "ReadResponse",
     "BatchReadResponse",
+    "BatchItems",
     "AuthResponse",
     "Request",
     "Response",
@@ -339,9 +341,60 @@ class BatchReadResponse:
     ledger_id: int
     start_entry_id: int
     request_id: int
-    entries: list[bytes | memoryview] = field(default_factory=list)
+    #: A list when built to be sent; a received one's :class:`BatchItems`.
+    entries: Sequence[bytes | memoryview] = field(default_factory=list)
     version: int = PROTOCOL_VERSION
     opcode: ClassVar[int] = BATCH_READ_ENTRY
+
+
+class BatchItems(Sequence[memoryview]):
+    """The items of a received BATCH_READ_ENTRY response body, cut into views only when asked for.
+
+    The decoder checked that they fit the body exactly and counted them (no object per item).  A reader that
+    verifies and gathers the payloads straight from :attr:`body` (``Digester.verify_payloads_packed``) never
+    makes one; anything else indexes, slices or iterates them as the views the reference split makes.
+    """
+
+    __slots__ = ("body", "offset", "count", "_items")
+
+    def __init__(self, body: memoryview, offset: int, count: int) -> None:
+        self.body = body
+        #: Where the first item's length prefix starts.
+        self.offset = offset
+        self.count = count
+        self._items: list[memoryview] | None = None
+
+    def _split(self) -> list[memoryview]:
+        if self._items is None:
+            self._items = _split_batch_items(self.body, self.offset)
+        return self._items
+
+    def __len__(self) -> int:
+        return self.count
+
+    @overload
+    def __getitem__(self, index: int) -> memoryview: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[memoryview]: ...
+
+    def __getitem__(self, index: int | slice) -> "memoryview | list[memoryview]":
+        return self._split()[index]
+
+    def __iter__(self) -> Iterator[memoryview]:
+        return iter(self._split())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, BatchItems):
+            other = other._split()
+        if not isinstance(other, (list, tuple)):
+            return NotImplemented
+        return self._split() == list(other)
+
+    __hash__ = None  # type: ignore[assignment] - compared by value, as the list it stands for
+
+    def __repr__(self) -> str:
+        return f"BatchItems({self.count} items)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -782,14 +835,13 @@ def _decode_read_response(view: memoryview, version: int) -> ReadResponse:
     return ReadResponse(rc, ledger_id, entry_id, view[RESPONSE_HEADER_SIZE:], version)
 
 
-def _split_batch_items(view: memoryview) -> list[memoryview]:
+def _split_batch_items(view: memoryview, offset: int = BATCH_RESPONSE_HEADER_SIZE) -> list[memoryview]:
     if _speedups is not None:  # the compiled loop (bkspark/protocol/speedups.py); None: malformed, checked below
-        split = _speedups.split_batch_items(view, BATCH_RESPONSE_HEADER_SIZE)
+        split = _speedups.split_batch_items(view, offset)
         if split is not None:
             return split
     items: list[memoryview] = []
     end = len(view)
-    offset = BATCH_RESPONSE_HEADER_SIZE
     unpack_length = _INT32.unpack_from
     while offset < end:
         if end - offset < 4:
@@ -821,7 +873,17 @@ def _decode_batch_read_response(view: memoryview, version: int) -> BatchReadResp
     if len(view) < BATCH_RESPONSE_HEADER_SIZE:
         raise _too_short("BATCH_READ_ENTRY response", len(view), BATCH_RESPONSE_HEADER_SIZE)
     _, rc, ledger_id, start_entry_id, request_id = _BODY_BATCH_RESPONSE_PREFIX.unpack_from(view, 0)
-    return BatchReadResponse(rc, ledger_id, start_entry_id, request_id, _split_batch_items(view), version)
+    return BatchReadResponse(rc, ledger_id, start_entry_id, request_id, _received_batch_items(view), version)
+
+
+def _received_batch_items(view: memoryview) -> Sequence[memoryview]:
+    """The items of a received batch-read response: counted by the compiled loop and cut later, only if asked
+    (:class:`BatchItems`); else the reference split, which raises the precise error for items that do not fit."""
+    if _speedups is not None:
+        count = _speedups.count_batch_items(view, BATCH_RESPONSE_HEADER_SIZE)
+        if count is not None:
+            return BatchItems(view, BATCH_RESPONSE_HEADER_SIZE, count)
+    return _split_batch_items(view)
 
 
 def _decode_auth_response(view: memoryview, version: int) -> AuthResponse:

@@ -57,9 +57,17 @@ def check_same_as_read(rh: Any, first: int, last: int, **options: Any) -> list[A
 
 _READ_ALL = """
 import hashlib, json, sys
-from bkspark.client import BookKeeper
+from bkspark.client import BookKeeper, PackedPayloads
+from bkspark.client import bookkeeper as handles
 from bkspark.protocol import speedups
 uri, ledger = sys.argv[1], int(sys.argv[2])
+build, pieces = handles.payload_runs_batch, []
+
+def recording(first, group):
+    pieces.extend(type(piece) is PackedPayloads for piece in group)
+    return build(first, group)
+
+handles.payload_runs_batch = recording
 with BookKeeper(uri, readEntryTimeoutSec=10) as bk:
     rh = bk.open_ledger(ledger, password=b"pw", recovery=False)
     digest, count = hashlib.sha256(), 0
@@ -67,7 +75,8 @@ with BookKeeper(uri, readEntryTimeoutSec=10) as bk:
         for value in batch.column("payload").to_pylist():
             digest.update(len(value).to_bytes(4, "big") + value)
             count += 1
-print(json.dumps({"sha256": digest.hexdigest(), "count": count, "compiled": speedups.speedups is not None}))
+print(json.dumps({"sha256": digest.hexdigest(), "count": count, "compiled": speedups.speedups is not None,
+                  "packed_pieces": sum(pieces), "pieces": len(pieces)}))
 """
 
 
@@ -91,6 +100,10 @@ def assert_both_paths_read_the_same(uri: str, ledger: int) -> None:
     reference = read_in_process_of_its_own(uri, ledger, no_extensions=True)
     assert compiled["compiled"] and not reference["compiled"]
     assert (compiled["sha256"], compiled["count"]) == (reference["sha256"], reference["count"])
+    # Compiled: the answers' payloads were checked and gathered in one pass (packed runs), all but the pieces a
+    # bad copy sent down the list path; the reference never packs.
+    assert compiled["packed_pieces"] >= compiled["pieces"] - 2 and compiled["packed_pieces"] > 0
+    assert reference["packed_pieces"] == 0 and reference["pieces"] > 0
 
 
 @pytest.fixture

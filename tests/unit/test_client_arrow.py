@@ -6,9 +6,14 @@ import subprocess
 import sys
 import textwrap
 
-import pyarrow as pa
+from array import array
 
-from bkspark.client.arrow import binary_array, payload_batch
+import pyarrow as pa
+import pytest
+
+from bkspark.client.arrow import binary_array, payload_batch, payload_runs_batch
+from bkspark.client.payloads import PackedPayloads, join_payloads, payload_bytes
+from bkspark.errors import InvalidOptionError
 
 
 def test_payload_batch_from_bytes_and_views() -> None:
@@ -22,6 +27,53 @@ def test_payload_batch_from_bytes_and_views() -> None:
     assert batch.column(1).to_pylist() == [b"", b"abc", b"hello", b"world"]
     batch.validate(full=True)
     assert len(binary_array([])) == 0
+
+
+def packed(payloads: list[bytes]) -> PackedPayloads:
+    bounds = array("q", [0])
+    for p in payloads:
+        bounds.append(bounds[-1] + len(p))
+    return PackedPayloads(b"".join(payloads), bounds)
+
+
+def test_runs_become_the_payload_column_with_one_copy_at_most() -> None:
+    """payload_runs_batch: one run's buffer is the column's data (no copy), a slice of a run keeps its first
+    offset, several runs are joined once; lists among them take the gather; all equal payload_batch's."""
+    a = [b"alpha", b"", b"beta", b"g" * 300]
+    b = [b"x", b"yy"]
+    c = [b"", b"zzz"]
+    run = packed(a)
+    one = payload_runs_batch(7, [run])
+    assert one.column(1).buffers()[2].address == pa.py_buffer(run.data).address  # the run's own bytes
+    cases = [
+        ([run], a),
+        ([run[1:3]], a[1:3]),
+        ([run[2:], packed(b), packed(c)[1:]], a[2:] + b + c[1:]),
+        ([packed(b), list(c), run[:1]], b + c + a[:1]),
+        ([packed([]), packed(b)], b),
+    ]
+    for pieces, want in cases:
+        batch = payload_runs_batch(7, pieces)
+        batch.validate(full=True)
+        assert batch.column(0).to_pylist() == list(range(7, 7 + len(want)))
+        assert batch.column(1).to_pylist() == want
+        assert batch.equals(payload_batch(7, want))
+    assert payload_runs_batch(3, []).num_rows == 0
+
+
+def test_runs_join_and_count_without_a_pass_per_payload() -> None:
+    a, b = packed([b"ab", b"c"]), packed([b"", b"defg"])
+    joined = join_payloads([a[1:], b])
+    assert type(joined) is PackedPayloads and list(joined) == [b"c", b"", b"defg"] and joined.bounds[0] == 0
+    assert join_payloads([a]) is a
+    assert join_payloads([a, [b"h"]]) == [b"ab", b"c", b"h"]
+    assert payload_bytes(b) == 4 and payload_bytes([b"ab", b"c"]) == 3
+
+
+def test_runs_over_2_gib_are_refused_clearly() -> None:
+    huge = PackedPayloads._sharing(b"", memoryview(array("q", [0, 1 << 31])), 1 << 31)
+    with pytest.raises(InvalidOptionError, match="do not fit one Arrow binary array"):
+        payload_runs_batch(0, [huge])
 
 
 def test_the_client_imports_and_fails_clearly_without_pyarrow() -> None:

@@ -189,6 +189,78 @@ def test_a_mismatch_is_reported_with_the_verified_prefix(monkeypatch: pytest.Mon
     assert len(payloads) == 6 and isinstance(error, DigestMismatchError)
 
 
+# -- the packed check: verify and gather in one pass -----------------------------------------------------------
+
+
+def test_the_packed_check_takes_what_the_reference_takes() -> None:
+    """verify_payloads_packed (one pass over a received answer, no object per entry) takes a prefix of what
+    verify_payloads takes, byte for byte: all of a clean answer up to the limit; where it stops, the reference
+    checks that entry and names the error."""
+    rng = random.Random(13)
+    d = Digester(DigestType.CRC32C, b"pw")
+    start = v2.BATCH_RESPONSE_HEADER_SIZE
+    for _ in range(30):
+        first = rng.randrange(0, 1 << 40)
+        items = entries(first, rng.randint(1, 40), rng)
+        for what, case in corruptions(items, rng):
+            body = batch_body(case)
+            for limit in (len(case), rng.randint(0, len(case)), len(case) + 5):
+                got = d.verify_payloads_packed(memoryview(body), start, limit, LEDGER, first)
+                assert got is not None
+                data, bounds, max_size, count, next_offset = got
+                payloads = [data[bounds[i] : bounds[i + 1]] for i in range(count)]
+                reference, _error = d.verify_payloads(case[:limit], LEDGER, first)
+                assert len(bounds) == count + 1 and bounds[0] == 0 and len(data) == bounds[count], what
+                assert payloads == reference[:count] and count <= len(reference), what
+                assert max_size == max(map(len, payloads), default=0), what
+                assert next_offset == start + sum(4 + len(item) for item in case[:count]), what
+                if what == "clean":
+                    assert count == min(limit, len(case))
+
+
+def test_the_packed_check_stops_at_items_that_do_not_fit() -> None:
+    rng = random.Random(17)
+    d = Digester(DigestType.CRC32C, b"pw")
+    items = entries(5, 6, rng)
+    body = bytearray(batch_body(items))
+    whole = d.verify_payloads_packed(bytes(body), v2.BATCH_RESPONSE_HEADER_SIZE, 10, LEDGER, 5)
+    assert whole is not None and whole[3] == 6
+    cut = bytes(body[:-3])  # the last item runs past the end
+    got = d.verify_payloads_packed(cut, v2.BATCH_RESPONSE_HEADER_SIZE, 10, LEDGER, 5)
+    assert got is not None and got[3] == 5 and got[4] == len(cut) - (4 + len(items[5]) - 3)
+    for offset in (-1, len(body) + 1, len(body)):  # nothing to take: the caller's check reports it
+        got = d.verify_payloads_packed(bytes(body), offset, 10, LEDGER, 5)
+        assert got is not None and got[3] == 0 and got[0] == b"" and list(got[1]) == [0]
+
+
+def test_the_packed_check_is_for_crc32c_scope_0_on_the_compiled_path_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(19)
+    body = batch_body(entries(0, 3, rng))
+    for dtype, scope in ((DigestType.CRC32, 0), (DigestType.HMAC, 0), (DigestType.CRC32C, 7)):
+        assert Digester(dtype, b"pw").verify_payloads_packed(body, 32, 3, LEDGER, 0, scope) is None
+    monkeypatch.setattr(digest_module, "_speedups", None)
+    assert Digester(DigestType.CRC32C, b"pw").verify_payloads_packed(body, 32, 3, LEDGER, 0) is None
+
+
+def test_a_received_batch_is_counted_and_cut_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decoder checks the items fit and counts them (no view per item); indexing, slicing, iterating and
+    comparing give the reference split's views."""
+    rng = random.Random(23)
+    items = [rng.randbytes(rng.choice([0, 1, 50, 2000])) for _ in range(12)]
+    body = batch_body(items)
+    assert speedups.count_batch_items(body, v2.BATCH_RESPONSE_HEADER_SIZE) == 12
+    for broken in (body[:-1], body + b"\x00\x00"):
+        assert speedups.count_batch_items(broken, v2.BATCH_RESPONSE_HEADER_SIZE) is None
+    response = v2.decode_response(body)
+    received = response.entries
+    assert type(received) is v2.BatchItems and received._items is None and len(received) == 12
+    assert bytes(received[3]) == items[3] and [bytes(i) for i in received[2:5]] == items[2:5]
+    assert [bytes(i) for i in received] == items and received == items and received._items is not None
+    assert response == v2.BatchReadResponse(0, LEDGER, 0, 9, items)
+    monkeypatch.setattr(v2, "_speedups", None)
+    assert type(v2.decode_response(body).entries) is list  # the reference: split at once
+
+
 # -- the Arrow gather ------------------------------------------------------------------------------------------
 
 
