@@ -28,6 +28,7 @@ from functools import partial
 from typing import Any, AsyncIterator, Callable, NamedTuple, Sequence
 
 from bkspark.client.connection import V2
+from bkspark.client.payloads import PackedPayloads, join_payloads, payload_bytes
 from bkspark.client.services import ClientServices
 from bkspark.protocol.ledger_name import LedgerRef
 from bkspark.client.schedule import CoverageSet, is_striped
@@ -43,7 +44,6 @@ from bkspark.errors import (
 from bkspark.protocol.digest import Digester, VerifiedEntry
 from bkspark.protocol.ledger_metadata import LedgerMetadata
 from bkspark.protocol.correlation import read_body
-from bkspark.client.payloads import PackedPayloads, join_payloads, payload_bytes
 from bkspark.protocol.v2 import BATCH_RESPONSE_OVERHEAD, BatchItems
 
 __all__ = ["DEFAULT_BYTES_IN_FLIGHT", "LedgerEntry", "LedgerReader", "pick_error"]
