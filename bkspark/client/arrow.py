@@ -73,8 +73,8 @@ def _check_int32_offsets(end: int) -> None:
 
 
 def _binary_from_buffers(pa: Any, n: int, offsets: Any, data: bytes) -> "pa.BinaryArray":
-    """A binary array of ``n`` values over ``data`` at ``offsets`` (n + 1 int64 values, any first one); the one
-    check that int32 offsets can address them."""
+    """A binary array of ``n`` values over ``data`` at ``offsets`` (n + 1 int64 values, any first one), once
+    :func:`_check_int32_offsets` passed them."""
     import numpy as np
 
     _check_int32_offsets(int(offsets[-1]))
@@ -85,7 +85,9 @@ def _binary_from_buffers(pa: Any, n: int, offsets: Any, data: bytes) -> "pa.Bina
 
 def packed_binary_array(pieces: "Sequence[PackedPayloads]") -> "pa.BinaryArray":
     """The payloads of ``pieces`` as one Arrow binary array: one run's buffer taken as the data with no copy (its
-    bounds as the offsets, whatever the first), several joined into one buffer (one copy, the offsets by numpy)."""
+    bounds as the offsets, whatever the first), several joined into one buffer (one copy): what
+    :meth:`PackedPayloads.join` does, with the offsets shifted by numpy rather than one Python int per payload (the
+    client's core has no numpy; this module does)."""
     pa = require_pyarrow()
     import numpy as np
 
