@@ -85,9 +85,7 @@ def _binary_from_buffers(pa: Any, n: int, offsets: Any, data: bytes) -> "pa.Bina
 
 def packed_binary_array(pieces: "Sequence[PackedPayloads]") -> "pa.BinaryArray":
     """The payloads of ``pieces`` as one Arrow binary array: one run's buffer taken as the data with no copy (its
-    bounds as the offsets, whatever the first), several joined into one buffer (one copy): what
-    :meth:`PackedPayloads.join` does, with the offsets shifted by numpy rather than one Python int per payload (the
-    client's core has no numpy; this module does)."""
+    bounds as the offsets, whatever the first), several joined into one buffer (one copy, the offsets shifted by numpy): the only place runs are joined."""
     pa = require_pyarrow()
     import numpy as np
 

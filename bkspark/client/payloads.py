@@ -10,11 +10,10 @@ reference, a v3 ledger, an ensemble change in progress) takes the payloads one b
 from __future__ import annotations
 
 import operator
-from array import array
 from collections.abc import Iterator, Sequence
 from typing import overload
 
-__all__ = ["PackedPayloads", "join_payloads", "payload_bytes"]
+__all__ = ["PackedPayloads", "payload_bytes"]
 
 
 class PackedPayloads(Sequence[bytes]):
@@ -102,18 +101,6 @@ class PackedPayloads(Sequence[bytes]):
         shift = length - self.bounds[0]
         return [bound + shift for bound in self.bounds[1:].tolist()]
 
-    @classmethod
-    def join(cls, runs: "Sequence[PackedPayloads]") -> "PackedPayloads":
-        """The payloads of ``runs``, in order, in one new buffer (one copy of their bytes)."""
-        data = b"".join(memoryview(run.data)[run.bounds[0] : run.bounds[-1]] for run in runs)
-        bounds = array("q", [0])
-        total = 0
-        for run in runs:
-            shift = total - run.bounds[0]
-            bounds.extend([bound + shift for bound in run.bounds[1:].tolist()])
-            total = bounds[-1]
-        return cls._sharing(data, memoryview(bounds), max((run.max_size for run in runs), default=0))
-
     def __repr__(self) -> str:
         return f"PackedPayloads({len(self)} payloads, {self.nbytes} bytes)"
 
@@ -124,12 +111,3 @@ def payload_bytes(payloads: "Sequence[bytes] | PackedPayloads") -> int:
         return payloads.nbytes
     return sum(map(len, payloads))
 
-
-def join_payloads(pieces: "list[Sequence[bytes]]") -> "Sequence[bytes]":
-    """The payloads of ``pieces``, in order, as one sequence: the piece itself when there is one, one
-    :class:`PackedPayloads` when every piece is packed, else a list of ``bytes``."""
-    if len(pieces) == 1:
-        return pieces[0]
-    if all(type(piece) is PackedPayloads for piece in pieces):
-        return PackedPayloads.join(pieces)  # type: ignore[arg-type]
-    return [payload for piece in pieces for payload in piece]

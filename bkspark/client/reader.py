@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any, AsyncIterator, Callable, NamedTuple, Sequence
 
 from bkspark.client.connection import V2
-from bkspark.client.payloads import PackedPayloads, join_payloads, payload_bytes
+from bkspark.client.payloads import PackedPayloads, payload_bytes
 from bkspark.client.services import ClientServices
 from bkspark.protocol.ledger_name import LedgerRef
 from bkspark.client.schedule import CoverageSet, is_striped
@@ -662,10 +662,11 @@ class LedgerReader:
         bytes_in_flight: int = DEFAULT_BYTES_IN_FLIGHT,
         batch: bool = True,
     ) -> AsyncIterator[tuple[int, Sequence[bytes]]]:
-        """Verified payloads of ``first..min(last, last_readable)``, in order, as ``(first entry id, payloads)``.
+        """Verified payloads of ``first..min(last, last_readable)``, in order, as ``(first entry id, payloads)``: one
+        item per answer a chunk took (a chunk read in several requests gives several).
 
-        The payloads of a chunk are one :class:`PackedPayloads` when the compiled check gathered them from the
-        answers (:meth:`batch_read_payloads`), else a list of ``bytes`` copies, not views of the responses: a view
+        The payloads of an answer are one :class:`PackedPayloads` when the compiled check gathered them
+        (:meth:`batch_read_payloads`), else a list of ``bytes`` copies, not views of the responses: a view
         is tracked by the garbage collector, and with many batches in flight the collector's walks over them cost
         more than the copy (BENCHMARKS.md, "Per-entry allocations of the client").
 
@@ -683,13 +684,13 @@ class LedgerReader:
         frame_limit = self.ctx.conf.nettyMaxFrameSizeBytes
         request_size = frame_limit if max_size <= 0 else min(max_size, frame_limit)
         loop = asyncio.get_running_loop()
-        pending: collections.deque[tuple[asyncio.Task[Sequence[bytes]], int, int]] = collections.deque()
+        pending: collections.deque[tuple[asyncio.Task[list[Sequence[bytes]]], int, int]] = collections.deque()
         seen_bytes = 0
         seen_entries = 0
         next_start = first
         chunk_index = 0
 
-        async def read_chunk(start: int, end: int, prefer: int) -> Sequence[bytes]:
+        async def read_chunk(start: int, end: int, prefer: int) -> list[Sequence[bytes]]:
             pieces: list[Sequence[bytes]] = []
             cur = start
             while cur <= end:
@@ -700,7 +701,7 @@ class LedgerReader:
                     got = [entry.payload for entry in await self.read_range(cur, end)]
                 pieces.append(got)
                 cur += len(got)
-            return join_payloads(pieces)
+            return pieces
 
         def chunk_entries(limit: int) -> int:
             """Entries of the next chunk: ``batch_size``, but no more than one request's bytes once entry sizes
@@ -728,10 +729,11 @@ class LedgerReader:
                     next_start = end + 1
                     chunk_index += 1
                 task, start, end = pending.popleft()
-                payloads = await task
-                seen_entries += len(payloads)
-                seen_bytes += payload_bytes(payloads)
-                yield start, payloads
+                for payloads in await task:  # the chunk's answers as they came: no join here
+                    seen_entries += len(payloads)
+                    seen_bytes += payload_bytes(payloads)
+                    yield start, payloads
+                    start += len(payloads)
         finally:
             for task, _, _ in pending:
                 task.cancel()

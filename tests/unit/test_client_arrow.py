@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from bkspark.client.arrow import binary_array, payload_batch, payload_runs_batch
-from bkspark.client.payloads import PackedPayloads, join_payloads, payload_bytes
+from bkspark.client.payloads import PackedPayloads, payload_bytes
 from bkspark.errors import InvalidOptionError
 
 
@@ -61,13 +61,8 @@ def test_runs_become_the_payload_column_with_one_copy_at_most() -> None:
     assert payload_runs_batch(3, []).num_rows == 0
 
 
-def test_runs_join_and_count_without_a_pass_per_payload() -> None:
-    a, b = packed([b"ab", b"c"]), packed([b"", b"defg"])
-    joined = join_payloads([a[1:], b])
-    assert type(joined) is PackedPayloads and list(joined) == [b"c", b"", b"defg"] and joined.bounds[0] == 0
-    assert join_payloads([a]) is a
-    assert join_payloads([a, [b"h"]]) == [b"ab", b"c", b"h"]
-    assert payload_bytes(b) == 4 and payload_bytes([b"ab", b"c"]) == 3
+def test_packed_runs_count_their_bytes_without_a_pass_per_payload() -> None:
+    assert payload_bytes(packed([b"", b"defg"])[1:]) == 4 and payload_bytes([b"ab", b"c"]) == 3
 
 
 def test_runs_over_2_gib_are_refused_clearly() -> None:

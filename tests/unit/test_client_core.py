@@ -925,3 +925,35 @@ def test_parallel_batched_range_is_complete_and_ordered() -> None:
         assert sum(1 for fb in h.bookies.values() if fb.batches) == 3
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("received", ["list", "v2 answer"])
+def test_streamed_chunks_read_in_several_answers_come_back_answer_by_answer_in_order(received: str) -> None:
+    """stream_payloads: a bookie that answers a batch read with at most 3 entries makes each chunk of 10 take
+    several requests; each answer comes back as it was (packed runs stay runs, nothing is joined), with its first
+    entry id, and together they are the range in order."""
+    h = Harness(3, 3, 2)
+    whole = h.ops.batch_read_async
+
+    async def at_most_three(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return (await whole(*args, **kwargs))[:3]
+
+    h.ops.batch_read_async = at_most_three  # type: ignore[method-assign]
+    if received == "v2 answer":
+        answering_as_a_v2_connection(h.ops)
+
+    async def run() -> None:
+        await _filled(h, 30)
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        pieces = [(start, payloads) async for start, payloads in reader.stream_payloads(2, 26, 29, batch_size=10)]
+        assert all(len(payloads) <= 3 for _, payloads in pieces)
+        expected_start = 2
+        for start, payloads in pieces:
+            assert start == expected_start
+            expected_start += len(payloads)
+        assert expected_start == 27
+        assert [p for _, payloads in pieces for p in payloads] == [b"v%03d" % i for i in range(2, 27)]
+        packed = received == "v2 answer" and speedups is not None
+        assert all((type(payloads) is PackedPayloads) == packed for _, payloads in pieces)
+
+    asyncio.run(run())
