@@ -498,11 +498,20 @@ class Bookie:
         answer take :meth:`read_entry_soon`."""
         return self.storage.memory_hits(scope_id, reads)
 
-    def pending_read_ahead(self, key: tuple[int, int, int]) -> "asyncio.Future[bytes] | None":
-        """The answer of a cold read on a read thread whose read-ahead window holds ``key``'s entry, or None: a
-        connection's run of single reads waits for it as a whole (docs/bookie.md, "Runs of single reads")."""
-        pending = self._read_ahead_for(key, None)
-        return None if pending is None else pending[1]
+    def read_run_soon(
+        self, scope_id: int, reads: list[tuple[int, int]], budget: int
+    ) -> "asyncio.Future[list[bytes | BookieError]]":
+        """The entries of a run's single reads that memory lacks, ``(ledger id, entry id)`` each, from a read
+        thread as one job (:meth:`LedgerStorage.read_run_cold`: each read's bytes or error, in order, within
+        ``budget`` bytes); what it brought goes into the read cache unless its ledger would not fit there
+        (docs/bookie.md, "Runs of single reads")."""
+        storage = self.storage
+
+        def remember(found: list[bytes | BookieError]) -> list[bytes | BookieError]:
+            storage.remember_run(scope_id, reads, found)
+            return found
+
+        return self._on_read_thread(lambda: storage.read_run_cold(scope_id, reads, budget), remember)
 
     def _read_ahead_for(
         self, key: tuple[int, int, int], after: int | None

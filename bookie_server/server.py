@@ -85,6 +85,10 @@ COLD_READS_PER_CONNECTION = 4
 #: (docs/bookie.md, "Reads").
 WAITING_READS_PER_CONNECTION = COLD_READS_PER_CONNECTION
 
+#: Reads of a run of single reads handed to a read thread as one job when memory lacks one (docs/bookie.md, "Runs
+#: of single reads"); the job also stops at the write buffer's high water mark in bytes.
+COLD_RUN_READS = 1024
+
 #: Configuration key of each gate, for the limit log.
 _GATE_KEYS = {
     "adds": "maxAddsInProgressLimit",
@@ -270,8 +274,7 @@ class _Connection(asyncio.Protocol):
         self._parked = False  # waiting for a gate (adds/reads/long polls) or the write cache
         self._cold_reads = 0  # reads of this connection on the read threads (COLD_READS_PER_CONNECTION)
         self._waiting_reads = 0  # its reads waiting for a read-ahead (WAITING_READS_PER_CONNECTION)
-        self._read_ahead_hold = False  # a run of reads waits for a read-ahead (_hold_for_read_ahead)
-        self._held_for: tuple[int, int, int] | None = None  # the key of the read it waited for last
+        self._cold_run = False  # a stretch of a run of reads is on a read thread (_v2_read_cold_run)
         self._waiting_limit = WAITING_READS_PER_CONNECTION * max(1, server.conf.dbStorage_readAheadCacheBatchSize)
         self._reading_paused = False
         self._rejected = False
@@ -449,7 +452,7 @@ class _Connection(asyncio.Protocol):
         """True while the connection's reads waiting for the read threads, or for a read-ahead, are at their
         bound (docs/bookie.md, "Reads"): it dispatches no more until one is answered."""
         return (
-            self._read_ahead_hold
+            self._cold_run
             or self._cold_reads >= COLD_READS_PER_CONNECTION
             or self._waiting_reads >= self._waiting_limit
         )
@@ -796,8 +799,12 @@ class _Connection(asyncio.Protocol):
                     continue
                 if self._reads_held() or self._write_blocked or self.closed:
                     break
-                if data is None and self._hold_for_read_ahead(read):
-                    break  # this read and the run's rest wait, then meet memory again
+                if data is None and self._plain_miss(read):
+                    if hits:
+                        self._v2_read_hits(hits, entries, size, start)
+                        hits, entries, size = [], [], 0
+                    done += self._v2_read_cold_run(reads[done:], found[done:], budget)
+                    break  # the run's rest waits until that stretch is answered
                 if hits:
                     self._v2_read_hits(hits, entries, size, start)
                     hits, entries, size = [], [], 0
@@ -809,26 +816,87 @@ class _Connection(asyncio.Protocol):
             self._release_reads(len(reads) - done)
         return done
 
-    def _hold_for_read_ahead(self, read: tuple[int, int, int]) -> bool:
-        """True when a read-ahead on a read thread may bring ``read``'s entry: the connection then dispatches no
-        more until that read-ahead is over, and the run resumes from ``read`` (docs/bookie.md, "Runs of single
-        reads"), its entries then answered from memory as a run.  A read is held once: the next time it takes
-        :meth:`_v2_read` (which waits for a read-ahead on its own, or reads the disk)."""
-        key = (0, read[0], read[1])
-        if key == self._held_for:
-            return False
-        pending = self.bookie.pending_read_ahead(key)
-        if pending is None:
-            return False
-        self._held_for = key
-        self._read_ahead_hold = True
-        pending.add_done_callback(self._read_ahead_over)
-        return True
+    def _plain_miss(self, read: tuple[int, int, int]) -> bool:
+        """A read of a run that memory lacks and that the disk answers as a single read would: a known ledger,
+        an entry id, a good version (the others take :meth:`_v2_read`)."""
+        return read[1] >= 0 and not _bad_version(read[2]) and self.bookie.storage.ledger(0, read[0]) is not None
 
-    def _read_ahead_over(self, _answer: "asyncio.Future[bytes]") -> None:
-        self._read_ahead_hold = False
+    def _v2_read_cold_run(
+        self, reads: tuple[tuple[int, int, int], ...], found: list[bytes | None], budget: int
+    ) -> int:
+        """From ``reads[0]``, a read memory lacks: the stretch of the run up to :data:`COLD_RUN_READS` reads
+        and the first read the per-read path must answer goes to a read thread as one job (its misses only;
+        ``Bookie.read_run_soon``), and the connection dispatches nothing until it is answered, in order, hits
+        and misses alike (docs/bookie.md, "Runs of single reads").  Returns the stretch's length; its permits
+        go back with its answers."""
+        misses: list[tuple[int, int]] = []
+        length = 0
+        for read, data in zip(reads, found):
+            if length >= COLD_RUN_READS or _bad_version(read[2]) or (data is None and not self._plain_miss(read)):
+                break
+            if data is None:
+                misses.append((read[0], read[1]))
+            length += 1
+        stretch, held = reads[:length], found[:length]
+        self._cold_run = True
+        start = _now_ms()
+        job = self.bookie.read_run_soon(0, misses, max(budget, 1))
+        job.add_done_callback(lambda fut: self._cold_run_answered(stretch, held, fut, start))
+        return length
+
+    def _cold_run_answered(
+        self,
+        stretch: tuple[tuple[int, int, int], ...],
+        held: list[bytes | None],
+        job: "asyncio.Future[list[bytes | BookieError]]",
+        start: float,
+    ) -> None:
+        """Loop thread: answer a stretch of :meth:`_v2_read_cold_run` in order; the reads past the job's
+        budget go back to the head of the backlog as a run (their permits with them), then dispatching
+        resumes."""
+        self._cold_run = False
+        error = job.exception()  # Bookie._on_read_thread settles it with a BookieError, never cancels it
+        results = iter(() if error is not None else job.result())
+        frames: list[bytes] = []
+        ids: list[tuple[int, int, int]] = []
+        entries: list[bytes] = []
+        answered = nbytes = failed = 0
+        for read, data in zip(stretch, held):
+            item: bytes | BaseException | None = data
+            if item is None:
+                item = error if error is not None else next(results, None)
+                if item is None:
+                    break  # past the job's budget
+            if isinstance(item, bytes):
+                ids.append(read)
+                entries.append(item)
+                nbytes += len(item)
+            else:
+                if ids:
+                    frames.append(v2.encode_read_responses(ids, entries))
+                    ids, entries = [], []
+                rc = rc_for_error(item) if isinstance(item, BookieError) else v2.EIO
+                frames.append(v2.encode_read_response(rc, read[0], read[1], b"", read[2]))
+                failed += 1
+            answered += 1
+        if ids:
+            frames.append(v2.encode_read_responses(ids, entries))
+        self._release_reads(len(stretch))
+        rest = stretch[answered:]
+        if rest and not self.closed:
+            # Their permits went back above: they are admitted again in their turn, as a run cut by the gate is.
+            self._backlog.appendleft(rest)
+        if frames:
+            self._send(b"".join(frames))
+        metrics = self.metrics
+        metrics.read_bytes.inc(nbytes)
+        elapsed = _now_ms() - start
+        if answered - failed:
+            metrics.observe_request("READ_ENTRY", elapsed, True, answered - failed)
+        if failed:
+            metrics.observe_request("READ_ENTRY", elapsed, False, failed)
         if self._backlog and not self.closed:
-            self._loop.call_soon(self._drain)
+            self._drain()
 
     def _v2_read_hits(self, ids: list[tuple[int, int, int]], entries: list[bytes], size: int, start: float) -> None:
         """Answer reads whose ``entries`` (``size`` bytes) memory held, and give their permits back."""

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import lmdb
 
-from bkspark.errors import BookieIOError, MalformedFrameError, NoSuchEntryError, NoSuchLedgerError
+from bkspark.errors import BookieError, BookieIOError, MalformedFrameError, NoSuchEntryError, NoSuchLedgerError
 from bkspark.protocol.digest import lac_header
 from bkspark.protocol.speedups import load_compiled
 
@@ -93,6 +93,9 @@ _LOG_NAME = re.compile(r"^([0-9a-f]{16})\.log$")
 _speedups = load_compiled("bookie_server._speedups")
 #: Bytes read from an entry log at once during batch reads (the next entries usually follow).
 _READ_AHEAD = 256 * 1024
+#: Records a run of single reads walks past in the chunk before it asks the index (:meth:`LedgerStorage.read_run_cold`):
+#: a striped ledger's next entry on a bookie is at most W - 1 records on (its other entries in between).
+RUN_WALK_RECORDS = 4
 
 
 def cache_key(scope_id: int, ledger_id: int, entry_id: int) -> CacheKey:
@@ -706,6 +709,29 @@ class LedgerStorage:
             if key_address(key)[:2] in self._ledgers:
                 self._cache_read(key, data)
 
+    def remember_run(
+        self, scope_id: int, reads: Sequence[tuple[int, int]], found: Sequence[bytes | BookieError]
+    ) -> None:
+        """Loop thread: the entries a run's job brought from disk (:meth:`read_run_cold`; ``found[i]`` for
+        ``reads[i]``) go into the read cache, but not those of a ledger that would not fit there at their mean
+        size (the rule of :meth:`remember_range`: a scan of it would evict its own entries before a second pass
+        reached them), nor of one deleted meanwhile."""
+        sizes: dict[int, list[int]] = {}
+        for (ledger_id, _entry_id), data in zip(reads, found):
+            if isinstance(data, bytes):
+                held = sizes.setdefault(ledger_id, [0, 0])
+                held[0] += len(data)
+                held[1] += 1
+        fits = set()
+        for ledger_id, (nbytes, count) in sizes.items():
+            info = self._ledgers.get((scope_id, ledger_id))
+            if info is not None and nbytes * (info.last_entry + 1) <= self.read_cache_max_bytes * count:
+                fits.add(ledger_id)
+        if fits:
+            for (ledger_id, entry_id), data in zip(reads, found):
+                if ledger_id in fits and isinstance(data, bytes):
+                    self._cache_read(cache_key(scope_id, ledger_id, entry_id), data)
+
     def remember_range(self, scope_id: int, ledger_id: int, first: int, entries: list[bytes]) -> None:
         """Loop thread: the entries ``first..`` a cold batch read brought go into the read cache as one item,
         so a batch read that starts at ``first`` again is answered from memory (docs/bookie.md, "Reads"); one
@@ -898,6 +924,80 @@ class LedgerStorage:
             if not out:
                 raise BookieIOError("entry index read failed", error=str(exc)) from exc
         return out
+
+    def read_run_cold(
+        self, scope_id: int, reads: Sequence[tuple[int, int]], budget: int
+    ) -> list[bytes | BookieError]:
+        """The disk part of a run of single reads, for a read thread: for each ``(ledger id, entry id)`` in
+        order, its bytes or its error (ENOENTRY, EIO), while the bytes stay within ``budget`` (the first
+        always; the caller sends the rest again).  Per directory one index read transaction and one entry-log
+        chunk reused from read to read, and the walk of :meth:`range_cold`: a record a few records after the
+        last one read that carries the wanted key needs no index read (a striped ledger's next entry on this
+        bookie is one or two records on).  No cache is touched (docs/bookie.md, "Runs of single reads")."""
+        out: list[bytes | BookieError] = []
+        used = 0
+        #: Per directory: its index read transaction, its chunk ``[log id, start, bytes]`` (log ids are a
+        #: directory's own) and where the last record read ends in that chunk.
+        state: dict[int, tuple[lmdb.Transaction, list[object], list[int]]] = {}
+        try:
+            for ledger_id, entry_id in reads:
+                if out and used >= budget:
+                    break
+                key = cache_key(scope_id, ledger_id, entry_id)
+                directory = self._dir_for(scope_id, ledger_id)
+                held = state.get(id(directory))
+                found: bytes | BookieError | None = None
+                if held is not None:
+                    _txn, chunk, after = held
+                    data = chunk[2]
+                    assert isinstance(data, bytes)
+                    pos = after[0]
+                    for _ in range(RUN_WALK_RECORDS):
+                        record = _record_at(data, pos) if pos >= 0 else None
+                        if record is None or record[0] > key:
+                            break
+                        if record[0] == key:
+                            found, after[0] = data[record[1] : record[2]], record[2]
+                            break
+                        pos = record[2]
+                if found is None:
+                    found = self._run_read_indexed(directory, key, state)
+                if isinstance(found, bytes):
+                    used += len(found)
+                out.append(found)
+        finally:
+            for txn, _chunk, _after in state.values():
+                txn.abort()
+        return out
+
+    def _run_read_indexed(
+        self,
+        directory: _Directory,
+        key: CacheKey,
+        state: dict[int, tuple[lmdb.Transaction, list[object], list[int]]],
+    ) -> bytes | BookieError:
+        """:meth:`read_run_cold`'s read of one entry through the index: its bytes, or its error."""
+        _scope_id, ledger_id, entry_id = key_address(key)
+        try:
+            held = state.get(id(directory))
+            if held is None:
+                txn = directory.env.begin(db=directory.index_db, buffers=False)
+                held = state[id(directory)] = (txn, [None, 0, b""], [-1])
+            txn, chunk, after = held
+            location = txn.get(key.to_bytes(_INDEX_KEY.size, "big"))
+        except lmdb.Error as exc:
+            return BookieIOError("entry index read failed", error=str(exc))
+        if location is None:
+            return NoSuchEntryError(ledger_id=ledger_id, entry_id=entry_id)
+        try:
+            data = self._read_logged(directory, location, key, chunk)
+        except BookieError as exc:
+            after[0] = -1
+            return exc
+        start = chunk[1]
+        assert isinstance(start, int)
+        after[0] = _LOCATION.unpack(location)[1] + len(data) - start
+        return data
 
     @staticmethod
     def _collect(

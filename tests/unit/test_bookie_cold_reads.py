@@ -25,8 +25,15 @@ def to_disk(bookie: Bookie) -> None:
     bookie.storage._read_cache_bytes = 0
 
 
+def one_read_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No runs: every read of a v2 connection is parsed and handled in its turn, as on a connection's first chunk
+    (the per-read path, its read-ahead and its waits; a run's cold reads go to a read thread as one job
+    instead: docs/bookie.md, "Runs of single reads")."""
+    monkeypatch.setattr(v2, "decode_plain_reads", lambda items: items)
+
+
 class GatedColdReads:
-    """Wraps ``LedgerStorage.read_cold`` / ``range_cold``: each call waits for the gate, and says on which thread
+    """Wraps ``LedgerStorage.read_cold`` / ``range_cold`` / ``read_run_cold``: each call waits for the gate, and says on which thread
     it ran."""
 
     def __init__(self, bookie: Bookie, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,7 +41,7 @@ class GatedColdReads:
         self.threads: list[str] = []
         self.started = threading.Event()
         storage = bookie.storage
-        for name in ("read_cold", "range_cold"):
+        for name in ("read_cold", "range_cold", "read_run_cold"):
             original = getattr(storage, name)
 
             def gated(*args: Any, _original: Any = original) -> Any:
@@ -147,6 +154,7 @@ def test_a_cold_batch_read_is_cached_as_one_range(tmp_path, monkeypatch) -> None
         for e in entries:
             assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
         to_disk(bookie)
+        one_read_at_a_time(monkeypatch)
         r = await read(c, 9, 10)  # a cold single read: 10 and its read-ahead (11, 12) go into the read cache
         assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[10])
         assert cached_entries(bookie, 9) == [10, 11, 12]
@@ -180,7 +188,7 @@ def test_a_cold_batch_read_is_cached_as_one_range(tmp_path, monkeypatch) -> None
     body(tmp_path)
 
 
-def test_cached_ranges_are_bounded_and_leave_with_their_ledger(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_cached_ranges_are_bounded_and_leave_with_their_ledger(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Ranges count against the read cache's bytes (dbStorage_readAheadCacheMaxSizeMb) with the entries single
     reads bring, least recently used out first; one larger than a quarter of it is not kept, nor one of a ledger
     too large for the cache; a deleted ledger's ranges go with it, as do those a read thread brings back after
@@ -211,6 +219,7 @@ def test_cached_ranges_are_bounded_and_leave_with_their_ledger(tmp_path) -> None
         await batch(8, 0, 2)  # 12 entries of this size would not fit the cache
         assert cached_ranges(bookie, 7) == {0: 2} and cached_ranges(bookie, 8) == {}
         await batch(5, 2, 2)  # a hit: (5, 2) is now the most recently used
+        one_read_at_a_time(monkeypatch)  # the per-read path caches what it reads whatever the ledger's size
         r = await read(c, 8, 0)  # a single read's entry: the least recently used range, (6, 0), makes room
         assert r.rc == v2.EOK and cached_entries(bookie, 8) == [0]
         assert cached_ranges(bookie, 6) == {2: 2} and cached_ranges(bookie, 5) == {2: 2}
@@ -227,9 +236,9 @@ def test_cached_ranges_are_bounded_and_leave_with_their_ledger(tmp_path) -> None
 @pytest.mark.parametrize(
     "step, error",
     [
-        (("read_cold", "range_cold"), OSError(5, "Input/output error")),  # the disk read on a read thread
+        (("read_cold", "range_cold", "read_run_cold"), OSError(5, "Input/output error")),  # on a read thread
         # caching what the read thread brought, on the loop, before the answer goes out
-        (("remember", "remember_range"), MemoryError("no room to cache")),
+        (("remember", "remember_range", "remember_run"), MemoryError("no room to cache")),
     ],
     ids=["disk", "cache"],
 )
@@ -280,7 +289,22 @@ def test_a_client_that_leaves_during_a_cold_read_harms_no_one(tmp_path, monkeypa
         b = await Conn.open(server.port)
         r = await read(b, 6, 0)
         assert (r.rc, bytes(r.entry)) == (v2.EOK, e)
+        # The same with a run of single reads on a read thread as one job (docs/bookie.md, "Runs of single reads").
+        bookie.storage._read_cache.clear()
+        bookie.storage._read_cache_bytes = 0
+        gated.gate.clear()
+        gated.started.clear()
+        b.send(b"".join(v2.encode_read_request(6, 0) for _ in range(3)))
+        assert await asyncio.get_running_loop().run_in_executor(None, gated.started.wait, 10)
         b.close()
+        await asyncio.sleep(0.1)
+        gated.gate.set()
+        await asyncio.sleep(0.1)
+        assert server.reads_gate.count == 0
+        c = await Conn.open(server.port)
+        r = await read(c, 6, 0)
+        assert (r.rc, bytes(r.entry)) == (v2.EOK, e)
+        c.close()
 
     body(tmp_path)
 
@@ -306,6 +330,7 @@ def test_a_connection_waits_with_four_cold_reads_out(tmp_path, monkeypatch) -> N
             return original(scope, ledger, entry)
 
         monkeypatch.setattr(bookie, "read_entry_soon", counting)
+        one_read_at_a_time(monkeypatch)  # (a run's cold reads are one job: test_bookie_read_runs.py)
         c.send(b"".join(v2.encode_read_request(7, i) for i in range(6)))
         await asyncio.sleep(0.3)
         assert COLD_READS_PER_CONNECTION == 4 and dispatched == [0, 1, 2, 3]
@@ -353,6 +378,7 @@ def test_a_cold_single_read_brings_the_next_entries_of_its_ledger(tmp_path, monk
                 if (ledger, i) in entries:
                     assert (await c.v2(v2.encode_add_request(0, KEY, entries[(ledger, i)]))).rc == v2.EOK
         to_disk(bookie)
+        one_read_at_a_time(monkeypatch)
         r = await read(c, 7, 1)
         assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[(7, 1)])
         assert cached_entries(bookie, 7) == [1, 3, 4, 6, 7]  # five in all, from the one asked for
@@ -372,7 +398,7 @@ def test_a_cold_single_read_brings_the_next_entries_of_its_ledger(tmp_path, monk
     body(tmp_path)
 
 
-def test_a_scans_cold_reads_read_ahead_twice_as_far_each_time_up_to_a_bound(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_scans_cold_reads_read_ahead_twice_as_far_each_time_up_to_a_bound(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A ledger's cold single reads that follow on from its last one (a scan) read twice as many entries ahead
     each time, up to READ_AHEAD_GROWTH times dbStorage_readAheadCacheBatchSize (docs/bookie.md, "Reads"); a cold
     read that does not follow on (another place in the ledger) reads the setting's number again. The same bytes
@@ -386,6 +412,7 @@ def test_a_scans_cold_reads_read_ahead_twice_as_far_each_time_up_to_a_bound(tmp_
         for i in range(400):
             assert (await c.v2(v2.encode_add_request(0, KEY, entries[i]))).rc == v2.EOK
         to_disk(bookie)
+        one_read_at_a_time(monkeypatch)
         brought = []
         first = 0
         while first < 400:  # read the first entry the cache lacks, as a scan's next cold read is

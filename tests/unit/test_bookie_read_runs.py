@@ -16,13 +16,26 @@ from bookie_server import server as server_module
 from bookie_server.bookie import Bookie
 from bookie_server.server import BookieServer
 from tests.unit.test_bookie_backpressure import track_max
-from tests.unit.test_bookie_cold_reads import GatedColdReads, cached_entries, to_disk
+from tests.unit.test_bookie_cold_reads import GatedColdReads, cached_entries, one_read_at_a_time, to_disk
 from tests.unit.test_bookie_server import KEY, Conn, make_entry, with_bookie
 
 
 def server_side(server: BookieServer) -> list[Any]:
     """The server's connection objects."""
     return list(server._connections)
+
+
+def count_run_jobs(bookie: Bookie, monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[int, int]]]:
+    """The reads of each run's job on the read threads (``LedgerStorage.read_run_cold``), as they are called."""
+    jobs: list[list[tuple[int, int]]] = []
+    original = bookie.storage.read_run_cold
+
+    def counted(scope_id: int, reads: list[tuple[int, int]], budget: int) -> Any:
+        jobs.append(list(reads))
+        return original(scope_id, reads, budget)
+
+    monkeypatch.setattr(bookie.storage, "read_run_cold", counted)
+    return jobs
 
 
 def count_single_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -38,8 +51,8 @@ def count_single_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return seen
 
 
-#: (ledger, entry, flags, master key, version) of the mixed chunk of reads, and which of them are not answered at once
-#: from memory by a run: a miss, entry -1, a fencing read, an unknown ledger, a bad version, a missing entry.
+#: (ledger, entry, flags, master key, version) of the mixed chunk of reads, and which of them take the per-read path
+#: in a run: entry -1, a fencing read, an unknown ledger, a bad version (the misses go to the read threads as jobs).
 MIXED = [
     (1, 20, 0, None, 2), (1, 21, 0, None, 2), (1, 22, 0, None, 2),  # the write cache
     (1, 10, 0, None, 2), (1, 11, 0, None, 2),  # the read cache
@@ -54,10 +67,12 @@ MIXED = [
     (1, 26, v2.FLAG_HIGH_PRIORITY, None, 2),
     (1, 100, 0, None, 2),  # no such entry
     (1, 12, 0, None, 2),
-    (1, 5, 0, None, 2),  # the disk, inside the read-ahead of entry 3: the run waits for it, then memory answers
+    (1, 5, 0, None, 2),  # the disk again
     (1, 27, 0, None, 1),
 ]
-NOT_AT_ONCE = [3, -1, 1, 0, 24, 100]
+NOT_AT_ONCE = [-1, 1, 0, 24]
+#: The plain misses of the mixed chunk, as the run's jobs on the read threads asked for them (``read_run_cold``).
+RUN_JOBS = [[(1, 3)], [(1, 100), (1, 5)]]
 
 
 def mixed_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: bool) -> dict[str, Any]:
@@ -75,14 +90,16 @@ def mixed_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: bool) -
             assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
         bookie.storage.remember(bookie.storage.read_cold((0, 1, 10), 5))  # the read cache: 10..14
         single = count_single_reads(monkeypatch)
+        jobs = count_run_jobs(bookie, monkeypatch)
         if not runs:
-            monkeypatch.setattr(v2, "decode_plain_reads", lambda items: items)
+            one_read_at_a_time(monkeypatch)
         c.send(b"".join(v2.encode_read_request(ledger, entry, flags, key, version)
                         for ledger, entry, flags, key, version in MIXED))
         out["answers"] = [bytes(await c.body()) for _ in MIXED]
         await asyncio.sleep(0.05)
         assert not c.bodies  # each read answered once
         out["single"] = single
+        out["jobs"] = jobs
         metrics = server.metrics
         out["metrics"] = (
             {(op, ok): sum(hist.counts)  # the buckets depend on the latencies
@@ -100,15 +117,16 @@ def mixed_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: bool) -
 def test_a_run_answers_byte_for_byte_what_single_reads_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Hits of the write cache and the read cache, misses, the LAC read, a fencing read in the middle, an unknown
     ledger, bad and legacy versions, a missing entry: the same frames, the same metrics (requests per success,
-    bytes read), every permit back; the run sent only what memory could not answer at once down the
-    per-read path, and the answers memory gave leave in the order of their requests, before the others."""
+    bytes read), every permit back; the run sent its plain misses to the read threads as two jobs and only the
+    others down the per-read path, and the answers memory gave leave in the order of their requests, before the
+    others."""
     run = mixed_answers(tmp_path / "runs", monkeypatch, runs=True)
     single = mixed_answers(tmp_path / "single", monkeypatch, runs=False)
     assert sorted(run["answers"]) == sorted(single["answers"])
     assert run["metrics"] == single["metrics"]
     assert run["metrics"][0][("READ_ENTRY", True)] == 14 and run["metrics"][0][("READ_ENTRY", False)] == 3
-    assert sorted(run["single"]) == sorted(NOT_AT_ONCE)
-    assert len(single["single"]) == len(MIXED)
+    assert sorted(run["single"]) == sorted(NOT_AT_ONCE) and run["jobs"] == RUN_JOBS
+    assert len(single["single"]) == len(MIXED) and single["jobs"] == []
     decoded = [v2.decode_response(a) for a in run["answers"]]
     rcs = {(r.ledger_id, r.entry_id): r.rc for r in decoded}
     assert rcs[(99, 0)] == v2.ENOLEDGER and rcs[(1, 24)] == v2.EBADVERSION and rcs[(1, 100)] == v2.ENOENTRY
@@ -172,7 +190,7 @@ def test_adds_before_reads_in_one_chunk_go_first(tmp_path: Path, monkeypatch: py
         reads = sorted((a.entry_id, a.rc, bytes(a.entry)) for a in answers if isinstance(a, v2.ReadResponse))
         assert adds == [(0, v2.EOK), (1, v2.EOK), (2, v2.EOK)]
         assert reads == [(0, v2.EOK, e[0]), (1, v2.EOK, e[1]), (2, v2.EOK, e[2]), (2, v2.ENOENTRY, b"")]
-        assert single == [2]  # the others were runs of reads answered from the write cache
+        assert single == []  # runs: from the write cache, and the disk's answer (ENOENTRY) to entry 2 before its add
         assert server.reads_gate.count == 0 and server.adds_gate.count == 0
         c.close()
 
@@ -199,49 +217,162 @@ async def started(gated: GatedColdReads) -> None:
     assert await asyncio.get_running_loop().run_in_executor(None, gated.started.wait, 10)
 
 
+def test_a_runs_cold_reads_are_one_job_and_the_connection_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six pipelined cold reads of consecutive entries in a run: one job on a read thread asks for all six, the
+    connection dispatches nothing meanwhile (the rest of its backlog waits), then the six are answered in order
+    and none took the per-read path.  The ledger fits the read cache, so what the job brought is cached: read
+    again, the six are answered from memory, with no job."""
+
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c, entries, gated = await on_disk(bookie, server, monkeypatch, 7, 40)
+        single = count_single_reads(monkeypatch)
+        jobs = count_run_jobs(bookie, monkeypatch)
+        c.send(b"".join(v2.encode_read_request(7, i) for i in range(6)))
+        await started(gated)
+        c.send(v2.encode_read_request(7, 30))
+        await asyncio.sleep(0.1)
+        [conn] = server_side(server)
+        assert conn._cold_run and conn._cold_reads == 0 and jobs == [[(7, i) for i in range(6)]]
+        assert conn._backlog == deque([((7, 30, 2),)])  # the next run waits for the job
+        assert gated.threads == ["bookie-read_0"]
+        gated.gate.set()
+        answers = [v2.decode_response(await c.body()) for _ in range(7)]
+        assert [(a.entry_id, bytes(a.entry)) for a in answers] == [*enumerate(entries[:6]), (30, entries[30])]
+        assert single == [] and len(jobs) == 2 and not conn._cold_run
+        assert cached_entries(bookie, 7) == [0, 1, 2, 3, 4, 5, 30]
+        c.send(b"".join(v2.encode_read_request(7, i) for i in range(6)))
+        again = [v2.decode_response(await c.body()) for _ in range(6)]
+        assert [(a.entry_id, bytes(a.entry)) for a in again] == list(enumerate(entries[:6])) and len(jobs) == 2
+        assert server.reads_gate.count == 0 and conn._permits_held == 0
+        c.close()
+
+    body(tmp_path)
+
+
+def test_a_runs_job_stops_at_the_write_buffers_mark_and_the_rest_follows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twenty cold reads of 100 KB entries in one run, against a write buffer mark of 256 KiB: each job brings
+    what fits (the read that reaches the mark included), the rest goes back to the head of the backlog, ahead of
+    a run sent after it, and is read by the next job; every read is answered once, in order, every permit back."""
+
+    @with_bookie(serverWriteBufferHighWaterMark=256 * 1024, serverWriteBufferLowWaterMark=128 * 1024)
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c, entries, gated = await on_disk(bookie, server, monkeypatch, 7, 22, size=100_000)
+        gated.gate.set()
+        jobs = count_run_jobs(bookie, monkeypatch)
+        single = count_single_reads(monkeypatch)
+        c.send(b"".join(v2.encode_read_request(7, i) for i in range(20)))
+        c.send(b"".join(v2.encode_read_request(7, i) for i in (20, 21)))
+        answers = [v2.decode_response(await c.body()) for _ in range(22)]
+        assert [(a.rc, a.entry_id, bytes(a.entry)) for a in answers] == [(v2.EOK, i, entries[i]) for i in range(22)]
+        assert len(jobs) >= 8 and [read for job in jobs for read in job][:22] == [(7, i) for i in range(22)]
+        assert all(1 <= len(job) for job in jobs) and single == []
+        [conn] = server_side(server)
+        assert server.reads_gate.count == 0 and conn._permits_held == 0 and not conn._backlog
+        c.close()
+
+    body(tmp_path)
+
+
+def test_a_failed_job_answers_its_misses_eio_and_its_hits_as_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose stretch holds misses and entries memory holds (the write cache): the job fails on its read
+    thread, so its misses are answered EIO (a client asks another replica), its hits with their bytes, in order;
+    every permit comes back and the next run is read."""
+
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c, entries, _gated = await on_disk(bookie, server, monkeypatch, 7, 6)
+        monkeypatch.undo()  # no gate
+        more = [make_entry(7, i, b"w%d" % i) for i in range(6, 9)]
+        for e in more:
+            assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK  # the write cache
+        original = bookie.storage.read_run_cold
+
+        def broken(*_args: Any) -> Any:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(bookie.storage, "read_run_cold", broken)
+        order = [0, 6, 1, 7, 2, 8]
+        c.send(b"".join(v2.encode_read_request(7, i) for i in order))
+        answers = [v2.decode_response(await c.body()) for _ in order]
+        assert [(a.entry_id, a.rc) for a in answers] == [(i, v2.EIO if i < 6 else v2.EOK) for i in order]
+        assert [bytes(a.entry) for a in answers if a.rc == v2.EOK] == [more[0], more[1], more[2]]
+        monkeypatch.setattr(bookie.storage, "read_run_cold", original)
+        c.send(b"".join(v2.encode_read_request(7, i) for i in order))
+        again = [v2.decode_response(await c.body()) for _ in order]
+        assert [bytes(a.entry) for a in again] == [([*entries, *more])[i] for i in order]
+        assert server.reads_gate.count == 0 and all(conn._permits_held == 0 for conn in server_side(server))
+        c.close()
+
+    body(tmp_path)
+
+
+def test_what_a_job_brings_is_cached_only_for_a_ledger_that_fits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At their mean size a ledger's entries would not fit the read cache: what a job brought of it is not cached
+    (a scan of it would evict its own entries); a small ledger's is; a ledger deleted while its job ran is
+    answered with what the job read and not cached."""
+
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c, big, gated = await on_disk(bookie, server, monkeypatch, 7, 40, size=1000)
+        gated.gate.set()
+        small = [make_entry(8, i, b"s") for i in range(4)]
+        for e in small:
+            assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+        to_disk(bookie)
+        bookie.storage.read_cache_max_bytes = 30 * len(big[0])  # 40 of the big ledger's entries do not fit
+        c.send(b"".join(v2.encode_read_request(7, i) for i in range(5)))
+        assert [bytes(v2.decode_response(await c.body()).entry) for _ in range(5)] == big[:5]
+        c.send(b"".join(v2.encode_read_request(8, i) for i in range(4)))
+        assert [bytes(v2.decode_response(await c.body()).entry) for _ in range(4)] == small
+        assert cached_entries(bookie, 7) == [] and cached_entries(bookie, 8) == [0, 1, 2, 3]
+        gated.gate.clear()
+        gated.started.clear()
+        c.send(v2.encode_read_request(7, 30))
+        await started(gated)
+        bookie.storage.read_cache_max_bytes = 1 << 20
+        bookie.storage.delete_ledger(0, 7)
+        gated.gate.set()
+        r = v2.decode_response(await c.body())
+        assert (r.rc, bytes(r.entry)) == (v2.EOK, big[30]) and cached_entries(bookie, 7) == []
+        c.close()
+
+    body(tmp_path)
+
+
 def test_cold_reads_inside_a_pending_read_ahead_wait_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Six pipelined cold reads of consecutive entries: the first goes to a read thread; in a run, the five in its
-    read-ahead window wait with the connection (which dispatches nothing meanwhile) and are then answered from what
-    it brought, as a run; read one at a time (a connection's first chunk, before it is known to speak v2), each of
-    the five waits for it on its own (they do not count as the connection's reads on the read threads).  One disk
-    read either way, not six.  A read past the window goes to the disk itself."""
+    """Read one at a time (a connection's first chunk, before it is known to speak v2, or a read outside a run):
+    six pipelined cold reads of consecutive entries, the first goes to a read thread and each of the five in its
+    read-ahead window waits for it on its own (they do not count as the connection's reads on the read threads).
+    One disk read, not six.  A read past the window goes to the disk itself, reading ahead twice as far."""
 
     @with_bookie(dbStorage_readAheadCacheBatchSize=10)
     async def body(bookie: Bookie, server: BookieServer) -> None:
         c, entries, gated = await on_disk(bookie, server, monkeypatch, 7, 40)
-        single = count_single_reads(monkeypatch)
+        one_read_at_a_time(monkeypatch)
         c.send(b"".join(v2.encode_read_request(7, i) for i in range(6)))
         await started(gated)
         await asyncio.sleep(0.1)
         [conn] = server_side(server)
-        assert (conn._cold_reads, conn._waiting_reads, conn._read_ahead_hold) == (1, 0, True)
-        assert conn._backlog == deque([tuple((7, i, 2) for i in range(1, 6))])
-        assert gated.threads == ["bookie-read_0"]
+        assert (conn._cold_reads, conn._waiting_reads) == (1, 5)
         gated.gate.set()
         answers = [v2.decode_response(await c.body()) for _ in range(6)]
-        assert [(a.entry_id, bytes(a.entry)) for a in answers] == list(enumerate(entries[:6]))  # in order
-        assert len(gated.threads) == 1 and single == [0]
-        assert (conn._cold_reads, conn._waiting_reads, conn._read_ahead_hold) == (0, 0, False)
+        assert sorted((a.entry_id, bytes(a.entry)) for a in answers) == list(enumerate(entries[:6]))
+        assert gated.threads == ["bookie-read_0"]
+        assert (conn._cold_reads, conn._waiting_reads) == (0, 0)
         r = await c.v2(v2.encode_read_request(7, 10))  # 0 + 10: past the window, and no read-ahead pending
         assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[10]) and len(gated.threads) == 2
         assert cached_entries(bookie, 7) == list(range(30))  # it followed on from the first: twice as far ahead
-
-        gated.gate.clear()
-        gated.started.clear()
-        fresh = await Conn.open(server.port)
-        fresh.send(b"".join(v2.encode_read_request(7, i) for i in range(30, 36)))  # its first chunk
-        await started(gated)
-        await asyncio.sleep(0.1)
-        [fresh_conn] = [conn for conn in server_side(server) if conn is not conn_of(server, c)]
-        assert (fresh_conn._cold_reads, fresh_conn._waiting_reads) == (1, 5)
-        gated.gate.set()
-        answers = [v2.decode_response(await fresh.body()) for _ in range(6)]
-        assert sorted((a.entry_id, bytes(a.entry)) for a in answers) == [(i, entries[i]) for i in range(30, 36)]
-        assert len(gated.threads) == 3
-        assert (fresh_conn._cold_reads, fresh_conn._waiting_reads) == (0, 0)
         assert not bookie._read_aheads and server.reads_gate.count == 0
         c.close()
-        fresh.close()
 
     body(tmp_path)
 
@@ -260,6 +391,7 @@ def test_a_failed_read_ahead_is_not_its_waiters_answer(tmp_path: Path, monkeypat
     @with_bookie()
     async def body(bookie: Bookie, server: BookieServer) -> None:
         c, entries, gated = await on_disk(bookie, server, monkeypatch, 8, 5)
+        one_read_at_a_time(monkeypatch)
         gated_read = bookie.storage.read_cold
         calls: list[int] = []
 
@@ -293,6 +425,7 @@ def test_a_read_ahead_that_does_not_bring_the_entry(tmp_path: Path, monkeypatch:
     @with_bookie()
     async def body(bookie: Bookie, server: BookieServer) -> None:
         c, entries, gated = await on_disk(bookie, server, monkeypatch, 9, 4, size=200_000)
+        one_read_at_a_time(monkeypatch)
         pending_at_once: list[int] = []
         original = bookie._read_cold_soon
 
@@ -332,12 +465,13 @@ def test_reads_waiting_for_a_read_ahead_are_bounded_per_connection(
         conn_b = conn_of(server, b)
         assert conn_b._waiting_limit == server_module.WAITING_READS_PER_CONNECTION * 100
         conn_b._waiting_limit = 3
+        one_read_at_a_time(monkeypatch)  # a's read reads ahead, b's reads wait for it one by one
         a.send(v2.encode_read_request(6, 0))
         await started(gated)
-        monkeypatch.setattr(conn_b, "_hold_for_read_ahead", lambda read: False)  # its reads wait one by one
         b.send(b"".join(v2.encode_read_request(6, i) for i in range(1, 7)))
         await asyncio.sleep(0.2)
-        assert conn_b._waiting_reads == 3 and conn_b._backlog == deque([((6, 4, 2), (6, 5, 2), (6, 6, 2))])
+        waiting = [item if isinstance(item, v2.ReadRequest) else v2.decode_request(item) for item in conn_b._backlog]
+        assert conn_b._waiting_reads == 3 and [request.entry_id for request in waiting] == [4, 5, 6]
         gated.gate.set()
         assert bytes(v2.decode_response(await a.body()).entry) == entries[0]
         answers = [v2.decode_response(await b.body()) for _ in range(6)]

@@ -684,3 +684,68 @@ def test_a_crash_before_a_delete_reaches_a_checkpoint_brings_the_ledger_back_unt
         last.entry_ids(0, 1)
     assert last.entry_ids(0, 2) == [0]  # its second entry was in the failed checkpoint only (not journaled here)
     last.close()
+
+
+def test_a_runs_job_reads_what_single_reads_read(tmp_path: Path) -> None:
+    """``read_run_cold`` (docs/bookie.md, "Runs of single reads"): a striped ledger's ids on this bookie (two of
+    every three entries stored, the run asking every third), ids of a second ledger of another directory in the
+    middle, a missing entry and one past the end, each read's bytes or error in order, the same bytes as
+    ``get_entry``; a record walked to and one found through the index alike; the budget ends the job after the
+    read that reaches it (the first always), and nothing is cached."""
+    storage = LedgerStorage([tmp_path / "a", tmp_path / "b"], read_cache_max_bytes=1 << 20)
+    storage.open()
+    stored = [i for i in range(300) if i % 3 != 1]  # what a bookie of a 3/2 ensemble holds of the first 300
+    for i in stored:
+        storage.put_entry(0, 4, i, i - 1, entry(4, i, i - 1, b"s" * (50 + i % 7)))
+    for i in range(5):
+        storage.put_entry(0, 5, i, i - 1, entry(5, i, i - 1, b"t" * 80))
+    storage.checkpoint(JournalPosition(1, 16))
+    assert storage._dir_for(0, 4) is not storage._dir_for(0, 5)  # two index transactions in one job
+    reads = [(4, i) for i in range(0, 150, 3)] + [(5, 2), (5, 0)] + [(4, i) for i in range(150, 300, 3)]
+    reads += [(4, 1), (4, 400), (4, 297)]  # not stored here, past the end, and after errors again
+    found = storage.read_run_cold(0, reads, 1 << 30)
+    assert len(found) == len(reads) and not storage._read_cache
+    for (ledger_id, entry_id), data in zip(reads, found):
+        if ledger_id == 4 and entry_id in (1, 400):
+            assert isinstance(data, NoSuchEntryError) and data.context["entry_id"] == entry_id
+        else:
+            assert data == storage.get_entry(0, ledger_id, entry_id)
+    sizes = [len(data) for data in found if isinstance(data, bytes)]
+    budget = sum(sizes[:10]) - 1
+    assert storage.read_run_cold(0, reads, budget) == found[:10]  # the tenth reaches the budget
+    assert storage.read_run_cold(0, reads, 1) == found[:1]
+    assert storage.read_run_cold(0, [], 100) == []
+    storage.close()
+
+
+def test_a_runs_job_walks_the_log_and_asks_the_index_only_past_a_gap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One ledger's entries read in order, every second one: each is found by walking the records after the last
+    one read (one index read for the first); a run that jumps past what the chunk holds asks the index again."""
+    storage = LedgerStorage([tmp_path], read_cache_max_bytes=1 << 20)
+    storage.open()
+    for i in range(200):
+        storage.put_entry(0, 6, i, i - 1, entry(6, i, i - 1, b"w" * 100))
+    storage.checkpoint(JournalPosition(1, 16))
+    index_reads: list[bytes] = []
+    directory = storage._dirs[0]
+    original_begin = directory.env.begin
+
+    class CountingTxn:
+        def __init__(self, txn: lmdb.Transaction) -> None:
+            self.txn = txn
+
+        def get(self, key: bytes) -> bytes | None:
+            index_reads.append(key)
+            return self.txn.get(key)
+
+        def abort(self) -> None:
+            self.txn.abort()
+
+    monkeypatch.setattr(directory, "env", type("Env", (), {"begin": lambda self, **kw: CountingTxn(original_begin(**kw))})())
+    found = storage.read_run_cold(0, [(6, i) for i in range(0, 100, 2)], 1 << 30)
+    assert [struct.unpack_from(">q", data, 8)[0] for data in found] == list(range(0, 100, 2))
+    assert len(index_reads) == 1
+    storage.read_run_cold(0, [(6, 10), (6, 11), (6, 150), (6, 151)], 1 << 30)
+    assert len(index_reads) == 3  # 10, then 11 walked to; 150 past the walk's few records, then 151 walked to
+    monkeypatch.undo()
+    storage.close()
