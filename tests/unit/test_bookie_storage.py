@@ -9,6 +9,7 @@ import random
 import struct
 import threading
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import pytest
@@ -749,3 +750,41 @@ def test_a_runs_job_walks_the_log_and_asks_the_index_only_past_a_gap(tmp_path: P
     assert len(index_reads) == 3  # 10, then 11 walked to; 150 past the walk's few records, then 151 walked to
     monkeypatch.undo()
     storage.close()
+
+
+def test_a_checkpoint_is_written_in_pieces_and_reads_back_as_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CHECKPOINT_PIECE_ENTRIES (docs/bookie.md, "Checkpoints"): a checkpoint of more entries than a piece, over two
+    directories and entry logs small enough to roll between pieces, makes one ``log_records`` call per piece, in
+    key order, none larger than a piece; every entry reads back as written, from this storage and after a
+    reopen, and every log but the last is within its size limit."""
+    monkeypatch.setattr(storage_module, "CHECKPOINT_PIECE_ENTRIES", 7)
+    calls: list[list[int]] = []
+    original = storage_module.log_records
+
+    def counted(keys: list[int], entries: dict[int, bytes], place: Any) -> Any:
+        calls.append(list(keys))
+        return original(keys, entries, place)
+
+    monkeypatch.setattr(storage_module, "log_records", counted)
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    storage = LedgerStorage(dirs, entry_log_size_limit=4096)
+    storage.open()
+    written = {}
+    for ledger_id in (3, 4):
+        for i in range(50):
+            written[(ledger_id, i)] = entry(ledger_id, i, i - 1, bytes([i]) * (100 + i))
+            storage.put_entry(0, ledger_id, i, i - 1, written[(ledger_id, i)])
+    storage.checkpoint(JournalPosition(1, 16))
+    assert len(calls) == 2 * 8 and all(1 <= len(keys) <= 7 for keys in calls)
+    for ledger_id in (3, 4):
+        mine = [key for keys in calls for key in keys if key_address(key)[1] == ledger_id]
+        assert mine == sorted(mine) == [cache_key(0, ledger_id, i) for i in range(50)]
+    assert all(storage.get_entry(0, ledger_id, i) == data for (ledger_id, i), data in written.items())
+    storage.close()
+    again = LedgerStorage(dirs, entry_log_size_limit=4096)
+    again.open()
+    assert all(again.get_entry(0, ledger_id, i) == data for (ledger_id, i), data in written.items())
+    for directory in again._dirs:
+        logs = sorted(directory.logs_dir.glob("*.log"))
+        assert len(logs) > 2 and all(log.stat().st_size <= 4096 for log in logs)  # rolled between pieces
+    again.close()
