@@ -830,17 +830,21 @@ class _Connection(asyncio.Protocol):
         and misses alike (docs/bookie.md, "Runs of single reads").  Returns the stretch's length; its permits
         go back with its answers."""
         misses: list[tuple[int, int]] = []
-        length = 0
+        length = held_bytes = 0
         for read, data in zip(reads, found):
             if length >= COLD_RUN_READS or _bad_version(read[2]) or (data is None and not self._plain_miss(read)):
                 break
             if data is None:
                 misses.append((read[0], read[1]))
+            else:
+                held_bytes += len(data)
+                if held_bytes >= budget and misses:
+                    break  # what memory holds counts against the write buffer's mark too
             length += 1
         stretch, held = reads[:length], found[:length]
         self._cold_run = True
         start = _now_ms()
-        job = self.bookie.read_run_soon(0, misses, max(budget, 1))
+        job = self.bookie.read_run_soon(0, misses, max(budget - held_bytes, 1))
         job.add_done_callback(lambda fut: self._cold_run_answered(stretch, held, fut, start))
         return length
 
@@ -855,6 +859,25 @@ class _Connection(asyncio.Protocol):
         budget go back to the head of the backlog as a run (their permits with them), then dispatching
         resumes."""
         self._cold_run = False
+        try:
+            self._answer_cold_run(stretch, held, job, start)
+        except Exception:
+            # Our own bug must not leave the connection waiting for ever: drop it, as the dispatch loop does.
+            log.exception("answering a run of reads for %s failed; closing the connection", self.peer)
+            self.close()
+        finally:
+            self._release_reads(len(stretch))
+        if self._backlog and not self.closed:
+            self._drain()
+
+    def _answer_cold_run(
+        self,
+        stretch: tuple[tuple[int, int, int], ...],
+        held: list[bytes | None],
+        job: "asyncio.Future[list[bytes | BookieError]]",
+        start: float,
+    ) -> None:
+        """:meth:`_cold_run_answered`'s frames, metrics and the rest of the stretch back to the backlog."""
         error = job.exception()  # Bookie._on_read_thread settles it with a BookieError, never cancels it
         results = iter(() if error is not None else job.result())
         frames: list[bytes] = []
@@ -881,10 +904,10 @@ class _Connection(asyncio.Protocol):
             answered += 1
         if ids:
             frames.append(v2.encode_read_responses(ids, entries))
-        self._release_reads(len(stretch))
         rest = stretch[answered:]
         if rest and not self.closed:
-            # Their permits went back above: they are admitted again in their turn, as a run cut by the gate is.
+            # Their permits go back with the stretch's: they are admitted again in their turn, as a run cut by the
+            # gate is.
             self._backlog.appendleft(rest)
         if frames:
             self._send(b"".join(frames))
@@ -895,8 +918,6 @@ class _Connection(asyncio.Protocol):
             metrics.observe_request("READ_ENTRY", elapsed, True, answered - failed)
         if failed:
             metrics.observe_request("READ_ENTRY", elapsed, False, failed)
-        if self._backlog and not self.closed:
-            self._drain()
 
     def _v2_read_hits(self, ids: list[tuple[int, int, int]], entries: list[bytes], size: int, start: float) -> None:
         """Answer reads whose ``entries`` (``size`` bytes) memory held, and give their permits back."""

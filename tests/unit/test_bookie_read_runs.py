@@ -278,6 +278,62 @@ def test_a_runs_job_stops_at_the_write_buffers_mark_and_the_rest_follows(
     body(tmp_path)
 
 
+def test_what_memory_holds_counts_against_a_stretchs_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold read, then 100 KB entries the write cache holds, against a write buffer mark of 256 KiB: the stretch
+    ends where the hits reach the mark (not at 1,024 reads), the rest follows, everything answered once, in
+    order."""
+
+    @with_bookie(serverWriteBufferHighWaterMark=256 * 1024, serverWriteBufferLowWaterMark=128 * 1024)
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c, cold, gated = await on_disk(bookie, server, monkeypatch, 7, 1)
+        gated.gate.set()
+        hot = [make_entry(7, i, bytes([i]) * 100_000) for i in range(1, 11)]
+        for e in hot:
+            assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+        lengths: list[int] = []
+        original = server_module._Connection._v2_read_cold_run
+
+        def counted(self: Any, *args: Any) -> int:
+            lengths.append(original(self, *args))
+            return lengths[-1]
+
+        monkeypatch.setattr(server_module._Connection, "_v2_read_cold_run", counted)
+        c.send(b"".join(v2.encode_read_request(7, i) for i in range(11)))
+        answers = [v2.decode_response(await c.body()) for _ in range(11)]
+        assert [(a.entry_id, bytes(a.entry)) for a in answers] == list(enumerate(cold + hot))
+        assert lengths and lengths[0] < 11 and lengths[0] * 100_000 < 2 * 256 * 1024
+        assert server.reads_gate.count == 0
+        c.close()
+
+    body(tmp_path)
+
+
+def test_a_bug_answering_a_stretch_drops_only_that_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error of our own while a stretch is answered closes that connection (its reads' permits back), and the
+    bookie goes on serving the others."""
+
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c, entries, gated = await on_disk(bookie, server, monkeypatch, 7, 4)
+        gated.gate.set()
+
+        def broken(*_args: Any) -> None:
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(server_module._Connection, "_answer_cold_run", broken)
+        c.send(b"".join(v2.encode_read_request(7, i) for i in range(4)))
+        assert await asyncio.wait_for(c.reader.read(), 10) == b""  # closed, nothing answered
+        assert server.reads_gate.count == 0
+        monkeypatch.undo()
+        other = await Conn.open(server.port)
+        r = await other.v2(v2.encode_read_request(7, 2))
+        assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[2])
+        other.close()
+        c.close()
+
+    body(tmp_path)
+
+
 def test_a_failed_job_answers_its_misses_eio_and_its_hits_as_they_are(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
