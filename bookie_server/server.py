@@ -845,30 +845,22 @@ class _Connection(asyncio.Protocol):
         self._cold_run = True
         start = _now_ms()
         job = self.bookie.read_run_soon(0, misses, max(budget - held_bytes, 1))
-        job.add_done_callback(lambda fut: self._cold_run_answered(stretch, held, fut, start))
-        return length
 
-    def _cold_run_answered(
-        self,
-        stretch: tuple[tuple[int, int, int], ...],
-        held: list[bytes | None],
-        job: "asyncio.Future[list[bytes | BookieError]]",
-        start: float,
-    ) -> None:
-        """Loop thread: answer a stretch of :meth:`_v2_read_cold_run` in order; the reads past the job's
-        budget go back to the head of the backlog as a run (their permits with them), then dispatching
-        resumes."""
-        self._cold_run = False
-        try:
-            self._answer_cold_run(stretch, held, job, start)
-        except Exception:
-            # Our own bug must not leave the connection waiting for ever: drop it, as the dispatch loop does.
-            log.exception("answering a run of reads for %s failed; closing the connection", self.peer)
-            self.close()
-        finally:
-            self._release_reads(len(stretch))
-        if self._backlog and not self.closed:
-            self._drain()
+        def answered(done: "asyncio.Future[list[bytes | BookieError]]") -> None:
+            self._cold_run = False
+            try:
+                self._answer_cold_run(stretch, held, done, start)
+            except Exception:
+                # Our own bug must not leave the connection waiting for ever: drop it, as the dispatch loop does.
+                log.exception("answering a run of reads for %s failed; closing the connection", self.peer)
+                self.close()
+            finally:
+                self._release_reads(len(stretch))
+            if self._backlog and not self.closed:
+                self._drain()
+
+        job.add_done_callback(answered)
+        return length
 
     def _answer_cold_run(
         self,
@@ -877,7 +869,9 @@ class _Connection(asyncio.Protocol):
         job: "asyncio.Future[list[bytes | BookieError]]",
         start: float,
     ) -> None:
-        """:meth:`_cold_run_answered`'s frames, metrics and the rest of the stretch back to the backlog."""
+        """Loop thread: answer a stretch of :meth:`_v2_read_cold_run` in order, hits and the job's results alike;
+        the reads past the job's budget go back to the head of the backlog as a run (the caller gives their permits
+        back with the stretch's, and they are admitted again in their turn)."""
         error = job.exception()  # Bookie._on_read_thread settles it with a BookieError, never cancels it
         results = iter(() if error is not None else job.result())
         frames: list[bytes] = []
@@ -906,8 +900,6 @@ class _Connection(asyncio.Protocol):
             frames.append(v2.encode_read_responses(ids, entries))
         rest = stretch[answered:]
         if rest and not self.closed:
-            # Their permits go back with the stretch's: they are admitted again in their turn, as a run cut by the
-            # gate is.
             self._backlog.appendleft(rest)
         if frames:
             self._send(b"".join(frames))
