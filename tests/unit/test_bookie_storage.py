@@ -756,7 +756,7 @@ def test_a_checkpoint_is_written_in_pieces_and_reads_back_as_one(tmp_path: Path,
     """CHECKPOINT_PIECE_ENTRIES (docs/bookie.md, "Checkpoints"): a checkpoint of more entries than a piece, over two
     directories and entry logs small enough to roll between pieces, makes one ``log_records`` call per piece, in
     key order, none larger than a piece; every entry reads back as written, from this storage and after a
-    reopen, and every log but the last is within its size limit."""
+    reopen, and every log is within its size limit (they rolled between pieces)."""
     monkeypatch.setattr(storage_module, "CHECKPOINT_PIECE_ENTRIES", 7)
     calls: list[list[int]] = []
     original = storage_module.log_records
