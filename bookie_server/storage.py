@@ -965,7 +965,7 @@ class LedgerStorage:
                             break
                         pos = record[2]
                 if found is None:
-                    found = self._run_read_indexed(directory, key, state)
+                    found = self._run_read_indexed(directory, ledger_id, entry_id, key, state)
                 if isinstance(found, bytes):
                     used += len(found)
                 out.append(found)
@@ -977,11 +977,13 @@ class LedgerStorage:
     def _run_read_indexed(
         self,
         directory: _Directory,
+        ledger_id: int,
+        entry_id: int,
         key: CacheKey,
         state: dict[int, tuple[lmdb.Transaction, list[object], list[int]]],
     ) -> bytes | BookieError:
-        """:meth:`read_run_cold`'s read of one entry through the index: its bytes, or its error."""
-        _scope_id, ledger_id, entry_id = key_address(key)
+        """:meth:`read_run_cold`'s read of one entry (``key`` its cache key) through the index: its bytes, or its
+        error."""
         try:
             held = state.get(id(directory))
             if held is None:

@@ -73,11 +73,10 @@ def _check_int32_offsets(end: int) -> None:
 
 
 def _binary_from_buffers(pa: Any, n: int, offsets: Any, data: bytes) -> "pa.BinaryArray":
-    """A binary array of ``n`` values over ``data`` at ``offsets`` (n + 1 int64 values, any first one), once
-    :func:`_check_int32_offsets` passed them."""
+    """A binary array of ``n`` values over ``data`` at ``offsets`` (n + 1 int64 values, any first one); the
+    caller checked them with :func:`_check_int32_offsets` before it made ``data``."""
     import numpy as np
 
-    _check_int32_offsets(int(offsets[-1]))
     return pa.BinaryArray.from_buffers(
         pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
     )
@@ -85,16 +84,20 @@ def _binary_from_buffers(pa: Any, n: int, offsets: Any, data: bytes) -> "pa.Bina
 
 def packed_binary_array(pieces: "Sequence[PackedPayloads]") -> "pa.BinaryArray":
     """The payloads of ``pieces`` as one Arrow binary array: one run's buffer taken as the data with no copy (its
-    bounds as the offsets, whatever the first), several joined into one buffer (one copy, the offsets shifted by numpy): the only place runs are joined."""
+    bounds as the offsets, whatever the first), several joined into one buffer (one copy, the offsets shifted by
+    numpy): the only place runs are joined."""
     pa = require_pyarrow()
     import numpy as np
 
     if len(pieces) == 1:
         run = pieces[0]
-        return _binary_from_buffers(pa, len(run), np.frombuffer(run.bounds, dtype=np.int64), run.data)
+        offsets = np.frombuffer(run.bounds, dtype=np.int64)
+        _check_int32_offsets(int(offsets[-1]))
+        return _binary_from_buffers(pa, len(run), offsets, run.data)
     bounds = [np.frombuffer(run.bounds, dtype=np.int64) for run in pieces]
     shifts = np.cumsum([0] + [int(b[-1] - b[0]) for b in bounds[:-1]])
     offsets = np.concatenate([np.zeros(1, dtype=np.int64)] + [b[1:] - b[0] + shift for b, shift in zip(bounds, shifts)])
+    _check_int32_offsets(int(offsets[-1]))  # before the join: no 2 GiB copy to refuse
     data = b"".join(memoryview(run.data)[int(b[0]) : int(b[-1])] for run, b in zip(pieces, bounds))
     return _binary_from_buffers(pa, int(sum(len(b) - 1 for b in bounds)), offsets, data)
 

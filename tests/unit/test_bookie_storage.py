@@ -516,9 +516,10 @@ def test_journal_deferred_sync_completes_before_the_sync(tmp_path: Path, monkeyp
 class _DiskThatFails:
     """The storage module's ``os``, except that chosen calls fail the way a full disk makes them fail."""
 
-    def __init__(self, *, write_halfway: int = 0, open_logs: int = 0) -> None:
+    def __init__(self, *, write_halfway: int = 0, open_logs: int = 0, writes_first: int = 0) -> None:
         self.write_halfway = write_halfway  # appends that write half their bytes, then hit ENOSPC
         self.open_logs = open_logs  # entry-log creations that fail
+        self.writes_first = writes_first  # appends (over 64 bytes) that succeed before those
         self._failing_write = False
 
     def __getattr__(self, name: str) -> object:
@@ -528,7 +529,9 @@ class _DiskThatFails:
         if self._failing_write:
             self._failing_write = False
             raise OSError(errno.ENOSPC, "No space left on device")
-        if self.write_halfway and len(data) > 64:
+        if self.writes_first and len(data) > 64:
+            self.writes_first -= 1
+        elif self.write_halfway and len(data) > 64:
             self.write_halfway -= 1
             self._failing_write = True
             return os.write(fd, bytes(data)[: len(data) // 2])
@@ -549,23 +552,30 @@ def _put_range(storage: LedgerStorage, first: int, last: int) -> dict[int, bytes
     return written
 
 
+@pytest.mark.parametrize("piece", [None, 7], ids=["one piece", "the third of three pieces"])
 def test_a_checkpoint_retried_after_a_write_that_stopped_halfway_indexes_the_right_bytes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, piece: int | None
 ) -> None:
-    """A full disk cut a checkpoint's append in the middle: the half-written records stay in the log, unindexed.
-    The retry must not count offsets from where the failed append began (the file grew since): every entry
-    reads back as written, before and after a restart."""
+    """A full disk cut a checkpoint's append in the middle: the half-written records stay in the log, unindexed,
+    and so do the pieces appended before it (docs/bookie.md, "Checkpoints": no index row is written before the
+    last piece). The retry must not count offsets from where the failed append began (the file grew since): every
+    entry reads back as written, before and after a restart."""
     storage = LedgerStorage([tmp_path])
     storage.open()
     storage.set_master_key(0, 1, KEY)
     written = _put_range(storage, 0, 10)
     storage.checkpoint(JournalPosition(1, 10))
     written |= _put_range(storage, 10, 30)
-    disk = _DiskThatFails(write_halfway=1)
+    disk = _DiskThatFails(write_halfway=1, writes_first=0 if piece is None else 2)
     monkeypatch.setattr(storage_module, "os", disk)
     monkeypatch.setattr(journal_module, "os", disk)  # the one write loop (write_all) lives there
+    if piece is not None:
+        monkeypatch.setattr(storage_module, "CHECKPOINT_PIECE_ENTRIES", piece)  # 20 entries: 7, 7 and 6
     with pytest.raises(BookieIOError):
         storage.checkpoint(JournalPosition(1, 30))
+    assert disk.writes_first == 0 and disk.write_halfway == 0  # it failed where it was meant to
+    with pytest.raises(NoSuchEntryError):
+        storage._read_from_disk(cache_key(0, 1, 10), own_transaction=True)  # nothing of it indexed
     assert storage.write_cache_bytes > 0  # the entries went back to the write cache
     monkeypatch.undo()
     storage.checkpoint(JournalPosition(1, 30))
