@@ -31,7 +31,7 @@ from bkspark.client.aio import (
 )
 from bkspark.client.arrow import payload_runs_batch, require_pyarrow
 from bkspark.client.conf import ClientConf
-from bkspark.client.payloads import PackedPayloads
+from bkspark.client.payloads import PackedPayloads, payload_bytes
 from bkspark.client.reader import LedgerEntry
 from bkspark.client.services import ClientServices
 from bkspark.client.writer import AddCallback
@@ -381,11 +381,15 @@ class LedgerHandle(HandleIdentity):
         self.ref = handle.ref
         self._writer = handle.writer
         self._max_pending = bk.conf.maxPendingAdds
+        self._max_pending_bytes = bk.conf.maxPendingAddBytes
+        #: Entries and payload bytes appended and not yet acknowledged (or failed); under ``_inbox_lock``.
         self._in_flight = 0
-        #: Single payloads (bytes) and bulk appends (a list of bytes), in call order.
-        self._inbox: list[tuple[bytes | list[bytes], AppendFuture]] = []
+        self._in_flight_bytes = 0
+        #: Single payloads (bytes) and bulk appends (a list of bytes or packed payloads), each with its future and
+        #: payload bytes, in call order.
+        self._inbox: list[tuple[bytes | list[bytes] | PackedPayloads, AppendFuture, int]] = []
         self._inbox_lock = threading.Lock()
-        # Appenders wait on this only when maxPendingAdds entries are in flight.
+        # Appenders wait on this only when maxPendingAdds entries or maxPendingAddBytes bytes are in flight.
         self._room = threading.Condition(self._inbox_lock)
         self._waiting = 0
         self._inbox_scheduled = False
@@ -429,15 +433,15 @@ class LedgerHandle(HandleIdentity):
         done = self._done
         singles: list[bytes] = []
         callbacks: list[AddCallback] = []
-        for data, fut in items:
+        for data, fut, size in items:
             if type(data) is list or type(data) is PackedPayloads:
                 if singles:
                     self._hand_over_singles(singles, callbacks)
                     singles, callbacks = [], []
-                writer.append_many(data, partial(self._batch_done, fut, len(data)))
+                writer.append_many(data, partial(self._batch_done, fut, len(data), size))
             else:
-                singles.append(data)
-                callbacks.append(partial(done, fut))
+                singles.append(data)  # type: ignore[arg-type]
+                callbacks.append(partial(done, fut, size))
         if singles:
             self._hand_over_singles(singles, callbacks)
 
@@ -447,10 +451,31 @@ class LedgerHandle(HandleIdentity):
         else:
             self._writer.append_each(singles, callbacks)
 
-    def _done(self, fut: AppendFuture, entry_id: int | None, exc: BaseException | None) -> None:
-        """An append finished (loop thread): free its slot, then complete its future."""
+    def _has_room(self, count: int, size: int) -> bool:
+        """Whether ``count`` more entries of ``size`` bytes together fit the bounds (under ``_inbox_lock``); an
+        append larger than a bound goes when nothing else is in flight."""
+        if not self._in_flight:
+            return True
+        if self._in_flight + count > self._max_pending:
+            return False
+        return not self._max_pending_bytes or self._in_flight_bytes + size <= self._max_pending_bytes
+
+    def _wait_for_room(self, count: int, size: int) -> None:
+        """Block until ``count`` entries of ``size`` bytes fit, then take their room (under ``_inbox_lock``)."""
+        while not self._has_room(count, size):
+            self._waiting += 1
+            try:
+                self._room.wait()
+            finally:
+                self._waiting -= 1
+        self._in_flight += count
+        self._in_flight_bytes += size
+
+    def _done(self, fut: AppendFuture, size: int, entry_id: int | None, exc: BaseException | None) -> None:
+        """An append finished (loop thread): free its room, then complete its future."""
         with self._inbox_lock:
             self._in_flight -= 1
+            self._in_flight_bytes -= size
             if self._waiting:
                 self._room.notify_all()  # a bulk append may wait for more room than a single one
         try:
@@ -461,10 +486,14 @@ class LedgerHandle(HandleIdentity):
         except concurrent.futures.InvalidStateError:
             pass  # the caller cancelled the future; the entry was still written
 
-    def _batch_done(self, fut: AppendFuture, queued: int, first: int | None, count: int, exc: BaseException | None) -> None:
-        """A bulk append finished (loop thread): free its ``queued`` slots at once, then complete its future."""
+    def _batch_done(
+        self, fut: AppendFuture, queued: int, size: int, first: int | None, count: int, exc: BaseException | None
+    ) -> None:
+        """A bulk append finished (loop thread): free the room of its ``queued`` entries and ``size`` bytes at
+        once, then complete its future."""
         with self._inbox_lock:
             self._in_flight -= queued
+            self._in_flight_bytes -= size
             if self._waiting:
                 self._room.notify_all()
         try:
@@ -478,7 +507,8 @@ class LedgerHandle(HandleIdentity):
     def append_async(self, payload: bytes) -> AppendFuture:
         """Queue one entry; the future gives its entry id once Qa bookies have it.
 
-        Blocks while ``maxPendingAdds`` entries are in flight (bounded pipelining).
+        Blocks while ``maxPendingAdds`` entries, or with this one more than ``maxPendingAddBytes`` payload bytes,
+        are in flight (bounded pipelining).
         Entries are sent in the order of calls.  Raises at once, with nothing
         queued and the ledger still writable, for a payload that is not bytes
         (``TypeError``) or larger than :attr:`max_payload` (:class:`EntryTooLargeError`).
@@ -490,14 +520,8 @@ class LedgerHandle(HandleIdentity):
         data = bytes(payload)
         fut = AppendFuture(self._futures_cond)
         with self._inbox_lock:
-            while self._in_flight >= self._max_pending:
-                self._waiting += 1
-                try:
-                    self._room.wait()
-                finally:
-                    self._waiting -= 1
-            self._in_flight += 1
-            self._inbox.append((data, fut))
+            self._wait_for_room(1, len(data))
+            self._inbox.append((data, fut, len(data)))
             if not self._inbox_scheduled:
                 self._inbox_scheduled = True
                 self._bk._call_soon(self._drain_inbox)
@@ -509,8 +533,8 @@ class LedgerHandle(HandleIdentity):
         The future's result is the ``range`` of their entry ids once every one is acknowledged by Qa
         bookies; on a failure it raises the first error (entries up to :attr:`last_add_confirmed` are
         acknowledged, later ones are not).  Each entry is an ordinary add, ordered with ``append_async``
-        calls in call order.  Blocks while the entries would take more than ``maxPendingAdds`` slots
-        (a batch larger than that waits until nothing else is in flight).  Raises at once, with
+        calls in call order.  Blocks while the entries would take more than ``maxPendingAdds`` slots or
+        ``maxPendingAddBytes`` bytes (a batch larger than either waits until nothing else is in flight).  Raises at once, with
         nothing queued and the ledger still writable, for a payload that is not bytes (``TypeError``)
         or larger than :attr:`max_payload` (:class:`EntryTooLargeError` with the entry's ``index``).
         Payloads laid end to end in one buffer (:class:`PackedPayloads`, e.g. an Arrow binary column's) go
@@ -521,16 +545,10 @@ class LedgerHandle(HandleIdentity):
         if self._bk._closed:
             raise ClientClosedError("client is closed")
         fut = AppendFuture(self._futures_cond)
-        queued = len(data)
+        size = payload_bytes(data)
         with self._inbox_lock:
-            while self._in_flight and self._in_flight + queued > self._max_pending:
-                self._waiting += 1
-                try:
-                    self._room.wait()
-                finally:
-                    self._waiting -= 1
-            self._in_flight += queued
-            self._inbox.append((data, fut))
+            self._wait_for_room(len(data), size)
+            self._inbox.append((data, fut, size))
             if not self._inbox_scheduled:
                 self._inbox_scheduled = True
                 self._bk._call_soon(self._drain_inbox)

@@ -39,8 +39,11 @@ class ClientConf:
     speculativeReadTimeoutBackoffMultiplier: float = 2.0
     batchReadEnabled: bool = True
     nettyMaxFrameSizeBytes: int = DEFAULT_MAX_FRAME_SIZE
-    #: Adds in flight per ledger handle before ``append`` blocks (Java's ``throttle`` is per client).
-    maxPendingAdds: int = 2000
+    #: Adds in flight per ledger handle before ``append`` blocks (Java's ``throttle`` is per client). Why 5,000:
+    #: docs/client.md, "How many adds in flight".
+    maxPendingAdds: int = 5000
+    #: Payload bytes in flight per ledger handle before ``append`` blocks; 0 = no byte bound (docs/client.md).
+    maxPendingAddBytes: int = 32 * 1024 * 1024
     #: Single reads in flight per read call (pipelining window).
     readPipelineDepth: int = 256
     ensemblePlacementPolicy: str | None = None
@@ -112,6 +115,8 @@ class ClientConf:
             raise InvalidOptionError("timeouts must be positive")
         if self.maxPendingAdds < 1 or self.readPipelineDepth < 1:
             raise InvalidOptionError("maxPendingAdds and readPipelineDepth must be >= 1")
+        if self.maxPendingAddBytes < 0:
+            raise InvalidOptionError("maxPendingAddBytes must be >= 0 (0: no byte bound)", value=self.maxPendingAddBytes)
         if self.nettyMaxFrameSizeBytes < 1024:
             raise InvalidOptionError("nettyMaxFrameSizeBytes too small", value=self.nettyMaxFrameSizeBytes)
         if self.ledgerMetadataVersion not in (-1, 2, 3):

@@ -66,9 +66,6 @@ JOB_PARENT_ROLE = b"job-commit-marker"
 #: ``ledger_id`` of the commit message of a task that had no rows (it creates no ledger).
 NO_LEDGER = -1
 
-#: Adds in flight per task before it waits for their acknowledgements.
-MAX_PENDING_ADDS = 2000
-
 #: Who creates the connector's ledgers, in their BP-44 create context (``createdBy``).
 CREATOR_ENTERPRISE = "apache-spark"
 CREATOR_SYSTEM = "bkspark-connector"
@@ -86,7 +83,8 @@ class LedgerCommitMessage(WriterCommitMessage):
     attempt: int
 
 
-#: Entries per bulk append: one hand-over to the client's loop each, several in flight within MAX_PENDING_ADDS.
+#: Entries per bulk append: one hand-over to the client's loop each, several in flight within the client's
+#: ``maxPendingAdds`` (docs/client.md, "How many adds in flight").
 BULK_APPEND_ENTRIES = 500
 
 
@@ -303,9 +301,11 @@ class BookKeeperWriter(DataSourceArrowWriter):
         entries = 0
         rows = 0
         size = 0
-        #: Bulk appends not yet waited for, with their entry counts (at most MAX_PENDING_ADDS entries).
+        #: Bulk appends not yet waited for, with their entry counts (at most the client's maxPendingAdds entries;
+        #: its maxPendingAddBytes is kept by append_many itself, which waits for room).
         pending: deque[tuple[Any, int]] = deque()
         in_flight = 0
+        max_pending = bk.conf.maxPendingAdds
         try:
             payloads: list[bytes] | PackedPayloads | None = first
             cuts, batch_size = first_cuts, first_size
@@ -322,7 +322,7 @@ class BookKeeperWriter(DataSourceArrowWriter):
                         size = len(payloads[index]) - (0 if cuts is None else HEADER_BYTES + ROW_OVERHEAD_BYTES)
                         raise _row_too_large(exc, partition_id, rows + row, size) from exc
                     in_flight += len(chunk)
-                    while in_flight > MAX_PENDING_ADDS:
+                    while in_flight > max_pending:
                         future, count = pending.popleft()
                         future.result()
                         in_flight -= count

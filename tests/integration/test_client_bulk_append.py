@@ -73,6 +73,48 @@ def test_bulk_and_single_appends_keep_call_order_on_python_bookies(py_cluster, m
         assert [e.payload for e in rh.read_batched(0, rh.last_add_confirmed)] == expected
 
 
+def test_the_byte_bound_holds_on_real_bookies_and_every_entry_reads_back(py_cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """``maxPendingAddBytes`` of 4 KiB: bulk and single appends of 1,000 B from two threads wait for room; at no
+    sample are more than 4 KiB in flight, and the ledger reads back in call order (docs/client.md, "How many adds
+    in flight")."""
+    with BookKeeper(module_zk_root.metadata_service_uri, maxPendingAddBytes=4096) as bk:
+        lh = bk.create_ledger(3, 2, 2, password=b"pw")
+        order_lock = threading.Lock()
+        expected: list[bytes] = []
+        futures = []
+        samples: list[int] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                samples.append(lh._in_flight_bytes)
+
+        def append(k: int) -> None:
+            for i in range(60):
+                batch = [payload(k * 1000 + i * 10 + j, 1000) for j in range(1 + i % 4)]
+                with order_lock:  # call order is entry order: keep the expectation in the same order
+                    fut = lh.append_many(packed(batch) if i % 2 else batch) if len(batch) > 1 else lh.append_async(batch[0])
+                    expected.extend(batch)
+                    futures.append(fut)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        threads = [threading.Thread(target=append, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        for fut in futures:
+            fut.result(timeout=60)
+        stop.set()
+        sampler.join(10)
+        assert samples and max(samples) <= 4096
+        assert (lh._in_flight, lh._in_flight_bytes) == (0, 0)
+        lh.close()
+        rh = bk.open_ledger(lh.ledger_id, password=b"pw")
+        assert [e.payload for e in rh.read(0, rh.last_add_confirmed)] == expected
+
+
 def test_appends_that_cannot_be_framed_fail_alone_and_the_ledger_goes_on(  # type: ignore[no-untyped-def]
     py_cluster, module_zk_root, monkeypatch
 ) -> None:

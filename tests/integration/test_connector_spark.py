@@ -405,6 +405,26 @@ def test_write_then_read_back_exactly(spark, bk, py_cluster) -> None:
     assert context.close is not None and context.close.reason is not None and context.close.reason.name == "NO_MORE_DATA"
 
 
+def test_the_writers_adds_in_flight_follow_the_clients_bounds(spark, bk, py_cluster) -> None:
+    """``bookkeeper.maxPendingAdds`` and ``bookkeeper.maxPendingAddBytes`` reach each task's client (a bad value
+    fails the write by name); with 7 entries and 200 bytes in flight every run of 500 entries waits for room, and
+    every row still lands, in order (docs/connector.md, "Write"; docs/client.md, "How many adds in flight")."""
+    uri = py_cluster.metadata_service_uri
+    df = payload_frame(spark, 2000, 2, "room-")
+    with pytest.raises(Exception, match="maxPendingAddBytes"):
+        write_dataset(df, uri, "room-bad", **{"bookkeeper.maxPendingAddBytes": "-1"})
+    write_dataset(df, uri, "room", **{"bookkeeper.maxPendingAdds": "7", "bookkeeper.maxPendingAddBytes": "200"})
+    got = entries_of(read_dataset(spark, uri, "room"))
+    assert len(got) == 2
+    payloads = []
+    for rows in got.values():
+        assert [eid for eid, _ in rows] == list(range(len(rows)))
+        ids = [int(p.decode()[5:]) for _, p in rows]
+        assert ids == list(range(ids[0], ids[0] + len(ids)))
+        payloads.extend(p for _, p in rows)
+    assert sorted(payloads) == sorted(f"room-{i}".encode() for i in range(2000))
+
+
 def test_writes_and_reads_in_a_scope_other_than_zero(spark, bk, py_cluster) -> None:
     """A negative scope: scope ids are signed 64-bit, as in the client and the shell."""
     uri = py_cluster.metadata_service_uri

@@ -1,0 +1,219 @@
+"""The blocking handle's room for appends in flight: ``maxPendingAdds`` entries and ``maxPendingAddBytes`` bytes
+(docs/client.md, "How many adds in flight").
+
+A fake writer stands in for ``LedgerWriter``: it keeps every callback it is handed, and the test completes them,
+so each test decides exactly when room comes back.  A one-thread executor plays the client's loop thread: the
+handle's inbox is drained there and the fake writer is touched only there, as the real one is.  ``tests/integration/test_client_bulk_append.py`` runs the
+same bounds against real bookies.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from array import array
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import pytest
+
+from bkspark.client.bookkeeper import LedgerHandle
+from bkspark.client.conf import ClientConf
+from bkspark.client.payloads import PackedPayloads
+from bkspark.errors import BookieTimeoutError, InvalidOptionError
+
+
+class FakeWriter:
+    """Records what the handle hands over; ``complete_*`` play the loop thread's acknowledgements."""
+
+    max_payload = 1 << 20
+
+    def __init__(self) -> None:
+        self.singles: list[tuple[bytes, Callable[..., None]]] = []
+        self.batches: list[tuple[Any, Callable[..., None]]] = []
+        self.next_id = 0
+
+    def check_payload_size(self, size: int) -> None:
+        pass
+
+    def check_payload_sizes(self, payloads: Any) -> None:
+        pass
+
+    def append(self, payload: bytes, callback: Callable[..., None]) -> None:
+        self.singles.append((payload, callback))
+
+    def append_each(self, payloads: list[bytes], callbacks: list[Callable[..., None]]) -> None:
+        self.singles.extend(zip(payloads, callbacks))
+
+    def append_many(self, payloads: Any, callback: Callable[..., None]) -> None:
+        self.batches.append((payloads, callback))
+
+    def complete_batch(self, exc: BaseException | None = None) -> None:
+        payloads, callback = self.batches.pop(0)
+        callback(None if exc else self.next_id, len(payloads), exc)
+        self.next_id += len(payloads)
+
+    def complete_single(self, exc: BaseException | None = None) -> None:
+        _payload, callback = self.singles.pop(0)
+        callback(None if exc else self.next_id, exc)
+        self.next_id += 1
+
+
+class Loop:
+    """The client's loop thread, played by a one-thread executor."""
+
+    def __init__(self) -> None:
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="fake-loop")
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        self.executor.submit(fn)
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the loop after everything queued there; wait for it."""
+        return self.executor.submit(fn).result(10)
+
+
+@pytest.fixture
+def loop():  # type: ignore[no-untyped-def]
+    lp = Loop()
+    yield lp
+    lp.executor.shutdown(wait=True)
+
+
+def handle(loop: Loop, **conf: Any) -> tuple[LedgerHandle, FakeWriter]:
+    """A blocking handle over a fake writer, its inbox drained on ``loop``."""
+    writer = FakeWriter()
+    bk = SimpleNamespace(conf=ClientConf.from_mapping(conf), _closed=False, _call_soon=loop.call_soon)
+    return LedgerHandle(bk, SimpleNamespace(ref=None, writer=writer)), writer  # type: ignore[arg-type]
+
+
+def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """Run ``fn`` in a thread; its result lands in the returned list."""
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    t.start()
+    return t, out
+
+
+def blocked(t: threading.Thread) -> bool:
+    """Whether ``t`` is still waiting after a moment (it would have finished at once if it had room)."""
+    t.join(0.3)
+    return t.is_alive()
+
+
+def test_the_defaults_are_5000_entries_and_32_mib() -> None:
+    conf = ClientConf()
+    assert (conf.maxPendingAdds, conf.maxPendingAddBytes) == (5000, 32 * 1024 * 1024)
+    assert ClientConf.from_mapping({"maxpendingaddbytes": "0"}).maxPendingAddBytes == 0  # Spark lower-cases keys
+    with pytest.raises(InvalidOptionError):
+        ClientConf.from_mapping({"maxPendingAddBytes": "-1"})
+
+
+def test_a_bulk_append_waits_while_its_bytes_would_pass_the_byte_bound(loop: Loop) -> None:
+    lh, writer = handle(loop, maxPendingAdds=1000, maxPendingAddBytes=1000)
+    first = lh.append_many([b"a" * 150] * 5)  # 750 bytes: room
+    t, out = in_thread(lambda: lh.append_many([b"b" * 150] * 2))  # 1,050 bytes with the first: waits
+    assert blocked(t) and loop.run(lambda: len(writer.batches)) == 1
+    loop.run(writer.complete_batch)
+    t.join(5)
+    assert not t.is_alive() and first.result(0) == range(0, 5)
+    assert loop.run(lambda: len(writer.batches)) == 1
+    loop.run(writer.complete_batch)
+    assert out[0].result(5) == range(5, 7)
+    assert (lh._in_flight, lh._in_flight_bytes) == (0, 0)
+
+
+def test_packed_payloads_count_their_bytes_and_singles_theirs(loop: Loop) -> None:
+    lh, writer = handle(loop, maxPendingAdds=1000, maxPendingAddBytes=100)
+    lh.append_many(PackedPayloads(b"x" * 90, array("q", [0, 30, 60, 90])))
+    assert lh._in_flight_bytes == 90
+    lh.append_async(b"y" * 10)  # 100 bytes in flight: still within the bound
+    t, _ = in_thread(lambda: lh.append_async(b"z"))  # 101: waits
+    assert blocked(t)
+    loop.run(writer.complete_single)  # the 10 bytes come back: 91 fit
+    t.join(5)
+    assert not t.is_alive() and (lh._in_flight, lh._in_flight_bytes) == (4, 91)
+
+
+def test_an_append_larger_than_a_bound_goes_alone(loop: Loop) -> None:
+    lh, writer = handle(loop, maxPendingAdds=4, maxPendingAddBytes=100)
+    big = lh.append_async(b"x" * 500)  # nothing in flight: it goes, though larger than the byte bound
+    t, out = in_thread(lambda: lh.append_many([b"y"] * 10))  # more entries than maxPendingAdds: waits for nothing
+    assert blocked(t)
+    loop.run(writer.complete_single)
+    t.join(5)
+    assert not t.is_alive() and big.result(0) == 0
+    loop.run(writer.complete_batch)
+    assert out[0].result(5) == range(1, 11)
+
+
+def test_the_entry_bound_still_holds_and_zero_bytes_means_no_byte_bound(loop: Loop) -> None:
+    lh, writer = handle(loop, maxPendingAdds=3, maxPendingAddBytes=0)
+    for _ in range(3):
+        lh.append_async(b"x" * 10_000_000)  # 30 MB in flight: no byte bound
+    t, _ = in_thread(lambda: lh.append_async(b"y"))
+    assert blocked(t)
+    loop.run(writer.complete_single)
+    t.join(5)
+    assert not t.is_alive() and lh._in_flight == 3
+
+
+def test_failed_appends_give_their_room_back(loop: Loop) -> None:
+    lh, writer = handle(loop, maxPendingAdds=100, maxPendingAddBytes=200)
+    failing = lh.append_many([b"a" * 100] * 2)
+    t, _ = in_thread(lambda: lh.append_many([b"b" * 100]))
+    assert blocked(t)
+    loop.run(lambda: writer.complete_batch(BookieTimeoutError("add timed out")))
+    t.join(5)
+    assert not t.is_alive()
+    with pytest.raises(BookieTimeoutError):
+        failing.result(0)
+    assert (lh._in_flight, lh._in_flight_bytes) == (1, 100)
+
+
+def test_many_threads_appending_never_pass_the_bounds(loop: Loop) -> None:
+    """Four appenders and an acknowledger: the bounds hold at every moment and every append completes."""
+    lh, writer = handle(loop, maxPendingAdds=50, maxPendingAddBytes=2000)
+    seen: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def acknowledge_one() -> None:  # on the loop
+        with lh._inbox_lock:
+            seen.append((lh._in_flight, lh._in_flight_bytes))
+        if writer.batches:
+            writer.complete_batch()
+        elif writer.singles:
+            writer.complete_single()
+
+    def acknowledge() -> None:
+        while not stop.is_set() or loop.run(lambda: bool(writer.batches or writer.singles)):
+            loop.run(acknowledge_one)
+            time.sleep(0.0005)
+
+    def append(k: int) -> list[Any]:
+        futures = []
+        for i in range(40):
+            if i % 3:
+                futures.append(lh.append_many([bytes([k]) * (10 + i)] * (1 + i % 7)))
+            else:
+                futures.append(lh.append_async(bytes([k]) * (20 + i)))
+        return futures
+
+    acker = threading.Thread(target=acknowledge, daemon=True)
+    acker.start()
+    results: list[list[Any]] = []
+    appenders = [threading.Thread(target=lambda k=k: results.append(append(k)), daemon=True) for k in range(4)]
+    for t in appenders:
+        t.start()
+    for t in appenders:
+        t.join(30)
+    stop.set()
+    acker.join(30)
+    assert all(not t.is_alive() for t in appenders) and not acker.is_alive()
+    assert sum(len(futures) for futures in results) == 160
+    for futures in results:
+        for f in futures:
+            f.result(0)
+    assert max(n for n, _ in seen) <= 50 and max(b for _, b in seen) <= 2000
+    assert (lh._in_flight, lh._in_flight_bytes) == (0, 0)
