@@ -235,6 +235,18 @@ class WriteOptions:
     entry_max_bytes: int = DEFAULT_ENTRY_MAX_BYTES
 
 
+#: ``readStream``'s own options (docs/streaming.md), which a batch read refuses.
+_STREAM_KEYS = frozenset({
+    "startingoffsets", "maxentriespertrigger", "maxbytespertrigger", "minentriespertrigger",
+    "maxtriggerdelay", "longpolltimeoutms",
+})
+
+
+def without_stream_options(options: Mapping[str, str | None]) -> dict[str, str]:
+    """The options minus the streaming-only ones (what a batch read would accept)."""
+    return {str(k).lower(): v for k, v in options.items() if v is not None and str(k).lower() not in _STREAM_KEYS}
+
+
 def parse_read_options(options: Mapping[str, str | None]) -> ReadOptions:
     """Validate read options; raises :class:`InvalidOptionError` naming the option and the fix."""
     opts = _lower(options)

@@ -68,9 +68,8 @@ class BookKeeperDataSource(DataSource):
         return "bookkeeper"
 
     def schema(self) -> str:
-        from bkspark.datasource.options import parse_read_options
+        from bkspark.datasource.options import parse_read_options, without_stream_options
         from bkspark.datasource.schema import schema_ddl
-        from bkspark.datasource.stream_reader import without_stream_options
 
         # Fail at load(), before any task runs (readStream's own options are checked by streamReader()).
         return schema_ddl(parse_read_options(without_stream_options(self.options)).include_custom_metadata)

@@ -41,7 +41,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from bkspark.datasource.options import ReadOptions, parse_read_options
+from bkspark.datasource.options import ReadOptions, parse_read_options, without_stream_options
 from bkspark.datasource.planning import mean_entry_bytes
 from bkspark.datasource.reader import BookKeeperReader
 from bkspark.datasource.stream_offsets import (
@@ -62,7 +62,6 @@ __all__ = [
     "BookKeeperStreamReader",
     "StreamOptions",
     "parse_stream_read_options",
-    "without_stream_options",
     "DEFAULT_LONG_POLL_TIMEOUT_MS",
 ]
 
@@ -75,10 +74,6 @@ DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 #: Bytes per entry assumed for ``maxBytesPerTrigger`` when nothing better is known.
 DEFAULT_ENTRY_SIZE = 1024.0
 
-_STREAM_KEYS = {
-    "startingoffsets", "maxentriespertrigger", "maxbytespertrigger", "minentriespertrigger",
-    "maxtriggerdelay", "longpolltimeoutms",
-}
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h)?\s*$", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 
@@ -115,11 +110,6 @@ def _duration_ms(opts: Mapping[str, str], name: str, default: int) -> int:
             f"[BOOKKEEPER_INVALID_OPTION] option '{name}'={raw!r} is invalid: expected a duration such as '500ms', '30s', '15m' or milliseconds"
         )
     return int(match.group(1)) * _UNIT_MS[(match.group(2) or "ms").lower()]
-
-
-def without_stream_options(options: Mapping[str, str | None]) -> dict[str, str]:
-    """The options minus the streaming-only ones (what a batch read would accept)."""
-    return {str(k).lower(): v for k, v in options.items() if v is not None and str(k).lower() not in _STREAM_KEYS}
 
 
 def parse_stream_read_options(options: Mapping[str, str | None]) -> tuple[ReadOptions, StreamOptions]:
