@@ -39,8 +39,8 @@ class ClientConf:
     speculativeReadTimeoutBackoffMultiplier: float = 2.0
     batchReadEnabled: bool = True
     nettyMaxFrameSizeBytes: int = DEFAULT_MAX_FRAME_SIZE
-    #: Adds in flight per ledger handle before ``append`` blocks (Java's ``throttle`` is per client). Why 5,000:
-    #: docs/client.md, "How many adds in flight".
+    #: Adds in flight per ledger handle before ``append`` blocks. Why 5,000, and how Java's ``throttle`` (a rate of
+    #: adds per second, which this key's alias is not) differs: docs/client.md, "How many adds in flight".
     maxPendingAdds: int = 5000
     #: Payload bytes in flight per ledger handle before ``append`` blocks; 0 = no byte bound (docs/client.md).
     maxPendingAddBytes: int = 32 * 1024 * 1024
