@@ -52,11 +52,10 @@ JOBS = textwrap.dedent(
              .config("spark.ui.enabled", "false").config("spark.driver.memory", "512m")
              .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20").getOrCreate())
 
-    @F.udf("binary")
-    def slow(value):
-        time.sleep(0.02)
-        return f"killed-{value}".encode()
-
+    # The job to kill writes a million rows: several seconds of adds, where the test kills it a moment after its
+    # two ledgers are registered. (A slow UDF does not keep it writing longer: Spark hands a Python data source's
+    # writer the rows of its partition only once they are all computed; BENCHMARKS.md, "Adds in flight; where a
+    # session's first write waits".)
     def write(df, dataset):
         (df.write.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", dataset)
            .option("ensembleSize", "2").option("writeQuorumSize", "2").option("ackQuorumSize", "2")
@@ -68,7 +67,8 @@ JOBS = textwrap.dedent(
     while not os.path.exists(go_file):
         time.sleep(0.05)
     print("writing", killed, flush=True)
-    write(spark.range(0, 8000, 1, 2).select(slow(F.col("id")).alias("payload")), killed)
+    write(spark.range(0, 1000000, 1, 2).select(F.concat(F.lit("killed-"), F.col("id").cast("string")).alias("payload")),
+          killed)
     print("committed", killed, flush=True)
     """
 )
