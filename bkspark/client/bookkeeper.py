@@ -23,6 +23,7 @@ import concurrent.futures
 import logging
 import threading
 import time
+import weakref
 from functools import partial
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, TypeVar
 
@@ -63,6 +64,13 @@ class BookKeeper:
         self.conf: ClientConf = self.aio.conf
         self.metadata_service_uri = metadata_service_uri
         self._closed = False
+        #: Guards ``_closed`` against ``_calls`` and ``_handles``: what close() must settle is what was started
+        #: before it flipped ``_closed``.
+        self._calls_lock = threading.Lock()
+        #: Blocking calls handed to the loop and not yet answered (their concurrent futures).
+        self._calls: set[concurrent.futures.Future[Any]] = set()
+        #: Write handles whose queued appends close() fails (the loop that would send them stops).
+        self._handles: weakref.WeakSet[LedgerHandle] = weakref.WeakSet()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="bkspark-client", daemon=True)
         self._thread.start()
@@ -90,10 +98,26 @@ class BookKeeper:
             raise IllegalOpError("blocking client call from the client's own event loop")
         if not asyncio.iscoroutine(coro):
             coro = _awaited(coro)  # a future or another awaitable: run_coroutine_threadsafe wants a coroutine
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        with self._calls_lock:
+            if self._closed:
+                coro.close()  # type: ignore[union-attr]
+                raise ClientClosedError("client is closed")
+            call = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+            self._calls.add(call)
+        try:
+            return call.result(timeout)
+        finally:
+            with self._calls_lock:
+                self._calls.discard(call)
 
     def _call_soon(self, fn: Callable[[], None]) -> None:
-        self._loop.call_soon_threadsafe(fn)
+        """Run ``fn`` on the loop; nothing when the loop has closed under the caller (close() then settles what
+        ``fn`` would have handled: :meth:`LedgerHandle._fail_queued`)."""
+        try:
+            self._loop.call_soon_threadsafe(fn)
+        except RuntimeError:
+            if not self._loop.is_closed():
+                raise
 
     def _stop_loop(self) -> None:
         if self._loop.is_running():
@@ -141,15 +165,30 @@ class BookKeeper:
         return self._loop
 
     def close(self) -> None:
-        """Close connections and the ZooKeeper session; open handles become unusable."""
+        """Close connections and the ZooKeeper session; open handles become unusable.
+
+        Calls other threads are in end: an append queued or waiting for room, and a blocking call the closing
+        loop left unanswered, raise :class:`ClientClosedError` (docs/client.md, "Closing the client").
+        """
         if self._closed:
             return
         try:
             self._run(self.aio.close(), timeout=30)
         except Exception:
             log.debug("error closing the client", exc_info=True)
-        self._closed = True
+        with self._calls_lock:
+            self._closed = True
+            unanswered = list(self._calls)
+            handles = list(self._handles)
         self._stop_loop()
+        closed = ClientClosedError("client is closed")
+        for call in unanswered:
+            try:
+                call.set_exception(closed)
+            except concurrent.futures.InvalidStateError:
+                pass  # answered (or cancelled) while the loop stopped
+        for handle in handles:
+            handle._fail_queued(closed)
 
     def __enter__(self) -> "BookKeeper":
         return self
@@ -178,7 +217,7 @@ class BookKeeper:
                 ledger_id,
             )
         )
-        return LedgerHandle(self, handle)
+        return self._track(LedgerHandle(self, handle))
 
     def create_ledger_adv(self, ledger_id: int, scope_id: int = 0, **kwargs: Any) -> "LedgerHandle":
         """Create a ledger with a caller-chosen id (Java's ``createLedgerAdv``; BP-35 scope ids)."""
@@ -237,6 +276,14 @@ class BookKeeper:
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError("client is closed")
+
+    def _track(self, handle: "LedgerHandle") -> "LedgerHandle":
+        """Remember a write handle, so that close() fails its queued appends."""
+        with self._calls_lock:
+            if self._closed:
+                raise ClientClosedError("client is closed")
+            self._handles.add(handle)
+        return handle
 
 
 async def _awaited(awaitable: Awaitable[T]) -> T:
@@ -461,8 +508,13 @@ class LedgerHandle(HandleIdentity):
         return not self._max_pending_bytes or self._in_flight_bytes + size <= self._max_pending_bytes
 
     def _wait_for_room(self, count: int, size: int) -> None:
-        """Block until ``count`` entries of ``size`` bytes fit, then take their room (under ``_inbox_lock``)."""
-        while not self._has_room(count, size):
+        """Block until ``count`` entries of ``size`` bytes fit, then take their room (under ``_inbox_lock``);
+        :class:`ClientClosedError` once the client is closed (close() wakes the waiters: :meth:`_fail_queued`)."""
+        while True:
+            if self._bk._closed:
+                raise ClientClosedError("client is closed")
+            if self._has_room(count, size):
+                break
             self._waiting += 1
             try:
                 self._room.wait()
@@ -470,6 +522,21 @@ class LedgerHandle(HandleIdentity):
                 self._waiting -= 1
         self._in_flight += count
         self._in_flight_bytes += size
+
+    def _fail_queued(self, error: BaseException) -> None:
+        """The client closed (its loop has stopped): fail the appends still in the inbox, which the loop will
+        never hand to the writer, give their room back and wake every appender waiting for room (any thread)."""
+        with self._inbox_lock:
+            items, self._inbox = self._inbox, []
+            for data, fut, size in items:
+                self._in_flight -= len(data) if type(data) is list or type(data) is PackedPayloads else 1
+                self._in_flight_bytes -= size
+            self._room.notify_all()
+        for _data, fut, _size in items:
+            try:
+                fut.set_exception(error)
+            except concurrent.futures.InvalidStateError:
+                pass  # the caller cancelled it
 
     def _done(self, fut: AppendFuture, size: int, entry_id: int | None, exc: BaseException | None) -> None:
         """An append finished (loop thread): free its room, then complete its future."""

@@ -148,6 +148,26 @@ def test_client_calls_wait_out_a_zookeeper_outage_shorter_than_zk_timeout(cluste
         assert [e.payload for e in rh.read(0, 19)] == [b"a%d" % i for i in range(20)]
 
 
+def test_closing_the_client_ends_calls_that_wait_out_a_zookeeper_outage(cluster: Cluster) -> None:
+    """Calls blocked on ZooKeeper (every connection refused, zkTimeout 30 s) when another thread closes the client
+    end at once with a typed error, the client's closed or ZooKeeper's unreachable: none waits for the outage or
+    the zkTimeout."""
+    from bkspark.errors import ClientClosedError
+
+    bk = BookKeeper(cluster.proxied_uri, zkTimeout=30, bookieAddressResolverEnabled=True)
+    ledger_id = _write_ledger(bk, 3, b"c")
+    cluster.zk_proxy.refuse()
+    calls = [_in_thread(lambda: bk.create_ledger(3, 3, 2)), _in_thread(lambda: bk.get_ledger_metadata(ledger_id)),
+             _in_thread(lambda: bk.list_ledgers())]
+    time.sleep(1.0)
+    started = time.monotonic()
+    bk.close()
+    for join in calls:
+        with pytest.raises((ClientClosedError, MetadataError)):
+            join(10)
+    assert time.monotonic() - started < 15
+
+
 def test_client_calls_survive_a_zookeeper_kill_and_restart(cluster: Cluster) -> None:
     """A real kill -9 of ZooKeeper, restarted on the same port and data 2 s later (its JVM takes seconds more)."""
     with BookKeeper(cluster.direct_uri, zkTimeout=30) as bk:

@@ -6,6 +6,7 @@ Every bookie sits behind a proxy and registers the proxy's address as its Bookie
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -104,6 +105,69 @@ def test_closing_the_client_fails_pending_appends(proxied) -> None:  # type: ign
             f.result(timeout=5)
     with pytest.raises(ClientClosedError):
         lh.append_async(b"after")
+
+
+def test_closing_the_client_ends_appenders_waiting_for_room_and_queued_appends(proxied) -> None:  # type: ignore[no-untyped-def]
+    """Nobody waits forever, whatever the call was doing when another thread closed the client: bulk and single
+    appenders blocked on ``maxPendingAdds``, appends queued for the loop, and a blocking ``flush``, all end with
+    ClientClosedError; what was acknowledged before stays readable after a recovery."""
+    from bkspark.errors import ClientClosedError
+
+    cluster, proxy = proxied
+    hole = cluster.bookie_ids[0]
+    bk = BookKeeper(cluster.metadata_service_uri, addEntryTimeoutSec=60, maxPendingAdds=20,
+                    bookieAddressResolverEnabled=False)
+    lh = bk.create_ledger(3, 3, 3)
+    while hole not in lh.metadata.last_ensemble:
+        lh.close()
+        lh = bk.create_ledger(3, 3, 3)
+    acknowledged = lh.append_many([b"ok-%d" % i for i in range(30)]).result(30)
+    proxy.blackhole(Direction.DOWN)  # nothing more is acknowledged: the 20 slots fill and stay full
+    errors: dict[str, BaseException] = {}
+    futures: list = []
+
+    def bulk() -> None:
+        while True:
+            futures.append(lh.append_many([b"bulk"] * 15))
+
+    def single() -> None:
+        while True:
+            futures.append(lh.append_async(b"single"))
+
+    def flush() -> None:
+        time.sleep(0.3)
+        lh.flush()
+
+    def guarded(name, fn):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                errors[name] = exc
+        return threading.Thread(target=run, name=name, daemon=True)
+
+    threads = [guarded(name, fn) for name, fn in [("bulk", bulk), ("single", single), ("flush", flush)]]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while lh._waiting < 2 and time.monotonic() < deadline:  # both appenders blocked on the full window
+        time.sleep(0.05)
+    assert lh._waiting == 2 and lh._in_flight == 20
+    bk.close()
+    for t in threads:
+        t.join(10)
+    assert not [t.name for t in threads if t.is_alive()]
+    assert {name: type(exc) for name, exc in errors.items()} == dict.fromkeys(["bulk", "single", "flush"],
+                                                                              ClientClosedError)
+    for f in futures:
+        with pytest.raises(ClientClosedError):
+            f.result(timeout=5)
+    assert lh._in_flight == 0 and lh._in_flight_bytes == 0
+    proxy.restore()
+    with BookKeeper(cluster.metadata_service_uri, bookieAddressResolverEnabled=False) as reader:
+        rh = reader.open_ledger(lh.ledger_id)  # recovers the ledger the closed client left open
+        assert rh.last_add_confirmed >= acknowledged[-1]
+        assert [e.payload for e in rh.read(0, acknowledged[-1])] == [b"ok-%d" % i for i in range(30)]
 
 
 def test_acknowledgements_cut_across_reads_reach_a_bulk_append(proxied) -> None:  # type: ignore[no-untyped-def]

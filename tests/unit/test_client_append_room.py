@@ -21,7 +21,7 @@ import pytest
 from bkspark.client.bookkeeper import LedgerHandle
 from bkspark.client.conf import ClientConf
 from bkspark.client.payloads import PackedPayloads
-from bkspark.errors import BookieTimeoutError, InvalidOptionError
+from bkspark.errors import BookieTimeoutError, ClientClosedError, InvalidOptionError
 
 
 class FakeWriter:
@@ -217,3 +217,44 @@ def test_many_threads_appending_never_pass_the_bounds(loop: Loop) -> None:
             f.result(0)
     assert max(n for n, _ in seen) <= 50 and max(b for _, b in seen) <= 2000
     assert (lh._in_flight, lh._in_flight_bytes) == (0, 0)
+
+
+
+def test_closing_fails_queued_appends_and_ends_every_wait_for_room(loop: Loop) -> None:
+    """What ``BookKeeper.close()`` does once its loop has stopped (docs/client.md, "Closing the client"): appends
+    still in the inbox, which no loop will hand over, fail with ClientClosedError and give their room back, and
+    every appender waiting for room raises ClientClosedError instead of waiting for acknowledgements that will
+    never come."""
+    lh, writer = handle(loop, maxPendingAdds=10)
+    busy = threading.Event()
+    loop.call_soon(busy.wait)  # the loop thread is held: what is appended now stays in the inbox
+    queued = [lh.append_many([b"q"] * 6), lh.append_async(b"single")]
+    raised: list[BaseException] = []
+
+    def wait_for_room(append: Callable[[], Any]) -> threading.Thread:
+        def run() -> None:
+            try:
+                append()
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                raised.append(exc)
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        return t
+
+    waiters = [wait_for_room(lambda: lh.append_many([b"w"] * 5)), wait_for_room(lambda: lh.append_many([b"v"] * 4))]
+    assert all(blocked(t) for t in waiters) and lh._waiting == 2
+    lh._bk._closed = True  # close() flips this first, then stops the loop, then:
+    lh._fail_queued(ClientClosedError("client is closed"))
+    for t in waiters:
+        t.join(5)
+    assert not any(t.is_alive() for t in waiters)
+    assert [type(exc) for exc in raised] == [ClientClosedError, ClientClosedError]
+    for f in queued:
+        with pytest.raises(ClientClosedError):
+            f.result(0)
+    assert (lh._in_flight, lh._in_flight_bytes, lh._inbox) == (0, 0, [])
+    with pytest.raises(ClientClosedError):
+        lh.append_async(b"after")
+    busy.set()
+    loop.run(lambda: None)
+    assert not writer.batches and not writer.singles  # the drain the held loop ran found nothing to hand over
