@@ -1,9 +1,14 @@
 """A streaming query's driver for the exactly-once tests: bookkeeper ledgers -> bookkeeper dataset sink.
 
-Run as ``python -m tests.integration.stream_sink_driver URI LEDGERS DATASET CHECKPOINT``; it reads the ledgers a
-few entries per trigger with Trigger.AvailableNow and writes every entry's payload into the dataset, restarting
-from CHECKPOINT.  It prints STARTED once the query runs and PROGRESS <batch id> after each micro-batch; the tests
-SIGKILL it at random points (a random number of batches in, then a random delay) and run it again until it exits 0.
+Run as ``python -m tests.integration.stream_sink_driver URI LEDGERS DATASET CHECKPOINT [--wait]``; it reads the
+ledgers a few entries per trigger with Trigger.AvailableNow and writes every entry's payload into the dataset,
+restarting from CHECKPOINT.  It prints STARTED once the query runs and PROGRESS <batch id> after each micro-batch;
+the tests SIGKILL it at random points (a random number of batches in, then a random delay) and run it again until it
+exits 0.
+
+With ``--wait`` it builds its SparkSession (the JVM's start: about half of the 10 s before its query runs), then
+waits for a line on stdin before it touches the cluster or the checkpoint: a test starts the next run this way while
+the current one runs, and sends the line once the current one is dead.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import os
 import sys
 
 
-def main(uri: str, ledgers: str, dataset: str, checkpoint: str) -> int:
+def main(uri: str, ledgers: str, dataset: str, checkpoint: str, *flags: str) -> int:
     from pyspark.sql import SparkSession
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -40,6 +45,8 @@ def main(uri: str, ledgers: str, dataset: str, checkpoint: str) -> int:
             pass
 
     spark.streams.addListener(Progress())
+    if "--wait" in flags:
+        sys.stdin.readline()
     source = (
         spark.readStream.format("bookkeeper").option("metadataServiceUri", uri).option("ledgers", ledgers)
         .option("maxEntriesPerTrigger", "40").option("maxEntriesPerPartition", "15").load()
@@ -58,4 +65,4 @@ def main(uri: str, ledgers: str, dataset: str, checkpoint: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:5]))
+    sys.exit(main(*sys.argv[1:]))

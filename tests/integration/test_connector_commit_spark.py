@@ -97,8 +97,8 @@ def bk(py_cluster: PythonBookieCluster) -> Iterator[BookKeeper]:
         yield client
 
 
-def run_driver(uri: str, tmp_path: Path, jobs: list[dict], *, expect_kill: bool = False) -> list[dict]:
-    """Run the jobs in one Spark driver; their JSON lines (the driver must exit 0, or die by SIGKILL)."""
+def start_driver(uri: str, tmp_path: Path, jobs: list[dict]) -> subprocess.Popen[str]:
+    """Start one Spark driver running the jobs, its output in files of ``tmp_path`` (several may run at once)."""
     plan = tmp_path / "faults.plan"
     plan.write_text("")
     script = tmp_path / "driver.py"
@@ -107,14 +107,31 @@ def run_driver(uri: str, tmp_path: Path, jobs: list[dict], *, expect_kill: bool 
     env[ENV_FAULTS] = f"@{plan}"
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    proc = subprocess.run([sys.executable, str(script), uri, str(plan), json.dumps(jobs)], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=600, start_new_session=True)
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:
+        return subprocess.Popen([sys.executable, str(script), uri, str(plan), json.dumps(jobs)], env=env, cwd=REPO,
+                                stdout=stdout, stderr=stderr, text=True, start_new_session=True)
+
+
+def driver_output(proc: subprocess.Popen[str], tmp_path: Path, *, expect_kill: bool = False) -> list[dict]:
+    """Wait for a driver of `start_driver`; its JSON lines (it must exit 0, or die by SIGKILL)."""
+    try:
+        returncode = proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole driver: JVM, planners, workers
+            proc.wait()
+    stdout, stderr = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     if expect_kill:
-        assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+        assert returncode == -signal.SIGKILL, (returncode, stdout, stderr[-3000:])
     else:
-        assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+        assert returncode == 0, (returncode, stdout, stderr[-3000:])
     return [line for line in lines if "job" in line]
+
+
+def run_driver(uri: str, tmp_path: Path, jobs: list[dict], *, expect_kill: bool = False) -> list[dict]:
+    """Run the jobs in one Spark driver; their JSON lines (the driver must exit 0, or die by SIGKILL)."""
+    return driver_output(start_driver(uri, tmp_path, jobs), tmp_path, expect_kill=expect_kill)
 
 
 def payloads(prefix: str, n: int) -> list[str]:
@@ -209,16 +226,25 @@ def driver_lines(py_cluster: PythonBookieCluster, tmp_path_factory: pytest.TempP
     what they left never saw any of them (a driver per point after its kill proves nothing more, and costs a
     JVM start each)."""
     uri = py_cluster.metadata_service_uri
-    killed: dict[str, list[dict]] = {}
-    for point in KILL_POINTS:
-        plan = f"{point}=kill"
-        if point.startswith("abort."):
-            plan = f"commit.shards-written=connection-loss,{plan}"
-        dataset = killed_dataset(point)
-        killed[point] = run_driver(uri, tmp_path_factory.mktemp("killed"), [
-            {"dataset": dataset, "mode": "append", "prefix": "old", "rows": 60},
-            {"dataset": dataset, "mode": "overwrite", "prefix": "new", "rows": 30, "plan": plan},
-        ], expect_kill=True)
+    # The killed drivers run at once: each has its own dataset, plan file and session (what a kill takes down).
+    started: dict[str, tuple[subprocess.Popen[str], Path]] = {}
+    try:
+        for point in KILL_POINTS:
+            plan = f"{point}=kill"
+            if point.startswith("abort."):
+                plan = f"commit.shards-written=connection-loss,{plan}"
+            dataset = killed_dataset(point)
+            tmp_path = tmp_path_factory.mktemp("killed")
+            started[point] = start_driver(uri, tmp_path, [
+                {"dataset": dataset, "mode": "append", "prefix": "old", "rows": 60},
+                {"dataset": dataset, "mode": "overwrite", "prefix": "new", "rows": 30, "plan": plan},
+            ]), tmp_path
+        killed = {point: driver_output(proc, tmp_path, expect_kill=True) for point, (proc, tmp_path) in started.items()}
+    finally:
+        for proc, _ in started.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     after_jobs: list[dict] = []
     for point in KILL_POINTS:
         after_jobs += [

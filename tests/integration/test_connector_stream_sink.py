@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -301,8 +302,37 @@ def test_an_aggregation_in_complete_mode_leaves_exactly_its_last_result(spark, b
         sink.option("checkpointLocation", str(tmp_path / "cp-update")).outputMode("update").start().awaitTermination(60)
 
 
+@pytest.fixture
+def drivers() -> Iterator[list[subprocess.Popen[str]]]:
+    """The Spark drivers a test starts (each in a session of its own): SIGKILLed at its end if still running."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def start_driver(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[str]:
+    """A stream_sink_driver run with ``--wait``: it builds its SparkSession, then waits for :func:`go`.
+
+    The test starts a run's driver while the run before it is still going (a driver's JVM start, not what is
+    tested, overlaps that run) and lets it start its query only once the run before it is dead."""
+    with open(log, "w") as out:
+        return subprocess.Popen([*command, "--wait"], cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=out,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def go(proc: subprocess.Popen[str]) -> None:
+    """Let a driver of :func:`start_driver` start its query (before, it touches neither cluster nor checkpoint)."""
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError):  # a driver that died starting: its exit code says why
+        proc.stdin.write("go\n")
+        proc.stdin.close()
+
+
 @pytest.mark.fault
-def test_exactly_once_with_the_driver_sigkilled_at_random_points(bk, py_cluster, tmp_path) -> None:  # noqa: F811
+def test_exactly_once_with_the_driver_sigkilled_at_random_points(bk, py_cluster, tmp_path, drivers) -> None:  # noqa: F811
     uri = py_cluster.metadata_service_uri
     name = f"killed-{uuid.uuid4().hex[:8]}"
     payloads = [b"k-%d" % i for i in range(400)]
@@ -314,9 +344,12 @@ def test_exactly_once_with_the_driver_sigkilled_at_random_points(bk, py_cluster,
     env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", PYSPARK_PYTHON=sys.executable)
     command = [sys.executable, "-m", "tests.integration.stream_sink_driver", uri, str(lid), name, checkpoint]
     kills = 0
+    drivers.append(start_driver(command, env, tmp_path / "driver-0.log"))
     for attempt in range(12):
-        log = open(tmp_path / f"driver-{attempt}.log", "w")
-        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = drivers[attempt]
+        if kills < 4:  # this run may be killed: the next one's driver starts now (its query once this run is gone)
+            drivers.append(start_driver(command, env, tmp_path / f"driver-{attempt + 1}.log"))
+        go(proc)
         try:
             if kills < 4:
                 started = time.monotonic()
@@ -335,6 +368,7 @@ def test_exactly_once_with_the_driver_sigkilled_at_random_points(bk, py_cluster,
                 if proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
+                    wait_group_gone(proc.pid, f"driver {attempt}")  # nothing of it may still write or commit
                     kills += 1
                     continue
             assert proc.wait(600) == 0, (tmp_path / f"driver-{attempt}.log").read_text()[-3000:]
@@ -343,7 +377,6 @@ def test_exactly_once_with_the_driver_sigkilled_at_random_points(bk, py_cluster,
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            log.close()
     else:
         raise AssertionError(f"the query never finished (seed {seed})")
     counts = Counter(dataset_payloads(bk, name))
