@@ -182,6 +182,31 @@ def asyncio_run_on(bk: BookKeeper, coro: Any) -> Any:
 
 
 @pytest.mark.compat
+def test_an_iteration_the_client_closed_under_ends_with_client_closed_error(python_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Another thread closes the client while a reader holds unfinished iterators: the next step of a
+    ``read_batches`` or ``read_batched`` that needs the loop raises ClientClosedError, and closing a ``read_payload_groups`` (what a Spark task stopped
+    early does) raises nothing (it raised ClientClosedError from its clean-up before)."""
+    from bkspark.errors import ClientClosedError
+
+    with BookKeeper(python_cluster.metadata_service_uri) as writer:
+        lid = write_ledger(writer, 3_000)
+    bk = BookKeeper(python_cluster.metadata_service_uri)
+    rh = bk.open_ledger(lid, password=b"pw")
+    batches = rh.read_batches(0, 2_999, rows_per_group=100)
+    first = next(batches)
+    assert first.column("entry_id").to_pylist()[0] == 0
+    open_again = rh.read_payload_groups(0, 2_999, rows_per_group=100)
+    next(open_again)
+    entries = rh.read_batched(0, 2_999)
+    next(entries)
+    bk.close()
+    for iterator in (batches, entries):
+        with pytest.raises(ClientClosedError):
+            for _ in iterator:
+                pass
+    open_again.close()  # the generator's clean-up meets the closed client: no error
+
+
 def test_java_417_bookies_batches_striped_and_digest_errors(java_cluster_factory) -> None:  # type: ignore[no-untyped-def]
     from bkspark.protocol.digest import Digester, master_key
 
