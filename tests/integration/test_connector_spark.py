@@ -503,7 +503,7 @@ def failing_payload(cluster: PythonBookieCluster, fail_partition: int, fail_from
     connect, jobs = cluster.connect_string, f"{cluster.root}/bkspark/jobs"
 
     @F.udf("binary")
-    def payload(value: int) -> bytes:
+    def payload(value):  # type: ignore[no-untyped-def] - with hints PySpark tries to infer an eval type, and warns
         from pyspark import TaskContext
 
         context = TaskContext.get()
