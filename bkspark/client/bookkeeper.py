@@ -68,6 +68,8 @@ class BookKeeper:
         #: Guards ``_closed`` against ``_calls`` and ``_handles``: what close() must settle is what was started
         #: before it flipped ``_closed``.
         self._calls_lock = threading.Lock()
+        #: Held through close(): a second caller waits for the first to finish (they raced to stop the loop).
+        self._close_lock = threading.Lock()
         #: Blocking calls handed to the loop and not yet answered (their concurrent futures).
         self._calls: set[concurrent.futures.Future[Any]] = set()
         #: Write handles whose queued appends close() fails (the loop that would send them stops).
@@ -169,27 +171,31 @@ class BookKeeper:
         """Close connections and the ZooKeeper session; open handles become unusable.
 
         Calls other threads are in end: an append queued or waiting for room, and a blocking call the closing
-        loop left unanswered, raise :class:`ClientClosedError` (docs/client.md, "Closing the client").
+        loop left unanswered, raise :class:`ClientClosedError` (docs/client.md, "Closing the client").  Threads
+        closing the client at once return when it is closed; the client's own loop thread may not close it.
         """
-        if self._closed:
-            return
-        try:
-            self._run(self.aio.close(), timeout=30)
-        except Exception:
-            log.debug("error closing the client", exc_info=True)
-        with self._calls_lock:
-            self._closed = True
-            unanswered = list(self._calls)
-            handles = list(self._handles)
-        self._stop_loop()
-        closed = ClientClosedError("client is closed")
-        for call in unanswered:
+        if threading.current_thread() is self._thread:
+            raise IllegalOpError("blocking close() from the client's own event loop (await aio.close() there)")
+        with self._close_lock:
+            if self._closed:
+                return
             try:
-                call.set_exception(closed)
-            except concurrent.futures.InvalidStateError:
-                pass  # answered (or cancelled) while the loop stopped
-        for handle in handles:
-            handle._fail_queued(closed)
+                self._run(self.aio.close(), timeout=30)
+            except Exception:
+                log.debug("error closing the client", exc_info=True)
+            with self._calls_lock:
+                self._closed = True
+                unanswered = list(self._calls)
+                handles = list(self._handles)
+            self._stop_loop()
+            closed = ClientClosedError("client is closed")
+            for call in unanswered:
+                try:
+                    call.set_exception(closed)
+                except concurrent.futures.InvalidStateError:
+                    pass  # answered (or cancelled) while the loop stopped
+            for handle in handles:
+                handle._fail_queued(closed)
 
     def __enter__(self) -> "BookKeeper":
         return self
