@@ -3,6 +3,8 @@
 * :func:`write_small_ledgers`: real ledgers with real entries, ``concurrency`` of them written at once by one
   :class:`~bkspark.client.aio.AsyncBookKeeper` (create, append, close), so thousands of one-entry ledgers take
   seconds instead of one create after another.
+* :func:`write_small_ledgers_in_two_processes`: the same, half of them written by a second process at the same
+  time (one writer's client keeps one core busy; ZooKeeper and the bookies take less).
 * :func:`create_metadata_only`: closed ledgers whose metadata alone exists (pipelined ZooKeeper multi ops), each
   claiming one entry that no bookie stores: enough to plan 100,000 ledgers, not to read them.
 * :func:`publish_dataset`: make a list of ledgers a committed dataset, as one write job would.
@@ -11,9 +13,12 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 from bkspark.client import BookKeeper
 from bkspark.client.aio import AsyncBookKeeper
@@ -21,7 +26,7 @@ from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, J
 from bkspark.protocol import ledger_metadata as md_codec
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 
-__all__ = ["write_small_ledgers", "payload_of", "create_metadata_only", "publish_dataset"]
+__all__ = ["write_small_ledgers", "write_small_ledgers_in_two_processes", "payload_of", "create_metadata_only", "publish_dataset"]
 
 #: Ledger creates per ZooKeeper multi op, and multi ops in flight (one transaction per 500 ledgers is ~8x faster
 #: here than one pipelined create per ledger).
@@ -43,8 +48,10 @@ def write_small_ledgers(
     password: bytes = b"",
     concurrency: int = 64,
     payload: Callable[[int, int], bytes] = payload_of,
+    first: int = 0,
 ) -> list[int]:
-    """Create ``count`` closed ledgers of ``entries`` entries each; their ids, in the order of ``index``."""
+    """Create ``count`` closed ledgers of ``entries`` entries each, indexes ``first`` to ``first + count - 1``
+    (``payload(index, entry)``); their ids, in the order of ``index``."""
 
     async def write_all() -> list[int]:
         slots = asyncio.Semaphore(concurrency)
@@ -54,13 +61,22 @@ def write_small_ledgers(
                 async with slots:
                     handle = await bk.create_ledger(*quorum, "CRC32C", password)
                     if entries:
-                        await handle.append_many([payload(index, e) for e in range(entries)])
+                        await handle.append_many([payload(first + index, e) for e in range(entries)])
                     await handle.close()
                     return handle.ledger_id
 
             return list(await asyncio.gather(*(one(i) for i in range(count))))
 
     return asyncio.run(write_all())
+
+
+def write_small_ledgers_in_two_processes(uri: str, count: int, **options: Any) -> list[int]:
+    """:func:`write_small_ledgers` of ``count`` ledgers, the second half written by a spawned process at the same
+    time; the same ids and payloads in the same order (``options`` must pickle)."""
+    half = count // 2
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        second = pool.submit(write_small_ledgers, uri, count - half, first=half, **options)
+        return write_small_ledgers(uri, half, **options) + second.result()
 
 
 def create_metadata_only(bk: BookKeeper, ids: Sequence[int]) -> None:

@@ -1,12 +1,15 @@
 """Child processes for the harness: see :mod:`bkspark.devcluster.process` (shared with ``bkspark cluster``)."""
 
 import os
+import signal
+import subprocess
 import time
+from typing import Any
 
 from bkspark.devcluster.process import LocalClusterError as HarnessError
 from bkspark.devcluster.process import ManagedProcess, kill_all, live_processes, tail
 
-__all__ = ["HarnessError", "ManagedProcess", "kill_all", "live_processes", "tail", "wait_group_gone"]
+__all__ = ["HarnessError", "ManagedProcess", "kill_all", "live_processes", "tail", "wait_group_gone", "kill_group"]
 
 
 def wait_group_gone(pgid: int, what: str, timeout: float = 30.0) -> None:
@@ -20,3 +23,11 @@ def wait_group_gone(pgid: int, what: str, timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise HarnessError(f"processes of {what} (group {pgid}) are still running")
         time.sleep(0.1)
+
+
+def kill_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL the process group a child started with ``start_new_session=True`` leads (a Spark driver's JVM,
+    planners and workers) if it still runs, and reap the child."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

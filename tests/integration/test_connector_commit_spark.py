@@ -24,6 +24,7 @@ from bkspark import cli
 from bkspark.client import BookKeeper
 from bkspark.datasource.datasets import DatasetRegistry
 from bkspark.datasource.faults import ENV_FAULTS
+from tests.harness.process import kill_group
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.zookeeper import ZooKeeperServer
 from tests.integration.test_connector_commit import ledgers_of, parents_of, two_bookies
@@ -117,9 +118,7 @@ def driver_output(proc: subprocess.Popen[str], tmp_path: Path, *, expect_kill: b
     try:
         returncode = proc.wait(timeout=600)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole driver: JVM, planners, workers
-            proc.wait()
+        kill_group(proc)
     stdout, stderr = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
     lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     if expect_kill:
@@ -242,9 +241,7 @@ def driver_lines(py_cluster: PythonBookieCluster, tmp_path_factory: pytest.TempP
         killed = {point: driver_output(proc, tmp_path, expect_kill=True) for point, (proc, tmp_path) in started.items()}
     finally:
         for proc, _ in started.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            kill_group(proc)
     after_jobs: list[dict] = []
     for point in KILL_POINTS:
         after_jobs += [

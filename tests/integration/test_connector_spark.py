@@ -9,14 +9,10 @@ every ``format("bookkeeper")`` here goes through PySpark's lookup of ``pyspark_*
 
 from __future__ import annotations
 
-import functools
-import multiprocessing
 import os
 import sys
 import zlib
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
-from typing import Any
 
 import pytest
 
@@ -316,28 +312,9 @@ def test_small_ledgers_are_packed_into_few_partitions_and_every_row_is_read(spar
     assert few.rdd.getNumPartitions() == 2 and entries_of(few) == want
 
 
-def payload_from(offset: int, index: int, entry: int) -> bytes:
-    """``payload_of(offset + index, entry)``: for a writer of the ledgers from ``offset`` on (it counts from 0)."""
-    from tests.harness.ledgers import payload_of
-
-    return payload_of(offset + index, entry)
-
-
-def write_small_ledgers_in_two_processes(uri: str, count: int, **options: Any) -> list[int]:
-    """tests.harness.ledgers.write_small_ledgers of ``count`` ledgers, the second half written by another process at
-    the same time: one writer's client keeps one core busy (ZooKeeper and bookies take less), the machine has two."""
-    from tests.harness.ledgers import write_small_ledgers
-
-    half = count // 2
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        second = pool.submit(write_small_ledgers, uri, count - half, payload=functools.partial(payload_from, half),
-                             **options)
-        return write_small_ledgers(uri, half, **options) + second.result()
-
-
 @pytest.mark.fault  # slow: 10,000 ledgers written, then scanned
 def test_a_dataset_of_10000_ledgers_is_scanned_to_the_last_row(spark, py_cluster) -> None:
-    from tests.harness.ledgers import payload_of, publish_dataset
+    from tests.harness.ledgers import payload_of, publish_dataset, write_small_ledgers_in_two_processes
 
     uri = py_cluster.metadata_service_uri
     lids = write_small_ledgers_in_two_processes(uri, 10_000, entries=2, quorum=(1, 1, 1))

@@ -36,7 +36,7 @@ from bkspark.datasource.stream_writer import BookKeeperStreamWriter, StreamCommi
 from bkspark.datasource import faults
 from bkspark.datasource.writer import JOB_PARENT_ROLE, TAG_DATASET, TAG_JOB, TAG_ROLE, recover_jobs, reserve_parent_id
 from bkspark.errors import NoSuchLedgerMetadataError
-from tests.harness.process import wait_group_gone
+from tests.harness.process import kill_group, wait_group_gone
 from tests.integration.test_connector_orphans import audit
 from tests.integration.test_connector_spark import spark, write_bkspark_ledger  # noqa: F401 - the Spark fixture
 from tests.integration.test_connector_streaming import bk, py_cluster  # noqa: F401 - bookies of this module
@@ -308,9 +308,7 @@ def drivers() -> Iterator[list[subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
     yield started
     for proc in started:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        kill_group(proc)
 
 
 def start_driver(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[str]:
@@ -366,17 +364,14 @@ def test_exactly_once_with_the_driver_sigkilled_at_random_points(bk, py_cluster,
                     time.sleep(0.1)
                 time.sleep(delay)
                 if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                    kill_group(proc)
                     wait_group_gone(proc.pid, f"driver {attempt}")  # nothing of it may still write or commit
                     kills += 1
                     continue
             assert proc.wait(600) == 0, (tmp_path / f"driver-{attempt}.log").read_text()[-3000:]
             break
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            kill_group(proc)
     else:
         raise AssertionError(f"the query never finished (seed {seed})")
     counts = Counter(dataset_payloads(bk, name))
@@ -412,9 +407,7 @@ def test_a_driver_killed_in_a_batchs_commit_leaves_what_the_audit_reports_and_it
             try:
                 code = proc.wait(420)
             finally:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                kill_group(proc)
         wait_group_gone(proc.pid, f"driver {attempt}")  # nothing of it may still commit or abort
         print(f"driver {attempt} ({fault_plan or 'no faults'}): exit {code}")
         if code not in (0, -signal.SIGKILL):
