@@ -140,6 +140,14 @@ def _check_entry_range(first: object, last: object) -> tuple[int, int]:
     return first, last
 
 
+def _closing_step(what: str, step: Callable[..., object], *args: object) -> None:
+    """One step of :meth:`AsyncBookKeeper.close`: an error is logged and the close goes on."""
+    try:
+        step(*args)
+    except Exception:  # noqa: BLE001 - closing must go on
+        log.warning("error %s while closing the client", what, exc_info=True)
+
+
 class AsyncBookKeeper:
     """A BookKeeper client for asyncio code: ledgers on the bookies of one cluster.
 
@@ -253,7 +261,12 @@ class AsyncBookKeeper:
         return store, registry
 
     async def close(self) -> None:
-        """Fail what is still pending (no caller waits forever), close connections and the ZooKeeper session."""
+        """Fail what is still pending (no caller waits forever), close connections and the ZooKeeper session.
+
+        Every step runs whatever the one before it raised (a placement policy of the user's may fail in
+        ``uninitialize``): the ZooKeeper session and the client's threads never outlive it.  A failed step is
+        logged, not raised: the client is closed either way (docs/client.md, "Closing the client").
+        """
         if self.closed:
             return
         self.closed = True
@@ -263,15 +276,19 @@ class AsyncBookKeeper:
         error = ClientClosedError("client closed")
         for writer in list(self._writers):
             if writer.pending or not writer.closed:
-                writer._fail_all(error)
+                _closing_step("failing a ledger's pending adds", writer._fail_all, error)
         try:
             await self.pool.close()
         except Exception:  # noqa: BLE001 - closing must go on
             log.debug("error closing bookie connections", exc_info=True)
-        self.registry.close()
-        self.policy.uninitialize()
-        await asyncio.get_running_loop().run_in_executor(self.zk_executor, self.store.close)
-        self.zk_executor.shutdown(wait=False)
+        _closing_step("closing the bookie registry", self.registry.close)
+        _closing_step("uninitializing the placement policy", self.policy.uninitialize)
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.zk_executor, self.store.close)
+        except Exception:  # noqa: BLE001 - closing must go on
+            log.warning("error closing the ZooKeeper session", exc_info=True)
+        finally:
+            self.zk_executor.shutdown(wait=False)
 
     async def __aenter__(self) -> "AsyncBookKeeper":
         return await self.start()

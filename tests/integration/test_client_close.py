@@ -5,12 +5,16 @@ outage)."""
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 
 import pytest
+from kazoo.protocol.states import KazooState
 
 from bkspark.client import BookKeeper
 from bkspark.errors import ClientClosedError, IllegalOpError
+from bkspark.placement.random_policy import RandomEnsemblePlacementPolicy
 
 pytestmark = pytest.mark.integration
 
@@ -57,3 +61,33 @@ def test_the_clients_own_loop_thread_may_not_close_it(module_zk_root) -> None:  
         bk.loop.call_soon_threadsafe(on_loop)
         assert bk.list_ledgers() == []  # its coroutine runs on the loop after the callback
         assert len(outcome) == 1 and isinstance(outcome[0], IllegalOpError)
+
+
+class _PolicyFailingToUninitialize(RandomEnsemblePlacementPolicy):
+    """A user's placement policy whose clean-up raises."""
+
+    def uninitialize(self) -> None:
+        super().uninitialize()
+        raise RuntimeError("the policy's own clean-up failed")
+
+
+def test_a_failing_step_of_close_leaves_no_zookeeper_session_or_thread_behind(module_zk_root, caplog) -> None:  # type: ignore[no-untyped-def]
+    """close() runs each of its steps whatever the one before raised: with a placement policy whose
+    ``uninitialize`` fails, the ZooKeeper session still ends (the kazoo client is stopped), the client's threads
+    end, and the failure is logged, not raised.  Before, the session and its threads outlived the client."""
+    before = set(threading.enumerate())
+    bk = BookKeeper(module_zk_root.metadata_service_uri, ensemblePlacementPolicy=f"{__name__}:_PolicyFailingToUninitialize")
+    assert isinstance(bk.policy, _PolicyFailingToUninitialize)
+    bk.list_ledgers()
+    zk = bk.zk
+    with caplog.at_level(logging.WARNING, logger="bkspark.client.aio"):
+        bk.close()
+    assert zk.state == KazooState.LOST and not zk.connected  # stopped, not merely left behind
+    assert bk.aio.zk_executor._shutdown  # type: ignore[attr-defined]
+    assert any("uninitializing the placement policy" in r.getMessage() for r in caplog.records)
+    deadline = time.monotonic() + 10
+    while (left := [t for t in threading.enumerate() if t not in before and t.is_alive()]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert left == []
+    with pytest.raises(ClientClosedError):
+        bk.list_ledgers()
