@@ -50,6 +50,11 @@ __all__ = ["RetryPolicy", "Attempts", "BOOKIE_RETRY", "BUSY_BOOKIE_RETRY", "META
 
 T = TypeVar("T")
 
+#: Where jitter is drawn from: the system's randomness, so a retry neither consumes nor depends on the
+#: application's global ``random`` state (a seeded test or simulation stays reproducible), and processes forked
+#: from one parent (Spark's Python workers) do not draw the same sequence.
+_JITTER_RANDOM = random.SystemRandom()
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -128,7 +133,7 @@ class Attempts:
             raise error
         delay = min(self._next_delay, policy.max_delay)
         if policy.jitter:
-            delay += delay * policy.jitter * random.random()
+            delay += delay * policy.jitter * _JITTER_RANDOM.random()
         self._next_delay = max(self._next_delay, 1e-3) * policy.backoff
         if policy.deadline is not None and time.monotonic() - self.started + delay > policy.deadline:
             raise error

@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 LEDGER_ID_MAX_SHORT = zk_paths.MAX_SHORT_LEDGER_ID
 
 _DIGITS = re.compile(r"^\d+$")
+#: cToken draws (:meth:`ZkMetadataStore.new_ctoken`).
+_CTOKEN_RANDOM = random.SystemRandom()
 
 
 #: Seconds between two attempts to reach ZooKeeper again: doubling from the first to the last value.
@@ -275,8 +277,13 @@ class ZkMetadataStore:
     # -- ledger metadata CRUD ------------------------------------------------------
 
     def new_ctoken(self) -> int:
-        """What Java puts in ``cToken``: ``ThreadLocalRandom.nextLong(Long.MAX_VALUE)``."""
-        return random.randrange(0, INT64_MAX)
+        """What Java puts in ``cToken``: ``ThreadLocalRandom.nextLong(Long.MAX_VALUE)``.
+
+        Drawn from the system's randomness, not the global ``random``: a create's token tells its znode from
+        another client's, so two processes forked from one parent must not draw the same tokens, and the
+        application's seeded ``random`` must neither feed them nor be consumed by them.
+        """
+        return _CTOKEN_RANDOM.randrange(0, INT64_MAX)
 
     def create_ledger_metadata(self, ledger_id: int, metadata: LedgerMetadata, scope_id: int = 0) -> Versioned:
         """Create the ledger's znode (version 0); :class:`LedgerExistsError` if it is there.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 
 import pytest
@@ -20,6 +21,7 @@ from bkspark.errors import (
     invalidates_client,
     is_retriable,
 )
+from bkspark.metadata.store import ZkMetadataStore
 from bkspark.retry import BOOKIE_RETRY, METADATA_CAS_RETRY, RetryPolicy
 
 
@@ -113,3 +115,16 @@ def test_the_two_policies_are_bounded() -> None:
     for policy in (BOOKIE_RETRY, METADATA_CAS_RETRY):
         assert policy.max_tries < 100 and policy.deadline is not None
     assert METADATA_CAS_RETRY.retry_on(MetadataVersionError()) and not METADATA_CAS_RETRY.retry_on(NoSuchLedgerMetadataError())
+
+
+def test_jitter_and_ctokens_leave_the_global_random_alone() -> None:
+    """A library's retries and create tokens neither consume nor depend on the application's seeded ``random``
+    (and, drawn from the system's randomness, differ between processes forked from one parent)."""
+    random.seed(1234)
+    state = random.getstate()
+    attempts = RetryPolicy(max_tries=10, delay=0.1, backoff=1.0, jitter=0.5, deadline=None).start()
+    delays = [attempts.next_delay(BookieUnavailableError()) for _ in range(5)]
+    tokens = {ZkMetadataStore.new_ctoken(None) for _ in range(5)}  # type: ignore[arg-type] - uses no state
+    assert random.getstate() == state
+    assert all(0.1 <= d <= 0.15 for d in delays) and len(set(delays)) > 1
+    assert len(tokens) == 5 and all(0 <= t < 2**63 - 1 for t in tokens)
