@@ -25,9 +25,12 @@ def wait_group_gone(pgid: int, what: str, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def kill_group(proc: subprocess.Popen[Any]) -> None:
+def kill_group(proc: subprocess.Popen[Any], timeout: float = 60.0) -> None:
     """SIGKILL the process group a child started with ``start_new_session=True`` leads (a Spark driver's JVM,
-    planners and workers) if it still runs, and reap the child."""
-    if proc.poll() is None:
+    planners and workers; a Java program) and reap the child.  The group is killed even when the child itself has
+    ended: what it started may still run."""
+    try:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    except ProcessLookupError:
+        pass  # nothing of the group is left
+    proc.wait(timeout)

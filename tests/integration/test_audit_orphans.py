@@ -6,7 +6,6 @@ these tests need no bookie; tests/integration/test_context_java.py covers ledger
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from bkspark.context import CLOSE_KEY, CREATE_KEY, LedgerCloseContext, LedgerCre
 from bkspark.metadata.store import ZkMetadataStore
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bkspark.protocol.ledger_name import qualified_name
+from tests.harness.process import kill_group
 
 pytestmark = pytest.mark.integration
 
@@ -237,9 +237,7 @@ def test_two_auditors_one_leads_the_other_takes_over_after_kill_9(zk_root, store
         assert "Traceback" not in (tmp_path / "b.log").read_text()
     finally:
         for proc in procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+            kill_group(proc)
 
 
 def Auditor_contenders(store: ZkMetadataStore) -> list[str]:  # noqa: N802 - reads like the recipe it wraps

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,7 @@ import pytest
 from bkspark.client import BookKeeper
 from bkspark.protocol.ledger_metadata import LedgerState
 from tests.harness.java_bookkeeper import _jvm_argv
+from tests.harness.process import kill_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
@@ -137,9 +137,8 @@ def test_java_writer_killed_bkspark_recovers(cluster, java_tools, tmp_path) -> N
                 break
             assert proc.poll() is None, text[-3000:]
             time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGKILL)
     finally:
-        proc.wait(10)
+        kill_group(proc)
     assert acked >= 150
     lid = int(ledger_file.read_text())
     with BookKeeper(uri) as bk:
@@ -191,9 +190,8 @@ def test_bkspark_writer_killed_java_recovers(cluster, java_tools, tmp_path) -> N
                 break
             assert proc.poll() is None
             time.sleep(0.1)
-        os.killpg(proc.pid, signal.SIGKILL)
     finally:
-        proc.wait(10)
+        kill_group(proc)
     lines = out.read_text().split()
     lid, acked = int(lines[0]), max(int(x) for x in lines[1:])
     rec = next(e for e in java(java_tools, uri, "recover", "--ledger", str(lid), "--password", "pw") if e["event"] == "recovered")

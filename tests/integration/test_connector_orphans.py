@@ -30,7 +30,7 @@ from bkspark.datasource.clients import client_conf, evict_client
 from bkspark.datasource.datasets import DatasetRegistry
 from bkspark.datasource.options import parse_write_options
 from bkspark.datasource.writer import JOB_PARENT_ROLE, TAG_DATASET, TAG_JOB, TAG_ROLE, BookKeeperWriter
-from tests.harness.process import wait_group_gone
+from tests.harness.process import kill_group, wait_group_gone
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
 
@@ -159,8 +159,7 @@ def test_a_killed_write_job_leaves_ledgers_the_audit_reports_and_its_abort_remov
             time.sleep(0.2)
         time.sleep(0.5)  # let the tasks write some entries
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # driver JVM, planner and Python workers: the whole group
-        proc.wait(timeout=60)
+        kill_group(proc)  # driver JVM, planner and Python workers: the whole group
         log.close()
     assert proc.returncode == -signal.SIGKILL
     # Nothing of the job survives: no JVM or Python worker could still commit or abort.

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -23,6 +22,7 @@ import pytest
 
 from tests.harness.java import java_executable
 from tests.harness.java_bookkeeper import bookkeeper_classpath
+from tests.harness.process import kill_group
 from tests.integration.test_connector_spark import spark  # noqa: F401 - the Spark fixture
 from tests.integration.test_connector_streaming import Collector, stream, wait_until
 from tests.integration.test_java_client_program import MAIN, java_payload, one, run_client
@@ -61,9 +61,7 @@ class JavaWriter:
         return int(self.ledger_file.read_text())
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
+        kill_group(self.proc)
         self._reader.join(10)
         self._stderr.close()
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 
 from tests.harness.java_bookkeeper import JavaTools, bookkeeper_classpath
 from tests.harness.java import java_executable
+from tests.harness.process import kill_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 
@@ -173,8 +173,7 @@ def test_write_forever_prints_each_acknowledged_entry(java_cluster_factory, java
                     break
             assert time.monotonic() < deadline, "write-forever too slow"
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        kill_group(proc)
         log.close()
     assert acked == list(range(30))
     ledger_id = int(Path(ledger_file).read_text())
