@@ -176,17 +176,27 @@ def scan(
                 result.unreadable.append((_label(scope_id, ledger_id), str(exc)))
         if progress is not None:
             progress(min(start + _WINDOW, len(refs)), len(refs))
-    result.orphans.extend(_dataset_leftovers(store, known))
+    result.orphans.extend(_dataset_leftovers(store, known, result.unreadable))
     result.finished_ms = int(time.time() * 1000)
     return result
 
 
-def _dataset_leftovers(store: ZkMetadataStore, known: set[tuple[int, int]]) -> list[OrphanRecord]:
-    """Ledgers the Spark writer's unfinished clean-ups left (bkspark.datasource.datasets), among ``known``."""
+def _dataset_leftovers(
+    store: ZkMetadataStore, known: set[tuple[int, int]], unreadable: list[tuple[str, str]]
+) -> list[OrphanRecord]:
+    """Ledgers the Spark writer's unfinished clean-ups left (bkspark.datasource.datasets), among ``known``.
+
+    A job record or manifest that cannot be parsed goes to ``unreadable`` like a ledger's: one bad znode must
+    not stop the pass from recording everything else.
+    """
     from bkspark.datasource.datasets import DatasetRegistry
 
+    def skipped(label: str, exc: BadMetadataError) -> None:
+        unreadable.append((label, str(exc)))
+
+    leftovers = DatasetRegistry(store.zk, store.root).leftover_ledgers(on_unreadable=skipped)
     out = []
-    for (scope_id, ledger_id), parent in sorted(DatasetRegistry(store.zk, store.root).leftover_ledgers().items()):
+    for (scope_id, ledger_id), parent in sorted(leftovers.items()):
         if (scope_id, ledger_id) in known:
             p_scope, p_id = parent if parent is not None else (0, 0)
             out.append(OrphanRecord(ledger_id, scope_id, OrphanReason.DATASET_LEFTOVER, p_id, detail_scope_id=p_scope))

@@ -120,7 +120,7 @@ class JobRecord:
                 parent=(int(parent[0]), int(parent[1])) if parent else None, created_ms=int(body.get("created_ms", 0)),
                 version=version,
             )
-        except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as exc:
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError, UnicodeDecodeError) as exc:
             raise BadMetadataError(f"job record cannot be parsed: {exc}") from None
 
 
@@ -299,11 +299,15 @@ class DatasetRegistry:
         """The dataset's root as stored (None: no znode)."""
         from kazoo.exceptions import NoNodeError
 
+        path = self.dataset_path(name)
         try:
-            data, stat = self._zk.get(self.dataset_path(name))
+            data, stat = self._zk.get(path)
         except NoNodeError:
             return None
-        return ManifestRoot.from_bytes(name, data, stat.version)
+        try:
+            return ManifestRoot.from_bytes(name, data, stat.version)
+        except BadMetadataError as exc:
+            raise BadMetadataError(f"{exc} (znode {path})") from None
 
     def watch_manifest(self, name: str, callback: "Callable[[Any], None]") -> None:
         """Call ``callback(event)`` once, when the root of ``name`` is created, changed or deleted."""
@@ -374,11 +378,15 @@ class DatasetRegistry:
         """The job's record, or None when the job has none (finished and forgotten, or never begun)."""
         from kazoo.exceptions import NoNodeError
 
+        path = self.job_path(job_id)
         try:
-            data, stat = self._zk.get(self.job_path(job_id))
+            data, stat = self._zk.get(path)
         except NoNodeError:
             return None
-        return JobRecord.from_bytes(data, stat.version)
+        try:
+            return JobRecord.from_bytes(data, stat.version)
+        except BadMetadataError as exc:
+            raise BadMetadataError(f"{exc} (znode {path})") from None
 
     def jobs(self) -> list[str]:
         from kazoo.exceptions import NoNodeError
@@ -693,34 +701,71 @@ class DatasetRegistry:
         return len(doomed)
 
     # -- what crashes leave -----------------------------------------------------
-    def leftover_ledgers(self) -> dict[Ledger, Ledger | None]:
+    def leftover_ledgers(
+        self, on_unreadable: Callable[[str, BadMetadataError], None] | None = None
+    ) -> dict[Ledger, Ledger | None]:
         """Ledgers that write jobs left and no manifest names -> the job parent they belong to (if known).
 
         Those registered by a ``committed`` job but not in its dataset's manifest (attempts that did not commit,
         whose job's clean-up did not finish), and those of retired shards (replaced by an overwrite) with the
         parents the shards list.  Ledgers of jobs that never committed are not here: their parent was never
         created, so the orphan audit reports them as ``BROKEN_PARENT_REF`` anyway.
-        """
-        found: dict[Ledger, Ledger | None] = {}
-        named: dict[str, set[Ledger]] = {}
 
-        def names(dataset: str) -> set[Ledger]:
+        Every job record is read before any manifest: a job that commits meanwhile is then either still
+        ``writing`` here or named by the manifest read after it (its record and its manifest change in one
+        ``multi``), so a committed ledger is never reported.  A record or manifest that cannot be parsed goes to
+        ``on_unreadable(label, error)`` (``job <id>`` or ``dataset <name>``) and is skipped, with every ledger
+        whose fate it decides; without ``on_unreadable`` the error is raised.
+        """
+
+        def unreadable(label: str, exc: BadMetadataError) -> None:
+            if on_unreadable is None:
+                raise exc
+            on_unreadable(label, exc)
+
+        records: dict[str, JobRecord] = {}
+        for job_id in self.jobs():
+            try:
+                record = self.job(job_id)
+            except BadMetadataError as exc:
+                unreadable(f"job {job_id}", exc)
+                continue
+            if record is not None and record.state is JobState.COMMITTED:
+                records[job_id] = record
+        named: dict[str, set[Ledger] | None] = {}
+
+        def names(dataset: str) -> set[Ledger] | None:
+            """The ledgers the manifest names; None when it cannot be read (nothing of it is judged)."""
             if dataset not in named:
-                manifest = self.manifest(dataset)
-                named[dataset] = set(manifest.ledgers) if manifest is not None else set()
+                try:
+                    manifest = self.manifest(dataset)
+                except BadMetadataError as exc:
+                    unreadable(f"dataset {dataset}", exc)
+                    named[dataset] = None
+                else:
+                    named[dataset] = set(manifest.ledgers) if manifest is not None else set()
             return named[dataset]
 
-        for job_id in self.jobs():
-            record = self.job(job_id)
-            if record is None or record.state is not JobState.COMMITTED:
+        found: dict[Ledger, Ledger | None] = {}
+        for job_id, record in records.items():
+            committed = names(record.dataset)
+            if committed is None:
                 continue
             for pair in self.job_ledgers(job_id):
-                if pair not in names(record.dataset):
+                if pair not in committed:
                     found[pair] = record.parent
         for dataset in self.datasets():
-            for _ref, shard in self.retired(dataset):
+            committed = names(dataset)
+            if committed is None:
+                continue
+            try:
+                retired = self.retired(dataset)
+            except BadMetadataError as exc:
+                unreadable(f"dataset {dataset}", exc)
+                continue
+            for _ref, shard in retired:
                 for pair in shard.ledgers:
-                    if pair not in names(dataset):
+                    if pair not in committed:
                         found.setdefault(pair, None)
                 for parent in shard.parents or ():
                     found.setdefault(parent, None)

@@ -614,12 +614,22 @@ def recover_jobs(
     only when ``stale_after`` is given and their record is at least that many seconds old (a younger one may
     still be running: fencing it would fail its commit, never lose data).  Then every dataset concerned gets
     its retired ledgers deleted and its unnamed shards swept.
+
+    Every job record, and the manifest root of every dataset concerned, is parsed before anything is deleted:
+    one that cannot be raises :class:`~bkspark.errors.BadMetadataError` naming its znode, and nothing changed
+    (whose ledgers a job it cannot read holds, and which are committed, is unknown).
     """
     from bkspark.datasource.datasets import JobState
 
     cleaner = CommitCleaner(bk, registry)
     done: list[tuple[str, str]] = []
     touched: set[str] = set() if dataset is None else {dataset}
+    for job_id in registry.jobs():
+        record = registry.job(job_id)
+        if record is not None and (dataset is None or record.dataset == dataset):
+            touched.add(record.dataset)
+    for name in sorted(touched):
+        registry.root(name)
     for job_id in registry.jobs():
         record = registry.job(job_id)
         if record is None or (dataset is not None and record.dataset != dataset):

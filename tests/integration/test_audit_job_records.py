@@ -1,0 +1,132 @@
+"""The orphan audit and ``bkspark shell recoverjobs`` over the Spark writer's job records and manifests, against a
+real ZooKeeper: a record or manifest that cannot be parsed, and a job that commits while the audit reads.
+
+The audit reads job records and dataset manifests to find what a write job left after its commit point
+(``DATASET_LEFTOVER``). These tests write those znodes straight into ZooKeeper with :class:`DatasetRegistry`
+(the audit and ``recoverjobs`` touch ledger metadata only, never bookies, so no bookie runs here).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from bkspark import cli
+from bkspark.audit import Auditor, OrphanReason, list_orphans
+from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, JobState
+from bkspark.metadata.store import ZkMetadataStore
+from tests.integration.test_audit_orphans import close_ctx, ledger, new_ledger, store  # noqa: F401 - store: a fixture
+
+pytestmark = pytest.mark.integration
+
+
+def committed_job_with_a_leftover(store: ZkMetadataStore, registry: DatasetRegistry, job_id: str, dataset: str) -> int:
+    """A job whose record says ``committed`` and whose one registered ledger no manifest names (its clean-up
+    did not finish): the ledger's id."""
+    leftover = new_ledger(store, ledger({}))
+    registry.begin_job(job_id, JobRecord(JobState.WRITING, dataset))
+    registry.register(job_id, 0, leftover)
+    record = registry.job(job_id)
+    assert record is not None
+    store.zk.set(registry.job_path(job_id), JobRecord(JobState.COMMITTED, dataset).to_bytes(), version=record.version)
+    return leftover
+
+
+def audit(uri: str) -> tuple[dict[int, set[OrphanReason]], list[tuple[str, str]]]:
+    """One recorded audit pass: ledger id -> its reasons as ``listorphaned`` reads them, and what it skipped."""
+    auditor = Auditor(uri, grace_period=0, audit_period=3600)
+    try:
+        result = auditor.audit_once()
+        found: dict[int, set[OrphanReason]] = {}
+        for record in list_orphans(auditor.zk, auditor.root):
+            found.setdefault(record.ledger_id, set()).add(record.reason)
+    finally:
+        auditor.stop()
+    return found, result.unreadable
+
+
+def shell(capsys: pytest.CaptureFixture[str], uri: str, *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = cli.main(["shell", "--metadata-service-uri", uri, *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("broken", ["job record", "dataset manifest"])
+def test_one_malformed_job_record_or_manifest_neither_silences_the_audit_nor_lets_recoverjobs_half_run(
+    zk_root: Any, store: ZkMetadataStore, capsys: pytest.CaptureFixture[str], broken: str
+) -> None:
+    """A record this version cannot parse (garbage, or a newer writer's) is skipped by the audit and reported as
+    unreadable; every other finding is still recorded. ``recoverjobs`` refuses with one line naming the znode
+    before it changes anything, so the operator can look at it first."""
+    uri = zk_root.metadata_service_uri
+    registry = DatasetRegistry(store.zk, store.root)
+    overdue = new_ledger(store, ledger(close_ctx(datetime.now(timezone.utc) - timedelta(days=1))))
+    leftover = committed_job_with_a_leftover(store, registry, "job-a", "sales")
+    if broken == "job record":
+        bad_path = registry.job_path("job-b")
+    else:
+        bad_path = registry.dataset_path("sales")
+    store.zk.create(bad_path, b"{not json", makepath=True)
+
+    found, unreadable = audit(uri)
+
+    assert found.get(overdue) == {OrphanReason.DELETE_OVERDUE}
+    if broken == "job record":
+        assert found.get(leftover) == {OrphanReason.DATASET_LEFTOVER}
+        assert [label for label, _ in unreadable] == ["job job-b"]
+    else:  # which of the job's ledgers are committed is unknown: none of them is reported
+        assert leftover not in found
+        assert [label for label, _ in unreadable] == ["dataset sales"]
+
+    code, out, err = shell(capsys, uri, "recoverjobs", "--stale-after", "0")
+    assert code == 1 and out == ""
+    assert len(err.strip().splitlines()) == 1 and bad_path in err and "Traceback" not in err
+    # Nothing changed: the committed job's record and its leftover ledger are both still there.
+    record = registry.job("job-a")
+    assert record is not None and record.state is JobState.COMMITTED
+    assert store.ledger_exists(leftover)
+
+
+def publish(registry: DatasetRegistry, dataset: str, job_id: str, ledgers: list[tuple[int, int]]) -> None:
+    """Publish ``ledgers`` as job ``job_id`` does at its commit point (record and manifest in one ``multi``)."""
+    result = registry.publish(dataset, ledgers, replace_all=False, job_id=job_id, key=CommitKey(job_id, 0))
+    assert not result.already
+
+
+class CommitsJobBWhenItsRecordIsRead(DatasetRegistry):
+    """The audit's view of the registry, with job ``b``'s commit point landing right before its record is read:
+    the moment a pass that reads a manifest before the records of later jobs gets wrong."""
+
+    def __init__(self, zk: Any, root: str, publish_b: Any) -> None:
+        super().__init__(zk, root)
+        self._publish_b = publish_b
+
+    def job(self, job_id: str) -> JobRecord | None:
+        if job_id == "b" and self._publish_b is not None:
+            publish_b, self._publish_b = self._publish_b, None
+            publish_b()
+        return super().job(job_id)
+
+
+def test_a_job_that_commits_while_the_audit_reads_the_records_is_not_reported_as_leftover(
+    zk_root: Any, store: ZkMetadataStore
+) -> None:
+    """Job ``a`` committed and left a ledger of a failed attempt; job ``b`` of the same dataset commits while the
+    audit reads the job records. ``b``'s ledger is committed data: only ``a``'s failed attempt is a leftover."""
+    registry = DatasetRegistry(store.zk, store.root)
+    a_committed, a_attempt, b_committed = (new_ledger(store, ledger({})) for _ in range(3))
+    for job_id, ledgers in (("a", (a_committed, a_attempt)), ("b", (b_committed,))):
+        registry.begin_job(job_id, JobRecord(JobState.WRITING, "sales"))
+        for ledger_id in ledgers:
+            registry.register(job_id, 0, ledger_id)
+    publish(registry, "sales", "a", [(0, a_committed)])
+
+    racing = CommitsJobBWhenItsRecordIsRead(store.zk, store.root, lambda: publish(registry, "sales", "b", [(0, b_committed)]))
+    leftovers = racing.leftover_ledgers()
+
+    assert registry.job("b").state is JobState.COMMITTED  # type: ignore[union-attr]
+    assert set(registry.manifest("sales").ledgers) == {(0, a_committed), (0, b_committed)}  # type: ignore[union-attr]
+    assert set(leftovers) == {(0, a_attempt)}
