@@ -605,12 +605,17 @@ class CommitCleaner:
         fault_point("abort.forgotten")
 
 
+#: What :func:`recover_jobs` says of a committed job whose clean-up failed again (its record stays for a re-run).
+CLEANUP_UNFINISHED = "committed: clean-up unfinished"
+
+
 def recover_jobs(
     bk: Any, registry: Any, *, dataset: str | None = None, stale_after: float | None = None
 ) -> list[tuple[str, str]]:
     """Finish the jobs a crash left behind: ``(job id, what was done)`` for each.
 
-    Committed jobs get their clean-up finished, aborting jobs their abort; jobs still ``writing`` are aborted
+    Committed jobs get their clean-up finished (or :data:`CLEANUP_UNFINISHED` when it failed again), aborting
+    jobs their abort; jobs still ``writing`` are aborted
     only when ``stale_after`` is given and their record is at least that many seconds old (a younger one may
     still be running: fencing it would fail its commit, never lose data).  Then every dataset concerned gets
     its retired ledgers deleted and its unnamed shards swept.
@@ -636,8 +641,8 @@ def recover_jobs(
             continue
         touched.add(record.dataset)
         if record.state is JobState.COMMITTED:
-            if cleaner.finish_commit(job_id, record.dataset, recover_others=False):
-                done.append((job_id, "committed: clean-up finished"))
+            finished = cleaner.finish_commit(job_id, record.dataset, recover_others=False)
+            done.append((job_id, "committed: clean-up finished" if finished else CLEANUP_UNFINISHED))
         elif record.state is JobState.ABORTING:
             cleaner.abort_job(job_id, record.dataset)
             done.append((job_id, "aborted"))

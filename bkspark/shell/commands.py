@@ -674,7 +674,7 @@ def cmd_bookieformat(args: argparse.Namespace, out: Output) -> int:
 def cmd_recoverjobs(args: argparse.Namespace, out: Output) -> int:
     """Finish crashed Spark write jobs (bkspark.datasource.writer.recover_jobs): one line per job handled."""
     from bkspark.datasource.datasets import DatasetRegistry
-    from bkspark.datasource.writer import recover_jobs
+    from bkspark.datasource.writer import CLEANUP_UNFINISHED, recover_jobs
 
     with open_client(args) as bk:
         done = recover_jobs(
@@ -685,6 +685,12 @@ def cmd_recoverjobs(args: argparse.Namespace, out: Output) -> int:
     else:
         for job, what in done:
             out.line(f"{job} {what}")
+    unfinished = [job for job, what in done if what == CLEANUP_UNFINISHED]
+    if unfinished:  # committed data is safe, but what the jobs left is not removed yet: not a success
+        raise ShellError(
+            f"the clean-up of committed job(s) {', '.join(unfinished)} failed again; their records stay: run "
+            "recoverjobs again once the cluster is healthy"
+        )
     return 0
 
 

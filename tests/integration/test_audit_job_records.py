@@ -8,6 +8,7 @@ The audit reads job records and dataset manifests to find what a write job left 
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from bkspark import cli
 from bkspark.audit import Auditor, OrphanReason, list_orphans
 from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, JobState
+from bkspark.datasource.faults import injected
 from bkspark.metadata.store import ZkMetadataStore
 from tests.integration.test_audit_orphans import close_ctx, ledger, new_ledger, store  # noqa: F401 - store: a fixture
 
@@ -130,3 +132,37 @@ def test_a_job_that_commits_while_the_audit_reads_the_records_is_not_reported_as
     assert registry.job("b").state is JobState.COMMITTED  # type: ignore[union-attr]
     assert set(registry.manifest("sales").ledgers) == {(0, a_committed), (0, b_committed)}  # type: ignore[union-attr]
     assert set(leftovers) == {(0, a_attempt)}
+
+
+def test_recoverjobs_that_cannot_finish_a_clean_up_says_so_and_its_rerun_finishes_it(
+    zk_root: Any, store: ZkMetadataStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refused ledger delete (every retry) after a job's commit point: the committed data stays, the job's
+    record stays ``committed`` for the next run, the audit still reports the leftover, and the command says the
+    clean-up is unfinished and exits 1 instead of reporting success. The next run finishes it."""
+    uri = zk_root.metadata_service_uri
+    registry = DatasetRegistry(store.zk, store.root)
+    leftover = committed_job_with_a_leftover(store, registry, "job-a", "sales")
+    committed = new_ledger(store, ledger({}))
+    registry.register("job-a", 0, committed)
+    record = registry.job("job-a")
+    assert record is not None
+    store.zk.set(registry.job_path("job-a"), JobRecord(JobState.WRITING, "sales").to_bytes(), version=record.version)
+    publish(registry, "sales", "job-a", [(0, committed)])
+
+    with injected("ledger.delete=delete-refused"):
+        code, out, err = shell(capsys, uri, "--json", "recoverjobs")
+    assert code == 1, (out, err)
+    assert json.loads(out) == {"jobs": [{"job": "job-a", "done": "committed: clean-up unfinished"}]}
+    assert "job-a" in err and len(err.strip().splitlines()) == 1
+    assert registry.job("job-a").state is JobState.COMMITTED  # type: ignore[union-attr]
+    assert store.ledger_exists(leftover) and store.ledger_exists(committed)
+    assert audit(uri)[0] == {leftover: {OrphanReason.DATASET_LEFTOVER}}
+
+    code, out, err = shell(capsys, uri, "--json", "recoverjobs")
+    assert code == 0 and err == ""
+    assert json.loads(out) == {"jobs": [{"job": "job-a", "done": "committed: clean-up finished"}]}
+    assert registry.job("job-a") is None and registry.jobs() == []
+    assert not store.ledger_exists(leftover) and store.ledger_exists(committed)
+    assert registry.manifest("sales").ledgers == ((0, committed),)  # type: ignore[union-attr]
+    assert audit(uri)[0] == {}
