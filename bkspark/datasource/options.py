@@ -23,6 +23,7 @@ __all__ = [
     "parse_read_options",
     "parse_write_options",
     "parse_ledger_list",
+    "check_dataset_name",
     "DIGEST_TYPES",
     "DEFAULT_MAX_BYTES_PER_PARTITION",
 ]
@@ -150,8 +151,13 @@ def _dataset(opts: Mapping[str, str], required: bool) -> str | None:
                 "ledgers the job writes, e.g. .option('dataset', 'events')"
             )
         return None
+    return check_dataset_name(name)
+
+
+def check_dataset_name(name: str, option: str = "dataset") -> str:
+    """``name`` if it can name a dataset (its znode's name), else :class:`InvalidOptionError` naming ``option``."""
     if not _DATASET_NAME.match(name):
-        raise _bad("dataset", name, "use 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        raise _bad(option, name, "use 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit")
     return name
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import base64
 import concurrent.futures
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -674,12 +675,20 @@ def cmd_bookieformat(args: argparse.Namespace, out: Output) -> int:
 def cmd_recoverjobs(args: argparse.Namespace, out: Output) -> int:
     """Finish crashed Spark write jobs (bkspark.datasource.writer.recover_jobs): one line per job handled."""
     from bkspark.datasource.datasets import DatasetRegistry
+    from bkspark.datasource.options import check_dataset_name
     from bkspark.datasource.writer import CLEANUP_UNFINISHED, recover_jobs
 
+    if args.dataset is not None:
+        check_dataset_name(args.dataset, "--dataset")
+    if math.isnan(args.stale_after) or args.stale_after < 0:  # a negative age would abort jobs that just began
+        raise ShellError(f"bad --stale-after {args.stale_after}: must be a number of seconds >= 0 (inf: never)", 2)
     with open_client(args) as bk:
-        done = recover_jobs(
-            bk, DatasetRegistry(bk.store.zk, bk.store.root), dataset=args.dataset, stale_after=args.stale_after
-        )
+        registry = DatasetRegistry(bk.store.zk, bk.store.root)
+        if args.dataset is not None and registry.root(args.dataset) is None and not any(
+            (record := registry.job(job)) is not None and record.dataset == args.dataset for job in registry.jobs()
+        ):  # a typo must not read as "nothing to recover"
+            raise ShellError(f"no dataset or write job named {args.dataset!r} in this cluster")
+        done = recover_jobs(bk, registry, dataset=args.dataset, stale_after=args.stale_after)
     if out.json:
         out.document({"jobs": [{"job": job, "done": what} for job, what in done]})
     else:

@@ -166,3 +166,33 @@ def test_recoverjobs_that_cannot_finish_a_clean_up_says_so_and_its_rerun_finishe
     assert not store.ledger_exists(leftover) and store.ledger_exists(committed)
     assert registry.manifest("sales").ledgers == ((0, committed),)  # type: ignore[union-attr]
     assert audit(uri)[0] == {}
+
+
+@pytest.mark.parametrize(
+    "argv,code,message",
+    [
+        (["--dataset", ""], 2, "option '--dataset'"),
+        (["--dataset", "a/b"], 2, "option '--dataset'"),
+        (["--dataset", "no-such-dataset"], 1, "no dataset or write job named 'no-such-dataset'"),
+        (["--stale-after", "-1"], 2, "--stale-after"),
+        (["--stale-after", "nan"], 2, "--stale-after"),
+    ],
+    ids=["empty-dataset", "path-dataset", "unknown-dataset", "negative-stale-after", "nan-stale-after"],
+)
+def test_recoverjobs_given_bad_input_fails_in_one_line_and_changes_nothing(
+    zk_root: Any, store: ZkMetadataStore, capsys: pytest.CaptureFixture[str], argv: list[str], code: int, message: str
+) -> None:
+    """A mistyped dataset must not read as "nothing to recover", nor a bad age abort the jobs still writing."""
+    uri = zk_root.metadata_service_uri
+    registry = DatasetRegistry(store.zk, store.root)
+    leftover = committed_job_with_a_leftover(store, registry, "job-a", "sales")
+    registry.begin_job("job-w", JobRecord(JobState.WRITING, "sales"))
+
+    got, out, err = shell(capsys, uri, "recoverjobs", *argv)
+
+    assert (got, out) == (code, "")
+    assert len(err.strip().splitlines()) == 1 and message in err and "Traceback" not in err
+    assert [(job, registry.job(job).state) for job in registry.jobs()] == [  # type: ignore[union-attr]
+        ("job-a", JobState.COMMITTED), ("job-w", JobState.WRITING)
+    ]
+    assert store.ledger_exists(leftover)
