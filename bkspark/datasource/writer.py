@@ -580,8 +580,12 @@ class CommitCleaner:
         self.registry.sweep_shards(dataset)
 
     # -- aborted jobs ----------------------------------------------------------
-    def abort_job(self, job_id: str, dataset: str, extra_ledgers: Iterable[tuple[int, int]] = ()) -> None:
-        """Fence, delete the job's ledgers that no manifest names, forget the job (errors propagate)."""
+    def abort_job(self, job_id: str, dataset: str, extra_ledgers: Iterable[tuple[int, int]] = ()) -> bool:
+        """Fence, delete the job's ledgers that no manifest names, forget the job (errors propagate).
+
+        False when the job turned out committed (its commit won the fence; then its clean-up ran instead, and its
+        record says whether that finished), so that no caller reports a committed job as aborted.
+        """
         from bkspark.datasource.datasets import JobState
 
         record = self.registry.fence_job(job_id)
@@ -589,11 +593,11 @@ class CommitCleaner:
         if record is not None and record.state is JobState.COMMITTED:
             log.warning("write job %s: abort after its commit point; finishing the commit's clean-up instead", job_id)
             self.finish_commit(job_id, record.dataset, extra_ledgers)
-            return
+            return False
         if record is None:
             root = self.registry.root(dataset)
             if root is not None and root.token(job_id) is not None:
-                return  # committed and cleaned up: nothing of it is garbage
+                return False  # committed and cleaned up: nothing of it is garbage
         named = self._named(dataset)
         created = set(self.registry.job_ledgers(job_id)) | set(extra_ledgers)
         if created & named:  # cannot happen while the fence holds; never delete committed data
@@ -603,6 +607,7 @@ class CommitCleaner:
         fault_point("abort.ledgers-deleted")
         self._forget(job_id, dataset)
         fault_point("abort.forgotten")
+        return True
 
 
 #: What :func:`recover_jobs` says of a committed job whose clean-up failed again (its record stays for a re-run).
@@ -642,13 +647,16 @@ def recover_jobs(
         touched.add(record.dataset)
         if record.state is JobState.COMMITTED:
             finished = cleaner.finish_commit(job_id, record.dataset, recover_others=False)
-            done.append((job_id, "committed: clean-up finished" if finished else CLEANUP_UNFINISHED))
-        elif record.state is JobState.ABORTING:
-            cleaner.abort_job(job_id, record.dataset)
-            done.append((job_id, "aborted"))
-        elif stale_after is not None and (registry.job_age_seconds(job_id) or 0.0) >= stale_after:
-            cleaner.abort_job(job_id, record.dataset)
-            done.append((job_id, "stale writing job aborted"))
+        elif record.state is JobState.WRITING and (
+            stale_after is None or (registry.job_age_seconds(job_id) or 0.0) < stale_after
+        ):
+            continue
+        elif cleaner.abort_job(job_id, record.dataset):
+            done.append((job_id, "aborted" if record.state is JobState.ABORTING else "stale writing job aborted"))
+            continue
+        else:  # its commit won the fence: committed after all, and forgotten once its clean-up finished
+            finished = registry.job(job_id) is None
+        done.append((job_id, "committed: clean-up finished" if finished else CLEANUP_UNFINISHED))
     for name in sorted(touched):
         cleaner.clean_dataset(name)
     return done

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -98,19 +98,28 @@ def publish(registry: DatasetRegistry, dataset: str, job_id: str, ledgers: list[
     assert not result.already
 
 
-class CommitsJobBWhenItsRecordIsRead(DatasetRegistry):
-    """The audit's view of the registry, with job ``b``'s commit point landing right before its record is read:
-    the moment a pass that reads a manifest before the records of later jobs gets wrong."""
+class CommitLandsBefore(DatasetRegistry):
+    """A registry on which a job's commit point lands right before the first ``step`` on ``job_id`` (``"job"``:
+    reading its record; ``"fence_job"``: fencing it): an interleaving a concurrent writer can produce, made
+    certain."""
 
-    def __init__(self, zk: Any, root: str, publish_b: Any) -> None:
+    def __init__(self, zk: Any, root: str, step: str, job_id: str, commit: Callable[[], None]) -> None:
         super().__init__(zk, root)
-        self._publish_b = publish_b
+        self._at = (step, job_id)
+        self._commit: Callable[[], None] | None = commit
+
+    def _before(self, step: str, job_id: str) -> None:
+        if (step, job_id) == self._at and self._commit is not None:
+            commit, self._commit = self._commit, None
+            commit()
 
     def job(self, job_id: str) -> JobRecord | None:
-        if job_id == "b" and self._publish_b is not None:
-            publish_b, self._publish_b = self._publish_b, None
-            publish_b()
+        self._before("job", job_id)
         return super().job(job_id)
+
+    def fence_job(self, job_id: str) -> JobRecord | None:
+        self._before("fence_job", job_id)
+        return super().fence_job(job_id)
 
 
 def test_a_job_that_commits_while_the_audit_reads_the_records_is_not_reported_as_leftover(
@@ -126,7 +135,7 @@ def test_a_job_that_commits_while_the_audit_reads_the_records_is_not_reported_as
             registry.register(job_id, 0, ledger_id)
     publish(registry, "sales", "a", [(0, a_committed)])
 
-    racing = CommitsJobBWhenItsRecordIsRead(store.zk, store.root, lambda: publish(registry, "sales", "b", [(0, b_committed)]))
+    racing = CommitLandsBefore(store.zk, store.root, "job", "b", lambda: publish(registry, "sales", "b", [(0, b_committed)]))
     leftovers = racing.leftover_ledgers()
 
     assert registry.job("b").state is JobState.COMMITTED  # type: ignore[union-attr]
@@ -196,3 +205,29 @@ def test_recoverjobs_given_bad_input_fails_in_one_line_and_changes_nothing(
         ("job-a", JobState.COMMITTED), ("job-w", JobState.WRITING)
     ]
     assert store.ledger_exists(leftover)
+
+
+def test_recoverjobs_says_committed_when_a_stale_job_commits_before_its_fence(
+    zk_root: Any, store: ZkMetadataStore
+) -> None:
+    """The abort of a stale ``writing`` job loses to the job's own commit: its committed ledger stays, the other
+    attempt's goes, and the operator is told the job committed, not that it was aborted."""
+    from bkspark.client import BookKeeper
+    from bkspark.datasource.writer import recover_jobs
+
+    registry = DatasetRegistry(store.zk, store.root)
+    committed, attempt = (new_ledger(store, ledger({})) for _ in range(2))
+    registry.begin_job("job-w", JobRecord(JobState.WRITING, "sales"))
+    for ledger_id in (committed, attempt):
+        registry.register("job-w", 0, ledger_id)
+    racing = CommitLandsBefore(
+        store.zk, store.root, "fence_job", "job-w", lambda: publish(registry, "sales", "job-w", [(0, committed)])
+    )
+
+    with BookKeeper(zk_root.metadata_service_uri) as bk:
+        done = recover_jobs(bk, racing, stale_after=0)
+
+    assert done == [("job-w", "committed: clean-up finished")]
+    assert registry.manifest("sales").ledgers == ((0, committed),)  # type: ignore[union-attr]
+    assert store.ledger_exists(committed) and not store.ledger_exists(attempt)
+    assert registry.jobs() == []
