@@ -453,31 +453,42 @@ def cmd_simpletest(args: argparse.Namespace, out: Output) -> int:
     with open_client(args) as bk:
         lh = bk.create_ledger(ensemble_size=e, write_quorum_size=w, ack_quorum_size=a)
         lid = lh.ledger_id
-        if not out.json:
-            out.line(f"Ledger ID: {lid}")
-        progress = Progress(f"writing ledger {lid}", enabled=args.progress)
-        payload = b"x" * 100
-        futures: list[concurrent.futures.Future[int]] = []
-        started = time.monotonic()
-        for i in range(n):
-            futures.append(lh.append_async(payload))
-            if (i + 1) % 100 == 0 or i + 1 == n:
-                progress(i + 1, n)
-        for f in futures:
-            f.result()
-        progress.finish()
-        write_secs = time.monotonic() - started
-        lh.close()
-        rh = bk.open_ledger(lid, recovery=False)
-        read = 0
-        cur = 0
-        while cur <= rh.last_add_confirmed:
-            batch = rh.read(cur, min(rh.last_add_confirmed, cur + 99))
-            for entry in batch:
-                if bytes(entry.payload) != payload:
-                    raise ShellError(f"entry {entry.entry_id} of ledger {lid} read back wrong")
-            read += len(batch)
-            cur += len(batch)
+        try:
+            if not out.json:
+                out.line(f"Ledger ID: {lid}")
+            progress = Progress(f"writing ledger {lid}", enabled=args.progress)
+            payload = b"x" * 100
+            futures: list[concurrent.futures.Future[int]] = []
+            started = time.monotonic()
+            for i in range(n):
+                futures.append(lh.append_async(payload))
+                if (i + 1) % 100 == 0 or i + 1 == n:
+                    progress(i + 1, n)
+            for f in futures:
+                f.result()
+            progress.finish()
+            write_secs = time.monotonic() - started
+            lh.close()
+            rh = bk.open_ledger(lid, recovery=False)
+            read = 0
+            cur = 0
+            while cur <= rh.last_add_confirmed:
+                batch = rh.read(cur, min(rh.last_add_confirmed, cur + 99))
+                for entry in batch:
+                    if bytes(entry.payload) != payload:
+                        raise ShellError(f"entry {entry.entry_id} of ledger {lid} read back wrong")
+                read += len(batch)
+                cur += len(batch)
+        except BaseException as exc:
+            # Nothing names the test ledger and no context says when it may go: never leave it behind.
+            try:
+                bk.delete_ledger(lid)
+            except Exception as cleanup:  # noqa: BLE001 - the first error is the one to report
+                raise ShellError(
+                    f"{exc}; the test ledger {lid} could not be deleted either ({type(cleanup).__name__}: {cleanup}): "
+                    f"delete it with `bkspark shell deleteledger -f {lid}`"
+                ) from exc
+            raise
         bk.delete_ledger(lid)
     if read != n:
         raise ShellError(f"wrote {n} entries to ledger {lid} but read back {read}")
