@@ -409,11 +409,30 @@ class DatasetRegistry:
         from kazoo.exceptions import NodeExistsError, NoNodeError
 
         try:
-            self._zk.create(f"{self.job_path(job_id)}/{scope_id}-{ledger_id}", b"")
+            self._zk.create(self._registration_path(job_id, (scope_id, ledger_id)), b"")
         except NodeExistsError:
             pass
         except NoNodeError:
             raise JobGoneError(f"write job {job_id} has no record (aborted or finished): cannot register a ledger") from None
+
+    def _registration_path(self, job_id: str, ledger: Ledger) -> str:
+        return f"{self.job_path(job_id)}/{ledger[0]}-{ledger[1]}"
+
+    def holders(self, ledger: Ledger) -> list[str]:
+        """Who still needs ``ledger``: ``dataset '<name>'`` when its manifest names it (a committed ledger, or the
+        job parent its committed ledgers name), ``write job <id> (writing)`` when a job that may still commit
+        registered it.  Empty for garbage: what committed or aborting jobs left, ledgers an overwrite retired."""
+        out: list[str] = []
+        for name in self.datasets():
+            snap = self.snapshot(name)
+            if snap is not None and any(ledger in shard.ledgers or ledger in (shard.parents or ()) for shard in snap[1]):
+                out.append(f"dataset {name!r}")
+        for job_id in self.jobs():
+            record = self.job(job_id)
+            if record is not None and record.state is JobState.WRITING:
+                if self._zk.exists(self._registration_path(job_id, ledger)) is not None:
+                    out.append(f"write job {job_id} (writing)")
+        return out
 
     def job_ledgers(self, job_id: str) -> list[Ledger]:
         """Every ledger the tasks of ``job_id`` registered, failed attempts included."""

@@ -72,6 +72,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p = command("deleteledger", "delete a ledger")
     add_ledger_options(p)
     p.add_argument("-f", "--force", dest="force", action="store_true", help="delete without asking")
+    p.add_argument(
+        "--even-if-held", dest="even_if_held", action="store_true",
+        help="also delete a ledger a dataset manifest names (or a job parent it names) or a running Spark write "
+        "job registered: its rows are lost",
+    )
 
     p = command("listbookies", "list the bookies, writable and/or read-only", add_help=False)
     p.add_argument("--help", action="help", help="show this help message and exit")

@@ -306,6 +306,15 @@ def cmd_deleteledger(args: argparse.Namespace, out: Output) -> int:
     name = resolve_ledger(args)
     with open_store(args) as store:
         store.read_ledger_metadata(name.ledger_id, name.scope_id)  # unknown ledger: a clear error, not a no-op
+        if not args.even_if_held:
+            from bkspark.datasource.datasets import DatasetRegistry
+
+            held = DatasetRegistry(store.zk, store.root).holders((name.scope_id, name.ledger_id))
+            if held:
+                raise ShellError(
+                    f"ledger {name.label} is held by {', '.join(held)}: deleting it would lose rows that are "
+                    "committed or about to be; not deleted (--even-if-held deletes it anyway)"
+                )
         if not args.force:
             if not sys.stdin.isatty():
                 raise ShellError("refusing to delete without -f/--force (stdin is not a terminal to confirm on)", 2)

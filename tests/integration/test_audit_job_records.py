@@ -231,3 +231,33 @@ def test_recoverjobs_says_committed_when_a_stale_job_commits_before_its_fence(
     assert registry.manifest("sales").ledgers == ((0, committed),)  # type: ignore[union-attr]
     assert store.ledger_exists(committed) and not store.ledger_exists(attempt)
     assert registry.jobs() == []
+
+
+def test_deleteledger_refuses_a_ledger_a_dataset_or_a_running_job_holds(
+    zk_root: Any, store: ZkMetadataStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The audit lists a running job's ledgers as BROKEN_PARENT_REF until the job commits (parent grace period 0):
+    deleting one from that list must not lose rows the job is about to commit, nor rows already committed, nor
+    the parent that keeps committed ledgers from being reported. A leftover of a committed job may go."""
+    uri = zk_root.metadata_service_uri
+    registry = DatasetRegistry(store.zk, store.root)
+    committed, parent, leftover, running = (new_ledger(store, ledger({})) for _ in range(4))
+    registry.begin_job("job-a", JobRecord(JobState.WRITING, "sales", parent=(0, parent)))
+    for ledger_id in (committed, leftover):
+        registry.register("job-a", 0, ledger_id)
+    result = registry.publish(
+        "sales", [(0, committed)], replace_all=False, job_id="job-a", key=CommitKey("job-a", 0), parents=[(0, parent)]
+    )
+    assert not result.already
+    registry.begin_job("job-w", JobRecord(JobState.WRITING, "sales"))
+    registry.register("job-w", 0, running)
+
+    for ledger_id, holder in ((committed, "dataset 'sales'"), (parent, "dataset 'sales'"), (running, "job-w")):
+        code, out, err = shell(capsys, uri, "deleteledger", "-f", str(ledger_id))
+        assert (code, out) == (1, ""), err
+        assert len(err.strip().splitlines()) == 1 and holder in err and "--even-if-held" in err
+        assert store.ledger_exists(ledger_id)
+    code, out, err = shell(capsys, uri, "deleteledger", "-f", str(leftover))
+    assert code == 0 and not store.ledger_exists(leftover), err
+    code, out, err = shell(capsys, uri, "deleteledger", "-f", "--even-if-held", str(running))
+    assert code == 0 and not store.ledger_exists(running), err
