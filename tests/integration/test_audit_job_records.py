@@ -9,7 +9,12 @@ The audit reads job records and dataset manifests to find what a write job left 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -17,9 +22,15 @@ import pytest
 from bkspark import cli
 from bkspark.audit import Auditor, OrphanReason, list_orphans
 from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, JobState
-from bkspark.datasource.faults import injected
+from bkspark.datasource.faults import ENV_FAULTS, injected
 from bkspark.metadata.store import ZkMetadataStore
-from tests.integration.test_audit_orphans import close_ctx, ledger, new_ledger, store  # noqa: F401 - store: a fixture
+from tests.integration.test_audit_orphans import (  # noqa: F401 - store: a fixture
+    child_ctx,
+    close_ctx,
+    ledger,
+    new_ledger,
+    store,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -261,3 +272,58 @@ def test_deleteledger_refuses_a_ledger_a_dataset_or_a_running_job_holds(
     assert code == 0 and not store.ledger_exists(leftover), err
     code, out, err = shell(capsys, uri, "deleteledger", "-f", "--even-if-held", str(running))
     assert code == 0 and not store.ledger_exists(running), err
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: The fault points ``recoverjobs`` passes, in order, for one committed job (an overwrite with a failed attempt)
+#: and then one aborting job.
+RECOVERY_KILL_POINTS = (
+    "commit.published", "ledger.delete", "commit.attempts-deleted", "commit.retired-deleted", "abort.fenced",
+    "abort.ledgers-deleted",
+)
+
+
+@pytest.mark.parametrize("point", RECOVERY_KILL_POINTS)
+def test_recoverjobs_killed_after_each_step_leaves_what_the_audit_reports_and_its_rerun_finishes(
+    zk_root: Any, store: ZkMetadataStore, capsys: pytest.CaptureFixture[str], point: str
+) -> None:
+    """``recoverjobs`` itself SIGKILLed between its steps: the committed rows stay, every ledger it had yet to
+    delete is reported by the audit, and running it again finishes the work."""
+    uri = zk_root.metadata_service_uri
+    registry = DatasetRegistry(store.zk, store.root)
+    replaced, committed, attempt = (new_ledger(store, ledger({})) for _ in range(3))
+    registry.begin_job("job-0", JobRecord(JobState.WRITING, "sales"))
+    registry.register("job-0", 0, replaced)
+    publish(registry, "sales", "job-0", [(0, replaced)])
+    registry.forget_job("job-0")
+    registry.begin_job("job-c", JobRecord(JobState.WRITING, "sales", overwrite=True))
+    for ledger_id in (committed, attempt):
+        registry.register("job-c", 0, ledger_id)
+    registry.publish("sales", [(0, committed)], replace_all=True, job_id="job-c", key=CommitKey("job-c", 0))
+    aborted = new_ledger(store, ledger(child_ctx(10**9)))  # its job's parent was never created
+    registry.begin_job("job-x", JobRecord(JobState.ABORTING, "sales"))
+    registry.register("job-x", 0, aborted)
+    garbage = {replaced, attempt, aborted}
+
+    env = dict(os.environ, **{ENV_FAULTS: f"{point}=kill"})
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    killed = subprocess.run(
+        [sys.executable, "-m", "bkspark.cli", "shell", "--metadata-service-uri", uri, "recoverjobs"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=120, start_new_session=True,
+    )
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stdout, killed.stderr[-3000:])
+
+    assert registry.manifest("sales").ledgers == ((0, committed),)  # type: ignore[union-attr]
+    assert store.ledger_exists(committed)
+    assert registry.jobs() != [], "the kill came after the last step"
+    left = {ledger_id for ledger_id in garbage if store.ledger_exists(ledger_id)}
+    found, unreadable = audit(uri)
+    assert left <= set(found) and committed not in found and unreadable == []
+
+    code, out, err = shell(capsys, uri, "recoverjobs")
+    assert code == 0 and err == "", (out, err)
+    assert registry.jobs() == [] and registry.root("sales").retired == ()  # type: ignore[union-attr]
+    assert registry.manifest("sales").ledgers == ((0, committed),)  # type: ignore[union-attr]
+    assert store.ledger_exists(committed) and not any(store.ledger_exists(ledger_id) for ledger_id in garbage)
+    assert audit(uri)[0] == {}
