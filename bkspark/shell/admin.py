@@ -11,7 +11,8 @@ view):
   ``available/readonly`` and ``INSTANCEID`` (a random UUID), then ``LAYOUT``.
 * ``metaformat`` (``BookKeeperAdmin.format``): creates what is missing of
   root/available/readonly; then deletes every ledger znode tree and id
-  generator, rewrites ``LAYOUT``, deletes ``underreplication/ledgers``,
+  generator, rewrites ``LAYOUT`` (in place, where Java deletes and
+  re-creates it), deletes ``underreplication/ledgers``,
   ``underreplication/locks``, ``cookies`` and ``INSTANCEID``, and writes a
   new ``INSTANCEID``.
 * ``nukeexistingcluster`` (``BookKeeperAdmin.nukeExistingCluster``): no root
@@ -130,8 +131,13 @@ def format_metadata(zk: KazooClient, root: str, scheme: str = "hierarchical") ->
     must be formatted (``bookieformat``) before they can join again.
     """
     _delete_ledgers(zk, root, scheme)
-    _delete_tree(zk, zk_paths.layout_path(root))
-    zk.create(zk_paths.layout_path(root), LedgerLayout.for_scheme(scheme).serialize())
+    # Rewritten in place, never deleted: a crash must not leave a cluster whose next format guesses its scheme,
+    # nor a window in which a starting Java client writes a default LAYOUT of its own.
+    layout = LedgerLayout.for_scheme(scheme).serialize()
+    try:
+        zk.set(zk_paths.layout_path(root), layout)
+    except NoNodeError:
+        zk.create(zk_paths.layout_path(root), layout)
     underreplication = zk_paths.underreplication_path(root)
     _delete_tree(zk, f"{underreplication}/ledgers")
     _delete_tree(zk, f"{underreplication}/locks")

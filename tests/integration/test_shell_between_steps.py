@@ -14,6 +14,7 @@ import pytest
 
 from bkspark import cli
 from bkspark.metadata.store import ZkMetadataStore
+from bkspark.protocol.layout import LedgerLayout
 from tests.harness.python_bookie import PythonBookieCluster
 
 pytestmark = pytest.mark.integration
@@ -41,3 +42,30 @@ def test_simpletest_that_fails_after_creating_its_ledger_deletes_it(
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
         with ZkMetadataStore(uri) as store:
             assert list(store.list_ledgers(0)) == []
+
+
+def test_metaformat_never_leaves_the_cluster_without_its_layout(
+    zk_root: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Between deleting and re-creating ``LAYOUT`` a crash would leave a cluster whose next ``metaformat`` (with
+    a URI that names no scheme) writes the default layout, and a Java client starting meanwhile would write its
+    own: the layout is rewritten in place, never absent, and keeps the cluster's scheme."""
+    from kazoo.protocol.states import EventType
+
+    zk = zk_root.zk_client
+    layout_path = f"{zk_root.path}/LAYOUT"
+    flat = LedgerLayout.for_scheme("flat").serialize()
+    zk.set(layout_path, flat)
+    zk.create(f"{zk_root.path}/L0000000001", b"", makepath=True)
+    events: list[str] = []
+    zk.DataWatch(layout_path, lambda data, stat, event=None: events.append(event.type) if event else None)
+
+    uri = f"zk://{zk_root.connect_string}{zk_root.path}"
+    capsys.readouterr()
+    assert cli.main(["shell", "--metadata-service-uri", uri, "metaformat", "-n", "-f"]) == 0, capsys.readouterr()
+
+    assert zk.get(layout_path)[0] == flat and zk.exists(f"{zk_root.path}/L0000000001") is None
+    deadline = time.monotonic() + 10
+    while not events and time.monotonic() < deadline:  # the watch's events arrive on kazoo's thread
+        time.sleep(0.05)
+    assert events and EventType.DELETED not in events, events
