@@ -6,6 +6,8 @@ still places ledgers on it, and its first write to it fails. That makes "created
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,9 @@ from typing import Any
 import pytest
 
 from bkspark import cli
+from bkspark.client import BookKeeper
+from bkspark.context import LedgerCreateContext, create_ledger_with_context, read_context
+from bkspark.errors import BKError
 from bkspark.metadata.store import ZkMetadataStore
 from bkspark.protocol.layout import LedgerLayout
 from tests.harness.python_bookie import PythonBookieCluster
@@ -69,3 +74,33 @@ def test_metaformat_never_leaves_the_cluster_without_its_layout(
     while not events and time.monotonic() < deadline:  # the watch's events arrive on kazoo's thread
         time.sleep(0.05)
     assert events and EventType.DELETED not in events, events
+
+
+def test_readledger_force_recovery_under_a_live_writer_keeps_acknowledged_entries_and_the_context(
+    zk_root: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``readledger -r`` fences and closes a ledger whose writer still runs (the concurrent writer of the
+    recovery): every acknowledged entry stays readable, the writer's next append fails instead of being lost
+    silently, the BP-44 create context survives the close, and a second ``-r`` changes nothing."""
+    uri = zk_root.metadata_service_uri
+    create = LedgerCreateContext.builder().created_by("E", "S", "svc", "i").part_of_data_set("events").build()
+    with PythonBookieCluster(uri, tmp_path, bookies=1) as cluster, BookKeeper(uri) as bk:
+        cluster.start_all()
+        writer = create_ledger_with_context(bk, create, ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
+        acknowledged = [f"entry-{i}".encode() for i in range(5)]
+        for payload in acknowledged:
+            writer.append(payload)
+        for _ in range(2):
+            capsys.readouterr()
+            code = cli.main(["shell", "--metadata-service-uri", uri, "--json", "readledger", str(writer.ledger_id), "-r", "-m"])
+            out, err = capsys.readouterr()
+            assert code == 0, err
+            doc = json.loads(out)
+            assert [base64.b64decode(e["payload"]) for e in doc["entries"]] == acknowledged
+            assert doc["lastAddConfirmed"] == len(acknowledged) - 1
+        with pytest.raises(BKError):
+            writer.append(b"after the fence")
+        with ZkMetadataStore(uri) as store:
+            md = store.read_ledger_metadata(writer.ledger_id).metadata
+        assert md.is_closed and md.last_entry_id == len(acknowledged) - 1
+        assert read_context(md).create == create
