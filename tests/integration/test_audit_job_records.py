@@ -278,18 +278,20 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: The fault points ``recoverjobs`` passes, in order, for one committed job (an overwrite with a failed attempt)
 #: and then one aborting job.
-RECOVERY_KILL_POINTS = (
+RECOVERY_FAULT_POINTS = (
     "commit.published", "ledger.delete", "commit.attempts-deleted", "commit.retired-deleted", "abort.fenced",
     "abort.ledgers-deleted",
 )
 
 
-@pytest.mark.parametrize("point", RECOVERY_KILL_POINTS)
-def test_recoverjobs_killed_after_each_step_leaves_what_the_audit_reports_and_its_rerun_finishes(
-    zk_root: Any, store: ZkMetadataStore, capsys: pytest.CaptureFixture[str], point: str
+@pytest.mark.parametrize("action", ["kill", "connection-loss"])
+@pytest.mark.parametrize("point", RECOVERY_FAULT_POINTS)
+def test_recoverjobs_killed_or_failing_after_each_step_leaves_what_the_audit_reports_and_its_rerun_finishes(
+    zk_root: Any, store: ZkMetadataStore, capsys: pytest.CaptureFixture[str], point: str, action: str
 ) -> None:
-    """``recoverjobs`` itself SIGKILLed between its steps: the committed rows stay, every ledger it had yet to
-    delete is reported by the audit, and running it again finishes the work."""
+    """``recoverjobs`` itself SIGKILLed, or losing its ZooKeeper connection, between its steps: the committed rows
+    stay, a failure exits 1, every ledger it had yet to delete is reported by the audit, and running it again
+    finishes the work."""
     uri = zk_root.metadata_service_uri
     registry = DatasetRegistry(store.zk, store.root)
     replaced, committed, attempt = (new_ledger(store, ledger({})) for _ in range(3))
@@ -306,13 +308,16 @@ def test_recoverjobs_killed_after_each_step_leaves_what_the_audit_reports_and_it
     registry.register("job-x", 0, aborted)
     garbage = {replaced, attempt, aborted}
 
-    env = dict(os.environ, **{ENV_FAULTS: f"{point}=kill"})
+    env = dict(os.environ, **{ENV_FAULTS: f"{point}={action}"})
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    killed = subprocess.run(
+    first = subprocess.run(
         [sys.executable, "-m", "bkspark.cli", "shell", "--metadata-service-uri", uri, "recoverjobs"],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=120, start_new_session=True,
     )
-    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stdout, killed.stderr[-3000:])
+    expected = -signal.SIGKILL if action == "kill" else 1
+    assert first.returncode == expected, (first.returncode, first.stdout, first.stderr[-3000:])
+    if action != "kill":
+        assert len(first.stderr.strip().splitlines()) == 1 and "Traceback" not in first.stderr, first.stderr
 
     assert registry.manifest("sales").ledgers == ((0, committed),)  # type: ignore[union-attr]
     assert store.ledger_exists(committed)

@@ -123,7 +123,8 @@ def test_bad_uri_is_one_line(capsys, uri):
         ["listledgers"], ["listorphaned"], ["showowner", "1"], ["predictlifespan", "1"], ["ledgermetadata", "-l", "1"],
         ["deleteledger", "-l", "1", "-f"], ["listbookies"], ["bookieinfo"], ["auditconfig"], ["auditstatus"],
         ["readledger", "1"], ["simpletest", "-n", "1"], ["initnewcluster"], ["metaformat", "-n", "-f"],
-        ["nukeexistingcluster", "-p", "/ledgers", "-f"],
+        ["nukeexistingcluster", "-p", "/ledgers", "-f"], ["recoverjobs"], ["recoverjobs", "--dataset", "sales"],
+        ["deleteledger", "-l", "1", "-f", "--even-if-held"],
     ],
 )
 def test_unreachable_zookeeper_is_one_line_exit_1(capsys, argv):
