@@ -26,6 +26,8 @@ pytestmark = pytest.mark.integration
 
 #: The dead bookie's registration outlives the test's steps by far.
 BOOKIE_SESSION_MS = 60_000
+#: A create context as an application writes one (owner and data set).
+CREATE = LedgerCreateContext.builder().created_by("E", "S", "svc", "i").part_of_data_set("events").build()
 
 
 def test_simpletest_that_fails_after_creating_its_ledger_deletes_it(
@@ -83,10 +85,9 @@ def test_readledger_force_recovery_under_a_live_writer_keeps_acknowledged_entrie
     recovery): every acknowledged entry stays readable, the writer's next append fails instead of being lost
     silently, the BP-44 create context survives the close, and a second ``-r`` changes nothing."""
     uri = zk_root.metadata_service_uri
-    create = LedgerCreateContext.builder().created_by("E", "S", "svc", "i").part_of_data_set("events").build()
     with PythonBookieCluster(uri, tmp_path, bookies=1) as cluster, BookKeeper(uri) as bk:
         cluster.start_all()
-        writer = create_ledger_with_context(bk, create, ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
+        writer = create_ledger_with_context(bk, CREATE, ensemble_size=1, write_quorum_size=1, ack_quorum_size=1)
         acknowledged = [f"entry-{i}".encode() for i in range(5)]
         for payload in acknowledged:
             writer.append(payload)
@@ -103,4 +104,4 @@ def test_readledger_force_recovery_under_a_live_writer_keeps_acknowledged_entrie
         with ZkMetadataStore(uri) as store:
             md = store.read_ledger_metadata(writer.ledger_id).metadata
         assert md.is_closed and md.last_entry_id == len(acknowledged) - 1
-        assert read_context(md).create == create
+        assert read_context(md).create == CREATE
