@@ -49,12 +49,14 @@ from bkspark.protocol.layout import LedgerLayout, MetadataServiceUri
 from bkspark.protocol.ledger_metadata import LedgerMetadata
 from bkspark.shell import admin
 from bkspark.shell.common import (
+    ENV_URI,
     LedgerName,
     Output,
     Progress,
     ShellError,
     client_conf,
     confirm,
+    metadata_service_uri,
     open_client,
     open_store,
     open_zookeeper,
@@ -655,7 +657,17 @@ def cmd_bookieformat(args: argparse.Namespace, out: Output) -> int:
     except BKError as exc:
         raise ShellError(f"bookie configuration {args.bookie_conf}: {exc}", 2) from None
     dirs = admin.BookieDirs(conf.journal_paths, conf.ledger_paths)
-    uri = conf.metadataServiceUri or getattr(args, "metadata_service_uri", None) or None
+    uri: str | None = conf.metadataServiceUri or None
+    if uri is None:
+        try:
+            uri = metadata_service_uri(args)  # the flag, --client-conf or $BKSPARK_METADATA_SERVICE_URI
+        except ShellError:
+            uri = None  # formatting the directories alone needs no cluster
+    if args.delete_cookie and not uri:  # refused before the first step, not between the two
+        raise ShellError(
+            "-d/--deleteCookie needs the cluster: metadataServiceUri in the bookie configuration, "
+            f"--metadata-service-uri or ${ENV_URI}", 2,
+        )
     bookie_id = conf.bookie_id()
     if args.delete_cookie or uri:
         with open_zookeeper(args, uri) as (zk, parsed):
@@ -675,8 +687,6 @@ def cmd_bookieformat(args: argparse.Namespace, out: Output) -> int:
     admin.format_bookie_dirs(dirs)
     cookie_deleted = False
     if args.delete_cookie:
-        if not uri:
-            raise ShellError("-d/--deleteCookie needs the cluster: metadataServiceUri in the bookie configuration", 2)
         with open_zookeeper(args, uri) as (zk, parsed):
             try:
                 zk.delete(zk_paths.cookie_path(parsed.root, bookie_id))

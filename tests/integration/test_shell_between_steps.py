@@ -19,6 +19,7 @@ from bkspark.client import BookKeeper
 from bkspark.context import LedgerCreateContext, create_ledger_with_context, read_context
 from bkspark.errors import BKError
 from bkspark.metadata.store import ZkMetadataStore
+from bkspark.shell.common import ENV_URI
 from bkspark.protocol.layout import LedgerLayout
 from tests.harness.python_bookie import PythonBookieCluster
 
@@ -105,3 +106,35 @@ def test_readledger_force_recovery_under_a_live_writer_keeps_acknowledged_entrie
             md = store.read_ledger_metadata(writer.ledger_id).metadata
         assert md.is_closed and md.last_entry_id == len(acknowledged) - 1
         assert read_context(md).create == CREATE
+
+
+def test_bookieformat_delete_cookie_with_the_cluster_from_the_environment_formats_and_deletes_or_nothing(
+    zk_root: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``bookieformat -d`` has two steps, the directories then the cookie. Given the cluster by
+    ``$BKSPARK_METADATA_SERVICE_URI`` (its running-bookie check used it) and not by the bookie's configuration,
+    it must do both steps, not empty the directories and then refuse the cookie. Given no cluster at all, it
+    refuses before the first step."""
+    monkeypatch.delenv(ENV_URI, raising=False)
+    journal, ledgers = tmp_path / "journal", tmp_path / "ledgers"
+    for directory in (journal, ledgers):
+        (directory / "current").mkdir(parents=True)
+        (directory / "current" / "data").write_bytes(b"x")
+    conf = tmp_path / "bookie.conf"
+    conf.write_text(f"journalDirectories={journal}\nledgerDirectories={ledgers}\nbookieId=bookie-1\n")
+    cookie = f"{zk_root.path}/cookies/bookie-1"
+    zk_root.zk_client.create(cookie, b"cookie", makepath=True)
+
+    argv = ["shell", "--json", "bookieformat", "--bookie-conf", str(conf), "-n", "-f", "-d"]
+    capsys.readouterr()
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "") and "cluster" in err and len(err.strip().splitlines()) == 1, err
+    assert all(any(directory.iterdir()) for directory in (journal, ledgers)) and zk_root.zk_client.exists(cookie)
+
+    monkeypatch.setenv(ENV_URI, zk_root.metadata_service_uri)
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["cookieDeleted"] is True and zk_root.zk_client.exists(cookie) is None
+    assert not any(journal.iterdir()) and not any(ledgers.iterdir())
