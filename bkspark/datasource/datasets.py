@@ -431,7 +431,7 @@ class DatasetRegistry:
             record = self.job(job_id)
             if record is not None and record.state is JobState.WRITING:
                 if self._zk.exists(self._registration_path(job_id, ledger)) is not None:
-                    out.append(f"write job {job_id} (writing)")
+                    out.append(f"write job {job_id} (writing; recoverjobs aborts it once it is stale)")
         return out
 
     def job_ledgers(self, job_id: str) -> list[Ledger]:
