@@ -420,7 +420,7 @@ class DatasetRegistry:
 
     def holders(self, ledger: Ledger) -> list[str]:
         """Who still needs ``ledger``: ``dataset '<name>'`` when its manifest names it (a committed ledger, or the
-        job parent its committed ledgers name), ``write job <id> (writing)`` when a job that may still commit
+        job parent its committed ledgers name), ``write job <id> (writing; ...)`` when a job that may still commit
         registered it.  Empty for garbage: what committed or aborting jobs left, ledgers an overwrite retired."""
         out: list[str] = []
         for name in self.datasets():
