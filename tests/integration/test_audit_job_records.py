@@ -8,11 +8,13 @@ The audit reads job records and dataset manifests to find what a write job left 
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -284,16 +286,9 @@ RECOVERY_FAULT_POINTS = (
 )
 
 
-@pytest.mark.parametrize("action", ["kill", "connection-loss"])
-@pytest.mark.parametrize("point", RECOVERY_FAULT_POINTS)
-def test_recoverjobs_killed_or_failing_after_each_step_leaves_what_the_audit_reports_and_its_rerun_finishes(
-    zk_root: Any, store: ZkMetadataStore, capsys: pytest.CaptureFixture[str], point: str, action: str
-) -> None:
-    """``recoverjobs`` itself SIGKILLed, or losing its ZooKeeper connection, between its steps: the committed rows
-    stay, a failure exits 1, every ledger it had yet to delete is reported by the audit, and running it again
-    finishes the work."""
-    uri = zk_root.metadata_service_uri
-    registry = DatasetRegistry(store.zk, store.root)
+def work_for_recoverjobs(store: ZkMetadataStore, registry: DatasetRegistry) -> tuple[int, set[int]]:
+    """Dataset ``sales`` overwritten by ``job-c`` (committed; its failed attempt and the ledger it replaced still
+    there) and ``job-x`` aborting (its ledger still there): the committed ledger, and what must go."""
     replaced, committed, attempt = (new_ledger(store, ledger({})) for _ in range(3))
     registry.begin_job("job-0", JobRecord(JobState.WRITING, "sales"))
     registry.register("job-0", 0, replaced)
@@ -306,7 +301,29 @@ def test_recoverjobs_killed_or_failing_after_each_step_leaves_what_the_audit_rep
     aborted = new_ledger(store, ledger(child_ctx(10**9)))  # its job's parent was never created
     registry.begin_job("job-x", JobRecord(JobState.ABORTING, "sales"))
     registry.register("job-x", 0, aborted)
-    garbage = {replaced, attempt, aborted}
+    return committed, {replaced, attempt, aborted}
+
+
+def assert_recovered(store: ZkMetadataStore, registry: DatasetRegistry, committed: int, garbage: set[int]) -> None:
+    """Every job finished: the committed ledger is the dataset, and nothing else is left."""
+    assert registry.jobs() == [] and registry.root("sales").retired == ()  # type: ignore[union-attr]
+    assert registry.manifest("sales").ledgers == ((0, committed),)  # type: ignore[union-attr]
+    assert store.ledger_exists(committed) and not any(store.ledger_exists(ledger_id) for ledger_id in garbage)
+    shards = store.zk.get_children(registry.shards_path("sales"))
+    assert sorted(shards) == sorted(r.shard_id for r in registry.root("sales").shards)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("action", ["kill", "connection-loss"])
+@pytest.mark.parametrize("point", RECOVERY_FAULT_POINTS)
+def test_recoverjobs_killed_or_failing_after_each_step_leaves_what_the_audit_reports_and_its_rerun_finishes(
+    zk_root: Any, store: ZkMetadataStore, capsys: pytest.CaptureFixture[str], point: str, action: str
+) -> None:
+    """``recoverjobs`` itself SIGKILLed, or losing its ZooKeeper connection, between its steps: the committed rows
+    stay, a failure exits 1, every ledger it had yet to delete is reported by the audit, and running it again
+    finishes the work."""
+    uri = zk_root.metadata_service_uri
+    registry = DatasetRegistry(store.zk, store.root)
+    committed, garbage = work_for_recoverjobs(store, registry)
 
     env = dict(os.environ, **{ENV_FAULTS: f"{point}={action}"})
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -328,7 +345,30 @@ def test_recoverjobs_killed_or_failing_after_each_step_leaves_what_the_audit_rep
 
     code, out, err = shell(capsys, uri, "recoverjobs")
     assert code == 0 and err == "", (out, err)
-    assert registry.jobs() == [] and registry.root("sales").retired == ()  # type: ignore[union-attr]
-    assert registry.manifest("sales").ledgers == ((0, committed),)  # type: ignore[union-attr]
-    assert store.ledger_exists(committed) and not any(store.ledger_exists(ledger_id) for ledger_id in garbage)
+    assert_recovered(store, registry, committed, garbage)
     assert audit(uri)[0] == {}
+
+
+def test_two_recoverjobs_at_once_both_succeed_and_finish_the_work_once(zk_root: Any, store: ZkMetadataStore) -> None:
+    """Two operators (or an operator and a cron job) run ``recoverjobs`` at the same moment: each step is
+    idempotent, so both succeed, the committed ledger stays, and everything else goes."""
+    from bkspark.client import BookKeeper
+    from bkspark.datasource.writer import recover_jobs
+
+    uri = zk_root.metadata_service_uri
+    registry = DatasetRegistry(store.zk, store.root)
+    for _round in range(3):
+        committed, garbage = work_for_recoverjobs(store, registry)
+        start = threading.Barrier(2)
+
+        def recover() -> list[tuple[str, str]]:
+            with BookKeeper(uri) as bk:
+                start.wait()
+                return recover_jobs(bk, DatasetRegistry(bk.store.zk, bk.store.root))
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            runs = [pool.submit(recover) for _ in range(2)]
+            for run in runs:
+                run.result(timeout=120)  # either one's error fails the test
+        assert_recovered(store, registry, committed, garbage)
+        store.zk.delete(registry.dataset_path("sales"), recursive=True)
