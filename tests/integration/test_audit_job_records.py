@@ -1,5 +1,7 @@
-"""The orphan audit and ``bkspark shell recoverjobs`` over the Spark writer's job records and manifests, against a
-real ZooKeeper: a record or manifest that cannot be parsed, and a job that commits while the audit reads.
+"""The orphan audit, ``bkspark shell recoverjobs`` and ``deleteledger`` over the Spark writer's job records and
+manifests, against a real ZooKeeper: records or manifests that cannot be parsed, jobs committing while the audit
+reads or while ``recoverjobs`` fences them, ``recoverjobs`` killed or failing after each of its steps, two of them
+at once, bad input, and deleting a ledger that a dataset or a running job holds.
 
 The audit reads job records and dataset manifests to find what a write job left after its commit point
 (``DATASET_LEFTOVER``). These tests write those znodes straight into ZooKeeper with :class:`DatasetRegistry`
