@@ -603,7 +603,7 @@ def cmd_metaformat(args: argparse.Namespace, out: Output) -> int:
     """Format the cluster's metadata: every ledger, cookie and id generator goes; a new INSTANCEID."""
     with open_zookeeper(args) as (zk, uri):
         scheme = _ledger_scheme(zk, uri)
-        existed = admin.prepare_format(zk, uri.root)
+        existed = zk.exists(uri.root) is not None  # asked first: a refusal changes nothing
         if existed:
             if args.non_interactive:
                 if not args.force:
@@ -616,6 +616,7 @@ def cmd_metaformat(args: argparse.Namespace, out: Output) -> int:
             ):
                 out.line("not formatted")
                 return 1
+        admin.prepare_format(zk, uri.root)
         instance_id = admin.format_metadata(zk, uri.root, scheme)
     if out.json:
         out.document({"ledgersRootPath": uri.root, "instanceId": instance_id, "existed": existed})

@@ -138,3 +138,16 @@ def test_bookieformat_delete_cookie_with_the_cluster_from_the_environment_format
     assert code == 0, err
     assert json.loads(out)["cookieDeleted"] is True and zk_root.zk_client.exists(cookie) is None
     assert not any(journal.iterdir()) and not any(ledgers.iterdir())
+
+
+def test_metaformat_refused_changes_nothing(zk_root: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """``metaformat -n`` without ``-f`` on an existing cluster is refused, and the refusal leaves the cluster as it
+    was (before, the missing registration nodes were created first, then the format refused)."""
+    zk = zk_root.zk_client
+    zk.delete(f"{zk_root.path}/available", recursive=True)
+    before = sorted(zk.get_children(zk_root.path))
+    capsys.readouterr()
+    code = cli.main(["shell", "--metadata-service-uri", zk_root.metadata_service_uri, "metaformat", "-n"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "") and "-f/--force" in err and len(err.strip().splitlines()) == 1
+    assert sorted(zk.get_children(zk_root.path)) == before
