@@ -56,7 +56,7 @@ from bkspark.shell.common import (
     ShellError,
     client_conf,
     confirm,
-    metadata_service_uri,
+    given_metadata_service_uri,
     open_client,
     open_store,
     open_zookeeper,
@@ -658,12 +658,8 @@ def cmd_bookieformat(args: argparse.Namespace, out: Output) -> int:
     except BKError as exc:
         raise ShellError(f"bookie configuration {args.bookie_conf}: {exc}", 2) from None
     dirs = admin.BookieDirs(conf.journal_paths, conf.ledger_paths)
-    uri: str | None = conf.metadataServiceUri or None
-    if uri is None:
-        try:
-            uri = metadata_service_uri(args)  # the flag, --client-conf or $BKSPARK_METADATA_SERVICE_URI
-        except ShellError:
-            uri = None  # formatting the directories alone needs no cluster
+    # The bookie's own cluster, else the shell's; formatting the directories alone needs none.
+    uri = conf.metadataServiceUri or given_metadata_service_uri(args)
     if args.delete_cookie and not uri:  # refused before the first step, not between the two
         raise ShellError(
             "-d/--deleteCookie needs the cluster: metadataServiceUri in the bookie configuration, "

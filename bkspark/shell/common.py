@@ -36,6 +36,7 @@ __all__ = [
     "add_ledger_options",
     "resolve_ledger",
     "metadata_service_uri",
+    "given_metadata_service_uri",
     "client_conf",
     "open_store",
     "open_zookeeper",
@@ -204,13 +205,20 @@ def client_conf(args: argparse.Namespace) -> dict[str, str]:
     return conf
 
 
-def metadata_service_uri(args: argparse.Namespace) -> str:
-    """The cluster to talk to: the flag, else the client configuration's ``metadataServiceUri``, else the environment."""
-    uri = (
+def given_metadata_service_uri(args: argparse.Namespace) -> str | None:
+    """The cluster given: the flag, else the client configuration's ``metadataServiceUri``, else the environment;
+    None when none is (a command that can work without a cluster asks this)."""
+    return (
         getattr(args, "metadata_service_uri", None)
         or client_conf(args).get("metadataServiceUri")
         or os.environ.get(ENV_URI)
+        or None
     )
+
+
+def metadata_service_uri(args: argparse.Namespace) -> str:
+    """The cluster to talk to (:func:`given_metadata_service_uri`); a :class:`ShellError` when none is given."""
+    uri = given_metadata_service_uri(args)
     if not uri:
         raise ShellError(f"no cluster given: pass --metadata-service-uri URI or set ${ENV_URI}", 2)
     return uri
