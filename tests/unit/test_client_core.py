@@ -32,6 +32,7 @@ from bkspark.errors import (
     WriteOnReadOnlyBookieError,
 )
 from bkspark.metadata.store import Versioned
+from bkspark.placement import policy_from_conf
 from bkspark.placement.random_policy import RandomEnsemblePlacementPolicy
 from bkspark.protocol.digest import Digester, DigestType
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState, write_set
@@ -283,6 +284,25 @@ def test_conf_accepts_java_and_snake_names() -> None:
     assert ClientConf.from_mapping(batch_read_enabled=False).batchReadEnabled is False
     with pytest.raises(InvalidOptionError):
         ClientConf.from_mapping({"batchReadEnabled": "maybe"})
+
+
+def test_conf_defaults_and_aliases_are_the_documented_ones() -> None:
+    """docs/client.md, "Configuration": every default of the table, and the aliases it names."""
+    conf = ClientConf()
+    assert conf.useV2WireProtocol is True
+    assert (conf.addEntryTimeoutSec, conf.readEntryTimeoutSec, conf.zkTimeout) == (5.0, 5.0, 10.0)
+    assert conf.speculativeReadTimeout == 2000
+    assert conf.batchReadEnabled is True
+    assert conf.nettyMaxFrameSizeBytes == 5 * 1024 * 1024
+    assert (conf.maxPendingAdds, conf.maxPendingAddBytes, conf.readPipelineDepth) == (5000, 32 * 1024 * 1024, 256)
+    assert type(policy_from_conf(conf.placement_conf())) is RandomEnsemblePlacementPolicy
+    assert (conf.bookieAddressResolverEnabled, conf.enableBookieAddressTracking) == (True, True)
+    assert conf.ledgerMetadataVersion == 3
+    assert conf.storeSystemTimeAsLedgerCreationTime is False
+    assert (conf.enableDigestTypeAutodetection, conf.reorderReadSequenceEnabled) == (True, True)
+    assert (conf.maxNumEnsembleChanges, conf.explicitLacInterval) == (2**31 - 1, 0)
+    aliased = ClientConf.from_mapping({"throttle": "7", "batch_read_enabled": "false", "enableBookieAddressResolver": "false"})
+    assert (aliased.maxPendingAdds, aliased.batchReadEnabled, aliased.bookieAddressResolverEnabled) == (7, False, False)
 
 
 # -- write path ------------------------------------------------------------------------------------
