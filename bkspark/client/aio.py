@@ -689,20 +689,31 @@ class AsyncReadHandle(HandleIdentity):
         self.check_open()
         return self.reader.batch_read(start, max_count, max_size, self.lac)
 
+    def check_batched_args(self, first: object, last: object, batch_size: object, max_size: object, parallel: object) -> tuple[int, int]:
+        """The checks of a batched range read, made when it is called (an iterator's too, not at its first step)."""
+        first, last = _check_entry_range(first, last)
+        for name, value in (("batch_size", batch_size), ("max_size", max_size), ("parallel", parallel)):
+            check_int(value, name)
+        self.check_open()
+        return first, last
+
     def read_range_batched(
         self, first: int, last: int, batch_size: int = 100, max_size: int = 0, parallel: int = 4
     ) -> Awaitable[list[LedgerEntry]]:
         """Entries ``first..min(last, LAC)`` through batch reads, ``parallel`` batches in flight."""
-        first, last = _check_entry_range(first, last)
-        check_int(batch_size, "batch_size")
-        check_int(parallel, "parallel")
-        self.check_open()
+        first, last = self.check_batched_args(first, last, batch_size, max_size, parallel)
         return self.reader.read_range_batched(first, min(last, self.lac), batch_size, max_size, self.lac, parallel)
 
-    async def read_batched(
+    def read_batched(
         self, first: int, last: int, batch_size: int = 100, max_size: int = 0, parallel: int = 4
     ) -> AsyncIterator[LedgerEntry]:
         """Every entry ``first..last`` (up to the LAC), ``batch_size * parallel`` entries at a time."""
+        first, last = self.check_batched_args(first, last, batch_size, max_size, parallel)
+        return self._read_batched(first, last, batch_size, max_size, parallel)
+
+    async def _read_batched(
+        self, first: int, last: int, batch_size: int, max_size: int, parallel: int
+    ) -> AsyncIterator[LedgerEntry]:
         last = min(last, self.lac)
         window = max(1, batch_size) * max(1, parallel)
         cur = first

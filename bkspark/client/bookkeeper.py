@@ -707,7 +707,10 @@ class ReadHandle(HandleIdentity):
         self, first: int, last: int, batch_size: int = 100, max_size: int = 0, parallel: int = 4
     ) -> Iterator[LedgerEntry]:
         """Every entry ``first..last`` (up to the LAC) through batch reads, ``parallel`` batches in flight."""
-        self.aio.check_open()
+        first, last = self.aio.check_batched_args(first, last, batch_size, max_size, parallel)
+        return self._read_batched(first, last, batch_size, max_size, parallel)
+
+    def _read_batched(self, first: int, last: int, batch_size: int, max_size: int, parallel: int) -> Iterator[LedgerEntry]:
         last = min(last, self.aio.lac)
         window = max(1, batch_size) * max(1, parallel)
         cur = first
@@ -750,8 +753,8 @@ class ReadHandle(HandleIdentity):
         return self._bk._run(self.aio.read_last_add_confirmed())
 
     def __iter__(self) -> Iterator[LedgerEntry]:
-        """Every entry up to the LAC, read in batches."""
-        return self.read_batched(0, self.aio.lac)
+        """Every entry up to the LAC, read in batches (none for an empty ledger)."""
+        return self.read_batched(0, self.aio.lac) if self.aio.lac >= 0 else iter(())
 
     def close(self) -> None:
         self.aio.close()

@@ -8,7 +8,7 @@ import pytest
 
 from bkspark.client import BookKeeper
 from bkspark.client.aio import AsyncBookKeeper
-from bkspark.errors import EntryTooLargeError, LedgerClosedError
+from bkspark.errors import EntryTooLargeError, InvalidOptionError, LedgerClosedError
 from bkspark.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from tests.harness.python_bookie import PythonBookieCluster
 
@@ -86,3 +86,36 @@ def test_entry_limit_over_v3_and_on_the_async_handle(cluster, module_zk_root) ->
             assert len(lh.metadata.ensembles) == 1
 
     asyncio.run(run())
+
+
+def test_arguments_are_checked_when_called_the_same_in_both_apis(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md: a wrong type is a TypeError naming the argument, a wrong value an InvalidOptionError, raised
+    by the call itself (iterators included), in the blocking API and the asyncio one underneath alike."""
+    with BookKeeper(module_zk_root.metadata_service_uri) as bk:
+        lh = bk.create_ledger(3, 3, 2)
+        for i in range(10):
+            lh.append(b"e%d" % i)
+        rh = bk.open_ledger(lh.ledger_id, recovery=False)  # the writer goes on
+        assert rh.last_add_confirmed == 8  # entry 9 carries LAC 8 (piggy-backed at send time)
+        for client, reader in ((bk, rh), (bk.aio, rh.aio)):
+            with pytest.raises(TypeError, match="ledger id"):
+                client.open_ledger(float(lh.ledger_id))
+            with pytest.raises(InvalidOptionError, match="ledger id"):
+                client.delete_ledger(-1)
+            with pytest.raises(TypeError, match="ack_quorum_size"):
+                client.create_ledger(3, 3, True)
+            with pytest.raises(InvalidOptionError):
+                client.create_ledger(2, 3, 2)  # E < Qw
+            with pytest.raises(InvalidOptionError, match="entry range"):
+                reader.read(5, 3)
+            with pytest.raises(InvalidOptionError, match="last add confirmed"):
+                reader.read(0, 9)
+            with pytest.raises(InvalidOptionError, match="entry range"):
+                reader.read_batched(5, 3)
+            with pytest.raises(TypeError, match="first entry id"):
+                reader.read_batched("0", 3)
+        assert [e.payload for e in rh.read_unconfirmed(9, 9)] == [b"e9"]  # no LAC check
+        lh.close()
+        empty = bk.create_ledger(3, 3, 2)
+        empty.close()
+        assert list(bk.open_ledger(empty.ledger_id)) == []  # iterating reads up to the LAC: none here
