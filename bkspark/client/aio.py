@@ -723,15 +723,21 @@ class AsyncReadHandle(HandleIdentity):
                 yield entry
             cur = end + 1
 
-    async def read_payload_groups(self, first: int, last: int, **options: Any) -> AsyncIterator[tuple[int, list[bytes]]]:
+    def read_payload_groups(self, first: int, last: int, **options: Any) -> AsyncIterator[tuple[int, list[bytes]]]:
         """Every entry ``first..min(last, LAC)`` as ``(first entry id, payloads)`` groups (``bytes`` payloads) of up to
         ``rows_per_group`` entries / about ``bytes_per_group`` bytes, read pipelined (see
         :meth:`LedgerReader.stream_payloads`): the groups of :meth:`read_payload_runs` (whose options these are),
         one list each."""
-        async for group_first, pieces in self.read_payload_runs(first, last, **options):
+        return self._payload_groups_of(self.read_payload_runs(first, last, **options))
+
+    @staticmethod
+    async def _payload_groups_of(
+        runs: AsyncIterator[tuple[int, list[Sequence[bytes]]]]
+    ) -> AsyncIterator[tuple[int, list[bytes]]]:
+        async for group_first, pieces in runs:
             yield group_first, [payload for piece in pieces for payload in piece]
 
-    async def read_payload_runs(
+    def read_payload_runs(
         self,
         first: int,
         last: int,
@@ -753,6 +759,12 @@ class AsyncReadHandle(HandleIdentity):
         if rows_per_group < 1 or bytes_per_group < 1 or bytes_in_flight < 1:
             raise InvalidOptionError("rows_per_group, bytes_per_group and bytes_in_flight must be >= 1")
         self.check_open()
+        return self._read_payload_runs(first, last, batch_size, max_size, bytes_in_flight, batch, rows_per_group, bytes_per_group)
+
+    async def _read_payload_runs(
+        self, first: int, last: int, batch_size: int, max_size: int, bytes_in_flight: int, batch: bool,
+        rows_per_group: int, bytes_per_group: int,
+    ) -> AsyncIterator[tuple[int, list[Sequence[bytes]]]]:
         pieces: list[Sequence[bytes]] = []
         rows = 0
         group_first = first
@@ -776,12 +788,16 @@ class AsyncReadHandle(HandleIdentity):
         if pieces:
             yield group_first, pieces
 
-    async def read_batches(self, first: int, last: int, **options: Any) -> AsyncIterator[Any]:
+    def read_batches(self, first: int, last: int, **options: Any) -> AsyncIterator[Any]:
         """Every entry ``first..min(last, LAC)`` as ``pyarrow.RecordBatch``es of ``entry_id`` and ``payload``
         (needs pyarrow; options as :meth:`read_payload_groups`).  The batches are built on the loop thread:
         asyncio users who mind should take the payload groups and build them elsewhere."""
         require_pyarrow()
-        async for start, pieces in self.read_payload_runs(first, last, **options):
+        return self._record_batches_of(self.read_payload_runs(first, last, **options))
+
+    @staticmethod
+    async def _record_batches_of(runs: AsyncIterator[tuple[int, list[Sequence[bytes]]]]) -> AsyncIterator[Any]:
+        async for start, pieces in runs:
             yield payload_runs_batch(start, pieces)
 
     async def read_last_add_confirmed(self) -> int:

@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 from functools import partial
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from bkspark.client.aio import (
     AsyncBookKeeper, AsyncLedgerHandle, AsyncReadHandle, HandleIdentity, check_payload, check_payloads,
@@ -745,8 +745,13 @@ class ReadHandle(HandleIdentity):
         buffers the reads gathered taken as they are, or joined once); several batch requests in flight, spread
         over the bookies (see :meth:`read_payload_groups`).  Needs pyarrow."""
         require_pyarrow()
-        for start, pieces in self._groups_of(self.aio.read_payload_runs(first, last, **options)):
-            yield payload_runs_batch(start, pieces)
+        return self._record_batches_of(self._groups_of(self.aio.read_payload_runs(first, last, **options)))
+
+    @staticmethod
+    def _record_batches_of(groups: Iterator[tuple[int, list[Sequence[bytes]]]]) -> Iterator[Any]:
+        with contextlib.closing(groups):  # closing the batches closes the reads (_groups_of)
+            for start, pieces in groups:
+                yield payload_runs_batch(start, pieces)
 
     def read_last_add_confirmed(self) -> int:
         """Ask the bookies for the LAC (no RPC for a closed ledger); updates :attr:`last_add_confirmed`."""

@@ -114,6 +114,10 @@ def test_arguments_are_checked_when_called_the_same_in_both_apis(cluster, module
                 reader.read_batched(5, 3)
             with pytest.raises(TypeError, match="first entry id"):
                 reader.read_batched("0", 3)
+            with pytest.raises(InvalidOptionError, match="entry range"):
+                reader.read_batches(5, 3)
+            with pytest.raises(InvalidOptionError, match="rows_per_group"):
+                reader.read_payload_groups(0, 3, rows_per_group=0)
         assert [e.payload for e in rh.read_unconfirmed(9, 9)] == [b"e9"]  # no LAC check
         lh.close()
         empty = bk.create_ledger(3, 3, 2)
