@@ -1,8 +1,11 @@
-"""The asyncio API on the caller's own loop, and entries too large for a frame, against real Python bookies."""
+"""The asyncio API on the caller's own loop (its argument checks, its threads), and entries too large for a frame,
+against real Python bookies."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 
 import pytest
 
@@ -123,3 +126,28 @@ def test_arguments_are_checked_when_called_the_same_in_both_apis(cluster, module
         empty = bk.create_ledger(3, 3, 2)
         empty.close()
         assert list(bk.open_ledger(empty.ledger_id)) == []  # iterating reads up to the LAC: none here
+
+
+def test_zookeeper_calls_run_in_the_clients_own_pool_never_in_the_users_default_executor(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, "Threads": kazoo is thread-based, and its calls go to the client's ``bkspark-zk`` pool (8
+    threads), so an asyncio user's default executor is left to them; the blocking client's loop is a daemon thread."""
+
+    async def run() -> None:
+        users = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="users-default")
+        asyncio.get_running_loop().set_default_executor(users)
+        async with AsyncBookKeeper(module_zk_root.metadata_service_uri) as bk:
+            lh = await bk.create_ledger(3, 3, 2)
+            await lh.append(b"x")
+            await lh.close()
+            rh = await bk.open_ledger(lh.ledger_id)
+            assert [e.payload for e in await rh.read(0, 0)] == [b"x"]
+            assert lh.ledger_id in await bk.list_ledgers()
+            await bk.delete_ledger(lh.ledger_id)
+            names = [t.name for t in threading.enumerate()]
+            assert 1 <= sum(name.startswith("bkspark-zk") for name in names) <= 8
+            assert not [name for name in names if name.startswith("users-default")]  # its threads start on first use
+
+    asyncio.run(run())
+    with BookKeeper(module_zk_root.metadata_service_uri):
+        loops = [t for t in threading.enumerate() if t.name == "bkspark-client"]
+        assert loops and all(t.daemon for t in loops)
