@@ -151,3 +151,19 @@ def test_zookeeper_calls_run_in_the_clients_own_pool_never_in_the_users_default_
     with BookKeeper(module_zk_root.metadata_service_uri):
         loops = [t for t in threading.enumerate() if t.name == "bkspark-client"]
         assert loops and all(t.daemon for t in loops)
+
+
+def test_a_scoped_ledger_without_an_id_gets_a_random_63_bit_one_and_the_counter_stays(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md: with a scope id != 0 and no id, a random 63-bit id is drawn, BP-35 style, with no ZooKeeper
+    counter: the next scope-0 ledger takes the id after the one before (Python bookies advertise scope ids)."""
+    with BookKeeper(module_zk_root.metadata_service_uri) as bk:
+        before = bk.create_ledger(3, 3, 2)
+        scoped = [bk.create_ledger(3, 3, 2, scope_id=77) for _ in range(3)]
+        after = bk.create_ledger(3, 3, 2)
+        assert after.ledger_id == before.ledger_id + 1
+        scoped_ids = [lh.ledger_id for lh in scoped]
+        assert len(set(scoped_ids)) == 3 and all(0 <= lid < 2**63 for lid in scoped_ids)
+        assert max(scoped_ids) - min(scoped_ids) > 1_000  # drawn, not counted (false for one draw in about 2^50)
+        assert sorted(bk.list_ledgers(scope_id=77)) == sorted(scoped_ids)
+        for lh in (before, after, *scoped):
+            lh.close()
