@@ -589,6 +589,24 @@ def test_no_replacement_fails_pending_adds() -> None:
     asyncio.run(run())
 
 
+def test_max_num_ensemble_changes_bounds_the_changes_of_one_writer() -> None:
+    """``maxNumEnsembleChanges`` (Java's key): past that many ensemble changes, a failing bookie fails the writer."""
+    h = Harness(3, 3, 2, bookies=6, maxNumEnsembleChanges=1)
+    h.bookies[BOOKIES[1]].add_error = lambda e: BookieIOError("disk") if e >= 5 else None
+    h.bookies[BOOKIES[2]].add_error = lambda e: BookieIOError("disk") if e >= 10 else None
+
+    async def run() -> None:
+        w = h.writer()
+        results, _ = await append_all(w, [b"e%d" % i for i in range(15)])
+        acked = [r for r in results if isinstance(r, int)]
+        assert acked == list(range(len(acked))) and 5 <= len(acked) < 10  # the second failure came during the first change
+        assert w.ensemble_changes == 1
+        assert all(isinstance(r, NotEnoughBookiesError) and "too many ensemble changes" in str(r) for r in results[len(acked):])
+        assert sorted(h.store.data[7].metadata.ensembles) == [0, 6]  # the first change only
+
+    asyncio.run(run())
+
+
 def test_fenced_writer_never_acknowledges_later_entries() -> None:
     h = Harness(3, 3, 2)
 
