@@ -14,6 +14,7 @@ from bkspark.datasource.options import (
     parse_ledger_list,
     parse_read_options,
     parse_write_options,
+    selected_ledgers,
 )
 from bkspark.datasource.planning import Bounds, LedgerSlice, push_filters, split_ledger
 from bkspark.datasource.schema import COLUMNS, SCHEMA_DDL, arrow_schema, check_user_schema, schema_ddl, spark_schema
@@ -29,7 +30,7 @@ def test_read_options_parse_spark_style_lower_cased_strings() -> None:
         "batchreadenabled": "false", "batchmaxcount": "50", "digesttype": "mac", "password": "pw",
         "bookkeeper.readentrytimeout": "7",
     })
-    assert opts.ledger_ranges == ((7, 7), (9, 12))
+    assert opts.ledger_ranges == ((7, 7), (9, 9), (10, 12))  # 9 stays a single id: it must exist
     assert (opts.start_entry, opts.end_entry, opts.include_open_ledgers) == (5, 99, True)
     assert (opts.batch_read_enabled, opts.batch_max_count, opts.digest_type) == (False, 50, "HMAC")
     assert opts.password == b"pw"
@@ -97,8 +98,21 @@ def test_write_options_defaults_and_quorum_checks() -> None:
         parse_write_options({"metadataserviceuri": URI, "dataset": "../etc"})
 
 
-def test_ledger_lists_merge_overlapping_ranges() -> None:
-    assert parse_ledger_list("3,1,2,10-12,11-15") == ((1, 3), (10, 15))
+def test_ledger_lists_merge_overlapping_ranges_and_keep_single_ids() -> None:
+    """Ranges merge; single ids stay single (each must exist), also next to each other or inside a range."""
+    assert parse_ledger_list("3,1,2,10-12,11-15,16-17,3") == ((1, 1), (2, 2), (3, 3), (10, 17))
+    assert parse_ledger_list("5-9,7") == ((5, 9), (7, 7))
+
+
+def test_selected_ledgers_are_the_single_ids_and_the_listed_ids_in_ranges_once_each() -> None:
+    listings: list[int] = []
+
+    def list_ledgers() -> list[int]:
+        listings.append(1)
+        return [1, 4, 6, 7, 12, 40]
+
+    assert selected_ledgers(parse_ledger_list("3,7"), list_ledgers) == [3, 7] and listings == []  # no range: no listing
+    assert selected_ledgers(parse_ledger_list("3,5-7,7,10-20"), list_ledgers) == [3, 6, 7, 12] and listings == [1]
 
 
 def test_pushed_filters_become_exact_bounds_and_the_rest_come_back_by_identity() -> None:
