@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,15 @@ from bkspark.datasource.faults import ENV_FAULTS, FAULT_POINTS, injected
 from bkspark.datasource.options import parse_read_options
 from bkspark.datasource.reader import BookKeeperReader
 from bkspark.datasource.source import BookKeeperDataSource
-from bkspark.datasource.writer import JOB_PARENT_ROLE, TAG_DATASET, TAG_ROLE, BookKeeperWriter, recover_jobs
+from bkspark.datasource.writer import (
+    CLEANUP_ATTEMPTS,
+    CLEANUP_BACKOFF_SECONDS,
+    JOB_PARENT_ROLE,
+    TAG_DATASET,
+    TAG_ROLE,
+    BookKeeperWriter,
+    recover_jobs,
+)
 from bkspark.errors import NoSuchLedgerMetadataError
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
@@ -552,6 +561,32 @@ def test_a_dataset_of_the_old_single_znode_manifest_reads_and_migrates_on_the_ne
     assert spark_commit(writer, run_job(writer, [rows("over", 2)])) == "committed"
     assert read_rows(uri, dataset) == rows("over", 2)
     assert not {lid for _, lid in written} & ledgers_of(bk)
+    assert_clean(bk, registry, dataset)
+
+
+@pytest.mark.parametrize(("failures", "cleaned"), [(CLEANUP_ATTEMPTS - 1, True), (CLEANUP_ATTEMPTS, False)])
+def test_a_clean_up_step_is_tried_three_times_then_left_for_the_next_job(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, capsys: pytest.CaptureFixture[str], failures: int, cleaned: bool,
+) -> None:
+    """docs/connector.md: after the commit point each clean-up step is tried 3 times (0.2 s, then 0.4 s apart), then
+    logged and left; commit returns normally, and what is left keeps its committed record for recoverjobs."""
+    dataset = f"cleanup-tried-{failures}"
+    old = seed(uri, dataset)
+    writer = new_writer(uri, dataset, overwrite=False)
+    new = rows("new", 2)
+    messages = run_job(writer, [new], failed_attempts=1)  # the failed attempt's ledger is step 5's to delete
+    started = time.monotonic()
+    with injected(f"commit.published=connection-loss*{failures}"):
+        assert spark_commit(writer, messages) == "committed"
+    pauses = min(failures, CLEANUP_ATTEMPTS - 1)  # none after the last attempt
+    assert time.monotonic() - started >= sum(CLEANUP_BACKOFF_SECONDS * 2**i for i in range(pauses)) - 0.05
+    assert read_rows(uri, dataset) == sorted(old + new)
+    if cleaned:
+        assert_clean(bk, registry, dataset)
+        return
+    assert [registry.job(job).state for job in jobs_of(registry, dataset)] == [JobState.COMMITTED]  # type: ignore[union-attr]
+    assert leftovers_of(bk, registry, dataset)
+    recoverjobs(uri, capsys)
     assert_clean(bk, registry, dataset)
 
 
