@@ -626,7 +626,16 @@ def test_fenced_writer_never_acknowledges_later_entries() -> None:
     asyncio.run(run())
 
 
-def test_ensemble_change_on_recovering_ledger_reports_fenced() -> None:
+@pytest.mark.parametrize(
+    ("ended", "error"),
+    [(LedgerMetadata.in_recovery, LedgerFencedError), (lambda md: md.close(-1, 0), LedgerClosedError)],
+    ids=["IN_RECOVERY", "CLOSED"],
+)
+def test_ensemble_change_on_recovering_or_closed_ledger_reports_fenced_or_closed(
+    ended: Callable[[LedgerMetadata], LedgerMetadata], error: type[Exception]
+) -> None:
+    """docs/client.md: an ensemble change that finds the ledger IN_RECOVERY fails with LedgerFencedError, CLOSED
+    with LedgerClosedError."""
     h = Harness(3, 3, 2, bookies=4)
     h.bookies[BOOKIES[2]].add_error = lambda e: BookieIOError("disk")
     h.bookies[BOOKIES[0]].delay = h.bookies[BOOKIES[1]].delay = 0.1  # the error comes first
@@ -634,9 +643,9 @@ def test_ensemble_change_on_recovering_ledger_reports_fenced() -> None:
     async def run() -> None:
         w = h.writer()
         v = h.store.data[7]
-        h.store.data[7] = Versioned(v.metadata.in_recovery(), v.version + 1)
+        h.store.data[7] = Versioned(ended(v.metadata), v.version + 1)
         results, _ = await append_all(w, [b"q"])
-        assert isinstance(results[0], LedgerFencedError)
+        assert type(results[0]) is error
 
     asyncio.run(run())
 
