@@ -301,3 +301,22 @@ def test_a_cancelled_append_future_stays_cancelled_when_its_entry_completes(loop
     loop.run(lambda: writer.complete_single(BookieTimeoutError("add timed out")))
     assert first.cancelled() and isinstance(second.exception(0), BookieTimeoutError)
     assert (lh._in_flight, lh._in_flight_bytes) == (0, 0)
+
+
+def test_bytes_payloads_are_kept_and_mutable_ones_copied(loop: Loop) -> None:
+    """docs/client.md, "Bulk append": ``bytes`` payloads are kept as they are; a bytearray or memoryview is copied
+    (the writer keeps each payload until it is acknowledged), and so is the caller's list."""
+    lh, writer = handle(loop)
+    kept, changing = b"abc", bytearray(b"def")
+    payloads: list[bytes | bytearray | memoryview] = [kept, changing, memoryview(changing)]
+    lh.append_many(payloads)
+    single = lh.append_async(changing)
+    changing[:] = b"XYZ"
+    payloads.append(b"late")
+    loop.run(lambda: None)  # the inbox is drained
+    handed, _callback = writer.batches[0]
+    assert handed[0] is kept and list(handed) == [b"abc", b"def", b"def"]
+    assert writer.singles[0][0] == b"def"
+    loop.run(writer.complete_batch)
+    loop.run(writer.complete_single)
+    assert single.result(0) == 3
