@@ -63,6 +63,7 @@ def test_entry_over_the_frame_limit_is_refused_locally_and_the_ledger_stays_writ
         with pytest.raises(EntryTooLargeError, match="nettyMaxFrameSizeBytes") as info:
             lh.append(b"x" * 6_000_000)
         assert info.value.context["max_payload"] == lh.max_payload < DEFAULT_MAX_FRAME_SIZE
+        assert isinstance(info.value, ValueError) and f"at most {lh.max_payload} bytes" in str(info.value)  # names the limit
         with pytest.raises(EntryTooLargeError):
             lh.append_async(b"x" * 6_000_000)
         assert lh.append(b"ok") == 1  # ids stay dense: nothing was taken by the refused entries
