@@ -330,6 +330,24 @@ def test_an_error_after_each_abort_step_leaves_the_old_rows_and_leftovers_the_sh
     assert read_rows(uri, dataset) == old
 
 
+def test_a_straggling_task_of_an_aborted_job_fails_and_deletes_its_ledger(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """docs/connector.md, transition 2: a task registers its ledger only under an existing record, so a task still
+    running after its job was aborted (the record gone) fails with JobGoneError and leaves no ledger behind."""
+    dataset = "straggler-of-aborted-job"
+    old = seed(uri, dataset)
+    writer = new_writer(uri, dataset, overwrite=False)
+    run_job(writer, [rows("new", 2)])
+    assert spark_commit_abort(writer) == "aborted" and jobs_of(registry, dataset) == []
+    before = ledgers_of(bk, dataset)
+    with pytest.raises(JobGoneError):
+        task(writer, rows("straggler", 2))
+    assert ledgers_of(bk, dataset) == before
+    assert read_rows(uri, dataset) == old
+    assert_clean(bk, registry, dataset)
+
+
 def test_abort_after_the_commit_point_never_deletes_committed_ledgers(
     uri: str, bk: BookKeeper, registry: DatasetRegistry
 ) -> None:
