@@ -218,10 +218,10 @@ def assert_clean(bk: BookKeeper, registry: DatasetRegistry, dataset: str) -> Non
         assert bk.get_ledger_metadata(pid).custom_metadata[TAG_ROLE] == JOB_PARENT_ROLE
 
 
-def recoverjobs(uri: str, capsys: pytest.CaptureFixture[str]) -> str:
-    """``bkspark shell recoverjobs --stale-after 0``: what removes a crashed job's leftovers."""
+def recoverjobs(uri: str, capsys: pytest.CaptureFixture[str], options: tuple[str, ...] = ("--stale-after", "0")) -> str:
+    """``bkspark shell recoverjobs --stale-after 0`` (or with ``options``): what removes a crashed job's leftovers."""
     capsys.readouterr()
-    code = cli.main(["shell", "--metadata-service-uri", uri, "recoverjobs", "--stale-after", "0"])
+    code = cli.main(["shell", "--metadata-service-uri", uri, "recoverjobs", *options])
     out = capsys.readouterr().out
     assert code == 0, out
     return out
@@ -328,6 +328,24 @@ def test_an_error_after_each_abort_step_leaves_the_old_rows_and_leftovers_the_sh
     recoverjobs(uri, capsys)
     assert_clean(bk, registry, dataset)
     assert read_rows(uri, dataset) == old
+
+
+def test_recoverjobs_leaves_a_writing_job_younger_than_stale_after_an_hour_by_default(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/connector.md: recoverjobs aborts ``writing`` jobs older than ``--stale-after`` (default 3600 s) only: a
+    younger one may still be running, and fencing it would fail its commit."""
+    dataset = "young-writing-job"
+    old = seed(uri, dataset)
+    writer = new_writer(uri, dataset, overwrite=False)
+    messages = run_job(writer, [rows("new", 2)])
+    for options in ((), ("--dataset", dataset), ("--stale-after", "600")):
+        recoverjobs(uri, capsys, options)
+        (job,) = jobs_of(registry, dataset)
+        assert registry.job(job).state is JobState.WRITING  # type: ignore[union-attr]
+    assert spark_commit(writer, messages) == "committed"  # the job was left alone: it commits
+    assert read_rows(uri, dataset) == sorted(old + rows("new", 2))
+    assert_clean(bk, registry, dataset)
 
 
 def test_a_straggling_task_of_an_aborted_job_fails_and_deletes_its_ledger(
