@@ -88,6 +88,7 @@ def test_bounds_admit_every_signed_scope_until_a_filter_narrows_them() -> None:
 def test_write_options_defaults_and_quorum_checks() -> None:
     opts = parse_write_options({"metadataserviceuri": URI, "dataset": "events"})
     assert (opts.ensemble_size, opts.write_quorum_size, opts.ack_quorum_size, opts.digest_type) == (3, 2, 2, "CRC32C")
+    assert (opts.scope_id, opts.password, opts.application_id, opts.client_conf) == (0, b"", None, ())
     with pytest.raises(InvalidOptionError, match="writeQuorumSize"):
         parse_write_options({"metadataserviceuri": URI, "dataset": "e", "ensemblesize": "2", "writequorumsize": "3"})
     with pytest.raises(InvalidOptionError, match="ackQuorumSize"):
