@@ -875,6 +875,29 @@ def test_batch_read_mismatch_inside_batch_returns_prefix_then_next_replica(recei
     asyncio.run(run())
 
 
+def test_batch_read_sizes_are_clamped_to_the_frame_size() -> None:
+    """docs/client.md: a batch read's request is clamped to ``nettyMaxFrameSizeBytes``; ``max_size <= 0`` means the
+    frame size (docs/connector.md: the client clamps ``batchMaxSize`` so)."""
+    h = Harness(3, 3, 2, nettyMaxFrameSizeBytes=65536)
+    asked: list[int] = []
+    answer = h.ops.batch_read_async
+
+    async def recording(bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
+        asked.append(max_size)
+        return await answer(bookie_id, ledger_id, start, max_count, max_size, scope_id)
+
+    h.ops.batch_read_async = recording  # type: ignore[method-assign]
+
+    async def run() -> None:
+        await _filled(h, 10)
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        for max_size in (0, -1, 10**9, 2000):
+            assert [e.entry_id for e in await reader.batch_read(0, 5, max_size, 9)][0] == 0
+        assert asked == [65536, 65536, 65536, 2000]
+
+    asyncio.run(run())
+
+
 def test_batch_read_fallbacks_and_limits() -> None:
     h = Harness(3, 3, 2, batchReadEnabled=False)
 
