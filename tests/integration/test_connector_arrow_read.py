@@ -153,6 +153,22 @@ def test_single_ledger_ids_must_exist_and_ranges_take_the_ledgers_in_them(py_clu
         assert_same_rows(got, want)
 
 
+def test_ledger_ctime_is_the_recorded_creation_time_else_the_znodes(py_cluster: PythonBookieCluster) -> None:
+    """docs/connector.md, Schema: ``ledger_ctime`` is the metadata's ``ctime`` when the creator recorded it
+    (``storeSystemTimeAsLedgerCreationTime``), else the creation time of the ledger's znode, as Java reports it."""
+    uri = py_cluster.metadata_service_uri
+    for recorded in (False, True):
+        with BookKeeper(uri, storeSystemTimeAsLedgerCreationTime=recorded) as bk:
+            lid = write_bkspark_ledger(bk, [b"a", b"b"], ensemble_size=2, write_quorum_size=2, ack_quorum_size=2)
+            md = bk.get_ledger_metadata(lid)
+            znode_ctime_ms = bk.zk.exists(bk.store.ledger_path(lid)).ctime
+        assert md.store_ctime is recorded and md.ctime > 0
+        if not recorded:
+            assert md.ctime == znode_ctime_ms
+        got, _ = reader_table(uri, lid)
+        assert got.column("ledger_ctime").cast(pa.int64()).to_pylist() == [md.ctime * 1000] * 2  # microseconds
+
+
 def test_ledgers_of_large_entries_are_cut_and_packed_by_bytes(py_cluster: PythonBookieCluster) -> None:
     """maxBytesPerPartition (docs/connector.md, "Partitions"): a closed ledger's metadata length gives its mean
     entry size, its slices hold at most that many estimated bytes and packing stops there; the rows never change."""
