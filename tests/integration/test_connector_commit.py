@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from kazoo.exceptions import ConnectionLoss
 
 from bkspark import cli
 from bkspark.audit import Auditor, OrphanReason, list_orphans
@@ -346,6 +347,35 @@ def test_recoverjobs_leaves_a_writing_job_younger_than_stale_after_an_hour_by_de
     assert spark_commit(writer, messages) == "committed"  # the job was left alone: it commits
     assert read_rows(uri, dataset) == sorted(old + rows("new", 2))
     assert_clean(bk, registry, dataset)
+
+
+def test_the_shards_of_a_live_job_survive_another_jobs_sweep(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """docs/connector.md, The manifest: a shard is deleted only when no root names it and its job's record is gone,
+    so the shards a live job wrote before its commit point survive the sweep of a job that commits meanwhile."""
+    dataset = "live-job-shards"
+    old = seed(uri, dataset)
+    slow = new_writer(uri, dataset, overwrite=False)
+    slow_messages = run_job(slow, [rows("slow", 2)])
+    with injected("commit.shards-written=connection-loss"), pytest.raises(ConnectionLoss, match="commit.shards-written"):
+        slow.commit(slow_messages)  # its shards are written, its multi never ran; its record stays `writing`
+
+    def unnamed_shards_of(writer: BookKeeperWriter) -> set[str]:
+        root = registry.root(dataset)
+        assert root is not None
+        named = {r.shard_id for r in (*root.shards, *root.retired)}
+        written = set(bk.store.zk.get_children(registry.shards_path(dataset)))
+        return {sid for sid in written - named if sid.startswith(f"{writer.job_id}.")}
+
+    pending = unnamed_shards_of(slow)
+    assert pending
+    fast = new_writer(uri, dataset, overwrite=False)
+    assert spark_commit(fast, run_job(fast, [rows("fast", 2)])) == "committed"  # its clean-up sweeps the dataset
+    assert unnamed_shards_of(slow) == pending
+    assert spark_commit(slow, slow_messages) == "committed"  # Spark's retried commit
+    assert read_rows(uri, dataset) == sorted(old + rows("slow", 2) + rows("fast", 2))
+    assert_clean(bk, registry, dataset)  # the slow job's unpublished shards went with its record
 
 
 def test_a_straggling_task_of_an_aborted_job_fails_and_deletes_its_ledger(
