@@ -715,6 +715,27 @@ def test_read_skips_tampered_copy_and_speculates_past_a_slow_bookie() -> None:
     asyncio.run(run())
 
 
+@pytest.mark.parametrize(("speculative_ms", "speculates"), [(0, False), (50, True)])
+def test_a_speculative_read_timeout_of_zero_disables_speculation(speculative_ms: int, speculates: bool) -> None:
+    """docs/client.md, Configuration: ``speculativeReadTimeout`` 0 disables speculative reads; every bookie answering
+    slowly, each entry is then asked of one replica only, in a range read and a single read alike."""
+    h = Harness(3, 3, 2, speculativeReadTimeout=speculative_ms)
+
+    async def run() -> None:
+        await _filled(h, 6)
+        for b in h.bookies.values():
+            b.delay = 0.2
+            b.asked = 0
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        got = await reader.read_range(0, 5)
+        assert [e.payload for e in got] == [b"v%03d" % i for i in range(6)]
+        assert bytes((await reader.read_entry(0)).payload) == b"v000"
+        asked = sum(b.asked for b in h.bookies.values())
+        assert asked > 7 if speculates else asked == 7  # 7 reads, one replica each without speculation
+
+    asyncio.run(run())
+
+
 def test_a_range_read_arms_one_speculative_timer_for_the_reads_it_sends_together() -> None:
     """read_range sends its first readPipelineDepth reads at once and arms one timer for them (not one each); when
     it fires, each read still waiting for the slow bookie speculates as its own timer would have, and a read
