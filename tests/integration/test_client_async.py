@@ -11,7 +11,7 @@ import pytest
 
 from bkspark.client import BookKeeper
 from bkspark.client.aio import AsyncBookKeeper
-from bkspark.errors import EntryTooLargeError, InvalidOptionError, LedgerClosedError
+from bkspark.errors import DigestMismatchError, EntryTooLargeError, InvalidOptionError, LedgerClosedError
 from bkspark.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from tests.harness.python_bookie import PythonBookieCluster
 
@@ -168,3 +168,20 @@ def test_a_scoped_ledger_without_an_id_gets_a_random_63_bit_one_and_the_counter_
         assert sorted(bk.list_ledgers(scope_id=77)) == sorted(scoped_ids)
         for lh in (before, after, *scoped):
             lh.close()
+
+
+def test_digest_type_autodetection_is_on_by_default_and_off_refuses_another_digest(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, Configuration: ``enableDigestTypeAutodetection`` (True) reads with the ledger's own digest
+    whatever the caller names; turned off, another digest type is refused, as Java's client refuses it."""
+    uri = module_zk_root.metadata_service_uri
+    with BookKeeper(uri) as bk:
+        lh = bk.create_ledger(3, 3, 2, digest_type="CRC32C", password=b"pw")
+        lh.append(b"x")
+        lh.close()
+        with bk.open_ledger(lh.ledger_id, password=b"pw", digest_type="CRC32") as rh:
+            assert [e.payload for e in rh.read(0, 0)] == [b"x"]
+    with BookKeeper(uri, enableDigestTypeAutodetection=False) as bk:
+        with pytest.raises(DigestMismatchError, match="digest type"):
+            bk.open_ledger(lh.ledger_id, password=b"pw", digest_type="CRC32")
+        with bk.open_ledger(lh.ledger_id, password=b"pw", digest_type="CRC32C") as rh:
+            assert [e.payload for e in rh.read(0, 0)] == [b"x"]
