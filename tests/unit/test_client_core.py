@@ -369,6 +369,29 @@ def test_failed_bookie_triggers_ensemble_change_and_resend(error: Exception) -> 
     asyncio.run(run())
 
 
+def test_recently_failed_bookies_are_passed_over_as_replacements_while_others_can_serve() -> None:
+    """docs/client.md, "Write path": a bookie that failed within ``bookieFailureHistoryExpirationMSec`` is not
+    chosen as a replacement while another can serve (ten random placements here), and is chosen when none can."""
+
+    def replacement(bookies: int) -> str:
+        h = Harness(3, 3, 2, bookies=bookies)
+        h.ops.pool.note_failure(BOOKIES[bookies - 1])  # the last bookie failed a moment ago
+        h.bookies[BOOKIES[1]].add_error = lambda e: BookieIOError("disk") if e >= 2 else None
+
+        async def run() -> str:
+            results, _ = await append_all(h.writer(), [b"r%d" % i for i in range(5)])
+            assert results == list(range(5))
+            ensembles = h.store.data[7].metadata.ensembles
+            assert len(ensembles) == 2
+            (new,) = set(ensembles[max(ensembles)]) - set(ensembles[0])
+            return new
+
+        return asyncio.run(run())
+
+    assert {replacement(5) for _ in range(10)} == {BOOKIES[3]}  # b4 failed recently: b3 every time
+    assert replacement(4) == BOOKIES[3]  # b3 failed recently, and no other bookie can serve
+
+
 def refusing_as_too_many(times: int) -> Callable[[int], BaseException | None]:
     """An add_error that refuses each entry ``times`` times as too many (ETOOMANYREQUESTS), then takes it."""
     refused: dict[int, int] = {}
