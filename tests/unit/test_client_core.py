@@ -645,6 +645,10 @@ def test_fenced_writer_never_acknowledges_later_entries() -> None:
             b.fenced.clear()  # even if a bookie would take it now, the handle refuses
         results, order = await append_all(w, [b"c"])
         assert isinstance(results[0], LedgerFencedError) and order == []
+        # close() of a fenced writer leaves the metadata to the recovery (docs/client.md, "Write path")
+        writes, before = h.store.writes, h.store.data[7]
+        await w.close()
+        assert h.store.writes == writes and h.store.data[7] is before and before.metadata.state == LedgerState.OPEN
 
     asyncio.run(run())
 
