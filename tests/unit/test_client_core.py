@@ -1019,6 +1019,27 @@ def test_recovery_finds_tail_readds_and_closes() -> None:
     asyncio.run(run())
 
 
+def test_recovery_of_a_ledger_whose_last_segment_is_empty_starts_at_its_start_with_the_right_length() -> None:
+    """docs/client.md, Recovery: the fence answers (entry 4, LAC 3) are older than the last segment (from 5): the
+    recovery starts at ``max(LAC, lastSegmentStart - 1)``, reads entry 4 for its length, re-adds nothing and closes
+    at 4 with the length the writer had."""
+    h = Harness(3, 3, 2, bookies=4)
+
+    async def run() -> None:
+        w = await _filled(h, 5)
+        v = h.store.data[7]
+        segments = {0: tuple(BOOKIES[:3]), 5: (BOOKIES[0], BOOKIES[1], BOOKIES[3])}  # changed after 4, then died
+        h.store.data[7] = Versioned(replace(v.metadata, ensembles=segments), v.version + 1)
+        for b in h.bookies.values():
+            b.adds.clear()
+        md = (await recover_ledger(h.ctx(), h.ref, h.store.data[7], b"pw")).metadata
+        assert (md.state, md.last_entry_id, md.length) == (LedgerState.CLOSED, 4, w.confirmed_length)
+        assert md.ensembles == segments
+        assert all(b.adds == [] for b in h.bookies.values())  # entry 4 was not re-added
+
+    asyncio.run(run())
+
+
 def test_recovery_of_empty_ledger_closes_at_minus_one() -> None:
     h = Harness(3, 2, 2)
 
