@@ -187,3 +187,18 @@ def test_the_asyncio_api_has_the_blocking_methods_under_the_same_names_and_argum
         assert [(p.name, p.kind, p.default) for p in params.values()] == [
             (p.name, p.kind, p.default) for p in async_params.values()
         ], name
+
+
+def test_the_documented_defaults_of_more_of_the_api() -> None:
+    """docs/client.md, "More of the API": ``create_ledger_adv(ledger_id, scope_id=0, ...)``, ``list_ledgers(scope_id=0)``,
+    ``get_ledger_metadata(ledger_id, scope_id=0)``, ``read_batched(first, last, batch_size=100, max_size=0, parallel=4)``."""
+
+    def defaults(method: object) -> dict[str, object]:
+        return {name: p.default for name, p in inspect.signature(method).parameters.items()  # type: ignore[arg-type]
+                if p.default is not inspect.Parameter.empty}
+
+    assert defaults(BookKeeper.create_ledger_adv) == {"scope_id": 0}
+    assert defaults(BookKeeper.list_ledgers) == {"scope_id": 0}
+    assert defaults(BookKeeper.get_ledger_metadata) == {"scope_id": 0}
+    assert defaults(ReadHandle.read_batched) == {"batch_size": 100, "max_size": 0, "parallel": 4}
+    assert defaults(BookKeeper.open_ledger)["recovery"] is True  # recovery=True by default
