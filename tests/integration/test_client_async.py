@@ -163,6 +163,10 @@ def test_a_scoped_ledger_without_an_id_gets_a_random_63_bit_one_and_the_counter_
         after = bk.create_ledger(3, 3, 2)
         assert after.ledger_id == before.ledger_id + 1
         scoped_ids = [lh.ledger_id for lh in scoped]
+        # bk.zk and bk.ledgers_root (docs/client.md, "More of the API"): the session and the root the ledgers live in
+        assert bk.ledgers_root == module_zk_root.path and bk.zk.connected
+        znode = bk.store.ledger_path(after.ledger_id)
+        assert znode.startswith(f"{bk.ledgers_root}/") and bk.zk.exists(znode) is not None
         assert len(set(scoped_ids)) == 3 and all(0 <= lid < 2**63 for lid in scoped_ids)
         assert max(scoped_ids) - min(scoped_ids) > 1_000  # drawn, not counted (false for one draw in about 2^50)
         assert sorted(bk.list_ledgers(scope_id=77)) == sorted(scoped_ids)
