@@ -689,20 +689,31 @@ class AsyncReadHandle(HandleIdentity):
         self.check_open()
         return self.reader.batch_read(start, max_count, max_size, self.lac)
 
+    def check_batched_args(self, first: object, last: object, batch_size: object, max_size: object, parallel: object) -> tuple[int, int]:
+        """The checks of a batched range read, made when it is called (an iterator's too, not at its first step)."""
+        first, last = _check_entry_range(first, last)
+        for name, value in (("batch_size", batch_size), ("max_size", max_size), ("parallel", parallel)):
+            check_int(value, name)
+        self.check_open()
+        return first, last
+
     def read_range_batched(
         self, first: int, last: int, batch_size: int = 100, max_size: int = 0, parallel: int = 4
     ) -> Awaitable[list[LedgerEntry]]:
         """Entries ``first..min(last, LAC)`` through batch reads, ``parallel`` batches in flight."""
-        first, last = _check_entry_range(first, last)
-        check_int(batch_size, "batch_size")
-        check_int(parallel, "parallel")
-        self.check_open()
+        first, last = self.check_batched_args(first, last, batch_size, max_size, parallel)
         return self.reader.read_range_batched(first, min(last, self.lac), batch_size, max_size, self.lac, parallel)
 
-    async def read_batched(
+    def read_batched(
         self, first: int, last: int, batch_size: int = 100, max_size: int = 0, parallel: int = 4
     ) -> AsyncIterator[LedgerEntry]:
         """Every entry ``first..last`` (up to the LAC), ``batch_size * parallel`` entries at a time."""
+        first, last = self.check_batched_args(first, last, batch_size, max_size, parallel)
+        return self._read_batched(first, last, batch_size, max_size, parallel)
+
+    async def _read_batched(
+        self, first: int, last: int, batch_size: int, max_size: int, parallel: int
+    ) -> AsyncIterator[LedgerEntry]:
         last = min(last, self.lac)
         window = max(1, batch_size) * max(1, parallel)
         cur = first
@@ -712,15 +723,21 @@ class AsyncReadHandle(HandleIdentity):
                 yield entry
             cur = end + 1
 
-    async def read_payload_groups(self, first: int, last: int, **options: Any) -> AsyncIterator[tuple[int, list[bytes]]]:
+    def read_payload_groups(self, first: int, last: int, **options: Any) -> AsyncIterator[tuple[int, list[bytes]]]:
         """Every entry ``first..min(last, LAC)`` as ``(first entry id, payloads)`` groups (``bytes`` payloads) of up to
         ``rows_per_group`` entries / about ``bytes_per_group`` bytes, read pipelined (see
         :meth:`LedgerReader.stream_payloads`): the groups of :meth:`read_payload_runs` (whose options these are),
         one list each."""
-        async for group_first, pieces in self.read_payload_runs(first, last, **options):
+        return self._payload_groups_of(self.read_payload_runs(first, last, **options))
+
+    @staticmethod
+    async def _payload_groups_of(
+        runs: AsyncIterator[tuple[int, list[Sequence[bytes]]]]
+    ) -> AsyncIterator[tuple[int, list[bytes]]]:
+        async for group_first, pieces in runs:
             yield group_first, [payload for piece in pieces for payload in piece]
 
-    async def read_payload_runs(
+    def read_payload_runs(
         self,
         first: int,
         last: int,
@@ -742,6 +759,12 @@ class AsyncReadHandle(HandleIdentity):
         if rows_per_group < 1 or bytes_per_group < 1 or bytes_in_flight < 1:
             raise InvalidOptionError("rows_per_group, bytes_per_group and bytes_in_flight must be >= 1")
         self.check_open()
+        return self._read_payload_runs(first, last, batch_size, max_size, bytes_in_flight, batch, rows_per_group, bytes_per_group)
+
+    async def _read_payload_runs(
+        self, first: int, last: int, batch_size: int, max_size: int, bytes_in_flight: int, batch: bool,
+        rows_per_group: int, bytes_per_group: int,
+    ) -> AsyncIterator[tuple[int, list[Sequence[bytes]]]]:
         pieces: list[Sequence[bytes]] = []
         rows = 0
         group_first = first
@@ -765,12 +788,16 @@ class AsyncReadHandle(HandleIdentity):
         if pieces:
             yield group_first, pieces
 
-    async def read_batches(self, first: int, last: int, **options: Any) -> AsyncIterator[Any]:
+    def read_batches(self, first: int, last: int, **options: Any) -> AsyncIterator[Any]:
         """Every entry ``first..min(last, LAC)`` as ``pyarrow.RecordBatch``es of ``entry_id`` and ``payload``
         (needs pyarrow; options as :meth:`read_payload_groups`).  The batches are built on the loop thread:
         asyncio users who mind should take the payload groups and build them elsewhere."""
         require_pyarrow()
-        async for start, pieces in self.read_payload_runs(first, last, **options):
+        return self._record_batches_of(self.read_payload_runs(first, last, **options))
+
+    @staticmethod
+    async def _record_batches_of(runs: AsyncIterator[tuple[int, list[Sequence[bytes]]]]) -> AsyncIterator[Any]:
+        async for start, pieces in runs:
             yield payload_runs_batch(start, pieces)
 
     async def read_last_add_confirmed(self) -> int:

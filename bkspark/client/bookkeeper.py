@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 from functools import partial
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from bkspark.client.aio import (
     AsyncBookKeeper, AsyncLedgerHandle, AsyncReadHandle, HandleIdentity, check_payload, check_payloads,
@@ -707,7 +707,10 @@ class ReadHandle(HandleIdentity):
         self, first: int, last: int, batch_size: int = 100, max_size: int = 0, parallel: int = 4
     ) -> Iterator[LedgerEntry]:
         """Every entry ``first..last`` (up to the LAC) through batch reads, ``parallel`` batches in flight."""
-        self.aio.check_open()
+        first, last = self.aio.check_batched_args(first, last, batch_size, max_size, parallel)
+        return self._read_batched(first, last, batch_size, max_size, parallel)
+
+    def _read_batched(self, first: int, last: int, batch_size: int, max_size: int, parallel: int) -> Iterator[LedgerEntry]:
         last = min(last, self.aio.lac)
         window = max(1, batch_size) * max(1, parallel)
         cur = first
@@ -742,16 +745,21 @@ class ReadHandle(HandleIdentity):
         buffers the reads gathered taken as they are, or joined once); several batch requests in flight, spread
         over the bookies (see :meth:`read_payload_groups`).  Needs pyarrow."""
         require_pyarrow()
-        for start, pieces in self._groups_of(self.aio.read_payload_runs(first, last, **options)):
-            yield payload_runs_batch(start, pieces)
+        return self._record_batches_of(self._groups_of(self.aio.read_payload_runs(first, last, **options)))
+
+    @staticmethod
+    def _record_batches_of(groups: Iterator[tuple[int, list[Sequence[bytes]]]]) -> Iterator[Any]:
+        with contextlib.closing(groups):  # closing the batches closes the reads (_groups_of)
+            for start, pieces in groups:
+                yield payload_runs_batch(start, pieces)
 
     def read_last_add_confirmed(self) -> int:
         """Ask the bookies for the LAC (no RPC for a closed ledger); updates :attr:`last_add_confirmed`."""
         return self._bk._run(self.aio.read_last_add_confirmed())
 
     def __iter__(self) -> Iterator[LedgerEntry]:
-        """Every entry up to the LAC, read in batches."""
-        return self.read_batched(0, self.aio.lac)
+        """Every entry up to the LAC, read in batches (none for an empty ledger)."""
+        return self.read_batched(0, self.aio.lac) if self.aio.lac >= 0 else iter(())
 
     def close(self) -> None:
         self.aio.close()

@@ -31,18 +31,20 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
-from bkspark.errors import BadMetadataError, MetadataError
+from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError
 from bkspark.protocol import zk_paths
 from bkspark.retry import METADATA_CAS_RETRY
 
 __all__ = [
     "BKSPARK_NODE",
     "SHARD_MAX_LEDGERS",
+    "JOB_ID",
     "MAX_COMMIT_KEYS",
     "CommitKey",
     "DatasetManifest",
@@ -64,6 +66,9 @@ FORMAT_SHARDED = 2
 SHARD_MAX_LEDGERS = 10_000
 #: Idempotency keys a root remembers (the least recently published writer is forgotten first).
 MAX_COMMIT_KEYS = 1000
+#: A job id: it names the job's record znode and prefixes its shards' names (``<job>.<random>.<n>``), so it may hold
+#: neither a slash nor a dot (the sweep reads a shard's job back as the part before the first dot).
+JOB_ID = re.compile(r"[0-9A-Za-z_-]+")
 #: Compare-and-set attempts of one publish before it gives up (each lost one means another commit won).
 MAX_PUBLISH_ATTEMPTS = 100
 #: The metadata CAS policy for the manifest root and the job records: MAX_PUBLISH_ATTEMPTS tries, no deadline (each lost try means
@@ -366,9 +371,12 @@ class DatasetRegistry:
 
     # -- jobs ---------------------------------------------------------------
     def begin_job(self, job_id: str, record: JobRecord) -> None:
-        """Create the job's record (state ``writing``), before any task may register a ledger; idempotent."""
+        """Create the job's record (state ``writing``), before any task may register a ledger; idempotent.
+        ``job_id`` must match :data:`JOB_ID` (:class:`InvalidOptionError` otherwise, before ZooKeeper is asked)."""
         from kazoo.exceptions import NodeExistsError
 
+        if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
+            raise InvalidOptionError(f"job id {job_id!r} is not [0-9A-Za-z_-]+ (it prefixes the job's shard names)")
         try:
             self._zk.create(self.job_path(job_id), record.to_bytes(), makepath=True)
         except NodeExistsError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Iterable, Mapping
 
 from bkspark.datasource.packing import DEFAULT_ENTRY_MAX_BYTES
 from bkspark.errors import InvalidOptionError
@@ -24,6 +24,7 @@ __all__ = [
     "parse_write_options",
     "parse_ledger_list",
     "check_dataset_name",
+    "selected_ledgers",
     "DIGEST_TYPES",
     "DEFAULT_MAX_BYTES_PER_PARTITION",
 ]
@@ -162,7 +163,9 @@ def check_dataset_name(name: str, option: str = "dataset") -> str:
 
 
 def parse_ledger_list(text: str) -> tuple[tuple[int, int], ...]:
-    """Parse ``"7,9,12"`` or ``"10-20,31"`` into sorted, merged inclusive ranges."""
+    """Parse ``"7,9,12"`` or ``"10-20,31"`` into sorted inclusive ranges: overlapping or adjacent ranges merged,
+    single ids kept as ``(id, id)`` (a single id must exist, a range takes the ledgers that exist in it, so
+    ``"7,8"`` is two single ids, not the range ``7-8``)."""
     ranges: list[tuple[int, int]] = []
     for part in text.split(","):
         part = part.strip()
@@ -178,14 +181,25 @@ def parse_ledger_list(text: str) -> tuple[tuple[int, int], ...]:
         ranges.append((first, last))
     if not ranges:
         raise _bad("ledgers", text, "expected at least one ledger id")
-    ranges.sort()
-    merged = [ranges[0]]
-    for first, last in ranges[1:]:
+    singles = {first for first, last in ranges if first == last}
+    spans = sorted((first, last) for first, last in ranges if first != last)
+    merged = spans[:1]
+    for first, last in spans[1:]:
         if first <= merged[-1][1] + 1:
             merged[-1] = (merged[-1][0], max(last, merged[-1][1]))
         else:
             merged.append((first, last))
-    return tuple(merged)
+    return tuple(sorted(merged + [(lid, lid) for lid in singles]))
+
+
+def selected_ledgers(ranges: tuple[tuple[int, int], ...], list_ledgers: Callable[[], Iterable[int]]) -> list[int]:
+    """The ledger ids of the ``ledgers`` option, sorted, each once: every single id (it must exist: the caller
+    checks), and the ids ``list_ledgers()`` gives within each range (called once, only when there is a range)."""
+    wanted = {first for first, last in ranges if first == last}
+    spans = [(first, last) for first, last in ranges if first != last]
+    if spans:
+        wanted.update(lid for lid in list_ledgers() if any(first <= lid <= last for first, last in spans))
+    return sorted(wanted)
 
 
 @dataclass(frozen=True)

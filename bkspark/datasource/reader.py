@@ -14,7 +14,7 @@ from typing import Any, Iterator
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from bkspark.client.arrow import DEFAULT_ROWS_PER_BATCH
-from bkspark.datasource.options import ReadOptions
+from bkspark.datasource.options import ReadOptions, selected_ledgers
 from bkspark.datasource.planning import (
     Bounds, LedgerSlice, mean_entry_bytes, partition_slices, plan_partitions, push_filters, split_ledger,
 )
@@ -55,7 +55,8 @@ class BookKeeperReader(DataSourceReader):
 
     # -- planning (driver) ------------------------------------------------
     def _ledgers_to_read(self, bk: Any) -> list[tuple[int, int]]:
-        """(scope, ledger) pairs selected by ``ledgers`` or ``dataset``, that exist."""
+        """(scope, ledger) pairs selected by ``ledgers`` or ``dataset``: the ledgers that exist, and the single ids of
+        ``ledgers`` whether they exist or not (:meth:`partitions` names a missing one)."""
         from bkspark.errors import InvalidOptionError
 
         opts = self.options
@@ -72,16 +73,8 @@ class BookKeeperReader(DataSourceReader):
                 )
             return [pair for pair in manifest.ledgers]
         assert opts.ledger_ranges is not None
-        wanted: list[tuple[int, int]] = []
-        listed: set[int] | None = None
-        for first, last in opts.ledger_ranges:
-            if first == last:
-                wanted.append((opts.scope_id, first))
-                continue
-            if listed is None:
-                listed = set(bk.list_ledgers(scope_id=opts.scope_id))
-            wanted.extend((opts.scope_id, lid) for lid in sorted(listed) if first <= lid <= last)
-        return wanted
+        listed = selected_ledgers(opts.ledger_ranges, lambda: bk.list_ledgers(scope_id=opts.scope_id))
+        return [(opts.scope_id, lid) for lid in listed]
 
     def partitions(self) -> list[InputPartition]:
         from bkspark.datasource.clients import get_client

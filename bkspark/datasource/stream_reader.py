@@ -41,7 +41,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from bkspark.datasource.options import ReadOptions, parse_read_options, without_stream_options
+from bkspark.datasource.options import ReadOptions, parse_read_options, selected_ledgers, without_stream_options
 from bkspark.datasource.planning import mean_entry_bytes
 from bkspark.datasource.reader import BookKeeperReader
 from bkspark.datasource.stream_offsets import (
@@ -224,16 +224,8 @@ class _Driver:
             manifest = self._registry().manifest(opts.dataset)
             return [] if manifest is None else [ledger_key(s, l) for s, l in manifest.ledgers]
         assert opts.ledger_ranges is not None
-        keys: list[str] = []
-        listed: list[int] | None = None
-        for first, last in opts.ledger_ranges:
-            if first == last:
-                keys.append(ledger_key(opts.scope_id, first))
-                continue
-            if listed is None:
-                listed = self.bk.list_ledgers(scope_id=opts.scope_id)
-            keys.extend(ledger_key(opts.scope_id, lid) for lid in listed if first <= lid <= last)
-        return keys
+        listed = selected_ledgers(opts.ledger_ranges, lambda: self.bk.list_ledgers(scope_id=opts.scope_id))
+        return [ledger_key(opts.scope_id, lid) for lid in listed]
 
     def _registry(self) -> Any:
         from bkspark.datasource.clients import client_root, client_zk

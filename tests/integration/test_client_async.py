@@ -1,14 +1,17 @@
-"""The asyncio API on the caller's own loop, and entries too large for a frame, against real Python bookies."""
+"""The asyncio API on the caller's own loop (its argument checks, its threads), and entries too large for a frame,
+against real Python bookies."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 
 import pytest
 
 from bkspark.client import BookKeeper
 from bkspark.client.aio import AsyncBookKeeper
-from bkspark.errors import EntryTooLargeError, LedgerClosedError
+from bkspark.errors import DigestMismatchError, EntryTooLargeError, InvalidOptionError, LedgerClosedError
 from bkspark.protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from tests.harness.python_bookie import PythonBookieCluster
 
@@ -60,6 +63,7 @@ def test_entry_over_the_frame_limit_is_refused_locally_and_the_ledger_stays_writ
         with pytest.raises(EntryTooLargeError, match="nettyMaxFrameSizeBytes") as info:
             lh.append(b"x" * 6_000_000)
         assert info.value.context["max_payload"] == lh.max_payload < DEFAULT_MAX_FRAME_SIZE
+        assert isinstance(info.value, ValueError) and f"at most {lh.max_payload} bytes" in str(info.value)  # names the limit
         with pytest.raises(EntryTooLargeError):
             lh.append_async(b"x" * 6_000_000)
         assert lh.append(b"ok") == 1  # ids stay dense: nothing was taken by the refused entries
@@ -86,3 +90,102 @@ def test_entry_limit_over_v3_and_on_the_async_handle(cluster, module_zk_root) ->
             assert len(lh.metadata.ensembles) == 1
 
     asyncio.run(run())
+
+
+def test_arguments_are_checked_when_called_the_same_in_both_apis(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md: a wrong type is a TypeError naming the argument, a wrong value an InvalidOptionError, raised
+    by the call itself (iterators included), in the blocking API and the asyncio one underneath alike."""
+    with BookKeeper(module_zk_root.metadata_service_uri) as bk:
+        lh = bk.create_ledger(3, 3, 2)
+        for i in range(10):
+            lh.append(b"e%d" % i)
+        rh = bk.open_ledger(lh.ledger_id, recovery=False)  # the writer goes on
+        assert rh.last_add_confirmed == 8  # entry 9 carries LAC 8 (piggy-backed at send time)
+        for client, reader in ((bk, rh), (bk.aio, rh.aio)):
+            with pytest.raises(TypeError, match="ledger id"):
+                client.open_ledger(float(lh.ledger_id))
+            with pytest.raises(InvalidOptionError, match="ledger id"):
+                client.delete_ledger(-1)
+            with pytest.raises(TypeError, match="ack_quorum_size"):
+                client.create_ledger(3, 3, True)
+            with pytest.raises(InvalidOptionError):
+                client.create_ledger(2, 3, 2)  # E < Qw
+            with pytest.raises(InvalidOptionError, match="entry range"):
+                reader.read(5, 3)
+            with pytest.raises(InvalidOptionError, match="last add confirmed"):
+                reader.read(0, 9)
+            with pytest.raises(InvalidOptionError, match="entry range"):
+                reader.read_batched(5, 3)
+            with pytest.raises(TypeError, match="first entry id"):
+                reader.read_batched("0", 3)
+            with pytest.raises(InvalidOptionError, match="entry range"):
+                reader.read_batches(5, 3)
+            with pytest.raises(InvalidOptionError, match="rows_per_group"):
+                reader.read_payload_groups(0, 3, rows_per_group=0)
+        assert [e.payload for e in rh.read_unconfirmed(9, 9)] == [b"e9"]  # no LAC check
+        lh.close()
+        empty = bk.create_ledger(3, 3, 2)
+        empty.close()
+        assert list(bk.open_ledger(empty.ledger_id)) == []  # iterating reads up to the LAC: none here
+
+
+def test_zookeeper_calls_run_in_the_clients_own_pool_never_in_the_users_default_executor(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, "Threads": kazoo is thread-based, and its calls go to the client's ``bkspark-zk`` pool (8
+    threads), so an asyncio user's default executor is left to them; the blocking client's loop is a daemon thread."""
+
+    async def run() -> None:
+        users = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="users-default")
+        asyncio.get_running_loop().set_default_executor(users)
+        async with AsyncBookKeeper(module_zk_root.metadata_service_uri) as bk:
+            lh = await bk.create_ledger(3, 3, 2)
+            await lh.append(b"x")
+            await lh.close()
+            rh = await bk.open_ledger(lh.ledger_id)
+            assert [e.payload for e in await rh.read(0, 0)] == [b"x"]
+            assert lh.ledger_id in await bk.list_ledgers()
+            await bk.delete_ledger(lh.ledger_id)
+            names = [t.name for t in threading.enumerate()]
+            assert 1 <= sum(name.startswith("bkspark-zk") for name in names) <= 8
+            assert not [name for name in names if name.startswith("users-default")]  # its threads start on first use
+
+    asyncio.run(run())
+    with BookKeeper(module_zk_root.metadata_service_uri):
+        loops = [t for t in threading.enumerate() if t.name == "bkspark-client"]
+        assert loops and all(t.daemon for t in loops)
+
+
+def test_a_scoped_ledger_without_an_id_gets_a_random_63_bit_one_and_the_counter_stays(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md: with a scope id != 0 and no id, a random 63-bit id is drawn, BP-35 style, with no ZooKeeper
+    counter: the next scope-0 ledger takes the id after the one before (Python bookies advertise scope ids)."""
+    with BookKeeper(module_zk_root.metadata_service_uri) as bk:
+        before = bk.create_ledger(3, 3, 2)
+        scoped = [bk.create_ledger(3, 3, 2, scope_id=77) for _ in range(3)]
+        after = bk.create_ledger(3, 3, 2)
+        assert after.ledger_id == before.ledger_id + 1
+        scoped_ids = [lh.ledger_id for lh in scoped]
+        # bk.zk and bk.ledgers_root (docs/client.md, "More of the API"): the session and the root the ledgers live in
+        assert bk.ledgers_root == module_zk_root.path and bk.zk.connected
+        znode = bk.store.ledger_path(after.ledger_id)
+        assert znode.startswith(f"{bk.ledgers_root}/") and bk.zk.exists(znode) is not None
+        assert len(set(scoped_ids)) == 3 and all(0 <= lid < 2**63 for lid in scoped_ids)
+        assert max(scoped_ids) - min(scoped_ids) > 1_000  # drawn, not counted (false for one draw in about 2^50)
+        assert sorted(bk.list_ledgers(scope_id=77)) == sorted(scoped_ids)
+        for lh in (before, after, *scoped):
+            lh.close()
+
+
+def test_digest_type_autodetection_is_on_by_default_and_off_refuses_another_digest(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, Configuration: ``enableDigestTypeAutodetection`` (True) reads with the ledger's own digest
+    whatever the caller names; turned off, another digest type is refused, as Java's client refuses it."""
+    uri = module_zk_root.metadata_service_uri
+    with BookKeeper(uri) as bk:
+        lh = bk.create_ledger(3, 3, 2, digest_type="CRC32C", password=b"pw")
+        lh.append(b"x")
+        lh.close()
+        with bk.open_ledger(lh.ledger_id, password=b"pw", digest_type="CRC32") as rh:
+            assert [e.payload for e in rh.read(0, 0)] == [b"x"]
+    with BookKeeper(uri, enableDigestTypeAutodetection=False) as bk:
+        with pytest.raises(DigestMismatchError, match="digest type"):
+            bk.open_ledger(lh.ledger_id, password=b"pw", digest_type="CRC32")
+        with bk.open_ledger(lh.ledger_id, password=b"pw", digest_type="CRC32C") as rh:
+            assert [e.payload for e in rh.read(0, 0)] == [b"x"]

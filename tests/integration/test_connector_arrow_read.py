@@ -132,6 +132,43 @@ def test_small_ledgers_packed_into_one_partition_read_like_one_by_one(py_cluster
     assert_same_rows(got, want)
 
 
+def test_single_ledger_ids_must_exist_and_ranges_take_the_ledgers_in_them(py_cluster: PythonBookieCluster) -> None:
+    """docs/connector.md, ``ledgers``: a missing single id fails the plan (also next to another id, "7,8"), a range
+    reads the ledgers that exist in it (a deleted one and ids never made are skipped), and an id given twice, or
+    alone and in a range, is read once."""
+    from bkspark.errors import InvalidOptionError
+
+    uri = py_cluster.metadata_service_uri
+    with BookKeeper(uri) as bk:
+        lids = [write_bkspark_ledger(bk, random_payloads(80 + i, 4), ensemble_size=2, write_quorum_size=2,
+                                     ack_quorum_size=2) for i in range(3)]
+        assert lids == list(range(lids[0], lids[0] + 3))
+        bk.delete_ledger(lids[1])
+    for ledgers in (f"{lids[0]},{lids[1]}", f"{lids[1]},{lids[2]}", f"{lids[0]}-{lids[2]},{lids[1]}"):
+        with pytest.raises(InvalidOptionError, match=rf"\[BOOKKEEPER_LEDGER_NOT_FOUND\] ledger {lids[1]} "):
+            planned_read(uri, ledgers)
+    want = reference_tables(uri, [lids[0], lids[2]])
+    for ledgers in (f"{lids[0]}-{lids[2]}", f"{lids[0]}-{lids[2] + 1000}", f"{lids[2]},{lids[0]}-{lids[2]},{lids[0]}"):
+        got, _, _ = planned_read(uri, ledgers)
+        assert_same_rows(got, want)
+
+
+def test_ledger_ctime_is_the_recorded_creation_time_else_the_znodes(py_cluster: PythonBookieCluster) -> None:
+    """docs/connector.md, Schema: ``ledger_ctime`` is the metadata's ``ctime`` when the creator recorded it
+    (``storeSystemTimeAsLedgerCreationTime``), else the creation time of the ledger's znode, as Java reports it."""
+    uri = py_cluster.metadata_service_uri
+    for recorded in (False, True):
+        with BookKeeper(uri, storeSystemTimeAsLedgerCreationTime=recorded) as bk:
+            lid = write_bkspark_ledger(bk, [b"a", b"b"], ensemble_size=2, write_quorum_size=2, ack_quorum_size=2)
+            md = bk.get_ledger_metadata(lid)
+            znode_ctime_ms = bk.zk.exists(bk.store.ledger_path(lid)).ctime
+        assert md.store_ctime is recorded and md.ctime > 0
+        if not recorded:
+            assert md.ctime == znode_ctime_ms
+        got, _ = reader_table(uri, lid)
+        assert got.column("ledger_ctime").cast(pa.int64()).to_pylist() == [md.ctime * 1000] * 2  # microseconds
+
+
 def test_ledgers_of_large_entries_are_cut_and_packed_by_bytes(py_cluster: PythonBookieCluster) -> None:
     """maxBytesPerPartition (docs/connector.md, "Partitions"): a closed ledger's metadata length gives its mean
     entry size, its slices hold at most that many estimated bytes and packing stops there; the rows never change."""

@@ -18,12 +18,14 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from kazoo.exceptions import ConnectionLoss
 
 from bkspark import cli
 from bkspark.audit import Auditor, OrphanReason, list_orphans
@@ -40,7 +42,15 @@ from bkspark.datasource.faults import ENV_FAULTS, FAULT_POINTS, injected
 from bkspark.datasource.options import parse_read_options
 from bkspark.datasource.reader import BookKeeperReader
 from bkspark.datasource.source import BookKeeperDataSource
-from bkspark.datasource.writer import JOB_PARENT_ROLE, TAG_DATASET, TAG_ROLE, BookKeeperWriter, recover_jobs
+from bkspark.datasource.writer import (
+    CLEANUP_ATTEMPTS,
+    CLEANUP_BACKOFF_SECONDS,
+    JOB_PARENT_ROLE,
+    TAG_DATASET,
+    TAG_ROLE,
+    BookKeeperWriter,
+    recover_jobs,
+)
 from bkspark.errors import NoSuchLedgerMetadataError
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
@@ -209,10 +219,10 @@ def assert_clean(bk: BookKeeper, registry: DatasetRegistry, dataset: str) -> Non
         assert bk.get_ledger_metadata(pid).custom_metadata[TAG_ROLE] == JOB_PARENT_ROLE
 
 
-def recoverjobs(uri: str, capsys: pytest.CaptureFixture[str]) -> str:
-    """``bkspark shell recoverjobs --stale-after 0``: what removes a crashed job's leftovers."""
+def recoverjobs(uri: str, capsys: pytest.CaptureFixture[str], options: tuple[str, ...] = ("--stale-after", "0")) -> str:
+    """``bkspark shell recoverjobs --stale-after 0`` (or with ``options``): what removes a crashed job's leftovers."""
     capsys.readouterr()
-    code = cli.main(["shell", "--metadata-service-uri", uri, "recoverjobs", "--stale-after", "0"])
+    code = cli.main(["shell", "--metadata-service-uri", uri, "recoverjobs", *options])
     out = capsys.readouterr().out
     assert code == 0, out
     return out
@@ -319,6 +329,71 @@ def test_an_error_after_each_abort_step_leaves_the_old_rows_and_leftovers_the_sh
     recoverjobs(uri, capsys)
     assert_clean(bk, registry, dataset)
     assert read_rows(uri, dataset) == old
+
+
+def test_recoverjobs_leaves_a_writing_job_younger_than_stale_after_an_hour_by_default(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/connector.md: recoverjobs aborts ``writing`` jobs older than ``--stale-after`` (default 3600 s) only: a
+    younger one may still be running, and fencing it would fail its commit."""
+    dataset = "young-writing-job"
+    old = seed(uri, dataset)
+    writer = new_writer(uri, dataset, overwrite=False)
+    messages = run_job(writer, [rows("new", 2)])
+    for options in ((), ("--dataset", dataset), ("--stale-after", "600")):
+        recoverjobs(uri, capsys, options)
+        (job,) = jobs_of(registry, dataset)
+        assert registry.job(job).state is JobState.WRITING  # type: ignore[union-attr]
+    assert spark_commit(writer, messages) == "committed"  # the job was left alone: it commits
+    assert read_rows(uri, dataset) == sorted(old + rows("new", 2))
+    assert_clean(bk, registry, dataset)
+
+
+def test_the_shards_of_a_live_job_survive_another_jobs_sweep(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """docs/connector.md, The manifest: a shard is deleted only when no root names it and its job's record is gone,
+    so the shards a live job wrote before its commit point survive the sweep of a job that commits meanwhile."""
+    dataset = "live-job-shards"
+    old = seed(uri, dataset)
+    slow = new_writer(uri, dataset, overwrite=False)
+    slow_messages = run_job(slow, [rows("slow", 2)])
+    with injected("commit.shards-written=connection-loss"), pytest.raises(ConnectionLoss, match="commit.shards-written"):
+        slow.commit(slow_messages)  # its shards are written, its multi never ran; its record stays `writing`
+
+    def unnamed_shards_of(writer: BookKeeperWriter) -> set[str]:
+        root = registry.root(dataset)
+        assert root is not None
+        named = {r.shard_id for r in (*root.shards, *root.retired)}
+        written = set(bk.store.zk.get_children(registry.shards_path(dataset)))
+        return {sid for sid in written - named if sid.startswith(f"{writer.job_id}.")}
+
+    pending = unnamed_shards_of(slow)
+    assert pending
+    fast = new_writer(uri, dataset, overwrite=False)
+    assert spark_commit(fast, run_job(fast, [rows("fast", 2)])) == "committed"  # its clean-up sweeps the dataset
+    assert unnamed_shards_of(slow) == pending
+    assert spark_commit(slow, slow_messages) == "committed"  # Spark's retried commit
+    assert read_rows(uri, dataset) == sorted(old + rows("slow", 2) + rows("fast", 2))
+    assert_clean(bk, registry, dataset)  # the slow job's unpublished shards went with its record
+
+
+def test_a_straggling_task_of_an_aborted_job_fails_and_deletes_its_ledger(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """docs/connector.md, transition 2: a task registers its ledger only under an existing record, so a task still
+    running after its job was aborted (the record gone) fails with JobGoneError and leaves no ledger behind."""
+    dataset = "straggler-of-aborted-job"
+    old = seed(uri, dataset)
+    writer = new_writer(uri, dataset, overwrite=False)
+    run_job(writer, [rows("new", 2)])
+    assert spark_commit_abort(writer) == "aborted" and jobs_of(registry, dataset) == []
+    before = ledgers_of(bk, dataset)
+    with pytest.raises(JobGoneError):
+        task(writer, rows("straggler", 2))
+    assert ledgers_of(bk, dataset) == before
+    assert read_rows(uri, dataset) == old
+    assert_clean(bk, registry, dataset)
 
 
 def test_abort_after_the_commit_point_never_deletes_committed_ledgers(
@@ -552,6 +627,32 @@ def test_a_dataset_of_the_old_single_znode_manifest_reads_and_migrates_on_the_ne
     assert spark_commit(writer, run_job(writer, [rows("over", 2)])) == "committed"
     assert read_rows(uri, dataset) == rows("over", 2)
     assert not {lid for _, lid in written} & ledgers_of(bk)
+    assert_clean(bk, registry, dataset)
+
+
+@pytest.mark.parametrize(("failures", "cleaned"), [(CLEANUP_ATTEMPTS - 1, True), (CLEANUP_ATTEMPTS, False)])
+def test_a_clean_up_step_is_tried_three_times_then_left_for_the_next_job(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, capsys: pytest.CaptureFixture[str], failures: int, cleaned: bool,
+) -> None:
+    """docs/connector.md: after the commit point each clean-up step is tried 3 times (0.2 s, then 0.4 s apart), then
+    logged and left; commit returns normally, and what is left keeps its committed record for recoverjobs."""
+    dataset = f"cleanup-tried-{failures}"
+    old = seed(uri, dataset)
+    writer = new_writer(uri, dataset, overwrite=False)
+    new = rows("new", 2)
+    messages = run_job(writer, [new], failed_attempts=1)  # the failed attempt's ledger is step 5's to delete
+    started = time.monotonic()
+    with injected(f"commit.published=connection-loss*{failures}"):
+        assert spark_commit(writer, messages) == "committed"
+    pauses = min(failures, CLEANUP_ATTEMPTS - 1)  # none after the last attempt
+    assert time.monotonic() - started >= sum(CLEANUP_BACKOFF_SECONDS * 2**i for i in range(pauses)) - 0.05
+    assert read_rows(uri, dataset) == sorted(old + new)
+    if cleaned:
+        assert_clean(bk, registry, dataset)
+        return
+    assert [registry.job(job).state for job in jobs_of(registry, dataset)] == [JobState.COMMITTED]  # type: ignore[union-attr]
+    assert leftovers_of(bk, registry, dataset)
+    recoverjobs(uri, capsys)
     assert_clean(bk, registry, dataset)
 
 

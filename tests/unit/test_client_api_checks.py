@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 
 import pytest
 
-from bkspark.client.aio import AsyncBookKeeper
+from bkspark.client.aio import AsyncBookKeeper, AsyncLedgerHandle, AsyncReadHandle
+from bkspark.client.bookkeeper import BookKeeper, LedgerHandle, ReadHandle
 from bkspark.errors import ClientClosedError, InvalidOptionError, MetadataError, NoSuchEntryError, NoSuchLedgerError
 from bkspark.placement.base import check_quorums
 from bkspark.placement.random_policy import RandomEnsemblePlacementPolicy
@@ -158,3 +160,45 @@ def test_requests_to_one_bookie_are_retried_by_the_bookie_policy() -> None:
         bk.zk_executor.shutdown(wait=False)
 
     asyncio.run(run())
+
+
+#: The asyncio API's methods docs/client.md lists, per (blocking class, asyncio class); ``None``: asyncio only.
+_ASYNC_API = [
+    (BookKeeper, AsyncBookKeeper, ["create_ledger", "create_ledger_adv", "open_ledger", "delete_ledger", "list_ledgers",
+                                   "get_ledger_metadata", "bookie_info", "list_entries_on_bookie"]),
+    (LedgerHandle, AsyncLedgerHandle, ["append", "flush", "write_lac", "force", "close"]),
+    (None, AsyncLedgerHandle, ["append_cb", "append_many"]),
+    (ReadHandle, AsyncReadHandle, ["read", "read_unconfirmed", "batch_read", "read_batched", "read_last_add_confirmed"]),
+    (None, AsyncReadHandle, ["read_range_batched"]),
+]
+
+
+@pytest.mark.parametrize(("blocking", "asyncio_class", "names"), _ASYNC_API)
+def test_the_asyncio_api_has_the_blocking_methods_under_the_same_names_and_arguments(
+    blocking: type | None, asyncio_class: type, names: list[str]
+) -> None:
+    """docs/client.md: ``AsyncBookKeeper`` and its handles have the blocking API's methods, same names and arguments."""
+    for name in names:
+        assert callable(getattr(asyncio_class, name, None)), f"{asyncio_class.__name__}.{name}"
+        if blocking is None:
+            continue
+        async_params = inspect.signature(getattr(asyncio_class, name)).parameters
+        params = inspect.signature(getattr(blocking, name)).parameters
+        assert [(p.name, p.kind, p.default) for p in params.values()] == [
+            (p.name, p.kind, p.default) for p in async_params.values()
+        ], name
+
+
+def test_the_documented_defaults_of_more_of_the_api() -> None:
+    """docs/client.md, "More of the API": ``create_ledger_adv(ledger_id, scope_id=0, ...)``, ``list_ledgers(scope_id=0)``,
+    ``get_ledger_metadata(ledger_id, scope_id=0)``, ``read_batched(first, last, batch_size=100, max_size=0, parallel=4)``."""
+
+    def defaults(method: object) -> dict[str, object]:
+        return {name: p.default for name, p in inspect.signature(method).parameters.items()  # type: ignore[arg-type]
+                if p.default is not inspect.Parameter.empty}
+
+    assert defaults(BookKeeper.create_ledger_adv) == {"scope_id": 0}
+    assert defaults(BookKeeper.list_ledgers) == {"scope_id": 0}
+    assert defaults(BookKeeper.get_ledger_metadata) == {"scope_id": 0}
+    assert defaults(ReadHandle.read_batched) == {"batch_size": 100, "max_size": 0, "parallel": 4}
+    assert defaults(BookKeeper.open_ledger)["recovery"] is True  # recovery=True by default

@@ -9,6 +9,7 @@ same bounds against real bookies.
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 from array import array
@@ -258,3 +259,64 @@ def test_closing_fails_queued_appends_and_ends_every_wait_for_room(loop: Loop) -
     busy.set()
     loop.run(lambda: None)
     assert not writer.batches and not writer.singles  # the drain the held loop ran found nothing to hand over
+
+
+def test_an_append_future_answers_as_a_concurrent_futures_future_does(loop: Loop) -> None:
+    """docs/client.md: ``AppendFuture`` has the Future API with the standard meaning, but is no Future instance."""
+    lh, writer = handle(loop)
+    pending = lh.append_async(b"a")
+    reference: concurrent.futures.Future[int] = concurrent.futures.Future()
+    for fut in (pending, reference):
+        assert (fut.done(), fut.running(), fut.cancelled()) == (False, False, False)
+        with pytest.raises(concurrent.futures.TimeoutError):
+            fut.result(0.01)
+        with pytest.raises(concurrent.futures.TimeoutError):
+            fut.exception(0.01)
+    assert not isinstance(pending, concurrent.futures.Future)
+    with pytest.raises((AttributeError, TypeError)):  # it lacks the Future's private waiter list
+        concurrent.futures.wait([pending], timeout=0)  # type: ignore[list-item]
+    called: list[object] = []
+    pending.add_done_callback(called.append)
+    loop.run(writer.complete_single)
+    reference.set_result(0)
+    for fut in (pending, reference):
+        assert (fut.result(0), fut.exception(0), fut.done(), fut.cancel(), fut.cancelled()) == (0, None, True, False, False)
+    assert called == [pending]
+    pending.add_done_callback(called.append)  # already done: called at once, on this thread
+    assert called == [pending, pending]
+
+
+def test_a_cancelled_append_future_stays_cancelled_when_its_entry_completes(loop: Loop) -> None:
+    """Cancelling stops the wait, not the write: the acknowledgement that follows frees the room and raises nothing."""
+    lh, writer = handle(loop)
+    first, second = lh.append_async(b"a"), lh.append_async(b"b")
+    reference: concurrent.futures.Future[int] = concurrent.futures.Future()
+    for fut in (first, reference):
+        assert fut.cancel() and fut.cancel() and fut.cancelled() and fut.done()
+        with pytest.raises(concurrent.futures.CancelledError):
+            fut.result(0)
+        with pytest.raises(concurrent.futures.CancelledError):
+            fut.exception(0)
+    loop.run(writer.complete_single)  # the loop completes the cancelled one: no error escapes, its room comes back
+    loop.run(lambda: writer.complete_single(BookieTimeoutError("add timed out")))
+    assert first.cancelled() and isinstance(second.exception(0), BookieTimeoutError)
+    assert (lh._in_flight, lh._in_flight_bytes) == (0, 0)
+
+
+def test_bytes_payloads_are_kept_and_mutable_ones_copied(loop: Loop) -> None:
+    """docs/client.md, "Bulk append": ``bytes`` payloads are kept as they are; a bytearray or memoryview is copied
+    (the writer keeps each payload until it is acknowledged), and so is the caller's list."""
+    lh, writer = handle(loop)
+    kept, changing = b"abc", bytearray(b"def")
+    payloads: list[bytes | bytearray | memoryview] = [kept, changing, memoryview(changing)]
+    lh.append_many(payloads)
+    single = lh.append_async(changing)
+    changing[:] = b"XYZ"
+    payloads.append(b"late")
+    loop.run(lambda: None)  # the inbox is drained
+    handed, _callback = writer.batches[0]
+    assert handed[0] is kept and list(handed) == [b"abc", b"def", b"def"]
+    assert writer.singles[0][0] == b"def"
+    loop.run(writer.complete_batch)
+    loop.run(writer.complete_single)
+    assert single.result(0) == 3

@@ -92,3 +92,20 @@ def test_the_client_imports_and_fails_clearly_without_pyarrow() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "REFUSED True", out.stderr
+
+
+def test_read_batches_defaults_are_the_documented_ones() -> None:
+    """docs/client.md: ``read_batches(first, last, batch_size=100, max_size=0, bytes_in_flight=8 MiB, batch=True,
+    rows_per_group=10_000, bytes_per_group=64 MiB)``; docs/connector.md: the Spark reader's Arrow batches hold at most
+    10,000 rows and about 64 MiB of payload, the same bounds."""
+    import inspect
+
+    from bkspark.client.aio import AsyncReadHandle
+    from bkspark.datasource import reader, schema
+
+    params = inspect.signature(AsyncReadHandle.read_payload_runs).parameters
+    defaults = {name: p.default for name, p in params.items() if p.default is not inspect.Parameter.empty}
+    mib = 1024 * 1024
+    assert defaults == {"batch_size": 100, "max_size": 0, "bytes_in_flight": 8 * mib, "batch": True,
+                        "rows_per_group": 10_000, "bytes_per_group": 64 * mib}
+    assert (reader.ROWS_PER_BATCH, schema.MAX_BATCH_PAYLOAD_BYTES) == (10_000, 64 * mib)

@@ -32,6 +32,7 @@ from bkspark.errors import (
     WriteOnReadOnlyBookieError,
 )
 from bkspark.metadata.store import Versioned
+from bkspark.placement import policy_from_conf
 from bkspark.placement.random_policy import RandomEnsemblePlacementPolicy
 from bkspark.protocol.digest import Digester, DigestType
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState, write_set
@@ -285,6 +286,25 @@ def test_conf_accepts_java_and_snake_names() -> None:
         ClientConf.from_mapping({"batchReadEnabled": "maybe"})
 
 
+def test_conf_defaults_and_aliases_are_the_documented_ones() -> None:
+    """docs/client.md, "Configuration": every default of the table, and the aliases it names."""
+    conf = ClientConf()
+    assert conf.useV2WireProtocol is True
+    assert (conf.addEntryTimeoutSec, conf.readEntryTimeoutSec, conf.zkTimeout) == (5.0, 5.0, 10.0)
+    assert conf.speculativeReadTimeout == 2000
+    assert conf.batchReadEnabled is True
+    assert conf.nettyMaxFrameSizeBytes == 5 * 1024 * 1024
+    assert (conf.maxPendingAdds, conf.maxPendingAddBytes, conf.readPipelineDepth) == (5000, 32 * 1024 * 1024, 256)
+    assert type(policy_from_conf(conf.placement_conf())) is RandomEnsemblePlacementPolicy
+    assert (conf.bookieAddressResolverEnabled, conf.enableBookieAddressTracking) == (True, True)
+    assert conf.ledgerMetadataVersion == 3
+    assert conf.storeSystemTimeAsLedgerCreationTime is False
+    assert (conf.enableDigestTypeAutodetection, conf.reorderReadSequenceEnabled) == (True, True)
+    assert (conf.maxNumEnsembleChanges, conf.explicitLacInterval) == (2**31 - 1, 0)
+    aliased = ClientConf.from_mapping({"throttle": "7", "batch_read_enabled": "false", "enableBookieAddressResolver": "false"})
+    assert (aliased.maxPendingAdds, aliased.batchReadEnabled, aliased.bookieAddressResolverEnabled) == (7, False, False)
+
+
 # -- write path ------------------------------------------------------------------------------------
 
 
@@ -347,6 +367,29 @@ def test_failed_bookie_triggers_ensemble_change_and_resend(error: Exception) -> 
         assert all((7, e) in h.bookies[BOOKIES[3]].entries for e in range(6, 15))
 
     asyncio.run(run())
+
+
+def test_recently_failed_bookies_are_passed_over_as_replacements_while_others_can_serve() -> None:
+    """docs/client.md, "Write path": a bookie that failed within ``bookieFailureHistoryExpirationMSec`` is not
+    chosen as a replacement while another can serve (ten random placements here), and is chosen when none can."""
+
+    def replacement(bookies: int) -> str:
+        h = Harness(3, 3, 2, bookies=bookies)
+        h.ops.pool.note_failure(BOOKIES[bookies - 1])  # the last bookie failed a moment ago
+        h.bookies[BOOKIES[1]].add_error = lambda e: BookieIOError("disk") if e >= 2 else None
+
+        async def run() -> str:
+            results, _ = await append_all(h.writer(), [b"r%d" % i for i in range(5)])
+            assert results == list(range(5))
+            ensembles = h.store.data[7].metadata.ensembles
+            assert len(ensembles) == 2
+            (new,) = set(ensembles[max(ensembles)]) - set(ensembles[0])
+            return new
+
+        return asyncio.run(run())
+
+    assert {replacement(5) for _ in range(10)} == {BOOKIES[3]}  # b4 failed recently: b3 every time
+    assert replacement(4) == BOOKIES[3]  # b3 failed recently, and no other bookie can serve
 
 
 def refusing_as_too_many(times: int) -> Callable[[int], BaseException | None]:
@@ -569,6 +612,24 @@ def test_no_replacement_fails_pending_adds() -> None:
     asyncio.run(run())
 
 
+def test_max_num_ensemble_changes_bounds_the_changes_of_one_writer() -> None:
+    """``maxNumEnsembleChanges`` (Java's key): past that many ensemble changes, a failing bookie fails the writer."""
+    h = Harness(3, 3, 2, bookies=6, maxNumEnsembleChanges=1)
+    h.bookies[BOOKIES[1]].add_error = lambda e: BookieIOError("disk") if e >= 5 else None
+    h.bookies[BOOKIES[2]].add_error = lambda e: BookieIOError("disk") if e >= 10 else None
+
+    async def run() -> None:
+        w = h.writer()
+        results, _ = await append_all(w, [b"e%d" % i for i in range(15)])
+        acked = [r for r in results if isinstance(r, int)]
+        assert acked == list(range(len(acked))) and 5 <= len(acked) < 10  # the second failure came during the first change
+        assert w.ensemble_changes == 1
+        assert all(isinstance(r, NotEnoughBookiesError) and "too many ensemble changes" in str(r) for r in results[len(acked):])
+        assert sorted(h.store.data[7].metadata.ensembles) == [0, 6]  # the first change only
+
+    asyncio.run(run())
+
+
 def test_fenced_writer_never_acknowledges_later_entries() -> None:
     h = Harness(3, 3, 2)
 
@@ -584,11 +645,24 @@ def test_fenced_writer_never_acknowledges_later_entries() -> None:
             b.fenced.clear()  # even if a bookie would take it now, the handle refuses
         results, order = await append_all(w, [b"c"])
         assert isinstance(results[0], LedgerFencedError) and order == []
+        # close() of a fenced writer leaves the metadata to the recovery (docs/client.md, "Write path")
+        writes, before = h.store.writes, h.store.data[7]
+        await w.close()
+        assert h.store.writes == writes and h.store.data[7] is before and before.metadata.state == LedgerState.OPEN
 
     asyncio.run(run())
 
 
-def test_ensemble_change_on_recovering_ledger_reports_fenced() -> None:
+@pytest.mark.parametrize(
+    ("ended", "error"),
+    [(LedgerMetadata.in_recovery, LedgerFencedError), (lambda md: md.close(-1, 0), LedgerClosedError)],
+    ids=["IN_RECOVERY", "CLOSED"],
+)
+def test_ensemble_change_on_recovering_or_closed_ledger_reports_fenced_or_closed(
+    ended: Callable[[LedgerMetadata], LedgerMetadata], error: type[Exception]
+) -> None:
+    """docs/client.md: an ensemble change that finds the ledger IN_RECOVERY fails with LedgerFencedError, CLOSED
+    with LedgerClosedError."""
     h = Harness(3, 3, 2, bookies=4)
     h.bookies[BOOKIES[2]].add_error = lambda e: BookieIOError("disk")
     h.bookies[BOOKIES[0]].delay = h.bookies[BOOKIES[1]].delay = 0.1  # the error comes first
@@ -596,9 +670,9 @@ def test_ensemble_change_on_recovering_ledger_reports_fenced() -> None:
     async def run() -> None:
         w = h.writer()
         v = h.store.data[7]
-        h.store.data[7] = Versioned(v.metadata.in_recovery(), v.version + 1)
+        h.store.data[7] = Versioned(ended(v.metadata), v.version + 1)
         results, _ = await append_all(w, [b"q"])
-        assert isinstance(results[0], LedgerFencedError)
+        assert type(results[0]) is error
 
     asyncio.run(run())
 
@@ -664,6 +738,27 @@ def test_read_skips_tampered_copy_and_speculates_past_a_slow_bookie() -> None:
             await reader.read_entry(4)
         with pytest.raises(NoSuchEntryError):
             await reader.read_entry(99)
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(("speculative_ms", "speculates"), [(0, False), (50, True)])
+def test_a_speculative_read_timeout_of_zero_disables_speculation(speculative_ms: int, speculates: bool) -> None:
+    """docs/client.md, Configuration: ``speculativeReadTimeout`` 0 disables speculative reads; every bookie answering
+    slowly, each entry is then asked of one replica only, in a range read and a single read alike."""
+    h = Harness(3, 3, 2, speculativeReadTimeout=speculative_ms)
+
+    async def run() -> None:
+        await _filled(h, 6)
+        for b in h.bookies.values():
+            b.delay = 0.2
+            b.asked = 0
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        got = await reader.read_range(0, 5)
+        assert [e.payload for e in got] == [b"v%03d" % i for i in range(6)]
+        assert bytes((await reader.read_entry(0)).payload) == b"v000"
+        asked = sum(b.asked for b in h.bookies.values())
+        assert asked > 7 if speculates else asked == 7  # 7 reads, one replica each without speculation
 
     asyncio.run(run())
 
@@ -828,6 +923,29 @@ def test_batch_read_mismatch_inside_batch_returns_prefix_then_next_replica(recei
     asyncio.run(run())
 
 
+def test_batch_read_sizes_are_clamped_to_the_frame_size() -> None:
+    """docs/client.md: a batch read's request is clamped to ``nettyMaxFrameSizeBytes``; ``max_size <= 0`` means the
+    frame size (docs/connector.md: the client clamps ``batchMaxSize`` so)."""
+    h = Harness(3, 3, 2, nettyMaxFrameSizeBytes=65536)
+    asked: list[int] = []
+    answer = h.ops.batch_read_async
+
+    async def recording(bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
+        asked.append(max_size)
+        return await answer(bookie_id, ledger_id, start, max_count, max_size, scope_id)
+
+    h.ops.batch_read_async = recording  # type: ignore[method-assign]
+
+    async def run() -> None:
+        await _filled(h, 10)
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        for max_size in (0, -1, 10**9, 2000):
+            assert [e.entry_id for e in await reader.batch_read(0, 5, max_size, 9)][0] == 0
+        assert asked == [65536, 65536, 65536, 2000]
+
+    asyncio.run(run())
+
+
 def test_batch_read_fallbacks_and_limits() -> None:
     h = Harness(3, 3, 2, batchReadEnabled=False)
 
@@ -897,6 +1015,27 @@ def test_recovery_finds_tail_readds_and_closes() -> None:
         # A second recovery sees CLOSED and does nothing.
         again = await recover_ledger(h.ctx(), h.ref, h.store.data[7], b"pw")
         assert again.version == v.version
+
+    asyncio.run(run())
+
+
+def test_recovery_of_a_ledger_whose_last_segment_is_empty_starts_at_its_start_with_the_right_length() -> None:
+    """docs/client.md, Recovery: the fence answers (entry 4, LAC 3) are older than the last segment (from 5): the
+    recovery starts at ``max(LAC, lastSegmentStart - 1)``, reads entry 4 for its length, re-adds nothing and closes
+    at 4 with the length the writer had."""
+    h = Harness(3, 3, 2, bookies=4)
+
+    async def run() -> None:
+        w = await _filled(h, 5)
+        v = h.store.data[7]
+        segments = {0: tuple(BOOKIES[:3]), 5: (BOOKIES[0], BOOKIES[1], BOOKIES[3])}  # changed after 4, then died
+        h.store.data[7] = Versioned(replace(v.metadata, ensembles=segments), v.version + 1)
+        for b in h.bookies.values():
+            b.adds.clear()
+        md = (await recover_ledger(h.ctx(), h.ref, h.store.data[7], b"pw")).metadata
+        assert (md.state, md.last_entry_id, md.length) == (LedgerState.CLOSED, 4, w.confirmed_length)
+        assert md.ensembles == segments
+        assert all(b.adds == [] for b in h.bookies.values())  # entry 4 was not re-added
 
     asyncio.run(run())
 

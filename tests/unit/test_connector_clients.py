@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 
 def test_interpreter_exit_does_not_wait_for_a_stuck_client() -> None:
     script = textwrap.dedent(
@@ -47,5 +49,23 @@ def test_eviction_follows_the_errors_flag() -> None:
         assert clients._CLIENTS.get(clients._key(uri, conf)) is client and not client.closed
         clients.evict_if_stale(uri, conf, BookieUnavailableError("gone"))
         assert clients._key(uri, conf) not in clients._CLIENTS and client.closed
+    finally:
+        clients._CLIENTS.pop(clients._key(uri, conf), None)
+
+
+def test_clients_are_cached_per_connection_settings() -> None:
+    """docs/connector.md, "Process model": one client per worker and connection settings, whatever their order;
+    other settings are another client (here: a ZooKeeper nobody listens on, refused after its zkTimeout)."""
+    import bkspark.datasource.clients as clients
+    from bkspark.errors import MetadataError
+
+    uri = "zk+hierarchical://127.0.0.1:1/ledgers"
+    conf = {"zkTimeout": "0.3", "readEntryTimeoutSec": "7"}
+    cached = object()
+    clients._CLIENTS[clients._key(uri, conf)] = cached
+    try:
+        assert clients.get_client(uri, dict(reversed(conf.items()))) is cached
+        with pytest.raises(MetadataError, match="BOOKKEEPER_ZOOKEEPER_UNREACHABLE"):
+            clients.get_client(uri, {**conf, "readEntryTimeoutSec": "8"})
     finally:
         clients._CLIENTS.pop(clients._key(uri, conf), None)

@@ -10,6 +10,7 @@ from kazoo.exceptions import ConnectionLoss
 
 from bkspark.datasource.datasets import (
     DatasetManifest,
+    DatasetRegistry,
     JobRecord,
     JobState,
     ManifestRoot,
@@ -17,7 +18,7 @@ from bkspark.datasource.datasets import (
     ShardRef,
 )
 from bkspark.datasource.faults import FAULT_POINTS, fault_point, injected
-from bkspark.errors import BadMetadataError, BookieIOError
+from bkspark.errors import BadMetadataError, BookieIOError, InvalidOptionError
 
 
 def test_a_root_names_shards_and_keys_and_round_trips() -> None:
@@ -100,3 +101,12 @@ def test_every_fault_point_has_a_distinct_name() -> None:
     assert len(set(FAULT_POINTS)) == len(FAULT_POINTS)
     with pytest.raises(ValueError):
         fault_point("commit.nowhere")
+
+
+@pytest.mark.parametrize("job_id", ["", "a.b", "a/b", "job 1", "é", "a-b\n"])
+def test_a_job_id_outside_its_alphabet_is_refused_before_zookeeper_is_touched(job_id: str) -> None:
+    """docs/connector.md: ``job_id`` is ``[0-9A-Za-z_-]+``; it prefixes shard names ``<job>.<random>.<n>``, so a dot
+    in it would make the sweep take a live job's shard for an unknown job's, and a slash would nest znodes."""
+    registry = DatasetRegistry(None, "/ledgers")  # no ZooKeeper: the check comes first
+    with pytest.raises(InvalidOptionError, match="job id"):
+        registry.begin_job(job_id, JobRecord(JobState.WRITING, "d"))

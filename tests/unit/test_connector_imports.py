@@ -41,3 +41,24 @@ def test_the_client_package_still_gives_its_names() -> None:
         "try:\n    c.NoSuchName\nexcept AttributeError:\n    pass\nelse:\n    raise AssertionError('no error')"
     )
     assert "bkspark.client.bookkeeper" in modules and "bkspark.client.aio" in modules
+
+
+def test_the_auto_registration_module_imports_nothing_heavy() -> None:
+    """docs/connector.md: PySpark imports every ``pyspark_*`` module on the workers' path; ours pulls in no client."""
+    modules = imported_after("import pyspark_bookkeeper\nassert pyspark_bookkeeper.DefaultSource.name() == 'bookkeeper'")
+    assert "bkspark.datasource.source" in modules
+    assert not [m for m in CLIENT_MODULES if m in modules]
+
+
+def test_the_auto_registration_module_never_raises() -> None:
+    """One ``pyspark_*`` module that fails to import disables Spark's lookup of every source: when bkspark cannot be
+    imported, ours logs why and exposes no ``DefaultSource`` instead of raising."""
+    result = subprocess.run(
+        [sys.executable, "-c",
+         "import sys\nsys.modules['bkspark.datasource.source'] = None  # the import of bkspark fails\n"
+         "import pyspark_bookkeeper\nassert not hasattr(pyspark_bookkeeper, 'DefaultSource')\n"
+         "assert pyspark_bookkeeper.__all__ == []\nprint('imported')"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "imported", result.stderr
+    assert "register it by hand" in result.stderr  # the warning says what to do

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import pickle
+from typing import Callable
 
 import pytest
 from pyspark.sql.datasource import EqualTo, GreaterThan, In, LessThanOrEqual, StringStartsWith
+from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
-from bkspark.datasource.options import parse_ledger_list, parse_read_options, parse_write_options
+from bkspark.datasource.options import (
+    DEFAULT_MAX_BYTES_PER_PARTITION,
+    parse_ledger_list,
+    parse_read_options,
+    parse_write_options,
+    selected_ledgers,
+)
 from bkspark.datasource.planning import Bounds, LedgerSlice, push_filters, split_ledger
 from bkspark.datasource.schema import COLUMNS, SCHEMA_DDL, arrow_schema, check_user_schema, schema_ddl, spark_schema
 from bkspark.errors import InvalidOptionError
@@ -22,7 +30,7 @@ def test_read_options_parse_spark_style_lower_cased_strings() -> None:
         "batchreadenabled": "false", "batchmaxcount": "50", "digesttype": "mac", "password": "pw",
         "bookkeeper.readentrytimeout": "7",
     })
-    assert opts.ledger_ranges == ((7, 7), (9, 12))
+    assert opts.ledger_ranges == ((7, 7), (9, 9), (10, 12))  # 9 stays a single id: it must exist
     assert (opts.start_entry, opts.end_entry, opts.include_open_ledgers) == (5, 99, True)
     assert (opts.batch_read_enabled, opts.batch_max_count, opts.digest_type) == (False, 50, "HMAC")
     assert opts.password == b"pw"
@@ -80,6 +88,7 @@ def test_bounds_admit_every_signed_scope_until_a_filter_narrows_them() -> None:
 def test_write_options_defaults_and_quorum_checks() -> None:
     opts = parse_write_options({"metadataserviceuri": URI, "dataset": "events"})
     assert (opts.ensemble_size, opts.write_quorum_size, opts.ack_quorum_size, opts.digest_type) == (3, 2, 2, "CRC32C")
+    assert (opts.scope_id, opts.password, opts.application_id, opts.client_conf) == (0, b"", None, ())
     with pytest.raises(InvalidOptionError, match="writeQuorumSize"):
         parse_write_options({"metadataserviceuri": URI, "dataset": "e", "ensemblesize": "2", "writequorumsize": "3"})
     with pytest.raises(InvalidOptionError, match="ackQuorumSize"):
@@ -90,8 +99,21 @@ def test_write_options_defaults_and_quorum_checks() -> None:
         parse_write_options({"metadataserviceuri": URI, "dataset": "../etc"})
 
 
-def test_ledger_lists_merge_overlapping_ranges() -> None:
-    assert parse_ledger_list("3,1,2,10-12,11-15") == ((1, 3), (10, 15))
+def test_ledger_lists_merge_overlapping_ranges_and_keep_single_ids() -> None:
+    """Ranges merge; single ids stay single (each must exist), also next to each other or inside a range."""
+    assert parse_ledger_list("3,1,2,10-12,11-15,16-17,3") == ((1, 1), (2, 2), (3, 3), (10, 17))
+    assert parse_ledger_list("5-9,7") == ((5, 9), (7, 7))
+
+
+def test_selected_ledgers_are_the_single_ids_and_the_listed_ids_in_ranges_once_each() -> None:
+    listings: list[int] = []
+
+    def list_ledgers() -> list[int]:
+        listings.append(1)
+        return [1, 4, 6, 7, 12, 40]
+
+    assert selected_ledgers(parse_ledger_list("3,7"), list_ledgers) == [3, 7] and listings == []  # no range: no listing
+    assert selected_ledgers(parse_ledger_list("3,5-7,7,10-20"), list_ledgers) == [3, 6, 7, 12] and listings == [1]
 
 
 def test_pushed_filters_become_exact_bounds_and_the_rest_come_back_by_identity() -> None:
@@ -119,7 +141,7 @@ def test_schema_is_fixed_and_arrow_form_matches() -> None:
     assert [f.name for f in arrow] == list(COLUMNS)
     assert not arrow.field("ledger_id").nullable
     check_user_schema(spark_schema())
-    from pyspark.sql.types import LongType, StructField, StructType
+    from pyspark.sql.types import LongType, StructField
 
     with pytest.raises(InvalidOptionError, match="fixed schema"):
         check_user_schema(StructType([StructField("ledger_id", LongType())]))
@@ -160,3 +182,82 @@ def test_application_id_option_names_the_spark_application_in_created_by() -> No
     assert plain.creator_application() == f"job-{plain.job_id}"
     with pytest.raises(InvalidOptionError, match="'applicationId'"):
         parse_write_options({"metadataserviceuri": URI, "dataset": "d", "applicationid": "x" * 201})
+
+
+def test_read_options_defaults_are_the_documented_ones() -> None:
+    """docs/connector.md, "Read options": each default of the table, for options left out."""
+    opts = parse_read_options({"metadataserviceuri": URI, "ledgers": "1"})
+    assert (opts.scope_id, opts.start_entry, opts.end_entry) == (0, 0, None)  # endEntry: the last entry
+    assert opts.include_open_ledgers is False
+    assert opts.max_entries_per_partition == 100_000
+    assert opts.max_bytes_per_partition == 128 * 1024 * 1024 == DEFAULT_MAX_BYTES_PER_PARTITION
+    assert (opts.min_partitions, opts.max_partitions) == (None, None)
+    assert opts.batch_read_enabled is True
+    assert (opts.batch_max_count, opts.batch_max_size) == (1000, 4_194_304)
+    assert (opts.digest_type, opts.password) == (None, b"")  # None: the digest comes from the metadata
+    assert opts.fail_on_data_loss is True
+    assert opts.include_custom_metadata is True
+    assert opts.client_conf == ()
+    # endEntry -1 says "the last entry" as leaving it out does
+    assert parse_read_options({"metadataserviceuri": URI, "ledgers": "1", "endentry": "-1"}).end_entry is None
+
+
+@pytest.mark.parametrize(
+    ("parse", "options", "tag"),
+    [
+        (parse_read_options, {"ledgers": "1"}, "BOOKKEEPER_MISSING_OPTION"),
+        (parse_read_options, {"metadataserviceuri": URI}, "BOOKKEEPER_MISSING_OPTION"),
+        (parse_write_options, {"metadataserviceuri": URI}, "BOOKKEEPER_MISSING_OPTION"),
+        (parse_read_options, {"metadataserviceuri": URI, "ledgers": "1", "dataset": "d"}, "BOOKKEEPER_CONFLICTING_OPTIONS"),
+        (parse_read_options, {"metadataserviceuri": URI, "ledgers": "1", "digesttype": "md5"}, "BOOKKEEPER_INVALID_OPTION"),
+        (parse_read_options, {"metadataserviceuri": URI, "ledgers": "1", "batchmaxcount": "x"}, "BOOKKEEPER_INVALID_OPTION"),
+        (parse_read_options, {"metadataserviceuri": URI, "ledgers": "1", "failondataloss": "nope"}, "BOOKKEEPER_INVALID_OPTION"),
+        (parse_read_options, {"metadataserviceuri": "http://x", "ledgers": "1"}, "BOOKKEEPER_INVALID_OPTION"),
+        (parse_read_options, {"metadataserviceuri": URI, "ledgers": "1", "ledgerz": "1"}, "BOOKKEEPER_INVALID_OPTION"),
+        (parse_write_options, {"metadataserviceuri": URI, "dataset": "d", "rowsperentry": "1000001"}, "BOOKKEEPER_INVALID_OPTION"),
+        (parse_write_options, {"metadataserviceuri": URI, "dataset": "d", "ensemblesize": "two"}, "BOOKKEEPER_INVALID_OPTION"),
+        (parse_write_options, {"metadataserviceuri": URI, "dataset": "d", "ackquorumsize": "3"}, "BOOKKEEPER_INVALID_OPTION"),
+        (parse_write_options, {"metadataserviceuri": URI, "dataset": "d", "ledgers": "1"}, "BOOKKEEPER_INVALID_OPTION"),
+    ],
+)
+def test_every_option_error_starts_with_its_stable_tag(parse: Callable[[dict], object], options: dict, tag: str) -> None:
+    """docs/connector.md: "every message starts with a stable tag", the one its table gives for the mistake."""
+    with pytest.raises(InvalidOptionError) as info:
+        parse(options)
+    assert str(info.value).startswith(f"[{tag}]")
+
+
+def test_load_and_save_with_a_name_read_and_write_that_dataset() -> None:
+    """Spark hands ``load("name")`` / ``save("name")`` over as the ``path`` option: the dataset's name."""
+    assert parse_read_options({"metadataserviceuri": URI, "path": "events"}).dataset == "events"
+    assert parse_write_options({"metadataserviceuri": URI, "path": "events"}).dataset == "events"
+    with pytest.raises(InvalidOptionError, match=r"^\[BOOKKEEPER_CONFLICTING_OPTIONS\]"):
+        parse_read_options({"metadataserviceuri": URI, "path": "events", "ledgers": "1"})
+
+
+def test_the_largest_rows_per_entry_and_entry_max_bytes_are_accepted() -> None:
+    """docs/connector.md, "Rows per entry": ``rowsPerEntry`` 1 to 1,000,000, ``entryMaxBytes`` 1,024 to 1 GiB, inclusive."""
+    base = {"metadataserviceuri": URI, "dataset": "d"}
+    opts = parse_write_options({**base, "rowsperentry": "1000000", "entrymaxbytes": str(1 << 30)})
+    assert (opts.rows_per_entry, opts.entry_max_bytes) == (1_000_000, 1 << 30)
+    assert parse_write_options({**base, "entrymaxbytes": "1024"}).entry_max_bytes == 1024
+    with pytest.raises(InvalidOptionError, match="'entryMaxBytes'"):
+        parse_write_options({**base, "entrymaxbytes": str((1 << 30) + 1)})
+
+
+@pytest.mark.parametrize(
+    ("payload_type", "tag"),
+    [(None, "BOOKKEEPER_MISSING_PAYLOAD"), (IntegerType(), "BOOKKEEPER_PAYLOAD_TYPE"),
+     (ArrayType(BinaryType()), "BOOKKEEPER_PAYLOAD_TYPE")],
+)
+def test_a_write_without_a_binary_or_string_payload_is_refused_with_its_tag(payload_type: DataType | None, tag: str) -> None:
+    """The writer is refused on the driver, before any ledger id is reserved (nothing reaches ZooKeeper)."""
+    from bkspark.datasource.source import BookKeeperDataSource
+
+    schema = StructType().add("key", StringType())
+    if payload_type is not None:
+        schema = schema.add("payload", payload_type)
+    source = BookKeeperDataSource({"metadataserviceuri": "zk+hierarchical://127.0.0.1:1/ledgers", "dataset": "d"})
+    with pytest.raises(InvalidOptionError) as info:
+        source.writer(schema, False)
+    assert str(info.value).startswith(f"[{tag}]")

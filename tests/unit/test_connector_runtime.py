@@ -104,3 +104,16 @@ def test_commit_messages_pickle_and_name_only_the_ledgers_of_tasks_that_wrote() 
     assert pickle.loads(pickle.dumps(message)) == message
     empty = LedgerCommitMessage(0, NO_LEDGER, 0, 0, 2, 0)
     assert _committed_ledgers([message, None, empty, LedgerCommitMessage(3, 7, 1, 1, 1, 1)]) == [(0, 5), (3, 7)]
+
+
+def test_a_zookeeper_port_that_opens_no_session_is_unreachable_too() -> None:
+    """docs/connector.md: BOOKKEEPER_ZOOKEEPER_UNREACHABLE also when the TCP probe passes but no session opens
+    (here a socket that accepts and never answers), after the client's zkTimeout."""
+    from bkspark.datasource.clients import get_client
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        uri = f"zk+hierarchical://127.0.0.1:{silent.getsockname()[1]}/ledgers"
+        with pytest.raises(MetadataError, match=r"^\[BOOKKEEPER_ZOOKEEPER_UNREACHABLE\] cannot open a ZooKeeper session"):
+            get_client(uri, {"zkTimeout": "1"})
