@@ -452,7 +452,8 @@ class Bookie:
     def fence(self, scope_id: int, ledger_id: int, master_key: bytes) -> asyncio.Future[None]:
         """Fence a ledger (creating it if unknown); resolves once the fence is durable.
 
-        Raises EUA at once on a master key mismatch.
+        Raises EUA at once on a master key mismatch.  A ledger whose fence failed answers every later fence with
+        that failure (its fenced flag stays: refusing adds is safe, acknowledging the fence is not).
         """
         info = self.storage.ledger(scope_id, ledger_id)
         self._check_key(info, master_key, ledger_id)
@@ -468,9 +469,16 @@ class Bookie:
         self.storage.set_fenced(scope_id, ledger_id)
         fut = self._new_future()
         self._fence_pending[key] = fut
-        fut.add_done_callback(lambda _f: self._fence_pending.pop(key, None))
+        fut.add_done_callback(lambda done: self._fence_settled(key, done))
         self._journal(prefix + encode_record(RecordType.FENCE, scope_id, ledger_id), fut)
         return fut
+
+    def _fence_settled(self, key: tuple[int, int], done: asyncio.Future[None]) -> None:
+        """A durable fence is forgotten (later fences of the ledger answer EOK at once); a failed one is kept, so
+        they get its error: the ledger is fenced in memory but its record is not durable, and an EOK from memory
+        would be an acknowledgement a crash loses (docs/bookie.md, "Failures between the steps")."""
+        if not done.cancelled() and done.exception() is None:
+            self._fence_pending.pop(key, None)
 
     def read_entry(self, scope_id: int, ledger_id: int, entry_id: int) -> bytes:
         """An entry's bytes (entry -1: the last stored), on the loop thread even from disk (start-up, recovery

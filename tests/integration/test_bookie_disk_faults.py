@@ -1,0 +1,73 @@
+"""A real Python bookie whose disk starts refusing writes between the steps of its multi-step operations
+(docs/bookie.md, "Failures between the steps"): nothing it acknowledged is lost or changed, every refused
+operation gets a typed error and the server stays up, and after a SIGKILL it restarts and serves what it
+acknowledged.
+
+The fault is the kernel's own: :meth:`PythonBookie.limit_file_size` sets the running bookie's RLIMIT_FSIZE, so
+its next write past that many bytes of a file fails with EFBIG, as on a full disk -- no hook inside the bookie.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bkspark.protocol import v2
+from tests.harness.python_bookie import LedgerEntries, PythonBookieCluster, RawBookieConnection
+
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
+
+ENTRIES = LedgerEntries(b"disk-faults")
+#: No periodic checkpoint during a test: what is durable is what the journal synced.
+NO_PERIODIC_CHECKPOINT = {"flushInterval": 600000}
+
+
+def add(conn: RawBookieConnection, ledger: int, eid: int) -> int:
+    """A normal add's return code."""
+    return conn.call_v2(ENTRIES.add_request(ledger, eid)).rc
+
+
+def fence(conn: RawBookieConnection, ledger: int) -> int:
+    """A fencing read's return code (EOK only once the fence is durable)."""
+    return conn.call_v2(v2.encode_read_request(ledger, -1, v2.FLAG_DO_FENCING, ENTRIES.master_key)).rc
+
+
+def assert_served(conn: RawBookieConnection, acked: list[tuple[int, int]]) -> None:
+    """Every acknowledged add reads back with its bytes."""
+    for ledger, eid in acked:
+        resp = conn.call_v2(v2.encode_read_request(ledger, eid))
+        assert resp.rc == v2.EOK and bytes(resp.entry) == ENTRIES.entry(ledger, eid), (ledger, eid, resp.rc)
+
+
+def test_a_journal_that_cannot_write_acknowledges_no_add_and_no_fence_and_keeps_serving(  # type: ignore[no-untyped-def]
+    zk_root, tmp_path: Path
+) -> None:
+    """The journal's write fails: the add and the fence of that batch get EIO, and so does every later fence of
+    that ledger (its fence is in memory but never became durable: an EOK would be lost by a crash); reads go on."""
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides=NO_PERIODIC_CHECKPOINT)
+    with cluster:
+        bookie = cluster.bookies[0]
+        acked: list[tuple[int, int]] = []
+        fences_acked: list[int] = []
+        with RawBookieConnection(bookie.port) as conn:
+            for ledger in (1, 2):
+                for eid in range(5):
+                    assert add(conn, ledger, eid) == v2.EOK
+                    acked.append((ledger, eid))
+            bookie.limit_file_size(1)  # every file of the bookie is past 1 byte: no write succeeds
+            assert add(conn, 1, 5) == v2.EIO
+            for _ in range(2):  # the first fence's record fails; the second must not be answered from memory
+                rc = fence(conn, 2)
+                assert rc in (v2.EOK, v2.EIO), rc
+                if rc == v2.EOK:
+                    fences_acked.append(2)
+            assert add(conn, 1, 6) == v2.EIO
+            assert_served(conn, acked)  # the server is up and serves what it acknowledged
+        cluster.crash(0)
+        cluster.start(0, timeout=90)
+        with RawBookieConnection(bookie.port) as conn:
+            assert_served(conn, acked)
+            for ledger in fences_acked:
+                assert add(conn, ledger, 10_000) == v2.EFENCED, f"acknowledged fence of ledger {ledger} lost"
+        assert not fences_acked, "a fence that never became durable was acknowledged"
