@@ -29,6 +29,7 @@ from bkspark.protocol import zk_paths
 from bkspark.protocol.layout import LedgerLayout
 
 from bookie_server.bookie import Bookie
+from bookie_server.journal import CrashPoint, crash_point
 
 __all__ = ["GarbageCollector", "find_orphans"]
 
@@ -100,6 +101,7 @@ class GarbageCollector:
             self.deleted_total += len(confirmed)
             if confirmed:
                 await self.bookie.checkpoint()  # index rows and states of the deleted ledgers go
+                crash_point(CrashPoint.GC_CHECKPOINTED)
                 removed = await loop.run_in_executor(None, self.bookie.storage.reclaim_entry_logs)
                 if removed:
                     log.info("gc: removed %d entry log(s) holding only deleted ledgers", len(removed))

@@ -47,7 +47,15 @@ from bkspark.errors import BookieError, BookieIOError, MalformedFrameError, NoSu
 from bkspark.protocol.digest import lac_header
 from bkspark.protocol.speedups import load_compiled
 
-from bookie_server.journal import JournalPosition, JournalRecord, RecordType, decode_add_payload, write_all
+from bookie_server.journal import (
+    CrashPoint,
+    JournalPosition,
+    JournalRecord,
+    RecordType,
+    crash_point,
+    decode_add_payload,
+    write_all,
+)
 
 __all__ = [
     "LedgerInfo",
@@ -1142,6 +1150,7 @@ class LedgerStorage:
                             raise BookieIOError("an entry log moved between placing and appending a checkpoint")
                         pieces.append(rows)
                     directory.sync()
+                    crash_point(CrashPoint.CHECKPOINT_LOGS_SYNCED)
                 with directory.env.begin(write=True) as txn:
                     # Deletes first: a snapshot holds entries or state of a deleted ledger only when a writer
                     # re-created it after a failed checkpoint put its delete back (end_checkpoint); the old life's
@@ -1167,6 +1176,7 @@ class LedgerStorage:
                         if (scope_id * 31 + ledger_id) % n == index:
                             txn.put(_LEDGER_KEY.pack(scope_id, ledger_id), state, db=directory.ledgers_db)
                     txn.put(_CHECKPOINT_KEY, snapshot.mark.pack(), db=directory.meta_db)
+            crash_point(CrashPoint.CHECKPOINT_COMMITTED)
         except (OSError, lmdb.Error) as exc:
             raise BookieIOError("checkpoint failed", error=str(exc)) from exc
 

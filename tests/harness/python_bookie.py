@@ -18,6 +18,7 @@ Options: ``bookie_ids`` (custom BP-41 ids; None entries keep ``host:port``),
 from __future__ import annotations
 
 import json
+import os
 import random
 import resource
 import sys
@@ -86,6 +87,8 @@ class PythonBookie:
         self.values = values
         self.write_conf()
         self.process: ManagedProcess | None = None
+        #: Test-only fault switches (``bookie_server.journal``'s environment variables) of the next launch.
+        self.fault_env: dict[str, str] = {}
 
     def write_conf(self) -> None:
         """(Re)write the conf file from :attr:`values`."""
@@ -109,6 +112,7 @@ class PythonBookie:
         if self.process is None:
             self.process = ManagedProcess(f"pybookie-{self.name}", argv, cwd=self.tree, log_dir=self.dir / "logs")
         self.process.argv = argv
+        self.process.env = dict(os.environ, **self.fault_env) if self.fault_env else None
         self.process.start()
 
     def wait_ready(self, zk: KazooClient, root: str, timeout: float = 60.0, readonly: bool = False) -> None:
