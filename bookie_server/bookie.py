@@ -208,6 +208,13 @@ class Bookie:
             for wake in waiters:
                 wake()
 
+    async def checkpoint_after_now(self) -> None:
+        """A checkpoint that begins after this call: one already running may have taken its snapshot before what the
+        caller just changed (GC's deletions), so it is waited for, not joined."""
+        while self._checkpointing:
+            await asyncio.sleep(0.01)
+        await self.checkpoint()  # no await between the loop's end and its check: it runs
+
     @property
     def write_cache_full(self) -> bool:
         """True while a checkpoint runs and the write cache is at its bound: new adds must wait.
