@@ -157,7 +157,7 @@ class BookieApp:
             "running": self.bookie.started,
             "readOnly": self.bookie.readonly,
             "shuttingDown": self._stopping,
-            "availableForHighPriorityWrites": not self.bookie._disk_readonly,
+            "availableForHighPriorityWrites": self.bookie.high_priority_writable,
         }
 
     def _routes(self, http: AdminHttpServer) -> None:

@@ -103,6 +103,9 @@ class Bookie:
         self._queued_early: list[Callable[[BaseException | None], None]] = []
         self._forced_readonly = conf.forceReadOnlyBookie
         self._disk_readonly = False
+        #: The journal failed a write or a sync and refuses every record from now on (journal.py): only a restart
+        #: makes this bookie writable again.
+        self._journal_failed = False
         self.on_state_change: Callable[[bool], None] | None = None
         self.started = False
         #: (scope id, ledger id) -> [(entry id, answer, read-ahead)] of the cold single reads on a read thread whose
@@ -128,6 +131,7 @@ class Bookie:
             max_file_size=self.conf.journalMaxSizeMB * 1024 * 1024,
             dispatch=self._loop.call_soon_threadsafe,
             on_batch=getattr(self.metrics, "journal_batch", None),
+            on_failure=self._journal_broke,
             faults=JournalFaults.from_env(),
         )
         self.journal.open()
@@ -234,8 +238,23 @@ class Bookie:
     # -- read-only state ----------------------------------------------------------------
     @property
     def readonly(self) -> bool:
-        """True when adds are refused (admin request or disks over the threshold)."""
-        return self._forced_readonly or self._disk_readonly
+        """True when adds are refused (admin request, disks over the threshold, or a failed journal)."""
+        return self._forced_readonly or self._disk_readonly or self._journal_failed
+
+    @property
+    def high_priority_writable(self) -> bool:
+        """True when recovery (high-priority) adds are taken even if :attr:`readonly`: only an admin's read-only
+        switch lets them through; a full disk or a failed journal cannot store them."""
+        return not (self._disk_readonly or self._journal_failed)
+
+    def _journal_broke(self) -> None:
+        """Loop thread: the journal refuses every record from now on, so the bookie turns read-only (its registration
+        moves to ``available/readonly``, and clients stop choosing it for new ledgers) while it goes on serving
+        reads (docs/bookie.md, "Failures between the steps")."""
+        before = self.readonly
+        self._journal_failed = True
+        log.error("the journal failed: the bookie is read-only until it is restarted")
+        self._notify_state(before)
 
     def set_readonly(self, readonly: bool) -> None:
         """Admin switch (HTTP ``/api/v1/bookie/state/readonly``)."""
@@ -368,7 +387,7 @@ class Bookie:
     ) -> None:
         """:meth:`add_entry` without a future (the server's hot path): ``done(error)`` once durable,
         or, with ``deferred_sync`` (WriteFlag.DEFERRED_SYNC), once written but before the sync."""
-        if self.readonly and not (high_priority and not self._disk_readonly):
+        if self.readonly and not (high_priority and self.high_priority_writable):
             raise WriteOnReadOnlyBookieError(ledger_id=ledger_id)
         info = self.storage.ledger(scope_id, ledger_id)
         self._check_key(info, master_key, ledger_id)
@@ -447,7 +466,7 @@ class Bookie:
     def _check_add(self, ledger_id: int, master_key: bytes, recovery: bool, high_priority: bool) -> bytes:
         """The checks of a scope-0 add (read-only, master key, fenced), raising the refusal; the MASTER_KEY record
         of a ledger this add creates (to journal before its adds), else b""."""
-        if self.readonly and not (high_priority and not self._disk_readonly):
+        if self.readonly and not (high_priority and self.high_priority_writable):
             raise WriteOnReadOnlyBookieError(ledger_id=ledger_id)
         info = self.storage.ledger(0, ledger_id)
         self._check_key(info, master_key, ledger_id)

@@ -455,6 +455,7 @@ class Journal:
         max_file_size: int = 2048 * 1024 * 1024,
         dispatch: Callable[[Callable[[], None]], None] | None = None,
         on_batch: Callable[[int, int, float], None] | None = None,
+        on_failure: Callable[[], None] | None = None,
         faults: JournalFaults | None = None,
     ) -> None:
         paths = [directory] if isinstance(directory, (str, os.PathLike)) else list(directory)
@@ -464,6 +465,8 @@ class Journal:
         self.max_file_size = max_file_size
         self._dispatch = dispatch or (lambda fn: fn())
         self._on_batch = on_batch
+        #: Run (through dispatch) once, when a write or a sync fails and the journal starts refusing records.
+        self._on_failure = on_failure
         self._faults = faults
         self._batches = 0
         #: With a power-cut fault: bytes "written" but held back from the file until the sync.
@@ -599,6 +602,8 @@ class Journal:
                 error = BookieIOError("journal write failed", error=str(exc))
                 with self._cond:
                     self._failure = error
+                if self._on_failure is not None:
+                    self._dispatch(self._on_failure)
             if self._on_batch is not None:
                 self._on_batch(len(records), sum(map(len, records)), time.perf_counter() - started)
             self._dispatch(_completion_batch(waiters + early, error))

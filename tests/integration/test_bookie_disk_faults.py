@@ -44,7 +44,8 @@ def test_a_journal_that_cannot_write_acknowledges_no_add_and_no_fence_and_keeps_
     zk_root, tmp_path: Path
 ) -> None:
     """The journal's write fails: the add and the fence of that batch get EIO, and so does every later fence of
-    that ledger (its fence is in memory but never became durable: an EOK would be lost by a crash); reads go on."""
+    that ledger (its fence is in memory but never became durable: an EOK would be lost by a crash); the bookie
+    turns read-only and goes on serving reads; restarted, it serves what it acknowledged and is writable."""
     cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides=NO_PERIODIC_CHECKPOINT)
     with cluster:
         bookie = cluster.bookies[0]
@@ -62,12 +63,19 @@ def test_a_journal_that_cannot_write_acknowledges_no_add_and_no_fence_and_keeps_
                 assert rc in (v2.EOK, v2.EIO), rc
                 if rc == v2.EOK:
                     fences_acked.append(2)
-            assert add(conn, 1, 6) == v2.EIO
-            assert_served(conn, acked)  # the server is up and serves what it acknowledged
+            # The journal refuses every record now: the bookie says so by turning read-only, and serves reads.
+            assert bookie.process is not None
+            bookie.process.wait_until(
+                lambda: cluster.registered(readonly=True) == [bookie.bookie_id], timeout=20, what="read-only registration"
+            )
+            assert cluster.http_get(0, "/api/v1/bookie/state")["readOnly"] is True
+            assert add(conn, 1, 6) == v2.EREADONLY
+            assert_served(conn, acked)
         cluster.crash(0)
-        cluster.start(0, timeout=90)
+        cluster.start(0, timeout=90)  # writable again: the new process has a new journal file
         with RawBookieConnection(bookie.port) as conn:
             assert_served(conn, acked)
+            assert add(conn, 1, 5) == v2.EOK
             for ledger in fences_acked:
                 assert add(conn, ledger, 10_000) == v2.EFENCED, f"acknowledged fence of ledger {ledger} lost"
         assert not fences_acked, "a fence that never became durable was acknowledged"
