@@ -566,6 +566,12 @@ class Journal:
                 waiters, self._waiters = self._waiters, []
                 early, self._early = self._early, []
                 roll, self._roll_requested = self._roll_requested, False
+                failure = self._failure
+            if failure is not None:
+                # Queued before the failure was known: written after a batch whose bytes may be gone, they would be
+                # acknowledged past a hole that replay stops at.
+                self._dispatch(_completion_batch(waiters + early, failure))
+                continue
             started = time.perf_counter()
             error: BaseException | None = None
             try:

@@ -513,6 +513,31 @@ def test_journal_deferred_sync_completes_before_the_sync(tmp_path: Path, monkeyp
     assert order == ["written", "synced"]
 
 
+def test_records_queued_when_a_journal_sync_fails_are_refused_not_written_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a failed sync the kernel may drop the batch's pages and still report the next sync as done: a batch
+    queued behind the failed one, written and synced after it, would be acknowledged past a hole that replay stops
+    at.  It gets the failure instead, and the file ends where the failed batch ends."""
+    journal = Journal(tmp_path)
+    journal.open()
+    real_fdatasync = os.fdatasync
+    outcomes: list[BaseException | None] = []
+    done = threading.Event()
+
+    def failing_fdatasync(fd: int) -> None:
+        monkeypatch.setattr(journal_module.os, "fdatasync", real_fdatasync)  # the syncs after this one succeed
+        journal.submit(encode_record(RecordType.FENCE, 0, 2), lambda e: (outcomes.append(e), done.set()))
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(journal_module.os, "fdatasync", failing_fdatasync)
+    journal.submit(encode_record(RecordType.FENCE, 0, 1), outcomes.append)
+    assert done.wait(5)
+    journal.close()
+    assert [type(e) for e in outcomes] == [BookieIOError, BookieIOError]
+    assert [r.ledger_id for _, r in iter_records(journal_files(tmp_path)[-1][1])] == [1]
+
+
 class _DiskThatFails:
     """The storage module's ``os``, except that chosen calls fail the way a full disk makes them fail."""
 
