@@ -305,8 +305,10 @@ class _Directory:
         self.log_id = (logs[-1] + 1) if logs else 1
         self._write_fd = -1
         self._write_size = 0
-        #: Set when a write failed: the log's end is unknown, so the next append opens a new log.
+        #: Set until a new log has its header and a durable name: the next append makes it again.
         self._roll_next = False
+        #: Set when an append failed: bytes of it may follow the end this directory counts (``_write_size``).
+        self._end_unknown = False
 
     def index_get(self, key: bytes) -> bytes | None:
         """Look a key up in the index through a reused read transaction (loop thread only).
@@ -340,6 +342,8 @@ class _Directory:
     def place(self, size: int) -> tuple[int, int]:
         """Where ``size`` bytes appended next will land, ``(log id, start offset)``: the current entry log,
         rolled first when they would not fit (the next :meth:`append` of that size lands there)."""
+        if self._end_unknown and not self._roll_next:
+            self._cut_back()
         if (
             self._write_fd < 0
             or self._roll_next
@@ -352,14 +356,15 @@ class _Directory:
         """Append to the current entry log (rolling it when full); return ``(log id, start offset)``.
 
         A write that fails may have left part of the blob in the log (a disk that filled up halfway), so the
-        offsets this directory counts no longer match the file's: the next append starts a new log.
+        offsets this directory counts no longer match the file's: the next append cuts the log back to them
+        (:meth:`_cut_back`), or starts a new log when it cannot.
         """
         self.place(len(blob))
         start = self._write_size
         try:
             write_all(self._write_fd, blob)
         except BaseException:
-            self._roll_next = True
+            self._end_unknown = True
             raise
         self._write_size += len(blob)
         return self.log_id, start
@@ -368,19 +373,37 @@ class _Directory:
         if self._write_fd >= 0:
             os.fsync(self._write_fd)
 
+    def _cut_back(self) -> None:
+        """After a failed append: cut the log back to the end this directory counts (what the write left after it
+        is in no index row), so that the retry appends to the same log at the offsets it computed.  A checkpoint
+        retried on a disk that stays full used to start a new log every time (docs/bookie.md, "Failures between
+        the steps").  When the cut fails too, the next :meth:`place` rolls to a new log."""
+        try:
+            os.ftruncate(self._write_fd, self._write_size)
+        except OSError as exc:
+            log.warning(
+                "cannot cut entry log %d back to %d bytes (%s): starting a new one", self.log_id, self._write_size, exc
+            )
+            self._roll_next = True
+        self._end_unknown = False
+
     def _roll(self) -> None:
         """Start the next entry log.  Any step may fail (a full or broken disk): the state left behind makes the
-        next :meth:`place` try again with a new log, never write through a closed descriptor or at a wrong offset."""
-        if self._write_fd >= 0:
+        next :meth:`place` try again, never write through a closed descriptor or at a wrong offset.  A log that
+        holds no record yet (its making failed) is made again in place, not left behind for a new file."""
+        if self._write_fd >= 0 and self._write_size > _LOG_HEADER.size:
             os.fsync(self._write_fd)
             fd, self._write_fd = self._write_fd, -1
             os.close(fd)
             self.log_id += 1
-        path = self.log_path(self.log_id)
-        self._write_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         self._roll_next = True  # until the header is in and the log's name is durable
+        self._end_unknown = False
+        if self._write_fd < 0:
+            path = self.log_path(self.log_id)
+            self._write_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         self._write_size = 0
-        os.write(self._write_fd, _LOG_HEADER.pack(_LOG_MAGIC, 1))
+        os.ftruncate(self._write_fd, 0)  # what a failed making of this log left
+        write_all(self._write_fd, _LOG_HEADER.pack(_LOG_MAGIC, 1))
         self._write_size = _LOG_HEADER.size
         dfd = os.open(self.logs_dir, os.O_RDONLY)
         try:

@@ -135,6 +135,15 @@ class PythonBookie:
         soft = resource.RLIM_INFINITY if max_bytes is None else max_bytes
         resource.prlimit(self.process.pid, resource.RLIMIT_FSIZE, (soft, resource.RLIM_INFINITY))
 
+    def entry_logs(self) -> list[Path]:
+        """The entry log files of the bookie's (first) ledger directory, oldest first."""
+        ledgers = Path(str(self.values["ledgerDirectories"]).split(",")[0])
+        return sorted((ledgers / "current" / "entrylogs").glob("*.log"))
+
+    def entry_log_bytes(self) -> int:
+        """Bytes in :meth:`entry_logs`: what the bookie's checkpoints have written there."""
+        return sum(path.stat().st_size for path in self.entry_logs())
+
     @property
     def is_alive(self) -> bool:
         """True while the process runs."""

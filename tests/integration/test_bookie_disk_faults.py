@@ -79,3 +79,37 @@ def test_a_journal_that_cannot_write_acknowledges_no_add_and_no_fence_and_keeps_
             for ledger in fences_acked:
                 assert add(conn, ledger, 10_000) == v2.EFENCED, f"acknowledged fence of ledger {ledger} lost"
         assert not fences_acked, "a fence that never became durable was acknowledged"
+
+
+def test_a_checkpoint_the_disk_refuses_keeps_its_entries_and_is_retried_in_the_same_log(  # type: ignore[no-untyped-def]
+    zk_root, tmp_path: Path
+) -> None:
+    """Checkpoints fail halfway into the entry log while the disk refuses writes past 64 KiB: the acknowledged
+    entries stay readable from the write cache (which gets a failed checkpoint's entries back), each retry cuts the
+    log back and tries again in it (not one new file per retry), and once the disk takes writes again they reach
+    the entry log and the index and survive a SIGKILL."""
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides={"flushInterval": 300})
+    with cluster:
+        bookie = cluster.bookies[0]
+        assert bookie.process is not None
+        with RawBookieConnection(bookie.port) as conn:
+            acked = [(1, eid) for eid in range(300)]  # about 300 KiB
+            conn.send(b"".join(ENTRIES.add_request(ledger, eid) for ledger, eid in acked))
+            assert [v2.decode_response(conn.recv()).rc for _ in acked] == [v2.EOK] * len(acked)
+            bookie.limit_file_size(64 * 1024)  # the bookie's log file is smaller: it still says what fails
+            bookie.process.wait_until(
+                lambda: bookie.log_tail(400).count("checkpoint failed; will retry") >= 3,
+                timeout=20,
+                what="three failed checkpoints",
+            )
+            assert len(bookie.entry_logs()) == 1
+            assert_served(conn, acked)
+            bookie.limit_file_size(None)
+            bookie.process.wait_until(
+                lambda: bookie.entry_log_bytes() > 250 * 1024, timeout=20, what="a checkpoint once the disk has room"
+            )
+            assert_served(conn, acked)
+        cluster.crash(0)
+        cluster.start(0, timeout=90)
+        with RawBookieConnection(bookie.port) as conn:
+            assert_served(conn, acked)
