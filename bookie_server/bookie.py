@@ -152,7 +152,8 @@ class Bookie:
         )
 
     async def stop(self) -> None:
-        """Stop flushing, sync the journal, checkpoint everything, close files."""
+        """Stop flushing, sync the journal, checkpoint everything, close files (all of them even when the final
+        checkpoint fails, which is then raised)."""
         if not self.started:
             return
         self.started = False
@@ -169,15 +170,18 @@ class Bookie:
         await self._loop.run_in_executor(None, journal.close)
         while self._checkpointing:
             await asyncio.sleep(0.01)
-        await self._loop.run_in_executor(None, self.storage.checkpoint, journal.written_position)
-        journal.trim(self.storage.checkpoint_mark)
-        for waiters in self._lac_waiters.values():
-            for fut in waiters:
-                if not fut.done():
-                    fut.cancel()
-        self._lac_waiters.clear()
-        self.read_pool.shutdown(wait=True, cancel_futures=True)  # no read thread left on a closed index
-        self.storage.close()
+        try:
+            # When it fails (a full disk), the journal keeps every record it did not store: the next start replays.
+            await self._loop.run_in_executor(None, self.storage.checkpoint, journal.written_position)
+            journal.trim(self.storage.checkpoint_mark)
+        finally:
+            for waiters in self._lac_waiters.values():
+                for fut in waiters:
+                    if not fut.done():
+                        fut.cancel()
+            self._lac_waiters.clear()
+            self.read_pool.shutdown(wait=True, cancel_futures=True)  # no read thread left on a closed index
+            self.storage.close()
 
     async def _checkpoint_loop(self) -> None:
         interval = max(self.conf.flushInterval, 100) / 1000.0

@@ -14,13 +14,24 @@ from pathlib import Path
 import pytest
 
 from bkspark.protocol import v2
+from bookie_server.app import STOPPED_WITHOUT_CHECKPOINT
 from tests.harness.python_bookie import LedgerEntries, PythonBookieCluster, RawBookieConnection
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 
 ENTRIES = LedgerEntries(b"disk-faults")
+#: The bookie's own log file is smaller: under this limit it still says what fails.
+SMALL_DISK = 64 * 1024
 #: No periodic checkpoint during a test: what is durable is what the journal synced.
 NO_PERIODIC_CHECKPOINT = {"flushInterval": 600000}
+
+
+def add_300(conn: RawBookieConnection, ledger: int) -> list[tuple[int, int]]:
+    """300 pipelined adds (about 300 KiB), all acknowledged."""
+    acked = [(ledger, eid) for eid in range(300)]
+    conn.send(b"".join(ENTRIES.add_request(ledger, eid) for ledger, eid in acked))
+    assert [v2.decode_response(conn.recv()).rc for _ in acked] == [v2.EOK] * len(acked)
+    return acked
 
 
 def add(conn: RawBookieConnection, ledger: int, eid: int) -> int:
@@ -93,10 +104,8 @@ def test_a_checkpoint_the_disk_refuses_keeps_its_entries_and_is_retried_in_the_s
         bookie = cluster.bookies[0]
         assert bookie.process is not None
         with RawBookieConnection(bookie.port) as conn:
-            acked = [(1, eid) for eid in range(300)]  # about 300 KiB
-            conn.send(b"".join(ENTRIES.add_request(ledger, eid) for ledger, eid in acked))
-            assert [v2.decode_response(conn.recv()).rc for _ in acked] == [v2.EOK] * len(acked)
-            bookie.limit_file_size(64 * 1024)  # the bookie's log file is smaller: it still says what fails
+            acked = add_300(conn, 1)
+            bookie.limit_file_size(SMALL_DISK)
             bookie.process.wait_until(
                 lambda: bookie.log_tail(400).count("checkpoint failed; will retry") >= 3,
                 timeout=20,
@@ -111,5 +120,27 @@ def test_a_checkpoint_the_disk_refuses_keeps_its_entries_and_is_retried_in_the_s
             assert_served(conn, acked)
         cluster.crash(0)
         cluster.start(0, timeout=90)
+        with RawBookieConnection(bookie.port) as conn:
+            assert_served(conn, acked)
+
+
+def test_a_stop_whose_final_checkpoint_the_disk_refuses_says_so_and_the_restart_replays(  # type: ignore[no-untyped-def]
+    zk_root, tmp_path: Path
+) -> None:
+    """SIGTERM while the disk refuses writes: the final checkpoint fails, the bookie still closes its files and
+    ZooKeeper session and exits 1 saying it stopped without that checkpoint (not that it "cannot start"), and the
+    next start replays the journal and serves every acknowledged entry."""
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides=NO_PERIODIC_CHECKPOINT)
+    with cluster:
+        bookie = cluster.bookies[0]
+        with RawBookieConnection(bookie.port) as conn:
+            acked = add_300(conn, 1)
+        bookie.limit_file_size(SMALL_DISK)
+        assert cluster.stop(0) == 1
+        said = bookie.log_tail(100)
+        assert STOPPED_WITHOUT_CHECKPOINT in said and "cannot start" not in said
+        assert cluster.registered() == [] and cluster.registered(readonly=True) == []
+        assert bookie.entry_log_bytes() <= SMALL_DISK
+        cluster.start(0)
         with RawBookieConnection(bookie.port) as conn:
             assert_served(conn, acked)
