@@ -144,3 +144,29 @@ def test_a_stop_whose_final_checkpoint_the_disk_refuses_says_so_and_the_restart_
         cluster.start(0)
         with RawBookieConnection(bookie.port) as conn:
             assert_served(conn, acked)
+
+
+def test_a_journal_roll_over_the_disk_refuses_halfway_leaves_a_journal_the_restart_accepts(  # type: ignore[no-untyped-def]
+    zk_root, tmp_path: Path
+) -> None:
+    """After a checkpoint the journal's next batch starts a new file; the disk takes only half of its header: the
+    batch gets EIO, and the restart treats the half header as the torn end of the newest file (nothing in it was
+    acknowledged), not as damage that stops the bookie, and serves every acknowledged entry."""
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides={"flushInterval": 300})
+    with cluster:
+        bookie = cluster.bookies[0]
+        assert bookie.process is not None
+        journal_dir = bookie.dir / "journal" / "current"
+        with RawBookieConnection(bookie.port) as conn:
+            acked = add_300(conn, 1)
+            bookie.process.wait_until(lambda: bookie.entry_log_bytes() > 0, timeout=20, what="a checkpoint")
+            files_before = sorted(journal_dir.glob("*.txn"))
+            bookie.limit_file_size(8)  # half the 16-byte header of the next journal file
+            assert add(conn, 1, len(acked)) == v2.EIO
+        half_made = sorted(journal_dir.glob("*.txn"))[-1]
+        assert half_made not in files_before and half_made.stat().st_size == 8
+        cluster.crash(0)
+        cluster.start(0, timeout=90)
+        with RawBookieConnection(bookie.port) as conn:
+            assert_served(conn, acked)
+            assert add(conn, 1, len(acked)) == v2.EOK
