@@ -309,6 +309,9 @@ class _Directory:
         self._roll_next = False
         #: Set when an append failed: bytes of it may follow the end this directory counts (``_write_size``).
         self._end_unknown = False
+        #: While a checkpoint writes here: the log it began in.  It and every later log may hold its records, whose
+        #: index rows are not committed yet, so :meth:`unused_logs` leaves them alone.
+        self.checkpoint_first_log: int | None = None
 
     def index_get(self, key: bytes) -> bytes | None:
         """Look a key up in the index through a reused read transaction (loop thread only).
@@ -426,12 +429,16 @@ class _Directory:
     def unused_logs(self) -> list[int]:
         """Entry logs no index row points into (any thread: its own read transaction).
 
-        The log being appended to is never reported: a checkpoint may be writing it
-        before its index rows are committed.
+        The log being appended to is never reported, nor any log a running checkpoint has
+        written (it may roll past one before its index rows are committed).
         """
-        # Read the current log id *before* the index snapshot: every older log got its last
-        # append in a checkpoint that committed its rows before the log was rolled.
+        # Both read *before* the index snapshot, the log id first: a checkpoint pins its first log before it appends
+        # or rolls, and unpins it only once its rows are committed, so every older log got its last append in a
+        # checkpoint whose rows this snapshot holds.
         current = self.log_id
+        pinned = self.checkpoint_first_log
+        if pinned is not None:
+            current = min(current, pinned)
         referenced: set[int] = set()
         with self.env.begin(db=self.index_db) as txn:
             for value in txn.cursor().iternext(keys=False, values=True):
@@ -1157,6 +1164,7 @@ class LedgerStorage:
             for index, directory in enumerate(self._dirs):
                 keys = per_dir.get(index)
                 pieces: list[list[IndexRow]] = []  # each piece's index rows
+                directory.checkpoint_first_log = directory.log_id  # unpinned below, once the rows are committed
                 if keys:
                     placed: list[tuple[int, int]] = []
 
@@ -1199,9 +1207,13 @@ class LedgerStorage:
                         if (scope_id * 31 + ledger_id) % n == index:
                             txn.put(_LEDGER_KEY.pack(scope_id, ledger_id), state, db=directory.ledgers_db)
                     txn.put(_CHECKPOINT_KEY, snapshot.mark.pack(), db=directory.meta_db)
+                directory.checkpoint_first_log = None
             crash_point(CrashPoint.CHECKPOINT_COMMITTED)
         except (OSError, lmdb.Error) as exc:
             raise BookieIOError("checkpoint failed", error=str(exc)) from exc
+        finally:
+            for directory in self._dirs:
+                directory.checkpoint_first_log = None  # a failed checkpoint's records are in no index row
 
     def end_checkpoint(self, snapshot: Snapshot, ok: bool) -> None:
         """Release the snapshot (caller's thread); on failure its data goes back to the write cache."""

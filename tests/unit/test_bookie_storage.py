@@ -484,6 +484,45 @@ def test_storage_reclaims_entry_logs_of_deleted_ledgers(tmp_path: Path) -> None:
     storage.close()
 
 
+def test_a_log_a_running_checkpoint_wrote_and_rolled_past_is_not_reclaimed_before_its_rows_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint in pieces fills log 1, rolls to log 2 and appends there, its index rows not committed yet; a
+    reclaim running meanwhile (the GC's, on another thread) sees log 1 behind the current log and in no index row.
+    It must keep it: the rows the checkpoint then commits point into it."""
+    storage = LedgerStorage([tmp_path], entry_log_size_limit=4096)
+    storage.open()
+    written = {i: entry(1, i, i - 1, b"p" * 1000) for i in range(15)}
+    for i, data in written.items():
+        storage.put_entry(0, 1, i, i - 1, data)
+    monkeypatch.setattr(storage_module, "CHECKPOINT_PIECE_ENTRIES", 5)  # 5 KiB a piece: one log each
+    real_log_records = storage_module.log_records
+    calls: list[int] = []
+    two_appended, release = threading.Event(), threading.Event()
+
+    def pausing_log_records(*args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:  # pieces 1 and 2 are appended, to logs 1 and 2
+            two_appended.set()
+            assert release.wait(10)
+        return real_log_records(*args)
+
+    monkeypatch.setattr(storage_module, "log_records", pausing_log_records)
+    snapshot = storage.begin_checkpoint(JournalPosition(1, 16))
+    checkpoint = threading.Thread(target=storage.write_checkpoint, args=(snapshot,))
+    checkpoint.start()
+    try:
+        assert two_appended.wait(10)
+        removed = storage.reclaim_entry_logs()
+    finally:
+        release.set()
+        checkpoint.join(10)
+    storage.end_checkpoint(snapshot, True)
+    assert removed == []
+    assert [storage.get_entry(0, 1, i) for i in range(15)] == [written[i] for i in range(15)]
+    storage.close()
+
+
 def test_journal_deferred_sync_completes_before_the_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import bookie_server.journal as journal_module
 
