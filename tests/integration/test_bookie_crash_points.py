@@ -26,9 +26,12 @@ WRITERS = 3
 CONF = {"flushInterval": 200, "gcWaitTime": 600000}
 #: The crash comes at the n-th time a step is reached: past the start-up checkpoint, under load.
 CRASH_AT_TIME = 4
+#: Every periodic checkpoint reaches the committed step, with the writers' entries or without: the 6th comes
+#: a second or more after the start, when the writers have been at it for a while even on a busy machine.
+COMMITTED_CRASH_AT_TIME = 6
 
 
-def crash_env(point: CrashPoint, time: int = CRASH_AT_TIME) -> dict[str, str]:
+def crash_env(point: CrashPoint, time: int) -> dict[str, str]:
     return {CRASH_AT_ENV: f"{point.value}:{time}"}
 
 
@@ -50,7 +53,8 @@ def test_a_crash_between_the_steps_of_a_checkpoint_or_a_roll_over_loses_nothing_
     bookie = cluster.bookies[0]
     bookie.values["ledgerDirectories"] = ",".join(str(bookie.dir / f"ledgers{i}") for i in range(ledger_dirs))
     bookie.write_conf()
-    bookie.fault_env = crash_env(point)
+    committed = point is CrashPoint.CHECKPOINT_COMMITTED
+    bookie.fault_env = crash_env(point, COMMITTED_CRASH_AT_TIME if committed else CRASH_AT_TIME)
     with cluster:
         history = run_writers_until_the_crash(bookie.port, ENTRIES, WRITERS)
         restart_after_its_own_crash(cluster, 0, crash_words(point))
