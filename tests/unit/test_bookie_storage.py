@@ -376,6 +376,45 @@ def test_bookie_replays_journal_after_crash(tmp_path: Path) -> None:
     run(third())
 
 
+def test_a_checkpoint_after_now_waits_out_the_running_one_and_commits_what_came_after_its_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GC deletes a ledger while a periodic checkpoint is writing (its snapshot taken before the delete), then asks
+    for a checkpoint: returning with the running one would leave the delete uncommitted when the GC looks for the
+    entry logs it emptied.  ``checkpoint_after_now`` waits for it and runs one that commits the delete."""
+
+    async def scenario() -> None:
+        bookie = Bookie(make_conf(tmp_path))
+        await bookie.start()
+        try:
+            await bookie.add_entry(0, 9, 0, -1, entry(9, 0, -1, b"doomed"), KEY)
+            writing, release = threading.Event(), threading.Event()
+            real_write = bookie.storage.write_checkpoint
+
+            def slow_write(snapshot: Any) -> None:
+                writing.set()
+                assert release.wait(10)
+                real_write(snapshot)
+
+            monkeypatch.setattr(bookie.storage, "write_checkpoint", slow_write)
+            running = asyncio.ensure_future(bookie.checkpoint())
+            assert await asyncio.get_running_loop().run_in_executor(None, writing.wait, 10)
+            monkeypatch.undo()  # the next checkpoint writes at once
+            bookie.delete_ledger(0, 9)
+            after = asyncio.ensure_future(bookie.checkpoint_after_now())
+            await asyncio.sleep(0.05)
+            assert not after.done()  # it waits for the running one
+            release.set()
+            await asyncio.gather(running, after)
+            assert not bookie.storage._pending_deletes  # committed by the second checkpoint: no index row left
+            with pytest.raises(NoSuchEntryError):
+                bookie.storage._read_from_disk(cache_key(0, 9, 0), own_transaction=True)
+        finally:
+            await bookie.stop()
+
+    run(scenario())
+
+
 def test_bookie_rules_readonly_key_fence_and_long_poll(tmp_path: Path) -> None:
     async def body() -> None:
         bookie = Bookie(make_conf(tmp_path, journalSyncData="false"))
