@@ -26,7 +26,8 @@ import time
 from typing import Any
 
 from bkspark.confkeys import BOOKIE_KEYS, check_keys, check_unsupported
-from bkspark.errors import CookieMismatchError, InvalidOptionError
+from bkspark.cli import one_line
+from bkspark.errors import BookieIOError, CookieMismatchError, InvalidOptionError
 from bkspark.placement.base import conf_bool
 from bkspark.protocol.cookie import Cookie
 from bkspark.security.secrets import read_password_file
@@ -41,7 +42,7 @@ from bookie_server.registration import Registration, check_local_cookies, dir_is
 from bookie_server.security import BookieSecurity
 from bookie_server.server import BookieServer
 
-__all__ = ["BookieApp", "run"]
+__all__ = ["BookieApp", "run", "STOPPED_WITHOUT_CHECKPOINT"]
 
 log = logging.getLogger("bookie_server.app")
 
@@ -157,7 +158,7 @@ class BookieApp:
             "running": self.bookie.started,
             "readOnly": self.bookie.readonly,
             "shuttingDown": self._stopping,
-            "availableForHighPriorityWrites": not self.bookie._disk_readonly,
+            "availableForHighPriorityWrites": self.bookie.high_priority_writable,
         }
 
     def _routes(self, http: AdminHttpServer) -> None:
@@ -243,11 +244,13 @@ class BookieApp:
             self._sock.close()
         if self.http is not None:
             await self.http.stop()
-        await self.bookie.stop()
-        if self.registration is not None:
-            await loop.run_in_executor(None, self.registration.close)
+        try:
+            await self.bookie.stop()
+        finally:
+            if self.registration is not None:
+                await loop.run_in_executor(None, self.registration.close)
+            self.stopped.set()
         log.info("bookie stopped", extra={"seconds": round(time.monotonic() - started, 3)})
-        self.stopped.set()
 
 
 #: The cyclic garbage collector's thresholds in a bookie process (Python's are 700, 10, 10).  A bookie makes a few
@@ -264,8 +267,14 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+#: What the log says, exit status 1, when a stop's final checkpoint failed (a full disk): the journal, not trimmed,
+#: keeps what the checkpoint did not store, and the next start replays it.
+STOPPED_WITHOUT_CHECKPOINT = "stopped without the final checkpoint; the next start replays the journal"
+
+
 async def run(conf: BookieConfig) -> int:
-    """Run a bookie until SIGTERM/SIGINT; the process exit status.  A start that fails raises, after cleaning up."""
+    """Run a bookie until SIGTERM/SIGINT; the process exit status (1: :data:`STOPPED_WITHOUT_CHECKPOINT`).  A start
+    that fails raises, after cleaning up."""
     app = BookieApp(conf)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -279,5 +288,9 @@ async def run(conf: BookieConfig) -> int:
     tune_gc()
     await stop.wait()
     log.info("signal received: shutting down")
-    await app.stop()
+    try:
+        await app.stop()
+    except BookieIOError as exc:  # not a start that failed: the caller's "cannot start" line would mislead
+        log.error("%s: %s", STOPPED_WITHOUT_CHECKPOINT, one_line(exc))
+        return 1
     return 0

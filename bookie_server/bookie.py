@@ -103,6 +103,9 @@ class Bookie:
         self._queued_early: list[Callable[[BaseException | None], None]] = []
         self._forced_readonly = conf.forceReadOnlyBookie
         self._disk_readonly = False
+        #: The journal failed a write or a sync and refuses every record from now on (journal.py): only a restart
+        #: makes this bookie writable again.
+        self._journal_failed = False
         self.on_state_change: Callable[[bool], None] | None = None
         self.started = False
         #: (scope id, ledger id) -> [(entry id, answer, read-ahead)] of the cold single reads on a read thread whose
@@ -128,6 +131,7 @@ class Bookie:
             max_file_size=self.conf.journalMaxSizeMB * 1024 * 1024,
             dispatch=self._loop.call_soon_threadsafe,
             on_batch=getattr(self.metrics, "journal_batch", None),
+            on_failure=self._journal_broke,
             faults=JournalFaults.from_env(),
         )
         self.journal.open()
@@ -148,7 +152,8 @@ class Bookie:
         )
 
     async def stop(self) -> None:
-        """Stop flushing, sync the journal, checkpoint everything, close files."""
+        """Stop flushing, sync the journal, checkpoint everything, close files (all of them even when the final
+        checkpoint fails, which is then raised)."""
         if not self.started:
             return
         self.started = False
@@ -165,15 +170,18 @@ class Bookie:
         await self._loop.run_in_executor(None, journal.close)
         while self._checkpointing:
             await asyncio.sleep(0.01)
-        await self._loop.run_in_executor(None, self.storage.checkpoint, journal.written_position)
-        journal.trim(self.storage.checkpoint_mark)
-        for waiters in self._lac_waiters.values():
-            for fut in waiters:
-                if not fut.done():
-                    fut.cancel()
-        self._lac_waiters.clear()
-        self.read_pool.shutdown(wait=True, cancel_futures=True)  # no read thread left on a closed index
-        self.storage.close()
+        try:
+            # When it fails (a full disk), the journal keeps every record it did not store: the next start replays.
+            await self._loop.run_in_executor(None, self.storage.checkpoint, journal.written_position)
+            journal.trim(self.storage.checkpoint_mark)
+        finally:
+            for waiters in self._lac_waiters.values():
+                for fut in waiters:
+                    if not fut.done():
+                        fut.cancel()
+            self._lac_waiters.clear()
+            self.read_pool.shutdown(wait=True, cancel_futures=True)  # no read thread left on a closed index
+            self.storage.close()
 
     async def _checkpoint_loop(self) -> None:
         interval = max(self.conf.flushInterval, 100) / 1000.0
@@ -208,6 +216,13 @@ class Bookie:
             for wake in waiters:
                 wake()
 
+    async def checkpoint_after_now(self) -> None:
+        """A checkpoint that begins after this call: one already running may have taken its snapshot before what the
+        caller just changed (GC's deletions), so it is waited for, not joined."""
+        while self._checkpointing:
+            await asyncio.sleep(0.01)
+        await self.checkpoint()  # no await between the loop's end and its check: it runs
+
     @property
     def write_cache_full(self) -> bool:
         """True while a checkpoint runs and the write cache is at its bound: new adds must wait.
@@ -227,8 +242,23 @@ class Bookie:
     # -- read-only state ----------------------------------------------------------------
     @property
     def readonly(self) -> bool:
-        """True when adds are refused (admin request or disks over the threshold)."""
-        return self._forced_readonly or self._disk_readonly
+        """True when adds are refused (admin request, disks over the threshold, or a failed journal)."""
+        return self._forced_readonly or self._disk_readonly or self._journal_failed
+
+    @property
+    def high_priority_writable(self) -> bool:
+        """True when recovery (high-priority) adds are taken even if :attr:`readonly`: only an admin's read-only
+        switch lets them through; a full disk or a failed journal cannot store them."""
+        return not (self._disk_readonly or self._journal_failed)
+
+    def _journal_broke(self) -> None:
+        """Loop thread: the journal refuses every record from now on, so the bookie turns read-only (its registration
+        moves to ``available/readonly``, and clients stop choosing it for new ledgers) while it goes on serving
+        reads (docs/bookie.md, "Failures between the steps")."""
+        before = self.readonly
+        self._journal_failed = True
+        log.error("the journal failed: the bookie is read-only until it is restarted")
+        self._notify_state(before)
 
     def set_readonly(self, readonly: bool) -> None:
         """Admin switch (HTTP ``/api/v1/bookie/state/readonly``)."""
@@ -361,7 +391,7 @@ class Bookie:
     ) -> None:
         """:meth:`add_entry` without a future (the server's hot path): ``done(error)`` once durable,
         or, with ``deferred_sync`` (WriteFlag.DEFERRED_SYNC), once written but before the sync."""
-        if self.readonly and not (high_priority and not self._disk_readonly):
+        if self.readonly and not (high_priority and self.high_priority_writable):
             raise WriteOnReadOnlyBookieError(ledger_id=ledger_id)
         info = self.storage.ledger(scope_id, ledger_id)
         self._check_key(info, master_key, ledger_id)
@@ -440,7 +470,7 @@ class Bookie:
     def _check_add(self, ledger_id: int, master_key: bytes, recovery: bool, high_priority: bool) -> bytes:
         """The checks of a scope-0 add (read-only, master key, fenced), raising the refusal; the MASTER_KEY record
         of a ledger this add creates (to journal before its adds), else b""."""
-        if self.readonly and not (high_priority and not self._disk_readonly):
+        if self.readonly and not (high_priority and self.high_priority_writable):
             raise WriteOnReadOnlyBookieError(ledger_id=ledger_id)
         info = self.storage.ledger(0, ledger_id)
         self._check_key(info, master_key, ledger_id)
@@ -452,7 +482,8 @@ class Bookie:
     def fence(self, scope_id: int, ledger_id: int, master_key: bytes) -> asyncio.Future[None]:
         """Fence a ledger (creating it if unknown); resolves once the fence is durable.
 
-        Raises EUA at once on a master key mismatch.
+        Raises EUA at once on a master key mismatch.  A ledger whose fence failed answers every later fence with
+        that failure (its fenced flag stays: refusing adds is safe, acknowledging the fence is not).
         """
         info = self.storage.ledger(scope_id, ledger_id)
         self._check_key(info, master_key, ledger_id)
@@ -468,9 +499,16 @@ class Bookie:
         self.storage.set_fenced(scope_id, ledger_id)
         fut = self._new_future()
         self._fence_pending[key] = fut
-        fut.add_done_callback(lambda _f: self._fence_pending.pop(key, None))
+        fut.add_done_callback(lambda done: self._fence_settled(key, done))
         self._journal(prefix + encode_record(RecordType.FENCE, scope_id, ledger_id), fut)
         return fut
+
+    def _fence_settled(self, key: tuple[int, int], done: asyncio.Future[None]) -> None:
+        """A durable fence is forgotten (later fences of the ledger answer EOK at once); a failed one is kept, so
+        they get its error: the ledger is fenced in memory but its record is not durable, and an EOK from memory
+        would be an acknowledgement a crash loses (docs/bookie.md, "Failures between the steps")."""
+        if not done.cancelled() and done.exception() is None:
+            self._fence_pending.pop(key, None)
 
     def read_entry(self, scope_id: int, ledger_id: int, entry_id: int) -> bytes:
         """An entry's bytes (entry -1: the last stored), on the loop thread even from disk (start-up, recovery

@@ -29,6 +29,7 @@ from bkspark.protocol import zk_paths
 from bkspark.protocol.layout import LedgerLayout
 
 from bookie_server.bookie import Bookie
+from bookie_server.journal import CrashPoint, crash_point
 
 __all__ = ["GarbageCollector", "find_orphans"]
 
@@ -76,35 +77,46 @@ class GarbageCollector:
         self.confirm_delay = confirm_delay
         self.deleted_total = 0
         self._lock = asyncio.Lock()
+        #: True until a round has removed the entry logs that deletions emptied: at start too, since a crash between
+        #: a round's checkpoint and its removal leaves such logs, and the ledgers they held are no longer found.
+        self._reclaim_due = True
 
     async def run_once(self) -> list[LedgerKey]:
         """One collection round; returns the ledgers deleted."""
         async with self._lock:
             loop = asyncio.get_running_loop()
-            local = self.bookie.storage.ledgers()
-            if not local:
-                return []
-            first = await loop.run_in_executor(None, find_orphans, self.zk, self.root, local)
-            if not first:
-                return []
             started = time.monotonic()
-            await asyncio.sleep(self.confirm_delay)
-            second = await loop.run_in_executor(None, find_orphans, self.zk, self.root, first)
-            if not second:
-                return []
-            candidates = set(first)
-            confirmed = [k for k in second if k in candidates]
+            confirmed = await self._confirmed_orphans(loop)
             for scope_id, ledger_id in confirmed:
                 self.bookie.delete_ledger(scope_id, ledger_id)
                 log.info("gc: deleted ledger %d (scope %d): its metadata is gone", ledger_id, scope_id)
             self.deleted_total += len(confirmed)
             if confirmed:
-                await self.bookie.checkpoint()  # index rows and states of the deleted ledgers go
+                await self.bookie.checkpoint_after_now()  # index rows and states of the deleted ledgers go
+                crash_point(CrashPoint.GC_CHECKPOINTED)
+                self._reclaim_due = True
+            if self._reclaim_due:
                 removed = await loop.run_in_executor(None, self.bookie.storage.reclaim_entry_logs)
+                self._reclaim_due = False
                 if removed:
                     log.info("gc: removed %d entry log(s) holding only deleted ledgers", len(removed))
             log.debug("gc round took %.3fs", time.monotonic() - started)
             return confirmed
+
+    async def _confirmed_orphans(self, loop: asyncio.AbstractEventLoop) -> list[LedgerKey]:
+        """Local ledgers whose metadata is missing in two look-ups ``confirm_delay`` apart (see the module's rules)."""
+        local = self.bookie.storage.ledgers()
+        if not local:
+            return []
+        first = await loop.run_in_executor(None, find_orphans, self.zk, self.root, local)
+        if not first:
+            return []
+        await asyncio.sleep(self.confirm_delay)
+        second = await loop.run_in_executor(None, find_orphans, self.zk, self.root, first)
+        if not second:
+            return []
+        candidates = set(first)
+        return [k for k in second if k in candidates]
 
     async def run_forever(self, interval_s: float) -> None:
         """Collect every ``interval_s`` seconds until cancelled."""

@@ -63,6 +63,10 @@ __all__ = [
     "replay_journals",
     "SKIP_INVALID_KEY",
     "JournalFaults",
+    "CrashPoint",
+    "crash_point",
+    "crash_words",
+    "CRASH_AT_ENV",
 ]
 
 log = logging.getLogger("bookie_server.journal")
@@ -383,6 +387,56 @@ class JournalFaults:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class CrashPoint(enum.Enum):
+    """The steps of the storage's multi-step operations between which a test can make the bookie crash
+    (:func:`crash_point`; docs/bookie.md, "Failures between the steps")."""
+
+    #: A checkpoint's entries are in the entry logs (written and synced); its index rows and mark are not committed.
+    CHECKPOINT_LOGS_SYNCED = "checkpoint-logs-synced"
+    #: A checkpoint's index rows, ledger states, deletions and mark are committed; the journal is not yet trimmed.
+    CHECKPOINT_COMMITTED = "checkpoint-committed"
+    #: A GC round's deletions are checkpointed; the entry logs they emptied are not yet removed.
+    GC_CHECKPOINTED = "gc-checkpointed"
+    #: The journal rolled to a new file (header synced); the batch that made it roll is not written.
+    JOURNAL_ROLLED = "journal-rolled"
+
+
+#: ``<crash point value>:<n>``: the process SIGKILLs itself the n-th time it reaches that step (test-only).
+CRASH_AT_ENV = "BKSPARK_TEST_CRASH_AT"
+
+
+def _crash_at_from_env() -> tuple[CrashPoint, int] | None:
+    value = os.environ.get(CRASH_AT_ENV)
+    if not value:
+        return None
+    name, _, count = value.partition(":")
+    point = CrashPoint(name)
+    log.warning("test fault active: crash at the %s step, time %s", point.value, count or "1")
+    return point, int(count or "1")
+
+
+_crash_at = _crash_at_from_env()
+_crash_hits: dict[CrashPoint, int] = {}
+_crash_lock = threading.Lock()
+
+
+def crash_point(point: CrashPoint) -> None:
+    """A step between two of a multi-step operation: when ``BKSPARK_TEST_CRASH_AT`` names it (never in
+    production), the n-th call SIGKILLs the process here, so a test sees what a crash at that step leaves."""
+    if _crash_at is None or _crash_at[0] is not point:
+        return
+    with _crash_lock:
+        _crash_hits[point] = hits = _crash_hits.get(point, 0) + 1
+    if hits == _crash_at[1]:
+        log.warning(crash_words(point))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def crash_words(point: CrashPoint) -> str:
+    """What the bookie logs as it crashes itself at ``point`` (a test looks for it)."""
+    return f"test fault: crash now, at the {point.value} step"
+
+
 class Journal:
     """Append-only journal with one group-commit writer thread.
 
@@ -401,6 +455,7 @@ class Journal:
         max_file_size: int = 2048 * 1024 * 1024,
         dispatch: Callable[[Callable[[], None]], None] | None = None,
         on_batch: Callable[[int, int, float], None] | None = None,
+        on_failure: Callable[[], None] | None = None,
         faults: JournalFaults | None = None,
     ) -> None:
         paths = [directory] if isinstance(directory, (str, os.PathLike)) else list(directory)
@@ -410,6 +465,8 @@ class Journal:
         self.max_file_size = max_file_size
         self._dispatch = dispatch or (lambda fn: fn())
         self._on_batch = on_batch
+        #: Run (through dispatch) once, when a write or a sync fails and the journal starts refusing records.
+        self._on_failure = on_failure
         self._faults = faults
         self._batches = 0
         #: With a power-cut fault: bytes "written" but held back from the file until the sync.
@@ -509,6 +566,12 @@ class Journal:
                 waiters, self._waiters = self._waiters, []
                 early, self._early = self._early, []
                 roll, self._roll_requested = self._roll_requested, False
+                failure = self._failure
+            if failure is not None:
+                # Queued before the failure was known: written after a batch whose bytes may be gone, they would be
+                # acknowledged past a hole that replay stops at.
+                self._dispatch(_completion_batch(waiters + early, failure))
+                continue
             started = time.perf_counter()
             error: BaseException | None = None
             try:
@@ -517,6 +580,7 @@ class Journal:
                     too_big = self._file_size + len(data) > self.max_file_size
                     if (roll or too_big) and self._file_size > _FILE_HEADER.size:
                         self._open_file(self._file_id + 1)
+                        crash_point(CrashPoint.JOURNAL_ROLLED)
                     faults = self._faults
                     if faults is not None and faults.power_cut_at_batch is not None:
                         self._unsynced.append(data)
@@ -544,6 +608,8 @@ class Journal:
                 error = BookieIOError("journal write failed", error=str(exc))
                 with self._cond:
                     self._failure = error
+                if self._on_failure is not None:
+                    self._dispatch(self._on_failure)
             if self._on_batch is not None:
                 self._on_batch(len(records), sum(map(len, records)), time.perf_counter() - started)
             self._dispatch(_completion_batch(waiters + early, error))

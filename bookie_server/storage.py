@@ -47,7 +47,15 @@ from bkspark.errors import BookieError, BookieIOError, MalformedFrameError, NoSu
 from bkspark.protocol.digest import lac_header
 from bkspark.protocol.speedups import load_compiled
 
-from bookie_server.journal import JournalPosition, JournalRecord, RecordType, decode_add_payload, write_all
+from bookie_server.journal import (
+    CrashPoint,
+    JournalPosition,
+    JournalRecord,
+    RecordType,
+    crash_point,
+    decode_add_payload,
+    write_all,
+)
 
 __all__ = [
     "LedgerInfo",
@@ -297,8 +305,13 @@ class _Directory:
         self.log_id = (logs[-1] + 1) if logs else 1
         self._write_fd = -1
         self._write_size = 0
-        #: Set when a write failed: the log's end is unknown, so the next append opens a new log.
+        #: Set until a new log has its header and a durable name: the next append makes it again.
         self._roll_next = False
+        #: Set when an append failed: bytes of it may follow the end this directory counts (``_write_size``).
+        self._end_unknown = False
+        #: While a checkpoint writes here: the log it began in.  It and every later log may hold its records, whose
+        #: index rows are not committed yet, so :meth:`unused_logs` leaves them alone.
+        self.checkpoint_first_log: int | None = None
 
     def index_get(self, key: bytes) -> bytes | None:
         """Look a key up in the index through a reused read transaction (loop thread only).
@@ -332,6 +345,8 @@ class _Directory:
     def place(self, size: int) -> tuple[int, int]:
         """Where ``size`` bytes appended next will land, ``(log id, start offset)``: the current entry log,
         rolled first when they would not fit (the next :meth:`append` of that size lands there)."""
+        if self._end_unknown and not self._roll_next:
+            self._cut_back()
         if (
             self._write_fd < 0
             or self._roll_next
@@ -344,14 +359,15 @@ class _Directory:
         """Append to the current entry log (rolling it when full); return ``(log id, start offset)``.
 
         A write that fails may have left part of the blob in the log (a disk that filled up halfway), so the
-        offsets this directory counts no longer match the file's: the next append starts a new log.
+        offsets this directory counts no longer match the file's: the next append cuts the log back to them
+        (:meth:`_cut_back`), or starts a new log when it cannot.
         """
         self.place(len(blob))
         start = self._write_size
         try:
             write_all(self._write_fd, blob)
         except BaseException:
-            self._roll_next = True
+            self._end_unknown = True
             raise
         self._write_size += len(blob)
         return self.log_id, start
@@ -360,19 +376,37 @@ class _Directory:
         if self._write_fd >= 0:
             os.fsync(self._write_fd)
 
+    def _cut_back(self) -> None:
+        """After a failed append: cut the log back to the end this directory counts (what the write left after it
+        is in no index row), so that the retry appends to the same log at the offsets it computed.  A checkpoint
+        retried on a disk that stays full used to start a new log every time (docs/bookie.md, "Failures between
+        the steps").  When the cut fails too, the next :meth:`place` rolls to a new log."""
+        try:
+            os.ftruncate(self._write_fd, self._write_size)
+        except OSError as exc:
+            log.warning(
+                "cannot cut entry log %d back to %d bytes (%s): starting a new one", self.log_id, self._write_size, exc
+            )
+            self._roll_next = True
+        self._end_unknown = False
+
     def _roll(self) -> None:
         """Start the next entry log.  Any step may fail (a full or broken disk): the state left behind makes the
-        next :meth:`place` try again with a new log, never write through a closed descriptor or at a wrong offset."""
-        if self._write_fd >= 0:
+        next :meth:`place` try again, never write through a closed descriptor or at a wrong offset.  A log that
+        holds no record yet (its making failed) is made again in place, not left behind for a new file."""
+        if self._write_fd >= 0 and self._write_size > _LOG_HEADER.size:
             os.fsync(self._write_fd)
             fd, self._write_fd = self._write_fd, -1
             os.close(fd)
             self.log_id += 1
-        path = self.log_path(self.log_id)
-        self._write_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         self._roll_next = True  # until the header is in and the log's name is durable
+        self._end_unknown = False
+        if self._write_fd < 0:
+            path = self.log_path(self.log_id)
+            self._write_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         self._write_size = 0
-        os.write(self._write_fd, _LOG_HEADER.pack(_LOG_MAGIC, 1))
+        os.ftruncate(self._write_fd, 0)  # what a failed making of this log left
+        write_all(self._write_fd, _LOG_HEADER.pack(_LOG_MAGIC, 1))
         self._write_size = _LOG_HEADER.size
         dfd = os.open(self.logs_dir, os.O_RDONLY)
         try:
@@ -395,12 +429,16 @@ class _Directory:
     def unused_logs(self) -> list[int]:
         """Entry logs no index row points into (any thread: its own read transaction).
 
-        The log being appended to is never reported: a checkpoint may be writing it
-        before its index rows are committed.
+        The log being appended to is never reported, nor any log a running checkpoint has
+        written (it may roll past one before its index rows are committed).
         """
-        # Read the current log id *before* the index snapshot: every older log got its last
-        # append in a checkpoint that committed its rows before the log was rolled.
+        # Both read *before* the index snapshot, the log id first: a checkpoint pins its first log before it appends
+        # or rolls, and unpins it only once its rows are committed, so every older log got its last append in a
+        # checkpoint whose rows this snapshot holds.
         current = self.log_id
+        pinned = self.checkpoint_first_log
+        if pinned is not None:
+            current = min(current, pinned)
         referenced: set[int] = set()
         with self.env.begin(db=self.index_db) as txn:
             for value in txn.cursor().iternext(keys=False, values=True):
@@ -1126,6 +1164,7 @@ class LedgerStorage:
             for index, directory in enumerate(self._dirs):
                 keys = per_dir.get(index)
                 pieces: list[list[IndexRow]] = []  # each piece's index rows
+                directory.checkpoint_first_log = directory.log_id  # unpinned below, once the rows are committed
                 if keys:
                     placed: list[tuple[int, int]] = []
 
@@ -1142,6 +1181,7 @@ class LedgerStorage:
                             raise BookieIOError("an entry log moved between placing and appending a checkpoint")
                         pieces.append(rows)
                     directory.sync()
+                    crash_point(CrashPoint.CHECKPOINT_LOGS_SYNCED)
                 with directory.env.begin(write=True) as txn:
                     # Deletes first: a snapshot holds entries or state of a deleted ledger only when a writer
                     # re-created it after a failed checkpoint put its delete back (end_checkpoint); the old life's
@@ -1167,8 +1207,13 @@ class LedgerStorage:
                         if (scope_id * 31 + ledger_id) % n == index:
                             txn.put(_LEDGER_KEY.pack(scope_id, ledger_id), state, db=directory.ledgers_db)
                     txn.put(_CHECKPOINT_KEY, snapshot.mark.pack(), db=directory.meta_db)
+                directory.checkpoint_first_log = None
+            crash_point(CrashPoint.CHECKPOINT_COMMITTED)
         except (OSError, lmdb.Error) as exc:
             raise BookieIOError("checkpoint failed", error=str(exc)) from exc
+        finally:
+            for directory in self._dirs:
+                directory.checkpoint_first_log = None  # a failed checkpoint's records are in no index row
 
     def end_checkpoint(self, snapshot: Snapshot, ok: bool) -> None:
         """Release the snapshot (caller's thread); on failure its data goes back to the write cache."""

@@ -18,6 +18,9 @@ Options: ``bookie_ids`` (custom BP-41 ids; None entries keep ``host:port``),
 from __future__ import annotations
 
 import json
+import os
+import random
+import resource
 import sys
 import time
 import urllib.request
@@ -27,11 +30,13 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from bkspark.protocol import v2
+from bkspark.protocol.digest import Digester, master_key
 from tests.harness.java_bookkeeper import parse_metadata_service_uri
 from tests.harness.ports import free_port, port_is_open
 from tests.harness.process import HarnessError, ManagedProcess, tail
 
-__all__ = ["PythonBookie", "PythonBookieCluster", "RawBookieConnection", "REPO_ROOT"]
+__all__ = ["LedgerEntries", "PythonBookie", "PythonBookieCluster", "RawBookieConnection", "REPO_ROOT"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,6 +87,8 @@ class PythonBookie:
         self.values = values
         self.write_conf()
         self.process: ManagedProcess | None = None
+        #: Test-only fault switches (``bookie_server.journal``'s environment variables) of the next launch.
+        self.fault_env: dict[str, str] = {}
 
     def write_conf(self) -> None:
         """(Re)write the conf file from :attr:`values`."""
@@ -105,6 +112,7 @@ class PythonBookie:
         if self.process is None:
             self.process = ManagedProcess(f"pybookie-{self.name}", argv, cwd=self.tree, log_dir=self.dir / "logs")
         self.process.argv = argv
+        self.process.env = dict(os.environ, **self.fault_env) if self.fault_env else None
         self.process.start()
 
     def wait_ready(self, zk: KazooClient, root: str, timeout: float = 60.0, readonly: bool = False) -> None:
@@ -118,6 +126,23 @@ class PythonBookie:
             what=f"Python bookie {self.bookie_id} to listen and register at {reg}",
             interval=0.1,
         )
+
+    def limit_file_size(self, max_bytes: int | None) -> None:
+        """Fault tool: from now on the running bookie's writes past ``max_bytes`` of any file fail with EFBIG, as on
+        a disk that is full or refuses writes (RLIMIT_FSIZE, set from outside with prlimit(2); Python ignores
+        SIGXFSZ, so the write returns the error).  ``None`` lifts it; a restarted bookie starts without it."""
+        assert self.process is not None and self.process.pid is not None
+        soft = resource.RLIM_INFINITY if max_bytes is None else max_bytes
+        resource.prlimit(self.process.pid, resource.RLIMIT_FSIZE, (soft, resource.RLIM_INFINITY))
+
+    def entry_logs(self) -> list[Path]:
+        """The entry log files of the bookie's (first) ledger directory, oldest first."""
+        ledgers = Path(str(self.values["ledgerDirectories"]).split(",")[0])
+        return sorted((ledgers / "current" / "entrylogs").glob("*.log"))
+
+    def entry_log_bytes(self) -> int:
+        """Bytes in :meth:`entry_logs`: what the bookie's checkpoints have written there."""
+        return sum(path.stat().st_size for path in self.entry_logs())
 
     @property
     def is_alive(self) -> bool:
@@ -225,6 +250,13 @@ class PythonBookieCluster:
         if process is not None:
             process.kill()
 
+    def crash(self, i: int) -> None:
+        """SIGKILL bookie i and drop its registration at once (a restart need not wait for the session to expire)."""
+        self.kill(i)
+        path = f"{self.root}/available/{self.bookies[i].bookie_id}"
+        if self.zk.exists(path):
+            self.zk.delete(path)
+
     def wait_unregistered(self, i: int, timeout: float = 60.0) -> None:
         """Wait until bookie i's writable registration is gone (e.g. session expiry after kill)."""
         path = f"{self.root}/available/{self.bookies[i].bookie_id}"
@@ -329,3 +361,23 @@ class RawBookieConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class LedgerEntries:
+    """A test's entries: the same bytes for a ``(ledger, entry id)`` every time (a checker recomputes what it
+    expects), packaged with the digest of one password, whose master key the adds carry."""
+
+    def __init__(self, password: bytes, max_payload: int = 2000) -> None:
+        self.master_key = master_key(password)
+        self.digest = Digester("CRC32C", password)
+        self.max_payload = max_payload
+
+    def entry(self, ledger: int, entry_id: int) -> bytes:
+        """Entry ``entry_id`` of ``ledger``, its LAC the entry before it."""
+        rng = random.Random(ledger * 1_000_003 + entry_id)
+        payload = rng.randbytes(rng.randint(1, self.max_payload))
+        return self.digest.package_entry(ledger, entry_id, entry_id - 1, 0, payload)
+
+    def add_request(self, ledger: int, entry_id: int, flags: int = 0) -> bytes:
+        """A v2 add request of that entry."""
+        return v2.encode_add_request(flags, self.master_key, self.entry(ledger, entry_id))

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bkspark.protocol import v2
+from bkspark.protocol import v2, v3
+from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bkspark.protocol.digest import Digester, master_key
 from tests.harness.python_bookie import PythonBookieCluster, RawBookieConnection
 
@@ -102,3 +103,28 @@ def test_kill9_mid_write_then_restart_keeps_acknowledged_entries(zk_root, tmp_pa
             for ledger, eid in sample:
                 assert bytes(c.call_v2(v2.encode_read_request(ledger, eid)).entry) == snapshot[(ledger, eid)]
             assert c.call_v2(v2.encode_add_request(0, KEY, entry(900, 4))).rc == v2.EFENCED
+
+
+def test_an_acknowledged_explicit_lac_survives_kill9_and_a_checkpoint(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """WRITE_LAC is answered once its record is synced: after a SIGKILL (journal only) and after a clean stop (the
+    ledger's state in the index, the journal trimmed) READ_LAC returns the last acknowledged blob."""
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides={"flushInterval": 600000})
+    with cluster:
+        port = cluster.bookies[0].port
+        # A connection speaks v2 or v3, as its first frame says.
+        with RawBookieConnection(port) as v2_conn, RawBookieConnection(port) as v3_conn:
+            adds = [v2_conn.call_v2(v2.encode_add_request(0, KEY, entry(7, eid))).rc for eid in range(10)]
+            assert adds == [v2.EOK] * 10
+            for txn_id, lac in enumerate((5, 8)):
+                request = v3.write_lac_request(txn_id, 7, lac, KEY, DIGEST.package_lac(7, lac))
+                assert v3.response_status(v3_conn.call_v3(request)) == pb.EOK
+        expected = (DIGEST.package_lac(7, 8), entry(7, 9))
+        cluster.crash(0)
+        cluster.start(0, timeout=90)
+        for restart in ("after kill -9", "after a clean stop"):
+            with RawBookieConnection(port) as c:
+                answer = c.call_v3(v3.read_lac_request(10, 7)).readLacResponse
+                assert (answer.status, answer.lacBody, answer.lastEntryBody) == (pb.EOK, *expected), restart
+            if restart == "after kill -9":
+                assert cluster.stop(0) == 0
+                cluster.start(0)

@@ -51,14 +51,6 @@ def add_entries(port: int, ledger: int, count: int) -> dict[tuple[int, int], byt
     return acked
 
 
-def crash(cluster: PythonBookieCluster) -> None:
-    """SIGKILL the bookie and drop its registration at once (instead of waiting for the session to expire)."""
-    cluster.kill(0)
-    path = f"{cluster.root}/available/{cluster.bookies[0].bookie_id}"
-    if cluster.zk.exists(path):
-        cluster.zk.delete(path)
-
-
 def assert_readable(port: int, acked: dict[tuple[int, int], bytes]) -> None:
     with RawBookieConnection(port) as c:
         for (ledger, eid), data in sorted(acked.items()):
@@ -83,7 +75,7 @@ def newest_journal(cluster: PythonBookieCluster) -> Path:
 def write_then_crash(cluster: PythonBookieCluster, ledger: int, count: int) -> tuple[dict[tuple[int, int], bytes], Path]:
     """Acknowledged adds, then SIGKILL; the adds and the newest journal file (which holds them)."""
     acked = add_entries(cluster.bookies[0].port, ledger, count)
-    crash(cluster)
+    cluster.crash(0)
     return acked, newest_journal(cluster)
 
 

@@ -376,6 +376,45 @@ def test_bookie_replays_journal_after_crash(tmp_path: Path) -> None:
     run(third())
 
 
+def test_a_checkpoint_after_now_waits_out_the_running_one_and_commits_what_came_after_its_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GC deletes a ledger while a periodic checkpoint is writing (its snapshot taken before the delete), then asks
+    for a checkpoint: returning with the running one would leave the delete uncommitted when the GC looks for the
+    entry logs it emptied.  ``checkpoint_after_now`` waits for it and runs one that commits the delete."""
+
+    async def scenario() -> None:
+        bookie = Bookie(make_conf(tmp_path))
+        await bookie.start()
+        try:
+            await bookie.add_entry(0, 9, 0, -1, entry(9, 0, -1, b"doomed"), KEY)
+            writing, release = threading.Event(), threading.Event()
+            real_write = bookie.storage.write_checkpoint
+
+            def slow_write(snapshot: Any) -> None:
+                writing.set()
+                assert release.wait(10)
+                real_write(snapshot)
+
+            monkeypatch.setattr(bookie.storage, "write_checkpoint", slow_write)
+            running = asyncio.ensure_future(bookie.checkpoint())
+            assert await asyncio.get_running_loop().run_in_executor(None, writing.wait, 10)
+            monkeypatch.undo()  # the next checkpoint writes at once
+            bookie.delete_ledger(0, 9)
+            after = asyncio.ensure_future(bookie.checkpoint_after_now())
+            await asyncio.sleep(0.05)
+            assert not after.done()  # it waits for the running one
+            release.set()
+            await asyncio.gather(running, after)
+            assert not bookie.storage._pending_deletes  # committed by the second checkpoint: no index row left
+            with pytest.raises(NoSuchEntryError):
+                bookie.storage._read_from_disk(cache_key(0, 9, 0), own_transaction=True)
+        finally:
+            await bookie.stop()
+
+    run(scenario())
+
+
 def test_bookie_rules_readonly_key_fence_and_long_poll(tmp_path: Path) -> None:
     async def body() -> None:
         bookie = Bookie(make_conf(tmp_path, journalSyncData="false"))
@@ -484,6 +523,45 @@ def test_storage_reclaims_entry_logs_of_deleted_ledgers(tmp_path: Path) -> None:
     storage.close()
 
 
+def test_a_log_a_running_checkpoint_wrote_and_rolled_past_is_not_reclaimed_before_its_rows_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint in pieces fills log 1, rolls to log 2 and appends there, its index rows not committed yet; a
+    reclaim running meanwhile (the GC's, on another thread) sees log 1 behind the current log and in no index row.
+    It must keep it: the rows the checkpoint then commits point into it."""
+    storage = LedgerStorage([tmp_path], entry_log_size_limit=4096)
+    storage.open()
+    written = {i: entry(1, i, i - 1, b"p" * 1000) for i in range(15)}
+    for i, data in written.items():
+        storage.put_entry(0, 1, i, i - 1, data)
+    monkeypatch.setattr(storage_module, "CHECKPOINT_PIECE_ENTRIES", 5)  # 5 KiB a piece: one log each
+    real_log_records = storage_module.log_records
+    calls: list[int] = []
+    two_appended, release = threading.Event(), threading.Event()
+
+    def pausing_log_records(*args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:  # pieces 1 and 2 are appended, to logs 1 and 2
+            two_appended.set()
+            assert release.wait(10)
+        return real_log_records(*args)
+
+    monkeypatch.setattr(storage_module, "log_records", pausing_log_records)
+    snapshot = storage.begin_checkpoint(JournalPosition(1, 16))
+    checkpoint = threading.Thread(target=storage.write_checkpoint, args=(snapshot,))
+    checkpoint.start()
+    try:
+        assert two_appended.wait(10)
+        removed = storage.reclaim_entry_logs()
+    finally:
+        release.set()
+        checkpoint.join(10)
+    storage.end_checkpoint(snapshot, True)
+    assert removed == []
+    assert [storage.get_entry(0, 1, i) for i in range(15)] == [written[i] for i in range(15)]
+    storage.close()
+
+
 def test_journal_deferred_sync_completes_before_the_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import bookie_server.journal as journal_module
 
@@ -511,6 +589,31 @@ def test_journal_deferred_sync_completes_before_the_sync(tmp_path: Path, monkeyp
     release.set()
     journal.close()
     assert order == ["written", "synced"]
+
+
+def test_records_queued_when_a_journal_sync_fails_are_refused_not_written_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a failed sync the kernel may drop the batch's pages and still report the next sync as done: a batch
+    queued behind the failed one, written and synced after it, would be acknowledged past a hole that replay stops
+    at.  It gets the failure instead, and the file ends where the failed batch ends."""
+    journal = Journal(tmp_path)
+    journal.open()
+    real_fdatasync = os.fdatasync
+    outcomes: list[BaseException | None] = []
+    done = threading.Event()
+
+    def failing_fdatasync(fd: int) -> None:
+        monkeypatch.setattr(journal_module.os, "fdatasync", real_fdatasync)  # the syncs after this one succeed
+        journal.submit(encode_record(RecordType.FENCE, 0, 2), lambda e: (outcomes.append(e), done.set()))
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(journal_module.os, "fdatasync", failing_fdatasync)
+    journal.submit(encode_record(RecordType.FENCE, 0, 1), outcomes.append)
+    assert done.wait(5)
+    journal.close()
+    assert [type(e) for e in outcomes] == [BookieIOError, BookieIOError]
+    assert [r.ledger_id for _, r in iter_records(journal_files(tmp_path)[-1][1])] == [1]
 
 
 class _DiskThatFails:
