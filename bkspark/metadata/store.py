@@ -147,7 +147,13 @@ class ZkMetadataStore:
                     hosts=self.uri.connect_string,
                     error=f"{type(exc).__name__}: {exc}",
                 ) from exc
-        self.scheme = self._load_layout(create_layout)
+        try:
+            self.scheme = self._load_layout(create_layout)
+        except BaseException:
+            # Not a cluster root, or a LAYOUT that disagrees with the URI: the session this store opened must not
+            # outlive it (each failed construction in a long-lived process, e.g. a Spark task retried, leaked one).
+            self.close()
+            raise
         self._idgen_long: bool | None = None
         self._lock = threading.Lock()
 

@@ -56,6 +56,33 @@ def test_layout_scheme_and_refusal_of_other_manager(zk_root, store) -> None:  # 
         ZkMetadataStore(uri, zk=zk_root.zk_client)
 
 
+def _zookeeper_sessions_running() -> int:
+    """kazoo clients of this process with a running connection thread."""
+    return sum(1 for t in threading.enumerate() if t.name.endswith("(zk_loop)") and t.is_alive())
+
+
+def test_a_refused_root_leaves_no_zookeeper_session_running(zk_root) -> None:  # type: ignore[no-untyped-def]
+    """A store (or a client) that opens its own session and then refuses the root, because it is no cluster or its
+    LAYOUT disagrees with the URI, stops that session before it raises.  Before, every refused construction left a
+    connected kazoo client behind (a Spark task retried on a mistyped root leaked one per attempt)."""
+    from bkspark.client import BookKeeper
+
+    before = _zookeeper_sessions_running()
+    not_a_cluster = zk_root.metadata_service_uri.rsplit("/", 1)[0] + "/no-such-cluster-root"
+    other_scheme = zk_root.metadata_service_uri.replace("zk+hierarchical", "zk+longhierarchical")
+    for _ in range(3):
+        with pytest.raises(BadMetadataError, match="not a BookKeeper cluster root"):
+            ZkMetadataStore(not_a_cluster, create_layout=False)
+        with pytest.raises(BadMetadataError):
+            ZkMetadataStore(other_scheme)
+        with pytest.raises(BadMetadataError):
+            BookKeeper(other_scheme)
+    deadline = time.monotonic() + 10
+    while _zookeeper_sessions_running() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _zookeeper_sessions_running() == before
+
+
 def test_missing_layout_is_created_like_java(zookeeper) -> None:  # type: ignore[no-untyped-def]
     client = zookeeper.client()
     try:
