@@ -106,6 +106,9 @@ class Bookie:
         #: The journal failed a write or a sync and refuses every record from now on (journal.py): only a restart
         #: makes this bookie writable again.
         self._journal_failed = False
+        #: The last checkpoint failed (a full or broken ledger disk, while the journal may still work): read-only
+        #: until one succeeds again (:meth:`_after_checkpoint`).
+        self._checkpoint_failed = False
         self.on_state_change: Callable[[bool], None] | None = None
         self.started = False
         #: (scope id, ledger id) -> [(entry id, answer, read-ahead)] of the cold single reads on a read thread whose
@@ -208,6 +211,7 @@ class Bookie:
                 ok = True
             finally:
                 self.storage.end_checkpoint(snapshot, ok)
+                self._after_checkpoint(ok)
             self.journal.roll()
             self.journal.trim(self.storage.checkpoint_mark)
         finally:
@@ -242,14 +246,31 @@ class Bookie:
     # -- read-only state ----------------------------------------------------------------
     @property
     def readonly(self) -> bool:
-        """True when adds are refused (admin request, disks over the threshold, or a failed journal)."""
-        return self._forced_readonly or self._disk_readonly or self._journal_failed
+        """True when adds are refused (admin request, disks over the threshold, a failed journal, or a failed
+        checkpoint)."""
+        return self._forced_readonly or self._disk_readonly or self._journal_failed or self._checkpoint_failed
 
     @property
     def high_priority_writable(self) -> bool:
         """True when recovery (high-priority) adds are taken even if :attr:`readonly`: only an admin's read-only
-        switch lets them through; a full disk or a failed journal cannot store them."""
-        return not (self._disk_readonly or self._journal_failed)
+        switch lets them through; a full disk, a failed journal or a failed checkpoint cannot store them."""
+        return not (self._disk_readonly or self._journal_failed or self._checkpoint_failed)
+
+    def _after_checkpoint(self, ok: bool) -> None:
+        """Loop thread, after every periodic or GC checkpoint.  One that failed turns the bookie read-only: with its
+        ledger disk full or broken and its journal still working, each add it took would stay in the write cache,
+        given back by every failed checkpoint, past the cache's bound.  The next that succeeds makes it writable
+        again, as Java's bookie leaves read-only mode once a ledger directory is writable (docs/bookie.md,
+        "Failures between the steps")."""
+        if self._checkpoint_failed == (not ok):
+            return
+        before = self.readonly
+        self._checkpoint_failed = not ok
+        if ok:
+            log.info("a checkpoint succeeded again: the ledger storage takes adds")
+        else:
+            log.error("a checkpoint failed: read-only until one succeeds (the write cache keeps its entries)")
+        self._notify_state(before)
 
     def _journal_broke(self) -> None:
         """Loop thread: the journal refuses every record from now on, so the bookie turns read-only (its registration

@@ -124,6 +124,54 @@ def test_a_checkpoint_the_disk_refuses_keeps_its_entries_and_is_retried_in_the_s
             assert_served(conn, acked)
 
 
+def test_checkpoints_a_full_ledger_disk_refuses_turn_the_bookie_read_only_until_one_succeeds(  # type: ignore[no-untyped-def]
+    zk_root, tmp_path: Path
+) -> None:
+    """Only the ledger disk fills: the journal, whose files roll at 1 MiB, stays under the limit while the entry log
+    grows past it.  The first failed checkpoint turns the bookie read-only (adds get EREADONLY instead of piling up
+    in the write cache) while it serves every acknowledged entry; once the disk takes writes again the next
+    checkpoint makes it writable, and what it acknowledged survives a SIGKILL."""
+    conf = {"flushInterval": 200, "journalMaxSizeMB": 1}
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides=conf)
+    with cluster:
+        bookie = cluster.bookies[0]
+        assert bookie.process is not None
+
+        def readonly() -> bool:
+            return bool(cluster.http(0, "GET", "/api/v1/bookie/state")["readOnly"])
+
+        with RawBookieConnection(bookie.port) as conn:
+            acked = add_300(conn, 1)
+            bookie.process.wait_until(lambda: bookie.entry_log_bytes() > 250 * 1024, timeout=20, what="a checkpoint")
+            # Above any journal file (1 MiB, then it rolls), below where the entry log grows to.
+            bookie.limit_file_size(max(bookie.entry_log_bytes(), 1024 * 1024) + 600 * 1024)
+            refused = 0
+            for eid in range(300, 3000):  # about 2.6 MiB more: past the entry log's limit, never a journal file's
+                rc = add(conn, 1, eid)
+                if rc == v2.EOK:
+                    acked.append((1, eid))
+                    continue
+                assert rc == v2.EREADONLY, rc
+                refused += 1
+                break
+            assert refused == 1 and readonly()
+            bookie.process.wait_until(
+                lambda: cluster.registered(readonly=True) == [bookie.bookie_id], timeout=20, what="read-only registration"
+            )
+            assert_served(conn, acked)
+            bookie.limit_file_size(None)
+            bookie.process.wait_until(lambda: not readonly(), timeout=20, what="writable after a checkpoint succeeds")
+            bookie.process.wait_until(
+                lambda: cluster.registered(readonly=False) == [bookie.bookie_id], timeout=20, what="writable registration"
+            )
+            assert add(conn, 1, acked[-1][1] + 1) == v2.EOK
+            acked.append((1, acked[-1][1] + 1))
+        cluster.crash(0)
+        cluster.start(0, timeout=90)
+        with RawBookieConnection(bookie.port) as conn:
+            assert_served(conn, acked)
+
+
 def test_a_stop_whose_final_checkpoint_the_disk_refuses_says_so_and_the_restart_replays(  # type: ignore[no-untyped-def]
     zk_root, tmp_path: Path
 ) -> None:
