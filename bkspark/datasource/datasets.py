@@ -375,12 +375,23 @@ class DatasetRegistry:
         ``job_id`` must match :data:`JOB_ID` (:class:`InvalidOptionError` otherwise, before ZooKeeper is asked)."""
         from kazoo.exceptions import NodeExistsError
 
+        from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
+
         if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
             raise InvalidOptionError(f"job id {job_id!r} is not [0-9A-Za-z_-]+ (it prefixes the job's shard names)")
-        try:
-            self._zk.create(self.job_path(job_id), record.to_bytes(), makepath=True)
-        except NodeExistsError:
-            pass
+        # A ZooKeeper outage shorter than the session is waited out (the job's whole write would fail otherwise): a
+        # create whose answer it lost is tried again, and NodeExists then is that create's own record.
+        deadline = time.monotonic() + getattr(self._zk, "_session_timeout", 10_000) / 1000.0
+        while True:
+            try:
+                self._zk.create(self.job_path(job_id), record.to_bytes(), makepath=True)
+                return
+            except NodeExistsError:
+                return
+            except (ConnectionLoss, OperationTimeoutError):
+                if time.monotonic() >= deadline:
+                    raise
+                self._wait_connected(max(0.05, deadline - time.monotonic()))
 
     def job(self, job_id: str) -> JobRecord | None:
         """The job's record, or None when the job has none (finished and forgotten, or never begun)."""

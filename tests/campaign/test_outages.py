@@ -326,3 +326,25 @@ def test_a_spark_job_failed_by_an_outage_longer_than_zk_timeout_leaves_nothing_u
                              str(ledger_id), "-f"]) == 0
         assert not ledgers_of(bk, dataset) - before and not set(audit(cluster.direct_uri, bk)) & left
 
+
+
+def test_a_write_job_begun_as_zookeeper_goes_away_is_begun_once_it_is_back(cluster: Cluster) -> None:
+    """The driver creates the job's record as ZooKeeper goes away (the create is on the wire, unanswered, when
+    the connection is reset) and comes back 2 s later, inside the session: the record is created once the
+    connection is back, instead of failing the whole write with kazoo's ``ConnectionLoss`` (seen in a full run of
+    the Spark outage test above, whose outage began before the driver's create)."""
+    from bkspark.datasource.datasets import JobRecord, JobState
+
+    with BookKeeper(cluster.proxied_uri) as bk:
+        registry = DatasetRegistry(bk.zk, bk.ledgers_root)
+        record = JobRecord(state=JobState.WRITING, dataset="begun-in-outage", overwrite=False, parent=(0, 12345),
+                           created_ms=int(time.time() * 1000))
+        cluster.zk_proxy.blackhole()  # the create goes out and no answer comes back
+        join = _in_thread(lambda: registry.begin_job("begun-in-outage-job", record))
+        time.sleep(0.5)
+        cluster.zk_proxy.refuse()  # the connection is reset under the unanswered create
+        time.sleep(2.0)
+        cluster.zk_proxy.restore()
+        join(60)
+        begun = registry.job("begun-in-outage-job")
+        assert begun is not None and begun.state is JobState.WRITING and begun.parent == (0, 12345)
