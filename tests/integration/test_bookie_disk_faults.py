@@ -51,6 +51,15 @@ def assert_served(conn: RawBookieConnection, acked: list[tuple[int, int]]) -> No
         assert resp.rc == v2.EOK and bytes(resp.entry) == ENTRIES.entry(ledger, eid), (ledger, eid, resp.rc)
 
 
+def assert_served_after_a_crash(cluster: PythonBookieCluster, acked: list[tuple[int, int]]) -> None:
+    """SIGKILL the cluster's one bookie, start it again (a new process: a new journal file, no file-size limit),
+    and check every acknowledged add reads back with its bytes."""
+    cluster.crash(0)
+    cluster.start(0, timeout=90)
+    with RawBookieConnection(cluster.bookies[0].port) as conn:
+        assert_served(conn, acked)
+
+
 def test_a_journal_that_cannot_write_acknowledges_no_add_and_no_fence_and_keeps_serving(  # type: ignore[no-untyped-def]
     zk_root, tmp_path: Path
 ) -> None:
@@ -118,10 +127,7 @@ def test_a_checkpoint_the_disk_refuses_keeps_its_entries_and_is_retried_in_the_s
                 lambda: bookie.entry_log_bytes() > 250 * 1024, timeout=20, what="a checkpoint once the disk has room"
             )
             assert_served(conn, acked)
-        cluster.crash(0)
-        cluster.start(0, timeout=90)
-        with RawBookieConnection(bookie.port) as conn:
-            assert_served(conn, acked)
+        assert_served_after_a_crash(cluster, acked)
 
 
 def test_checkpoints_a_full_ledger_disk_refuses_turn_the_bookie_read_only_until_one_succeeds(  # type: ignore[no-untyped-def]
@@ -166,10 +172,7 @@ def test_checkpoints_a_full_ledger_disk_refuses_turn_the_bookie_read_only_until_
             )
             assert add(conn, 1, acked[-1][1] + 1) == v2.EOK
             acked.append((1, acked[-1][1] + 1))
-        cluster.crash(0)
-        cluster.start(0, timeout=90)
-        with RawBookieConnection(bookie.port) as conn:
-            assert_served(conn, acked)
+        assert_served_after_a_crash(cluster, acked)
 
 
 def test_a_stop_whose_final_checkpoint_the_disk_refuses_says_so_and_the_restart_replays(  # type: ignore[no-untyped-def]
