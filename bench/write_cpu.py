@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -127,6 +128,43 @@ def thread_seconds(
 
 def kind_of(cmd: str) -> str:
     return next((kind for kind, test in KINDS if test(cmd)), "other")
+
+
+class CpuTimeline:
+    """Cores used per kind of process (:func:`kind_of`) in every ``interval`` seconds, sampled by a thread of its
+    own while the ``with`` block runs: when in a job each process works, where :func:`cpu_seconds_by_kind` gives
+    only the totals.  ``samples`` holds ``(perf_counter time, {kind: cores})`` pairs."""
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval = interval
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-timeline", daemon=True)
+
+    def __enter__(self) -> "CpuTimeline":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        last, last_t = cpu_by_process(), time.perf_counter()
+        while not self._stop.wait(self.interval):
+            now, now_t = cpu_by_process(), time.perf_counter()
+            cores: dict[str, float] = {}
+            for pid, (ticks, cmd) in now.items():
+                used = ticks - last.get(pid, (0, ""))[0]
+                if used > 0:
+                    cores[kind_of(cmd)] = cores.get(kind_of(cmd), 0.0) + used / _TICK / (now_t - last_t)
+            self.samples.append((now_t, cores))
+            last, last_t = now, now_t
+
+    def between(self, start: float, end: float) -> list[tuple[float, dict[str, float]]]:
+        """The samples taken from ``start`` to ``end`` (``perf_counter`` times), their times made relative to
+        ``start``."""
+        return [(t - start, cores) for t, cores in self.samples if start <= t <= end]
 
 
 def cpu_seconds_by_kind(before: dict[int, tuple[int, str]], after: dict[int, tuple[int, str]]) -> dict[str, float]:
