@@ -126,6 +126,9 @@ class Bookie:
         self._checkpoint_failures = 0
         self._checkpoint_failure_logged = 0.0
         self.on_state_change: Callable[[bool], None] | None = None
+        #: Called on the loop after every checkpoint with its latency in milliseconds and whether it succeeded (the
+        #: app's ``bookie_flush`` metric).
+        self.on_checkpoint: Callable[[float, bool], None] | None = None
         self.started = False
         #: (scope id, ledger id) -> [(entry id, answer, read-ahead)] of the cold single reads on a read thread whose
         #: read-ahead may bring the entries after theirs, up to that many in all (docs/bookie.md, "Reads").
@@ -228,6 +231,7 @@ class Bookie:
         if self._checkpointing or self.journal is None or self._loop is None:
             return
         self._checkpointing = True
+        started = time.perf_counter()
         stored = False
         failure: Exception | None = None
         try:
@@ -244,6 +248,8 @@ class Bookie:
             raise
         finally:
             self._after_checkpoint(stored, failure)
+            if self.on_checkpoint is not None:
+                self.on_checkpoint((time.perf_counter() - started) * 1000.0, failure is None)
             self._checkpointing = False
             waiters, self._write_cache_waiters = self._write_cache_waiters, []
             for wake in waiters:

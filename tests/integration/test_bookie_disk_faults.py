@@ -170,6 +170,7 @@ def test_checkpoints_a_full_ledger_disk_refuses_turn_the_bookie_read_only_until_
                 refused += 1
                 break
             assert refused == 1 and readonly()
+            assert (cluster.metric(0, "bookie_flush_count", success="false") or 0.0) >= 1  # the failures are counted
             bookie.process.wait_until(
                 lambda: cluster.registered(readonly=True) == [bookie.bookie_id], timeout=20, what="read-only registration"
             )
@@ -220,6 +221,13 @@ def test_a_journal_roll_over_the_disk_refuses_halfway_leaves_a_journal_the_resta
         with RawBookieConnection(bookie.port) as conn:
             acked = add_300(conn, 1)
             bookie.process.wait_until(lambda: bookie.entry_log_bytes() > 0, timeout=20, what="a checkpoint")
+            # The entry log is written before that checkpoint asks the journal to roll: wait for a checkpoint that
+            # ended after it (each one asks for a roll), or the next add could still go to the current file.
+            done = cluster.metric(0, "bookie_flush_count", success="true") or 0.0
+            bookie.process.wait_until(
+                lambda: (cluster.metric(0, "bookie_flush_count", success="true") or 0.0) > done,
+                timeout=20, what="a checkpoint's end",
+            )
             files_before = sorted(journal_dir.glob("*.txn"))
             bookie.limit_file_size(8)  # half the 16-byte header of the next journal file
             assert add(conn, 1, len(acked)) == v2.EIO
