@@ -100,6 +100,7 @@ class BookieApp:
         self.bookie.check_disks()
         self.metrics.readonly.set(0 if self.bookie.readonly else 1)
         self.bookie.on_state_change = self._state_changed
+        self.bookie.on_checkpoint = self.metrics.observe_checkpoint
         if self.registration is not None:
             await loop.run_in_executor(None, self.registration.register, self.conf.bookiePort, http_port, self.bookie.readonly)
             self.gc = GarbageCollector(self.bookie, self.registration.zk, self.registration.root)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ from bkspark.errors import (
     UnauthorizedAccessError,
     WriteOnReadOnlyBookieError,
 )
+from bkspark.retry import Attempts, RetryPolicy
 
 from bookie_server.config import BookieConfig
 from bookie_server.journal import (
@@ -57,6 +59,17 @@ READ_AHEAD_GROWTH = 16
 
 #: Ledgers whose last cold read's read-ahead :class:`Bookie` remembers (the least recently read go first).
 SEQUENTIAL_LEDGERS = 4096
+
+#: A failed periodic checkpoint is tried again after 0.1 s, doubling up to 5 s (or ``flushInterval`` when shorter), for
+#: as long as it fails: a full disk is not retried at every 100 ms tick of the loop (docs/bookie.md, "Failures between
+#: the steps").
+CHECKPOINT_RETRY = RetryPolicy(
+    max_tries=sys.maxsize, delay=0.1, backoff=2.0, max_delay=5.0, deadline=None, jitter=0.0, retry_on=lambda exc: True
+)
+
+#: Seconds between two log lines about checkpoints that keep failing (the first failure is logged with its traceback,
+#: later ones only as a count in a one-line warning).
+CHECKPOINT_FAILURE_LOG_INTERVAL_S = 60.0
 
 __all__ = ["Bookie", "ReadAheadWait", "ReadLacResult"]
 
@@ -109,7 +122,13 @@ class Bookie:
         #: The last checkpoint failed (a full or broken ledger disk, while the journal may still work): read-only
         #: until one succeeds again (:meth:`_after_checkpoint`).
         self._checkpoint_failed = False
+        #: Checkpoints failed in a row, and when the last log line about them was written (:meth:`_after_checkpoint`).
+        self._checkpoint_failures = 0
+        self._checkpoint_failure_logged = 0.0
         self.on_state_change: Callable[[bool], None] | None = None
+        #: Called on the loop after every checkpoint with its latency in milliseconds and whether it succeeded (the
+        #: app's ``bookie_flush`` metric).
+        self.on_checkpoint: Callable[[float, bool], None] | None = None
         self.started = False
         #: (scope id, ledger id) -> [(entry id, answer, read-ahead)] of the cold single reads on a read thread whose
         #: read-ahead may bring the entries after theirs, up to that many in all (docs/bookie.md, "Reads").
@@ -187,38 +206,68 @@ class Bookie:
             self.storage.close()
 
     async def _checkpoint_loop(self) -> None:
+        """A checkpoint every ``flushInterval``, or as soon as the write cache is full; after a failure, the next
+        only after :data:`CHECKPOINT_RETRY`'s back-off (a full cache would otherwise retry it at every tick).
+        :meth:`checkpoint` reports every outcome itself (:meth:`_after_checkpoint`)."""
         interval = max(self.conf.flushInterval, 100) / 1000.0
+        retry = CHECKPOINT_RETRY.with_(max_delay=min(interval, CHECKPOINT_RETRY.max_delay))
+        failing: Attempts | None = None
         next_run = time.monotonic() + interval
         while True:
             await asyncio.sleep(min(0.1, interval))
-            if time.monotonic() >= next_run or self.storage.needs_flush:
+            if time.monotonic() >= next_run or (failing is None and self.storage.needs_flush):
                 try:
                     await self.checkpoint()
-                except Exception:
-                    log.exception("checkpoint failed; will retry")
+                except Exception as exc:
+                    failing = failing or retry.start()
+                    next_run = time.monotonic() + failing.next_delay(exc)
+                    continue
+                failing = None
                 next_run = time.monotonic() + interval
 
     async def checkpoint(self) -> None:
-        """Flush the write cache to entry logs + index, then trim covered journal files."""
+        """Flush the write cache to entry logs + index, then trim covered journal files; the outcome, failure
+        included, goes to :meth:`_after_checkpoint` before this returns or raises."""
         if self._checkpointing or self.journal is None or self._loop is None:
             return
         self._checkpointing = True
+        started = time.perf_counter()
+        stored = False
+        failure: Exception | None = None
         try:
             snapshot = self.storage.begin_checkpoint(self.journal.written_position)
-            ok = False
             try:
                 await self._loop.run_in_executor(None, self.storage.write_checkpoint, snapshot)
-                ok = True
+                stored = True
             finally:
-                self.storage.end_checkpoint(snapshot, ok)
-                self._after_checkpoint(ok)
+                self.storage.end_checkpoint(snapshot, stored)
             self.journal.roll()
             self.journal.trim(self.storage.checkpoint_mark)
+        except Exception as exc:
+            failure = exc
+            raise
         finally:
+            self._after_checkpoint(stored, failure)
+            if self.on_checkpoint is not None:
+                self.on_checkpoint((time.perf_counter() - started) * 1000.0, failure is None)
             self._checkpointing = False
             waiters, self._write_cache_waiters = self._write_cache_waiters, []
             for wake in waiters:
                 wake()
+
+    def _checkpoint_in_background(self) -> None:
+        """A checkpoint now, not awaited (an add filled the write cache).  Its failure was reported by
+        :meth:`_after_checkpoint` (the periodic loop retries it), so the task's exception is taken here rather than
+        logged again by asyncio as never retrieved."""
+        if self._loop is not None:
+            task = self._loop.create_task(self.checkpoint())
+            self._background.add(task)  # keep a reference until it is done
+            task.add_done_callback(self._checkpoint_done)
+
+    def _checkpoint_done(self, task: "asyncio.Task[None]") -> None:
+        self._background.discard(task)
+        if not task.cancelled():
+            task.exception()
 
     async def checkpoint_after_now(self) -> None:
         """A checkpoint that begins after this call: one already running may have taken its snapshot before what the
@@ -256,20 +305,38 @@ class Bookie:
         switch lets them through; a full disk, a failed journal or a failed checkpoint cannot store them."""
         return not (self._disk_readonly or self._journal_failed or self._checkpoint_failed)
 
-    def _after_checkpoint(self, ok: bool) -> None:
-        """Loop thread, after every periodic or GC checkpoint.  One that failed turns the bookie read-only: with its
-        ledger disk full or broken and its journal still working, each add it took would stay in the write cache,
-        given back by every failed checkpoint, past the cache's bound.  The next that succeeds makes it writable
-        again, as Java's bookie leaves read-only mode once a ledger directory is writable (docs/bookie.md,
-        "Failures between the steps")."""
-        if self._checkpoint_failed == (not ok):
-            return
+    def _after_checkpoint(self, stored: bool, failure: Exception | None) -> None:
+        """Loop thread, after every periodic, add-triggered or GC checkpoint: the one place that turns its outcome into
+        the bookie's state and log lines (docs/bookie.md, "Failures between the steps").
+
+        One whose entries were not stored turns the bookie read-only: with its ledger disk full or broken and its
+        journal still working, each add it took would stay in the write cache, given back by every failed
+        checkpoint, past the cache's bound.  The next that stores them makes it writable again, as Java's bookie
+        leaves read-only mode once a ledger directory is writable.  A disk that stays full must not flood the log:
+        the first failure in a row is logged with its traceback, later ones as a count at most once every
+        :data:`CHECKPOINT_FAILURE_LOG_INTERVAL_S`, and the first success after them in one line.
+        """
         before = self.readonly
-        self._checkpoint_failed = not ok
-        if ok:
-            log.info("a checkpoint succeeded again: the ledger storage takes adds")
+        self._checkpoint_failed = not stored
+        if stored and failure is None:
+            if self._checkpoint_failures:
+                log.info("a checkpoint succeeded again after %d failed ones: the ledger storage takes adds",
+                         self._checkpoint_failures, extra={"failed_checkpoints": self._checkpoint_failures})
+                self._checkpoint_failures = 0
         else:
-            log.error("a checkpoint failed: read-only until one succeeds (the write cache keeps its entries)")
+            self._checkpoint_failures += 1
+            now = time.monotonic()
+            if self._checkpoint_failures == 1:
+                state = ": read-only until one succeeds (the write cache keeps its entries)" if not stored else (
+                    " after storing its entries"
+                )
+                log.error("a checkpoint failed%s; tried again with back-off, logged again at most once every %.0f s",
+                          state, CHECKPOINT_FAILURE_LOG_INTERVAL_S, exc_info=failure)
+                self._checkpoint_failure_logged = now
+            elif now - self._checkpoint_failure_logged >= CHECKPOINT_FAILURE_LOG_INTERVAL_S:
+                log.warning("checkpoints keep failing: %d in a row, the last with %r", self._checkpoint_failures,
+                            failure, extra={"failed_checkpoints": self._checkpoint_failures})
+                self._checkpoint_failure_logged = now
         self._notify_state(before)
 
     def _journal_broke(self) -> None:
@@ -428,10 +495,8 @@ class Bookie:
             done(error)
 
         self._journal_cb(prefix + record if prefix else record, durable, deferred_sync=deferred_sync)
-        if self.storage.needs_flush and not self._checkpointing and self._loop is not None:
-            task = self._loop.create_task(self.checkpoint())
-            self._background.add(task)  # keep a reference until it is done
-            task.add_done_callback(self._background.discard)
+        if self.storage.needs_flush and not self._checkpointing:
+            self._checkpoint_in_background()
 
     def add_entries_cb(
         self,
@@ -482,10 +547,8 @@ class Bookie:
 
             self._journal_cb(b"".join(key_records) + blob if key_records else blob, durable)
             self._flush_queued()  # a group is a batch already: the journal thread may take it now
-            if self.storage.needs_flush and not self._checkpointing and self._loop is not None:
-                task = self._loop.create_task(self.checkpoint())
-                self._background.add(task)  # keep a reference until it is done
-                task.add_done_callback(self._background.discard)
+            if self.storage.needs_flush and not self._checkpointing:
+                self._checkpoint_in_background()
         return refused
 
     def _check_add(self, ledger_id: int, master_key: bytes, recovery: bool, high_priority: bool) -> bytes:

@@ -144,6 +144,14 @@ class BookieMetrics:
         loop_metrics.histograms["bookkeeper_server_BATCH_READ_ENTRY_RESPONSE_SIZE"] = (
             "Size in bytes of batch read responses", None, {None: self.batch_read_response_size}
         )
+        #: success -> the latency of checkpoints (write cache to entry logs and index, then the journal's roll and
+        #: trim), in milliseconds: Apache BookKeeper's DbLedgerStorage calls its own ``flush``.
+        self.checkpoints = {True: LoopHistogram(_LATENCY_BUCKETS_MS), False: LoopHistogram(_LATENCY_BUCKETS_MS)}
+        loop_metrics.histograms["bookie_flush"] = (
+            "Latency of checkpoints (write cache to entry logs and index) in milliseconds",
+            "success",
+            {"true": self.checkpoints[True], "false": self.checkpoints[False]},
+        )
         self.add_bytes = LoopCounter()
         self.read_bytes = LoopCounter()
         loop_metrics.counters["bookkeeper_server_ADD_ENTRY_BYTES"] = ("Bytes of entries added", self.add_bytes)
@@ -198,6 +206,10 @@ class BookieMetrics:
     def observe_request(self, op: str, millis: float, success: bool, count: int = 1) -> None:
         """Record the latency of ``count`` requests answered together (event loop thread)."""
         self._observers[(op, success)](millis, count)
+
+    def observe_checkpoint(self, millis: float, success: bool) -> None:
+        """Record one checkpoint's latency and outcome (event loop thread)."""
+        self.checkpoints[success].observe(millis, 1)
 
     def journal_batch(self, records: int, size: int, seconds: float) -> None:
         """Called by the journal thread after each group commit."""

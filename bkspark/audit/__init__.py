@@ -7,6 +7,7 @@ from bkspark.audit.auditor import Auditor
 from bkspark.audit.records import (
     AuditConfig,
     AuditStatus,
+    LeadershipLostError,
     OrphanReason,
     OrphanRecord,
     list_orphans,
@@ -21,6 +22,7 @@ __all__ = [
     "AuditConfig",
     "AuditResult",
     "AuditStatus",
+    "LeadershipLostError",
     "OrphanReason",
     "OrphanRecord",
     "list_orphans",

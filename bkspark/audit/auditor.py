@@ -5,7 +5,10 @@ through :meth:`Auditor.start` / :meth:`Auditor.stop`); kazoo's ``Election``
 recipe under ``<root>/bkspark/audit/election`` makes exactly one of them the
 leader, and only the leader scans and writes.  When the leader's ZooKeeper
 session ends (stopped, crashed, killed -9: once the session times out), the
-next contender in line becomes leader and starts auditing.
+next contender in line becomes leader and starts auditing.  Every write of a
+leader's pass is fenced by its own election znode (``multi`` with a ``check``):
+a leader that lost its session, or its znode, in the middle of a pass writes
+nothing more over the new leader's results, and stops leading.
 
 The period and the grace period come from the ``config`` znode, watched: a
 change applies at once (the next pass is rescheduled from the start of the
@@ -31,6 +34,7 @@ from kazoo.recipe.watchers import DataWatch
 from bkspark.audit.records import (
     AuditConfig,
     AuditStatus,
+    LeadershipLostError,
     audit_root,
     config_path,
     election_path,
@@ -90,6 +94,8 @@ class Auditor:
         self._election: Election | None = None
         self._watch: DataWatch | None = None
         self._is_leader = False
+        #: This auditor's own election znode while it leads: every write of its passes checks that it still exists.
+        self._fence: str | None = None
         self.passes = 0
         self.last_result: AuditResult | None = None
 
@@ -204,6 +210,9 @@ class Auditor:
                 self._stop.wait(1.0)
 
     def _lead(self) -> None:
+        assert self._election is not None
+        lock = self._election.lock  # kazoo's Election is a Lock recipe: our sequential ephemeral znode is its node
+        self._fence = f"{lock.path}/{lock.node}"
         self._is_leader = True
         log.info("auditor %s is the leader", self.identifier)
         last_start: float | None = None
@@ -214,12 +223,17 @@ class Auditor:
                     last_start = now
                     try:
                         self.audit_once()
+                    except LeadershipLostError as exc:
+                        # Our znode went (deleted; or our session ended before we heard): another may lead now.
+                        log.warning("auditor %s stops leading: %s", self.identifier, exc)
+                        return
                     except (KazooException, BKError) as exc:
                         log.warning("audit pass failed: %s", exc)
                 self._wake.wait(max(0.0, last_start + self._config.audit_period - time.monotonic()))
                 self._wake.clear()
         finally:
             self._is_leader = False
+            self._fence = None
             log.info("auditor %s is no longer the leader", self.identifier)
 
     # -- one pass ------------------------------------------------------------------------------------------------------
@@ -227,12 +241,16 @@ class Auditor:
     def audit_once(self, *, record: bool = True, progress: Progress | None = None) -> AuditResult:
         """Scan every ledger now; with ``record``, rewrite the orphans and status znodes.
 
-        The loop calls this as leader; tests and tools may call it directly.
+        The loop calls this as leader.  While this auditor leads, every write of the pass is conditional on the
+        election znode it held when the pass began: once that znode is gone (its session ended, or it was deleted)
+        the pass writes nothing more and raises :class:`LeadershipLostError`.  Tools, shell commands and tests may
+        call it directly on an auditor that does not lead: it holds no election znode then, and writes unfenced.
         """
+        fence = self._fence
         result = scan(self.store, self._config, progress=progress)
         if record:
-            reconcile(self.zk, self.root, result.orphans, now_ms=result.started_ms)
-            self.passes += 1
+            reconcile(self.zk, self.root, result.orphans, now_ms=result.started_ms, fence=fence)
+            passes = self.passes + 1
             status = AuditStatus(
                 auditor=self.identifier,
                 pass_started_ms=result.started_ms,
@@ -240,9 +258,10 @@ class Auditor:
                 ledgers_scanned=result.scanned,
                 orphans=len({r.name for r in result.orphans}),
                 unreadable=len(result.unreadable),
-                passes=self.passes,
+                passes=passes,
             )
-            write_status(self.zk, self.root, status)
+            write_status(self.zk, self.root, status, fence=fence)
+            self.passes = passes
         for label, error in result.unreadable:
             log.warning("ledger %s skipped by the audit: %s", label, error)
         self.last_result = result

@@ -13,6 +13,10 @@ with the rest of the cluster.
 * ``config``: :class:`AuditConfig` as JSON; every auditor watches it.
 * ``election``: kazoo's ``Election`` recipe (one leader among all auditors).
 * ``status``: :class:`AuditStatus` as JSON, rewritten by the leader after each pass.
+
+The leader's writes (orphan records and status) are fenced by its own election znode: each is one ``multi``
+with a ``check`` that the znode still exists (:func:`put_znode`, :func:`delete_znode`), so a leader that lost
+its session or its znode in the middle of a pass writes nothing more (:class:`LeadershipLostError`).
 """
 
 from __future__ import annotations
@@ -21,10 +25,10 @@ import enum
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, ZookeeperError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError, ZookeeperError
 
 from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError, MetadataVersionError
 from bkspark.metadata.multiread import get_many
@@ -54,6 +58,9 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "encode_records",
     "decode_records",
+    "LeadershipLostError",
+    "put_znode",
+    "delete_znode",
 ]
 
 MAX_RECORD_BYTES = 4096
@@ -275,6 +282,63 @@ class AuditConfig:
             raise BadMetadataError(f"malformed audit config: {exc}") from None
 
 
+class LeadershipLostError(MetadataError):
+    """The audit leader's election znode is gone (its session ended, or the znode was deleted): it leads no more,
+    and the write of its pass was refused."""
+
+    code, retriable, invalidates_client = -999, False, False
+
+
+_Op = Literal["set", "create", "delete"]
+
+
+def _write(zk: KazooClient, fence: str | None, op: _Op, path: str, data: bytes = b"") -> None:
+    """One ``set``, ``create`` or ``delete`` of ``path``; with ``fence``, in a ``multi`` that first checks the fence
+    znode exists (any version), so that nothing is written once it is gone."""
+    if fence is None:
+        if op == "set":
+            zk.set(path, data)
+        elif op == "create":
+            zk.create(path, data, makepath=True)
+        else:
+            zk.delete(path)
+        return
+    tx = zk.transaction()
+    tx.check(fence, -1)
+    if op == "set":
+        tx.set_data(path, data)
+    elif op == "create":
+        tx.create(path, data)
+    else:
+        tx.delete(path)
+    check, result = tx.commit()
+    if isinstance(check, NoNodeError):
+        raise LeadershipLostError(f"audit leader's election znode is gone: {op} refused", fence=fence, path=path)
+    for error in (check, result):  # a failed multi rolls back the ops before the failing one
+        if isinstance(error, Exception) and not isinstance(error, RolledBackError):
+            raise error
+
+
+def put_znode(zk: KazooClient, path: str, data: bytes, *, exists: bool = True, fence: str | None = None) -> None:
+    """Set ``path`` to ``data``, creating it when it is missing (``exists`` says which to try first); with ``fence``
+    (the writing leader's election znode) only while that znode exists, else :class:`LeadershipLostError`.
+    ZooKeeper errors are kazoo's, for the caller to name."""
+    order: tuple[_Op, _Op] = ("set", "create") if exists else ("create", "set")
+    try:
+        _write(zk, fence, order[0], path, data)
+    except (NoNodeError, NodeExistsError):
+        _write(zk, fence, order[1], path, data)
+
+
+def delete_znode(zk: KazooClient, path: str, *, fence: str | None = None) -> bool:
+    """Delete ``path``; False when it was already gone.  ``fence`` as for :func:`put_znode`."""
+    try:
+        _write(zk, fence, "delete", path)
+    except NoNodeError:
+        return False
+    return True
+
+
 def _read_znode(zk: KazooClient, path: str, what: str) -> bytes | None:
     """A znode's data, None if it does not exist; any other ZooKeeper error is a MetadataError naming ``what``."""
     try:
@@ -423,17 +487,11 @@ def read_status(zk: KazooClient, root: str) -> AuditStatus | None:
     return None if data is None else AuditStatus.from_bytes(data)
 
 
-def write_status(zk: KazooClient, root: str, status: AuditStatus) -> None:
-    """Store the leader's report of its last pass."""
+def write_status(zk: KazooClient, root: str, status: AuditStatus, *, fence: str | None = None) -> None:
+    """Store the leader's report of its last pass (``fence``: see :func:`put_znode`)."""
     data = json.dumps(status.to_json(), sort_keys=True, separators=(",", ":")).encode()
     path = status_path(root)
     try:
-        try:
-            zk.set(path, data)
-        except NoNodeError:
-            try:
-                zk.create(path, data, makepath=True)
-            except NodeExistsError:
-                zk.set(path, data)
+        put_znode(zk, path, data, fence=fence)
     except ZookeeperError as exc:
         raise MetadataError(f"cannot write audit status: {type(exc).__name__}") from exc

@@ -15,15 +15,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError, ZookeeperError
+from kazoo.exceptions import NoNodeError, ZookeeperError
 
 from bkspark.audit.records import (
     AuditConfig,
     OrphanReason,
     OrphanRecord,
     decode_records,
+    delete_znode,
     encode_records,
     orphans_path,
+    put_znode,
 )
 from bkspark.context import LedgerLink, read_close_context, read_create_context
 from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError
@@ -203,11 +205,15 @@ def _dataset_leftovers(
     return out
 
 
-def reconcile(zk: KazooClient, root: str, found: list[OrphanRecord], now_ms: int | None = None) -> tuple[int, int]:
+def reconcile(
+    zk: KazooClient, root: str, found: list[OrphanRecord], now_ms: int | None = None, *, fence: str | None = None
+) -> tuple[int, int]:
     """Make ``<root>/bkspark/audit/orphans`` hold exactly ``found``; returns ``(written, removed)``.
 
     Records whose findings did not change are left alone (their first-seen time
-    survives); a record we cannot parse is replaced.
+    survives); a record we cannot parse is replaced.  With ``fence`` (the leader's
+    election znode) every create, set and delete is refused once that znode is gone
+    (:class:`bkspark.audit.records.LeadershipLostError`, raised at the first one).
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     base = orphans_path(root)
@@ -239,23 +245,11 @@ def reconcile(zk: KazooClient, root: str, found: list[OrphanRecord], now_ms: int
             ]
             if len(old) == len(merged) and all(a.same_finding(b) for a, b in zip(old, merged)):
                 continue
-            data = encode_records(merged)
-            try:
-                if name in existing:
-                    zk.set(path, data)
-                else:
-                    zk.create(path, data)
-            except NoNodeError:
-                zk.create(path, data)
-            except NodeExistsError:
-                zk.set(path, data)
+            put_znode(zk, path, encode_records(merged), exists=name in existing, fence=fence)
             written += 1
         for name in existing - set(by_name):
-            try:
-                zk.delete(f"{base}/{name}")
+            if delete_znode(zk, f"{base}/{name}", fence=fence):
                 removed += 1
-            except NoNodeError:
-                pass
         return written, removed
     except ZookeeperError as exc:
         raise MetadataError(f"cannot record orphans: {type(exc).__name__}", path=base) from exc

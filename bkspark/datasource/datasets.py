@@ -35,7 +35,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError
 from bkspark.protocol import zk_paths
@@ -78,6 +78,7 @@ PUBLISH_CAS_RETRY = METADATA_CAS_RETRY.with_(max_tries=MAX_PUBLISH_ATTEMPTS, dea
 MAX_READ_ATTEMPTS = 50
 
 Ledger = tuple[int, int]
+T = TypeVar("T")
 
 
 class JobGoneError(MetadataError):
@@ -371,27 +372,12 @@ class DatasetRegistry:
 
     # -- jobs ---------------------------------------------------------------
     def begin_job(self, job_id: str, record: JobRecord) -> None:
-        """Create the job's record (state ``writing``), before any task may register a ledger; idempotent.
+        """Create the job's record (state ``writing``), before any task may register a ledger; idempotent, and
+        waits out a ZooKeeper outage shorter than the session (the job's whole write would fail otherwise).
         ``job_id`` must match :data:`JOB_ID` (:class:`InvalidOptionError` otherwise, before ZooKeeper is asked)."""
-        from kazoo.exceptions import NodeExistsError
-
-        from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
-
         if not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
             raise InvalidOptionError(f"job id {job_id!r} is not [0-9A-Za-z_-]+ (it prefixes the job's shard names)")
-        # A ZooKeeper outage shorter than the session is waited out (the job's whole write would fail otherwise): a
-        # create whose answer it lost is tried again, and NodeExists then is that create's own record.
-        deadline = time.monotonic() + getattr(self._zk, "_session_timeout", 10_000) / 1000.0
-        while True:
-            try:
-                self._zk.create(self.job_path(job_id), record.to_bytes(), makepath=True)
-                return
-            except NodeExistsError:
-                return
-            except (ConnectionLoss, OperationTimeoutError):
-                if time.monotonic() >= deadline:
-                    raise
-                self._wait_connected(max(0.05, deadline - time.monotonic()))
+        self._create_if_absent(self.job_path(job_id), record.to_bytes(), makepath=True)
 
     def job(self, job_id: str) -> JobRecord | None:
         """The job's record, or None when the job has none (finished and forgotten, or never begun)."""
@@ -423,14 +409,14 @@ class DatasetRegistry:
     def register(self, job_id: str, scope_id: int, ledger_id: int) -> None:
         """Record that a task of ``job_id`` created this ledger (before it writes any entry).
 
-        The job's record must exist: an aborted job's straggling task fails here instead of re-creating it.
+        The job's record must exist: an aborted job's straggling task fails here (:class:`JobGoneError`) instead
+        of re-creating it.  A ZooKeeper outage shorter than the session is waited out (the task would fail
+        otherwise, its ledger left to the job's abort).
         """
-        from kazoo.exceptions import NodeExistsError, NoNodeError
+        from kazoo.exceptions import NoNodeError
 
         try:
-            self._zk.create(self._registration_path(job_id, (scope_id, ledger_id)), b"")
-        except NodeExistsError:
-            pass
+            self._create_if_absent(self._registration_path(job_id, (scope_id, ledger_id)), b"")
         except NoNodeError:
             raise JobGoneError(f"write job {job_id} has no record (aborted or finished): cannot register a ledger") from None
 
@@ -523,9 +509,10 @@ class DatasetRegistry:
         (token not above the recorded one), or a job already committed, publishes nothing: ``already``.
         ``before_multi`` runs after the new shards are written (a fault point for tests).
         """
-        from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
         from bkspark.errors import MetadataVersionError
+        from bkspark.metadata.retry import TRANSIENT_ZK_ERRORS
 
         new = tuple(ledgers)
         parent_list = tuple(dict.fromkeys(parents))
@@ -556,10 +543,10 @@ class DatasetRegistry:
                 tx.create(path, data)
             try:
                 results = tx.commit()
-            except (ConnectionLoss, OperationTimeoutError):
-                # Applied or not: the job's record says (it turns committed in the same multi).
-                self._wait_connected()
-                after = self.job(job_id)
+            except TRANSIENT_ZK_ERRORS:
+                # Applied or not: the job's record says (it turns committed in the same multi). The multi itself is
+                # never sent again as it was: a lost one is re-planned under the CAS policy once the record says no.
+                after = self._outlast_outage(lambda: self.job(job_id))
                 if after is not None and after.state is JobState.COMMITTED:
                     return PublishResult(self.root(name) or plan.root, False, plan.retired)
                 self._delete_shards(name, written)
@@ -678,7 +665,39 @@ class DatasetRegistry:
             except NoNodeError:
                 pass
 
-    def _wait_connected(self, timeout: float = 30.0) -> None:
+    def _outlast_outage(self, call: Callable[[], T]) -> T:
+        """``call()``, made again once the client has reconnected after each ``ConnectionLoss`` or
+        ``OperationTimeoutError``, until the session timeout has passed since the first try (then the error).
+
+        The one rule for waiting out a ZooKeeper outage shorter than the session here; only for a call that is safe
+        to repeat whether or not the lost try reached the server (a read, or :meth:`_create_if_absent`).
+        """
+        from bkspark.metadata.retry import TRANSIENT_ZK_ERRORS
+
+        deadline = time.monotonic() + getattr(self._zk, "_session_timeout", 10_000) / 1000.0
+        while True:
+            try:
+                return call()
+            except TRANSIENT_ZK_ERRORS:
+                if time.monotonic() >= deadline:
+                    raise
+                self._wait_connected(max(0.05, deadline - time.monotonic()))
+
+    def _create_if_absent(self, path: str, data: bytes, *, makepath: bool = False) -> None:
+        """Create ``path`` unless it exists, through a short outage (:meth:`_outlast_outage`).  NodeExists counts as
+        done (each caller's create is idempotent by its path), also after a try whose answer the outage lost: the
+        znode is then that try's own."""
+        from kazoo.exceptions import NodeExistsError
+
+        def create() -> None:
+            try:
+                self._zk.create(path, data, makepath=makepath)
+            except NodeExistsError:
+                pass
+
+        self._outlast_outage(create)
+
+    def _wait_connected(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not getattr(self._zk, "connected", True) and time.monotonic() < deadline:
             time.sleep(0.05)

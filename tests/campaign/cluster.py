@@ -12,13 +12,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kazoo.client import KazooClient
-
 from tests.harness.java_bookkeeper import JavaBookieCluster, JavaClusterFactory
 from tests.harness.process import HarnessError
 from tests.harness.proxy import FaultProxy, proxied_bookie_id
 from tests.harness.python_bookie import PythonBookieCluster
-from tests.harness.zookeeper import ZkRoot
+from tests.harness.zookeeper import ZkRoot, expire_session
 
 __all__ = ["CampaignCluster", "BookieRef", "CLIENT_CONF", "JAVA_CLIENT_CONF", "JAVA_VERSION"]
 
@@ -150,12 +148,8 @@ class CampaignCluster:
     # -- ZooKeeper ----------------------------------------------------------------------------------------------
 
     def expire_session(self, client_id: tuple[int, bytes]) -> None:
-        """Expire a client's ZooKeeper session (connect with its id and password, then close: the server ends it),
-        as kazoo's own tests do."""
-        thief = KazooClient(hosts=self.root.connect_string, client_id=client_id, timeout=10.0)
-        thief.start(timeout=15)
-        thief.stop()
-        thief.close()
+        """Expire a client's ZooKeeper session on this cluster's ZooKeeper (harness ``expire_session``)."""
+        expire_session(self.root.connect_string, client_id)
 
     def close(self) -> None:
         try:

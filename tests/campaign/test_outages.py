@@ -22,7 +22,7 @@ from bkspark.datasource.datasets import DatasetRegistry
 from bkspark.datasource.clients import evict_client, get_client
 from bkspark.errors import MetadataError
 from tests.harness.ports import free_port
-from tests.harness.proxy import FaultProxy
+from tests.harness.proxy import Direction, FaultProxy
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
 from tests.integration.test_connector_commit import audit, ledgers_of
@@ -348,3 +348,66 @@ def test_a_write_job_begun_as_zookeeper_goes_away_is_begun_once_it_is_back(clust
         join(60)
         begun = registry.job("begun-in-outage-job")
         assert begun is not None and begun.state is JobState.WRITING and begun.parent == (0, 12345)
+
+
+def test_a_ledger_registered_as_zookeeper_goes_away_is_registered_once_it_is_back(cluster: Cluster) -> None:
+    """A write task registers its new ledger under the job as ZooKeeper goes away (the create on the wire,
+    unanswered, when the connection is reset) and ZooKeeper comes back 2 s later, inside the session: the
+    registration is made once the connection is back, instead of failing the task with kazoo's ``ConnectionLoss``.
+    A registration under a job that has no record still fails with ``JobGoneError`` after the same outage."""
+    from bkspark.datasource.datasets import JobGoneError, JobRecord, JobState
+
+    with BookKeeper(cluster.proxied_uri) as bk:
+        registry = DatasetRegistry(bk.zk, bk.ledgers_root)
+        record = JobRecord(state=JobState.WRITING, dataset="registered-in-outage", overwrite=False, parent=(0, 12346),
+                           created_ms=int(time.time() * 1000))
+        registry.begin_job("registered-in-outage-job", record)
+        session = bk.zk.client_id
+        cluster.zk_proxy.blackhole()  # the creates go out and no answer comes back
+        registered = _in_thread(lambda: registry.register("registered-in-outage-job", 0, 777))
+        gone = _in_thread(lambda: registry.register("never-begun-job", 0, 778))
+        time.sleep(0.5)
+        cluster.zk_proxy.refuse()  # the connection is reset under the unanswered creates
+        time.sleep(2.0)
+        cluster.zk_proxy.restore()
+        registered(60)
+        with pytest.raises(JobGoneError):
+            gone(60)
+        assert registry.job_ledgers("registered-in-outage-job") == [(0, 777)]
+        assert registry.job("never-begun-job") is None and bk.zk.client_id == session
+
+
+@pytest.mark.parametrize("lost", [Direction.UP, Direction.DOWN], ids=["multi-lost", "answer-lost"])
+def test_a_commit_multi_cut_off_by_a_zookeeper_outage_is_published_once(cluster: Cluster, lost: Direction) -> None:
+    """The commit ``multi`` goes out as ZooKeeper goes away: lost on its way (UP) or applied with its answer lost
+    (DOWN); the connection is reset and ZooKeeper comes back 2 s later. The publish is not sent again blindly: once
+    the client has reconnected, the job's record says whether it was applied, and the dataset names the ledgers
+    once either way (and no shard is left that no root names)."""
+    from bkspark.datasource.datasets import CommitKey, JobRecord, JobState
+
+    dataset, job_id = f"published-in-outage-{lost.name.lower()}", f"published-in-outage-{lost.name.lower()}-job"
+    with BookKeeper(cluster.proxied_uri) as bk:
+        registry = DatasetRegistry(bk.zk, bk.ledgers_root)
+        registry.begin_job(job_id, JobRecord(state=JobState.WRITING, dataset=dataset))
+        outages: list[threading.Thread] = []
+
+        def outage() -> None:
+            time.sleep(0.5)
+            cluster.zk_proxy.refuse()  # the connection is reset under the unanswered multi
+            time.sleep(2.0)
+            cluster.zk_proxy.restore()
+
+        def cut_off() -> None:  # the shards are written: the multi is next
+            if not outages:
+                cluster.zk_proxy.blackhole(lost)
+                outages.append(threading.Thread(target=outage, daemon=True))
+                outages[0].start()
+
+        result = registry.publish(dataset, [(0, 901), (0, 902)], replace_all=False, job_id=job_id,
+                                  key=CommitKey(job_id), before_multi=cut_off)
+        outages[0].join(10)
+        assert not result.already
+        snap = registry.snapshot(dataset)
+        assert snap is not None and [p for shard in snap[1] for p in shard.ledgers] == [(0, 901), (0, 902)]
+        assert registry.job(job_id).state is JobState.COMMITTED  # type: ignore[union-attr]
+        assert len(bk.zk.get_children(registry.shards_path(dataset))) == len(snap[0].shards)

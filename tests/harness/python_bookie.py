@@ -286,6 +286,17 @@ class PythonBookieCluster:
         """``GET`` on bookie i's HTTP endpoint."""
         return self.http(i, "GET", path)
 
+    def metric(self, i: int, name: str, **labels: str) -> float | None:
+        """The value of sample ``name`` (e.g. ``bookie_flush_count``) with exactly these labels in bookie i's
+        ``/metrics``, parsed by prometheus_client; None when it has no such sample."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        for family in text_string_to_metric_families(self.http_get(i, "/metrics")):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return float(sample.value)
+        return None
+
     def log_tail(self, i: int, lines: int = 80) -> str:
         """Last lines of bookie i's log."""
         return self.bookies[i].log_tail(lines)

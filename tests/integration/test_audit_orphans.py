@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -16,13 +17,22 @@ from pathlib import Path
 import pytest
 
 from bkspark import cli
-from bkspark.audit import Auditor, AuditConfig, OrphanReason, list_orphans, read_status, write_config
-from bkspark.audit.records import orphans_path
+from bkspark.audit import (
+    Auditor,
+    AuditConfig,
+    LeadershipLostError,
+    OrphanReason,
+    list_orphans,
+    read_status,
+    write_config,
+)
+from bkspark.audit.records import election_path, orphans_path
 from bkspark.context import CLOSE_KEY, CREATE_KEY, LedgerCloseContext, LedgerCreateContext
 from bkspark.metadata.store import ZkMetadataStore
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bkspark.protocol.ledger_name import qualified_name
 from tests.harness.process import kill_group
+from tests.harness.zookeeper import expire_session
 
 pytestmark = pytest.mark.integration
 
@@ -244,6 +254,91 @@ def Auditor_contenders(store: ZkMetadataStore) -> list[str]:  # noqa: N802 - rea
     from kazoo.recipe.election import Election
 
     return list(Election(store.zk, f"{store.root}/bkspark/audit/election").contenders())
+
+
+def orphan_versions(store: ZkMetadataStore) -> dict[str, int]:
+    """Each orphan record's name and the zxid of its last write."""
+    base = orphans_path(store.root)
+    return {name: store.zk.exists(f"{base}/{name}").mzxid for name in store.zk.get_children(base)}
+
+
+def test_a_leader_that_loses_its_session_mid_pass_writes_nothing_over_the_new_leader(zk_root, store) -> None:
+    """The leader's pass has listed the ledgers and is held in its progress callback when its ZooKeeper session
+    expires: the standby leads and records what it finds, an orphan created after the old pass listed the ledgers
+    included, and the old leader joins the election again in a new session, behind it. The old pass then goes on
+    to record what it found: its first write (the delete of that orphan's record, which it never saw) is refused
+    with LeadershipLostError, and no orphan record nor the status changes."""
+    uri = zk_root.metadata_service_uri
+    seen = new_ledger(store, ledger(child_ctx(515151)))
+    old = Auditor(uri, audit_period=3600, identifier="old-leader").start()
+    new = Auditor(uri, audit_period=3600, identifier="new-leader")
+    listed, resume = threading.Event(), threading.Event()
+    refused: list[BaseException] = []
+
+    def held_at_start(done: int, total: int) -> None:
+        if done == 0:
+            listed.set()
+            assert resume.wait(60)
+
+    def old_pass() -> None:
+        try:
+            old.audit_once(progress=held_at_start)
+        except LeadershipLostError as exc:
+            refused.append(exc)
+
+    try:
+        wait_for(lambda: old.is_leader and old.passes == 1, 20, "the first leader's first pass")
+        assert [r.ledger_id for r in list_orphans(store.zk, store.root)] == [seen]
+        new.start()
+        wait_for(lambda: Auditor_contenders(store) == ["old-leader", "new-leader"], 20, "the standby")
+        passing = threading.Thread(target=old_pass, daemon=True)
+        passing.start()
+        assert listed.wait(20)
+        unseen = new_ledger(store, ledger(child_ctx(626262)))
+        expire_session(zk_root.connect_string, old.zk.client_id)
+        status = wait_for(
+            lambda: (s := read_status(store.zk, store.root)) and s.auditor == "new-leader" and s, 30, "the new leader"
+        )
+        assert sorted(r.ledger_id for r in list_orphans(store.zk, store.root)) == sorted([seen, unseen])
+        # In a new session, the old leader stands by with a new election znode; its pass holds the old one's path.
+        wait_for(lambda: Auditor_contenders(store) == ["new-leader", "old-leader"], 20, "the old leader to stand by")
+        assert new.is_leader and not old.is_leader
+        recorded = orphan_versions(store)
+        resume.set()
+        passing.join(30)
+        assert not passing.is_alive() and len(refused) == 1
+        assert orphan_versions(store) == recorded and read_status(store.zk, store.root) == status
+    finally:
+        resume.set()
+        old.stop()
+        new.stop()
+
+
+def test_a_leader_whose_election_znode_is_deleted_stops_leading_and_stands_by(zk_root, store) -> None:
+    """The leader's election znode is deleted while its session lives (an operator, a bug): the standby leads, and
+    the old leader's next write is refused instead of going on over the new leader's results every period; it
+    stops leading and joins the election again, behind the new leader, which alone writes the status from then on."""
+    uri = zk_root.metadata_service_uri
+    new_ledger(store, ledger(child_ctx(737373)))
+    first = Auditor(uri, audit_period=0.5, identifier="first").start()
+    second = Auditor(uri, audit_period=0.5, identifier="second")
+    try:
+        wait_for(lambda: first.is_leader and first.passes >= 1, 20, "the first leader's first pass")
+        second.start()
+        wait_for(lambda: Auditor_contenders(store) == ["first", "second"], 20, "the standby")
+        election = election_path(store.root)
+        [node] = [n for n in store.zk.get_children(election) if store.zk.get(f"{election}/{n}")[0] == b"first"]
+        store.zk.delete(f"{election}/{node}")
+        wait_for(lambda: Auditor_contenders(store) == ["second", "first"], 20, "the first leader to stand by")
+        assert second.is_leader and not first.is_leader
+        status = read_status(store.zk, store.root)
+        time.sleep(1.5)  # three periods
+        after = read_status(store.zk, store.root)
+        assert status is not None and after is not None
+        assert (status.auditor, after.auditor) == ("second", "second") and after.passes > status.passes
+    finally:
+        first.stop()
+        second.stop()
 
 
 def test_embedded_auditor_on_a_shared_session_leaves_it_running(zk_root, store) -> None:

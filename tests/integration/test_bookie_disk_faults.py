@@ -9,6 +9,8 @@ its next write past that many bytes of a file fails with EFBIG, as on a full dis
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -107,7 +109,8 @@ def test_a_checkpoint_the_disk_refuses_keeps_its_entries_and_is_retried_in_the_s
     """Checkpoints fail halfway into the entry log while the disk refuses writes past 64 KiB: the acknowledged
     entries stay readable from the write cache (which gets a failed checkpoint's entries back), each retry cuts the
     log back and tries again in it (not one new file per retry), and once the disk takes writes again they reach
-    the entry log and the index and survive a SIGKILL."""
+    the entry log and the index and survive a SIGKILL.  The log has the first failure's traceback only, and one
+    line with the count once a checkpoint succeeds again."""
     cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides={"flushInterval": 300})
     with cluster:
         bookie = cluster.bookies[0]
@@ -116,17 +119,23 @@ def test_a_checkpoint_the_disk_refuses_keeps_its_entries_and_is_retried_in_the_s
             acked = add_300(conn, 1)
             bookie.limit_file_size(SMALL_DISK)
             bookie.process.wait_until(
-                lambda: bookie.log_tail(400).count("checkpoint failed; will retry") >= 3,
-                timeout=20,
-                what="three failed checkpoints",
+                lambda: "a checkpoint failed" in bookie.log_tail(400), timeout=20, what="a failed checkpoint"
             )
+            time.sleep(1.5)  # retried after 0.1 s, 0.2 s, then every 0.3 s (flushInterval)
             assert len(bookie.entry_logs()) == 1
             assert_served(conn, acked)
             bookie.limit_file_size(None)
             bookie.process.wait_until(
-                lambda: bookie.entry_log_bytes() > 250 * 1024, timeout=20, what="a checkpoint once the disk has room"
+                lambda: "succeeded again" in bookie.log_tail(400), timeout=20, what="a checkpoint after the fault"
             )
+            assert bookie.entry_log_bytes() > 250 * 1024
             assert_served(conn, acked)
+        logged = [json.loads(line) for line in bookie.log_tail(400).splitlines() if line.startswith("{")]
+        back = [line for line in logged if "succeeded again" in line["msg"]]
+        assert len(back) == 1 and back[0]["failed_checkpoints"] >= 4  # retried, all in the one entry log
+        tracebacks = [line for line in logged if "exc" in line]
+        assert len(tracebacks) == 1, tracebacks
+        assert tracebacks[0]["msg"].startswith("a checkpoint failed: read-only until one succeeds")
         assert_served_after_a_crash(cluster, acked)
 
 
@@ -161,6 +170,7 @@ def test_checkpoints_a_full_ledger_disk_refuses_turn_the_bookie_read_only_until_
                 refused += 1
                 break
             assert refused == 1 and readonly()
+            assert (cluster.metric(0, "bookie_flush_count", success="false") or 0.0) >= 1  # the failures are counted
             bookie.process.wait_until(
                 lambda: cluster.registered(readonly=True) == [bookie.bookie_id], timeout=20, what="read-only registration"
             )
@@ -211,6 +221,13 @@ def test_a_journal_roll_over_the_disk_refuses_halfway_leaves_a_journal_the_resta
         with RawBookieConnection(bookie.port) as conn:
             acked = add_300(conn, 1)
             bookie.process.wait_until(lambda: bookie.entry_log_bytes() > 0, timeout=20, what="a checkpoint")
+            # The entry log is written before that checkpoint asks the journal to roll: wait for a checkpoint that
+            # ended after it (each one asks for a roll), or the next add could still go to the current file.
+            done = cluster.metric(0, "bookie_flush_count", success="true") or 0.0
+            bookie.process.wait_until(
+                lambda: (cluster.metric(0, "bookie_flush_count", success="true") or 0.0) > done,
+                timeout=20, what="a checkpoint's end",
+            )
             files_before = sorted(journal_dir.glob("*.txn"))
             bookie.limit_file_size(8)  # half the 16-byte header of the next journal file
             assert add(conn, 1, len(acked)) == v2.EIO

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import random
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ from bookie_server.journal import (
     iter_records,
     journal_files,
 )
+from bookie_server import bookie as bookie_module
 from bookie_server import journal as journal_module
 from bookie_server import storage as storage_module
 from bookie_server.storage import LedgerInfo, LedgerStorage, _group_keys, cache_key, key_address, key_ledger
@@ -411,6 +414,67 @@ def test_a_checkpoint_after_now_waits_out_the_running_one_and_commits_what_came_
                 bookie.storage._read_from_disk(cache_key(0, 9, 0), own_transaction=True)
         finally:
             await bookie.stop()
+
+    run(scenario())
+
+
+def test_a_checkpoint_that_keeps_failing_is_retried_with_back_off_and_its_traceback_logged_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The ledger disk refuses every checkpoint for 3 s while the write cache is full (flushInterval 0.5 s): the
+    bookie is read-only, the checkpoint is tried again after 0.1 s, 0.2 s, 0.4 s, then every 0.5 s (the flush
+    interval), not at every 100 ms tick of the loop (30 tries, each logging a traceback, before this rule); the
+    traceback is logged once (asyncio's "never retrieved" included), then a count at most once per interval (made
+    0.5 s here), and once the disk takes writes again the next try stores the entries, says so in one line with
+    the count, and the bookie takes adds again."""
+    monkeypatch.setattr(bookie_module, "CHECKPOINT_FAILURE_LOG_INTERVAL_S", 0.5)
+    caplog.set_level(logging.INFO)
+
+    async def scenario() -> None:
+        bookie = Bookie(make_conf(tmp_path, dbStorage_writeCacheMaxSizeMb=1, flushInterval=500))
+        await bookie.start()
+        try:
+            real_write = bookie.storage.write_checkpoint
+            tries: list[float] = []
+            disk_full = True
+
+            def write(snapshot: Any) -> None:
+                tries.append(time.monotonic())
+                if disk_full:
+                    raise BookieIOError("entry log append failed", error="EFBIG")
+                real_write(snapshot)
+
+            monkeypatch.setattr(bookie.storage, "write_checkpoint", write)
+            payload = b"p" * 64 * 1024
+            eid = 0
+            while not bookie.storage.needs_flush:  # the add that fills the cache starts a checkpoint: it fails
+                await bookie.add_entry(0, 1, eid, eid - 1, entry(1, eid, eid - 1, payload), KEY)
+                eid += 1
+            await asyncio.sleep(3.0)
+            assert bookie.readonly and bookie.storage.needs_flush
+            window = [t for t in tries if t - tries[0] < 3.0]
+            assert 6 <= len(window) <= 12, [round(t - tries[0], 2) for t in tries]
+            gaps = [b - a for a, b in zip(tries, tries[1:])]
+            assert all(0.45 <= gap <= 0.75 for gap in gaps[-3:]), gaps  # the back-off reached the flush interval
+            failed = len(tries)
+            disk_full = False
+            for _ in range(60):  # the next try comes within the flush interval
+                if not bookie.readonly:
+                    break
+                await asyncio.sleep(0.1)
+            assert not bookie.readonly and not bookie.storage.needs_flush and len(tries) == failed + 1
+            await bookie.add_entry(0, 1, eid, eid - 1, entry(1, eid, eid - 1, payload), KEY)
+            assert bookie.read_entry(0, 1, 0) == entry(1, 0, -1, payload)
+        finally:
+            await bookie.stop()
+        tracebacks = [r for r in caplog.records if r.exc_info]
+        assert len(tracebacks) == 1 and isinstance(tracebacks[0].exc_info[1], BookieIOError)  # type: ignore[index]
+        counts = [r for r in caplog.records if r.levelno == logging.WARNING and "keep failing" in r.getMessage()]
+        assert 2 <= len(counts) <= 6 and all(b.created - a.created >= 0.45 for a, b in zip(counts, counts[1:]))
+        counted = [r.failed_checkpoints for r in counts]  # type: ignore[attr-defined]
+        assert counted == sorted(set(counted))  # each says how many failed in a row so far
+        back = [r for r in caplog.records if "succeeded again" in r.getMessage()]
+        assert len(back) == 1 and back[0].failed_checkpoints == failed  # type: ignore[attr-defined]
 
     run(scenario())
 
