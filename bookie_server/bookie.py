@@ -180,6 +180,12 @@ class Bookie:
             return
         self.started = False
         if self._checkpoint_task is not None:
+            # A checkpoint's write runs on an executor thread, which cancelling the loop's await of it would not
+            # stop: it would go on writing the entry log and the index beside the final checkpoint below, its
+            # entries handed back to the write cache. So a running one ends first (checkpoint() sets the flag before
+            # its first await: while it is clear, the loop's task is not inside one, and none starts before the cancel).
+            while self._checkpointing:
+                await asyncio.sleep(0.01)
             self._checkpoint_task.cancel()
             try:
                 await self._checkpoint_task

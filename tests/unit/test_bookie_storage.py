@@ -965,3 +965,61 @@ def test_a_checkpoint_is_written_in_pieces_and_reads_back_as_one(tmp_path: Path,
         logs = sorted(directory.logs_dir.glob("*.log"))
         assert len(logs) > 2 and all(log.stat().st_size <= 4096 for log in logs)  # rolled between pieces
     again.close()
+
+def test_a_stop_during_a_checkpoint_lets_its_write_finish_before_the_final_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint's write runs on an executor thread: a stop that cancelled the loop's await of it left that
+    thread writing the entry log and the index while the stop's final checkpoint wrote them too, with the entries
+    of the first handed back to the write cache meanwhile (and the bookie turned read-only by a checkpoint that
+    had not failed). The stop now waits for the running checkpoint, then makes the final one: the writes never
+    overlap, nothing is logged as failed, and every entry reads back after a restart."""
+    caplog.set_level(logging.INFO)
+    spans: list[tuple[str, float, float]] = []
+
+    async def scenario() -> None:
+        bookie = Bookie(make_conf(tmp_path, flushInterval=200))
+        await bookie.start()
+        real_write = bookie.storage.write_checkpoint
+        real_checkpoint = bookie.storage.checkpoint
+        started = threading.Event()
+
+        def slow_write(snapshot: Any) -> None:
+            t0 = time.monotonic()
+            if snapshot.entries:
+                started.set()
+                time.sleep(0.5)  # the slow part of a checkpoint, on its executor thread
+            real_write(snapshot)
+            spans.append(("write", t0, time.monotonic()))
+
+        def final(mark: Any) -> None:
+            t0 = time.monotonic()
+            real_checkpoint(mark)
+            spans.append(("final", t0, time.monotonic()))
+
+        monkeypatch.setattr(bookie.storage, "write_checkpoint", slow_write)
+        monkeypatch.setattr(bookie.storage, "checkpoint", final)
+        payload = b"s" * 1024
+        for eid in range(50):
+            await bookie.add_entry(0, 1, eid, eid - 1, entry(1, eid, eid - 1, payload), KEY)
+        while not started.is_set():  # the periodic checkpoint has taken these entries and is writing them
+            await asyncio.sleep(0.01)
+        await bookie.stop()
+
+    run(scenario())
+    writes = [s for s in spans if s[0] == "write" and s[2] - s[1] >= 0.5]
+    finals = [s for s in spans if s[0] == "final"]
+    assert len(writes) == 1 and len(finals) == 1, spans
+    assert writes[0][2] <= finals[0][1], spans  # the running checkpoint's write ended before the final one began
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]
+
+    async def reopened() -> None:
+        bookie = Bookie(make_conf(tmp_path, flushInterval=200))
+        await bookie.start()
+        try:
+            for eid in range(50):
+                assert bookie.read_entry(0, 1, eid) == entry(1, eid, eid - 1, b"s" * 1024)
+        finally:
+            await bookie.stop()
+
+    run(reopened())
