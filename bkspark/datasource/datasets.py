@@ -516,21 +516,26 @@ class DatasetRegistry:
 
         new = tuple(ledgers)
         parent_list = tuple(dict.fromkeys(parents))
-        self._zk.ensure_path(self.dataset_path(name))
+        # Every step before the multi reads or creates what only this publish names (a shard id is new to each
+        # plan): a ZooKeeper outage shorter than the session is waited out (_outlast_outage) instead of failing
+        # the job's commit.
+        self._outlast_outage(lambda: self._zk.ensure_path(self.dataset_path(name)))
         attempts = PUBLISH_CAS_RETRY.start()
         lost: MetadataVersionError | None = None
         while True:
             if lost is not None:
                 attempts.backoff(lost)  # re-raises once the policy gives up
             lost = MetadataVersionError(f"could not commit dataset {name!r}: too many concurrent commits")
-            job = self.job(job_id)  # re-read the job and the root on every try
-            root = self.root(name)
+            job = self._outlast_outage(lambda: self.job(job_id))  # re-read the job and the root on every try
+            root = self._outlast_outage(lambda: self.root(name))
             assert root is not None  # ensured above, and a root is never deleted
             if job is not None and job.state is JobState.COMMITTED or self._has_key(root, key):
                 return PublishResult(root, True)
             if job is None or job.state is not JobState.WRITING:
                 raise JobGoneError(f"write job {job_id} was aborted (or forgotten) before its commit: nothing published")
-            plan = self._plan(name, root, new, parent_list, replace_all=replace_all, job_id=job_id, key=key)
+            plan = self._outlast_outage(
+                lambda: self._plan(name, root, new, parent_list, replace_all=replace_all, job_id=job_id, key=key)
+            )
             if plan is None:
                 continue  # a shard of the root vanished under us: a newer root exists
             written = self._write_shards(name, plan.new_shards)
@@ -548,7 +553,7 @@ class DatasetRegistry:
                 # never sent again as it was: a lost one is re-planned under the CAS policy once the record says no.
                 after = self._outlast_outage(lambda: self.job(job_id))
                 if after is not None and after.state is JobState.COMMITTED:
-                    return PublishResult(self.root(name) or plan.root, False, plan.retired)
+                    return PublishResult(self._outlast_outage(lambda: self.root(name)) or plan.root, False, plan.retired)
                 self._delete_shards(name, written)
                 continue
             errors = [r for r in results if isinstance(r, Exception)]
@@ -562,7 +567,7 @@ class DatasetRegistry:
             create_errors = results[2:]
             for (path, _), error in zip(extra_creates, create_errors):
                 if isinstance(error, NoNodeError):
-                    self._zk.ensure_path(path.rsplit("/", 1)[0])
+                    self._outlast_outage(lambda: self._zk.ensure_path(path.rsplit("/", 1)[0]))
                 elif isinstance(error, NodeExistsError):
                     raise MetadataError(f"cannot commit dataset {name!r}: {path} already exists")
             if any(isinstance(e, NoNodeError) for e in create_errors):
@@ -650,20 +655,25 @@ class DatasetRegistry:
         return _Plan(new_root, [(sid, s) for sid, s in new_shards if sid in live], tuple(r for r in retired if r not in root.retired))
 
     def _write_shards(self, name: str, shards: list[tuple[str, Shard]]) -> list[str]:
+        """Create a plan's new shards (ids no other plan uses: NodeExists after an outage is this create's own)."""
         written = []
         for sid, shard in shards:
-            self._zk.create(f"{self.shards_path(name)}/{sid}", shard.to_bytes(), makepath=True)
-            written.append(sid)
+            written.append(sid)  # before the create: one whose answer an outage lost is still deleted on failure
+            self._create_if_absent(f"{self.shards_path(name)}/{sid}", shard.to_bytes(), makepath=True)
         return written
 
     def _delete_shards(self, name: str, shard_ids: Iterable[str]) -> None:
         from kazoo.exceptions import NoNodeError
 
-        for sid in shard_ids:
+        def delete(path: str) -> None:
             try:
-                self._zk.delete(f"{self.shards_path(name)}/{sid}")
+                self._zk.delete(path)
             except NoNodeError:
                 pass
+
+        for sid in shard_ids:
+            path = f"{self.shards_path(name)}/{sid}"
+            self._outlast_outage(lambda: delete(path))
 
     def _outlast_outage(self, call: Callable[[], T]) -> T:
         """``call()``, made again once the client has reconnected after each ``ConnectionLoss`` or

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,6 +89,45 @@ def _healthy(cluster: Cluster) -> Iterator[None]:
     cluster.zk_proxy.restore()
     if not cluster.zookeeper.is_alive:
         cluster.zookeeper.start()
+
+
+class _OutageOnce:
+    """``start()`` sends ZooKeeper's requests (``lost``: UP) or answers (DOWN) into a black hole, resets the connection
+    0.5 s later under what is unanswered, and lets ZooKeeper back 2 s after that, inside the session; only the first
+    call does anything. ``join()`` waits for the outage to be over."""
+
+    def __init__(self, cluster: "Cluster", lost: Direction) -> None:
+        self.cluster, self.lost = cluster, lost
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.thread is None:
+            self.cluster.zk_proxy.blackhole(self.lost)
+            self.thread = threading.Thread(target=self._outage, daemon=True)
+            self.thread.start()
+
+    def _outage(self) -> None:
+        time.sleep(0.5)
+        self.cluster.zk_proxy.refuse()  # the connection is reset under the unanswered request
+        time.sleep(2.0)
+        self.cluster.zk_proxy.restore()
+
+    def join(self) -> None:
+        assert self.thread is not None, "the outage never started"
+        self.thread.join(10)
+
+
+def _assert_published_once(zk: Any, registry: DatasetRegistry, dataset: str, job_id: str, result: Any,
+                           ledgers: list[tuple[int, int]]) -> None:
+    """The publish was not a repeat, the dataset names ``ledgers`` once, the job is committed, and no shard is left
+    that no root names."""
+    from bkspark.datasource.datasets import JobState
+
+    assert not result.already
+    snap = registry.snapshot(dataset)
+    assert snap is not None and [p for shard in snap[1] for p in shard.ledgers] == ledgers
+    assert registry.job(job_id).state is JobState.COMMITTED  # type: ignore[union-attr]
+    assert len(zk.get_children(registry.shards_path(dataset))) == len(snap[0].shards)
 
 
 def _in_thread(fn):  # type: ignore[no-untyped-def]
@@ -389,25 +429,43 @@ def test_a_commit_multi_cut_off_by_a_zookeeper_outage_is_published_once(cluster:
     with BookKeeper(cluster.proxied_uri) as bk:
         registry = DatasetRegistry(bk.zk, bk.ledgers_root)
         registry.begin_job(job_id, JobRecord(state=JobState.WRITING, dataset=dataset))
-        outages: list[threading.Thread] = []
-
-        def outage() -> None:
-            time.sleep(0.5)
-            cluster.zk_proxy.refuse()  # the connection is reset under the unanswered multi
-            time.sleep(2.0)
-            cluster.zk_proxy.restore()
-
-        def cut_off() -> None:  # the shards are written: the multi is next
-            if not outages:
-                cluster.zk_proxy.blackhole(lost)
-                outages.append(threading.Thread(target=outage, daemon=True))
-                outages[0].start()
-
+        outage = _OutageOnce(cluster, lost)
+        # before_multi: the shards are written, the multi is next
         result = registry.publish(dataset, [(0, 901), (0, 902)], replace_all=False, job_id=job_id,
-                                  key=CommitKey(job_id), before_multi=cut_off)
-        outages[0].join(10)
-        assert not result.already
-        snap = registry.snapshot(dataset)
-        assert snap is not None and [p for shard in snap[1] for p in shard.ledgers] == [(0, 901), (0, 902)]
-        assert registry.job(job_id).state is JobState.COMMITTED  # type: ignore[union-attr]
-        assert len(bk.zk.get_children(registry.shards_path(dataset))) == len(snap[0].shards)
+                                  key=CommitKey(job_id), before_multi=outage.start)
+        outage.join()
+        _assert_published_once(bk.zk, registry, dataset, job_id, result, [(0, 901), (0, 902)])
+
+
+@pytest.mark.parametrize(
+    ("where", "lost"), [("reads", Direction.UP), ("shards", Direction.DOWN)], ids=["read-lost", "shard-answer-lost"]
+)
+def test_a_commit_whose_steps_before_the_multi_meet_a_zookeeper_outage_waits_it_out(
+    cluster: Cluster, where: str, lost: Direction
+) -> None:
+    """ZooKeeper goes away before the commit ``multi``: as the publish starts (its first read lost on the way), or
+    as it writes the plan's shards (the first create applied, its answer lost); the connection is reset and
+    ZooKeeper comes back 2 s later, inside the session. The commit waits the outage out instead of failing the
+    job: the dataset names the ledgers once, the job is committed, and no shard is left that no root names (a
+    shard whose create's answer was lost is found as this create's own)."""
+    from bkspark.datasource.datasets import CommitKey, JobRecord, JobState
+
+    dataset, job_id = f"pre-multi-outage-{where}", f"pre-multi-outage-{where}-job"
+    outage = _OutageOnce(cluster, lost)
+
+    class CutOffAtShards(DatasetRegistry):
+        def _write_shards(self, name: str, shards: Any) -> list[str]:
+            outage.start()
+            return super()._write_shards(name, shards)
+
+    with BookKeeper(cluster.proxied_uri) as bk:
+        registry = (CutOffAtShards if where == "shards" else DatasetRegistry)(bk.zk, bk.ledgers_root)
+        registry.begin_job(job_id, JobRecord(state=JobState.WRITING, dataset=dataset))
+        session = bk.zk.client_id
+        if where == "reads":
+            outage.start()
+        result = registry.publish(dataset, [(0, 911), (0, 912)], replace_all=False, job_id=job_id,
+                                  key=CommitKey(job_id))
+        outage.join()
+        _assert_published_once(bk.zk, registry, dataset, job_id, result, [(0, 911), (0, 912)])
+        assert bk.zk.client_id == session  # waited out within the session
