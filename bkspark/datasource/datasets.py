@@ -682,7 +682,7 @@ class DatasetRegistry:
         The one rule for waiting out a ZooKeeper outage shorter than the session here; only for a call that is safe
         to repeat whether or not the lost try reached the server (a read, or :meth:`_create_if_absent`).
         """
-        from bkspark.metadata.retry import TRANSIENT_ZK_ERRORS
+        from bkspark.metadata.retry import TRANSIENT_ZK_ERRORS, wait_connected
 
         deadline = time.monotonic() + getattr(self._zk, "_session_timeout", 10_000) / 1000.0
         while True:
@@ -691,7 +691,7 @@ class DatasetRegistry:
             except TRANSIENT_ZK_ERRORS:
                 if time.monotonic() >= deadline:
                     raise
-                self._wait_connected(max(0.05, deadline - time.monotonic()))
+                wait_connected(self._zk, max(0.05, deadline - time.monotonic()))
 
     def _create_if_absent(self, path: str, data: bytes, *, makepath: bool = False) -> None:
         """Create ``path`` unless it exists, through a short outage (:meth:`_outlast_outage`).  NodeExists counts as
@@ -707,10 +707,6 @@ class DatasetRegistry:
 
         self._outlast_outage(create)
 
-    def _wait_connected(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not getattr(self._zk, "connected", True) and time.monotonic() < deadline:
-            time.sleep(0.05)
 
     # -- clean-up after the commit point ---------------------------------------
     def retired(self, name: str) -> list[tuple[ShardRef, Shard]]:

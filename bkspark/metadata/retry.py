@@ -10,6 +10,8 @@ errors).
 
 from __future__ import annotations
 
+import threading
+
 from typing import Any, Callable, TypeVar
 
 from kazoo.exceptions import (
@@ -26,12 +28,37 @@ from kazoo.retry import KazooRetry, RetryFailedError
 from bkspark import retry as bk_retry
 from bkspark.errors import MetadataError
 
-__all__ = ["RetryPolicy", "TRANSIENT_ZK_ERRORS", "zk_error"]
+__all__ = ["RetryPolicy", "TRANSIENT_ZK_ERRORS", "wait_connected", "zk_error"]
 
 T = TypeVar("T")
 
 #: ZooKeeper errors after which the request may or may not have been applied.
 TRANSIENT_ZK_ERRORS: tuple[type[BaseException], ...] = (ConnectionLoss, OperationTimeoutError)
+
+
+def wait_connected(zk: Any, timeout: float) -> bool:
+    """Block until the kazoo client ``zk`` is connected again, at most ``timeout`` seconds; whether it is.
+
+    What a caller does after one of :data:`TRANSIENT_ZK_ERRORS` before it looks or tries again (kazoo's own
+    connection thread reconnects; a new session if the old one expired). A client without a ``connected``
+    attribute (a test's fake) counts as connected."""
+    if getattr(zk, "connected", True):
+        return True
+    event = threading.Event()
+
+    def listener(state: str) -> bool:
+        if state == "CONNECTED":
+            event.set()
+            return True  # remove this listener
+        return False
+
+    zk.add_listener(listener)
+    try:
+        if not zk.connected:
+            event.wait(timeout)
+    finally:
+        zk.remove_listener(listener)
+    return bool(zk.connected)
 
 
 def zk_error(exc: BaseException, **context: object) -> MetadataError:

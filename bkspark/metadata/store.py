@@ -45,7 +45,7 @@ from bkspark.errors import (
     MetadataVersionError,
     NoSuchLedgerMetadataError,
 )
-from bkspark.metadata.retry import TRANSIENT_ZK_ERRORS, RetryPolicy
+from bkspark.metadata.retry import TRANSIENT_ZK_ERRORS, RetryPolicy, wait_connected
 from bkspark.protocol import layout as layout_codec
 from bkspark.protocol import ledger_metadata as md_codec
 from bkspark.protocol import zk_paths
@@ -329,22 +329,7 @@ class ZkMetadataStore:
                 raise self.retry.wrap_error(exc, path=path) from exc
 
     def _wait_connected(self, timeout: float = 30.0) -> None:
-        event = threading.Event()
-
-        def listener(state: str) -> bool:
-            if state == "CONNECTED":
-                event.set()
-                return True
-            return False
-
-        if self.zk.connected:
-            return
-        self.zk.add_listener(listener)
-        try:
-            if not self.zk.connected:
-                event.wait(timeout)
-        finally:
-            self.zk.remove_listener(listener)
+        wait_connected(self.zk, timeout)
 
     def _is_our_znode(self, path: str, metadata: LedgerMetadata, data: bytes) -> bool:
         try:
