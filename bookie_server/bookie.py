@@ -67,6 +67,13 @@ CHECKPOINT_RETRY = RetryPolicy(
     max_tries=sys.maxsize, delay=0.1, backoff=2.0, max_delay=5.0, deadline=None, jitter=0.0, retry_on=lambda exc: True
 )
 
+
+def checkpoint_retry(interval_s: float) -> RetryPolicy:
+    """The back-off of failed periodic checkpoints for a bookie whose ``flushInterval`` is ``interval_s`` seconds:
+    :data:`CHECKPOINT_RETRY`, its waits never longer than that interval."""
+    return CHECKPOINT_RETRY.with_(max_delay=min(interval_s, CHECKPOINT_RETRY.max_delay))
+
+
 #: Seconds between two log lines about checkpoints that keep failing (the first failure is logged with its traceback,
 #: later ones only as a count in a one-line warning).
 CHECKPOINT_FAILURE_LOG_INTERVAL_S = 60.0
@@ -216,7 +223,7 @@ class Bookie:
         only after :data:`CHECKPOINT_RETRY`'s back-off (a full cache would otherwise retry it at every tick).
         :meth:`checkpoint` reports every outcome itself (:meth:`_after_checkpoint`)."""
         interval = max(self.conf.flushInterval, 100) / 1000.0
-        retry = CHECKPOINT_RETRY.with_(max_delay=min(interval, CHECKPOINT_RETRY.max_delay))
+        retry = checkpoint_retry(interval)
         failing: Attempts | None = None
         next_run = time.monotonic() + interval
         while True:

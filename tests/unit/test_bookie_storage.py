@@ -1023,3 +1023,14 @@ def test_a_stop_during_a_checkpoint_lets_its_write_finish_before_the_final_check
             await bookie.stop()
 
     run(reopened())
+
+
+@pytest.mark.parametrize(("flush_interval_s", "cap"), [(60.0, 5.0), (0.5, 0.5)])
+def test_failed_checkpoints_back_off_from_a_tenth_of_a_second_to_five_seconds_or_the_flush_interval(
+    flush_interval_s: float, cap: float
+) -> None:
+    """The waits between tries of a checkpoint that keeps failing double from 0.1 s up to 5 s, or up to
+    ``flushInterval`` when that is shorter, and never give up (docs/bookie.md, "Failures between the steps")."""
+    attempts = bookie_module.checkpoint_retry(flush_interval_s).start()
+    waits = [attempts.next_delay(BookieIOError("entry log append failed")) for _ in range(200)]
+    assert waits == pytest.approx([min(0.1 * 2**i, cap) for i in range(200)])
