@@ -7,6 +7,8 @@ import errno
 import logging
 import os
 import random
+import re
+import socket
 import struct
 import threading
 import time
@@ -966,6 +968,7 @@ def test_a_checkpoint_is_written_in_pieces_and_reads_back_as_one(tmp_path: Path,
         assert len(logs) > 2 and all(log.stat().st_size <= 4096 for log in logs)  # rolled between pieces
     again.close()
 
+
 def test_a_stop_during_a_checkpoint_lets_its_write_finish_before_the_final_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -1023,3 +1026,62 @@ def test_a_stop_during_a_checkpoint_lets_its_write_finish_before_the_final_check
             await bookie.stop()
 
     run(reopened())
+
+
+def _doc_table_defaults(heading_row: str) -> dict[str, str]:
+    """``key -> default`` as docs/bookie.md's table starting with ``heading_row`` states them (a cell naming
+    several keys, e.g. ``a`` / ``b``, pairs them with its default cell's values in order)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "bookie.md").read_text(encoding="utf-8")
+    lines = text[text.index(heading_row):].splitlines()[2:]
+    out: dict[str, str] = {}
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        key_cell, default_cell = (cell.strip() for cell in line.strip("|").split("|")[:2])
+        keys = [k.strip("`*") for k in re.split(r" / |, ", key_cell)]
+        default_cell = re.sub(r"\s*\((Java's|Java: \d+)\)", "", default_cell)  # a remark on Java's value
+        values = re.split(r" / |, ", default_cell) if len(keys) > 1 else [default_cell]
+        assert len(keys) == len(values), line
+        out.update(zip(keys, values))
+    return out
+
+
+def _doc_value(text: str) -> object:
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    number, _, unit = text.partition(" ")
+    if unit in units:
+        return int(number) * units[unit]
+    if text in ("true", "false"):
+        return text == "true"
+    if text.startswith("`/"):
+        return [text.strip("`")]
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    return float(text) if re.fullmatch(r"\d+\.\d+", text) else text
+
+
+def test_the_documented_defaults_are_the_bookies() -> None:
+    """docs/bookie.md's configuration table and its "Limits" table state each key's default: a bookie built from
+    an empty configuration has those values (and a key documented as Java's has Java's name and value)."""
+    conf = BookieConfig()
+    documented = _doc_table_defaults("| key | default | meaning |")
+    limits = _doc_table_defaults("| key | default | bounds | when reached |")
+    assert set(documented) & set(limits) == {"dbStorage_writeCacheMaxSizeMb", "nettyMaxFrameSizeBytes"}
+    for key in set(documented) & set(limits):
+        assert _doc_value(documented[key]) == _doc_value(limits[key]), key
+    documented.update(limits)
+    special = {
+        "bookieId": "`<advertisedAddress>:<bookiePort>`",
+        "advertisedAddress": "this host's IP",
+        "metadataServiceUri": "unset",
+    }
+    for key, text in documented.items():
+        if key in special:
+            assert text == special[key]
+            continue
+        assert getattr(conf, key) == _doc_value(text), (key, text)
+    assert conf.bookieId is None and conf.advertisedAddress is None and conf.metadataServiceUri is None
+    assert conf.advertised_host() == socket.gethostbyname(socket.gethostname())
+    assert conf.bookie_id() == f"{conf.advertised_host()}:3181"
+    # Stated in "Reads" rather than in a table: numReadWorkerThreads 1, dbStorage_readAheadCacheBatchSize 100.
+    assert (conf.numReadWorkerThreads, conf.dbStorage_readAheadCacheBatchSize) == (1, 100)
