@@ -210,3 +210,94 @@ def test_bookie_survives_a_zookeeper_outage(zk_root, tmp_path: Path) -> None:  #
             time.sleep(0.2)
         assert cluster.bookie_ids[0] in registered
         assert cluster.bookies[0].is_alive
+
+
+def test_an_uninitialised_cluster_refuses_the_start_and_says_to_run_initnewcluster(zookeeper, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """docs/bookie.md, "Cluster membership": without ``<root>/INSTANCEID`` the bookie refuses to start (exit 1, one
+    plain line naming ``initnewcluster``) and leaves nothing under the root: no cookie, no registration."""
+    import subprocess
+    import sys
+
+    zk = zookeeper.client()
+    root = "/bk-not-initialised"
+    try:
+        zk.ensure_path(f"{root}/available")  # a root someone began, but with no INSTANCEID
+        uri = f"zk+hierarchical://{zookeeper.connect_string}{root}"
+        argv = [
+            sys.executable, "-m", "bookie_server", "--metadataServiceUri", uri, "--bookiePort", "0",
+            "--journalDirectories", str(tmp_path / "j"), "--ledgerDirectories", str(tmp_path / "l"),
+            "--advertisedAddress", "127.0.0.1", "-D", "bindAddress=127.0.0.1", "-D", "journalSyncData=false",
+        ]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=120, input="")
+        assert result.returncode == 1, result.stderr
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("bookie-server: error: cannot start: "), result.stderr
+        assert "not initialised" in last and "INSTANCEID" in last and "initnewcluster" in last, last
+        assert "Traceback" not in result.stderr
+        assert zk.get_children(root) == ["available"] and zk.get_children(f"{root}/available") == []
+        assert not (tmp_path / "j" / "current" / "VERSION").exists()
+    finally:
+        zk.delete(root, recursive=True)
+        zk.stop()
+        zk.close()
+
+
+def test_a_registration_left_by_another_session_is_waited_out_for_up_to_twice_zk_timeout(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """docs/bookie.md, "Cluster membership": a registration node left by a previous run (another ZooKeeper session)
+    is waited out, up to 2 × zkTimeout: registering succeeds once that session ends within the bound; past it,
+    the bookie gives up with an error saying the node is held (it may be the same bookie running twice)."""
+    import threading
+
+    from kazoo.client import KazooClient
+
+    from bkspark.errors import MetadataError
+    from bookie_server.config import BookieConfig
+    from bookie_server.registration import Registration
+
+    conf = BookieConfig.from_mapping(
+        {
+            "metadataServiceUri": zk_root.metadata_service_uri,
+            "bookieId": "py-left-behind",
+            "advertisedAddress": "127.0.0.1",
+            "journalDirectories": str(tmp_path / "j"),
+            "ledgerDirectories": str(tmp_path / "l"),
+            "zkTimeout": 2000,
+        }
+    )
+    path = f"{zk_root.path}/available/py-left-behind"
+
+    def previous_run() -> KazooClient:  # a session holding the node, as a killed bookie's does until it expires
+        holder = zk_root.server.client()
+        holder.create(path, b"previous run", ephemeral=True)
+        return holder
+
+    reg = Registration(conf)
+    reg.start()
+    try:
+        reg.check_cookies()
+        # The previous run's session ends 1.5 s in (its expiry): the registration waits, then takes the node.
+        holder = previous_run()
+        ends = threading.Timer(1.5, lambda: (holder.stop(), holder.close()))
+        started = time.monotonic()
+        ends.start()
+        try:
+            reg.register(4182, None, readonly=False)
+        finally:
+            ends.join()
+        assert time.monotonic() - started >= 1.4
+        stat = zk_root.zk_client.exists(path)
+        assert stat is not None and stat.ephemeralOwner == reg.zk.client_id[0]
+        reg.unregister()
+        # A session that outlives 2 × zkTimeout (4 s): the registration gives up, and says why.
+        holder = previous_run()
+        try:
+            started = time.monotonic()
+            with pytest.raises(MetadataError, match="held by another ZooKeeper session.*already running"):
+                reg.register(4182, None, readonly=False)
+            assert 3.9 <= time.monotonic() - started < 8
+            assert zk_root.zk_client.get(path)[0] == b"previous run"
+        finally:
+            holder.stop()
+            holder.close()
+    finally:
+        reg.close()
