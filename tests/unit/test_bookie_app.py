@@ -116,6 +116,62 @@ def test_disk_threshold_enters_and_leaves_readonly(tmp_path: Path) -> None:
     asyncio.run(body())
 
 
+def test_a_full_disk_refuses_recovery_adds_too_and_an_admin_switch_does_not(tmp_path: Path) -> None:
+    """docs/bookie.md, "Protocol coverage": high-priority (recovery) adds are still taken when the bookie is read-only
+    by its admin, not when the disk is full, and ``availableForHighPriorityWrites`` says which (Java's
+    ``BookieStateManager``).  With ``readOnlyModeEnabled=false`` the threshold turns nothing read-only (the
+    configuration table's "read-only switches")."""
+    from bkspark.protocol import v3
+    from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
+    from tests.unit.test_bookie_server import KEY, Conn, make_entry
+
+    recovery = v3.FLAG_HIGH_PRIORITY | v3.FLAG_RECOVERY_ADD
+
+    async def body() -> None:
+        app = BookieApp(conf_for(tmp_path / "a", diskUsageThreshold=0.9, diskUsageLwmThreshold=0.8))
+        await app.start()
+        try:
+            assert app.http is not None and app.server is not None
+            app.bookie.storage.disk_usage = lambda: (1000, 50)  # type: ignore[method-assign]  # 95 % used
+            app.bookie.check_disks()
+            state = json.loads((await http(app.http.port, "GET", "/api/v1/bookie/state"))[1])
+            assert (state["readOnly"], state["availableForHighPriorityWrites"]) == (True, False)
+            c = await Conn.open(app.server.port)
+            resp = await c.v3(v3.add_request(1, 1, 0, KEY, make_entry(1, 0, b"r"), recovery))
+            assert v3.response_status(resp) == pb.EREADONLY
+            assert v3.response_status(await c.v3(v3.add_request(2, 1, 0, KEY, make_entry(1, 0, b"p")))) == pb.EREADONLY
+            # The admin's switch on top changes nothing: the disk is still full.
+            app.bookie.set_readonly(True)
+            resp = await c.v3(v3.add_request(3, 1, 0, KEY, make_entry(1, 0, b"r"), recovery))
+            assert v3.response_status(resp) == pb.EREADONLY
+            # Room again (under the low mark): read-only by the admin alone, recovery adds taken, plain ones not.
+            app.bookie.storage.disk_usage = lambda: (1000, 500)  # type: ignore[method-assign]
+            app.bookie.check_disks()
+            state = json.loads((await http(app.http.port, "GET", "/api/v1/bookie/state"))[1])
+            assert (state["readOnly"], state["availableForHighPriorityWrites"]) == (True, True)
+            resp = await c.v3(v3.add_request(4, 1, 0, KEY, make_entry(1, 0, b"r"), recovery))
+            assert v3.response_status(resp) == pb.EOK
+            assert v3.response_status(await c.v3(v3.add_request(5, 1, 1, KEY, make_entry(1, 1, b"p")))) == pb.EREADONLY
+            c.close()
+        finally:
+            await app.stop()
+
+        app = BookieApp(conf_for(tmp_path / "b", diskUsageThreshold=0.9, readOnlyModeEnabled="false"))
+        await app.start()
+        try:
+            assert app.server is not None
+            app.bookie.storage.disk_usage = lambda: (1000, 10)  # type: ignore[method-assign]  # 99 % used
+            app.bookie.check_disks()
+            assert not app.bookie.readonly
+            c = await Conn.open(app.server.port)
+            assert v3.response_status(await c.v3(v3.add_request(1, 1, 0, KEY, make_entry(1, 0, b"p")))) == pb.EOK
+            c.close()
+        finally:
+            await app.stop()
+
+    asyncio.run(body())
+
+
 def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["-D", "noequals"]) == 2
     assert main(["--conf", str(tmp_path / "missing.conf")]) == 2
