@@ -288,3 +288,62 @@ async def test_readonly_bookie_refuses_adds(bookie: Bookie, server: BookieServer
     blob = DIGEST.package_lac(1, 0)
     assert v3.response_status(await c.v3(v3.write_lac_request(3, 1, 0, KEY, blob))) == pb.EREADONLY
     c.close()
+
+
+@with_bookie(journalSyncData="true")
+async def test_write_lac_fence_without_key_and_force_ledger_as_a_journal_barrier(bookie: Bookie, server: BookieServer) -> None:
+    """docs/bookie.md, "Protocol coverage": WRITE_LAC takes the ledger id from the LAC blob, not from the request
+    (Java's ``Bookie.setExplicitLac``); a v3 fencing read without a master key is EUA (ReadEntryProcessorV3); FORCE_LEDGER
+    is a journal barrier: answered only once what was journaled before it is synced, while a DEFERRED_SYNC add is
+    answered before that sync; with ``journalSyncData=true`` each group commit is fdatasync'ed."""
+    import os
+    import threading
+
+    c = await Conn.open(server.port)
+    entries = [make_entry(7, i, b"lac-%d" % i) for i in range(2)]
+    for i, e in enumerate(entries):
+        assert v3.response_status(await c.v3(v3.add_request(i + 1, 7, i, KEY, e))) == pb.EOK
+    # The request names ledger 8, the blob ledger 7: the blob's ledger gets the explicit LAC, ledger 8 nothing.
+    blob = DIGEST.package_lac(7, 1)
+    assert v3.response_status(await c.v3(v3.write_lac_request(10, 8, 1, KEY, blob))) == pb.EOK
+    assert (await c.v3(v3.read_lac_request(11, 7))).readLacResponse.lacBody == blob
+    assert v3.response_status(await c.v3(v3.read_lac_request(12, 8))) == pb.ENOENTRY
+    assert bookie.storage.ledger(0, 8) is None
+    # Fencing without a master key: EUA, and the ledger is not fenced.
+    keyless = v3.read_request(13, 7, -1, v3.FLAG_DO_FENCING, master_key=KEY)
+    keyless.readRequest.ClearField("masterKey")  # our encoder refuses to build it; another client may send it
+    resp = await c.v3(keyless)
+    assert resp.readResponse.status == pb.EUA and not bookie.storage.ledger(0, 7).fenced  # type: ignore[union-attr]
+    keyless.readRequest.ledgerId = 9  # a ledger this bookie does not know: no key to compare with, still EUA
+    resp = await c.v3(keyless)
+    assert resp.readResponse.status == pb.EUA and bookie.storage.ledger(0, 9) is None
+
+    release, syncing = threading.Event(), threading.Event()
+    real_fdatasync = os.fdatasync
+    syncs = [0]
+
+    def held_fdatasync(fd: int) -> None:
+        syncs[0] += 1
+        syncing.set()
+        assert release.wait(10)
+        real_fdatasync(fd)
+
+    os.fdatasync = held_fdatasync  # type: ignore[assignment]
+    try:
+        deferred = make_entry(7, 2, b"deferred")
+        resp = await c.v3(v3.add_request(20, 7, 2, KEY, deferred, write_flags=v3.WRITE_FLAG_DEFERRED_SYNC))
+        assert v3.response_status(resp) == pb.EOK  # written, its sync still held
+        assert await asyncio.to_thread(syncing.wait, 5)
+        c.send(v3.encode_request(v3.force_ledger_request(21, 7)))
+        with_answer = asyncio.ensure_future(c.body(timeout=10))
+        await asyncio.sleep(0.5)
+        assert not with_answer.done()  # the barrier waits for the sync
+        release.set()
+        resp = v3.decode_response(await with_answer)
+        assert resp.header.txnId == 21 and v3.response_status(resp) == pb.EOK
+    finally:
+        release.set()
+        os.fdatasync = real_fdatasync  # type: ignore[assignment]
+    assert syncs[0] >= 1
+    assert (await c.v3(v3.read_request(22, 7, 2))).readResponse.body == deferred
+    c.close()
