@@ -1085,3 +1085,68 @@ def test_the_documented_defaults_are_the_bookies() -> None:
     assert conf.bookie_id() == f"{conf.advertised_host()}:3181"
     # Stated in "Reads" rather than in a table: numReadWorkerThreads 1, dbStorage_readAheadCacheBatchSize 100.
     assert (conf.numReadWorkerThreads, conf.dbStorage_readAheadCacheBatchSize) == (1, 100)
+
+
+class _ScriptedZk:
+    """ZooKeeper as the collector sees it (``exists``, ``get``): a cluster root with a hierarchical LAYOUT, whose
+    ledger znodes are present or not per look-up round as the test says; it notes when each round began."""
+
+    def __init__(self, rounds: list[set[str]], *, root: bool = True, fail_in_round: int | None = None) -> None:
+        from kazoo.exceptions import ConnectionLoss
+
+        self.rounds, self.root, self.fail_in_round = rounds, root, fail_in_round
+        self.round_times: list[float] = []
+        self._loss = ConnectionLoss
+
+    def exists(self, path: str) -> object:
+        import time
+
+        if path == "/ledgers":
+            self.round_times.append(time.monotonic())
+            return object() if self.root else None
+        n = len(self.round_times) - 1
+        if n == self.fail_in_round:
+            raise self._loss()
+        return object() if path in self.rounds[min(n, len(self.rounds) - 1)] else None
+
+    def get(self, path: str) -> tuple[bytes, object]:
+        from bkspark.devcluster.zookeeper import HIERARCHICAL_LAYOUT
+
+        assert path == "/ledgers/LAYOUT"
+        return HIERARCHICAL_LAYOUT, object()
+
+
+def test_gc_deletes_a_ledger_only_when_two_look_ups_a_second_apart_miss_it(tmp_path: Path) -> None:
+    """docs/bookie.md, "Cluster membership", Garbage collection: a ledger is deleted only when its metadata znode is
+    missing in two look-ups a second apart; without the root, or on any ZooKeeper error, nothing is deleted.
+    (The paths and the layouts against a real ZooKeeper: tests/integration/test_bookie_gc.py.)"""
+    from bookie_server.gc import GarbageCollector
+
+    l5, l6, l7 = "/ledgers/00/0000/L0005", "/ledgers/00/0000/L0006", "/ledgers/00/0000/L0007"
+
+    async def body() -> None:
+        bookie = Bookie(make_conf(tmp_path, journalSyncData="false"))
+        await bookie.start()
+        try:
+            for ledger in (5, 6, 7):
+                await bookie.add_entry(0, ledger, 0, -1, entry(ledger, 0, -1), KEY)
+
+            async def round_with(zk: _ScriptedZk) -> list[tuple[int, int]]:
+                return await GarbageCollector(bookie, zk, "/ledgers").run_once()  # type: ignore[arg-type]
+
+            # No root, or a ZooKeeper error in either look-up: nothing, though 6 and 7 have no metadata.
+            assert await round_with(_ScriptedZk([{l5}], root=False)) == []
+            assert await round_with(_ScriptedZk([{l5}], fail_in_round=0)) == []
+            assert await round_with(_ScriptedZk([{l5}], fail_in_round=1)) == []
+            # 6 is missing in the first look-up only (its metadata is there again for the second): kept; 7 in
+            # both: deleted, the look-ups a second or more apart.
+            zk = _ScriptedZk([{l5}, {l5, l6}])
+            assert await round_with(zk) == [(0, 7)]
+            assert len(zk.round_times) == 2 and zk.round_times[1] - zk.round_times[0] >= 1.0
+            assert sorted(bookie.storage.ledgers()) == [(0, 5), (0, 6)]
+            assert await round_with(_ScriptedZk([{l5}])) == [(0, 6)]
+            assert bookie.storage.ledgers() == [(0, 5)]
+        finally:
+            await bookie.stop()
+
+    run(body())
