@@ -16,7 +16,7 @@ from bkspark.errors import CookieMismatchError
 from bookie_server.__main__ import JsonFormatter, main
 from bookie_server import app as app_module
 from bookie_server.app import BookieApp
-from bookie_server.config import BookieConfig
+from bookie_server.config import BookieConfig, load_conf
 from tests.harness.inprocess_bookie import bookie_conf
 
 
@@ -170,6 +170,39 @@ def test_a_full_disk_refuses_recovery_adds_too_and_an_admin_switch_does_not(tmp_
             await app.stop()
 
     asyncio.run(body())
+
+
+def test_a_java_bookies_conf_file_works_as_is(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """docs/bookie.md: the conf file uses ``bk_server.conf``'s key names, keys this bookie does not use are accepted
+    (logged, never an error), so a Java bookie's file works as is: the one the tests' Java bookies run with
+    (tests/harness/java_bookkeeper.py) starts a Python bookie, whose settings are the file's."""
+    from tests.harness.java_bookkeeper import bookie_conf as java_bookie_conf, write_properties
+
+    values = java_bookie_conf(
+        port=0, metadata_service_uri="", journal_dir=tmp_path / "j", ledger_dir=tmp_path / "l", journal_sync_data=False
+    )
+    values.pop("metadataServiceUri")  # no ZooKeeper in a unit test
+    values.update(bindAddress="127.0.0.1", bookieId="java-file-bookie")
+    # Keys of Apache BookKeeper's shipped bk_server.conf that bkspark does not know at all.
+    values.update(minorCompactionInterval=3600, majorCompactionThreshold=0.8, prometheusStatsHttpPort=8000)
+    path = write_properties(tmp_path / "bk_server.conf", values)
+    conf = load_conf(path)
+    assert (conf.dbStorage_writeCacheMaxSizeMb, conf.logSizeLimit, conf.diskUsageThreshold) == (16, 64 << 20, 0.99)
+    assert (conf.numReadWorkerThreads, conf.flushInterval, conf.allowLoopback) == (2, 1000, True)
+    assert {"ledgerStorageClass", "journalPreAllocSizeMB", "dbStorage_rocksDB_blockSize"} <= set(conf.extra)
+
+    async def body() -> None:
+        app = BookieApp(conf)
+        await app.start()
+        try:
+            assert app.server is not None and app.server.port > 0 and not app.bookie.readonly
+        finally:
+            await app.stop()
+
+    with caplog.at_level(logging.INFO, logger="bkspark"):
+        asyncio.run(body())
+    assert "ledgerStorageClass" in caplog.text  # told, not refused
+    assert "unknown bookie configuration key 'minorCompactionInterval' is ignored" in caplog.text
 
 
 def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
