@@ -205,6 +205,33 @@ def test_a_java_bookies_conf_file_works_as_is(tmp_path: Path, caplog: pytest.Log
     assert "unknown bookie configuration key 'minorCompactionInterval' is ignored" in caplog.text
 
 
+def test_the_disks_are_checked_every_disk_check_interval(tmp_path: Path) -> None:
+    """docs/bookie.md, configuration table: the disk-full read-only mode is checked every ``diskCheckInterval`` ms
+    by the running bookie, without anything asking (the test above calls ``check_disks`` itself)."""
+
+    async def body() -> None:
+        app = BookieApp(conf_for(tmp_path, diskUsageThreshold=0.9, diskUsageLwmThreshold=0.8, diskCheckInterval=100))
+        await app.start()
+        try:
+            assert not app.bookie.readonly
+            app.bookie.storage.disk_usage = lambda: (1000, 20)  # type: ignore[method-assign]  # 98 % used
+            for _ in range(40):
+                if app.bookie.readonly:
+                    break
+                await asyncio.sleep(0.05)
+            assert app.bookie.readonly
+            app.bookie.storage.disk_usage = lambda: (1000, 500)  # type: ignore[method-assign]
+            for _ in range(40):
+                if not app.bookie.readonly:
+                    break
+                await asyncio.sleep(0.05)
+            assert not app.bookie.readonly
+        finally:
+            await app.stop()
+
+    asyncio.run(body())
+
+
 def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["-D", "noequals"]) == 2
     assert main(["--conf", str(tmp_path / "missing.conf")]) == 2

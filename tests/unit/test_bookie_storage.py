@@ -1150,3 +1150,30 @@ def test_gc_deletes_a_ledger_only_when_two_look_ups_a_second_apart_miss_it(tmp_p
             await bookie.stop()
 
     run(body())
+
+
+def test_checkpoints_run_every_flush_interval(tmp_path: Path) -> None:
+    """docs/bookie.md, configuration table: ``flushInterval`` is the time between checkpoints (write cache to entry
+    logs and index): at 200 ms an add leaves the write cache within a second or two on its own; at an hour it stays."""
+    import time
+
+    async def stays_cached_for(flush_interval: int, seconds: float) -> bool:
+        bookie = Bookie(make_conf(tmp_path / str(flush_interval), journalSyncData="false", flushInterval=flush_interval))
+        await bookie.start()
+        try:
+            await bookie.add_entry(0, 1, 0, -1, entry(1, 0, -1, b"flush me"), KEY)
+            mark = bookie.checkpoint_mark
+            deadline = time.monotonic() + seconds
+            while not bookie.checkpoint_mark > mark and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if not bookie.checkpoint_mark > mark:
+                assert bookie.storage.write_cache_bytes > 0
+                return True
+            assert bookie.storage.write_cache_bytes == 0
+            assert bookie.storage.get_entry(0, 1, 0) == entry(1, 0, -1, b"flush me")  # from the entry log now
+            return False
+        finally:
+            await bookie.stop()
+
+    assert run(stays_cached_for(200, 5.0)) is False
+    assert run(stays_cached_for(3600000, 1.5)) is True
