@@ -347,3 +347,79 @@ async def test_write_lac_fence_without_key_and_force_ledger_as_a_journal_barrier
     assert syncs[0] >= 1
     assert (await c.v3(v3.read_request(22, 7, 2))).readResponse.body == deferred
     c.close()
+
+
+@with_bookie()
+async def test_every_operation_has_its_latency_histogram_and_bp62_its_buckets(bookie: Bookie, server: BookieServer) -> None:
+    """docs/bookie.md, "Operations", Metrics: a ``bookkeeper_server_<OP>_REQUEST`` latency histogram (``success``
+    label) for every operation, BP-62's two batch-read histograms with exactly the documented buckets, and the
+    limits' ``LIMIT_HITS`` and in-progress gauges under their documented names."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    c = await Conn.open(server.port)
+    entries = [make_entry(4, i, b"m-%d" % i) for i in range(3)]
+    for i, e in enumerate(entries):
+        assert v3.response_status(await c.v3(v3.add_request(i, 4, i, KEY, e))) == pb.EOK
+    assert v3.response_status(await c.v3(v3.read_request(10, 4, 0))) == pb.EOK
+    assert v3.response_status(await c.v3(v3.read_request(11, 4, 9))) == pb.ENOENTRY  # a failure: success="false"
+    assert v3.response_status(await c.v3(v3.batch_read_request(12, 4, 0, 10, 1 << 20))) == pb.EOK
+    assert v3.response_status(await c.v3(v3.write_lac_request(13, 4, 2, KEY, DIGEST.package_lac(4, 2)))) == pb.EOK
+    assert v3.response_status(await c.v3(v3.read_lac_request(14, 4))) == pb.EOK
+    assert v3.response_status(await c.v3(v3.force_ledger_request(15, 4))) == pb.EOK
+    assert v3.response_status(await c.v3(v3.get_bookie_info_request(16))) == pb.EOK
+    assert v3.response_status(await c.v3(v3.get_list_of_entries_request(17, 4))) == pb.EOK
+    resp = await c.v3(v3.read_request(18, 4, -1, previous_lac=0, timeout_ms=1000, piggyback=True))
+    assert v3.response_status(resp) == pb.EOK
+    assert v3.response_status(await c.v3(v3.read_request(19, 4, -1, v3.FLAG_DO_FENCING, master_key=KEY))) == pb.EOK
+    c.close()
+
+    families = {f.name: f for f in text_string_to_metric_families(server.metrics.render().decode())}
+
+    def count(name: str, success: str = "true") -> float:
+        return sum(
+            s.value for s in families[name].samples if s.name == f"{name}_count" and s.labels.get("success") == success
+        )
+
+    ops = (
+        "ADD_ENTRY", "READ_ENTRY", "BATCH_READ_ENTRY", "READ_LAC", "WRITE_LAC", "FORCE_LEDGER", "GET_BOOKIE_INFO",
+        "GET_LIST_OF_ENTRIES_OF_LEDGER", "READ_ENTRY_FENCE_REQUEST", "READ_ENTRY_LONG_POLL_REQUEST",
+    )
+    for op in ops:
+        name = f"bookkeeper_server_{op}" if op.endswith("_REQUEST") else f"bookkeeper_server_{op}_REQUEST"
+        assert count(name) >= 1, op
+    assert count("bookkeeper_server_ADD_ENTRY_REQUEST") == 3
+    assert count("bookkeeper_server_READ_ENTRY_REQUEST", "false") == 1
+
+    def bounds(name: str, label: dict[str, str]) -> list[str]:
+        return [
+            s.labels["le"] for s in families[name].samples
+            if s.name == f"{name}_bucket" and all(s.labels.get(k) == v for k, v in label.items())
+        ]
+
+    latency = bounds("bookkeeper_server_BATCH_READ_ENTRY_REQUEST", {"success": "true"})
+    assert [float(le) for le in latency] == [5, 10, 20, 50, 100, 200, 500, 1000, 3000, float("inf")]
+    size = bounds("bookkeeper_server_BATCH_READ_ENTRY_RESPONSE_SIZE", {})
+    assert [float(le) for le in size] == [128, 512, 1 << 10, 2 << 10, 4 << 10, 16 << 10, 128 << 10, 1 << 20, float("inf")]
+    assert "bookie_read_cache_size" in families and "bookkeeper_server_LIMIT_HITS" in families
+
+    # READ_ENTRY_IN_PROGRESS counts a waiting long poll ("Limits": long polls included).
+    def in_progress() -> float:
+        text = server.metrics.render().decode()
+        [family] = [f for f in text_string_to_metric_families(text) if f.name == "bookkeeper_server_READ_ENTRY_IN_PROGRESS"]
+        return family.samples[0].value
+
+    poll = await Conn.open(server.port)
+    assert in_progress() == 0
+    poll.send(v3.encode_request(v3.read_request(30, 4, -1, previous_lac=2, timeout_ms=5000, piggyback=True)))
+    for _ in range(50):
+        if in_progress() == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert in_progress() == 1
+    adder = await Conn.open(server.port)
+    recovery = v3.FLAG_RECOVERY_ADD | v3.FLAG_HIGH_PRIORITY  # the ledger was fenced above
+    assert v3.response_status(await adder.v3(v3.add_request(31, 4, 3, KEY, make_entry(4, 3, b"wake", lac=3), recovery))) == pb.EOK
+    assert v3.decode_response(await poll.body()).readResponse.entryId == 3
+    assert in_progress() == 0
+    poll.close()
+    adder.close()
