@@ -423,3 +423,21 @@ async def test_every_operation_has_its_latency_histogram_and_bp62_its_buckets(bo
     assert in_progress() == 0
     poll.close()
     adder.close()
+
+
+def test_bookie_info_is_the_ledger_directories_file_systems_counted_once(tmp_path: Path) -> None:
+    """docs/bookie.md, "Protocol coverage": GET_BOOKIE_INFO answers the total and free bytes of the ledger
+    directories' file systems: two ledger directories on one file system count it once."""
+    import shutil
+
+    async def main() -> None:
+        dirs = f"{tmp_path / 'l1'},{tmp_path / 'l2'}"
+        async with started_bookie(tmp_path, ledgerDirectories=dirs) as (_bookie, server):
+            c = await Conn.open(server.port)
+            info = (await c.v3(v3.get_bookie_info_request(1))).getBookieInfoResponse
+            usage = shutil.disk_usage(tmp_path)
+            assert info.totalDiskCapacity == usage.total
+            assert abs(info.freeDiskSpace - usage.free) < 64 << 20  # the free space moves with other writers
+            c.close()
+
+    asyncio.run(main())
