@@ -1177,3 +1177,42 @@ def test_checkpoints_run_every_flush_interval(tmp_path: Path) -> None:
 
     assert run(stays_cached_for(200, 5.0)) is False
     assert run(stays_cached_for(3600000, 1.5)) is True
+
+
+def test_journal_files_and_ledgers_are_spread_over_the_directories_by_the_documented_rules(tmp_path: Path) -> None:
+    """docs/bookie.md, "Architecture": journal file ``n`` is in journal directory ``n % count`` and the journal rolls
+    at each checkpoint; a ledger lives in ledger directory ``(scope * 31 + ledger) % n`` (the cookie pins the list, so
+    a rule that moved would lose existing data): its records are in that directory's entry logs and no other's."""
+    journals = [tmp_path / "j0", tmp_path / "j1"]
+    ledgers = [tmp_path / "l0", tmp_path / "l1", tmp_path / "l2"]
+    keys = [(0, 1), (0, 2), (0, 3), (0, 4), (2, 1), (5, 7), (1, 30)]
+
+    async def body() -> set[int]:
+        bookie = Bookie(make_conf(
+            tmp_path, journalSyncData="false",
+            journalDirectories=",".join(map(str, journals)), ledgerDirectories=",".join(map(str, ledgers)),
+        ))
+        await bookie.start()
+        seen: set[int] = set()
+        try:
+            for scope, ledger in keys:
+                body = entry(ledger, 0, -1, b"<scope %d ledger %d>" % (scope, ledger))
+                await bookie.add_entry(scope, ledger, 0, -1, body, KEY)
+                await bookie.checkpoint()
+                for index, directory in enumerate(journals):
+                    for file_id, _path in journal_module.journal_files(directory / "current"):
+                        assert file_id % 2 == index, (file_id, directory)
+                        seen.add(file_id)
+        finally:
+            await bookie.stop()
+        return seen
+
+    seen = run(body())
+    assert len(seen) >= len(keys)  # a new journal file after every checkpoint
+    for scope, ledger in keys:
+        payload = b"<scope %d ledger %d>" % (scope, ledger)
+        holders = [
+            i for i, directory in enumerate(ledgers)
+            if any(payload in log.read_bytes() for log in (directory / "current" / "entrylogs").glob("*.log"))
+        ]
+        assert holders == [(scope * 31 + ledger) % 3], (scope, ledger, holders)
