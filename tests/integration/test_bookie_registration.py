@@ -301,3 +301,38 @@ def test_a_registration_left_by_another_session_is_waited_out_for_up_to_twice_zk
             holder.close()
     finally:
         reg.close()
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_stops_the_bookie_cleanly_with_a_final_checkpoint(zk_root, tmp_path: Path, signame: str) -> None:  # type: ignore[no-untyped-def]
+    """docs/bookie.md, "Operations": SIGTERM and SIGINT both unregister, close the connections, sync the journal,
+    checkpoint and close the ZooKeeper session, exit status 0: the next start replays no journal record (the
+    checkpoint covered them all) and serves every acknowledged entry."""
+    import json
+    import os
+    import signal
+
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides={"flushInterval": 600000})
+    with cluster:
+        bookie = cluster.bookies[0]
+        bookie_id = cluster.bookie_ids[0]
+        with RawBookieConnection(bookie.port) as c:
+            for eid in range(20):
+                assert c.call_v2(v2.encode_add_request(0, KEY, entry(9, eid, b"stop %d" % eid))).rc == v2.EOK
+        assert bookie.process is not None and bookie.process.pid is not None
+        os.kill(bookie.process.pid, getattr(signal, signame))
+        deadline = time.monotonic() + 30
+        while bookie.process.returncode is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert bookie.process.returncode == 0, bookie.log_tail()
+        assert bookie_id not in cluster.registered()
+        assert zk_root.zk_client.exists(f"{zk_root.path}/available/{bookie_id}") is None
+        cluster.start(0)
+        ready = [
+            json.loads(line) for line in bookie.log_tail(400).splitlines()
+            if line.startswith("{") and '"bookie storage ready"' in line
+        ]
+        assert ready[-1]["replayed_records"] == 0 and ready[-1]["ledgers"] == 1, ready
+        with RawBookieConnection(bookie.port) as c:
+            for eid in range(20):
+                assert bytes(c.call_v2(v2.encode_read_request(9, eid)).entry) == entry(9, eid, b"stop %d" % eid)
