@@ -54,9 +54,13 @@ def test_http_admin_and_readonly_switch(tmp_path: Path) -> None:
             assert status == 200 and json.loads(payload)["readOnly"] is False
             status, payload = await http(port, "GET", "/api/v1/bookie/info")
             assert json.loads(payload)["totalSpace"] > 0
+            status, payload = await http(port, "GET", "/api/v1/bookie/state/readonly")
+            assert (status, json.loads(payload)) == (200, {"readOnly": False})
             status, payload = await http(port, "PUT", "/api/v1/bookie/state/readonly", b'{"readOnly": true}')
             assert (status, json.loads(payload)) == (200, {"readOnly": True})
             assert app.bookie.readonly
+            status, payload = await http(port, "GET", "/api/v1/bookie/state/readonly")
+            assert (status, json.loads(payload)) == (200, {"readOnly": True})
             assert (await http(port, "PUT", "/api/v1/bookie/state/readonly", b"nonsense"))[0] == 400
             assert (await http(port, "GET", "/nowhere"))[0] == 404
             assert (await http(port, "DELETE", "/heartbeat"))[0] == 405
