@@ -336,3 +336,29 @@ def test_a_signal_stops_the_bookie_cleanly_with_a_final_checkpoint(zk_root, tmp_
         with RawBookieConnection(bookie.port) as c:
             for eid in range(20):
                 assert bytes(c.call_v2(v2.encode_read_request(9, eid)).entry) == entry(9, eid, b"stop %d" % eid)
+
+
+def test_a_legacy_host_port_id_on_a_new_port_is_a_new_identity(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """docs/bookie.md, "Cluster membership", BP-41: with the legacy ``host:port`` BookieId a new port is a new
+    identity, as in Java: the directories' cookie names the old one, so the bookie refuses to start on them (and
+    registers nothing); a custom id may move (test_custom_bookie_id_survives_a_port_change).  Without HTTP, its
+    registration has no ``httpserver`` endpoint."""
+    cluster = PythonBookieCluster(
+        zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides={"httpServerEnabled": "false"}
+    )
+    with cluster:
+        bookie = cluster.bookies[0]
+        old_id = bookie.bookie_id
+        info = registration(cluster, old_id)
+        assert [e.id for e in info.endpoints] == ["bookie"]
+        assert cluster.stop(0) == 0
+        bookie.set_port(free_port())
+        bookie.launch()
+        assert bookie.process is not None
+        deadline = time.monotonic() + 60
+        while bookie.is_alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not bookie.is_alive and bookie.process.returncode == 1
+        last = bookie.log_tail(5).strip().splitlines()[-1]
+        assert last.startswith("bookie-server: error: cannot start: ") and "bookieHost" in last, last
+        assert cluster.registered() == []
