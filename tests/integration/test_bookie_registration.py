@@ -362,3 +362,47 @@ def test_a_legacy_host_port_id_on_a_new_port_is_a_new_identity(zk_root, tmp_path
         last = bookie.log_tail(5).strip().splitlines()[-1]
         assert last.startswith("bookie-server: error: cannot start: ") and "bookieHost" in last, last
         assert cluster.registered() == []
+
+
+def test_a_registration_moves_by_creating_the_new_node_before_removing_the_old(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """docs/bookie.md, "Cluster membership": read-only mode creates ``available/readonly/<bookieId>`` then removes the
+    writable node, and back (so the bookie is never missing from both): ZooKeeper's watch events, delivered to one
+    session in the order the changes were made, show the new node before the old one goes, both ways."""
+    import threading
+
+    from kazoo.recipe.watchers import ChildrenWatch
+
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1)
+    with cluster:
+        bookie_id = cluster.bookie_ids[0]
+        zk = zk_root.zk_client
+        zk.ensure_path(f"{zk_root.path}/available/readonly")
+        events: list[tuple[str, bool]] = []
+        lock = threading.Lock()
+
+        def watcher(where: str):  # type: ignore[no-untyped-def]
+            def seen(children: list[str]) -> None:
+                with lock:
+                    present = bookie_id in children
+                    if not any(w == where for w, _ in events) or [p for w, p in events if w == where][-1] != present:
+                        events.append((where, present))
+            return seen
+
+        ChildrenWatch(zk, f"{zk_root.path}/available", watcher("writable"))
+        ChildrenWatch(zk, f"{zk_root.path}/available/readonly", watcher("readonly"))
+
+        def wait_for(n: int) -> None:
+            deadline = time.monotonic() + 10
+            while len(events) < n and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+        wait_for(2)
+        assert sorted(events) == [("readonly", False), ("writable", True)]
+        events.clear()
+        cluster.http(0, "PUT", "/api/v1/bookie/state/readonly", {"readOnly": True})
+        wait_for(2)
+        assert events == [("readonly", True), ("writable", False)]
+        events.clear()
+        cluster.http(0, "PUT", "/api/v1/bookie/state/readonly", {"readOnly": False})
+        wait_for(2)
+        assert events == [("writable", True), ("readonly", False)]
