@@ -299,3 +299,20 @@ def test_a_running_bookie_process_tunes_the_garbage_collector(tmp_path: Path) ->
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_an_embedded_bookie_leaves_its_processs_garbage_collector_alone(tmp_path: Path) -> None:
+    """docs/bookie.md, "Python's garbage collector": only ``run()`` tunes the collector; a bookie started inside
+    another process (``BookieApp``, the tests' in-process bookies) changes neither its thresholds nor its frozen set."""
+    before = (gc.get_threshold(), gc.get_freeze_count())
+
+    async def main() -> None:
+        app = BookieApp(conf_for(tmp_path))
+        await app.start()
+        try:
+            assert (gc.get_threshold(), gc.get_freeze_count()) == before
+        finally:
+            await app.stop()
+
+    asyncio.run(main())
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
