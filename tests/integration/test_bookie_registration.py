@@ -15,7 +15,7 @@ from bkspark.protocol.cookie import Cookie
 from bkspark.protocol.digest import Digester, master_key
 from tests.harness.java_bookkeeper import DEFAULT_BK_VERSION
 from tests.harness.ports import free_port
-from tests.harness.python_bookie import PythonBookieCluster, RawBookieConnection
+from tests.harness.python_bookie import PythonBookie, PythonBookieCluster, RawBookieConnection
 
 pytestmark = [pytest.mark.integration]
 
@@ -31,6 +31,17 @@ def registration(cluster: PythonBookieCluster, bookie_id: str, readonly: bool = 
     sub = "available/readonly" if readonly else "available"
     data, _ = cluster.zk.get(f"{cluster.root}/{sub}/{bookie_id}")
     return si.parse(data, bookie_id)
+
+
+def exits_refusing(bookie: PythonBookie) -> str:
+    """Launch ``bookie``, which must refuse to start: wait for it to exit with status 1; its log's tail."""
+    bookie.launch()
+    assert bookie.process is not None
+    deadline = time.monotonic() + 60
+    while bookie.is_alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not bookie.is_alive and bookie.process.returncode == 1
+    return bookie.log_tail(50)
 
 
 @pytest.mark.compat
@@ -72,13 +83,7 @@ def test_cookie_mismatch_refuses_to_start(zk_root, tmp_path: Path) -> None:  # t
         # Another ledger directory than the cookie names: refuse, with a message saying why.
         bookie.values["ledgerDirectories"] = str(bookie.dir / "other-ledgers")
         bookie.write_conf()
-        bookie.launch()
-        assert bookie.process is not None
-        deadline = time.monotonic() + 60
-        while bookie.is_alive and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not bookie.is_alive and bookie.process.returncode == 1
-        log = bookie.log_tail(50)
+        log = exits_refusing(bookie)
         assert "cookie" in log and "ledgerDirs" in log and "Refusing to start" in log
         assert not cluster.registered()
         # Back to the right directories: it starts again.
@@ -90,12 +95,7 @@ def test_cookie_mismatch_refuses_to_start(zk_root, tmp_path: Path) -> None:  # t
         bookie.values["bookieId"] = "py-cookie-impostor"
         bookie.custom_id = "py-cookie-impostor"
         bookie.write_conf()
-        bookie.launch()
-        deadline = time.monotonic() + 60
-        while bookie.is_alive and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not bookie.is_alive
-        assert "bookieHost" in bookie.log_tail(50)
+        assert "bookieHost" in exits_refusing(bookie)
 
 
 def test_readonly_mode_http_and_clean_shutdown(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -353,13 +353,7 @@ def test_a_legacy_host_port_id_on_a_new_port_is_a_new_identity(zk_root, tmp_path
         assert [e.id for e in info.endpoints] == ["bookie"]
         assert cluster.stop(0) == 0
         bookie.set_port(free_port())
-        bookie.launch()
-        assert bookie.process is not None
-        deadline = time.monotonic() + 60
-        while bookie.is_alive and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not bookie.is_alive and bookie.process.returncode == 1
-        last = bookie.log_tail(5).strip().splitlines()[-1]
+        last = exits_refusing(bookie).strip().splitlines()[-1]
         assert last.startswith("bookie-server: error: cannot start: ") and "bookieHost" in last, last
         assert cluster.registered() == []
 

@@ -91,12 +91,17 @@ def test_torn_looking_tail_of_an_older_file_is_not_accepted(tmp_path: Path) -> N
         replayed([tmp_path])
 
 
+def overwrite_newest(tmp_path: Path, files: int, offset: int, data: bytes) -> Path:
+    """Write ``files`` journal files, then ``data`` over the newest one's bytes at ``offset``; its path."""
+    path = write_files([tmp_path], files)[-1][1]
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(data)
+    return path
+
+
 def test_bad_header_stops_even_in_newest_file(tmp_path: Path) -> None:
-    files = write_files([tmp_path], 2)
-    path = files[-1][1]
-    data = bytearray(path.read_bytes())
-    data[0:4] = b"XXXX"
-    path.write_bytes(bytes(data))
+    overwrite_newest(tmp_path, 2, 0, b"XXXX")
     with pytest.raises(CorruptJournalError, match="bad file header at offset 0"):
         replayed([tmp_path])
 
@@ -196,12 +201,9 @@ def test_an_unknown_record_type_refuses_the_start_even_as_the_last_record(tmp_pa
 
 
 def test_a_bad_length_with_data_after_it_refuses_the_start(tmp_path: Path) -> None:
-    files = write_files([tmp_path], 1)
-    path = files[-1][1]
-    data = bytearray(path.read_bytes())
     offset = 16 + record_size()  # the second record's length field: 3 is shorter than any record's body
-    data[offset : offset + 4] = (3).to_bytes(4, "big")
-    path.write_bytes(bytes(data))
+    path = overwrite_newest(tmp_path, 1, offset, (3).to_bytes(4, "big"))
+    size = path.stat().st_size
     with pytest.raises(CorruptJournalError, match=f"bad record length 3 at offset {offset}"):
         replayed([tmp_path])
-    assert path.stat().st_size == len(data)
+    assert path.stat().st_size == size  # nothing truncated
