@@ -927,6 +927,12 @@ def test_a_runs_job_walks_the_log_and_asks_the_index_only_past_a_gap(tmp_path: P
     assert len(index_reads) == 1
     storage.read_run_cold(0, [(6, 10), (6, 11), (6, 150), (6, 151)], 1 << 30)
     assert len(index_reads) == 3  # 10, then 11 walked to; 150 past the walk's few records, then 151 walked to
+    # The walk looks at up to RUN_WALK_RECORDS (4, docs/bookie.md "Runs of single reads") records past the last read:
+    # 44 is the 4th after 40, found walking; 49 is the 5th after 44, asked of the index.
+    assert storage_module.RUN_WALK_RECORDS == 4
+    found = storage.read_run_cold(0, [(6, 40), (6, 44), (6, 49)], 1 << 30)
+    assert [struct.unpack_from(">q", data, 8)[0] for data in found] == [40, 44, 49]
+    assert [struct.unpack(">qqq", key)[2] for key in index_reads[3:]] == [40, 49]
     monkeypatch.undo()
     storage.close()
 
