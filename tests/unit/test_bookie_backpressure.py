@@ -245,3 +245,29 @@ async def test_a_response_larger_than_the_high_water_mark_goes_out_whole(bookie:
     batch = v2.decode_response(await c.body())
     assert [bytes(e) for e in batch.entries] == entries
     c.close()
+
+
+@with_bookie(serverPartialFrameTimeoutMs=1000, serverWriteBufferHighWaterMark=4096, serverWriteBufferLowWaterMark=2048)
+async def test_time_the_bookie_paused_reading_does_not_count_against_a_partial_frame(
+    bookie: Bookie, server: BookieServer
+) -> None:
+    """docs/bookie.md, "Limits", ``serverPartialFrameTimeoutMs``: time the bookie itself paused reading does not
+    count.  A client pipelines 200 reads of a 100 KB entry and the first bytes of one more, then reads nothing for
+    2.5 timeouts: the bookie stops reading it (responses backed up) with that frame half received, and does not
+    cut it; the frame's clock starts again when the bookie reads again, so the rest, sent 0.4 s after the client
+    drained the answers, is in time and answered."""
+    c = await Conn.open(server.port)
+    big = make_entry(2, 0, b"p" * 100_000)
+    assert (await c.v2(v2.encode_add_request(0, KEY, big))).rc == v2.EOK
+    last = v2.encode_read_request(2, 0)
+    c.send(b"".join(v2.encode_read_request(2, 0) for _ in range(200)) + last[:10])
+    await asyncio.sleep(2.5)
+    [conn] = list(server._connections)
+    assert conn._reading_paused and conn.partial_since is not None and not conn.closed
+    answers = [v2.decode_response(await c.body()) for _ in range(200)]
+    assert all(bytes(a.entry) == big for a in answers)
+    await asyncio.sleep(0.4)
+    c.send(last[10:])
+    assert bytes(v2.decode_response(await c.body()).entry) == big
+    assert server.limit_log.hits.get("serverPartialFrameTimeoutMs", 0) == 0
+    c.close()
