@@ -160,6 +160,13 @@ def test_registration_comes_back_after_session_expiry(zk_root, tmp_path: Path) -
     try:
         reg.check_cookies()
         reg.register(4181, None, readonly=False)
+        # zkTimeout is the session's timeout (docs/bookie.md's configuration table): ZooKeeper's `cons` lists
+        # the bookie's session with the timeout it negotiated.
+        from tests.harness.zookeeper import four_letter_word
+
+        session = f"sid=0x{reg.zk.client_id[0]:x}"
+        [line] = [ln for ln in four_letter_word(zk_root.server.port, "cons").splitlines() if session in ln]
+        assert ",to=4000," in line, line
         path = f"{zk_root.path}/available/py-expiry"
         first_owner = zk_root.zk_client.exists(path).ephemeralOwner
         # Expire the bookie's session from outside: a second client on the same session closes it.
