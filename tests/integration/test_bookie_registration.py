@@ -407,3 +407,45 @@ def test_a_registration_moves_by_creating_the_new_node_before_removing_the_old(z
         cluster.http(0, "PUT", "/api/v1/bookie/state/readonly", {"readOnly": False})
         wait_for(2)
         assert events == [("writable", True), ("readonly", False)]
+
+
+def test_bookie_port_zero_picks_a_free_port_and_registers_it(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """docs/bookie.md, configuration table: ``bookiePort`` 0 picks a free port, and the legacy BookieId and the
+    registration carry the port picked (a client could not reach ``host:0``)."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.harness.ports import port_is_open
+
+    argv = [
+        sys.executable, "-m", "bookie_server", "--metadataServiceUri", zk_root.metadata_service_uri,
+        "--bookiePort", "0", "--advertisedAddress", "127.0.0.1", "-D", "bindAddress=127.0.0.1",
+        "--journalDirectories", str(tmp_path / "j"), "--ledgerDirectories", str(tmp_path / "l"),
+        "-D", "journalSyncData=false",
+    ]
+    log = tmp_path / "bookie.log"
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 60
+        ids: list[str] = []
+        while not ids and process.poll() is None and time.monotonic() < deadline:
+            ids = [c for c in zk_root.zk_client.get_children(f"{zk_root.path}/available") if c != "readonly"]
+            time.sleep(0.1)
+        [bookie_id] = ids
+        host, port = bookie_id.rsplit(":", 1)
+        assert host == "127.0.0.1" and int(port) > 0 and port_is_open(int(port))
+        data, _ = zk_root.zk_client.get(f"{zk_root.path}/available/{bookie_id}")
+        assert si.endpoint_for(si.parse(data, bookie_id)) == ("127.0.0.1", int(port))
+        with RawBookieConnection(int(port)) as c:
+            assert c.call_v2(v2.encode_add_request(0, KEY, entry(1, 0, b"port 0"))).rc == v2.EOK
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+    assert process.returncode == 0, log.read_text()[-3000:]
