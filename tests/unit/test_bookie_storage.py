@@ -1222,3 +1222,32 @@ def test_journal_files_and_ledgers_are_spread_over_the_directories_by_the_docume
             if any(payload in log.read_bytes() for log in (directory / "current" / "entrylogs").glob("*.log"))
         ]
         assert holders == [(scope * 31 + ledger) % 3], (scope, ledger, holders)
+
+
+@pytest.mark.parametrize("sync", ["true", "false"])
+def test_journal_sync_data_decides_whether_group_commits_are_fdatasynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync: str
+) -> None:
+    """docs/bookie.md, configuration table: ``journalSyncData`` true fdatasyncs each group commit; false does not
+    (only for tests: an acknowledged add may then be lost with the page cache)."""
+    synced_by_journal: list[int] = []
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        if threading.current_thread().name == "bookie-journal":
+            synced_by_journal.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting)
+
+    async def body() -> None:
+        bookie = Bookie(make_conf(tmp_path, journalSyncData=sync))
+        await bookie.start()
+        try:
+            for eid in range(5):
+                await bookie.add_entry(0, 1, eid, eid - 1, entry(1, eid, eid - 1), KEY)
+        finally:
+            await bookie.stop()
+
+    run(body())
+    assert (len(synced_by_journal) >= 5) if sync == "true" else synced_by_journal == []
