@@ -1251,3 +1251,30 @@ def test_journal_sync_data_decides_whether_group_commits_are_fdatasynced(
 
     run(body())
     assert (len(synced_by_journal) >= 5) if sync == "true" else synced_by_journal == []
+
+
+def test_journal_and_entry_logs_roll_at_their_configured_sizes(tmp_path: Path) -> None:
+    """docs/bookie.md, configuration table: ``journalMaxSizeMB`` is the journal file rotation size and ``logSizeLimit``
+    the entry log rotation size, through a bookie's configuration (the storage's own tests set the sizes directly).
+    An append larger than the limit goes whole into a log of its own, so the second part checkpoints 30 KB at a time."""
+    payload = b"r" * 10_000
+
+    async def body() -> None:
+        bookie = Bookie(make_conf(tmp_path, journalSyncData="false", journalMaxSizeMB=1, logSizeLimit=64 * 1024))
+        await bookie.start()
+        try:
+            for eid in range(300):  # 3 MB of journal records, no checkpoint
+                await bookie.add_entry(0, 1, eid, eid - 1, entry(1, eid, eid - 1, payload), KEY)
+            journal_sizes = [p.stat().st_size for _, p in journal_module.journal_files(tmp_path / "journal" / "current")]
+            assert len(journal_sizes) >= 3 and all(size <= (1 << 20) + 20_000 for size in journal_sizes)
+            await bookie.checkpoint()
+            for eid in range(60):
+                await bookie.add_entry(0, 2, eid, eid - 1, entry(2, eid, eid - 1, payload), KEY)
+                if eid % 3 == 2:
+                    await bookie.checkpoint()
+        finally:
+            await bookie.stop()
+
+    run(body())
+    logs = sorted((tmp_path / "ledgers" / "current" / "entrylogs").glob("*.log"))[1:]  # after the 3 MB one
+    assert len(logs) >= 8 and all(log.stat().st_size <= 64 * 1024 for log in logs)
