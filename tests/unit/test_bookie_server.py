@@ -231,6 +231,7 @@ async def test_v3_operations(bookie: Bookie, server: BookieServer) -> None:
     req = pb.Request(header=pb.BKPacketHeader(version=pb.VERSION_THREE, operation=pb.RANGE_READ_ENTRY, txnId=47, priority=3))
     resp = await c.v3(req)
     assert resp.status == pb.EBADREQ and resp.header.priority == 3
+    assert (resp.header.txnId, resp.header.operation, resp.header.version) == (47, pb.RANGE_READ_ENTRY, pb.VERSION_THREE)
     # Our v3 batch read, with a scope id.
     scoped = [make_entry(5, i, b"s%d" % i, scope=9) for i in range(3)]
     for i, e in enumerate(scoped):
