@@ -109,3 +109,22 @@ def test_gc_long_hierarchical_layout(zookeeper, tmp_path: Path) -> None:  # type
         zk.delete(root, recursive=True)
         zk.stop()
         zk.close()
+
+
+def test_gc_rounds_run_every_gc_wait_time_on_their_own(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """docs/bookie.md, "Cluster membership": a round runs every ``gcWaitTime`` without being asked (the other tests
+    ask with ``PUT /api/v1/bookie/gc``): at 1 s the ledger without metadata goes within a few rounds, the other stays."""
+    import time
+
+    root, zk = zk_root.path, zk_root.zk_client
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides={"gcWaitTime": 1000})
+    with cluster:
+        port = cluster.bookies[0].port
+        add_ledgers(port, [5, 6])
+        zk.create(root + "/00/0000/L0005", b"metadata", makepath=True)
+        deadline = time.monotonic() + 30
+        while present(port, 6) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not present(port, 6), cluster.log_tail(0)
+        assert present(port, 5)
+        assert '"gc: deleted ledger 6 (scope 0)' in cluster.log_tail(0, 200)

@@ -188,3 +188,24 @@ async def test_a_group_the_journal_refuses_is_answered_in_full(bookie: Bookie, s
         journal._failure = None
         bookie.journal = journal
     c.close()
+
+
+@with_bookie()
+async def test_a_new_ledgers_master_key_record_goes_before_its_groups_adds(bookie: Bookie, server: BookieServer) -> None:
+    """docs/bookie.md, "Adds": a new ledger's MASTER_KEY record goes into the journal before the group's ADD_ENTRY
+    records (replay binds the key before it stores the entries), and only once for the ledger."""
+    from bookie_server.journal import all_journal_files, iter_records
+
+    c = await Conn.open(server.port)
+    assert (await c.v2(v2.encode_add_request(0, KEY, make_entry(4, 0, b"decides v2")))).rc == v2.EOK
+    c.send(b"".join(v2.encode_add_request(0, KEY, make_entry(9, i, b"e%d" % i)) for i in range(4)))
+    assert sorted([v2.decode_response(await c.body()).rc for _ in range(4)]) == [v2.EOK] * 4
+    assert bookie.journal is not None
+    records = [
+        (record.type, record.ledger_id)
+        for _file_id, path in all_journal_files(bookie.journal.directories)
+        for _end, record in iter_records(path)
+        if record.ledger_id == 9
+    ]
+    assert records == [(RecordType.MASTER_KEY, 9)] + [(RecordType.ADD_ENTRY, 9)] * 4
+    c.close()

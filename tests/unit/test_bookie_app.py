@@ -16,7 +16,7 @@ from bkspark.errors import CookieMismatchError
 from bookie_server.__main__ import JsonFormatter, main
 from bookie_server import app as app_module
 from bookie_server.app import BookieApp
-from bookie_server.config import BookieConfig
+from bookie_server.config import BookieConfig, load_conf
 from tests.harness.inprocess_bookie import bookie_conf
 
 
@@ -54,9 +54,13 @@ def test_http_admin_and_readonly_switch(tmp_path: Path) -> None:
             assert status == 200 and json.loads(payload)["readOnly"] is False
             status, payload = await http(port, "GET", "/api/v1/bookie/info")
             assert json.loads(payload)["totalSpace"] > 0
+            status, payload = await http(port, "GET", "/api/v1/bookie/state/readonly")
+            assert (status, json.loads(payload)) == (200, {"readOnly": False})
             status, payload = await http(port, "PUT", "/api/v1/bookie/state/readonly", b'{"readOnly": true}')
             assert (status, json.loads(payload)) == (200, {"readOnly": True})
             assert app.bookie.readonly
+            status, payload = await http(port, "GET", "/api/v1/bookie/state/readonly")
+            assert (status, json.loads(payload)) == (200, {"readOnly": True})
             assert (await http(port, "PUT", "/api/v1/bookie/state/readonly", b"nonsense"))[0] == 400
             assert (await http(port, "GET", "/nowhere"))[0] == 404
             assert (await http(port, "DELETE", "/heartbeat"))[0] == 405
@@ -110,6 +114,122 @@ def test_disk_threshold_enters_and_leaves_readonly(tmp_path: Path) -> None:
             usage["value"] = (1000, 300)  # 70 %
             app.bookie.check_disks()
             assert not app.bookie.readonly and changes == [True, False]
+        finally:
+            await app.stop()
+
+    asyncio.run(body())
+
+
+def test_a_full_disk_refuses_recovery_adds_too_and_an_admin_switch_does_not(tmp_path: Path) -> None:
+    """docs/bookie.md, "Protocol coverage": high-priority (recovery) adds are still taken when the bookie is read-only
+    by its admin, not when the disk is full, and ``availableForHighPriorityWrites`` says which (Java's
+    ``BookieStateManager``).  With ``readOnlyModeEnabled=false`` the threshold turns nothing read-only (the
+    configuration table's "read-only switches")."""
+    from bkspark.protocol import v3
+    from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
+    from tests.unit.test_bookie_server import KEY, Conn, make_entry
+
+    recovery = v3.FLAG_HIGH_PRIORITY | v3.FLAG_RECOVERY_ADD
+
+    async def body() -> None:
+        app = BookieApp(conf_for(tmp_path / "a", diskUsageThreshold=0.9, diskUsageLwmThreshold=0.8))
+        await app.start()
+        try:
+            assert app.http is not None and app.server is not None
+            app.bookie.storage.disk_usage = lambda: (1000, 50)  # type: ignore[method-assign]  # 95 % used
+            app.bookie.check_disks()
+            state = json.loads((await http(app.http.port, "GET", "/api/v1/bookie/state"))[1])
+            assert (state["readOnly"], state["availableForHighPriorityWrites"]) == (True, False)
+            c = await Conn.open(app.server.port)
+            resp = await c.v3(v3.add_request(1, 1, 0, KEY, make_entry(1, 0, b"r"), recovery))
+            assert v3.response_status(resp) == pb.EREADONLY
+            assert v3.response_status(await c.v3(v3.add_request(2, 1, 0, KEY, make_entry(1, 0, b"p")))) == pb.EREADONLY
+            # The admin's switch on top changes nothing: the disk is still full.
+            app.bookie.set_readonly(True)
+            resp = await c.v3(v3.add_request(3, 1, 0, KEY, make_entry(1, 0, b"r"), recovery))
+            assert v3.response_status(resp) == pb.EREADONLY
+            # Room again (under the low mark): read-only by the admin alone, recovery adds taken, plain ones not.
+            app.bookie.storage.disk_usage = lambda: (1000, 500)  # type: ignore[method-assign]
+            app.bookie.check_disks()
+            state = json.loads((await http(app.http.port, "GET", "/api/v1/bookie/state"))[1])
+            assert (state["readOnly"], state["availableForHighPriorityWrites"]) == (True, True)
+            resp = await c.v3(v3.add_request(4, 1, 0, KEY, make_entry(1, 0, b"r"), recovery))
+            assert v3.response_status(resp) == pb.EOK
+            assert v3.response_status(await c.v3(v3.add_request(5, 1, 1, KEY, make_entry(1, 1, b"p")))) == pb.EREADONLY
+            c.close()
+        finally:
+            await app.stop()
+
+        app = BookieApp(conf_for(tmp_path / "b", diskUsageThreshold=0.9, readOnlyModeEnabled="false"))
+        await app.start()
+        try:
+            assert app.server is not None
+            app.bookie.storage.disk_usage = lambda: (1000, 10)  # type: ignore[method-assign]  # 99 % used
+            app.bookie.check_disks()
+            assert not app.bookie.readonly
+            c = await Conn.open(app.server.port)
+            assert v3.response_status(await c.v3(v3.add_request(1, 1, 0, KEY, make_entry(1, 0, b"p")))) == pb.EOK
+            c.close()
+        finally:
+            await app.stop()
+
+    asyncio.run(body())
+
+
+def test_a_java_bookies_conf_file_works_as_is(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """docs/bookie.md: the conf file uses ``bk_server.conf``'s key names, keys this bookie does not use are accepted
+    (logged, never an error), so a Java bookie's file works as is: the one the tests' Java bookies run with
+    (tests/harness/java_bookkeeper.py) starts a Python bookie, whose settings are the file's."""
+    from tests.harness.java_bookkeeper import bookie_conf as java_bookie_conf, write_properties
+
+    values = java_bookie_conf(
+        port=0, metadata_service_uri="", journal_dir=tmp_path / "j", ledger_dir=tmp_path / "l", journal_sync_data=False
+    )
+    values.pop("metadataServiceUri")  # no ZooKeeper in a unit test
+    values.update(bindAddress="127.0.0.1", bookieId="java-file-bookie")
+    # Keys of Apache BookKeeper's shipped bk_server.conf that bkspark does not know at all.
+    values.update(minorCompactionInterval=3600, majorCompactionThreshold=0.8, prometheusStatsHttpPort=8000)
+    path = write_properties(tmp_path / "bk_server.conf", values)
+    conf = load_conf(path)
+    assert (conf.dbStorage_writeCacheMaxSizeMb, conf.logSizeLimit, conf.diskUsageThreshold) == (16, 64 << 20, 0.99)
+    assert (conf.numReadWorkerThreads, conf.flushInterval, conf.allowLoopback) == (2, 1000, True)
+    assert {"ledgerStorageClass", "journalPreAllocSizeMB", "dbStorage_rocksDB_blockSize"} <= set(conf.extra)
+
+    async def body() -> None:
+        app = BookieApp(conf)
+        await app.start()
+        try:
+            assert app.server is not None and app.server.port > 0 and not app.bookie.readonly
+        finally:
+            await app.stop()
+
+    with caplog.at_level(logging.INFO, logger="bkspark"):
+        asyncio.run(body())
+    assert "ledgerStorageClass" in caplog.text  # told, not refused
+    assert "unknown bookie configuration key 'minorCompactionInterval' is ignored" in caplog.text
+
+
+def test_the_disks_are_checked_every_disk_check_interval(tmp_path: Path) -> None:
+    """docs/bookie.md, configuration table: the disk-full read-only mode is checked every ``diskCheckInterval`` ms
+    by the running bookie, without anything asking (the test above calls ``check_disks`` itself)."""
+
+    async def body() -> None:
+        app = BookieApp(conf_for(tmp_path, diskUsageThreshold=0.9, diskUsageLwmThreshold=0.8, diskCheckInterval=100))
+        await app.start()
+        try:
+            assert not app.bookie.readonly
+            app.bookie.storage.disk_usage = lambda: (1000, 20)  # type: ignore[method-assign]  # 98 % used
+            for _ in range(40):
+                if app.bookie.readonly:
+                    break
+                await asyncio.sleep(0.05)
+            assert app.bookie.readonly
+            app.bookie.storage.disk_usage = lambda: (1000, 500)  # type: ignore[method-assign]
+            for _ in range(40):
+                if not app.bookie.readonly:
+                    break
+                await asyncio.sleep(0.05)
+            assert not app.bookie.readonly
         finally:
             await app.stop()
 
@@ -179,3 +299,20 @@ def test_a_running_bookie_process_tunes_the_garbage_collector(tmp_path: Path) ->
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_an_embedded_bookie_leaves_its_processs_garbage_collector_alone(tmp_path: Path) -> None:
+    """docs/bookie.md, "Python's garbage collector": only ``run()`` tunes the collector; a bookie started inside
+    another process (``BookieApp``, the tests' in-process bookies) changes neither its thresholds nor its frozen set."""
+    before = (gc.get_threshold(), gc.get_freeze_count())
+
+    async def main() -> None:
+        app = BookieApp(conf_for(tmp_path))
+        await app.start()
+        try:
+            assert (gc.get_threshold(), gc.get_freeze_count()) == before
+        finally:
+            await app.stop()
+
+    asyncio.run(main())
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before

@@ -214,3 +214,60 @@ async def test_explicit_lac_writes_and_force_ledger_count_among_adds_in_progress
     assert all(a.status == pb.EOK for a in answers)
     assert peak[0] == 1 and server.adds_gate.count == 0
     c.close()
+
+
+@with_bookie(serverConnectionIdleTimeoutMs=400)
+async def test_a_connection_waiting_on_a_long_poll_is_not_idle(bookie: Bookie, server: BookieServer) -> None:
+    """docs/bookie.md, "Limits": ``serverConnectionIdleTimeoutMs`` closes connections with no bytes either way *and no
+    request in progress*: a long poll that waits three times the timeout keeps its connection, which is answered,
+    then closed once it has been idle for the timeout."""
+    c = await Conn.open(server.port)
+    assert v3.response_status(await c.v3(v3.add_request(1, 3, 0, KEY, make_entry(3, 0, b"poll", lac=0)))) == pb.EOK
+    resp = await c.v3(v3.read_request(2, 3, -1, previous_lac=0, timeout_ms=1200, piggyback=True))
+    assert (resp.readResponse.status, resp.readResponse.maxLAC) == (pb.EOK, 0)  # the poll's timeout, not a close
+    assert await c.closed_by_peer(timeout=5.0)
+    assert server.limit_log.hits.get("serverConnectionIdleTimeoutMs") == 1
+    c.close()
+
+
+@with_bookie(serverWriteBufferHighWaterMark=4096, serverWriteBufferLowWaterMark=2048)
+async def test_a_response_larger_than_the_high_water_mark_goes_out_whole(bookie: Bookie, server: BookieServer) -> None:
+    """docs/bookie.md, "Limits": a response larger than ``serverWriteBufferHighWaterMark`` still goes out whole, and
+    the requests behind it are answered once it drained (single and batch reads, v2)."""
+    c = await Conn.open(server.port)
+    entries = [make_entry(6, i, bytes([65 + i]) * 30_000) for i in range(4)]
+    for e in entries:
+        assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
+    c.send(b"".join(v2.encode_read_request(6, i) for i in range(4)) + v2.encode_batch_read_request(6, 0, 9, 4, 1 << 20))
+    for i in range(4):
+        r = v2.decode_response(await c.body())
+        assert (r.rc, r.entry_id, bytes(r.entry)) == (v2.EOK, i, entries[i])
+    batch = v2.decode_response(await c.body())
+    assert [bytes(e) for e in batch.entries] == entries
+    c.close()
+
+
+@with_bookie(serverPartialFrameTimeoutMs=1000, serverWriteBufferHighWaterMark=4096, serverWriteBufferLowWaterMark=2048)
+async def test_time_the_bookie_paused_reading_does_not_count_against_a_partial_frame(
+    bookie: Bookie, server: BookieServer
+) -> None:
+    """docs/bookie.md, "Limits", ``serverPartialFrameTimeoutMs``: time the bookie itself paused reading does not
+    count.  A client pipelines 200 reads of a 100 KB entry and the first bytes of one more, then reads nothing for
+    2.5 timeouts: the bookie stops reading it (responses backed up) with that frame half received, and does not
+    cut it; the frame's clock starts again when the bookie reads again, so the rest, sent 0.4 s after the client
+    drained the answers, is in time and answered."""
+    c = await Conn.open(server.port)
+    big = make_entry(2, 0, b"p" * 100_000)
+    assert (await c.v2(v2.encode_add_request(0, KEY, big))).rc == v2.EOK
+    last = v2.encode_read_request(2, 0)
+    c.send(b"".join(v2.encode_read_request(2, 0) for _ in range(200)) + last[:10])
+    await asyncio.sleep(2.5)
+    [conn] = list(server._connections)
+    assert conn._reading_paused and conn.partial_since is not None and not conn.closed
+    answers = [v2.decode_response(await c.body()) for _ in range(200)]
+    assert all(bytes(a.entry) == big for a in answers)
+    await asyncio.sleep(0.4)
+    c.send(last[10:])
+    assert bytes(v2.decode_response(await c.body()).entry) == big
+    assert server.limit_log.hits.get("serverPartialFrameTimeoutMs", 0) == 0
+    c.close()

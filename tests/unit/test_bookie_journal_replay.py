@@ -91,12 +91,17 @@ def test_torn_looking_tail_of_an_older_file_is_not_accepted(tmp_path: Path) -> N
         replayed([tmp_path])
 
 
+def overwrite_newest(tmp_path: Path, files: int, offset: int, data: bytes) -> Path:
+    """Write ``files`` journal files, then ``data`` over the newest one's bytes at ``offset``; its path."""
+    path = write_files([tmp_path], files)[-1][1]
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(data)
+    return path
+
+
 def test_bad_header_stops_even_in_newest_file(tmp_path: Path) -> None:
-    files = write_files([tmp_path], 2)
-    path = files[-1][1]
-    data = bytearray(path.read_bytes())
-    data[0:4] = b"XXXX"
-    path.write_bytes(bytes(data))
+    overwrite_newest(tmp_path, 2, 0, b"XXXX")
     with pytest.raises(CorruptJournalError, match="bad file header at offset 0"):
         replayed([tmp_path])
 
@@ -150,3 +155,55 @@ def test_replay_starts_at_the_checkpoint_mark(tmp_path: Path) -> None:
     mark = JournalPosition(files[1][0], 16 + record_size())
     replay_journals([tmp_path], mark, seen.append)
     assert [r.ledger_id for r in seen] == [4, 5]
+
+
+def test_a_torn_tail_is_one_warning_naming_file_offset_and_bytes_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/bookie.md, "Journal replay": truncating a torn tail logs one warning naming the file, the offset and the
+    bytes dropped."""
+    files = write_files([tmp_path], 1)
+    newest = files[-1][1]
+    intact = newest.stat().st_size
+    with open(newest, "ab") as fh:
+        fh.write(encode_record(RecordType.FENCE, 0, 99)[:-3])
+    with caplog.at_level("WARNING", logger="bookie_server.journal"):
+        assert replayed([tmp_path]) == [0, 1, 2]
+    [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
+    dropped = record_size() - 3
+    message = warning.getMessage()
+    assert str(newest) in message and f"offset {intact}" in message and f"{dropped} bytes dropped" in message
+
+
+def _unknown_type_record() -> bytes:
+    import struct
+
+    import crc32c
+
+    body = struct.pack(">Bqq", 99, 0, 7)  # a well-formed record of a type no bookie writes
+    return struct.pack(">II", len(body), crc32c.crc32c(body)) + body
+
+
+@pytest.mark.parametrize("where", ["middle", "last"])
+def test_an_unknown_record_type_refuses_the_start_even_as_the_last_record(tmp_path: Path, where: str) -> None:
+    """docs/bookie.md, "Journal replay": an unknown record type is damage, never a torn tail (its checksum is good),
+    wherever it lies; so is a bad length with data after it."""
+    files = write_files([tmp_path], 1)
+    path = files[-1][1]
+    data = path.read_bytes()
+    if where == "middle":
+        data = data[: 16 + record_size()] + _unknown_type_record() + data[16 + record_size() :]
+    else:
+        data += _unknown_type_record()
+    path.write_bytes(data)
+    with pytest.raises(CorruptJournalError, match="unknown record type 99"):
+        replayed([tmp_path])
+
+
+def test_a_bad_length_with_data_after_it_refuses_the_start(tmp_path: Path) -> None:
+    offset = 16 + record_size()  # the second record's length field: 3 is shorter than any record's body
+    path = overwrite_newest(tmp_path, 1, offset, (3).to_bytes(4, "big"))
+    size = path.stat().st_size
+    with pytest.raises(CorruptJournalError, match=f"bad record length 3 at offset {offset}"):
+        replayed([tmp_path])
+    assert path.stat().st_size == size  # nothing truncated

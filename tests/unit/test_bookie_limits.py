@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 
@@ -112,6 +113,11 @@ def test_limit_log_logs_first_hit_then_a_count_per_interval(caplog: pytest.LogCa
         limits.hit("serverPartialFrameTimeoutMs", "slow")
     assert len(caplog.records) == 3
     assert "499 more hits" in caplog.records[1].getMessage()
+    # docs/bookie.md, "Limits": each line carries the key as its JSON field ``limit``.
+    from bookie_server.__main__ import JsonFormatter
+
+    fields = [json.loads(JsonFormatter().format(record)) for record in caplog.records]
+    assert [f["limit"] for f in fields] == ["serverMaxConnections", "serverMaxConnections", "serverPartialFrameTimeoutMs"]
     assert limits.hits == {"serverMaxConnections": 501, "serverPartialFrameTimeoutMs": 1}
 
 

@@ -537,3 +537,26 @@ def test_reads_waiting_for_a_read_ahead_are_bounded_per_connection(
         b.close()
 
     body(tmp_path)
+
+
+def test_a_runs_job_holds_at_most_cold_run_reads_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/bookie.md, "Runs of single reads": a job takes the stretch of the run up to ``COLD_RUN_READS`` (1,024)
+    reads; the rest of the run follows in the next jobs.  With the bound at 4, ten pipelined cold reads are three
+    jobs of 4, 4 and 2, answered in order."""
+    assert server_module.COLD_RUN_READS == 1024
+    monkeypatch.setattr(server_module, "COLD_RUN_READS", 4)
+
+    @with_bookie()
+    async def body(bookie: Bookie, server: BookieServer) -> None:
+        c, entries, gated = await on_disk(bookie, server, monkeypatch, 7, 20)
+        gated.gate.set()
+        single = count_single_reads(monkeypatch)
+        jobs = count_run_jobs(bookie, monkeypatch)
+        c.send(b"".join(v2.encode_read_request(7, i) for i in range(10)))
+        answers = [v2.decode_response(await c.body()) for _ in range(10)]
+        assert [(a.entry_id, bytes(a.entry)) for a in answers] == list(enumerate(entries[:10]))
+        assert jobs == [[(7, i) for i in range(4)], [(7, i) for i in range(4, 8)], [(7, 8), (7, 9)]]
+        assert single == []
+        c.close()
+
+    body(tmp_path)

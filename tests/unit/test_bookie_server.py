@@ -231,6 +231,7 @@ async def test_v3_operations(bookie: Bookie, server: BookieServer) -> None:
     req = pb.Request(header=pb.BKPacketHeader(version=pb.VERSION_THREE, operation=pb.RANGE_READ_ENTRY, txnId=47, priority=3))
     resp = await c.v3(req)
     assert resp.status == pb.EBADREQ and resp.header.priority == 3
+    assert (resp.header.txnId, resp.header.operation, resp.header.version) == (47, pb.RANGE_READ_ENTRY, pb.VERSION_THREE)
     # Our v3 batch read, with a scope id.
     scoped = [make_entry(5, i, b"s%d" % i, scope=9) for i in range(3)]
     for i, e in enumerate(scoped):
@@ -288,3 +289,156 @@ async def test_readonly_bookie_refuses_adds(bookie: Bookie, server: BookieServer
     blob = DIGEST.package_lac(1, 0)
     assert v3.response_status(await c.v3(v3.write_lac_request(3, 1, 0, KEY, blob))) == pb.EREADONLY
     c.close()
+
+
+@with_bookie(journalSyncData="true")
+async def test_write_lac_fence_without_key_and_force_ledger_as_a_journal_barrier(bookie: Bookie, server: BookieServer) -> None:
+    """docs/bookie.md, "Protocol coverage": WRITE_LAC takes the ledger id from the LAC blob, not from the request
+    (Java's ``Bookie.setExplicitLac``); a v3 fencing read without a master key is EUA (ReadEntryProcessorV3); FORCE_LEDGER
+    is a journal barrier: answered only once what was journaled before it is synced, while a DEFERRED_SYNC add is
+    answered before that sync; with ``journalSyncData=true`` each group commit is fdatasync'ed."""
+    import os
+    import threading
+
+    c = await Conn.open(server.port)
+    entries = [make_entry(7, i, b"lac-%d" % i) for i in range(2)]
+    for i, e in enumerate(entries):
+        assert v3.response_status(await c.v3(v3.add_request(i + 1, 7, i, KEY, e))) == pb.EOK
+    # The request names ledger 8, the blob ledger 7: the blob's ledger gets the explicit LAC, ledger 8 nothing.
+    blob = DIGEST.package_lac(7, 1)
+    assert v3.response_status(await c.v3(v3.write_lac_request(10, 8, 1, KEY, blob))) == pb.EOK
+    assert (await c.v3(v3.read_lac_request(11, 7))).readLacResponse.lacBody == blob
+    assert v3.response_status(await c.v3(v3.read_lac_request(12, 8))) == pb.ENOENTRY
+    assert bookie.storage.ledger(0, 8) is None
+    # Fencing without a master key: EUA, and the ledger is not fenced.
+    keyless = v3.read_request(13, 7, -1, v3.FLAG_DO_FENCING, master_key=KEY)
+    keyless.readRequest.ClearField("masterKey")  # our encoder refuses to build it; another client may send it
+    resp = await c.v3(keyless)
+    assert resp.readResponse.status == pb.EUA and not bookie.storage.ledger(0, 7).fenced  # type: ignore[union-attr]
+    keyless.readRequest.ledgerId = 9  # a ledger this bookie does not know: no key to compare with, still EUA
+    resp = await c.v3(keyless)
+    assert resp.readResponse.status == pb.EUA and bookie.storage.ledger(0, 9) is None
+
+    release, syncing = threading.Event(), threading.Event()
+    real_fdatasync = os.fdatasync
+    syncs = [0]
+
+    def held_fdatasync(fd: int) -> None:
+        syncs[0] += 1
+        syncing.set()
+        assert release.wait(10)
+        real_fdatasync(fd)
+
+    os.fdatasync = held_fdatasync  # type: ignore[assignment]
+    try:
+        deferred = make_entry(7, 2, b"deferred")
+        resp = await c.v3(v3.add_request(20, 7, 2, KEY, deferred, write_flags=v3.WRITE_FLAG_DEFERRED_SYNC))
+        assert v3.response_status(resp) == pb.EOK  # written, its sync still held
+        assert await asyncio.to_thread(syncing.wait, 5)
+        c.send(v3.encode_request(v3.force_ledger_request(21, 7)))
+        with_answer = asyncio.ensure_future(c.body(timeout=10))
+        await asyncio.sleep(0.5)
+        assert not with_answer.done()  # the barrier waits for the sync
+        release.set()
+        resp = v3.decode_response(await with_answer)
+        assert resp.header.txnId == 21 and v3.response_status(resp) == pb.EOK
+    finally:
+        release.set()
+        os.fdatasync = real_fdatasync  # type: ignore[assignment]
+    assert syncs[0] >= 1
+    assert (await c.v3(v3.read_request(22, 7, 2))).readResponse.body == deferred
+    c.close()
+
+
+@with_bookie()
+async def test_every_operation_has_its_latency_histogram_and_bp62_its_buckets(bookie: Bookie, server: BookieServer) -> None:
+    """docs/bookie.md, "Operations", Metrics: a ``bookkeeper_server_<OP>_REQUEST`` latency histogram (``success``
+    label) for every operation, BP-62's two batch-read histograms with exactly the documented buckets, and the
+    limits' ``LIMIT_HITS`` and in-progress gauges under their documented names."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    c = await Conn.open(server.port)
+    entries = [make_entry(4, i, b"m-%d" % i) for i in range(3)]
+    for i, e in enumerate(entries):
+        assert v3.response_status(await c.v3(v3.add_request(i, 4, i, KEY, e))) == pb.EOK
+    assert v3.response_status(await c.v3(v3.read_request(10, 4, 0))) == pb.EOK
+    assert v3.response_status(await c.v3(v3.read_request(11, 4, 9))) == pb.ENOENTRY  # a failure: success="false"
+    assert v3.response_status(await c.v3(v3.batch_read_request(12, 4, 0, 10, 1 << 20))) == pb.EOK
+    assert v3.response_status(await c.v3(v3.write_lac_request(13, 4, 2, KEY, DIGEST.package_lac(4, 2)))) == pb.EOK
+    assert v3.response_status(await c.v3(v3.read_lac_request(14, 4))) == pb.EOK
+    assert v3.response_status(await c.v3(v3.force_ledger_request(15, 4))) == pb.EOK
+    assert v3.response_status(await c.v3(v3.get_bookie_info_request(16))) == pb.EOK
+    assert v3.response_status(await c.v3(v3.get_list_of_entries_request(17, 4))) == pb.EOK
+    resp = await c.v3(v3.read_request(18, 4, -1, previous_lac=0, timeout_ms=1000, piggyback=True))
+    assert v3.response_status(resp) == pb.EOK
+    assert v3.response_status(await c.v3(v3.read_request(19, 4, -1, v3.FLAG_DO_FENCING, master_key=KEY))) == pb.EOK
+    c.close()
+
+    families = {f.name: f for f in text_string_to_metric_families(server.metrics.render().decode())}
+
+    def count(name: str, success: str = "true") -> float:
+        return sum(
+            s.value for s in families[name].samples if s.name == f"{name}_count" and s.labels.get("success") == success
+        )
+
+    ops = (
+        "ADD_ENTRY", "READ_ENTRY", "BATCH_READ_ENTRY", "READ_LAC", "WRITE_LAC", "FORCE_LEDGER", "GET_BOOKIE_INFO",
+        "GET_LIST_OF_ENTRIES_OF_LEDGER", "READ_ENTRY_FENCE_REQUEST", "READ_ENTRY_LONG_POLL_REQUEST",
+    )
+    for op in ops:
+        name = f"bookkeeper_server_{op}" if op.endswith("_REQUEST") else f"bookkeeper_server_{op}_REQUEST"
+        assert count(name) >= 1, op
+    assert count("bookkeeper_server_ADD_ENTRY_REQUEST") == 3
+    assert count("bookkeeper_server_READ_ENTRY_REQUEST", "false") == 1
+
+    def bounds(name: str, label: dict[str, str]) -> list[str]:
+        return [
+            s.labels["le"] for s in families[name].samples
+            if s.name == f"{name}_bucket" and all(s.labels.get(k) == v for k, v in label.items())
+        ]
+
+    latency = bounds("bookkeeper_server_BATCH_READ_ENTRY_REQUEST", {"success": "true"})
+    assert [float(le) for le in latency] == [5, 10, 20, 50, 100, 200, 500, 1000, 3000, float("inf")]
+    size = bounds("bookkeeper_server_BATCH_READ_ENTRY_RESPONSE_SIZE", {})
+    assert [float(le) for le in size] == [128, 512, 1 << 10, 2 << 10, 4 << 10, 16 << 10, 128 << 10, 1 << 20, float("inf")]
+    assert "bookie_read_cache_size" in families and "bookkeeper_server_LIMIT_HITS" in families
+
+    # READ_ENTRY_IN_PROGRESS counts a waiting long poll ("Limits": long polls included).
+    def in_progress() -> float:
+        text = server.metrics.render().decode()
+        [family] = [f for f in text_string_to_metric_families(text) if f.name == "bookkeeper_server_READ_ENTRY_IN_PROGRESS"]
+        return family.samples[0].value
+
+    poll = await Conn.open(server.port)
+    assert in_progress() == 0
+    poll.send(v3.encode_request(v3.read_request(30, 4, -1, previous_lac=2, timeout_ms=5000, piggyback=True)))
+    for _ in range(50):
+        if in_progress() == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert in_progress() == 1
+    adder = await Conn.open(server.port)
+    recovery = v3.FLAG_RECOVERY_ADD | v3.FLAG_HIGH_PRIORITY  # the ledger was fenced above
+    assert v3.response_status(await adder.v3(v3.add_request(31, 4, 3, KEY, make_entry(4, 3, b"wake", lac=3), recovery))) == pb.EOK
+    assert v3.decode_response(await poll.body()).readResponse.entryId == 3
+    assert in_progress() == 0
+    poll.close()
+    adder.close()
+
+
+def test_bookie_info_is_the_ledger_directories_file_systems_counted_once(tmp_path: Path) -> None:
+    """docs/bookie.md, "Protocol coverage": GET_BOOKIE_INFO answers the total and free bytes of the ledger
+    directories' file systems: two ledger directories on one file system count it once."""
+    import shutil
+
+    async def main() -> None:
+        dirs = f"{tmp_path / 'l1'},{tmp_path / 'l2'}"
+        async with started_bookie(tmp_path, ledgerDirectories=dirs) as (_bookie, server):
+            c = await Conn.open(server.port)
+            info = (await c.v3(v3.get_bookie_info_request(1))).getBookieInfoResponse
+            usage = shutil.disk_usage(tmp_path)
+            assert info.totalDiskCapacity == usage.total
+            assert abs(info.freeDiskSpace - usage.free) < 64 << 20  # the free space moves with other writers
+            c.close()
+
+    asyncio.run(main())

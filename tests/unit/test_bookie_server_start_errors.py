@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bkspark.protocol.cookie import Cookie
 from bookie_server.registration import write_dir_cookie
 
@@ -46,3 +48,20 @@ def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         result = _bookie_server(tmp_path, "--bookiePort", str(port))
     _assert_one_plain_error_line(result, "OSError", "in use")
+
+
+@pytest.mark.fault  # slow: waits out the ZooKeeper connection's 30 s
+def test_an_unreachable_zookeeper_is_one_line_and_debug_adds_the_traceback(tmp_path: Path) -> None:
+    """docs/bookie.md, "Operations", Logs: ZooKeeper unreachable is one plain line naming the metadata service, exit
+    status 1; ``--log-level DEBUG`` adds the traceback (as a JSON log record), still ending with that one line (the
+    other tests here show that without DEBUG there is no traceback).  About 30 s: the connection's time limit."""
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    uri = f"zk+hierarchical://127.0.0.1:{port}/ledgers"
+    result = _bookie_server(tmp_path, "--bookiePort", "0", "--metadataServiceUri", uri, "--log-level", "DEBUG")
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("bookie-server: error: cannot start: ") and f"ZooKeeper of {uri}" in last, last
+    records = [line for line in result.stderr.splitlines() if '"bookie failed to start"' in line]
+    assert len(records) == 1 and "Traceback" in records[0] and '"exc"' in records[0], result.stderr[-2000:]

@@ -7,6 +7,8 @@ import errno
 import logging
 import os
 import random
+import re
+import socket
 import struct
 import threading
 import time
@@ -925,6 +927,12 @@ def test_a_runs_job_walks_the_log_and_asks_the_index_only_past_a_gap(tmp_path: P
     assert len(index_reads) == 1
     storage.read_run_cold(0, [(6, 10), (6, 11), (6, 150), (6, 151)], 1 << 30)
     assert len(index_reads) == 3  # 10, then 11 walked to; 150 past the walk's few records, then 151 walked to
+    # The walk looks at up to RUN_WALK_RECORDS (4, docs/bookie.md "Runs of single reads") records past the last read:
+    # 44 is the 4th after 40, found walking; 49 is the 5th after 44, asked of the index.
+    assert storage_module.RUN_WALK_RECORDS == 4
+    found = storage.read_run_cold(0, [(6, 40), (6, 44), (6, 49)], 1 << 30)
+    assert [struct.unpack_from(">q", data, 8)[0] for data in found] == [40, 44, 49]
+    assert [struct.unpack(">qqq", key)[2] for key in index_reads[3:]] == [40, 49]
     monkeypatch.undo()
     storage.close()
 
@@ -965,6 +973,7 @@ def test_a_checkpoint_is_written_in_pieces_and_reads_back_as_one(tmp_path: Path,
         logs = sorted(directory.logs_dir.glob("*.log"))
         assert len(logs) > 2 and all(log.stat().st_size <= 4096 for log in logs)  # rolled between pieces
     again.close()
+
 
 def test_a_stop_during_a_checkpoint_lets_its_write_finish_before_the_final_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
@@ -1034,3 +1043,249 @@ def test_failed_checkpoints_back_off_from_a_tenth_of_a_second_to_five_seconds_or
     attempts = bookie_module.checkpoint_retry(flush_interval_s).start()
     waits = [attempts.next_delay(BookieIOError("entry log append failed")) for _ in range(200)]
     assert waits == pytest.approx([min(0.1 * 2**i, cap) for i in range(200)])
+
+
+def _doc_table_defaults(heading_row: str) -> dict[str, str]:
+    """``key -> default`` as docs/bookie.md's table starting with ``heading_row`` states them (a cell naming
+    several keys, e.g. ``a`` / ``b``, pairs them with its default cell's values in order)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "bookie.md").read_text(encoding="utf-8")
+    lines = text[text.index(heading_row):].splitlines()[2:]
+    out: dict[str, str] = {}
+    for line in lines:
+        if not line.startswith("|"):
+            break
+        key_cell, default_cell = (cell.strip() for cell in line.strip("|").split("|")[:2])
+        keys = [k.strip("`*") for k in re.split(r" / |, ", key_cell)]
+        default_cell = re.sub(r"\s*\((Java's|Java: \d+)\)", "", default_cell)  # a remark on Java's value
+        values = re.split(r" / |, ", default_cell) if len(keys) > 1 else [default_cell]
+        assert len(keys) == len(values), line
+        out.update(zip(keys, values))
+    return out
+
+
+def _doc_value(text: str) -> object:
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    number, _, unit = text.partition(" ")
+    if unit in units:
+        return int(number) * units[unit]
+    if text in ("true", "false"):
+        return text == "true"
+    if text.startswith("`/"):
+        return [text.strip("`")]
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    return float(text) if re.fullmatch(r"\d+\.\d+", text) else text
+
+
+def test_the_documented_defaults_are_the_bookies() -> None:
+    """docs/bookie.md's configuration table and its "Limits" table state each key's default: a bookie built from
+    an empty configuration has those values (and a key documented as Java's has Java's name and value)."""
+    conf = BookieConfig()
+    documented = _doc_table_defaults("| key | default | meaning |")
+    limits = _doc_table_defaults("| key | default | bounds | when reached |")
+    assert set(documented) & set(limits) == {"dbStorage_writeCacheMaxSizeMb", "nettyMaxFrameSizeBytes"}
+    for key in set(documented) & set(limits):
+        assert _doc_value(documented[key]) == _doc_value(limits[key]), key
+    documented.update(limits)
+    special = {
+        "bookieId": "`<advertisedAddress>:<bookiePort>`",
+        "advertisedAddress": "this host's IP",
+        "metadataServiceUri": "unset",
+    }
+    for key, text in documented.items():
+        if key in special:
+            assert text == special[key]
+            continue
+        assert getattr(conf, key) == _doc_value(text), (key, text)
+    assert conf.bookieId is None and conf.advertisedAddress is None and conf.metadataServiceUri is None
+    assert conf.advertised_host() == socket.gethostbyname(socket.gethostname())
+    assert conf.bookie_id() == f"{conf.advertised_host()}:3181"
+    # Stated in "Reads" rather than in a table: numReadWorkerThreads 1, dbStorage_readAheadCacheBatchSize 100.
+    assert (conf.numReadWorkerThreads, conf.dbStorage_readAheadCacheBatchSize) == (1, 100)
+
+
+class _ScriptedZk:
+    """ZooKeeper as the collector sees it (``exists``, ``get``): a cluster root with a hierarchical LAYOUT, whose
+    ledger znodes are present or not per look-up round as the test says; it notes when each round began."""
+
+    def __init__(self, rounds: list[set[str]], *, root: bool = True, fail_in_round: int | None = None) -> None:
+        from kazoo.exceptions import ConnectionLoss
+
+        self.rounds, self.root, self.fail_in_round = rounds, root, fail_in_round
+        self.round_times: list[float] = []
+        self._loss = ConnectionLoss
+
+    def exists(self, path: str) -> object:
+        import time
+
+        if path == "/ledgers":
+            self.round_times.append(time.monotonic())
+            return object() if self.root else None
+        n = len(self.round_times) - 1
+        if n == self.fail_in_round:
+            raise self._loss()
+        return object() if path in self.rounds[min(n, len(self.rounds) - 1)] else None
+
+    def get(self, path: str) -> tuple[bytes, object]:
+        from bkspark.devcluster.zookeeper import HIERARCHICAL_LAYOUT
+
+        assert path == "/ledgers/LAYOUT"
+        return HIERARCHICAL_LAYOUT, object()
+
+
+def test_gc_deletes_a_ledger_only_when_two_look_ups_a_second_apart_miss_it(tmp_path: Path) -> None:
+    """docs/bookie.md, "Cluster membership", Garbage collection: a ledger is deleted only when its metadata znode is
+    missing in two look-ups a second apart; without the root, or on any ZooKeeper error, nothing is deleted.
+    (The paths and the layouts against a real ZooKeeper: tests/integration/test_bookie_gc.py.)"""
+    from bookie_server.gc import GarbageCollector
+
+    l5, l6, l7 = "/ledgers/00/0000/L0005", "/ledgers/00/0000/L0006", "/ledgers/00/0000/L0007"
+
+    async def body() -> None:
+        bookie = Bookie(make_conf(tmp_path, journalSyncData="false"))
+        await bookie.start()
+        try:
+            for ledger in (5, 6, 7):
+                await bookie.add_entry(0, ledger, 0, -1, entry(ledger, 0, -1), KEY)
+
+            async def round_with(zk: _ScriptedZk) -> list[tuple[int, int]]:
+                return await GarbageCollector(bookie, zk, "/ledgers").run_once()  # type: ignore[arg-type]
+
+            # No root, or a ZooKeeper error in either look-up: nothing, though 6 and 7 have no metadata.
+            assert await round_with(_ScriptedZk([{l5}], root=False)) == []
+            assert await round_with(_ScriptedZk([{l5}], fail_in_round=0)) == []
+            assert await round_with(_ScriptedZk([{l5}], fail_in_round=1)) == []
+            # 6 is missing in the first look-up only (its metadata is there again for the second): kept; 7 in
+            # both: deleted, the look-ups a second or more apart.
+            zk = _ScriptedZk([{l5}, {l5, l6}])
+            assert await round_with(zk) == [(0, 7)]
+            assert len(zk.round_times) == 2 and zk.round_times[1] - zk.round_times[0] >= 1.0
+            assert sorted(bookie.storage.ledgers()) == [(0, 5), (0, 6)]
+            assert await round_with(_ScriptedZk([{l5}])) == [(0, 6)]
+            assert bookie.storage.ledgers() == [(0, 5)]
+        finally:
+            await bookie.stop()
+
+    run(body())
+
+
+def test_checkpoints_run_every_flush_interval(tmp_path: Path) -> None:
+    """docs/bookie.md, configuration table: ``flushInterval`` is the time between checkpoints (write cache to entry
+    logs and index): at 200 ms an add leaves the write cache within a second or two on its own; at an hour it stays."""
+    import time
+
+    async def stays_cached_for(flush_interval: int, seconds: float) -> bool:
+        bookie = Bookie(make_conf(tmp_path / str(flush_interval), journalSyncData="false", flushInterval=flush_interval))
+        await bookie.start()
+        try:
+            await bookie.add_entry(0, 1, 0, -1, entry(1, 0, -1, b"flush me"), KEY)
+            mark = bookie.checkpoint_mark
+            deadline = time.monotonic() + seconds
+            while not bookie.checkpoint_mark > mark and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if not bookie.checkpoint_mark > mark:
+                assert bookie.storage.write_cache_bytes > 0
+                return True
+            assert bookie.storage.write_cache_bytes == 0
+            assert bookie.storage.get_entry(0, 1, 0) == entry(1, 0, -1, b"flush me")  # from the entry log now
+            return False
+        finally:
+            await bookie.stop()
+
+    assert run(stays_cached_for(200, 5.0)) is False
+    assert run(stays_cached_for(3600000, 1.5)) is True
+
+
+def test_journal_files_and_ledgers_are_spread_over_the_directories_by_the_documented_rules(tmp_path: Path) -> None:
+    """docs/bookie.md, "Architecture": journal file ``n`` is in journal directory ``n % count`` and the journal rolls
+    at each checkpoint; a ledger lives in ledger directory ``(scope * 31 + ledger) % n`` (the cookie pins the list, so
+    a rule that moved would lose existing data): its records are in that directory's entry logs and no other's."""
+    journals = [tmp_path / "j0", tmp_path / "j1"]
+    ledgers = [tmp_path / "l0", tmp_path / "l1", tmp_path / "l2"]
+    keys = [(0, 1), (0, 2), (0, 3), (0, 4), (2, 1), (5, 7), (1, 30)]
+
+    async def body() -> set[int]:
+        bookie = Bookie(make_conf(
+            tmp_path, journalSyncData="false",
+            journalDirectories=",".join(map(str, journals)), ledgerDirectories=",".join(map(str, ledgers)),
+        ))
+        await bookie.start()
+        seen: set[int] = set()
+        try:
+            for scope, ledger in keys:
+                body = entry(ledger, 0, -1, b"<scope %d ledger %d>" % (scope, ledger))
+                await bookie.add_entry(scope, ledger, 0, -1, body, KEY)
+                await bookie.checkpoint()
+                for index, directory in enumerate(journals):
+                    for file_id, _path in journal_module.journal_files(directory / "current"):
+                        assert file_id % 2 == index, (file_id, directory)
+                        seen.add(file_id)
+        finally:
+            await bookie.stop()
+        return seen
+
+    seen = run(body())
+    assert len(seen) >= len(keys)  # a new journal file after every checkpoint
+    for scope, ledger in keys:
+        payload = b"<scope %d ledger %d>" % (scope, ledger)
+        holders = [
+            i for i, directory in enumerate(ledgers)
+            if any(payload in log.read_bytes() for log in (directory / "current" / "entrylogs").glob("*.log"))
+        ]
+        assert holders == [(scope * 31 + ledger) % 3], (scope, ledger, holders)
+
+
+@pytest.mark.parametrize("sync", ["true", "false"])
+def test_journal_sync_data_decides_whether_group_commits_are_fdatasynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync: str
+) -> None:
+    """docs/bookie.md, configuration table: ``journalSyncData`` true fdatasyncs each group commit; false does not
+    (only for tests: an acknowledged add may then be lost with the page cache)."""
+    synced_by_journal: list[int] = []
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        if threading.current_thread().name == "bookie-journal":
+            synced_by_journal.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting)
+
+    async def body() -> None:
+        bookie = Bookie(make_conf(tmp_path, journalSyncData=sync))
+        await bookie.start()
+        try:
+            for eid in range(5):
+                await bookie.add_entry(0, 1, eid, eid - 1, entry(1, eid, eid - 1), KEY)
+        finally:
+            await bookie.stop()
+
+    run(body())
+    assert (len(synced_by_journal) >= 5) if sync == "true" else synced_by_journal == []
+
+
+def test_journal_and_entry_logs_roll_at_their_configured_sizes(tmp_path: Path) -> None:
+    """docs/bookie.md, configuration table: ``journalMaxSizeMB`` is the journal file rotation size and ``logSizeLimit``
+    the entry log rotation size, through a bookie's configuration (the storage's own tests set the sizes directly).
+    An append larger than the limit goes whole into a log of its own, so the second part checkpoints 30 KB at a time."""
+    payload = b"r" * 10_000
+
+    async def body() -> None:
+        bookie = Bookie(make_conf(tmp_path, journalSyncData="false", journalMaxSizeMB=1, logSizeLimit=64 * 1024))
+        await bookie.start()
+        try:
+            for eid in range(300):  # 3 MB of journal records, no checkpoint
+                await bookie.add_entry(0, 1, eid, eid - 1, entry(1, eid, eid - 1, payload), KEY)
+            journal_sizes = [p.stat().st_size for _, p in journal_module.journal_files(tmp_path / "journal" / "current")]
+            assert len(journal_sizes) >= 3 and all(size <= (1 << 20) + 20_000 for size in journal_sizes)
+            await bookie.checkpoint()
+            for eid in range(60):
+                await bookie.add_entry(0, 2, eid, eid - 1, entry(2, eid, eid - 1, payload), KEY)
+                if eid % 3 == 2:
+                    await bookie.checkpoint()
+        finally:
+            await bookie.stop()
+
+    run(body())
+    logs = sorted((tmp_path / "ledgers" / "current" / "entrylogs").glob("*.log"))[1:]  # after the 3 MB one
+    assert len(logs) >= 8 and all(log.stat().st_size <= 64 * 1024 for log in logs)
