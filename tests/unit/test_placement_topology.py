@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -226,3 +227,27 @@ def test_bookies_on_one_host_can_sit_in_different_racks(tmp_path: Path) -> None:
     policy.on_cluster_changed(bookies, set())
     assert policy.locations() == {b: "/rack-" + b.rsplit(":", 1)[1] for b in bookies}
     assert len({policy.location_of(b) for b in policy.new_ensemble(3, 2, 2)}) == 3
+
+
+def test_a_hanging_script_is_killed_after_its_timeout_and_lands_in_the_default_rack(tmp_path: Path) -> None:
+    """docs/placement.md, keys: networkTopologyScriptTimeoutSeconds (default 30) kills a hanging script; a timeout
+    resolves the whole batch to "unknown", i.e. the default rack."""
+    script = write_script(tmp_path, "exec sleep 60\n")
+    assert ScriptBasedMapping({"networkTopologyScriptFileName": str(script)}).raw.timeout == 30  # type: ignore[attr-defined]
+    policy = RackawareEnsemblePlacementPolicy().initialize(
+        {"networkTopologyScriptFileName": str(script), "networkTopologyScriptTimeoutSeconds": "0.5",
+         "ignoreLocalNodeInPlacementPolicy": True}
+    )
+    started = time.monotonic()
+    policy.on_cluster_changed({"10.0.0.1:3181", "10.0.0.2:3181"}, set())
+    assert time.monotonic() - started < 10
+    assert set(policy.locations().values()) == {DEFAULT_RACK}
+
+
+def test_the_script_gets_at_most_100_names_a_run_by_default(tmp_path: Path) -> None:
+    """docs/placement.md: networkTopologyScriptNumberArgs (default 100) names per script run."""
+    calls = tmp_path / "calls.log"
+    script = write_script(tmp_path, f'echo "$#" >> {calls}\nfor h in "$@"; do echo /r; done\n')
+    names = [f"10.0.{i // 200}.{i % 200}" for i in range(250)]
+    assert ScriptBasedMapping({"networkTopologyScriptFileName": str(script)}).resolve(names) == ["/r"] * 250
+    assert calls.read_text().split() == ["100", "100", "50"]
