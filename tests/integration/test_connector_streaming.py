@@ -339,16 +339,24 @@ def test_latest_after_a_crash_in_batch_zero_neither_skips_nor_repeats(spark, bk,
 
 
 def test_starting_offsets_json_and_schema(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """startingOffsets names one ledger; ``startEntry`` is where the others start (docs/streaming.md); the schema is
+    the batch source's, without ``custom_metadata`` under includeCustomMetadata=false; and minEntriesPerTrigger
+    never holds a Trigger.AvailableNow query back (here 1000 > the 13 entries there are)."""
     uri = py_cluster.metadata_service_uri
     lid = write_bkspark_ledger(bk, [b"j%d" % i for i in range(20)], custom_metadata={"k": b"v"})
-    df = stream(spark, uri, ledgers=str(lid), startingOffsets='{"%d": 15}' % lid)
-    assert df.isStreaming and df.schema == spark.read.format("bookkeeper").option("metadataServiceUri", uri) \
-        .option("ledgers", str(lid)).load().schema
+    other = write_bkspark_ledger(bk, [b"s%d" % i for i in range(20)])
+    df = stream(spark, uri, ledgers=f"{lid},{other}", startingOffsets='{"%d": 15}' % lid, startEntry="12",
+                minEntriesPerTrigger="1000")
+    batch_schema = spark.read.format("bookkeeper").option("metadataServiceUri", uri).option("ledgers", str(lid)).load().schema
+    assert df.isStreaming and df.schema == batch_schema
+    lean = stream(spark, uri, ledgers=str(lid), includeCustomMetadata="false").schema
+    assert lean.fieldNames() == [f for f in batch_schema.fieldNames() if f != "custom_metadata"]
     sink = Collector()
     query = df.writeStream.foreachBatch(sink).trigger(availableNow=True) \
         .option("checkpointLocation", str(tmp_path / "cp")).start()
     assert query.awaitTermination(120)
-    assert [(e, p) for _, e, p in sink.rows()] == [(i, b"j%d" % i) for i in range(15, 20)]
+    expected = [(lid, i, b"j%d" % i) for i in range(15, 20)] + [(other, i, b"s%d" % i) for i in range(12, 20)]
+    assert sorted(sink.rows()) == sorted(expected)
     with pytest.raises(Exception, match="startingOffsets"):
         stream(spark, uri, ledgers=str(lid), startingOffsets="yesterday").writeStream.foreachBatch(sink) \
             .option("checkpointLocation", str(tmp_path / "cp2")).start().awaitTermination(60)
