@@ -32,7 +32,7 @@ from bkspark.errors import (
 from bkspark.protocol import v2, v3
 from bkspark.protocol.correlation import read_key
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
-from bkspark.protocol.sasl import DigestMd5Client, DigestMd5Server, parse_directives
+from bkspark.protocol.sasl import PLUGIN_NAME, DigestMd5Client, DigestMd5Server, parse_directives
 from bkspark.security.auth import BookieSecurity, ClientSecurity
 from bkspark.security.jaas import bookie_credentials, client_credentials, parse_jaas
 from bkspark.security.secrets import Secret, read_password_file, secret_from
@@ -51,7 +51,7 @@ from tests.harness.security import (
     tls_client_conf,
     write_jaas,
 )
-from tests.unit.test_bookie_server import with_bookie
+from tests.unit.test_bookie_server import KEY, Conn, make_entry, with_bookie
 
 # -- DIGEST-MD5 ----------------------------------------------------------------------------------------------------
 
@@ -397,6 +397,9 @@ def test_bookie_refuses_every_request_before_authentication(tmp_path: Path) -> N
         # A client without SASL: its requests reach the bookie unauthenticated.
         assert isinstance(await _read_lac(pool), UnauthorizedAccessError)
         assert isinstance(await _v2_read(pool), UnauthorizedAccessError)
+        c = await Conn.open(server.port)
+        c.send(v2.encode_add_request(0, KEY, make_entry(42, 0, b"before auth")))  # a v2 add: EUA too
+        assert v2.decode_response(await c.body()).rc == v2.EUA
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         writer.write(v2.encode_batch_read_request(7, 0, 1, 10, 1024))  # any other v2 request: closed
         assert await asyncio.wait_for(reader.read(), 10) == b""
@@ -488,3 +491,97 @@ def test_client_role_system_reads_the_auditor_section(tmp_path: Path) -> None:
     assert ClientSasl.from_conf({**base, "clientRole": "system"}).username == "bookkeeper-auditor"  # type: ignore[union-attr]
     custom = {**base, "saslJaasClientSectionName": "Custom"}
     assert ClientSasl.from_conf(custom).username == "bookkeeper-custom"  # type: ignore[union-attr]
+
+
+def test_an_authenticated_connection_gets_auth_disabled_plugin_for_further_auth(tmp_path: Path) -> None:
+    """docs/security.md, SASL: after authentication, AUTH requests are answered with the AuthDisabledPlugin
+    message, as Java does."""
+    jaas = write_jaas(tmp_path / "jaas.conf")
+
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        c = await Conn.open(server.port)
+        mech = DigestMd5Client(SASL_USER, Secret(SASL_PASSWORD))
+        token: bytes | None = mech.initial()
+        txn = 0
+        while token is not None:
+            txn += 1
+            c.send(v3.encode_request(v3.auth_request(txn, PLUGIN_NAME, token)))
+            answer = v3.decode_response(await c.body())
+            assert answer.status == pb.EOK and answer.authResponse.authPluginName == PLUGIN_NAME
+            token = mech.evaluate(bytes(answer.authResponse.payload))
+        assert mech.complete
+        c.send(v3.encode_request(v3.auth_request(txn + 1, PLUGIN_NAME, b"")))
+        again = v3.decode_response(await c.body())
+        assert (again.status, again.authResponse.authPluginName) == (pb.EOK, "AuthDisabledPlugin")
+        c.send(v3.encode_request(v3.read_lac_request(txn + 2, 42)))  # and the connection stays authenticated
+        assert v3.decode_response(await c.body()).status in (pb.ENOLEDGER, pb.ENOENTRY)
+
+    _serve(tmp_path, sasl_bookie_conf(jaas), {}, body)
+
+
+def test_allowed_ids_match_the_whole_user_name_and_the_authorization_id_must_be_the_users() -> None:
+    """docs/security.md, SASL: saslJaasClientAllowedIds must match the whole name; an authorization id, if sent,
+    must be the user's own name."""
+    from bkspark.protocol.sasl import _response_value
+
+    def exchange(allowed: str, authzid: bytes | None = None) -> None:
+        """One exchange as a client sending ``authzid`` would (pure-sasl's client never sends one)."""
+        server = DigestMd5Server({SASL_USER: Secret("pw")}, allowed)
+        nonce = parse_directives(server.evaluate(b""))["nonce"]
+        user, uri, cnonce = SASL_USER.encode(), b"bookkeeper/bookkeeper", b"c0ffee"
+        value = _response_value(user, b"bookkeeper", b"pw", nonce, cnonce, b"00000001", b"auth", uri, authzid,
+                                b"AUTHENTICATE")
+        response = (b'username="%s",realm="bookkeeper",nonce="%s",cnonce="%s",nc=00000001,qop=auth,'
+                    b'digest-uri="%s",response=%s' % (user, nonce, cnonce, uri, value))
+        server.evaluate(response + (b',authzid="%s"' % authzid if authzid else b""))
+
+    exchange(".*bookkeeper.*")
+    exchange(SASL_USER, authzid=SASL_USER.encode())
+    assert "bookkeeper" in SASL_USER and SASL_USER != "bookkeeper"
+    with pytest.raises(AuthenticationError, match="not allowed by saslJaasClientAllowedIds"):
+        exchange("bookkeeper")  # a prefix of the name, not the whole name
+    with pytest.raises(AuthenticationError, match="authorization id differs"):
+        exchange(".*", authzid=b"bookkeeper-admin")
+
+
+@pytest.mark.parametrize("name", ["sslPass", "keyPasword", "dbPwd", "clientSecret", "authToken", "awsCredentials"])
+def test_an_unknown_option_that_looks_like_a_secret_is_reported_masked(name: str) -> None:
+    """docs/security.md, Secrets: an unknown connector option whose name holds pass, pasw, pwd, secret, token or
+    credential is reported with its value masked."""
+    base = {"metadataServiceUri": "zk://127.0.0.1:2181/l", "ledgers": "1"}
+    with pytest.raises(InvalidOptionError) as info:
+        parse_read_options({**base, name: "hunter2-value"})
+    assert name.lower() in str(info.value).lower() and "hunter2-value" not in str(info.value)
+    with pytest.raises(InvalidOptionError) as plain:
+        parse_read_options({**base, "colour": "hunter2-value"})
+    assert "hunter2-value" in str(plain.value)  # other unknown options are shown as they are
+
+
+def test_tls_defaults_jks_stores_tls_1_2_and_a_10_second_start_tls_bound(tmp_path: Path, pki: Pki) -> None:
+    """docs/security.md, TLS keys: store types default to JKS (as Java); tlsEnabledProtocols defaults to TLS 1.2
+    and newer; startTLSTimeoutSecs (default 10) bounds the START_TLS answer: a bookie that never answers is a
+    TlsHandshakeError."""
+    untyped = {k: v for k, v in tls_client_conf(pki).items() if k != "tlsTrustStoreType"}
+    settings = TlsSettings.from_conf(untyped, server_side=False)
+    assert settings is not None and settings.trust_store_type == "JKS"
+    ctx = TlsSettings.from_conf(tls_client_conf(pki), server_side=False).build()  # type: ignore[union-attr]
+    assert ctx.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert ctx.maximum_version in (ssl.TLSVersion.MAXIMUM_SUPPORTED, ssl.TLSVersion.TLSv1_3)
+    assert ClientSecurity.from_conf(tls_client_conf(pki)).start_tls_timeout == 10
+
+    async def main() -> None:
+        silent = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)  # accepts, never answers
+        port = silent.sockets[0].getsockname()[1]
+        pool = BookiePool(_Resolver(port), max_frame_size=5 << 20, connect_timeout=5,
+                          security=ClientSecurity.from_conf({**tls_client_conf(pki), "startTLSTimeoutSecs": "1"}))
+        started = time.monotonic()
+        try:
+            with pytest.raises(TlsHandshakeError, match="timed out"):
+                await asyncio.wait_for(pool.get("b", V3), 8)  # unbounded, the test fails on this bound
+            assert time.monotonic() - started < 5
+        finally:
+            await pool.close()
+            silent.close()
+            await silent.wait_closed()
+
+    asyncio.run(main())
