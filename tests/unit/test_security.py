@@ -585,3 +585,70 @@ def test_tls_defaults_jks_stores_tls_1_2_and_a_10_second_start_tls_bound(tmp_pat
             await silent.wait_closed()
 
     asyncio.run(main())
+
+
+def test_jaas_file_from_the_environment_and_zookeepers_section_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/security.md: the JAAS file comes from the key java.security.auth.login.config or $BKSPARK_JAAS_CONFIG;
+    ZooKeeper's section is `Client` unless zookeeper.sasl.clientconfig names another."""
+    from bkspark.security.auth import ClientSasl
+
+    jaas = tmp_path / "jaas.conf"
+    jaas.write_text(
+        'BookKeeper { m.M required username="bookkeeper-env" password="a"; };\n'
+        'Client { m.M required username="zk-default" password="b"; };\n'
+        'ZkOther { m.M required username="zk-other" password="c"; };\n'
+    )
+    factory = {"clientAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLClientProviderFactory"}
+    monkeypatch.setenv("BKSPARK_JAAS_CONFIG", str(jaas))
+    assert ClientSasl.from_conf(factory).username == "bookkeeper-env"  # type: ignore[union-attr]
+    assert ZkSecurity.from_conf({}).sasl_user == "zk-default"
+    assert ZkSecurity.from_conf({"zookeeper.sasl.clientconfig": "ZkOther"}).sasl_user == "zk-other"
+    other = write_jaas(tmp_path / "other.conf", user="bookkeeper-key")
+    assert ClientSasl.from_conf({**factory, "java.security.auth.login.config": str(other)}).username == "bookkeeper-key"  # type: ignore[union-attr]
+
+
+def test_ledger_metadata_repr_never_shows_the_password() -> None:
+    """docs/security.md, Secrets: passwords never appear in the repr of LedgerMetadata."""
+    from bkspark.protocol.ledger_metadata import DigestType, LedgerMetadata
+
+    md = LedgerMetadata(ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, digest_type=DigestType.CRC32C,
+                        password=b"hunter2-ledger", ensembles={0: ("10.0.0.1:3181",)})
+    assert "hunter2" not in repr(md) and "hunter2" not in str(md) and "10.0.0.1:3181" in repr(md)
+
+
+def test_a_bookie_logs_a_failed_handshake_with_a_hint_and_keeps_serving(
+    tmp_path: Path, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/security.md, TLS failures: a client presenting no certificate under tlsClientAuthentication=true is
+    logged by the bookie with its reason and a hint, and sees its connection lost (on its first request under
+    TLS 1.3); after that and after a client that refused the bookie's certificate, the bookie keeps serving."""
+
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        wrong_ca = BookiePool(_Resolver(server.port), max_frame_size=5 << 20, connect_timeout=5,
+                              security=ClientSecurity.from_conf(tls_client_conf(pki, ca=pki.other_ca)))
+        try:
+            with pytest.raises(TlsHandshakeError, match="not signed by a CA in tlsTrustStore"):
+                await wrong_ca.get("b", V3)
+        finally:
+            await wrong_ca.close()
+        outcome: Any
+        try:
+            outcome = await asyncio.wait_for(_read_lac(pool), 10)  # pool: TLS, but no client certificate
+        except (SecurityError, ConnectionError) as exc:
+            outcome = exc
+        assert isinstance(outcome, BaseException) and not isinstance(outcome, (NoSuchEntryError, NoSuchLedgerError)), outcome
+        deadline = time.monotonic() + 5
+        while "presented no certificate" not in caplog.text and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        good = BookiePool(_Resolver(server.port), max_frame_size=5 << 20, connect_timeout=5,
+                          security=ClientSecurity.from_conf(tls_client_conf(pki, client_auth=True)))
+        try:
+            assert isinstance(await _read_lac(good), (NoSuchEntryError, NoSuchLedgerError))  # still serving
+        finally:
+            await good.close()
+
+    with caplog.at_level(logging.WARNING):
+        _serve(tmp_path, tls_bookie_conf(pki, client_auth=True), tls_client_conf(pki), body)
+    # (A bkspark client that refuses the certificate closes without a TLS alert: the bookie logs the reset; the
+    # hint for a Java client's UNKNOWN_CA alert is checked in tests/integration/test_security_java.py.)
+    assert "(tlsClientAuthentication=true: the client presented no certificate)" in caplog.text
