@@ -205,6 +205,25 @@ def test_tasks_racing_to_begin_a_batch_share_the_parent_of_the_record_created_fi
     assert dataset_payloads(bk, name) == [b"x"] and exists(bk, winner_parent)
 
 
+def test_an_empty_append_batch_publishes_nothing_and_still_removes_what_a_dead_run_left(bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """docs/streaming.md, step 3: a batch with no rows in append mode publishes nothing, and the clean-up of dead
+    runs' jobs runs at every commit, also that one's."""
+    uri = py_cluster.metadata_service_uri
+    name = f"empty-{uuid.uuid4().hex[:8]}"
+    writer = sink_writer(uri, name, str(tmp_path / "cp"))
+    writer.commit([run_task(writer, 0, "runA", [b"a"])], 0)
+    registry = DatasetRegistry(bk.zk, bk.ledgers_root)
+    before = registry.manifest(name)
+    dead = run_task(writer, 1, "runA", [b"lost"])  # run A dies in batch 1 after its task wrote
+    # Run B's batch 1 has no rows (its input replayed nothing for it): nothing new is published ...
+    writer.commit([run_task(writer, 1, "runB", []), run_task(writer, 1, "runB", [])], 1)
+    after = registry.manifest(name)
+    assert before is not None and after is not None and after.ledgers == before.ledgers
+    assert dataset_payloads(bk, name) == [b"a"]
+    # ... and run A's job of batch 1 is aborted all the same.
+    assert not exists(bk, dead.ledger_id) and query_jobs(bk, writer) == []
+
+
 def test_complete_mode_replaces_the_dataset_once_per_batch(bk, py_cluster, tmp_path) -> None:  # noqa: F811
     uri = py_cluster.metadata_service_uri
     name = f"complete-{uuid.uuid4().hex[:8]}"
