@@ -320,6 +320,20 @@ def test_an_aggregation_in_complete_mode_leaves_exactly_its_last_result(spark, b
     with pytest.raises(Exception, match="bookkeeper does not support Update mode"):
         sink.option("checkpointLocation", str(tmp_path / "cp-update")).outputMode("update").start().awaitTermination(60)
 
+    # A checkpoint location from the session alone is refused (docs/streaming.md): Spark does not pass it to a
+    # Python sink, and the sink needs it as the query's identity.
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "session-cp"))
+    try:
+        with pytest.raises(Exception, match="needs a checkpoint location"):
+            refused = counts.writeStream.format("bookkeeper").option("metadataServiceUri", uri) \
+                .option("dataset", name).outputMode("complete").start()
+            try:
+                refused.awaitTermination(60)
+            finally:
+                refused.stop()  # were it not refused, no query is left running
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+
 
 @pytest.fixture
 def drivers() -> Iterator[list[subprocess.Popen[str]]]:
