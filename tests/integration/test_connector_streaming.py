@@ -174,6 +174,24 @@ def test_max_entries_per_trigger_and_available_now(spark, bk, py_cluster, tmp_pa
     assert_exactly_once_in_order(sink.rows(), {first: [b"a%d" % i for i in range(50)], second: [b"b%d" % i for i in range(50)]})
 
 
+def test_a_ledger_range_is_listed_again_at_every_trigger(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """docs/streaming.md: ``ledgers`` ranges are listed again at every trigger, so a ledger created in the range
+    after the query started is followed too."""
+    uri = py_cluster.metadata_service_uri
+    first = write_bkspark_ledger(bk, [b"r0-%d" % i for i in range(5)])
+    sink = Collector()
+    query = stream(spark, uri, ledgers=f"{first}-{first + 10_000}", longPollTimeoutMs="500") \
+        .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp")).start()
+    try:
+        wait_until(lambda: len(sink.rows()) == 5, 120, "the ledger there at the start")
+        later = write_bkspark_ledger(bk, [b"r1-%d" % i for i in range(5)])
+        assert first < later <= first + 10_000
+        wait_until(lambda: len(sink.rows()) == 10, 60, "the ledger created in the range later")
+    finally:
+        query.stop()
+    assert_exactly_once_in_order(sink.rows(), {first: [b"r0-%d" % i for i in range(5)], later: [b"r1-%d" % i for i in range(5)]})
+
+
 def test_a_stream_of_a_ledger_with_packed_rows_delivers_each_row_once_in_order(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
     """Rows per entry (docs/connector.md): admission control counts entries, every row of an entry comes with it."""
     import numpy as np
