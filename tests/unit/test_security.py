@@ -192,6 +192,14 @@ def test_tls_client_keys_win_and_case_does_not_matter(pki: Pki) -> None:
     assert settings is not None and settings.trust_store == str(pki.other_ca)
     ctx = settings.build()
     assert ctx.verify_mode == ssl.CERT_REQUIRED and not ctx.check_hostname
+    # The key store too (docs/security.md: clientKeyStore*, clientTrustStore* win, client only).
+    mutual = {**tls_client_conf(pki, client_auth=True), "tlsKeyStoreType": "JKS", "tlsKeyStore": str(pki.bookie_key),
+              "clientKeyStoreType": "PEM", "clientKeyStore": str(pki.client_key)}
+    client = TlsSettings.from_conf(mutual, server_side=False)
+    assert client is not None and (client.key_store, client.key_store_type) == (str(pki.client_key), "PEM")
+    server_conf = {**tls_bookie_conf(pki), "clientKeyStore": str(pki.client_key), "clientKeyStoreType": "JKS"}
+    bookie = TlsSettings.from_conf(server_conf, server_side=True)
+    assert bookie is not None and (bookie.key_store, bookie.key_store_type) == (str(pki.bookie_key), "PEM")
 
 
 def test_encrypted_key_with_password_file_and_reload(pki: Pki, tmp_path: Path) -> None:
