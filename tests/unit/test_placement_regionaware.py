@@ -218,3 +218,34 @@ def test_durability_in_replace_is_on_by_default_and_each_switch_turns_it_off(con
             policy.replace_bookie(4, 2, 2, None, ensemble, "10.0.1.1:3181", west_left)
     else:
         assert policy.replace_bookie(4, 2, 2, None, ensemble, "10.0.1.1:3181", west_left) == "10.0.0.3:3181"
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_write_quorums_span_two_regions_whenever_a_layout_allows(data: st.DataObject) -> None:
+    """docs/placement.md, "Regions": the regions are interleaved so write quorums span them, without
+    reppRegionsToWrite too: whenever a layout with the same rack level and region counts keeps every write quorum
+    out of a single region, ours does."""
+    topo = data.draw(region_topologies())
+    e = data.draw(st.integers(2, 6))
+    w = data.draw(st.integers(2, e))
+    cap = capacity_of(topo, frozenset())
+    if sum(cap.values()) < e:
+        return
+    policy = make_policy(topo, seed=data.draw(st.integers(0, 1000)))
+    racks = [topo.locations[b] for b in policy.new_ensemble(e, w, 1)]
+    counts: dict[str, int] = {}
+    for r in racks:
+        counts[region_of(r)] = counts.get(region_of(r), 0) + 1
+    level = min(w, 2, min(len({racks[(s + j) % e] for j in range(w)}) for s in range(e)))
+    if feasible(cap, e, w, level, ack_quorum=w, min_regions=2, region_of=region_of, quota=counts):
+        assert quorum_ok(racks, w, level, ack_quorum=w, min_regions=2, region_of=region_of), racks
+
+
+def test_three_regions_interleave_round_robin_like_java() -> None:
+    """Three equal regions, E=6, Qw=2: every write quorum spans two regions, whatever the seed (the search used to
+    leave the quorum that wraps from the last bookie to the first in one region for about a third of seeds)."""
+    locs = {f"10.{g}.{r}.{i}:3181": f"/g{g}/r{r}" for g in range(3) for r in range(3) for i in range(2)}
+    for seed in range(30):
+        regions = [region_of(locs[b]) for b in make_policy(Topology(locs), seed=seed).new_ensemble(6, 2, 1)]
+        assert all(regions[s] != regions[(s + 1) % 6] for s in range(6)), (seed, regions)
