@@ -660,3 +660,20 @@ def test_a_bookie_logs_a_failed_handshake_with_a_hint_and_keeps_serving(
     # (A bkspark client that refuses the certificate closes without a TLS alert: the bookie logs the reset; the
     # hint for a Java client's UNKNOWN_CA alert is checked in tests/integration/test_security_java.py.)
     assert "(tlsClientAuthentication=true: the client presented no certificate)" in caplog.text
+
+
+@pytest.mark.parametrize("version", [V2, V3])
+def test_a_sasl_client_of_a_bookie_without_authentication_goes_on_with_a_warning(
+    tmp_path: Path, version: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/security.md, SASL: a bookie without authentication answers AUTH with AuthDisabledPlugin; the client
+    goes on without SASL, as Java's does, and logs a WARNING (nothing falls back silently)."""
+    jaas = write_jaas(tmp_path / "jaas.conf")
+
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        answer = await (_read_lac(pool) if version == V3 else _v2_read(pool))
+        assert isinstance(answer, (NoSuchEntryError, NoSuchLedgerError))  # served
+
+    with caplog.at_level(logging.WARNING, logger="bkspark.client.secure"):
+        _serve(tmp_path, {}, sasl_client_conf(jaas), body)
+    assert "does not authenticate clients (it answered AuthDisabledPlugin)" in caplog.text
