@@ -416,6 +416,16 @@ def test_bookie_refuses_every_request_before_authentication(tmp_path: Path) -> N
     _serve(tmp_path, sasl_bookie_conf(jaas), {}, body)
 
 
+def test_http_admin_endpoint_defaults() -> None:
+    """docs/security.md, "The bookie's HTTP admin endpoint": off by default (as BookKeeper), port 8000 (not
+    BookKeeper's 8080: the endpoint serves /metrics too), bound to 0.0.0.0 (httpAdminWriteEnabled's default, true, is
+    tests/unit/test_bookie_app.py::test_http_admin_and_readonly_switch)."""
+    from bookie_server.config import BookieConfig
+
+    conf = BookieConfig.from_mapping({})
+    assert (conf.httpServerEnabled, conf.httpServerPort, conf.httpServerHost) == (False, 8000, "0.0.0.0")
+
+
 def test_http_admin_state_changing_routes_can_be_disabled(tmp_path: Path) -> None:
     from bookie_server.app import BookieApp
     from tests.unit.test_bookie_app import conf_for, http
