@@ -339,7 +339,8 @@ async def _v2_read(pool: BookiePool) -> Any:
     return error if error is not None else resp.rc
 
 
-def test_tls_and_sasl_handshake_v2_and_v3(tmp_path: Path, pki: Pki) -> None:
+def test_tls_and_sasl_handshake_v2_and_v3(tmp_path: Path, pki: Pki, caplog: pytest.LogCaptureFixture) -> None:
+    """... and the client authenticates after the TLS upgrade: the SASL exchange travels inside TLS (docs/security.md)."""
     jaas = write_jaas(tmp_path / "jaas.conf")
 
     async def body(pool: BookiePool, server: BookieServer) -> None:
@@ -347,8 +348,12 @@ def test_tls_and_sasl_handshake_v2_and_v3(tmp_path: Path, pki: Pki) -> None:
         assert isinstance(await _v2_read(pool), (NoSuchEntryError, NoSuchLedgerError))
         assert all(c.tls for c in pool._conns.values())
 
-    _serve(tmp_path, {**tls_bookie_conf(pki, client_auth=True), **sasl_bookie_conf(jaas)},
-           {**tls_client_conf(pki, client_auth=True), **sasl_client_conf(jaas)}, body)
+    with caplog.at_level(logging.INFO, logger="bookie_server.security"):
+        _serve(tmp_path, {**tls_bookie_conf(pki, client_auth=True), **sasl_bookie_conf(jaas)},
+               {**tls_client_conf(pki, client_auth=True), **sasl_client_conf(jaas)}, body)
+    steps = [("tls" if "TLS handshake" in r.getMessage() else "sasl") for r in caplog.records
+             if "TLS handshake with" in r.getMessage() or "authenticated as" in r.getMessage()]
+    assert steps == ["tls", "sasl", "tls", "sasl"], caplog.text  # per connection (v3, then v2): TLS, then SASL
 
 
 def test_start_tls_refused_by_a_bookie_without_tls(tmp_path: Path, pki: Pki) -> None:
