@@ -192,6 +192,36 @@ def test_a_ledger_range_is_listed_again_at_every_trigger(spark, bk, py_cluster, 
     assert_exactly_once_in_order(sink.rows(), {first: [b"r0-%d" % i for i in range(5)], later: [b"r1-%d" % i for i in range(5)]})
 
 
+def test_available_now_reads_what_was_confirmed_when_the_query_started(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """docs/streaming.md, Trigger.AvailableNow: the source freezes, when the query starts, what is confirmed in the
+    ledgers it follows then, and reads up to that in batches: entries added and ledgers created while it runs wait
+    for the next run."""
+    uri = py_cluster.metadata_service_uri
+    lh = bk.create_ledger()
+    for i in range(30):
+        lh.append(b"n%d" % i)  # entry 29 is not confirmed yet: the LAC is 28
+    later: list[int] = []
+
+    class GrowWhileRunning(Collector):
+        def __call__(self, df: Any, batch_id: int) -> None:
+            super().__call__(df, batch_id)
+            if batch_id == 0:  # the run is under way: grow the ledger and add one in the range
+                for i in range(30, 40):
+                    lh.append(b"n%d" % i)
+                later.append(write_bkspark_ledger(bk, [b"late"]))
+
+    sink = GrowWhileRunning()
+    query = stream(spark, uri, ledgers=f"{lh.ledger_id}-{lh.ledger_id + 10_000}", maxEntriesPerTrigger="10") \
+        .writeStream.foreachBatch(sink).trigger(availableNow=True).option("checkpointLocation", str(tmp_path / "cp")).start()
+    try:
+        assert query.awaitTermination(120), "AvailableNow did not stop"
+    finally:
+        lh.close()
+    assert later and later[0] <= lh.ledger_id + 10_000
+    assert sink.sizes() == [10, 10, 9]
+    assert_exactly_once_in_order(sink.rows(), {lh.ledger_id: [b"n%d" % i for i in range(29)]})
+
+
 def test_a_stream_of_a_ledger_with_packed_rows_delivers_each_row_once_in_order(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
     """Rows per entry (docs/connector.md): admission control counts entries, every row of an entry comes with it."""
     import numpy as np
