@@ -251,3 +251,20 @@ def test_the_script_gets_at_most_100_names_a_run_by_default(tmp_path: Path) -> N
     names = [f"10.0.{i // 200}.{i % 200}" for i in range(250)]
     assert ScriptBasedMapping({"networkTopologyScriptFileName": str(script)}).resolve(names) == ["/r"] * 250
     assert calls.read_text().split() == ["100", "100", "50"]
+
+
+def test_script_answers_are_cached_until_on_bookie_rack_change_reloads_them(tmp_path: Path) -> None:
+    """docs/placement.md, "Network locations": answers are cached until on_bookie_rack_change reloads them."""
+    racks = tmp_path / "racks"
+    racks.write_text("/rack-a\n")
+    script = write_script(tmp_path, f'for h in "$@"; do cat {racks}; done\n')
+    policy = RackawareEnsemblePlacementPolicy().initialize(
+        {"networkTopologyScriptFileName": str(script), "ignoreLocalNodeInPlacementPolicy": True}
+    )
+    policy.on_cluster_changed({"10.0.0.1:3181", "10.0.0.2:3181"}, set())
+    racks.write_text("/rack-b\n")
+    policy.on_cluster_changed({"10.0.0.1:3181"}, set())
+    policy.on_cluster_changed({"10.0.0.1:3181", "10.0.0.2:3181"}, set())  # 10.0.0.2 comes back: cached answer
+    assert policy.locations() == {"10.0.0.1:3181": "/rack-a", "10.0.0.2:3181": "/rack-a"}
+    policy.on_bookie_rack_change(["10.0.0.2:3181"])
+    assert policy.locations() == {"10.0.0.1:3181": "/rack-a", "10.0.0.2:3181": "/rack-b"}
