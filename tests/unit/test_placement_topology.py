@@ -268,3 +268,14 @@ def test_script_answers_are_cached_until_on_bookie_rack_change_reloads_them(tmp_
     assert policy.locations() == {"10.0.0.1:3181": "/rack-a", "10.0.0.2:3181": "/rack-a"}
     policy.on_bookie_rack_change(["10.0.0.2:3181"])
     assert policy.locations() == {"10.0.0.1:3181": "/rack-a", "10.0.0.2:3181": "/rack-b"}
+
+
+def test_bp41_names_resolve_through_the_bookie_address_resolver() -> None:
+    """docs/placement.md: the mapping is given the host part of host:port BookieIds; set_bookie_address_resolver
+    resolves BP-41 names (here through a registry-like table) instead."""
+    mapping = StaticMapping(table={"10.0.0.1": "/r1", "10.0.0.2": "/r2", "bookie-a": "/wrong"})
+    policy = RackawareEnsemblePlacementPolicy().initialize({"ignoreLocalNodeInPlacementPolicy": True}, dns_resolver=mapping)
+    registry = {"bookie-a": "10.0.0.1", "bookie-b": "10.0.0.2"}
+    policy.set_bookie_address_resolver(lambda bookie_id: registry[bookie_id])
+    policy.on_cluster_changed({"bookie-a", "bookie-b"}, set())
+    assert policy.locations() == {"bookie-a": "/r1", "bookie-b": "/r2"}
