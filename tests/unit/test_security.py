@@ -692,3 +692,21 @@ def test_a_sasl_client_of_a_bookie_without_authentication_goes_on_with_a_warning
     with caplog.at_level(logging.WARNING, logger="bkspark.client.secure"):
         _serve(tmp_path, {}, sasl_client_conf(jaas), body)
     assert "does not authenticate clients (it answered AuthDisabledPlugin)" in caplog.text
+
+
+def test_a_bookie_bounds_the_tls_handshake_with_start_tls_timeout(tmp_path: Path, pki: Pki) -> None:
+    """docs/security.md, startTLSTimeoutSecs: on a bookie, the bound on the handshake: a client that asks for
+    START_TLS and then never shakes hands is dropped."""
+
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(v3.encode_request(v3.start_tls_request(1)))
+        await writer.drain()
+        n = int.from_bytes(await reader.readexactly(4), "big")
+        assert v3.decode_response(await reader.readexactly(n)).status == pb.EOK
+        started = time.monotonic()
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # no ClientHello: closed by the bookie
+        assert time.monotonic() - started < 5
+        writer.close()
+
+    _serve(tmp_path, {**tls_bookie_conf(pki), "startTLSTimeoutSecs": "1"}, {}, body)
