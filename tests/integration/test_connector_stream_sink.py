@@ -26,7 +26,7 @@ from typing import Iterator
 import pyarrow as pa
 import pytest
 
-from bkspark.audit import OrphanReason
+from bkspark.audit import Auditor, OrphanReason, list_orphans
 from bkspark.client import BookKeeper
 from bkspark.context import read_create_context
 from bkspark.datasource.clients import client_conf, evict_client
@@ -149,6 +149,13 @@ def test_a_dead_runs_batch_is_audited_and_the_restarted_querys_commit_removes_it
     dead = [run_task(writer, 1, "runA", [b"c"]), run_task(writer, 1, "runA", [b"d"])]
     dead_parent = parent_of(bk, dead[0].ledger_id)
     assert parent_of(bk, dead[1].ledger_id) == dead_parent and not exists(bk, dead_parent)
+    # Within the audit's parentGracePeriodSeconds (as for a batch still being written) they are not reported.
+    patient = Auditor(uri, grace_period=3600, parent_grace_period=3600, audit_period=3600)
+    try:
+        patient.audit_once()
+    finally:
+        patient.stop()
+    assert not {(r.scope_id, r.ledger_id) for r in list_orphans(bk.store.zk, bk.store.root)} & {(0, m.ledger_id) for m in dead}
     found = audit(uri, bk)
     assert {pair: found.get(pair) for pair in [(0, m.ledger_id) for m in dead]} == {
         (0, m.ledger_id): {(OrphanReason.BROKEN_PARENT_REF, dead_parent)} for m in dead
