@@ -244,6 +244,34 @@ def test_a_hanging_script_is_killed_after_its_timeout_and_lands_in_the_default_r
     assert set(policy.locations().values()) == {DEFAULT_RACK}
 
 
+def test_a_timed_out_script_is_killed_with_the_children_it_left_running(tmp_path: Path) -> None:
+    """A script that runs a child without ``exec`` (its ``sleep`` keeps the output pipe open): the timeout still
+    bounds the resolution, and the child is killed with the script (its process group), not left running."""
+    marker = f"bkspark-topology-child-{os.getpid()}-{time.monotonic_ns()}"
+    script = write_script(tmp_path, f'bash -c "exec -a {marker} sleep 60"\necho /never\n')
+    mapping = ScriptBasedMapping({"networkTopologyScriptFileName": str(script), "networkTopologyScriptTimeoutSeconds": "0.5"})
+    started = time.monotonic()
+    assert mapping.resolve(["10.0.0.1"]) == [None]
+    assert time.monotonic() - started < 5
+    deadline = time.monotonic() + 5
+    while _processes_named(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _processes_named(marker)
+
+
+def _processes_named(marker: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(pid))
+            except OSError:
+                continue
+    return found
+
+
 def test_the_script_gets_at_most_100_names_a_run_by_default(tmp_path: Path) -> None:
     """docs/placement.md: networkTopologyScriptNumberArgs (default 100) names per script run."""
     calls = tmp_path / "calls.log"
