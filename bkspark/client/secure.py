@@ -7,7 +7,7 @@ As Java's ``PerChannelBookieClient`` / ``AuthHandler.ClientSideHandler`` (docs/s
    configured: an error, never a silent fallback to plain text.
 2. SASL: AUTH messages (v2 opcode 3 on a v2 connection, v3 ``authRequest`` on a v3 one) with plugin
    name ``sasl`` until the DIGEST-MD5 exchange completes.  A bookie without authentication answers
-   ``AuthDisabledPlugin``, which counts as authenticated (as in Java).
+   ``AuthDisabledPlugin``, which counts as authenticated (as in Java), with a WARNING.
 
 The pool publishes a connection only after this returns, so no request is ever sent before it.
 """
@@ -106,7 +106,11 @@ async def _sasl(conn: BookieConnection, security: ClientSecurity) -> None:
             ) from exc
         name, payload = _auth_payload(conn, body)
         if name == v2.AUTH_DISABLED_PLUGIN_NAME:
-            log.info("authentication is not enabled on bookie %s", conn.bookie_id)
+            log.warning(
+                "bookie %s does not authenticate clients (it answered AuthDisabledPlugin): this connection goes on "
+                "without SASL, as Java's client does; the bookie proved no password",
+                conn.bookie_id,
+            )
             return
         if name != PLUGIN_NAME:
             raise AuthenticationError("bookie runs another auth plugin", bookie_id=conn.bookie_id, plugin=name)

@@ -13,6 +13,7 @@ import abc
 import importlib
 import logging
 import os
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -85,6 +86,30 @@ class CachedDNSToSwitchMapping(DNSToSwitchMapping):
         self.raw.reload_cached_mappings()
 
 
+def _run_script(argv: list[str], timeout: float) -> str:
+    """The script's standard output; ``TimeoutExpired`` once ``timeout`` seconds have passed, ``CalledProcessError``
+    when it exits non-zero.
+
+    It runs in a process group of its own, and a timeout kills the whole group: a child the script started (a
+    ``dig`` or a ``sleep`` not run with ``exec``) would otherwise outlive it, left running in the client's process
+    (a Spark executor, a bookie)."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=os.getcwd(), start_new_session=True
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, argv, stdout, stderr)
+    return stdout
+
+
 class _RawScriptMapping(DNSToSwitchMapping):
     """Runs the topology script: host names as arguments, whitespace-separated locations out."""
 
@@ -103,18 +128,11 @@ class _RawScriptMapping(DNSToSwitchMapping):
         for start in range(0, len(names), self.max_args):
             batch = list(names[start : start + self.max_args])
             try:
-                done = subprocess.run(
-                    [self.script, *batch],
-                    capture_output=True,
-                    text=True,
-                    timeout=self.timeout,
-                    check=True,
-                    cwd=os.getcwd(),
-                )
+                stdout = _run_script([self.script, *batch], self.timeout)
             except (OSError, subprocess.SubprocessError) as exc:
                 log.warning("network topology script %s failed: %s", self.script, exc)
                 return [None] * len(names)
-            tokens.extend(done.stdout.split())
+            tokens.extend(stdout.split())
         if len(tokens) != len(names):
             log.error(
                 "network topology script %s returned %d values for %d names", self.script, len(tokens), len(names)

@@ -187,24 +187,30 @@ class RegionAwareEnsemblePlacementPolicy(RackawareEnsemblePlacementPolicy):
         first = self.local_location if self.local_location != self.default_rack else None
         m = self._min_racks(write_quorum_size)
         durability = min_regions if min_regions > 1 else 0
+        # Without durability, write quorums still span regions where a layout allows: first ask that no region
+        # hold a whole write quorum (the durability rule with an ack quorum of Qw and two regions), then not.
+        rules = [(durability, ack_quorum_size)]
+        if not durability and write_quorum_size > 1 and len(region_capacity) > 1:
+            rules.insert(0, (2, write_quorum_size))
 
         def attempt(want: int) -> list[str] | None:
             for quota in (shares, None) if len(region_capacity) > 1 else (None,):
-                layout = self._search(
-                    LayoutProblem(
-                        capacity,
-                        ensemble_size,
-                        write_quorum_size,
-                        want,
-                        ack_quorum=ack_quorum_size,
-                        min_regions=durability,
-                        region_of=self._region_of_rack,
-                        region_quota=quota,
-                        first_rack=first,
+                for regions_rule, ack_rule in rules:
+                    layout = self._search(
+                        LayoutProblem(
+                            capacity,
+                            ensemble_size,
+                            write_quorum_size,
+                            want,
+                            ack_quorum=ack_rule,
+                            min_regions=regions_rule,
+                            region_of=self._region_of_rack,
+                            region_quota=quota,
+                            first_rack=first,
+                        )
                     )
-                )
-                if layout.racks is not None:
-                    return layout.racks
+                    if layout.racks is not None:
+                        return layout.racks
             return None
 
         for want in range(m, 0, -1):

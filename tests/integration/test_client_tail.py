@@ -84,8 +84,11 @@ def test_follow_sees_idle_writers_last_entry_via_explicit_lac_and_stops_at_close
         follower.start()
         for i in range(50):
             lh.append(b"p%d" % i)
-        # The writer is now idle: entry 49 is only confirmed to bookies by the explicit LAC.
+        idle_since = time.monotonic()
+        # The writer is now idle: entry 49 is only confirmed to bookies by the explicit LAC, within its interval
+        # (200 ms; the rest of the bound is the long poll's answer and a slow machine's scheduling).
         assert arrived.wait(10), f"last entry not seen; got {len(seen)}"
+        assert time.monotonic() - idle_since < 2.5
         for i in range(50, 60):
             lh.append_async(b"p%d" % i)
         lh.close()
@@ -109,3 +112,46 @@ def test_follow_async_from_another_loop_until_close(uri: str) -> None:
             return ids
 
         assert asyncio.run(asyncio.wait_for(collect(), 60)) == [2, 3, 4, 5]
+
+
+def test_without_explicit_lac_an_idle_writers_last_entry_waits_for_the_close_seen_within_one_long_poll(uri: str) -> None:
+    """docs/streaming.md, "Tailing reads": without explicitLacInterval the last entry of an idle writer is only
+    visible after the next add or the close, and a close is seen within one long-poll timeout."""
+    long_poll_ms = 1500
+    with BookKeeper(uri) as writer_bk, BookKeeper(uri) as reader_bk:
+        lh = writer_bk.create_ledger(3, 3, 2)
+        for i in range(5):
+            lh.append(b"i%d" % i)
+        seen: list[int] = []
+        done = threading.Event()
+
+        def follow() -> None:
+            for entry in follow_ledger(reader_bk, lh.ledger_id, long_poll_timeout_ms=long_poll_ms):
+                seen.append(entry.entry_id)
+            done.set()
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        deadline = time.monotonic() + 10
+        while seen != [0, 1, 2, 3] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(2 * long_poll_ms / 1000)  # two long polls: entry 4 is not confirmed to anyone yet
+        assert seen == [0, 1, 2, 3]
+        closed_at = time.monotonic()
+        lh.close()
+        assert done.wait(10)
+        assert time.monotonic() - closed_at < long_poll_ms / 1000 + 1.0
+        follower.join(10)
+        assert seen == [0, 1, 2, 3, 4]
+
+
+def test_a_long_poll_on_a_ledger_no_bookie_holds_yet_backs_off_100_ms(uri: str) -> None:
+    """docs/streaming.md, "Tailing reads": when no entry reached the bookies there is nothing to wait on, and
+    the read backs off 100 ms (not the whole timeout, and not a busy loop)."""
+    with BookKeeper(uri) as writer_bk, BookKeeper(uri) as reader_bk:
+        lh = writer_bk.create_ledger(3, 3, 2)
+        rh = reader_bk.open_ledger(lh.ledger_id, recovery=False)
+        started = time.monotonic()
+        assert reader_bk._run(wait_for_lac(rh.aio.reader, -1, 5000)).lac == -1
+        assert 0.09 <= time.monotonic() - started < 2.0
+        lh.close()

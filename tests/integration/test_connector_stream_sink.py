@@ -26,7 +26,7 @@ from typing import Iterator
 import pyarrow as pa
 import pytest
 
-from bkspark.audit import OrphanReason
+from bkspark.audit import Auditor, OrphanReason, list_orphans
 from bkspark.client import BookKeeper
 from bkspark.context import read_create_context
 from bkspark.datasource.clients import client_conf, evict_client
@@ -149,6 +149,13 @@ def test_a_dead_runs_batch_is_audited_and_the_restarted_querys_commit_removes_it
     dead = [run_task(writer, 1, "runA", [b"c"]), run_task(writer, 1, "runA", [b"d"])]
     dead_parent = parent_of(bk, dead[0].ledger_id)
     assert parent_of(bk, dead[1].ledger_id) == dead_parent and not exists(bk, dead_parent)
+    # Within the audit's parentGracePeriodSeconds (as for a batch still being written) they are not reported.
+    patient = Auditor(uri, grace_period=3600, parent_grace_period=3600, audit_period=3600)
+    try:
+        patient.audit_once()
+    finally:
+        patient.stop()
+    assert not {(r.scope_id, r.ledger_id) for r in list_orphans(bk.store.zk, bk.store.root)} & {(0, m.ledger_id) for m in dead}
     found = audit(uri, bk)
     assert {pair: found.get(pair) for pair in [(0, m.ledger_id) for m in dead]} == {
         (0, m.ledger_id): {(OrphanReason.BROKEN_PARENT_REF, dead_parent)} for m in dead
@@ -203,6 +210,25 @@ def test_tasks_racing_to_begin_a_batch_share_the_parent_of_the_record_created_fi
     assert len(looks) == 2 and parent_of(bk, message.ledger_id) == winner_parent
     writer.commit([message], 0)
     assert dataset_payloads(bk, name) == [b"x"] and exists(bk, winner_parent)
+
+
+def test_an_empty_append_batch_publishes_nothing_and_still_removes_what_a_dead_run_left(bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """docs/streaming.md, step 3: a batch with no rows in append mode publishes nothing, and the clean-up of dead
+    runs' jobs runs at every commit, also that one's."""
+    uri = py_cluster.metadata_service_uri
+    name = f"empty-{uuid.uuid4().hex[:8]}"
+    writer = sink_writer(uri, name, str(tmp_path / "cp"))
+    writer.commit([run_task(writer, 0, "runA", [b"a"])], 0)
+    registry = DatasetRegistry(bk.zk, bk.ledgers_root)
+    before = registry.manifest(name)
+    dead = run_task(writer, 1, "runA", [b"lost"])  # run A dies in batch 1 after its task wrote
+    # Run B's batch 1 has no rows (its input replayed nothing for it): nothing new is published ...
+    writer.commit([run_task(writer, 1, "runB", []), run_task(writer, 1, "runB", [])], 1)
+    after = registry.manifest(name)
+    assert before is not None and after is not None and after.ledgers == before.ledgers
+    assert dataset_payloads(bk, name) == [b"a"]
+    # ... and run A's job of batch 1 is aborted all the same.
+    assert not exists(bk, dead.ledger_id) and query_jobs(bk, writer) == []
 
 
 def test_complete_mode_replaces_the_dataset_once_per_batch(bk, py_cluster, tmp_path) -> None:  # noqa: F811
@@ -300,6 +326,20 @@ def test_an_aggregation_in_complete_mode_leaves_exactly_its_last_result(spark, b
     # Update mode: Spark refuses it for every Python data source (no SupportsStreamingUpdateAsAppend).
     with pytest.raises(Exception, match="bookkeeper does not support Update mode"):
         sink.option("checkpointLocation", str(tmp_path / "cp-update")).outputMode("update").start().awaitTermination(60)
+
+    # A checkpoint location from the session alone is refused (docs/streaming.md): Spark does not pass it to a
+    # Python sink, and the sink needs it as the query's identity.
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "session-cp"))
+    try:
+        with pytest.raises(Exception, match="needs a checkpoint location"):
+            refused = counts.writeStream.format("bookkeeper").option("metadataServiceUri", uri) \
+                .option("dataset", name).outputMode("complete").start()
+            try:
+                refused.awaitTermination(60)
+            finally:
+                refused.stop()  # were it not refused, no query is left running
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
 
 
 @pytest.fixture

@@ -174,6 +174,54 @@ def test_max_entries_per_trigger_and_available_now(spark, bk, py_cluster, tmp_pa
     assert_exactly_once_in_order(sink.rows(), {first: [b"a%d" % i for i in range(50)], second: [b"b%d" % i for i in range(50)]})
 
 
+def test_a_ledger_range_is_listed_again_at_every_trigger(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """docs/streaming.md: ``ledgers`` ranges are listed again at every trigger, so a ledger created in the range
+    after the query started is followed too."""
+    uri = py_cluster.metadata_service_uri
+    first = write_bkspark_ledger(bk, [b"r0-%d" % i for i in range(5)])
+    sink = Collector()
+    query = stream(spark, uri, ledgers=f"{first}-{first + 10_000}", longPollTimeoutMs="500") \
+        .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp")).start()
+    try:
+        wait_until(lambda: len(sink.rows()) == 5, 120, "the ledger there at the start")
+        later = write_bkspark_ledger(bk, [b"r1-%d" % i for i in range(5)])
+        assert first < later <= first + 10_000
+        wait_until(lambda: len(sink.rows()) == 10, 60, "the ledger created in the range later")
+    finally:
+        query.stop()
+    assert_exactly_once_in_order(sink.rows(), {first: [b"r0-%d" % i for i in range(5)], later: [b"r1-%d" % i for i in range(5)]})
+
+
+def test_available_now_reads_what_was_confirmed_when_the_query_started(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """docs/streaming.md, Trigger.AvailableNow: the source freezes, when the query starts, what is confirmed in the
+    ledgers it follows then, and reads up to that in batches: entries added and ledgers created while it runs wait
+    for the next run."""
+    uri = py_cluster.metadata_service_uri
+    lh = bk.create_ledger()
+    for i in range(30):
+        lh.append(b"n%d" % i)  # entry 29 is not confirmed yet: the LAC is 28
+    later: list[int] = []
+
+    class GrowWhileRunning(Collector):
+        def __call__(self, df: Any, batch_id: int) -> None:
+            super().__call__(df, batch_id)
+            if batch_id == 0:  # the run is under way: grow the ledger and add one in the range
+                for i in range(30, 40):
+                    lh.append(b"n%d" % i)
+                later.append(write_bkspark_ledger(bk, [b"late"]))
+
+    sink = GrowWhileRunning()
+    query = stream(spark, uri, ledgers=f"{lh.ledger_id}-{lh.ledger_id + 10_000}", maxEntriesPerTrigger="10") \
+        .writeStream.foreachBatch(sink).trigger(availableNow=True).option("checkpointLocation", str(tmp_path / "cp")).start()
+    try:
+        assert query.awaitTermination(120), "AvailableNow did not stop"
+    finally:
+        lh.close()
+    assert later and later[0] <= lh.ledger_id + 10_000
+    assert sink.sizes() == [10, 10, 9]
+    assert_exactly_once_in_order(sink.rows(), {lh.ledger_id: [b"n%d" % i for i in range(29)]})
+
+
 def test_a_stream_of_a_ledger_with_packed_rows_delivers_each_row_once_in_order(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
     """Rows per entry (docs/connector.md): admission control counts entries, every row of an entry comes with it."""
     import numpy as np
@@ -339,16 +387,24 @@ def test_latest_after_a_crash_in_batch_zero_neither_skips_nor_repeats(spark, bk,
 
 
 def test_starting_offsets_json_and_schema(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """startingOffsets names one ledger; ``startEntry`` is where the others start (docs/streaming.md); the schema is
+    the batch source's, without ``custom_metadata`` under includeCustomMetadata=false; and minEntriesPerTrigger
+    never holds a Trigger.AvailableNow query back (here 1000 > the 13 entries there are)."""
     uri = py_cluster.metadata_service_uri
     lid = write_bkspark_ledger(bk, [b"j%d" % i for i in range(20)], custom_metadata={"k": b"v"})
-    df = stream(spark, uri, ledgers=str(lid), startingOffsets='{"%d": 15}' % lid)
-    assert df.isStreaming and df.schema == spark.read.format("bookkeeper").option("metadataServiceUri", uri) \
-        .option("ledgers", str(lid)).load().schema
+    other = write_bkspark_ledger(bk, [b"s%d" % i for i in range(20)])
+    df = stream(spark, uri, ledgers=f"{lid},{other}", startingOffsets='{"%d": 15}' % lid, startEntry="12",
+                minEntriesPerTrigger="1000")
+    batch_schema = spark.read.format("bookkeeper").option("metadataServiceUri", uri).option("ledgers", str(lid)).load().schema
+    assert df.isStreaming and df.schema == batch_schema
+    lean = stream(spark, uri, ledgers=str(lid), includeCustomMetadata="false").schema
+    assert lean.fieldNames() == [f for f in batch_schema.fieldNames() if f != "custom_metadata"]
     sink = Collector()
     query = df.writeStream.foreachBatch(sink).trigger(availableNow=True) \
         .option("checkpointLocation", str(tmp_path / "cp")).start()
     assert query.awaitTermination(120)
-    assert [(e, p) for _, e, p in sink.rows()] == [(i, b"j%d" % i) for i in range(15, 20)]
+    expected = [(lid, i, b"j%d" % i) for i in range(15, 20)] + [(other, i, b"s%d" % i) for i in range(12, 20)]
+    assert sorted(sink.rows()) == sorted(expected)
     with pytest.raises(Exception, match="startingOffsets"):
         stream(spark, uri, ledgers=str(lid), startingOffsets="yesterday").writeStream.foreachBatch(sink) \
             .option("checkpointLocation", str(tmp_path / "cp2")).start().awaitTermination(60)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -92,6 +93,7 @@ def test_random_policy_picks_distinct_writable_unexcluded_bookies(
         ("org.apache.bookkeeper.client.DefaultEnsemblePlacementPolicy", RandomEnsemblePlacementPolicy),
         ("rackaware", RackawareEnsemblePlacementPolicy),
         ("org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy", RackawareEnsemblePlacementPolicy),
+        ("org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicyImpl", RackawareEnsemblePlacementPolicy),
         ("regionaware", RegionAwareEnsemblePlacementPolicy),
         ("org.apache.bookkeeper.client.RegionAwareEnsemblePlacementPolicy", RegionAwareEnsemblePlacementPolicy),
         ("bkspark.placement.rackaware:RackawareEnsemblePlacementPolicy", RackawareEnsemblePlacementPolicy),
@@ -128,3 +130,24 @@ def test_options_arrive_as_strings_from_spark() -> None:
     assert policy.min_racks_per_write_quorum == 3 and policy.enforce_min_racks
     with pytest.raises(InvalidOptionError):
         policy_from_conf({"ensemblePlacementPolicy": "rackaware", "minNumRacksPerWriteQuorum": "many"})
+
+
+def test_keys_take_the_bkc_prefix_and_any_case_when_the_exact_spelling_is_absent(tmp_path: Path) -> None:
+    """docs/placement.md, "Policies": a ``bkc.`` prefix is accepted, and keys match case-insensitively (as Spark
+    lower-cases them) when the exact spelling is absent; the exact spelling wins."""
+    spark_keys = {"ensembleplacementpolicy": "rackaware", "ignorelocalnodeinplacementpolicy": "true"}
+    policy = policy_from_conf({**spark_keys, "bkc.minNumRacksPerWriteQuorum": "3", "ENFORCEMINNUMRACKSPERWRITEQUORUM": "1"})
+    assert isinstance(policy, RackawareEnsemblePlacementPolicy)
+    assert policy.min_racks_per_write_quorum == 3 and policy.enforce_min_racks
+    exact = policy_from_conf(
+        {"ensemblePlacementPolicy": "rackaware", "minNumRacksPerWriteQuorum": 1, "minnumracksperwritequorum": 3,
+         "bkc.minNumRacksPerWriteQuorum": 4, "ignoreLocalNodeInPlacementPolicy": True}
+    )
+    assert exact.min_racks_per_write_quorum == 1  # type: ignore[attr-defined]
+    # The doc's example: bookkeeper.networkTopologyScriptFileName reaches the policy lower-cased.
+    script = tmp_path / "topology.sh"
+    script.write_text('#!/bin/sh\nfor h in "$@"; do echo /rack-x; done\n')
+    script.chmod(0o755)
+    spark_style = policy_from_conf({**spark_keys, "networktopologyscriptfilename": str(script)})
+    spark_style.on_cluster_changed({"10.0.0.1:3181"}, set())
+    assert spark_style.locations() == {"10.0.0.1:3181": "/rack-x"}

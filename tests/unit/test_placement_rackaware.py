@@ -196,3 +196,49 @@ def test_layout_search_is_exact(capacity: dict[str, int], e: int, data: st.DataO
         if quota is not None:
             for g, q in quota.items():
                 assert sum(1 for r in layout.racks if region_of(r) == g) == q
+
+
+def test_a_search_that_hits_its_step_cap_is_logged_and_counts_as_no_layout(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/placement.md, "Write quorums and the rack rule": the search is capped at 50,000 steps; hitting the
+    cap is logged and treated as "no layout" (enforced: NotEnoughBookiesError, not a layout that breaks the rule)."""
+    import functools
+    import inspect
+
+    import bkspark.placement.rackaware as rackaware_module
+    from bkspark.placement import arrange
+
+    assert inspect.signature(arrange.find_layout).parameters["budget"].default == 50_000
+    problem = LayoutProblem({"/r1": 3, "/r2": 3, "/r3": 3}, 6, 3, 3)
+    assert find_layout(problem, random.Random(0)).racks is not None  # a layout exists ...
+    capped = find_layout(problem, random.Random(0), budget=4)  # ... but not within 4 steps
+    assert capped.racks is None and capped.exhausted
+    topo = Topology({f"10.0.{r}.{i}:3181": f"/r{r}" for r in range(1, 4) for i in range(1, 4)})
+    policy = make_policy(topo, enforceMinNumRacksPerWriteQuorum=True, minNumRacksPerWriteQuorum=3)
+    assert len(policy.new_ensemble(6, 3, 2)) == 6
+    monkeypatch.setattr(rackaware_module, "find_layout", functools.partial(arrange.find_layout, budget=4))
+    with caplog.at_level("WARNING", logger=rackaware_module.__name__), pytest.raises(NotEnoughBookiesError):
+        policy.new_ensemble(6, 3, 2)
+    assert "placement search gave up after" in caplog.text
+
+
+def test_replace_bookie_prefers_an_unused_rack_then_the_replaced_bookies_rack_else_the_most_racks() -> None:
+    """docs/placement.md, "Write quorums and the rack rule": among the candidates that keep the rule, a rack the
+    rest of the ensemble does not use first, then (among those) the replaced bookie's rack; if none keeps it (not
+    enforced), the candidate with the most racks in its worst quorum."""
+    locs = {f"10.0.{r}.{i}:3181": f"/r{r}" for r in range(1, 4) for i in range(1, 4)} | {"10.0.4.1:3181": "/r4"}
+    small = ["10.0.1.1:3181", "10.0.2.1:3181", "10.0.3.1:3181"]  # E=3, Qw=2
+    shared = ["10.0.1.1:3181", "10.0.2.1:3181", "10.0.1.2:3181", "10.0.3.1:3181"]  # E=4, Qw=2: r1 twice
+    wide = ["10.0.1.1:3181", "10.0.2.1:3181", "10.0.3.1:3181", "10.0.3.2:3181"]  # E=4, Qw=3
+    no_r1_r4 = {"10.0.1.2:3181", "10.0.1.3:3181", "10.0.4.1:3181"}
+    for seed in range(20):
+        policy = make_policy(Topology(locs), seed=seed)
+        # r1 and r4 are both unused by the rest of `small` and keep the rule: the replaced bookie's rack r1 wins.
+        assert locs[policy.replace_bookie(3, 2, 2, None, small, "10.0.1.1:3181")] == "/r1"
+        # In `shared` the rest of the ensemble uses r1 still: the unused r4 wins over the replaced bookie's rack.
+        assert policy.replace_bookie(4, 2, 2, None, shared, "10.0.1.1:3181") == "10.0.4.1:3181"
+        # Three racks per quorum through position 0 of `wide` without r1 and r4: nobody keeps the rule. An r2
+        # bookie leaves every such quorum on 2 racks, an r3 bookie leaves (r3, r3, r3): the r2 bookie it is.
+        strict = make_policy(Topology(locs), seed=seed, minNumRacksPerWriteQuorum=3)
+        assert locs[strict.replace_bookie(4, 3, 2, None, wide, "10.0.1.1:3181", no_r1_r4)] == "/r2"

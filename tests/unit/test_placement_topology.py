@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -226,3 +227,83 @@ def test_bookies_on_one_host_can_sit_in_different_racks(tmp_path: Path) -> None:
     policy.on_cluster_changed(bookies, set())
     assert policy.locations() == {b: "/rack-" + b.rsplit(":", 1)[1] for b in bookies}
     assert len({policy.location_of(b) for b in policy.new_ensemble(3, 2, 2)}) == 3
+
+
+def test_a_hanging_script_is_killed_after_its_timeout_and_lands_in_the_default_rack(tmp_path: Path) -> None:
+    """docs/placement.md, keys: networkTopologyScriptTimeoutSeconds (default 30) kills a hanging script; a timeout
+    resolves the whole batch to "unknown", i.e. the default rack."""
+    script = write_script(tmp_path, "exec sleep 60\n")
+    assert ScriptBasedMapping({"networkTopologyScriptFileName": str(script)}).raw.timeout == 30  # type: ignore[attr-defined]
+    policy = RackawareEnsemblePlacementPolicy().initialize(
+        {"networkTopologyScriptFileName": str(script), "networkTopologyScriptTimeoutSeconds": "0.5",
+         "ignoreLocalNodeInPlacementPolicy": True}
+    )
+    started = time.monotonic()
+    policy.on_cluster_changed({"10.0.0.1:3181", "10.0.0.2:3181"}, set())
+    assert time.monotonic() - started < 10
+    assert set(policy.locations().values()) == {DEFAULT_RACK}
+
+
+def test_a_timed_out_script_is_killed_with_the_children_it_left_running(tmp_path: Path) -> None:
+    """A script that runs a child without ``exec`` (its ``sleep`` keeps the output pipe open): the timeout still
+    bounds the resolution, and the child is killed with the script (its process group), not left running."""
+    marker = f"bkspark-topology-child-{os.getpid()}-{time.monotonic_ns()}"
+    script = write_script(tmp_path, f'bash -c "exec -a {marker} sleep 60"\necho /never\n')
+    mapping = ScriptBasedMapping({"networkTopologyScriptFileName": str(script), "networkTopologyScriptTimeoutSeconds": "0.5"})
+    started = time.monotonic()
+    assert mapping.resolve(["10.0.0.1"]) == [None]
+    assert time.monotonic() - started < 5
+    deadline = time.monotonic() + 5
+    while _processes_named(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _processes_named(marker)
+
+
+def _processes_named(marker: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(pid))
+            except OSError:
+                continue
+    return found
+
+
+def test_the_script_gets_at_most_100_names_a_run_by_default(tmp_path: Path) -> None:
+    """docs/placement.md: networkTopologyScriptNumberArgs (default 100) names per script run."""
+    calls = tmp_path / "calls.log"
+    script = write_script(tmp_path, f'echo "$#" >> {calls}\nfor h in "$@"; do echo /r; done\n')
+    names = [f"10.0.{i // 200}.{i % 200}" for i in range(250)]
+    assert ScriptBasedMapping({"networkTopologyScriptFileName": str(script)}).resolve(names) == ["/r"] * 250
+    assert calls.read_text().split() == ["100", "100", "50"]
+
+
+def test_script_answers_are_cached_until_on_bookie_rack_change_reloads_them(tmp_path: Path) -> None:
+    """docs/placement.md, "Network locations": answers are cached until on_bookie_rack_change reloads them."""
+    racks = tmp_path / "racks"
+    racks.write_text("/rack-a\n")
+    script = write_script(tmp_path, f'for h in "$@"; do cat {racks}; done\n')
+    policy = RackawareEnsemblePlacementPolicy().initialize(
+        {"networkTopologyScriptFileName": str(script), "ignoreLocalNodeInPlacementPolicy": True}
+    )
+    policy.on_cluster_changed({"10.0.0.1:3181", "10.0.0.2:3181"}, set())
+    racks.write_text("/rack-b\n")
+    policy.on_cluster_changed({"10.0.0.1:3181"}, set())
+    policy.on_cluster_changed({"10.0.0.1:3181", "10.0.0.2:3181"}, set())  # 10.0.0.2 comes back: cached answer
+    assert policy.locations() == {"10.0.0.1:3181": "/rack-a", "10.0.0.2:3181": "/rack-a"}
+    policy.on_bookie_rack_change(["10.0.0.2:3181"])
+    assert policy.locations() == {"10.0.0.1:3181": "/rack-a", "10.0.0.2:3181": "/rack-b"}
+
+
+def test_bp41_names_resolve_through_the_bookie_address_resolver() -> None:
+    """docs/placement.md: the mapping is given the host part of host:port BookieIds; set_bookie_address_resolver
+    resolves BP-41 names (here through a registry-like table) instead."""
+    mapping = StaticMapping(table={"10.0.0.1": "/r1", "10.0.0.2": "/r2", "bookie-a": "/wrong"})
+    policy = RackawareEnsemblePlacementPolicy().initialize({"ignoreLocalNodeInPlacementPolicy": True}, dns_resolver=mapping)
+    registry = {"bookie-a": "10.0.0.1", "bookie-b": "10.0.0.2"}
+    policy.set_bookie_address_resolver(lambda bookie_id: registry[bookie_id])
+    policy.on_cluster_changed({"bookie-a", "bookie-b"}, set())
+    assert policy.locations() == {"bookie-a": "/r1", "bookie-b": "/r2"}

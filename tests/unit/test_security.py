@@ -32,7 +32,7 @@ from bkspark.errors import (
 from bkspark.protocol import v2, v3
 from bkspark.protocol.correlation import read_key
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
-from bkspark.protocol.sasl import DigestMd5Client, DigestMd5Server, parse_directives
+from bkspark.protocol.sasl import PLUGIN_NAME, DigestMd5Client, DigestMd5Server, parse_directives
 from bkspark.security.auth import BookieSecurity, ClientSecurity
 from bkspark.security.jaas import bookie_credentials, client_credentials, parse_jaas
 from bkspark.security.secrets import Secret, read_password_file, secret_from
@@ -51,7 +51,7 @@ from tests.harness.security import (
     tls_client_conf,
     write_jaas,
 )
-from tests.unit.test_bookie_server import with_bookie
+from tests.unit.test_bookie_server import KEY, Conn, make_entry, with_bookie
 
 # -- DIGEST-MD5 ----------------------------------------------------------------------------------------------------
 
@@ -192,6 +192,14 @@ def test_tls_client_keys_win_and_case_does_not_matter(pki: Pki) -> None:
     assert settings is not None and settings.trust_store == str(pki.other_ca)
     ctx = settings.build()
     assert ctx.verify_mode == ssl.CERT_REQUIRED and not ctx.check_hostname
+    # The key store too (docs/security.md: clientKeyStore*, clientTrustStore* win, client only).
+    mutual = {**tls_client_conf(pki, client_auth=True), "tlsKeyStoreType": "JKS", "tlsKeyStore": str(pki.bookie_key),
+              "clientKeyStoreType": "PEM", "clientKeyStore": str(pki.client_key)}
+    client = TlsSettings.from_conf(mutual, server_side=False)
+    assert client is not None and (client.key_store, client.key_store_type) == (str(pki.client_key), "PEM")
+    server_conf = {**tls_bookie_conf(pki), "clientKeyStore": str(pki.client_key), "clientKeyStoreType": "JKS"}
+    bookie = TlsSettings.from_conf(server_conf, server_side=True)
+    assert bookie is not None and (bookie.key_store, bookie.key_store_type) == (str(pki.bookie_key), "PEM")
 
 
 def test_encrypted_key_with_password_file_and_reload(pki: Pki, tmp_path: Path) -> None:
@@ -331,7 +339,8 @@ async def _v2_read(pool: BookiePool) -> Any:
     return error if error is not None else resp.rc
 
 
-def test_tls_and_sasl_handshake_v2_and_v3(tmp_path: Path, pki: Pki) -> None:
+def test_tls_and_sasl_handshake_v2_and_v3(tmp_path: Path, pki: Pki, caplog: pytest.LogCaptureFixture) -> None:
+    """... and the client authenticates after the TLS upgrade: the SASL exchange travels inside TLS (docs/security.md)."""
     jaas = write_jaas(tmp_path / "jaas.conf")
 
     async def body(pool: BookiePool, server: BookieServer) -> None:
@@ -339,8 +348,12 @@ def test_tls_and_sasl_handshake_v2_and_v3(tmp_path: Path, pki: Pki) -> None:
         assert isinstance(await _v2_read(pool), (NoSuchEntryError, NoSuchLedgerError))
         assert all(c.tls for c in pool._conns.values())
 
-    _serve(tmp_path, {**tls_bookie_conf(pki, client_auth=True), **sasl_bookie_conf(jaas)},
-           {**tls_client_conf(pki, client_auth=True), **sasl_client_conf(jaas)}, body)
+    with caplog.at_level(logging.INFO, logger="bookie_server.security"):
+        _serve(tmp_path, {**tls_bookie_conf(pki, client_auth=True), **sasl_bookie_conf(jaas)},
+               {**tls_client_conf(pki, client_auth=True), **sasl_client_conf(jaas)}, body)
+    steps = [("tls" if "TLS handshake" in r.getMessage() else "sasl") for r in caplog.records
+             if "TLS handshake with" in r.getMessage() or "authenticated as" in r.getMessage()]
+    assert steps == ["tls", "sasl", "tls", "sasl"], caplog.text  # per connection (v3, then v2): TLS, then SASL
 
 
 def test_start_tls_refused_by_a_bookie_without_tls(tmp_path: Path, pki: Pki) -> None:
@@ -397,12 +410,25 @@ def test_bookie_refuses_every_request_before_authentication(tmp_path: Path) -> N
         # A client without SASL: its requests reach the bookie unauthenticated.
         assert isinstance(await _read_lac(pool), UnauthorizedAccessError)
         assert isinstance(await _v2_read(pool), UnauthorizedAccessError)
+        c = await Conn.open(server.port)
+        c.send(v2.encode_add_request(0, KEY, make_entry(42, 0, b"before auth")))  # a v2 add: EUA too
+        assert v2.decode_response(await c.body()).rc == v2.EUA
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         writer.write(v2.encode_batch_read_request(7, 0, 1, 10, 1024))  # any other v2 request: closed
         assert await asyncio.wait_for(reader.read(), 10) == b""
         writer.close()
 
     _serve(tmp_path, sasl_bookie_conf(jaas), {}, body)
+
+
+def test_http_admin_endpoint_defaults() -> None:
+    """docs/security.md, "The bookie's HTTP admin endpoint": off by default (as BookKeeper), port 8000 (not
+    BookKeeper's 8080: the endpoint serves /metrics too), bound to 0.0.0.0 (httpAdminWriteEnabled's default, true, is
+    tests/unit/test_bookie_app.py::test_http_admin_and_readonly_switch)."""
+    from bookie_server.config import BookieConfig
+
+    conf = BookieConfig.from_mapping({})
+    assert (conf.httpServerEnabled, conf.httpServerPort, conf.httpServerHost) == (False, 8000, "0.0.0.0")
 
 
 def test_http_admin_state_changing_routes_can_be_disabled(tmp_path: Path) -> None:
@@ -488,3 +514,199 @@ def test_client_role_system_reads_the_auditor_section(tmp_path: Path) -> None:
     assert ClientSasl.from_conf({**base, "clientRole": "system"}).username == "bookkeeper-auditor"  # type: ignore[union-attr]
     custom = {**base, "saslJaasClientSectionName": "Custom"}
     assert ClientSasl.from_conf(custom).username == "bookkeeper-custom"  # type: ignore[union-attr]
+
+
+def test_an_authenticated_connection_gets_auth_disabled_plugin_for_further_auth(tmp_path: Path) -> None:
+    """docs/security.md, SASL: after authentication, AUTH requests are answered with the AuthDisabledPlugin
+    message, as Java does."""
+    jaas = write_jaas(tmp_path / "jaas.conf")
+
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        c = await Conn.open(server.port)
+        mech = DigestMd5Client(SASL_USER, Secret(SASL_PASSWORD))
+        token: bytes | None = mech.initial()
+        txn = 0
+        while token is not None:
+            txn += 1
+            c.send(v3.encode_request(v3.auth_request(txn, PLUGIN_NAME, token)))
+            answer = v3.decode_response(await c.body())
+            assert answer.status == pb.EOK and answer.authResponse.authPluginName == PLUGIN_NAME
+            token = mech.evaluate(bytes(answer.authResponse.payload))
+        assert mech.complete
+        c.send(v3.encode_request(v3.auth_request(txn + 1, PLUGIN_NAME, b"")))
+        again = v3.decode_response(await c.body())
+        assert (again.status, again.authResponse.authPluginName) == (pb.EOK, "AuthDisabledPlugin")
+        c.send(v3.encode_request(v3.read_lac_request(txn + 2, 42)))  # and the connection stays authenticated
+        assert v3.decode_response(await c.body()).status in (pb.ENOLEDGER, pb.ENOENTRY)
+
+    _serve(tmp_path, sasl_bookie_conf(jaas), {}, body)
+
+
+def test_allowed_ids_match_the_whole_user_name_and_the_authorization_id_must_be_the_users() -> None:
+    """docs/security.md, SASL: saslJaasClientAllowedIds must match the whole name; an authorization id, if sent,
+    must be the user's own name."""
+    from bkspark.protocol.sasl import _response_value
+
+    def exchange(allowed: str, authzid: bytes | None = None) -> None:
+        """One exchange as a client sending ``authzid`` would (pure-sasl's client never sends one)."""
+        server = DigestMd5Server({SASL_USER: Secret("pw")}, allowed)
+        nonce = parse_directives(server.evaluate(b""))["nonce"]
+        user, uri, cnonce = SASL_USER.encode(), b"bookkeeper/bookkeeper", b"c0ffee"
+        value = _response_value(user, b"bookkeeper", b"pw", nonce, cnonce, b"00000001", b"auth", uri, authzid,
+                                b"AUTHENTICATE")
+        response = (b'username="%s",realm="bookkeeper",nonce="%s",cnonce="%s",nc=00000001,qop=auth,'
+                    b'digest-uri="%s",response=%s' % (user, nonce, cnonce, uri, value))
+        server.evaluate(response + (b',authzid="%s"' % authzid if authzid else b""))
+
+    exchange(".*bookkeeper.*")
+    exchange(SASL_USER, authzid=SASL_USER.encode())
+    assert "bookkeeper" in SASL_USER and SASL_USER != "bookkeeper"
+    with pytest.raises(AuthenticationError, match="not allowed by saslJaasClientAllowedIds"):
+        exchange("bookkeeper")  # a prefix of the name, not the whole name
+    with pytest.raises(AuthenticationError, match="authorization id differs"):
+        exchange(".*", authzid=b"bookkeeper-admin")
+
+
+@pytest.mark.parametrize("name", ["sslPass", "keyPasword", "dbPwd", "clientSecret", "authToken", "awsCredentials"])
+def test_an_unknown_option_that_looks_like_a_secret_is_reported_masked(name: str) -> None:
+    """docs/security.md, Secrets: an unknown connector option whose name holds pass, pasw, pwd, secret, token or
+    credential is reported with its value masked."""
+    base = {"metadataServiceUri": "zk://127.0.0.1:2181/l", "ledgers": "1"}
+    with pytest.raises(InvalidOptionError) as info:
+        parse_read_options({**base, name: "hunter2-value"})
+    assert name.lower() in str(info.value).lower() and "hunter2-value" not in str(info.value)
+    with pytest.raises(InvalidOptionError) as plain:
+        parse_read_options({**base, "colour": "hunter2-value"})
+    assert "hunter2-value" in str(plain.value)  # other unknown options are shown as they are
+
+
+def test_tls_defaults_jks_stores_tls_1_2_and_a_10_second_start_tls_bound(tmp_path: Path, pki: Pki) -> None:
+    """docs/security.md, TLS keys: store types default to JKS (as Java); tlsEnabledProtocols defaults to TLS 1.2
+    and newer; startTLSTimeoutSecs (default 10) bounds the START_TLS answer: a bookie that never answers is a
+    TlsHandshakeError."""
+    untyped = {k: v for k, v in tls_client_conf(pki).items() if k != "tlsTrustStoreType"}
+    settings = TlsSettings.from_conf(untyped, server_side=False)
+    assert settings is not None and settings.trust_store_type == "JKS"
+    ctx = TlsSettings.from_conf(tls_client_conf(pki), server_side=False).build()  # type: ignore[union-attr]
+    assert ctx.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert ctx.maximum_version in (ssl.TLSVersion.MAXIMUM_SUPPORTED, ssl.TLSVersion.TLSv1_3)
+    assert ClientSecurity.from_conf(tls_client_conf(pki)).start_tls_timeout == 10
+
+    async def main() -> None:
+        silent = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)  # accepts, never answers
+        port = silent.sockets[0].getsockname()[1]
+        pool = BookiePool(_Resolver(port), max_frame_size=5 << 20, connect_timeout=5,
+                          security=ClientSecurity.from_conf({**tls_client_conf(pki), "startTLSTimeoutSecs": "1"}))
+        started = time.monotonic()
+        try:
+            with pytest.raises(TlsHandshakeError, match="timed out"):
+                await asyncio.wait_for(pool.get("b", V3), 8)  # unbounded, the test fails on this bound
+            assert time.monotonic() - started < 5
+        finally:
+            await pool.close()
+            silent.close()
+            await silent.wait_closed()
+
+    asyncio.run(main())
+
+
+def test_jaas_file_from_the_environment_and_zookeepers_section_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/security.md: the JAAS file comes from the key java.security.auth.login.config or $BKSPARK_JAAS_CONFIG;
+    ZooKeeper's section is `Client` unless zookeeper.sasl.clientconfig names another."""
+    from bkspark.security.auth import ClientSasl
+
+    jaas = tmp_path / "jaas.conf"
+    jaas.write_text(
+        'BookKeeper { m.M required username="bookkeeper-env" password="a"; };\n'
+        'Client { m.M required username="zk-default" password="b"; };\n'
+        'ZkOther { m.M required username="zk-other" password="c"; };\n'
+    )
+    factory = {"clientAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLClientProviderFactory"}
+    monkeypatch.setenv("BKSPARK_JAAS_CONFIG", str(jaas))
+    assert ClientSasl.from_conf(factory).username == "bookkeeper-env"  # type: ignore[union-attr]
+    assert ZkSecurity.from_conf({}).sasl_user == "zk-default"
+    assert ZkSecurity.from_conf({"zookeeper.sasl.clientconfig": "ZkOther"}).sasl_user == "zk-other"
+    other = write_jaas(tmp_path / "other.conf", user="bookkeeper-key")
+    assert ClientSasl.from_conf({**factory, "java.security.auth.login.config": str(other)}).username == "bookkeeper-key"  # type: ignore[union-attr]
+
+
+def test_ledger_metadata_repr_never_shows_the_password() -> None:
+    """docs/security.md, Secrets: passwords never appear in the repr of LedgerMetadata."""
+    from bkspark.protocol.ledger_metadata import DigestType, LedgerMetadata
+
+    md = LedgerMetadata(ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, digest_type=DigestType.CRC32C,
+                        password=b"hunter2-ledger", ensembles={0: ("10.0.0.1:3181",)})
+    assert "hunter2" not in repr(md) and "hunter2" not in str(md) and "10.0.0.1:3181" in repr(md)
+
+
+def test_a_bookie_logs_a_failed_handshake_with_a_hint_and_keeps_serving(
+    tmp_path: Path, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/security.md, TLS failures: a client presenting no certificate under tlsClientAuthentication=true is
+    logged by the bookie with its reason and a hint, and sees its connection lost (on its first request under
+    TLS 1.3); after that and after a client that refused the bookie's certificate, the bookie keeps serving."""
+
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        wrong_ca = BookiePool(_Resolver(server.port), max_frame_size=5 << 20, connect_timeout=5,
+                              security=ClientSecurity.from_conf(tls_client_conf(pki, ca=pki.other_ca)))
+        try:
+            with pytest.raises(TlsHandshakeError, match="not signed by a CA in tlsTrustStore"):
+                await wrong_ca.get("b", V3)
+        finally:
+            await wrong_ca.close()
+        outcome: Any
+        try:
+            outcome = await asyncio.wait_for(_read_lac(pool), 10)  # pool: TLS, but no client certificate
+        except (SecurityError, ConnectionError) as exc:
+            outcome = exc
+        assert isinstance(outcome, BaseException) and not isinstance(outcome, (NoSuchEntryError, NoSuchLedgerError)), outcome
+        deadline = time.monotonic() + 5
+        while "presented no certificate" not in caplog.text and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        good = BookiePool(_Resolver(server.port), max_frame_size=5 << 20, connect_timeout=5,
+                          security=ClientSecurity.from_conf(tls_client_conf(pki, client_auth=True)))
+        try:
+            assert isinstance(await _read_lac(good), (NoSuchEntryError, NoSuchLedgerError))  # still serving
+        finally:
+            await good.close()
+
+    with caplog.at_level(logging.WARNING):
+        _serve(tmp_path, tls_bookie_conf(pki, client_auth=True), tls_client_conf(pki), body)
+    # (A bkspark client that refuses the certificate closes without a TLS alert: the bookie logs the reset; the
+    # hint for a Java client's UNKNOWN_CA alert is checked in tests/integration/test_security_java.py.)
+    assert "(tlsClientAuthentication=true: the client presented no certificate)" in caplog.text
+
+
+@pytest.mark.parametrize("version", [V2, V3])
+def test_a_sasl_client_of_a_bookie_without_authentication_goes_on_with_a_warning(
+    tmp_path: Path, version: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/security.md, SASL: a bookie without authentication answers AUTH with AuthDisabledPlugin; the client
+    goes on without SASL, as Java's does, and logs a WARNING (nothing falls back silently)."""
+    jaas = write_jaas(tmp_path / "jaas.conf")
+
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        answer = await (_read_lac(pool) if version == V3 else _v2_read(pool))
+        assert isinstance(answer, (NoSuchEntryError, NoSuchLedgerError))  # served
+
+    with caplog.at_level(logging.WARNING, logger="bkspark.client.secure"):
+        _serve(tmp_path, {}, sasl_client_conf(jaas), body)
+    assert "does not authenticate clients (it answered AuthDisabledPlugin)" in caplog.text
+
+
+def test_a_bookie_bounds_the_tls_handshake_with_start_tls_timeout(tmp_path: Path, pki: Pki) -> None:
+    """docs/security.md, startTLSTimeoutSecs: on a bookie, the bound on the handshake: a client that asks for
+    START_TLS and then never shakes hands is dropped."""
+
+    async def body(pool: BookiePool, server: BookieServer) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(v3.encode_request(v3.start_tls_request(1)))
+        await writer.drain()
+        n = int.from_bytes(await reader.readexactly(4), "big")
+        assert v3.decode_response(await reader.readexactly(n)).status == pb.EOK
+        started = time.monotonic()
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # no ClientHello: closed by the bookie
+        assert time.monotonic() - started < 5
+        writer.close()
+
+    _serve(tmp_path, {**tls_bookie_conf(pki), "startTLSTimeoutSecs": "1"}, {}, body)

@@ -76,3 +76,44 @@ def test_stream_options() -> None:
         parse_stream_read_options({"metadataServiceUri": URI, "ledgers": "7", "maxEntriesPerTrigger": "0"})
     with pytest.raises(InvalidOptionError, match="maxTriggerDelay"):
         parse_stream_read_options({"metadataServiceUri": URI, "ledgers": "7", "maxTriggerDelay": "soon"})
+
+
+def test_stream_option_defaults() -> None:
+    """docs/streaming.md, the options table: startingOffsets earliest, no trigger limits, maxTriggerDelay 15m,
+    longPollTimeoutMs 2000, failOnDataLoss true."""
+    batch, stream = parse_stream_read_options({"metadataServiceUri": URI, "ledgers": "7"})
+    assert stream.starting_offsets == parse_starting_offsets("earliest", 0) == {"ledgers": {}}
+    assert (stream.max_entries_per_trigger, stream.max_bytes_per_trigger, stream.min_entries_per_trigger) == (None,) * 3
+    assert stream.max_trigger_delay_ms == 15 * 60 * 1000 and stream.long_poll_timeout_ms == 2000
+    assert batch.fail_on_data_loss is True
+    _, stream = parse_stream_read_options({"metadataServiceUri": URI, "ledgers": "7", "longPollTimeoutMs": "750",
+                                           "maxTriggerDelay": "500ms"})
+    assert (stream.long_poll_timeout_ms, stream.max_trigger_delay_ms) == (750, 500)
+
+
+@pytest.mark.parametrize(
+    ("options", "limit", "admission"),
+    [
+        ({"maxEntriesPerTrigger": "30", "maxBytesPerTrigger": "4000", "minEntriesPerTrigger": "5"}, ("ReadMaxRows", 30), (30, 4000)),
+        ({"maxBytesPerTrigger": "4000", "minEntriesPerTrigger": "5"}, ("ReadMaxBytes", 4000), (None, 4000)),
+        ({"minEntriesPerTrigger": "5"}, ("ReadMinRows", 5), (None, None)),
+        ({}, ("ReadAllAvailable", None), (None, None)),
+    ],
+)
+def test_spark_gets_one_read_limit_and_the_source_applies_the_others(
+    options: dict[str, str], limit: tuple[str, int | None], admission: tuple[int | None, int | None]
+) -> None:
+    """docs/streaming.md, "Admission control": Spark is passed one read limit (ReadMaxRows, ReadMaxBytes or
+    ReadMinRows, in that order of preference among the options set); the source applies the other options itself,
+    and ignores them all when Spark asks for everything (ReadAllAvailable)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from bkspark.datasource.stream_reader import BookKeeperStreamReader
+
+    reader = BookKeeperStreamReader(*parse_stream_read_options({"metadataServiceUri": URI, "ledgers": "7", **options}))
+    default = reader.getDefaultReadLimit()
+    assert type(default).__name__ == limit[0]
+    assert getattr(default, "max_rows", getattr(default, "max_bytes", getattr(default, "min_rows", None))) == limit[1]
+    got = reader._admission(default)
+    assert (got.max_rows, got.max_bytes) == admission
+    assert reader._admission(ReadAllAvailable()) == Admission()  # Trigger.AvailableNow / Once: everything

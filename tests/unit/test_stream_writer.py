@@ -15,3 +15,17 @@ def test_batch_job_ids_round_trip_and_other_queries_jobs_are_not_ours() -> None:
     assert parse_batch_job_id(writer, f"{writer}x-1-{run}") is None  # a writer whose name merely starts like ours
     assert parse_batch_job_id(writer, f"{writer}-1") is None and parse_batch_job_id(writer, f"{writer}-a-{run}") is None
     assert parse_batch_job_id(writer, "0123456789abcdef") is None  # a batch write job (a UUID)
+
+
+def test_the_sink_needs_a_checkpoint_location() -> None:
+    """docs/streaming.md, writeStream: the sink needs a checkpoint location (the query's identity)."""
+    import pytest
+
+    from bkspark.datasource.stream_writer import parse_stream_write_options
+    from bkspark.errors import InvalidOptionError
+
+    base = {"metadataServiceUri": "zk+hierarchical://127.0.0.1:2181/ledgers", "dataset": "copy"}
+    with pytest.raises(InvalidOptionError, match="needs a checkpoint location"):
+        parse_stream_write_options(base)
+    options, checkpoint = parse_stream_write_options({**base, "checkpointLocation": "/cp/copy", "queryName": "q"})
+    assert checkpoint == "/cp/copy" and options.dataset == "copy"

@@ -163,3 +163,24 @@ def test_without_the_extra_an_error_names_it(pki: Pki, monkeypatch: pytest.Monke
         TlsSettings.from_conf(conf, server_side=False)
     # A store type only a side that does not read the store names is no error (Java ignores it too).
     assert TlsSettings.from_conf({**tls_client_conf(pki), "tlsKeyStoreType": store_type}, server_side=False) is not None
+
+
+def test_a_jks_key_whose_password_differs_from_the_stores_is_refused(tmp_path: Path, pki: Pki) -> None:
+    """docs/security.md, JKS and PKCS12 stores: a JKS key whose own password differs from the store's is refused
+    (Java's TLSContextFactory uses one password for both)."""
+    import subprocess
+
+    java_stores = make_java_stores(pki, tmp_path / "jks", "JKS")  # (PKCS12: keytool gives a key the store's password)
+    store = tmp_path / "two-passwords.jks"
+    subprocess.run(
+        ["keytool", "-importkeystore", "-noprompt", "-srckeystore", str(java_stores.bookie_keystore), "-srcstoretype",
+         "JKS", "-srcstorepass", STORE_PASSWORD, "-destkeystore", str(store), "-deststoretype", "JKS",
+         "-deststorepass", STORE_PASSWORD, "-destkeypass", "another-key-password"],
+        check=True, capture_output=True, timeout=120,
+    )
+    conf = {**java_store_bookie_conf(java_stores), "tlsKeyStore": str(store)}
+    settings = TlsSettings.from_conf(conf, server_side=True)
+    assert settings is not None
+    with pytest.raises(SecurityError, match="not readable with the store password") as info:
+        settings.build()
+    assert "another-key-password" not in str(info.value) and STORE_PASSWORD not in str(info.value)
