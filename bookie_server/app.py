@@ -42,7 +42,7 @@ from bookie_server.registration import Registration, check_local_cookies, dir_is
 from bookie_server.security import BookieSecurity
 from bookie_server.server import BookieServer
 
-__all__ = ["BookieApp", "run", "STOPPED_WITHOUT_CHECKPOINT"]
+__all__ = ["BookieApp", "EXIT_READ_ONLY_MODE_DISABLED", "run", "STOPPED_WITHOUT_CHECKPOINT"]
 
 log = logging.getLogger("bookie_server.app")
 
@@ -64,6 +64,9 @@ class BookieApp:
         self.gc: GarbageCollector | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        #: Set by SIGTERM/SIGINT (``run``) or by the bookie itself (:meth:`_must_stop`); ``exit_status`` says why.
+        self.stop_requested = asyncio.Event()
+        self.exit_status = 0
         self.stopped = asyncio.Event()
         self._sock: socket.socket | None = None
 
@@ -97,7 +100,10 @@ class BookieApp:
             self._routes(self.http)
             await self.http.start()
             http_port = self.http.port
+        self.bookie.on_must_stop = self._must_stop
         self.bookie.check_disks()
+        if self.stop_requested.is_set():  # Java's bookie does not start on full disks with read-only mode disabled
+            raise BookieIOError("disk usage over diskUsageThreshold and readOnlyModeEnabled=false: not starting")
         self.metrics.readonly.set(0 if self.bookie.readonly else 1)
         self.bookie.on_state_change = self._state_changed
         self.bookie.on_checkpoint = self.metrics.observe_checkpoint
@@ -130,6 +136,11 @@ class BookieApp:
                 raise CookieMismatchError(f"directory {directory} holds data but no cookie; refusing to start")
         for directory in missing:
             write_dir_cookie(directory, master)
+
+    def _must_stop(self, reason: str) -> None:
+        """The bookie cannot go on (``Bookie.on_must_stop``): stop as a signal would, with Java's exit status."""
+        self.exit_status = EXIT_READ_ONLY_MODE_DISABLED
+        self.stop_requested.set()
 
     def _state_changed(self, readonly: bool) -> None:
         self.metrics.readonly.set(0 if readonly else 1)
@@ -183,6 +194,11 @@ class BookieApp:
                 wanted = None
             if not isinstance(wanted, bool):
                 return 400, "text/plain", b'expected {"readOnly": true|false}\n'
+            # Apache BookKeeper's two refusals (BookieStateReadOnlyService), in its words.
+            if wanted and not self.bookie.readonly and not self.conf.readOnlyModeEnabled:
+                return 400, "text/plain", b"Bookie is disabled ReadOnly mode, cannot transit to readOnly mode\n"
+            if not wanted and self.bookie.readonly and self.conf.forceReadOnlyBookie:
+                return 400, "text/plain", b"Bookie is in forceReadOnly mode, cannot transit to writable mode\n"
             self.bookie.set_readonly(wanted)
             return json_body({"readOnly": self.bookie.readonly})
 
@@ -272,13 +288,18 @@ def tune_gc() -> None:
 #: keeps what the checkpoint did not store, and the next start replays it.
 STOPPED_WITHOUT_CHECKPOINT = "stopped without the final checkpoint; the next start replays the journal"
 
+#: The exit status of a bookie that stopped because a fault would have turned it read-only while
+#: ``readOnlyModeEnabled`` is false: Apache BookKeeper's ``ExitCode.BOOKIE_EXCEPTION``.
+EXIT_READ_ONLY_MODE_DISABLED = 5
+
 
 async def run(conf: BookieConfig) -> int:
-    """Run a bookie until SIGTERM/SIGINT; the process exit status (1: :data:`STOPPED_WITHOUT_CHECKPOINT`).  A start
-    that fails raises, after cleaning up."""
+    """Run a bookie until SIGTERM/SIGINT, or until it must stop itself; the process exit status (1:
+    :data:`STOPPED_WITHOUT_CHECKPOINT`; :data:`EXIT_READ_ONLY_MODE_DISABLED` when a fault would have turned it
+    read-only with ``readOnlyModeEnabled=false``).  A start that fails raises, after cleaning up."""
     app = BookieApp(conf)
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
+    stop = app.stop_requested
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
@@ -288,10 +309,10 @@ async def run(conf: BookieConfig) -> int:
         raise  # the caller (bookie_server.__main__) reports it as one line
     tune_gc()
     await stop.wait()
-    log.info("signal received: shutting down")
+    log.info("shutting down" if app.exit_status else "signal received: shutting down")
     try:
         await app.stop()
     except BookieIOError as exc:  # not a start that failed: the caller's "cannot start" line would mislead
         log.error("%s: %s", STOPPED_WITHOUT_CHECKPOINT, one_line(exc))
-        return 1
-    return 0
+        return app.exit_status or 1
+    return app.exit_status

@@ -133,6 +133,11 @@ class Bookie:
         self._checkpoint_failures = 0
         self._checkpoint_failure_logged = 0.0
         self.on_state_change: Callable[[bool], None] | None = None
+        #: Called once on the loop, with the reason, when the bookie must stop: a fault (a full disk, a failed journal
+        #: or checkpoint) would turn it read-only while ``readOnlyModeEnabled`` is false, where Java's bookie shuts
+        #: down (docs/bookie.md, configuration: "read-only switches").
+        self.on_must_stop: Callable[[str], None] | None = None
+        self._must_stop = False
         #: Called on the loop after every checkpoint with its latency in milliseconds and whether it succeeded (the
         #: app's ``bookie_flush`` metric).
         self.on_checkpoint: Callable[[float, bool], None] | None = None
@@ -374,7 +379,7 @@ class Bookie:
             return
         used = 1.0 - free / total
         before = self.readonly
-        if not self._disk_readonly and used >= self.conf.diskUsageThreshold and self.conf.readOnlyModeEnabled:
+        if not self._disk_readonly and used >= self.conf.diskUsageThreshold:
             log.warning("disk usage %.3f over threshold %.3f: going read-only", used, self.conf.diskUsageThreshold)
             self._disk_readonly = True
         elif self._disk_readonly and used < self.conf.diskUsageLwmThreshold:
@@ -383,7 +388,25 @@ class Bookie:
         self._notify_state(before)
 
     def _notify_state(self, before: bool) -> None:
-        if before != self.readonly and self.on_state_change is not None:
+        """Tell the app the bookie turned read-only or writable (its registration follows); or, when a fault turned
+        it read-only while ``readOnlyModeEnabled`` is false, that it must stop: Java's bookie shuts down then
+        ("ReadOnly mode is not enabled ... Shutting down bookie", exit status 5), its registration left as it is
+        until the stop removes it.  Meanwhile adds get EREADONLY."""
+        if before == self.readonly:
+            return
+        faulted = self._disk_readonly or self._journal_failed or self._checkpoint_failed
+        if self.readonly and faulted and not self.conf.readOnlyModeEnabled:
+            if not self._must_stop:
+                self._must_stop = True
+                reason = "disk usage over diskUsageThreshold" if self._disk_readonly else (
+                    "the journal failed" if self._journal_failed else "a checkpoint failed"
+                )
+                log.error("%s, and read-only mode is not enabled (readOnlyModeEnabled=false): shutting down the bookie",
+                          reason)
+                if self.on_must_stop is not None:
+                    self.on_must_stop(reason)
+            return
+        if self.on_state_change is not None:
             self.on_state_change(self.readonly)
 
     # -- helpers ------------------------------------------------------------------------

@@ -153,6 +153,9 @@ class BookieConfig:
                 serverWriteBufferLowWaterMark=self.serverWriteBufferLowWaterMark,
                 serverWriteBufferHighWaterMark=self.serverWriteBufferHighWaterMark,
             )
+        if self.forceReadOnlyBookie and not self.readOnlyModeEnabled:
+            # Java's bookie starts, turns read-only and shuts down at once (readOnlyModeEnabled=false): say so here.
+            raise InvalidOptionError("forceReadOnlyBookie=true needs readOnlyModeEnabled=true")
         if not 0 < self.diskUsageLwmThreshold <= self.diskUsageThreshold <= 1:
             raise InvalidOptionError(
                 "need 0 < diskUsageLwmThreshold <= diskUsageThreshold <= 1",

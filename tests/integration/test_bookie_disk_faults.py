@@ -238,3 +238,30 @@ def test_a_journal_roll_over_the_disk_refuses_halfway_leaves_a_journal_the_resta
         with RawBookieConnection(bookie.port) as conn:
             assert_served(conn, acked)
             assert add(conn, 1, len(acked)) == v2.EOK
+
+
+def test_with_read_only_mode_disabled_a_failed_journal_stops_the_bookie_with_status_5(  # type: ignore[no-untyped-def]
+    zk_root, tmp_path: Path
+) -> None:
+    """``readOnlyModeEnabled=false``: the journal's write fails, and where the bookie would turn read-only it stops
+    instead, as Java's does (exit status 5, ``ExitCode.BOOKIE_EXCEPTION``): its registration is removed, not moved to
+    ``available/readonly``, the log says why, and the restart serves every acknowledged add."""
+    conf = {**NO_PERIODIC_CHECKPOINT, "readOnlyModeEnabled": "false"}
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides=conf)
+    with cluster:
+        bookie = cluster.bookies[0]
+        assert bookie.process is not None
+        with RawBookieConnection(bookie.port) as conn:
+            acked = add_300(conn, 1)
+            journal = max((bookie.dir / "journal" / "current").glob("*.txn"), key=lambda p: p.stat().st_size)
+            # The journal's next record (about 1 KiB) goes past the limit; the log, far smaller, has room to say why.
+            bookie.limit_file_size(journal.stat().st_size + 100)
+            assert add(conn, 1, 300) == v2.EIO
+        assert bookie.process.wait_exit(30) == 5
+        said = bookie.log_tail(100)
+        assert "read-only mode is not enabled (readOnlyModeEnabled=false): shutting down the bookie" in said
+        assert cluster.registered() == [] and cluster.registered(readonly=True) == []
+        cluster.start(0, timeout=90)
+        with RawBookieConnection(bookie.port) as conn:
+            assert_served(conn, acked)
+            assert add(conn, 1, 300) == v2.EOK

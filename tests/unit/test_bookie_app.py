@@ -123,8 +123,7 @@ def test_disk_threshold_enters_and_leaves_readonly(tmp_path: Path) -> None:
 def test_a_full_disk_refuses_recovery_adds_too_and_an_admin_switch_does_not(tmp_path: Path) -> None:
     """docs/bookie.md, "Protocol coverage": high-priority (recovery) adds are still taken when the bookie is read-only
     by its admin, not when the disk is full, and ``availableForHighPriorityWrites`` says which (Java's
-    ``BookieStateManager``).  With ``readOnlyModeEnabled=false`` the threshold turns nothing read-only (the
-    configuration table's "read-only switches")."""
+    ``BookieStateManager``)."""
     from bkspark.protocol import v3
     from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
     from tests.unit.test_bookie_server import KEY, Conn, make_entry
@@ -160,20 +159,61 @@ def test_a_full_disk_refuses_recovery_adds_too_and_an_admin_switch_does_not(tmp_
         finally:
             await app.stop()
 
+    asyncio.run(body())
+
+
+def test_with_read_only_mode_disabled_a_fault_stops_the_bookie_as_javas_does(tmp_path: Path) -> None:
+    """docs/bookie.md, configuration table, "read-only switches": with ``readOnlyModeEnabled=false`` a full disk
+    does not turn the bookie read-only and leave it serving: it asks to stop with Apache BookKeeper's exit status
+    (``ExitCode.BOOKIE_EXCEPTION``, 5), adds get EREADONLY meanwhile, and its state stays "writable" for the
+    registration (it is removed by the stop, not moved). Full at the start, it does not start. The admin's switch
+    cannot turn it read-only (HTTP 400, Java's words), nor a forced read-only bookie writable;
+    ``forceReadOnlyBookie=true`` with ``readOnlyModeEnabled=false`` is refused as a configuration."""
+    from bkspark.errors import BookieIOError, InvalidOptionError
+    from bkspark.protocol import v3
+    from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
+    from bookie_server.app import EXIT_READ_ONLY_MODE_DISABLED
+    from tests.unit.test_bookie_server import KEY, Conn, make_entry
+
+    async def body() -> None:
         app = BookieApp(conf_for(tmp_path / "b", diskUsageThreshold=0.9, readOnlyModeEnabled="false"))
         await app.start()
+        changes: list[bool] = []
         try:
-            assert app.server is not None
+            assert app.server is not None and app.http is not None
+            status, payload = await http(app.http.port, "PUT", "/api/v1/bookie/state/readonly", b'{"readOnly": true}')
+            assert (status, payload) == (400, b"Bookie is disabled ReadOnly mode, cannot transit to readOnly mode\n")
+            assert not app.bookie.readonly and not app.stop_requested.is_set()
+            app.bookie.on_state_change = changes.append
             app.bookie.storage.disk_usage = lambda: (1000, 10)  # type: ignore[method-assign]  # 99 % used
             app.bookie.check_disks()
-            assert not app.bookie.readonly
+            assert app.stop_requested.is_set() and app.exit_status == EXIT_READ_ONLY_MODE_DISABLED == 5
+            assert changes == []  # no move to available/readonly: the stop unregisters
             c = await Conn.open(app.server.port)
-            assert v3.response_status(await c.v3(v3.add_request(1, 1, 0, KEY, make_entry(1, 0, b"p")))) == pb.EOK
+            assert v3.response_status(await c.v3(v3.add_request(1, 1, 0, KEY, make_entry(1, 0, b"p")))) == pb.EREADONLY
             c.close()
         finally:
             await app.stop()
 
+        full = BookieApp(conf_for(tmp_path / "c", diskUsageThreshold=0.9, readOnlyModeEnabled="false"))
+        full.bookie.storage.disk_usage = lambda: (1000, 10)  # type: ignore[method-assign]
+        with pytest.raises(BookieIOError, match="readOnlyModeEnabled=false: not starting"):
+            await full.start()
+        await full.stop()
+
+        forced = BookieApp(conf_for(tmp_path / "d", forceReadOnlyBookie="true"))
+        await forced.start()
+        try:
+            assert forced.http is not None and forced.bookie.readonly
+            status, payload = await http(forced.http.port, "PUT", "/api/v1/bookie/state/readonly", b'{"readOnly": false}')
+            assert (status, payload) == (400, b"Bookie is in forceReadOnly mode, cannot transit to writable mode\n")
+            assert forced.bookie.readonly
+        finally:
+            await forced.stop()
+
     asyncio.run(body())
+    with pytest.raises(InvalidOptionError, match="forceReadOnlyBookie=true needs readOnlyModeEnabled=true"):
+        conf_for(tmp_path / "e", forceReadOnlyBookie="true", readOnlyModeEnabled="false")
 
 
 def test_a_java_bookies_conf_file_works_as_is(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
