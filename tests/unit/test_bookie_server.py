@@ -247,6 +247,29 @@ async def test_v3_operations(bookie: Bookie, server: BookieServer) -> None:
 
 
 @with_bookie()
+async def test_a_v3_add_whose_entry_names_another_scope_is_refused_and_stores_nothing(
+    bookie: Bookie, server: BookieServer
+) -> None:
+    """docs/extensions.md, "Entry format V2": the bookie reads the scope from the entry itself; a v3 add whose
+    entry's scope is not the request's ``ledgerScopeId`` (either way round, scope 0 included) gets EBADREQ and
+    stores nothing under either scope, and the connection goes on."""
+    c = await Conn.open(server.port)
+    cases = [
+        (make_entry(7, 0, b"x", scope=3), 4),  # entry of scope 3, request says 4
+        (make_entry(7, 0, b"x", scope=3), 0),  # entry of scope 3, request says nothing (scope 0)
+        (make_entry(7, 0, b"x"), 3),  # a V1 (scope 0) entry sent as scope 3
+    ]
+    for txn, (entry, scope) in enumerate(cases):
+        resp = await c.v3(v3.add_request(txn, 7, 0, KEY, entry, scope_id=scope))
+        assert v3.response_status(resp) == pb.EBADREQ, (txn, scope)
+    for scope in (0, 3, 4):
+        assert bookie.storage.ledger(scope, 7) is None, scope
+    good = make_entry(7, 0, b"x", scope=3)
+    assert v3.response_status(await c.v3(v3.add_request(9, 7, 0, KEY, good, scope_id=3))) == pb.EOK
+    c.close()
+
+
+@with_bookie()
 async def test_bad_input_closes_only_that_connection(bookie: Bookie, server: BookieServer) -> None:
     good = await Conn.open(server.port)
     assert (await good.v2(v2.encode_add_request(0, KEY, make_entry(8, 0, b"keep")))).rc == v2.EOK
