@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -266,6 +267,20 @@ async def test_a_v3_add_whose_entry_names_another_scope_is_refused_and_stores_no
         assert bookie.storage.ledger(scope, 7) is None, scope
     good = make_entry(7, 0, b"x", scope=3)
     assert v3.response_status(await c.v3(v3.add_request(9, 7, 0, KEY, good, scope_id=3))) == pb.EOK
+    c.close()
+
+
+@with_bookie(longPollMaxTimeoutMs=300)
+async def test_a_long_poll_waits_at_most_long_poll_max_timeout_ms(bookie: Bookie, server: BookieServer) -> None:
+    """docs/bookie.md, configuration table: ``longPollMaxTimeoutMs`` cuts a long poll's own timeout (here 10 s) to
+    it: with no new entry the read is answered after about 0.3 s, not 10."""
+    c = await Conn.open(server.port)
+    assert v3.response_status(await c.v3(v3.add_request(1, 11, 0, KEY, make_entry(11, 0, b"a")))) == pb.EOK
+    started = time.monotonic()
+    resp = await c.v3(v3.read_request(2, 11, 1, previous_lac=0, timeout_ms=10_000))
+    waited = time.monotonic() - started
+    assert 0.25 <= waited < 3.0, waited
+    assert v3.response_status(resp) != pb.EOK or not resp.readResponse.body  # nothing new to carry
     c.close()
 
 
