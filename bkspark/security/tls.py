@@ -86,6 +86,10 @@ def handshake_hint(reason: str, *, server_side: bool) -> str:
             return " (the client's certificate is not signed by a CA in tlsTrustStore)"
         if "PEER_DID_NOT_RETURN_A_CERTIFICATE" in upper:
             return " (tlsClientAuthentication=true: the client presented no certificate)"
+        if "CONNECTIONRESETERROR" in upper or "CONNECTION RESET" in upper:
+            # Python's asyncio, a bkspark client among them, closes a refused handshake without sending an alert.
+            return (" (the client closed the connection during the handshake without saying why: a bkspark client"
+                    " does so when this bookie's certificate is not signed by a CA in its trust store)")
         return ""
     if "CERTIFICATE_VERIFY_FAILED" in upper:
         return " (the bookie's certificate is not signed by a CA in tlsTrustStore, or its name does not match)"
