@@ -157,11 +157,12 @@ class Registration:
         self._lost = False
 
     # -- session ------------------------------------------------------------------------
-    def start(self, timeout: float = 30.0) -> None:
-        """Connect and check that the cluster is initialised."""
+    def start(self, timeout: float | None = None) -> None:
+        """Connect and check that the cluster is initialised.  The connection gets ``timeout`` seconds, by default
+        ``zkTimeout``: Apache BookKeeper's bookie waits its session timeout for ZooKeeper, then fails the start."""
         self.zk.add_listener(self._on_state)
         try:
-            self.zk.start(timeout=timeout)
+            self.zk.start(timeout=max(self.conf.zkTimeout, 1000) / 1000.0 if timeout is None else timeout)
             initialised = self.zk.exists(zk_paths.instance_id_path(self.root))
         except (AuthFailedError, NoAuthError, SessionClosedRequireSaslError) as exc:
             raise zk_error(exc, uri=self.conf.metadataServiceUri) from None
