@@ -157,7 +157,8 @@ class CpuTimeline:
             for pid, (ticks, cmd) in now.items():
                 used = ticks - last.get(pid, (0, ""))[0]
                 if used > 0:
-                    cores[kind_of(cmd)] = cores.get(kind_of(cmd), 0.0) + used / _TICK / (now_t - last_t)
+                    kind = kind_of(cmd)
+                    cores[kind] = cores.get(kind, 0.0) + used / _TICK / (now_t - last_t)
             self.samples.append((now_t, cores))
             last, last_t = now, now_t
 

@@ -68,6 +68,22 @@ CHECKPOINT_RETRY = RetryPolicy(
 )
 
 
+async def _outlast_cancellation(write: "asyncio.Future[None]") -> bool:
+    """Wait until ``write`` (a checkpoint's write on an executor thread) is done, through cancellations of the
+    awaiting task; whether one came.  The thread cannot be stopped: a checkpoint that released its snapshot
+    while it still ran would hand the entries back to the write cache and let the next checkpoint (a stop's final
+    one) write the entry log and the index beside it (docs/bookie.md, "Failures between the steps")."""
+    cancelled = False
+    while not write.done():
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:  # noqa: BLE001 - the write's own error: the caller takes it from the future
+            break
+    return cancelled
+
+
 def checkpoint_retry(interval_s: float) -> RetryPolicy:
     """The back-off of failed periodic checkpoints for a bookie whose ``flushInterval`` is ``interval_s`` seconds:
     :data:`CHECKPOINT_RETRY`, its waits never longer than that interval."""
@@ -192,13 +208,7 @@ class Bookie:
             return
         self.started = False
         if self._checkpoint_task is not None:
-            # A checkpoint's write runs on an executor thread, which cancelling the loop's await of it would not
-            # stop: it would go on writing the entry log and the index beside the final checkpoint below, its
-            # entries handed back to the write cache. So a running one ends first (checkpoint() sets the flag before
-            # its first await: while it is clear, the loop's task is not inside one, and none starts before the cancel).
-            while self._checkpointing:
-                await asyncio.sleep(0.01)
-            self._checkpoint_task.cancel()
+            self._checkpoint_task.cancel()  # a checkpoint it is in ends its write first (:meth:`checkpoint`)
             try:
                 await self._checkpoint_task
             except asyncio.CancelledError:
@@ -252,17 +262,24 @@ class Bookie:
         started = time.perf_counter()
         stored = False
         failure: Exception | None = None
+        cancelled = False
         try:
             snapshot = self.storage.begin_checkpoint(self.journal.written_position)
             try:
-                await self._loop.run_in_executor(None, self.storage.write_checkpoint, snapshot)
+                write = self._loop.run_in_executor(None, self.storage.write_checkpoint, snapshot)
+                cancelled = await _outlast_cancellation(write)
+                write.result()  # the write's own error, if it failed
                 stored = True
             finally:
                 self.storage.end_checkpoint(snapshot, stored)
             self.journal.roll()
             self.journal.trim(self.storage.checkpoint_mark)
+            if cancelled:
+                raise asyncio.CancelledError
         except Exception as exc:
             failure = exc
+            if cancelled:  # the task was cancelled meanwhile: it ends cancelled whatever the write did
+                raise asyncio.CancelledError from exc
             raise
         finally:
             self._after_checkpoint(stored, failure)

@@ -707,7 +707,6 @@ class DatasetRegistry:
 
         self._outlast_outage(create)
 
-
     # -- clean-up after the commit point ---------------------------------------
     def retired(self, name: str) -> list[tuple[ShardRef, Shard]]:
         """The retired shards of ``name`` (replaced by an overwrite) and their contents, awaiting deletion."""

@@ -11,7 +11,6 @@ errors).
 from __future__ import annotations
 
 import threading
-
 from typing import Any, Callable, TypeVar
 
 from kazoo.exceptions import (

@@ -1289,3 +1289,42 @@ def test_journal_and_entry_logs_roll_at_their_configured_sizes(tmp_path: Path) -
     run(body())
     logs = sorted((tmp_path / "ledgers" / "current" / "entrylogs").glob("*.log"))[1:]  # after the 3 MB one
     assert len(logs) >= 8 and all(log.stat().st_size <= 64 * 1024 for log in logs)
+
+
+def test_a_cancelled_checkpoint_ends_its_write_before_it_ends_and_keeps_what_it_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint's task cancelled while its write runs on the executor thread (as the app's stop cancels a GC
+    round's checkpoint): the task ends only once the write has, cancelled, with the snapshot released as stored (the
+    write cache empty, the bookie writable, nothing logged as failed), and the next checkpoint starts after it."""
+    caplog.set_level(logging.INFO)
+
+    async def scenario() -> None:
+        bookie = Bookie(make_conf(tmp_path, flushInterval=600000))
+        await bookie.start()
+        try:
+            real_write = bookie.storage.write_checkpoint
+            done: list[float] = []
+
+            def slow_write(snapshot: Any) -> None:
+                time.sleep(0.5)
+                real_write(snapshot)
+                done.append(time.monotonic())
+
+            monkeypatch.setattr(bookie.storage, "write_checkpoint", slow_write)
+            for eid in range(20):
+                await bookie.add_entry(0, 1, eid, eid - 1, entry(1, eid, eid - 1, b"c" * 512), KEY)
+            task = asyncio.get_running_loop().create_task(bookie.checkpoint())
+            await asyncio.sleep(0.1)  # the write is running
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            ended = time.monotonic()
+            assert done and done[0] <= ended  # the write ended first
+            assert bookie.storage.write_cache_bytes == 0 and not bookie.readonly
+            await bookie.checkpoint()  # no "already running": the first one is over
+        finally:
+            await bookie.stop()
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]
+
+    run(scenario())
