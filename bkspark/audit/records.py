@@ -322,12 +322,21 @@ def _write(zk: KazooClient, fence: str | None, op: _Op, path: str, data: bytes =
 def put_znode(zk: KazooClient, path: str, data: bytes, *, exists: bool = True, fence: str | None = None) -> None:
     """Set ``path`` to ``data``, creating it when it is missing (``exists`` says which to try first); with ``fence``
     (the writing leader's election znode) only while that znode exists, else :class:`LeadershipLostError`.
-    ZooKeeper errors are kazoo's, for the caller to name."""
-    order: tuple[_Op, _Op] = ("set", "create") if exists else ("create", "set")
-    try:
-        _write(zk, fence, order[0], path, data)
-    except (NoNodeError, NodeExistsError):
-        _write(zk, fence, order[1], path, data)
+    ZooKeeper errors are kazoo's, for the caller to name.
+
+    Another writer may create or delete ``path`` between our two tries (a tool's pass beside the leader's, or the
+    next leader's): each ``NoNode`` or ``NodeExists`` turns to the other op, up to :data:`_PUT_TRIES` tries in all."""
+    ops: tuple[_Op, _Op] = ("set", "create") if exists else ("create", "set")
+    for attempt in range(_PUT_TRIES):
+        try:
+            _write(zk, fence, ops[attempt % 2], path, data)
+            return
+        except (NoNodeError, NodeExistsError):
+            if attempt == _PUT_TRIES - 1:
+                raise
+
+
+_PUT_TRIES = 6
 
 
 def delete_znode(zk: KazooClient, path: str, *, fence: str | None = None) -> bool:

@@ -13,6 +13,7 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -26,7 +27,7 @@ from bkspark.audit import (
     read_status,
     write_config,
 )
-from bkspark.audit.records import election_path, orphans_path
+from bkspark.audit.records import election_path, orphans_path, put_znode
 from bkspark.context import CLOSE_KEY, CREATE_KEY, LedgerCloseContext, LedgerCreateContext
 from bkspark.metadata.store import ZkMetadataStore
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
@@ -339,6 +340,59 @@ def test_a_leader_whose_election_znode_is_deleted_stops_leading_and_stands_by(zk
     finally:
         first.stop()
         second.stop()
+
+
+class RivalBeforeSecondWrite:
+    """A kazoo client whose second write (a set, create or delete, or a multi's commit) lets a rival act first:
+    another writer's create or delete landing between put_znode's two tries."""
+
+    def __init__(self, zk: Any, rival: Callable[[], object]) -> None:
+        self._zk, self._rival, self.writes = zk, rival, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._zk, name)
+
+    def _count(self) -> None:
+        self.writes += 1
+        if self.writes == 2:
+            self._rival()
+
+    def set(self, *args: Any, **kwargs: Any) -> Any:
+        self._count()
+        return self._zk.set(*args, **kwargs)
+
+    def create(self, *args: Any, **kwargs: Any) -> Any:
+        self._count()
+        return self._zk.create(*args, **kwargs)
+
+    def transaction(self) -> Any:
+        tx = self._zk.transaction()
+        commit = tx.commit
+
+        def racing_commit() -> Any:
+            self._count()
+            return commit()
+
+        tx.commit = racing_commit
+        return tx
+
+
+@pytest.mark.parametrize("fenced", [False, True], ids=["unfenced", "fenced"])
+@pytest.mark.parametrize("exists", [True, False], ids=["set-first", "create-first"])
+def test_a_status_or_record_write_outlasts_a_rival_create_or_delete_between_its_tries(store, exists, fenced) -> None:
+    """A pass's set-or-create raced another writer (CI: a test's own pass beside its auditor's leader): set found
+    no node, the rival created it, and create then failed NodeExists, failing the pass.  Now each NoNode or
+    NodeExists turns to the other op, and the write lands."""
+    path = f"{store.root}/race/znode"
+    fence = store.zk.create(f"{store.root}/race-fence", ephemeral=True, makepath=True) if fenced else None
+    if exists:  # set first: the znode is missing, and the rival creates it before our create
+        rival = lambda: store.zk.create(path, b"rival", makepath=True)  # noqa: E731
+    else:  # create first: the znode is there, and the rival deletes it before our set
+        store.zk.create(path, b"old", makepath=True)
+        rival = lambda: store.zk.delete(path)  # noqa: E731
+    racing = RivalBeforeSecondWrite(store.zk, rival)
+    put_znode(racing, path, b"ours", exists=exists, fence=fence)  # type: ignore[arg-type]
+    assert racing.writes == 3 and store.zk.get(path)[0] == b"ours"
 
 
 def test_embedded_auditor_on_a_shared_session_leaves_it_running(zk_root, store) -> None:
