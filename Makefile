@@ -16,6 +16,10 @@ SPARK_KAFKA_VERSION ?= 4.2.0
 JAVA_TOOLS := $(shell find tools/java/src -name '*.java' 2>/dev/null | LC_ALL=C sort)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
+# `make test` runs its test files on this many pytest-xdist workers (a file's tests stay on one worker, for its
+# module fixtures); most of a test's time is spent waiting for servers, so two workers use a 2-core machine that
+# one leaves half idle. TEST_WORKERS=0 runs them in the pytest process itself.
+TEST_WORKERS ?= 2
 
 export BKSPARK_CACHE := $(CACHE)
 
@@ -111,7 +115,7 @@ proto: venv
 	$(PY) -m grpc_tools.protoc -Ibkspark/protocol/proto --python_out=bkspark/protocol/proto --pyi_out=bkspark/protocol/proto bkspark/protocol/proto/*.proto
 
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

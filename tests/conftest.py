@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from bkspark.devcluster.java import JVM_OPTS
+from bkspark.devcluster.ports import PORT_SHARD_ENV
 from tests.harness.java_bookkeeper import JavaClusterFactory, JavaTools
 from tests.harness.process import kill_all
 from tests.harness.zookeeper import ZkRoot, ZooKeeperServer, init_new_cluster
@@ -43,13 +44,17 @@ def _sigterm_to_interrupt(signum: int, frame: object) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the markers (also listed in pyproject.toml) so that -m and --strict-markers know them; give Spark
-    drivers quick-start JVM flags (unless SPARK_SUBMIT_OPTS is set already); make SIGTERM (`timeout`, CI
+    drivers quick-start JVM flags (unless SPARK_SUBMIT_OPTS is set already); give each pytest-xdist worker a shard
+of the free ports (bkspark.devcluster.ports), so that two workers never start servers on one port; make SIGTERM (`timeout`, CI
     cancellation) end the session like Ctrl-C, so that fixtures stop their servers."""
     known = {line.split(":", 1)[0].strip() for line in config.getini("markers")}
     for name, doc in _MARKERS.items():
         if name not in known:
             config.addinivalue_line("markers", f"{name}: {doc}")
     os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_SUBMIT_OPTS)
+    worker = getattr(config, "workerinput", None)  # set in pytest-xdist's workers only (not from the environment,
+    if worker is not None:  # which a pytest run in a subprocess of a worker inherits)
+        os.environ[PORT_SHARD_ENV] = f"{int(worker['workerid'].removeprefix('gw'))}/{int(worker['workercount'])}"
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
 
