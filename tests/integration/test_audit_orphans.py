@@ -395,6 +395,55 @@ def test_a_status_or_record_write_outlasts_a_rival_create_or_delete_between_its_
     assert racing.writes == 3 and store.zk.get(path)[0] == b"ours"
 
 
+def test_a_pass_cut_off_between_two_writes_is_completed_by_the_next_leaders_first_pass(
+    zk_root, store, monkeypatch
+) -> None:
+    """Between two writes of a pass the leader's election znode goes: the records it wrote stay (each write is
+    whole), the rest of the pass is refused (no more records, no deletion of a stale one, no status), and the
+    next leader's first pass, here the same auditor back in the election, makes the records exactly what it
+    finds and writes the status."""
+    audit_scan = sys.modules["bkspark.audit.scan"]  # the package's `scan` is the module's function
+    uri = zk_root.metadata_service_uri
+    stale = new_ledger(store, ledger(child_ctx(414141)))
+    tool = Auditor(uri, identifier="tool")
+    try:
+        tool.audit_once()  # a tool's pass records it
+    finally:
+        tool.stop()
+    store.delete_ledger_metadata(stale)  # no longer an orphan: the next complete pass removes its record
+    orphans = sorted(new_ledger(store, ledger(child_ctx(424242 + i))) for i in range(3))
+    real_put = audit_scan.put_znode
+    at_cut: list[list[int]] = []
+
+    refused: list[tuple[list[int], Any]] = []
+
+    def put_then_lose_leadership(zk: Any, path: str, data: bytes, **kwargs: Any) -> None:
+        if at_cut:  # every later write: as it is; the cut pass's next one is refused, and changes nothing
+            try:
+                real_put(zk, path, data, **kwargs)
+            except LeadershipLostError:
+                recorded = sorted(r.ledger_id for r in list_orphans(store.zk, store.root))
+                refused.append((recorded, read_status(store.zk, store.root)))
+                raise
+            return
+        real_put(zk, path, data, **kwargs)  # the first write lands; then the election znode goes
+        at_cut.append(sorted(r.ledger_id for r in list_orphans(store.zk, store.root)))
+        store.zk.delete(kwargs["fence"])
+
+    monkeypatch.setattr(audit_scan, "put_znode", put_then_lose_leadership)
+    auditor = Auditor(uri, audit_period=3600, identifier="cut").start()
+    try:
+        status = wait_for(
+            lambda: (s := read_status(store.zk, store.root)) and s.auditor == "cut" and s, 30, "a complete pass"
+        )
+        assert len(at_cut) == 1 and at_cut[0] == sorted([stale, orphans[0]])  # one record written, then the cut
+        assert len(refused) == 1 and refused[0][0] == at_cut[0] and refused[0][1].auditor == "tool"
+        assert status.auditor == "cut" and status.passes == 1 and status.orphans == 3
+        assert sorted(r.ledger_id for r in list_orphans(store.zk, store.root)) == orphans  # stale one removed
+    finally:
+        auditor.stop()
+
+
 def test_embedded_auditor_on_a_shared_session_leaves_it_running(zk_root, store) -> None:
     """How a bookie hosts the auditor: its own kazoo session, start() and stop()."""
     zk = zk_root.zk_client
