@@ -214,6 +214,37 @@ def test_error_message_needs_abnormal():
         LedgerCloseContext(error_message="boom")
 
 
+def test_error_message_bound_counts_characters_not_bytes():
+    """The doc bounds the message at 256 characters: 256 two-byte characters (512 bytes) are fine, 257 are not."""
+    message = "é" * 256
+    assert LedgerCloseContext.builder().closing_abnormally(message).build().error_message == message
+    assert LedgerCloseContext(abnormal=True, error_message=message).error_message == message
+    with pytest.raises(InvalidOptionError):
+        LedgerCloseContext.builder().closing_abnormally("é" * 257)
+
+
+@pytest.mark.parametrize(
+    "construct",
+    [
+        lambda: LedgerCreateContext(data_set="x" * 257),
+        lambda: LedgerCreateContext(created_by=Party("a" * 257, "s", "sv", "i")),
+        lambda: LedgerCreateContext(expected_max_open_duration=timedelta(0)),
+        lambda: LedgerCreateContext(expected_max_entries=-1),
+        lambda: LedgerCreateContext(expected_average_entry_add_rate_per_second=10,
+                                    expected_maximum_entry_add_rate_per_second=5),
+        lambda: LedgerCreateContext(child_of_ledger=LedgerLink(1, 2**63)),
+        lambda: LedgerCloseContext(abnormal=True, error_message="x" * 257),
+        lambda: LedgerCloseContext(expect_delete_after=datetime(2030, 1, 1)),  # naive
+        lambda: LedgerCloseContext(expect_delete_after=T0, expect_reads_until=T0 + timedelta(seconds=1)),
+        lambda: LedgerCloseContext(reason="BORED"),
+    ],
+)
+def test_contexts_built_directly_are_validated_as_the_builders_are(construct):
+    """Building the frozen dataclasses by hand must not bypass the checks the builders make."""
+    with pytest.raises(InvalidOptionError):
+        construct()
+
+
 # -- customMetadata encoding -----------------------------------------------------------------------------------
 
 
@@ -222,6 +253,26 @@ def test_to_custom_metadata_keeps_callers_keys_and_refuses_ours():
     assert custom["app"] == b"demo" and CREATE_KEY in custom
     with pytest.raises(InvalidOptionError):
         full_create().to_custom_metadata({CLOSE_KEY: b"{}"})
+
+
+def test_encoding_is_compact_key_sorted_utf8_json():
+    """Stored values are byte-for-byte reproducible: sorted keys, no spaces, non-ASCII as raw UTF-8."""
+    create = LedgerCreateContext.builder().part_of_data_set("données").expected_max_entries(5).follows_ledger(3).build()
+    assert create.to_bytes() == '{"dataSet":"données","expectedMaxEntries":5,"followsLedger":{"ledgerId":3,"scopeId":0},"v":1}'.encode()
+    close = LedgerCloseContext.builder().because_inactive().closing_abnormally("arrêt").expect_delete_after(T0).build()
+    assert close.to_bytes() == (
+        '{"abnormal":true,"errorMessage":"arrêt","expectDeleteAfterMs":1615839671000,"reason":"INACTIVE","v":1}'.encode()
+    )
+
+
+@pytest.mark.parametrize("key, reader", [(CREATE_KEY, read_create_context), (CLOSE_KEY, read_close_context)])
+def test_readers_refuse_a_value_over_8_kib_even_when_it_is_valid_json(key, reader):
+    """The size bound is checked before parsing: a well-formed context padded past 8 KiB is refused."""
+    padded = b'{"v": 1}' + b" " * (MAX_VALUE_BYTES - 7)
+    assert len(padded) == MAX_VALUE_BYTES + 1
+    with pytest.raises(BadLedgerContextError, match="8192"):
+        reader({key: padded})
+    assert reader({key: padded[:-1]}) is not None  # at the bound: read
 
 
 def test_encoded_values_are_bounded_even_at_every_maximum():
