@@ -5,11 +5,21 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 
 import pytest
 
 from bkspark import cli
-from bkspark.shell.common import ENV_URI, LedgerName, Output, Progress, ShellError, resolve_ledger
+from bkspark.shell.common import (
+    ENV_URI,
+    LedgerName,
+    Output,
+    Progress,
+    ShellError,
+    client_conf,
+    metadata_service_uri,
+    resolve_ledger,
+)
 
 UNREACHABLE = "zk+hierarchical://127.0.0.1:1/ledgers"
 
@@ -31,7 +41,9 @@ def test_every_command_has_help(capsys):
     commands = ["listorphaned", "showowner", "predictlifespan", "listledgers", "ledgermetadata", "readledger",
                 "deleteledger", "listbookies", "bookieinfo", "simpletest", "auditconfig", "auditstatus",
                 "initnewcluster", "metaformat", "nukeexistingcluster", "bookieformat", "recoverjobs"]
-    for argv in (["--help"], ["shell", "--help"], ["auditor", "--help"], *(["shell", c, "--help"] for c in commands)):
+    levels = (["--help"], ["shell", "--help"], ["auditor", "--help"], ["cluster", "--help"],
+              *(["cluster", c, "--help"] for c in ("start", "status", "stop")))
+    for argv in (*levels, *(["shell", c, "--help"] for c in commands)):
         code, out, err = run(capsys, *argv)
         assert code == 0 and "usage:" in out and err == "", argv
 
@@ -42,6 +54,42 @@ def test_global_options_before_or_after_the_command():
     for args in (a, b):
         assert args.metadata_service_uri == "zk://h:1/r" and args.json is True and args.ledger == "5"
     assert parse("shell", "showowner", "5").json is False
+
+
+def test_the_cluster_comes_from_the_flag_then_the_client_conf_then_the_environment(tmp_path, monkeypatch):
+    """docs/shell.md: --metadata-service-uri (or --metadataServiceUri), else the client conf's metadataServiceUri
+    (--client-conf or --conf-file), else $BKSPARK_METADATA_SERVICE_URI."""
+    conf = tmp_path / "client.conf"
+    conf.write_text("# a client.conf\nmetadataServiceUri=zk://from-file:1/ledgers\nzkTimeout=5000\n")
+    monkeypatch.setenv(ENV_URI, "zk://from-env:1/ledgers")
+    assert metadata_service_uri(parse("shell", "listledgers")) == "zk://from-env:1/ledgers"
+    for flag in ("--client-conf", "--conf-file"):
+        for argv in (("shell", flag, str(conf), "listledgers"), ("shell", "listledgers", flag, str(conf))):
+            assert metadata_service_uri(parse(*argv)) == "zk://from-file:1/ledgers", argv
+    for flag in ("--metadata-service-uri", "--metadataServiceUri"):
+        args = parse("shell", "listledgers", "--client-conf", str(conf), flag, "zk://from-flag:1/ledgers")
+        assert metadata_service_uri(args) == "zk://from-flag:1/ledgers"
+
+
+def test_conf_settings_override_the_client_conf_file(tmp_path):
+    """--conf KEY=VALUE overrides the same key of --client-conf; the file's other keys stay."""
+    conf = tmp_path / "client.conf"
+    conf.write_text("ensemblePlacementPolicy=random\nreppDnsResolverClass=x.Y\n")
+    args = parse("shell", "--client-conf", str(conf), "listbookies", "--conf", "ensemblePlacementPolicy=rackaware")
+    assert client_conf(args) == {"ensemblePlacementPolicy": "rackaware", "reppDnsResolverClass": "x.Y"}
+
+
+def test_documented_defaults_of_the_shell_and_the_auditor():
+    """--zk-timeout is 10 in the shell; the auditor's flags default to 300, 3600, 0, 10 and INFO; the local
+    cluster lives in ~/.bkspark/cluster."""
+    assert parse("shell", "listledgers").zk_timeout == 10.0
+    args = parse("auditor")
+    assert (args.audit_period, args.grace_period, args.parent_grace_period, args.zk_timeout, args.log_level) == (
+        300.0, 3600.0, 0.0, 10.0, "INFO"
+    )
+    expected = os.path.join(os.path.expanduser("~"), ".bkspark", "cluster")
+    for action in ("start", "status", "stop"):
+        assert parse("cluster", action).dir == expected
 
 
 def test_java_flag_spellings_are_accepted():
