@@ -61,6 +61,7 @@ from bkspark.shell.common import (
     open_store,
     open_zookeeper,
     parse_int,
+    read_answer,
     resolve_ledger,
     resolve_scope,
 )
@@ -320,8 +321,8 @@ def cmd_deleteledger(args: argparse.Namespace, out: Output) -> int:
         if not args.force:
             if not sys.stdin.isatty():
                 raise ShellError("refusing to delete without -f/--force (stdin is not a terminal to confirm on)", 2)
-            answer = input(f"Are you sure to delete Ledger : {name.label}? (Y or N) ")
-            if answer.strip().lower() not in ("y", "yes"):
+            answer = read_answer(f"Are you sure to delete Ledger : {name.label}? (Y or N) ")
+            if answer not in ("y", "yes"):
                 out.line("not deleted")
                 return 1
         store.delete_ledger_metadata(name.ledger_id, name.scope_id)

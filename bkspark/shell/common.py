@@ -41,6 +41,7 @@ __all__ = [
     "open_store",
     "open_zookeeper",
     "confirm",
+    "read_answer",
     "open_client",
     "Output",
     "Progress",
@@ -262,6 +263,16 @@ def open_zookeeper(args: argparse.Namespace, uri: str | None = None) -> Iterator
         zk.close()
 
 
+def read_answer(prompt: str) -> str | None:
+    """One line typed after ``prompt`` (stripped, lower case); None at the end of input (Ctrl-D), which
+    ``input`` reports as an ``EOFError`` that would otherwise escape as a traceback."""
+    try:
+        return input(prompt).strip().lower()
+    except EOFError:
+        print(file=sys.stdout)  # end the prompt's line, as the typed Enter would have
+        return None
+
+
 def confirm(question: str) -> bool:
     """Ask ``question (Y or N)`` on the terminal until answered, as Java's ``IOUtils.confirmPrompt``.
 
@@ -272,7 +283,9 @@ def confirm(question: str) -> bool:
             f"{question} -- stdin is not a terminal to confirm on; pass -n/--nonInteractive and -f/--force", 2
         )
     while True:
-        answer = input(f"{question} (Y or N) ").strip().lower()
+        answer = read_answer(f"{question} (Y or N) ")
+        if answer is None:  # end of input (Ctrl-D): no one said yes
+            return False
         if answer in ("y", "yes"):
             return True
         if answer in ("n", "no"):

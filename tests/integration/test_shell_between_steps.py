@@ -7,7 +7,9 @@ still places ledgers on it, and its first write to it fails. That makes "created
 from __future__ import annotations
 
 import base64
+import io
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -151,3 +153,30 @@ def test_metaformat_refused_changes_nothing(zk_root: Any, capsys: pytest.Capture
     out, err = capsys.readouterr()
     assert (code, out) == (1, "") and "-f/--force" in err and len(err.strip().splitlines()) == 1
     assert sorted(zk.get_children(zk_root.path)) == before
+
+
+class Terminal(io.StringIO):
+    """Typed answers on stdin that claim to come from a terminal (what ``metaformat`` asks on)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("typed", ["N\n", "no\n", ""], ids=["N", "no", "end-of-input"])
+def test_metaformat_answered_no_on_a_terminal_changes_nothing(
+    zk_root: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, typed: str
+) -> None:
+    """Without ``-n``, ``metaformat`` asks Java's question on a terminal; "N" (or no answer at all: Ctrl-D) leaves
+    the cluster as it was, missing registration nodes included, and is no traceback."""
+    zk = zk_root.zk_client
+    zk.delete(f"{zk_root.path}/available", recursive=True)
+    before = {child: zk.get(f"{zk_root.path}/{child}")[0] for child in zk.get_children(zk_root.path)}
+    monkeypatch.setattr(sys, "stdin", Terminal(typed))
+    capsys.readouterr()
+    code = cli.main(["shell", "--metadata-service-uri", zk_root.metadata_service_uri, "metaformat"])
+    out, err = capsys.readouterr()
+    assert out.startswith(
+        "Ledger root already exists. Are you sure to format bookkeeper metadata? This may cause data loss. (Y or N)"
+    )
+    assert code == 1 and "Traceback" not in err and len(err.strip().splitlines()) <= 1
+    assert {child: zk.get(f"{zk_root.path}/{child}")[0] for child in zk.get_children(zk_root.path)} == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 
 from bkspark import cli
 from bkspark.context import CLOSE_KEY, SEAL_TIME_KEY, LedgerCloseContext, LedgerCreateContext
+from bkspark.errors import NoSuchLedgerMetadataError
 from bkspark.metadata.store import ZkMetadataStore
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bkspark.protocol.ledger_name import qualified_name
@@ -116,3 +118,43 @@ def test_console_script_reports_bad_input_without_traceback(zk_root) -> None:
         )
         assert proc.returncode == status, (argv, proc.stderr)
         assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1 and fragment in proc.stderr
+
+
+class Terminal(io.StringIO):
+    """Typed answers on stdin that claim to come from a terminal (what ``deleteledger`` asks on)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_deleteledger_asks_on_a_terminal_and_without_one_refuses_unless_forced(zk_root, capsys, monkeypatch) -> None:
+    """docs/shell.md: deleteledger asks `Are you sure to delete Ledger : N? (Y or N)` on a terminal; without a
+    terminal it refuses unless -f. Neither a refusal nor an "N" deletes anything."""
+    uri = zk_root.metadata_service_uri
+    md = LedgerMetadata(
+        ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, state=LedgerState.CLOSED, last_entry_id=-1, length=0,
+        ensembles={0: ("127.0.0.1:3181",)},
+    )
+    with ZkMetadataStore(uri) as store:
+        store.create_ledger_metadata(4242, md)
+
+        monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal
+        code, out, err = shell(capsys, uri, "deleteledger", "-l", "4242")
+        assert code != 0 and out == "" and len(err.strip().splitlines()) == 1 and "-f" in err
+        assert store.read_ledger_metadata(4242).metadata.state == LedgerState.CLOSED
+
+        monkeypatch.setattr(sys, "stdin", Terminal("N\n"))
+        code, out, err = shell(capsys, uri, "deleteledger", "-l", "4242")
+        assert out.startswith("Are you sure to delete Ledger : 4242? (Y or N)") and code != 0
+        assert store.read_ledger_metadata(4242).metadata.state == LedgerState.CLOSED
+
+        monkeypatch.setattr(sys, "stdin", Terminal(""))  # Ctrl-D at the question: no answer, no traceback
+        code, out, err = shell(capsys, uri, "deleteledger", "-l", "4242")
+        assert code == 1 and "Traceback" not in err and len(err.strip().splitlines()) <= 1
+        assert store.read_ledger_metadata(4242).metadata.state == LedgerState.CLOSED
+
+        monkeypatch.setattr(sys, "stdin", Terminal("Y\n"))
+        code, out, err = shell(capsys, uri, "deleteledger", "4242")
+        assert code == 0 and out.startswith("Are you sure to delete Ledger : 4242? (Y or N)") and err == ""
+        with pytest.raises(NoSuchLedgerMetadataError):
+            store.read_ledger_metadata(4242)
