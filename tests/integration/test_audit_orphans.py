@@ -6,6 +6,7 @@ these tests need no bookie; tests/integration/test_context_java.py covers ledger
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from bkspark.audit import (
     read_status,
     write_config,
 )
-from bkspark.audit.records import election_path, orphans_path, put_znode
+from bkspark.audit.records import CONFIG_KEYS, election_path, orphans_path, put_znode
 from bkspark.context import CLOSE_KEY, CREATE_KEY, LedgerCloseContext, LedgerCreateContext
 from bkspark.metadata.store import ZkMetadataStore
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
@@ -493,3 +494,45 @@ def test_the_orphan_list_is_read_again_after_a_lost_connection(zk_root, store) -
         finally:
             client.stop()
             client.close()
+
+
+def test_parent_grace_judges_a_child_by_its_ctime_else_its_znodes_creation_time(zk_root, store) -> None:
+    """With parentGracePeriodSeconds > 0 a child's age is its metadata ctime, or, when none was stored (Java's
+    default), its znode's creation time: a child created just now without ctime is spared, an old one is not."""
+    uri = zk_root.metadata_service_uri
+    two_hours_ago = int(time.time() * 1000) - 2 * 3600 * 1000
+    old = new_ledger(store, LedgerMetadata(
+        ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, state=LedgerState.OPEN, last_entry_id=-1, length=0,
+        ensembles={0: ("127.0.0.1:3181",)}, custom_metadata=child_ctx(999_991), ctime=two_hours_ago, store_ctime=True,
+    ))
+    young = new_ledger(store, ledger(child_ctx(999_992), closed=False))  # no ctime in the blob
+    assert store.read_ledger_metadata(young).metadata.ctime > two_hours_ago  # the znode's stat.ctime
+
+    for parent_grace, expected in ((3600, {old}), (0, {old, young})):
+        auditor = Auditor(uri, grace_period=3600, parent_grace_period=parent_grace, audit_period=3600)
+        try:
+            auditor.audit_once()
+        finally:
+            auditor.stop()
+        found = {r.ledger_id for r in list_orphans(store.zk, store.root) if r.reason is OrphanReason.BROKEN_PARENT_REF}
+        assert found == expected, parent_grace
+
+
+def test_auditconfig_sets_only_the_given_values_and_leaves_the_rest_to_each_auditor(zk_root, store, capsys) -> None:
+    """`auditconfig --grace-period S` stores that key only: a period stored before stays, a key never stored
+    stays unset, and an auditor uses its own flag for it."""
+    uri = zk_root.metadata_service_uri
+    code, out, _ = shell(capsys, uri, "auditconfig", "--json")
+    assert code == 0 and json.loads(out) == dict.fromkeys(CONFIG_KEYS)
+    assert shell(capsys, uri, "auditconfig", "--audit-period", "120")[0] == 0
+    code, out, _ = shell(capsys, uri, "auditconfig", "--grace-period", "60")
+    assert code == 0 and out.splitlines() == [
+        "auditPeriodSeconds: 120", "gracePeriodSeconds: 60",
+        "parentGracePeriodSeconds: unset (each auditor uses its own flag)",
+    ]
+    assert json.loads(store.zk.get(f"{store.root}/bkspark/audit/config")[0]) == {
+        "v": 1, "auditPeriodSeconds": 120.0, "gracePeriodSeconds": 60.0,
+    }
+    with Auditor(uri, audit_period=3600, grace_period=3600, parent_grace_period=42, identifier="own-flags") as auditor:
+        wait_for(lambda: auditor.config.grace_period == 60, 10, "the stored config")
+        assert auditor.config == AuditConfig(audit_period=120, grace_period=60, parent_grace_period=42)
