@@ -3,6 +3,7 @@ steps, against a real ZooKeeper and a Python bookie."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ import pytest
 from bkspark.audit import Auditor, OrphanReason
 from bkspark.client import BookKeeper
 from bkspark.context import LedgerCloseContext, close_with_context, create_ledger_with_context, read_context
-from bkspark.errors import NoSuchLedgerMetadataError
+from bkspark.errors import BKError, NoSuchLedgerMetadataError
+from tests.harness.proxy import Direction, FaultProxy, proxied_bookie_id
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.integration.test_shell_between_steps import CREATE
 
@@ -63,3 +65,44 @@ def test_a_close_context_left_unwritten_is_written_by_running_close_with_context
         bk.delete_ledger(deleted.ledger_id)
         with pytest.raises(NoSuchLedgerMetadataError):
             close_with_context(bk, deleted, overdue)
+
+
+
+def test_close_with_context_on_a_ledger_a_recovery_closed_first_records_the_context_then_raises(
+    zk_root: Any, tmp_path: Path
+) -> None:
+    """docs/context-and-audit.md: when the writer's close fails because a recovery closed the ledger first (at
+    another end: the writer never heard its last add acknowledged), the context is still recorded on the ledger
+    as the recovery closed it, then the close error is raised; the seal time is the time close() returned."""
+    uri = zk_root.metadata_service_uri
+    abnormal = LedgerCloseContext.builder().because_client_shutdown().closing_abnormally("fenced").build()
+    proxy = FaultProxy(name="bookie0")
+    try:
+        with PythonBookieCluster(uri, tmp_path, bookies=1, bookie_ids=[proxied_bookie_id(proxy)]) as cluster:
+            proxy.target = cluster.addresses[0]
+            cluster.start_all()
+            # The writer dials the bookie through the proxy; the recovering client dials it directly.
+            with BookKeeper(uri, bookieAddressResolverEnabled=False, addEntryTimeoutSec=2) as writer, \
+                    BookKeeper(uri) as other:
+                handle = create_ledger_with_context(
+                    writer, CREATE, ensemble_size=1, write_quorum_size=1, ack_quorum_size=1
+                )
+                handle.append(b"a")
+                handle.append(b"b")
+                proxy.blackhole(Direction.DOWN)  # the bookie stores entry 2, the writer never hears so
+                pending = handle.append_async(b"c")
+                time.sleep(0.5)
+                other.open_ledger(handle.ledger_id, recovery=True)  # fences, closes at entry 2
+                recovered_md = other.get_ledger_metadata(handle.ledger_id)
+                assert recovered_md.is_closed and recovered_md.last_entry_id == 2
+
+                with pytest.raises(BKError):
+                    close_with_context(writer, handle, abnormal, clock=lambda: 1_700_000_000.5)
+                with pytest.raises(BKError):
+                    pending.result(10)
+                md = other.get_ledger_metadata(handle.ledger_id)
+                ctx = read_context(md)
+                assert ctx.close == abnormal and ctx.create == CREATE and ctx.seal_time_ms == 1_700_000_000_500
+                assert (md.last_entry_id, md.length) == (recovered_md.last_entry_id, recovered_md.length)
+    finally:
+        proxy.close()
