@@ -23,6 +23,7 @@ from bkspark.errors import BKError
 from bkspark.metadata.store import ZkMetadataStore
 from bkspark.shell.common import ENV_URI
 from bkspark.protocol.layout import LedgerLayout
+from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from tests.harness.python_bookie import PythonBookieCluster
 
 pytestmark = pytest.mark.integration
@@ -180,3 +181,39 @@ def test_metaformat_answered_no_on_a_terminal_changes_nothing(
     )
     assert code == 1 and "Traceback" not in err and len(err.strip().splitlines()) <= 1
     assert {child: zk.get(f"{zk_root.path}/{child}")[0] for child in zk.get_children(zk_root.path)} == before
+
+
+def test_metaformat_deletes_what_the_doc_lists_and_keeps_the_layouts_scheme(
+    zk_root: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/shell.md, metaformat: every ledger (scope 0 trees and BP-35 scopes), the id generators, bkspark's
+    state, underreplication/ledgers and /locks, every cookie and INSTANCEID go; LAYOUT (the cluster's scheme) and a
+    new INSTANCEID are written; the registration nodes stay."""
+    zk, root, uri = zk_root.zk_client, zk_root.path, zk_root.metadata_service_uri
+    md = LedgerMetadata(
+        ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, state=LedgerState.CLOSED, last_entry_id=-1, length=0,
+        ensembles={0: ("127.0.0.1:3181",)},
+    )
+    with ZkMetadataStore(uri) as store:
+        scope0 = store.generate_ledger_id()  # creates an id generator
+        store.create_ledger_metadata(scope0, md)
+        store.create_ledger_metadata(5, md, scope_id=-7)
+    layout = zk.get(f"{root}/LAYOUT")[0]
+    old_instance = zk.get(f"{root}/INSTANCEID")[0] if zk.exists(f"{root}/INSTANCEID") else None
+    for node in ("bkspark/audit/config", "bkspark/datasets/sales", "underreplication/ledgers/0000/L0001",
+                 "underreplication/locks/L0001", "cookies/127.0.0.1:3181"):
+        zk.create(f"{root}/{node}", b"x", makepath=True)
+    idgens = [c for c in zk.get_children(root) if c in ("idgen", "idgen-long") or c.startswith("ID-")]
+    assert idgens and zk.exists(f"{root}/scopes") is not None
+
+    capsys.readouterr()
+    code = cli.main(["shell", "--metadata-service-uri", uri, "--json", "metaformat", "-n", "-f"])
+    out, err = capsys.readouterr()
+    assert code == 0 and err == "", err
+    for gone in ("scopes", "bkspark", "underreplication/ledgers", "underreplication/locks", "cookies", *idgens):
+        assert zk.exists(f"{root}/{gone}") is None, gone
+    assert [c for c in zk.get_children(root) if c.isdigit() and len(c) in (2, 3)] == []  # no scope 0 ledger tree
+    assert zk.get(f"{root}/LAYOUT")[0] == layout
+    instance = zk.get(f"{root}/INSTANCEID")[0].decode()
+    assert instance == json.loads(out)["instanceId"] and instance.encode() != old_instance
+    assert zk.exists(f"{root}/available/readonly") is not None
