@@ -6,6 +6,9 @@ import argparse
 import io
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -180,6 +183,18 @@ def test_unreachable_zookeeper_is_one_line_exit_1(capsys, argv):
     assert code == 1 and out == ""
     assert len(err.strip().splitlines()) == 1, err
     assert "ZooKeeper" in err and "Traceback" not in err
+
+
+def test_console_script_silences_kazoos_connection_chatter():
+    """Library logging is silenced in the shell: in a real process (pytest's own log handlers hide it in-process),
+    an unreachable ZooKeeper gives the one error line and none of kazoo's "Connection dropped" warnings."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bkspark.cli", "shell", "--metadata-service-uri", UNREACHABLE, "--zk-timeout", "1",
+         "listledgers"],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [proc.stderr.strip()] and proc.stderr.startswith("bkspark shell listledgers: error:")
 
 
 def test_auditor_without_cluster_is_one_line(capsys, monkeypatch):
