@@ -177,3 +177,25 @@ def test_each_command_can_be_run_again_from_where_a_crash_left_it(
     finally:
         zk.stop()
         zk.close()
+
+
+def test_initnewcluster_needs_the_roots_parent_and_creates_nothing_without_it(
+    zookeeper: ZooKeeperServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/shell.md: initnewcluster creates the root of the metadataServiceUri, whose parent must exist (as Java's
+    initNewCluster): a missing parent is exit 1 in one line, and nothing is created, the parent included."""
+    parent = f"/bk-shell-admin-missing-{next(_roots)}"
+    uri = f"zk+hierarchical://{zookeeper.connect_string}{parent}/ledgers"
+    zk = zookeeper.client()
+    try:
+        code, out, err = shell(capsys, uri, "initnewcluster")
+        assert code == 1 and out == "" and len(err.strip().splitlines()) == 1 and "parent" in err
+        assert zk.exists(parent) is None
+        zk.create(parent, b"")
+        assert shell_json(capsys, uri, "initnewcluster")["ledgersRootPath"] == f"{parent}/ledgers"
+        assert tree(zk, parent) == ["/", "/ledgers", "/ledgers/INSTANCEID", "/ledgers/LAYOUT", "/ledgers/available",
+                                    "/ledgers/available/readonly"]
+        zk.delete(parent, recursive=True)
+    finally:
+        zk.stop()
+        zk.close()

@@ -145,6 +145,8 @@ def test_uuid_dashed_qualified_name():
         (["simpletest", "-n", "ten"], "bad number of entries"),
         (["auditconfig", "--audit-period", "0"], "audit_period"),
         (["nosuchcommand"], "invalid choice"),
+        (["readledger", "-l", "1", "-b", "127.0.0.1:3181"], "unrecognized arguments"),  # Java's -b: not supported
+        (["nukeexistingcluster", "-p", "/ledgers", "-i", "x", "-f"], "not both"),  # exactly one of -i and -f
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, monkeypatch, argv, fragment):
