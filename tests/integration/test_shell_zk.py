@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import subprocess
@@ -158,3 +159,43 @@ def test_deleteledger_asks_on_a_terminal_and_without_one_refuses_unless_forced(z
         assert code == 0 and out.startswith("Are you sure to delete Ledger : 4242? (Y or N)") and err == ""
         with pytest.raises(NoSuchLedgerMetadataError):
             store.read_ledger_metadata(4242)
+
+
+def test_listledgers_meta_and_bookieid_and_ledgermetadata_json(zk_root, capsys) -> None:
+    """docs/shell.md: `listledgers -m` adds Java's LedgerMetadataImpl.toString line with the password omitted and
+    custom metadata as text or `base64:`; `-bookieid` keeps the ledgers with that bookie in any ensemble;
+    `ledgermetadata --json` gives every field with custom metadata base64 and the decoded context."""
+    uri = zk_root.metadata_service_uri
+    create = LedgerCreateContext.builder().part_of_data_set("ds").build()
+
+    def md(ensembles: dict[int, tuple[str, ...]], custom: dict[str, bytes]) -> LedgerMetadata:
+        return LedgerMetadata(
+            ensemble_size=1, write_quorum_size=1, ack_quorum_size=1, state=LedgerState.CLOSED, last_entry_id=9,
+            length=90, ensembles=ensembles, custom_metadata=custom, password=b"s3cret-pw",
+        )
+
+    with ZkMetadataStore(uri) as store:
+        store.create_ledger_metadata(11, md({0: ("10.0.0.1:3181",)}, {"app": b"demo", "bin": b"\x00\xff"}))
+        store.create_ledger_metadata(12, md({0: ("10.0.0.2:3181",), 5: ("10.0.0.3:3181",)}, create.to_custom_metadata()))
+
+    code, out, err = shell(capsys, uri, "listledgers", "-m", "--no-progress")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == "ledgerID: 11" and lines[2] == "ledgerID: 12" and len(lines) == 4
+    assert lines[1] == (
+        "LedgerMetadata{formatVersion=3, ensembleSize=1, writeQuorumSize=1, ackQuorumSize=1, state=CLOSED, length=90, "
+        "lastEntryId=9, digestType=CRC32C, password=OMITTED, ensembles={0=[10.0.0.1:3181]}, "
+        "customMetadata={app=demo, bin=base64:AP8=}}"
+    )
+    assert "s3cret" not in out
+    for bookie, expected in (("10.0.0.1:3181", [11]), ("10.0.0.3:3181", [12]), ("10.0.0.9:3181", [])):
+        rows = json.loads(shell(capsys, uri, "listledgers", "-bookieid", bookie, "--json")[1])
+        assert [r["ledgerId"] for r in rows] == expected, bookie
+
+    doc = json.loads(shell(capsys, uri, "ledgermetadata", "-l", "12", "--json")[1])
+    assert {k: doc[k] for k in ("ledgerId", "state", "ensembleSize", "lastEntryId", "length", "ensembles")} == {
+        "ledgerId": 12, "state": "CLOSED", "ensembleSize": 1, "lastEntryId": 9, "length": 90,
+        "ensembles": {"0": ["10.0.0.2:3181"], "5": ["10.0.0.3:3181"]},
+    }
+    assert doc["customMetadata"] == {"bkspark.ctx.create": base64.b64encode(create.to_bytes()).decode()}
+    assert doc["context"]["create"] == create.to_json() and "s3cret" not in json.dumps(doc)
