@@ -87,6 +87,13 @@ def test_everyday_commands_on_a_java_cluster(java_cluster_factory, java_tools, c
     # bookieinfo: every bookie answers GET_BOOKIE_INFO.
     doc = shell_json(capsys, uri, "bookieinfo")
     assert len(doc["bookies"]) == 3 and all(r["total"] >= r["free"] > 0 for r in doc["bookies"])
+    # ... and the sums (docs/shell.md): in --json, and as the text output's last two lines.
+    assert doc["totalFree"] == sum(r["free"] for r in doc["bookies"])
+    assert doc["totalCapacity"] == sum(r["total"] for r in doc["bookies"])
+    code, out, _ = shell(capsys, uri, "bookieinfo")
+    assert code == 0 and len(out.splitlines()) == 1 + 3 + 2
+    assert out.splitlines()[-2].startswith("Total free disk space in the cluster:\t")
+    assert out.splitlines()[-1].startswith("Total capacity in the cluster:\t")
 
     # simpletest through the console entry point, as a user runs it.
     proc = subprocess.run(
