@@ -374,3 +374,36 @@ def test_two_recoverjobs_at_once_both_succeed_and_finish_the_work_once(zk_root: 
                 run.result(timeout=120)  # either one's error fails the test
         assert_recovered(store, registry, committed, garbage)
         store.zk.delete(registry.dataset_path("sales"), recursive=True)
+
+
+def test_a_dataset_leftovers_detail_is_its_jobs_parent_when_known_else_0(
+    zk_root: Any, store: ZkMetadataStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/context-and-audit.md, DATASET_LEFTOVER: "the detail is the job's parent ledger id when known, else 0";
+    docs/shell.md, listorphaned: a parent in another scope is printed by its qualified name."""
+    uri = zk_root.metadata_service_uri
+    registry = DatasetRegistry(store.zk, store.root)
+    without_parent = committed_job_with_a_leftover(store, registry, "job-a", "sales")
+    with_parent = new_ledger(store, ledger({}))
+    scoped_parent = new_ledger(store, ledger({}))
+    for job_id, lid, parent in (("job-b", with_parent, (0, 4242)), ("job-c", scoped_parent, (7, 99))):
+        registry.begin_job(job_id, JobRecord(JobState.WRITING, "sales", parent=parent))
+        registry.register(job_id, 0, lid)
+        record = registry.job(job_id)
+        assert record is not None
+        store.zk.set(
+            registry.job_path(job_id), JobRecord(JobState.COMMITTED, "sales", parent=parent).to_bytes(),
+            version=record.version,
+        )
+
+    found, unreadable = audit(uri)
+    assert unreadable == [] and {lid: found.get(lid) for lid in (without_parent, with_parent, scoped_parent)} == {
+        lid: {OrphanReason.DATASET_LEFTOVER} for lid in (without_parent, with_parent, scoped_parent)
+    }
+    code, out, err = shell(capsys, uri, "listorphaned", "--printorphanreason")
+    assert code == 0 and err == ""
+    assert sorted(out.splitlines()) == sorted([
+        f"{without_parent} DATASET_LEFTOVER 0",
+        f"{with_parent} DATASET_LEFTOVER 4242",
+        f"{scoped_parent} DATASET_LEFTOVER 00000000000000070000000000000063",
+    ])
