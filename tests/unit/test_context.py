@@ -126,6 +126,18 @@ def test_seed_camel_case_names_work():
     assert close.reason is CloseReason.TIME_ROTATION
 
 
+@pytest.mark.parametrize("builder", [LedgerCreateContext.builder(), LedgerCloseContext.builder()])
+def test_every_snake_case_builder_method_has_its_seed_camel_case_alias(builder):
+    """Each of the seed's builder methods is reachable by its Java name too (the same method, not a look-alike)."""
+    methods = [n for n in dir(builder) if not n.startswith("_") and n != "build" and callable(getattr(builder, n))]
+    snake = [n for n in methods if "_" in n]
+    assert snake
+    for name in snake:
+        head, *rest = name.split("_")
+        camel = head + "".join(part.capitalize() for part in rest)
+        assert getattr(type(builder), camel, None) is getattr(type(builder), name), name
+
+
 @pytest.mark.parametrize(
     "method, reason",
     [
@@ -253,6 +265,8 @@ def test_to_custom_metadata_keeps_callers_keys_and_refuses_ours():
     assert custom["app"] == b"demo" and CREATE_KEY in custom
     with pytest.raises(InvalidOptionError):
         full_create().to_custom_metadata({CLOSE_KEY: b"{}"})
+    with pytest.raises(InvalidOptionError):  # the whole prefix is reserved, not only today's three keys
+        full_create().to_custom_metadata({"bkspark.ctx.somethingLater": b"x"})
 
 
 def test_encoding_is_compact_key_sorted_utf8_json():
@@ -345,6 +359,9 @@ def test_unknown_fields_of_a_later_version_are_ignored():
     obj = json.loads(full_create().to_bytes())
     obj.update(v=7, somethingNew={"x": 1})
     assert LedgerCreateContext.from_bytes(json.dumps(obj).encode()) == full_create()
+    obj = json.loads(full_close().to_bytes())
+    obj.update(v=2, somethingNew=[1, 2])
+    assert LedgerCloseContext.from_bytes(json.dumps(obj).encode()) == full_close()
 
 
 # -- defensive parsing -------------------------------------------------------------------------------------------
