@@ -120,6 +120,22 @@ def test_bp35_flags_on_every_ledger_command():
         assert parse("shell", command, "--ledger-scope-id", "3").ledger_scope_id == "3"
 
 
+def test_ledger_arguments_may_be_mixed_when_they_agree():
+    """LEDGER, -l, --ledger-scope-id and --ledger-qualified-name together name one ledger if they agree; the scope
+    is an int64 (default 0)."""
+    qname = "0x" + "0" * 15 + "7" + "0" * 15 + "9"
+    args = parse("shell", "showowner", "9", "-l", "9", "--ledger-scope-id", "7", "--ledger-qualified-name", qname)
+    assert resolve_ledger(args) == LedgerName(9, 7)
+    assert resolve_ledger(parse("shell", "readledger", "-l", "9", "--ledger-qualified-name", qname)) == LedgerName(9, 7)
+    assert resolve_ledger(parse("shell", "showowner", "9")) == LedgerName(9, 0)
+    low, high = str(-(2**63)), str(2**63 - 1)
+    assert resolve_ledger(parse("shell", "showowner", "9", "--ledger-scope-id", low)).scope_id == -(2**63)
+    assert resolve_ledger(parse("shell", "showowner", "9", "--ledger-scope-id", high)).scope_id == 2**63 - 1
+    with pytest.raises(ShellError) as info:
+        resolve_ledger(parse("shell", "showowner", "9", "--ledger-scope-id", str(2**63)))
+    assert info.value.exit_code == 2
+
+
 def test_uuid_dashed_qualified_name():
     args = parse("shell", "showowner", "--ledger-qualified-name", "00000000-0000-0007-0000-000000000009")
     assert resolve_ledger(args) == LedgerName(9, 7)
