@@ -536,3 +536,47 @@ def test_auditconfig_sets_only_the_given_values_and_leaves_the_rest_to_each_audi
     with Auditor(uri, audit_period=3600, grace_period=3600, parent_grace_period=42, identifier="own-flags") as auditor:
         wait_for(lambda: auditor.config.grace_period == 60, 10, "the stored config")
         assert auditor.config == AuditConfig(audit_period=120, grace_period=60, parent_grace_period=42)
+
+
+def test_each_pass_makes_the_records_what_it_found_and_leaves_unchanged_ones_alone(zk_root, store) -> None:
+    """docs/context-and-audit.md, ZooKeeper layout: each pass creates new orphans, rewrites changed ones, removes
+    cleared ones (a deleted ledger, a parent back) and leaves unchanged ones alone (firstSeenMs and the znode
+    untouched)."""
+    uri = zk_root.metadata_service_uri
+    past = datetime.now(timezone.utc) - timedelta(days=2)
+    parent_id = store.generate_ledger_id()
+    child = new_ledger(store, ledger(child_ctx(parent_id), closed=False))
+    overdue = new_ledger(store, ledger(close_ctx(past)))
+    unchanged = new_ledger(store, ledger(close_ctx(past)))
+    deleted = new_ledger(store, ledger(close_ctx(past)))
+
+    def audit_pass() -> dict[int, Any]:
+        auditor = Auditor(uri, grace_period=0, audit_period=3600)
+        try:
+            auditor.audit_once()
+        finally:
+            auditor.stop()
+        return {r.ledger_id: r for r in list_orphans(store.zk, store.root)}
+
+    before = audit_pass()
+    assert set(before) == {child, overdue, unchanged, deleted}
+    versions = orphan_versions(store)
+
+    time.sleep(0.01)
+    store.create_ledger_metadata(parent_id, ledger({}))  # the parent is back
+    store.delete_ledger_metadata(deleted)
+    later = past + timedelta(hours=1)
+    current = store.read_ledger_metadata(overdue)
+    custom = dict(current.metadata.custom_metadata, **close_ctx(later))
+    store.write_ledger_metadata(overdue, current.metadata.with_custom_metadata(custom), current.version)
+    new = new_ledger(store, ledger(close_ctx(past)))
+
+    after = audit_pass()
+    assert set(after) == {overdue, unchanged, new}
+    assert after[overdue].detail == int(later.timestamp()) != before[overdue].detail  # rewritten
+    assert after[unchanged] == before[unchanged]
+    now_versions = orphan_versions(store)
+    name = qualified_name(0, unchanged)
+    assert now_versions[name] == versions[name]  # not written again
+    assert now_versions[qualified_name(0, overdue)] != versions[qualified_name(0, overdue)]
+    assert after[new].first_seen_ms > before[unchanged].first_seen_ms
