@@ -580,3 +580,9 @@ def test_each_pass_makes_the_records_what_it_found_and_leaves_unchanged_ones_alo
     assert now_versions[name] == versions[name]  # not written again
     assert now_versions[qualified_name(0, overdue)] != versions[qualified_name(0, overdue)]
     assert after[new].first_seen_ms > before[unchanged].first_seen_ms
+    # The status znode: the documented keys of the last pass.
+    status = json.loads(store.zk.get(f"{store.root}/bkspark/audit/status")[0])
+    assert set(status) == {"auditor", "passStartedMs", "passFinishedMs", "ledgersScanned", "orphans", "unreadable",
+                           "passes"}
+    assert (status["ledgersScanned"], status["orphans"], status["unreadable"]) == (5, 3, 0)
+    assert status["passStartedMs"] <= status["passFinishedMs"]

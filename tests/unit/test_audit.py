@@ -107,6 +107,18 @@ def test_records_round_trip_and_name_the_ledger_by_qualified_name():
     assert scoped.ledger_label == "ffffffffffffffff0000000000000005"
 
 
+def test_stored_records_and_config_have_the_documented_json_shapes():
+    """Other tools read these znodes by the documented keys (docs/context-and-audit.md, ZooKeeper layout), so a
+    renamed key is a broken promise even when our own round trip still works."""
+    stored = json.loads(encode_records([OrphanRecord(5, 0, OrphanReason.BROKEN_PARENT_REF, 7, 9, first_seen_ms=3)]))
+    assert stored == {"v": 1, "reasons": [{
+        "ledgerId": 5, "scopeId": 0, "reason": "BROKEN_PARENT_REF", "detail": 7, "detailScopeId": 9, "firstSeenMs": 3,
+    }]}
+    assert json.loads(AuditConfig(300, 3600, 0).to_bytes()) == {
+        "v": 1, "auditPeriodSeconds": 300.0, "gracePeriodSeconds": 3600.0, "parentGracePeriodSeconds": 0.0,
+    }
+
+
 @pytest.mark.parametrize(
     "name, data",
     [
