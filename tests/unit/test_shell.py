@@ -82,6 +82,20 @@ def test_conf_settings_override_the_client_conf_file(tmp_path):
     assert client_conf(args) == {"ensemblePlacementPolicy": "rackaware", "reppDnsResolverClass": "x.Y"}
 
 
+@pytest.mark.parametrize("argv", [["simpletest"], ["readledger", "1"]])
+def test_commands_that_open_a_client_pass_it_the_conf_settings(capsys, tmp_path, argv):
+    """readledger and simpletest give --conf and --client-conf settings to the client they open: the client checks
+    them before it connects, so a bad value is refused (exit 2) even with ZooKeeper unreachable."""
+    code, out, err = run(capsys, "shell", "--metadata-service-uri", UNREACHABLE, "--zk-timeout", "0.5", *argv,
+                         "--conf", "addEntryTimeoutSec=abc")
+    assert code == 2 and out == "" and "addEntryTimeoutSec" in err and len(err.strip().splitlines()) == 1
+    conf = tmp_path / "client.conf"
+    conf.write_text("readEntryTimeoutSec=soon\n")
+    code, out, err = run(capsys, "shell", "--metadata-service-uri", UNREACHABLE, "--zk-timeout", "0.5", *argv,
+                         "--client-conf", str(conf))
+    assert code == 2 and "readEntryTimeoutSec" in err
+
+
 def test_documented_defaults_of_the_shell_and_the_auditor():
     """--zk-timeout is 10 in the shell; the auditor's flags default to 300, 3600, 0, 10 and INFO; the local
     cluster lives in ~/.bkspark/cluster."""
