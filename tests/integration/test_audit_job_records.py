@@ -407,3 +407,20 @@ def test_a_dataset_leftovers_detail_is_its_jobs_parent_when_known_else_0(
         f"{with_parent} DATASET_LEFTOVER 4242",
         f"{scoped_parent} DATASET_LEFTOVER 00000000000000070000000000000063",
     ])
+
+
+def test_recoverjobs_stale_after_inf_never_aborts_a_writing_job(
+    zk_root: Any, store: ZkMetadataStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/shell.md, recoverjobs: `--stale-after inf` never aborts a job still writing, however old; a finite age
+    (0 here) aborts it and says so in one line."""
+    uri = zk_root.metadata_service_uri
+    registry = DatasetRegistry(store.zk, store.root)
+    registry.begin_job("job-w", JobRecord(JobState.WRITING, "sales"))
+    code, out, err = shell(capsys, uri, "recoverjobs", "--stale-after", "inf")
+    assert (code, out, err) == (0, "", "")
+    record = registry.job("job-w")
+    assert record is not None and record.state is JobState.WRITING
+    code, out, err = shell(capsys, uri, "recoverjobs", "--stale-after", "0")
+    assert code == 0 and out.splitlines() == ["job-w stale writing job aborted"] and err == ""
+    assert registry.job("job-w") is None
