@@ -252,6 +252,20 @@ def test_two_auditors_one_leads_the_other_takes_over_after_kill_9(zk_root, store
             kill_group(proc)
 
 
+def test_sigint_makes_the_auditor_leave_the_election_and_exit_0(zk_root, store, tmp_path) -> None:
+    """docs/shell.md, bkspark auditor: SIGINT (Ctrl-C), like SIGTERM, leaves the election and exits 0."""
+    proc = start_auditor(zk_root.metadata_service_uri, "auditor-c", tmp_path / "c.log")
+    try:
+        wait_for(lambda: Auditor_contenders(store) == ["auditor-c"], 30, "c to join the election")
+        wait_for(lambda: (s := read_status(store.zk, store.root)) and s.auditor == "auditor-c", 30, "c to audit")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 0
+        assert Auditor_contenders(store) == []
+        assert "Traceback" not in (tmp_path / "c.log").read_text()
+    finally:
+        kill_group(proc)
+
+
 def Auditor_contenders(store: ZkMetadataStore) -> list[str]:  # noqa: N802 - reads like the recipe it wraps
     from kazoo.recipe.election import Election
 
