@@ -163,7 +163,7 @@ def test_deleteledger_asks_on_a_terminal_and_without_one_refuses_unless_forced(z
 
 def test_listledgers_meta_and_bookieid_and_ledgermetadata_json(zk_root, capsys) -> None:
     """docs/shell.md: `listledgers -m` adds Java's LedgerMetadataImpl.toString line with the password omitted and
-    custom metadata as text or `base64:`; `-bookieid` keeps the ledgers with that bookie in any ensemble;
+    custom metadata as text or `base64:`, with progress on stderr while reading metadata; `-bookieid` keeps the ledgers with that bookie in any ensemble;
     `ledgermetadata --json` gives every field with custom metadata base64 and the decoded context."""
     uri = zk_root.metadata_service_uri
     create = LedgerCreateContext.builder().part_of_data_set("ds").build()
@@ -188,6 +188,8 @@ def test_listledgers_meta_and_bookieid_and_ledgermetadata_json(zk_root, capsys) 
         "customMetadata={app=demo, bin=base64:AP8=}}"
     )
     assert "s3cret" not in out
+    code, with_progress, err = shell(capsys, uri, "listledgers", "-m", "--progress")  # progress: stderr only
+    assert code == 0 and with_progress == out and "reading ledger metadata" in err and "2/2" in err
     for bookie, expected in (("10.0.0.1:3181", [11]), ("10.0.0.3:3181", [12]), ("10.0.0.9:3181", [])):
         rows = json.loads(shell(capsys, uri, "listledgers", "-bookieid", bookie, "--json")[1])
         assert [r["ledgerId"] for r in rows] == expected, bookie
