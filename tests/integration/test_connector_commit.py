@@ -30,7 +30,7 @@ from kazoo.exceptions import ConnectionLoss
 from bkspark import cli
 from bkspark.audit import Auditor, OrphanReason, list_orphans
 from bkspark.client import BookKeeper
-from bkspark.context import read_create_context
+from bkspark.context import read_context, read_create_context
 from bkspark.datasource.clients import client_conf, evict_client
 from bkspark.datasource.datasets import (
     DatasetManifest,
@@ -47,11 +47,13 @@ from bkspark.datasource.writer import (
     CLEANUP_BACKOFF_SECONDS,
     JOB_PARENT_ROLE,
     TAG_DATASET,
+    TAG_JOB,
     TAG_ROLE,
     BookKeeperWriter,
     recover_jobs,
 )
 from bkspark.errors import NoSuchLedgerMetadataError
+from bkspark.protocol.ledger_metadata import LedgerState
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
 
@@ -249,6 +251,28 @@ def seed(uri: str, dataset: str) -> list[bytes]:
         writer = new_writer(uri, dataset, overwrite=False)
         assert spark_commit(writer, run_job(writer, [rows(prefix, 3)])) == "committed"
     return sorted(rows("old-a", 3) + rows("old-b", 3))
+
+
+def test_a_committed_jobs_parent_is_a_closed_zero_entry_marker_with_contexts_and_tags(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """docs/context-and-audit.md, What the Spark writer should call: the commit creates the parent of the job's
+    ledgers, "a zero-entry closed ledger tagged bkspark.job, bkspark.dataset and bkspark.role=job-commit-marker,
+    with its create and close contexts"; every task ledger is its child, and the audit reports none of them."""
+    dataset = "parent-marker"
+    writer = new_writer(uri, dataset, overwrite=False)
+    assert spark_commit(writer, run_job(writer, [rows("a", 2), rows("b", 2)])) == "committed"
+    manifest = registry.manifest(dataset)
+    assert manifest is not None and len(manifest.ledgers) == 2
+    (parent_id,) = parents_of(bk, manifest.ledgers)
+    md = bk.get_ledger_metadata(parent_id)
+    assert md.state == LedgerState.CLOSED and (md.last_entry_id, md.length) == (-1, 0)
+    custom = md.custom_metadata
+    assert custom[TAG_ROLE] == JOB_PARENT_ROLE and custom[TAG_DATASET] == dataset.encode()
+    assert custom[TAG_JOB] == writer.job_id.encode()
+    ctx = read_context(md)
+    assert ctx.create is not None and ctx.create.data_set == dataset and ctx.close is not None
+    assert not {parent_id, *(lid for _, lid in manifest.ledgers)} & set(audit(uri, bk))
 
 
 @pytest.mark.parametrize("mode", ["append", "overwrite"])
