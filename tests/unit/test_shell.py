@@ -240,6 +240,32 @@ def test_auditor_unreachable_is_one_line(capsys):
     assert code == 1 and "cannot connect to ZooKeeper" in err and "Traceback" not in err
 
 
+class Terminal(io.StringIO):
+    """Typed answers on stdin that claim to come from a terminal (what the format commands ask on)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("typed, formatted", [("N\n", False), ("", False), ("y\n", True)], ids=["N", "EOF", "y"])
+def test_bookieformat_asks_before_emptying_a_journal_that_holds_anything(capsys, monkeypatch, tmp_path, typed, formatted):
+    """docs/shell.md, bookieformat: it asks Java's question when a journal directory holds anything; only a yes
+    empties the directories (no cluster given: the directories alone are formatted, nothing else is asked)."""
+    monkeypatch.delenv(ENV_URI, raising=False)
+    journal, ledgers = tmp_path / "journal", tmp_path / "ledgers"
+    (journal / "current").mkdir(parents=True)
+    (journal / "current" / "1.txn").write_bytes(b"x")
+    ledgers.mkdir()
+    (ledgers / "entries").write_bytes(b"y")
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text(f"journalDirectories={journal}\nledgerDirectories={ledgers}\nbookiePort=3181\n")
+    monkeypatch.setattr("sys.stdin", Terminal(typed))
+    code, out, err = run(capsys, "shell", "bookieformat", "--bookie-conf", str(conf))
+    assert out.startswith("Are you sure to format Bookie data..? (Y or N)") and "Traceback" not in err
+    assert code == (0 if formatted else 1)
+    assert (not any(journal.iterdir()) and not any(ledgers.iterdir())) is formatted
+
+
 # -- output helpers -------------------------------------------------------------------------------------------------
 
 
