@@ -176,7 +176,8 @@ def test_listledgers_meta_and_bookieid_and_ledgermetadata_json(zk_root, capsys) 
 
     with ZkMetadataStore(uri) as store:
         store.create_ledger_metadata(11, md({0: ("10.0.0.1:3181",)}, {"app": b"demo", "bin": b"\x00\xff"}))
-        store.create_ledger_metadata(12, md({0: ("10.0.0.2:3181",), 5: ("10.0.0.3:3181",)}, create.to_custom_metadata()))
+        ensembles = {0: ("10.0.0.2:3181",), 5: ("10.0.0.3:3181",)}
+        store.create_ledger_metadata(12, md(ensembles, create.to_custom_metadata()))
 
     code, out, err = shell(capsys, uri, "listledgers", "-m", "--no-progress")
     assert code == 0 and err == ""

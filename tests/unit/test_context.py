@@ -271,8 +271,10 @@ def test_to_custom_metadata_keeps_callers_keys_and_refuses_ours():
 
 def test_encoding_is_compact_key_sorted_utf8_json():
     """Stored values are byte-for-byte reproducible: sorted keys, no spaces, non-ASCII as raw UTF-8."""
-    create = LedgerCreateContext.builder().part_of_data_set("données").expected_max_entries(5).follows_ledger(3).build()
-    assert create.to_bytes() == '{"dataSet":"données","expectedMaxEntries":5,"followsLedger":{"ledgerId":3,"scopeId":0},"v":1}'.encode()
+    create = LedgerCreateContext.builder().part_of_data_set("données").expected_max_entries(5).follows_ledger(3)
+    assert create.build().to_bytes() == (
+        '{"dataSet":"données","expectedMaxEntries":5,"followsLedger":{"ledgerId":3,"scopeId":0},"v":1}'.encode()
+    )
     close = LedgerCloseContext.builder().because_inactive().closing_abnormally("arrêt").expect_delete_after(T0).build()
     assert close.to_bytes() == (
         '{"abnormal":true,"errorMessage":"arrêt","expectDeleteAfterMs":1615839671000,"reason":"INACTIVE","v":1}'.encode()

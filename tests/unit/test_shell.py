@@ -226,7 +226,8 @@ def test_console_script_silences_kazoos_connection_chatter():
         cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr.splitlines() == [proc.stderr.strip()] and proc.stderr.startswith("bkspark shell listledgers: error:")
+    assert proc.stderr.splitlines() == [proc.stderr.strip()]
+    assert proc.stderr.startswith("bkspark shell listledgers: error:")
 
 
 def test_auditor_without_cluster_is_one_line(capsys, monkeypatch):
@@ -248,7 +249,9 @@ class Terminal(io.StringIO):
 
 
 @pytest.mark.parametrize("typed, formatted", [("N\n", False), ("", False), ("y\n", True)], ids=["N", "EOF", "y"])
-def test_bookieformat_asks_before_emptying_a_journal_that_holds_anything(capsys, monkeypatch, tmp_path, typed, formatted):
+def test_bookieformat_asks_before_emptying_a_journal_that_holds_anything(
+    capsys, monkeypatch, tmp_path, typed, formatted
+):
     """docs/shell.md, bookieformat: it asks Java's question when a journal directory holds anything; only a yes
     empties the directories (no cluster given: the directories alone are formatted, nothing else is asked)."""
     monkeypatch.delenv(ENV_URI, raising=False)
