@@ -236,3 +236,63 @@ def test_ledgers_opened_from_metadata_read_many_at_once(cluster, zk_root, monkey
         assert recovered.metadata.state == LedgerState.CLOSED and recovered.last_add_confirmed == 0
         assert [e.payload for e in recovered.read(0, 0)] == [b"unclosed"]
         assert bk.store.read_ledger_metadata(open_one.ledger_id).metadata.state == LedgerState.CLOSED
+
+
+def test_adds_and_reads_take_v2_and_the_rest_v3_unless_v2_is_off(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, "Wire protocol choice": adds and reads use v2 by default, READ_LAC a separate v3 connection
+    per bookie; ``useV2WireProtocol=false`` puts adds and reads on v3 too (no v2 connection is ever opened)."""
+    payloads = [b"w%d" % i for i in range(30)]
+    with BookKeeper(zk_root.metadata_service_uri) as bk:
+        lh = bk.create_ledger(3, 3, 2)
+        lh.append_many(payloads[:20]).result(timeout=30)
+        for p in payloads[20:]:
+            lh.append(p)
+        ensemble = lh.metadata.last_ensemble
+        assert all(bk.pool.ready(b, "v2") is not None for b in ensemble)
+        assert all(bk.pool.ready(b, "v3") is None for b in ensemble)  # adds needed no v3 connection
+        rh = bk.open_ledger(lh.ledger_id, recovery=False)  # READ_LAC: v3 only
+        assert rh.last_add_confirmed == 28
+        assert all(bk.pool.ready(b, "v3") is not None for b in ensemble)
+        assert all(bk.pool.ready(b, "v3") is not bk.pool.ready(b, "v2") for b in ensemble)
+        lh.close()
+    with BookKeeper(zk_root.metadata_service_uri, useV2WireProtocol=False) as bk:
+        lh = bk.create_ledger(3, 3, 2)
+        lh.append_many(payloads[:20]).result(timeout=30)
+        for p in payloads[20:]:
+            lh.append(p)
+        lh.close()
+        rh = bk.open_ledger(lh.ledger_id)  # recovery: fencing and recovery reads
+        assert [e.payload for e in rh.read(0, 29)] == payloads
+        batch = rh.batch_read(0, 30, 0)
+        assert batch and [e.payload for e in batch] == payloads[: len(batch)]
+        assert [e.payload for e in rh] == payloads
+        ensemble = lh.metadata.last_ensemble
+        assert all(bk.pool.ready(b, "v3") is not None for b in ensemble)
+        assert all(bk.pool.ready(b, "v2") is None for b in bk.writable_bookies())
+
+
+def test_ledger_metadata_version_2_writes_the_text_format_without_a_ctoken(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, "Configuration": ``ledgerMetadataVersion`` 3 (the default) writes the binary format, its create
+    with a cToken; 2 the text format with no cToken, for the create and the close; the ledger reads back as usual."""
+    from bkspark.protocol import ledger_metadata as md_codec
+
+    for version in (None, 2):
+        conf = {} if version is None else {"ledgerMetadataVersion": version}
+        with BookKeeper(zk_root.metadata_service_uri, **conf) as bk:
+            lh = bk.create_ledger(3, 2, 2, password=b"pw")
+            path = bk.store.ledger_path(lh.ledger_id)
+            created, _ = bk.zk.get(path)
+            lh.append(b"v%d" % (version or 3))
+            lh.close()
+            closed, _ = bk.zk.get(path)
+            for data in (created, closed):
+                if version == 2:
+                    assert data.startswith(b"BookieMetadataFormatVersion\t2\n")
+                    assert b"cToken" not in data and md_codec.parse(data).ctoken == 0
+                    data.decode("utf-8")  # text through and through
+                else:
+                    assert data.startswith(b"BookieMetadataFormatVersion\t3\n")
+            if version is None:
+                assert md_codec.parse(created).ctoken != 0  # updates write 0, as Java's LedgerMetadataBuilder.from()
+            assert md_codec.parse(closed).state == LedgerState.CLOSED and md_codec.parse(closed).last_entry_id == 0
+            assert bk.open_ledger(lh.ledger_id, password=b"pw").read(0, 0)[0].payload == b"v%d" % (version or 3)
