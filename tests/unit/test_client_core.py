@@ -20,7 +20,9 @@ from bkspark.client.writer import LedgerWriter
 from bkspark.errors import (
     BookieIOError,
     BookieTimeoutError,
+    BookieUnavailableError,
     DigestMismatchError,
+    IllegalOpError,
     InvalidOptionError,
     LedgerClosedError,
     LedgerFencedError,
@@ -29,6 +31,7 @@ from bkspark.errors import (
     NoSuchLedgerError,
     NotEnoughBookiesError,
     TooManyRequestsError,
+    UnauthorizedAccessError,
     WriteOnReadOnlyBookieError,
 )
 from bkspark.metadata.store import Versioned
@@ -346,8 +349,11 @@ def test_ack_quorum_does_not_wait_for_slow_bookie() -> None:
         # ETOOMANYREQUESTS: Java's bookie refuses adds past maxPendingAddRequestsPerThread; Java's client and this
         # one replace the bookie (docs/client.md, "Write path"; docs/connector.md on the Spark writer's window).
         TooManyRequestsError("add queue full"),
+        BookieTimeoutError("add timed out"),
+        # A lost connection, and a BookieId the registry cannot resolve (BookiePool.get raises this for both).
+        BookieUnavailableError("bookie is not registered, its address is unknown"),
     ],
-    ids=["EIO", "EREADONLY", "ETOOMANYREQUESTS"],
+    ids=["EIO", "EREADONLY", "ETOOMANYREQUESTS", "timeout", "unavailable"],
 )
 def test_failed_bookie_triggers_ensemble_change_and_resend(error: Exception) -> None:
     h = Harness(3, 3, 2, bookies=4)
@@ -649,6 +655,31 @@ def test_fenced_writer_never_acknowledges_later_entries() -> None:
         writes, before = h.store.writes, h.store.data[7]
         await w.close()
         assert h.store.writes == writes and h.store.data[7] is before and before.metadata.state == LedgerState.OPEN
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    "error",
+    [UnauthorizedAccessError("wrong master key"), IllegalOpError("not allowed here")],
+    ids=["unauthorized", "illegal-op"],
+)
+def test_unauthorized_or_illegal_op_fails_the_writer_without_replacing_the_bookie(error: Exception) -> None:
+    """docs/client.md, "Write path": fenced / unauthorized / illegal op are the errors that do not replace the bookie;
+    unauthorized, as fenced, fails every pending append and every later one with the same error."""
+    h = Harness(3, 3, 2, bookies=4)
+    h.bookies[BOOKIES[1]].add_error = lambda e: error if e >= 3 else None
+
+    async def run() -> None:
+        w = h.writer()
+        results, order = await append_all(w, [b"u%d" % i for i in range(8)])
+        assert results[:3] == [0, 1, 2] and order == [0, 1, 2]
+        assert all(r is error for r in results[3:])
+        later, _ = await append_all(w, [b"later"])
+        assert later[0] is error
+        assert h.store.writes == 0 and sorted(h.store.data[7].metadata.ensembles) == [0]  # no ensemble change
+        assert not h.bookies[BOOKIES[3]].adds  # the spare bookie never got an entry
+        assert w.lac == 2
 
     asyncio.run(run())
 
