@@ -977,6 +977,35 @@ def test_batch_read_sizes_are_clamped_to_the_frame_size() -> None:
     asyncio.run(run())
 
 
+def test_a_batch_read_is_one_request_clamped_to_the_lac_and_to_its_segment() -> None:
+    """docs/client.md, "Read path": ``batch_read`` sends one request to one bookie, clamped to the LAC and to the
+    segment: a batch never runs into the next segment, whose entries another ensemble holds."""
+    h = Harness(3, 3, 2, bookies=4, reorderReadSequenceEnabled=False)
+    h.bookies[BOOKIES[1]].add_error = lambda e: BookieIOError("disk") if e >= 5 else None
+    asked: list[tuple[str, int, int]] = []
+    answer = h.ops.batch_read_async
+
+    async def recording(bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
+        asked.append((bookie_id, start, max_count))
+        return await answer(bookie_id, ledger_id, start, max_count, max_size, scope_id)
+
+    h.ops.batch_read_async = recording  # type: ignore[method-assign]
+
+    async def run() -> None:
+        results, _ = await append_all(h.writer(), [b"s%d" % i for i in range(15)])
+        assert results == list(range(15))
+        md = h.store.data[7].metadata
+        assert sorted(md.ensembles) == [0, 6]  # two segments: 0..5 and 6..14
+        reader = LedgerReader(h.ctx(), h.ref, md, h.digester)
+        assert [e.entry_id for e in await reader.batch_read(2, 100, 0, 14)] == [2, 3, 4, 5]  # the segment's end
+        assert [e.entry_id for e in await reader.batch_read(6, 100, 0, 9)] == [6, 7, 8, 9]  # the LAC
+        assert [e.entry_id for e in await reader.batch_read(7, 0, 0, 14)] == list(range(7, 15))  # no count limit
+        # One request each, to the first bookie of the entry's write set, asking for no more than it may return.
+        assert asked == [(BOOKIES[2], 2, 4), (BOOKIES[0], 6, 4), (md.ensembles[6][1], 7, 8)]
+
+    asyncio.run(run())
+
+
 def test_batch_read_fallbacks_and_limits() -> None:
     h = Harness(3, 3, 2, batchReadEnabled=False)
 
