@@ -1079,6 +1079,35 @@ def test_recovery_finds_tail_readds_and_closes() -> None:
     asyncio.run(run())
 
 
+def test_recovery_accepts_a_close_someone_else_wrote_before_its_own() -> None:
+    """docs/client.md, Recovery: the recovery writes CLOSED, accepting a close someone else wrote (another recovery
+    that got there first): no error, no second close written, and the handle sees the close in force."""
+    h = Harness(3, 3, 2)
+    write = h.store.write_ledger_metadata
+    theirs: list[Versioned] = []
+
+    def racing_write(ledger_id: int, md: LedgerMetadata, version: int, scope_id: int = 0) -> Versioned:
+        if md.state == LedgerState.CLOSED and not theirs:  # our final write: another recoverer closed just before
+            current = h.store.data[ledger_id]
+            closed = replace(current.metadata, state=LedgerState.CLOSED, last_entry_id=md.last_entry_id, length=md.length)
+            theirs.append(Versioned(closed, current.version + 1))
+            h.store.data[ledger_id] = theirs[0]
+            raise MetadataVersionError("conflict")
+        return write(ledger_id, md, version, scope_id)
+
+    h.store.write_ledger_metadata = racing_write  # type: ignore[method-assign]
+
+    async def run() -> None:
+        await _filled(h, 5)
+        writes = h.store.writes
+        v = await recover_ledger(h.ctx(), h.ref, h.store.data[7], b"pw")
+        assert theirs and v is theirs[0] and h.store.data[7] is theirs[0]
+        assert h.store.writes == writes + 1  # IN_RECOVERY only: the close in force is theirs
+        assert (v.metadata.state, v.metadata.last_entry_id) == (LedgerState.CLOSED, 4)
+
+    asyncio.run(run())
+
+
 def test_recovery_of_a_ledger_whose_last_segment_is_empty_starts_at_its_start_with_the_right_length() -> None:
     """docs/client.md, Recovery: the fence answers (entry 4, LAC 3) are older than the last segment (from 5): the
     recovery starts at ``max(LAC, lastSegmentStart - 1)``, reads entry 4 for its length, re-adds nothing and closes
