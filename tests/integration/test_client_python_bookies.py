@@ -296,3 +296,24 @@ def test_ledger_metadata_version_2_writes_the_text_format_without_a_ctoken(clust
                 assert md_codec.parse(created).ctoken != 0  # updates write 0, as Java's LedgerMetadataBuilder.from()
             assert md_codec.parse(closed).state == LedgerState.CLOSED and md_codec.parse(closed).last_entry_id == 0
             assert bk.open_ledger(lh.ledger_id, password=b"pw").read(0, 0)[0].payload == b"v%d" % (version or 3)
+
+
+def test_scoped_ledgers_go_only_to_bookies_advertising_scope_ids(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, "Wire protocol choice": a scope id != 0 goes only to bookies advertising ``scope-ids`` in
+    ``bkspark.extensions``; without enough of them the create raises NotEnoughBookiesError naming the property.
+    A fourth bookie registered as Apache BookKeeper's do (no extensions) is never chosen for one."""
+    from bkspark.errors import NotEnoughBookiesError
+
+    plain = "10.255.255.1:3181"  # never dialled: a scope-0 ledger is not created here
+    zk_root.zk_client.create(f"{zk_root.path}/available/{plain}", b"", ephemeral=True)
+    with BookKeeper(zk_root.metadata_service_uri) as bk:
+        assert plain in bk.writable_bookies() and len(bk.writable_bookies()) == 4
+        with pytest.raises(NotEnoughBookiesError, match="bkspark.extensions") as info:
+            bk.create_ledger(4, 2, 2, scope_id=77)
+        assert "scope-ids" in str(info.value)
+        chosen = set()
+        for _ in range(12):  # a random placement over all four would take the plain one in 3 of 4 creates
+            lh = bk.create_ledger(3, 2, 2, scope_id=77)
+            chosen |= set(lh.metadata.last_ensemble)
+            bk.delete_ledger(lh.ledger_id, scope_id=77)
+        assert chosen == set(cluster.bookie_ids)
