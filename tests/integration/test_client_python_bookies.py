@@ -317,3 +317,33 @@ def test_scoped_ledgers_go_only_to_bookies_advertising_scope_ids(cluster, zk_roo
             chosen |= set(lh.metadata.last_ensemble)
             bk.delete_ledger(lh.ledger_id, scope_id=77)
         assert chosen == set(cluster.bookie_ids)
+
+
+def test_scoped_ledgers_batch_over_v3_only_with_bookies_advertising_batch_read_v3(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, "Read path": scope != 0 ledgers batch over v3 (op 12) only with bookies advertising
+    ``batch-read-v3``; with the others a batch read is single reads, with the same answer."""
+    from bkspark.protocol.service_info import BATCH_READ_V3_EXTENSION, SCOPE_IDS_EXTENSION
+
+    data = [b"b%d" % i for i in range(40)]
+    with BookKeeper(zk_root.metadata_service_uri) as bk:
+        lh = bk.create_ledger(3, 3, 2, password=b"pw", scope_id=5)
+        lh.append_many(data).result(timeout=30)
+        lh.close()
+        rh = bk.open_ledger(lh.ledger_id, scope_id=5, password=b"pw")
+        ops = bk.ctx.ops
+        sent: list[int] = []
+        batch_read_async = ops.batch_read_async
+
+        async def counting(bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
+            sent.append(start)
+            return await batch_read_async(bookie_id, ledger_id, start, max_count, max_size, scope_id)
+
+        ops.batch_read_async = counting  # type: ignore[method-assign]
+        advertised = bk.registry.extensions
+        bk.registry.extensions = lambda bookie_id: frozenset({SCOPE_IDS_EXTENSION})  # type: ignore[method-assign]
+        assert [e.payload for e in rh.batch_read(0, 40, 0)] == data and sent == []
+        assert [e.payload for e in rh] == data and sent == []
+        bk.registry.extensions = advertised  # type: ignore[method-assign]
+        assert BATCH_READ_V3_EXTENSION in bk.registry.extensions(lh.metadata.last_ensemble[0])
+        batch = rh.batch_read(0, 40, 0)
+        assert batch and [e.payload for e in batch] == data[: len(batch)] and sent == [0]
