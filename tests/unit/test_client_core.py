@@ -794,6 +794,34 @@ def test_a_speculative_read_timeout_of_zero_disables_speculation(speculative_ms:
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("count", [6, 40], ids=["one-range-read", "longer"])
+def test_a_range_read_keeps_at_most_read_pipeline_depth_reads_in_flight(count: int) -> None:
+    """docs/client.md, Configuration and "Read path": ``readPipelineDepth`` single reads in flight per call; a range
+    longer than it keeps that many in flight, one started as each ends, and every entry comes back in order."""
+    h = Harness(3, 3, 2, readPipelineDepth=8, speculativeReadTimeout=0)
+    in_flight: list[int] = []
+
+    async def run() -> None:
+        await _filled(h, count)
+        for b in h.bookies.values():
+            b.delay = 0.01
+            b.asked, b.reads = 0, []
+        read = h.ops.read
+
+        def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+            read(*args, **kwargs)
+            in_flight.append(sum(b.asked - len(b.reads) for b in h.bookies.values()))
+
+        h.ops.read = counting  # type: ignore[method-assign]
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        got = await reader.read_range(0, count - 1)
+        assert [e.payload for e in got] == [b"v%03d" % i for i in range(count)]
+        assert sum(b.asked for b in h.bookies.values()) == count  # one replica each: no speculation, no failure
+        assert max(in_flight) == min(count, 8)
+
+    asyncio.run(run())
+
+
 def test_a_range_read_arms_one_speculative_timer_for_the_reads_it_sends_together() -> None:
     """read_range sends its first readPipelineDepth reads at once and arms one timer for them (not one each); when
     it fires, each read still waiting for the slow bookie speculates as its own timer would have, and a read
