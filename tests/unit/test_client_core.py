@@ -1073,6 +1073,8 @@ def test_read_lac_needs_coverage() -> None:
         reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
         assert await reader.read_lac() == 3  # entry 4 carries LAC 3
         h.bookies[BOOKIES[0]].hang = True
+        # docs/client.md, "Read path": Qw - Qa + 1 = 2 answers per write quorum are enough: one bookie may be down.
+        assert await reader.read_lac() == 3
         h.bookies[BOOKIES[1]].hang = True
         with pytest.raises(BookieTimeoutError):
             await reader.read_lac()  # one answer cannot cover quorums needing two
