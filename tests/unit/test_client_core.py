@@ -1109,6 +1109,47 @@ def test_recovery_finds_tail_readds_and_closes() -> None:
     asyncio.run(run())
 
 
+def test_recovery_fences_reads_and_re_adds_with_the_documented_flags() -> None:
+    """docs/client.md, Recovery: fence with ``READ(-1, DO_FENCING, masterKey)``, read forward from the LAC with
+    ``HIGH_PRIORITY | DO_FENCING`` and re-add with ``RECOVERY_ADD | HIGH_PRIORITY`` (a fenced bookie takes those
+    only; Java's bookies queue high-priority requests first)."""
+    from bkspark.client.ops import FLAG_DO_FENCING, FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
+    from bkspark.protocol.digest import master_key
+
+    h = Harness(3, 3, 2)
+    reads: list[tuple[int, int, bytes | None]] = []
+    adds: list[tuple[int, int]] = []
+
+    async def run() -> None:
+        await _filled(h, 8)
+        b0 = h.bookies[BOOKIES[0]]
+        for eid in (8, 9):  # reached one bookie each before the writer died
+            b0.entries[(7, eid)] = h.digester.package_entry(7, eid, 7, 32 + 4 * (eid - 7), b"v%03d" % eid)
+        read, add = h.ops.read, h.ops.add
+
+        def recording_read(bookie_id, ledger_id, entry_id, scope_id, callback, arg=None, *, flags=0, master_key=None):  # type: ignore[no-untyped-def]
+            reads.append((entry_id, flags, master_key))
+            read(bookie_id, ledger_id, entry_id, scope_id, callback, arg, flags=flags, master_key=master_key)
+
+        def recording_add(bookie_id, ledger_id, entry_id, key, entry, flags, *rest):  # type: ignore[no-untyped-def]
+            adds.append((entry_id, flags))
+            add(bookie_id, ledger_id, entry_id, key, entry, flags, *rest)
+
+        h.ops.read, h.ops.add = recording_read, recording_add  # type: ignore[method-assign]
+        v = await recover_ledger(h.ctx(), h.ref, h.store.data[7], b"pw")
+        assert v.metadata.last_entry_id == 9
+
+    asyncio.run(run())
+    fences = [r for r in reads if r[0] == -1]
+    assert fences and all(flags == FLAG_DO_FENCING and key == master_key(b"pw") for _, flags, key in fences)
+    forward = [r for r in reads if r[0] != -1]
+    assert min(e for e, _, _ in forward) == 8  # from LAC + 1 (the fence answers carry LAC 7)
+    assert {e for e, _, _ in forward} == {8, 9, 10}  # 10: no bookie has it, the end
+    assert all(flags == FLAG_DO_FENCING | FLAG_HIGH_PRIORITY for _, flags, _ in forward)
+    assert sorted({e for e, _ in adds}) == [8, 9]
+    assert all(flags == FLAG_RECOVERY_ADD | FLAG_HIGH_PRIORITY for _, flags in adds)
+
+
 def test_recovery_accepts_a_close_someone_else_wrote_before_its_own() -> None:
     """docs/client.md, Recovery: the recovery writes CLOSED, accepting a close someone else wrote (another recovery
     that got there first): no error, no second close written, and the handle sees the close in force."""
