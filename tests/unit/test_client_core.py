@@ -1150,6 +1150,24 @@ def test_recovery_fences_reads_and_re_adds_with_the_documented_flags() -> None:
     assert all(flags == FLAG_RECOVERY_ADD | FLAG_HIGH_PRIORITY for _, flags in adds)
 
 
+def test_recovery_ends_once_qw_minus_qa_plus_one_bookies_lack_an_entry() -> None:
+    """docs/client.md, Recovery: reading forward stops at the first entry that ``Qw - Qa + 1`` bookies lack, without
+    waiting for the others: such an entry can never have been acknowledged.  Entry 8 reached only the slow bookie;
+    two fast "no such entry" answers end the recovery at 7."""
+    h = Harness(3, 3, 2)
+
+    async def run() -> None:
+        await _filled(h, 8)
+        slow = h.bookies[BOOKIES[2]]
+        slow.entries[(7, 8)] = h.digester.package_entry(7, 8, 7, 36, b"v008")
+        slow.delay = 0.3
+        v = await recover_ledger(h.ctx(), h.ref, h.store.data[7], b"pw")
+        assert (v.metadata.state, v.metadata.last_entry_id) == (LedgerState.CLOSED, 7)
+        assert (7, 8) not in h.bookies[BOOKIES[0]].entries  # nothing re-added
+
+    asyncio.run(run())
+
+
 def test_recovery_accepts_a_close_someone_else_wrote_before_its_own() -> None:
     """docs/client.md, Recovery: the recovery writes CLOSED, accepting a close someone else wrote (another recovery
     that got there first): no error, no second close written, and the handle sees the close in force."""
