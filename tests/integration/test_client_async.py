@@ -137,13 +137,28 @@ def test_zookeeper_calls_run_in_the_clients_own_pool_never_in_the_users_default_
         users = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="users-default")
         asyncio.get_running_loop().set_default_executor(users)
         async with AsyncBookKeeper(module_zk_root.metadata_service_uri) as bk:
+            ran_on: list[tuple[str, str]] = []  # (store method, thread it ran on)
+            for name in ("generate_ledger_id", "create_ledger_metadata", "read_ledger_metadata",
+                         "write_ledger_metadata", "delete_ledger_metadata", "list_ledgers"):
+                method = getattr(bk.store, name)
+
+                def recording(*args, _method=method, _name=name, **kwargs):  # type: ignore[no-untyped-def]
+                    ran_on.append((_name, threading.current_thread().name))
+                    return _method(*args, **kwargs)
+
+                setattr(bk.store, name, recording)
             lh = await bk.create_ledger(3, 3, 2)
             await lh.append(b"x")
             await lh.close()
             rh = await bk.open_ledger(lh.ledger_id)
             assert [e.payload for e in await rh.read(0, 0)] == [b"x"]
             assert lh.ledger_id in await bk.list_ledgers()
+            await bk.get_ledger_metadata(lh.ledger_id)
             await bk.delete_ledger(lh.ledger_id)
+            assert {name for name, _ in ran_on} == {"generate_ledger_id", "create_ledger_metadata",
+                                                    "read_ledger_metadata", "write_ledger_metadata",
+                                                    "delete_ledger_metadata", "list_ledgers"}
+            assert all(thread.startswith("bkspark-zk") for _, thread in ran_on), ran_on  # never on the loop
             names = [t.name for t in threading.enumerate()]
             assert 1 <= sum(name.startswith("bkspark-zk") for name in names) <= 8
             assert not [name for name in names if name.startswith("users-default")]  # its threads start on first use
