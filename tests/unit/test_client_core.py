@@ -1244,6 +1244,36 @@ def test_parallel_batched_range_is_complete_and_ordered() -> None:
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("parallel", [1, 3])
+def test_a_batched_range_keeps_parallel_batches_in_flight(parallel: int) -> None:
+    """docs/client.md, "More of the API" and "Read path": ``read_batched(..., parallel=4)`` loops until done with
+    ``parallel`` batches in flight, never more."""
+    h = Harness(3, 3, 2)
+    answer = h.ops.batch_read_async
+    now = [0]
+    most = [0]
+
+    async def counting(bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
+        now[0] += 1
+        most[0] = max(most[0], now[0])
+        try:
+            return await answer(bookie_id, ledger_id, start, max_count, max_size, scope_id)
+        finally:
+            now[0] -= 1
+
+    async def run() -> None:
+        await _filled(h, 60)
+        for b in h.bookies.values():
+            b.delay = 0.01
+        h.ops.batch_read_async = counting  # type: ignore[method-assign]
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        got = await reader.read_range_batched(0, 58, 5, 0, 59, parallel=parallel)
+        assert [e.entry_id for e in got] == list(range(59))
+        assert most[0] == parallel
+
+    asyncio.run(run())
+
+
 @pytest.mark.parametrize("received", ["list", "v2 answer"])
 def test_streamed_chunks_read_in_several_answers_come_back_answer_by_answer_in_order(received: str) -> None:
     """stream_payloads: a bookie that answers a batch read with at most 3 entries makes each chunk of 10 take
