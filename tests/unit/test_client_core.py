@@ -1274,6 +1274,47 @@ def test_a_batched_range_keeps_parallel_batches_in_flight(parallel: int) -> None
     asyncio.run(run())
 
 
+@pytest.mark.parametrize(
+    ("batch_size", "bytes_in_flight", "most"),
+    [(5, 1 << 30, 12), (5, 1, 1), (1000, 1 << 30, 2)],
+    ids=["at-most-12", "at-least-one", "100-entries-while-sizes-are-unknown"],
+)
+def test_read_batches_chunks_in_flight_are_bounded(batch_size: int, bytes_in_flight: int, most: int) -> None:
+    """docs/client.md, "Read path", ``read_batches``: chunks of ``batch_size`` entries, but no more than 100 before
+    the entry sizes are known; as many in flight as fit in ``bytes_in_flight``, at least one, at most 12."""
+    h = Harness(3, 3, 2)
+    answer = h.ops.batch_read_async
+    now = [0]
+    seen: list[int] = []
+    asked: list[int] = []
+
+    async def counting(bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
+        now[0] += 1
+        seen.append(now[0])
+        asked.append(max_count)
+        try:
+            return await answer(bookie_id, ledger_id, start, max_count, max_size, scope_id)
+        finally:
+            now[0] -= 1
+
+    async def run() -> None:
+        await _filled(h, 201)
+        for b in h.bookies.values():
+            b.delay = 0.01
+        h.ops.batch_read_async = counting  # type: ignore[method-assign]
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        got: list[bytes] = []
+        async for _start, payloads in reader.stream_payloads(
+            0, 199, 199, batch_size=batch_size, bytes_in_flight=bytes_in_flight
+        ):
+            got.extend(bytes(p) for p in payloads)
+        assert got == [b"v%03d" % i for i in range(200)]
+        assert max(seen) == most
+        assert asked[0] == min(batch_size, 100)
+
+    asyncio.run(run())
+
+
 @pytest.mark.parametrize("received", ["list", "v2 answer"])
 def test_streamed_chunks_read_in_several_answers_come_back_answer_by_answer_in_order(received: str) -> None:
     """stream_payloads: a bookie that answers a batch read with at most 3 entries makes each chunk of 10 take
