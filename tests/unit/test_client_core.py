@@ -1315,6 +1315,44 @@ def test_read_batches_chunks_in_flight_are_bounded(batch_size: int, bytes_in_fli
     asyncio.run(run())
 
 
+def test_read_batches_raises_the_first_failing_chunks_error_and_cancels_the_chunks_in_flight() -> None:
+    """docs/client.md, "Read path", ``read_batches``: the first failing chunk raises its typed error (after the
+    chunks before it were given back, in order); the chunks still in flight are cancelled, not waited for."""
+    h = Harness(3, 3, 2)
+    for b in h.bookies.values():
+        b.read_error = lambda e: BookieIOError("disk") if e == 20 else None
+    answer = h.ops.batch_read_async
+    cancelled: list[int] = []
+    finished: list[int] = []
+
+    async def slow_after_the_failure(bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
+        try:
+            if start >= 30:
+                await asyncio.sleep(2)
+            got = await answer(bookie_id, ledger_id, start, max_count, max_size, scope_id)
+        except asyncio.CancelledError:
+            cancelled.append(start)
+            raise
+        finished.append(start)
+        return got
+
+    async def run() -> None:
+        await _filled(h, 101)
+        h.ops.batch_read_async = slow_after_the_failure  # type: ignore[method-assign]
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        starts: list[int] = []
+        t0 = asyncio.get_running_loop().time()
+        with pytest.raises(BookieIOError):
+            async for start, _payloads in reader.stream_payloads(0, 99, 99, batch_size=10, bytes_in_flight=1 << 30):
+                starts.append(start)
+        assert asyncio.get_running_loop().time() - t0 < 1.5  # the slow chunks were not waited for
+        await asyncio.sleep(0)
+        assert starts == [0, 10]
+        assert sorted(cancelled) == list(range(30, 100, 10)) and all(s < 30 for s in finished)
+
+    asyncio.run(run())
+
+
 @pytest.mark.parametrize("received", ["list", "v2 answer"])
 def test_streamed_chunks_read_in_several_answers_come_back_answer_by_answer_in_order(received: str) -> None:
     """stream_payloads: a bookie that answers a batch read with at most 3 entries makes each chunk of 10 take
