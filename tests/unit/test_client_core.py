@@ -822,6 +822,38 @@ def test_a_range_read_keeps_at_most_read_pipeline_depth_reads_in_flight(count: i
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("multiplier", [2.0, 3.0])
+def test_speculative_reads_back_off_by_the_configured_multiplier(multiplier: float) -> None:
+    """docs/client.md, "Read path": after ``speculativeReadTimeout`` ms without an answer the next replica is asked as
+    well, then again after the delay times ``speculativeReadTimeoutBackoffMultiplier``, until every replica was."""
+    h = Harness(3, 3, 2, speculativeReadTimeoutBackoffMultiplier=multiplier)
+
+    async def run() -> None:
+        await _filled(h, 1)
+        h.conf.reorderReadSequenceEnabled = False
+        for b in h.bookies.values():
+            b.delay, b.asked = 0.5, 0
+        loop = asyncio.get_running_loop()
+        armed: list[float] = []
+        call_later = loop.call_later
+
+        def counting(delay, callback, *args):  # type: ignore[no-untyped-def]
+            if getattr(callback, "__name__", "") == "speculate":
+                armed.append(delay)
+            return call_later(delay, callback, *args)
+
+        loop.call_later = counting  # type: ignore[method-assign]
+        try:
+            reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+            assert bytes((await reader.read_entry(0)).payload) == b"v000"
+        finally:
+            loop.call_later = call_later  # type: ignore[method-assign]
+        assert armed[:2] == pytest.approx([0.05, 0.05 * multiplier])  # before the second and the third replica
+        assert sum(b.asked for b in h.bookies.values()) == 3
+
+    asyncio.run(run())
+
+
 def test_a_range_read_arms_one_speculative_timer_for_the_reads_it_sends_together() -> None:
     """read_range sends its first readPipelineDepth reads at once and arms one timer for them (not one each); when
     it fires, each read still waiting for the slow bookie speculates as its own timer would have, and a read
