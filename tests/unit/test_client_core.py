@@ -329,6 +329,33 @@ def test_acks_complete_in_order_with_lac_piggyback() -> None:
     asyncio.run(run())
 
 
+def test_an_entry_completes_on_qa_distinct_acknowledgements_not_on_repeated_ones() -> None:
+    """docs/client.md, "Write path": an entry completes on Qa *distinct* acknowledgements: one bookie answering an
+    add twice (a duplicate, e.g. a request sent again) counts once, so with the other two silent nothing completes."""
+    h = Harness(3, 3, 2, bookies=3)
+    h.bookies[BOOKIES[1]].hang = h.bookies[BOOKIES[2]].hang = True
+    add = h.ops.add
+
+    def doubled(bookie_id, ledger_id, entry_id, key, entry, flags, scope_id, callback, arg=None, v2_frame=None):  # type: ignore[no-untyped-def]
+        if bookie_id == BOOKIES[0]:
+            def twice(response, error, a):  # type: ignore[no-untyped-def]
+                callback(response, error, a)
+                callback(response, error, a)
+
+            return add(bookie_id, ledger_id, entry_id, key, entry, flags, scope_id, twice, arg, v2_frame)
+        return add(bookie_id, ledger_id, entry_id, key, entry, flags, scope_id, callback, arg, v2_frame)
+
+    h.ops.add = doubled  # type: ignore[method-assign]
+
+    async def run() -> None:
+        w = h.writer()
+        results, order = await append_all(w, [b"once"])
+        assert order == [] and isinstance(results[0], Exception)  # never acknowledged (then no replacement: failed)
+        assert w.lac == -1
+
+    asyncio.run(run())
+
+
 def test_ack_quorum_does_not_wait_for_slow_bookie() -> None:
     h = Harness(3, 3, 2)
     h.bookies[BOOKIES[2]].delay = 5.0  # slow but not failing
