@@ -402,6 +402,47 @@ def test_failed_bookie_triggers_ensemble_change_and_resend(error: Exception) -> 
     asyncio.run(run())
 
 
+def test_completions_are_held_while_the_ensemble_changes() -> None:
+    """docs/client.md, "Write path": while an ensemble change writes its new segment, entries that reach Qa
+    acknowledgements are not handed back; they come back, in entry order, once the new segment is written."""
+    import time
+
+    h = Harness(3, 3, 2, bookies=4)
+    h.bookies[BOOKIES[0]].add_error = lambda e: BookieIOError("disk") if e >= 3 else None
+    write = h.store.write_ledger_metadata
+    written: list[float] = []
+
+    def slow_write(*args: Any, **kwargs: Any) -> Versioned:
+        time.sleep(0.3)  # the compare-and-set of the new segment takes a while (a ZooKeeper thread)
+        versioned = write(*args, **kwargs)
+        written.append(time.monotonic())
+        return versioned
+
+    h.store.write_ledger_metadata = slow_write  # type: ignore[method-assign]
+    handed_back: list[tuple[int, float]] = []
+
+    async def run() -> None:
+        w = h.writer()
+        loop = asyncio.get_running_loop()
+        futures = []
+        for i in range(10):
+            fut = loop.create_future()
+
+            def done(eid: Any, exc: Any, fut: asyncio.Future = fut) -> None:
+                handed_back.append((eid, time.monotonic()))
+                fut.set_result(eid) if exc is None else fut.set_exception(exc)
+
+            w.append(b"h%d" % i, done)
+            futures.append(fut)
+        assert await asyncio.gather(*futures) == list(range(10))
+
+    asyncio.run(run())
+    assert len(written) == 1 and sorted(h.store.data[7].metadata.ensembles) == [0, 3]
+    assert [eid for eid, _ in handed_back] == list(range(10))
+    assert all(at < written[0] for eid, at in handed_back if eid < 3)
+    assert all(at >= written[0] for eid, at in handed_back if eid >= 3)  # Qa from b1 and b2 long before, held
+
+
 def test_recently_failed_bookies_are_passed_over_as_replacements_while_others_can_serve() -> None:
     """docs/client.md, "Write path": a bookie that failed within ``bookieFailureHistoryExpirationMSec`` is not
     chosen as a replacement while another can serve (ten random placements here), and is chosen when none can."""
