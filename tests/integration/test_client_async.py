@@ -204,3 +204,28 @@ def test_digest_type_autodetection_is_on_by_default_and_off_refuses_another_dige
             bk.open_ledger(lh.ledger_id, password=b"pw", digest_type="CRC32")
         with bk.open_ledger(lh.ledger_id, password=b"pw", digest_type="CRC32C") as rh:
             assert [e.payload for e in rh.read(0, 0)] == [b"x"]
+
+
+def test_flush_waits_for_every_append_and_append_cb_calls_back_in_order(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, "More of the API": ``lh.flush()`` returns once every append made before it is acknowledged;
+    the asyncio handle's ``append_cb(payload, callback)`` calls ``callback(entry_id, None)`` per entry, in order."""
+    with BookKeeper(module_zk_root.metadata_service_uri) as bk:
+        lh = bk.create_ledger(3, 3, 2)
+        futures = [lh.append_async(b"f%d" % i * 100) for i in range(300)]
+        lh.flush()
+        assert all(f.done() for f in futures) and lh.last_add_confirmed == 299
+        lh.close()
+
+    async def run() -> None:
+        async with AsyncBookKeeper(module_zk_root.metadata_service_uri) as bk:
+            lh = await bk.create_ledger(3, 3, 2)
+            called: list[tuple[int | None, BaseException | None]] = []
+            for i in range(300):
+                lh.append_cb(b"c%d" % i, lambda entry_id, error: called.append((entry_id, error)))
+            await lh.flush()
+            assert called == [(i, None) for i in range(300)] and lh.last_add_confirmed == 299
+            await lh.close()
+            rh = await bk.open_ledger(lh.ledger_id)
+            assert [e.payload for e in await rh.read(0, 299)] == [b"c%d" % i for i in range(300)]
+
+    asyncio.run(run())
