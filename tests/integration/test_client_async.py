@@ -229,3 +229,15 @@ def test_flush_waits_for_every_append_and_append_cb_calls_back_in_order(cluster,
             assert [e.payload for e in await rh.read(0, 299)] == [b"c%d" % i for i in range(300)]
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize(("conf", "negotiated_ms"), [({}, 10_000), ({"zkTimeout": 6}, 6_000)], ids=["default", "6s"])
+def test_zk_timeout_is_the_clients_zookeeper_session_timeout(module_zk_root, conf, negotiated_ms) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, Configuration: ``zkTimeout`` (10 s by default) is the client's ZooKeeper session timeout:
+    the server's ``cons`` lists the client's session with the timeout it negotiated."""
+    from tests.harness.zookeeper import four_letter_word
+
+    with BookKeeper(module_zk_root.metadata_service_uri, **conf) as bk:
+        session = f"sid=0x{bk.zk.client_id[0]:x}"
+        [line] = [ln for ln in four_letter_word(module_zk_root.server.port, "cons").splitlines() if session in ln]
+        assert f",to={negotiated_ms}," in line, line
