@@ -241,3 +241,35 @@ def test_zk_timeout_is_the_clients_zookeeper_session_timeout(module_zk_root, con
         session = f"sid=0x{bk.zk.client_id[0]:x}"
         [line] = [ln for ln in four_letter_word(module_zk_root.server.port, "cons").splitlines() if session in ln]
         assert f",to={negotiated_ms}," in line, line
+
+
+def test_iterating_a_read_handle_gives_every_entry_up_to_the_lac_through_batch_reads(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md: ``for entry in rh`` gives every entry up to the LAC (not the entries written past it), read
+    through batch reads, not single reads."""
+    with BookKeeper(module_zk_root.metadata_service_uri) as bk:
+        lh = bk.create_ledger(3, 3, 2)
+        lh.append_many([b"i%d" % i for i in range(250)]).result(timeout=30)
+        lh.append(b"last")  # carries LAC 249: a reader that does not recover sees 249
+        rh = bk.open_ledger(lh.ledger_id, recovery=False)
+        assert rh.last_add_confirmed == 249
+        ops = bk.ctx.ops
+        batch_reads: list[int] = []
+        single_reads: list[int] = []
+        batch_read_async, read, read_v2_many = ops.batch_read_async, ops.read, ops.read_v2_many
+
+        async def counting_batch(bookie_id, ledger_id, start, *args):  # type: ignore[no-untyped-def]
+            batch_reads.append(start)
+            return await batch_read_async(bookie_id, ledger_id, start, *args)
+
+        def counting_read(bookie_id, ledger_id, entry_id, *args, **kwargs):  # type: ignore[no-untyped-def]
+            single_reads.append(entry_id)
+            return read(bookie_id, ledger_id, entry_id, *args, **kwargs)
+
+        def counting_many(bookie_id, ledger_id, entry_ids, *args, **kwargs):  # type: ignore[no-untyped-def]
+            single_reads.extend(entry_ids)
+            return read_v2_many(bookie_id, ledger_id, entry_ids, *args, **kwargs)
+
+        ops.batch_read_async, ops.read, ops.read_v2_many = counting_batch, counting_read, counting_many  # type: ignore[method-assign]
+        assert [e.payload for e in rh] == [b"i%d" % i for i in range(250)]
+        assert batch_reads and single_reads == []
+        lh.close()
