@@ -320,3 +320,30 @@ def test_bytes_payloads_are_kept_and_mutable_ones_copied(loop: Loop) -> None:
     loop.run(writer.complete_batch)
     loop.run(writer.complete_single)
     assert single.result(0) == 3
+
+
+def test_appends_queued_while_the_loop_is_busy_take_one_wake_up_and_keep_their_order(loop: Loop) -> None:
+    """docs/client.md, "Threads": ``append_async`` queues into a per-handle inbox that the loop drains in one
+    callback: one wake-up of the loop for many appends, handed to the writer in call order."""
+    lh, writer = handle(loop)
+    wake_ups: list[Callable[[], None]] = []
+    call_soon = lh._bk._call_soon
+
+    def counting(fn: Callable[[], None]) -> None:
+        wake_ups.append(fn)
+        call_soon(fn)
+
+    lh._bk._call_soon = counting  # type: ignore[attr-defined]
+    busy = threading.Event()
+    loop.call_soon(lambda: busy.wait(10))  # the loop is busy with something else meanwhile
+    futures = [lh.append_async(b"p%d" % i) for i in range(100)]
+    busy.set()
+    loop.run(lambda: None)
+    assert len(wake_ups) == 1
+    assert [payload for payload, _ in writer.singles] == [b"p%d" % i for i in range(100)]
+    for _ in range(100):
+        loop.run(writer.complete_single)
+    assert [f.result(0) for f in futures] == list(range(100))
+    lh.append_async(b"later")  # the inbox was drained: the next append wakes the loop again
+    loop.run(lambda: None)
+    assert len(wake_ups) == 2 and writer.singles[0][0] == b"later"
