@@ -347,3 +347,30 @@ def test_scoped_ledgers_batch_over_v3_only_with_bookies_advertising_batch_read_v
         assert BATCH_READ_V3_EXTENSION in bk.registry.extensions(lh.metadata.last_ensemble[0])
         batch = rh.batch_read(0, 40, 0)
         assert batch and [e.payload for e in batch] == data[: len(batch)] and sent == [0]
+
+
+def test_larger_entries_once_the_frame_size_is_raised_on_the_client_and_every_bookie(zk_root, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md: "To write larger entries, raise ``nettyMaxFrameSizeBytes`` on the client and on every
+    bookie": a 6 MB entry, refused under the 5 MiB default, is written and read back (single and batch reads)."""
+    from bkspark.errors import EntryTooLargeError
+
+    big = bytes(range(256)) * (6_000_000 // 256)
+    frame = 8 * 1024 * 1024
+    with PythonBookieCluster(
+        zk_root.metadata_service_uri, tmp_path, bookies=3, journal_sync_data=False,
+        conf_overrides={"nettyMaxFrameSizeBytes": frame},
+    ) as c:
+        c.start_all()
+        with BookKeeper(zk_root.metadata_service_uri) as bk:
+            with pytest.raises(EntryTooLargeError, match="nettyMaxFrameSizeBytes"):
+                bk.create_ledger(3, 3, 2).append(big)
+        with BookKeeper(zk_root.metadata_service_uri, nettyMaxFrameSizeBytes=frame, addEntryTimeoutSec=30,
+                        readEntryTimeoutSec=30) as bk:
+            lh = bk.create_ledger(3, 3, 2, password=b"pw")
+            assert len(big) < lh.max_payload < frame
+            assert lh.append(big) == 0 and lh.append(b"small") == 1
+            lh.close()
+            assert len(lh.metadata.ensembles) == 1  # no bookie refused it
+            rh = bk.open_ledger(lh.ledger_id, password=b"pw")
+            assert [e.payload for e in rh.read(0, 1)] == [big, b"small"]
+            assert [e.payload for e in rh.batch_read(0, 2, 0)][0] == big
