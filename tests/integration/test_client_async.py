@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 
 import pytest
 
@@ -159,6 +160,19 @@ def test_zookeeper_calls_run_in_the_clients_own_pool_never_in_the_users_default_
                                                     "read_ledger_metadata", "write_ledger_metadata",
                                                     "delete_ledger_metadata", "list_ledgers"}
             assert all(thread.startswith("bkspark-zk") for _, thread in ran_on), ran_on  # never on the loop
+            # 8 threads: twelve ZooKeeper calls that block at once run 8 at a time.
+            now, most, lock = [0], [0], threading.Lock()
+
+            def blocking_call() -> None:
+                with lock:
+                    now[0] += 1
+                    most[0] = max(most[0], now[0])
+                time.sleep(0.2)
+                with lock:
+                    now[0] -= 1
+
+            await asyncio.gather(*(bk.services.in_thread(blocking_call) for _ in range(12)))
+            assert most[0] == 8
             names = [t.name for t in threading.enumerate()]
             assert 1 <= sum(name.startswith("bkspark-zk") for name in names) <= 8
             assert not [name for name in names if name.startswith("users-default")]  # its threads start on first use
