@@ -347,3 +347,20 @@ def test_appends_queued_while_the_loop_is_busy_take_one_wake_up_and_keep_their_o
     lh.append_async(b"later")  # the inbox was drained: the next append wakes the loop again
     loop.run(lambda: None)
     assert len(wake_ups) == 2 and writer.singles[0][0] == b"later"
+
+
+def test_the_bounds_hold_per_handle_not_per_client(loop: Loop) -> None:
+    """docs/client.md, Configuration: ``maxPendingAdds`` / ``maxPendingAddBytes`` count what is in flight per handle:
+    a handle at its bound makes its own appender wait, not an appender on another handle of the same client."""
+    full, full_writer = handle(loop, maxPendingAdds=2, maxPendingAddBytes=100)
+    other = LedgerHandle(full._bk, SimpleNamespace(ref=None, writer=FakeWriter()))  # the same client
+    full.append_async(b"a")
+    full.append_async(b"b")
+    waiting, _ = in_thread(lambda: full.append_async(b"c"))
+    assert blocked(waiting)
+    t, out = in_thread(lambda: [other.append_async(b"o"), other.append_many([b"x" * 99])])  # its own bounds, full
+    t.join(5)
+    assert not t.is_alive() and len(out[0]) == 2
+    loop.run(full_writer.complete_single)
+    waiting.join(5)
+    assert not waiting.is_alive()
