@@ -841,6 +841,47 @@ def test_read_skips_tampered_copy_and_speculates_past_a_slow_bookie() -> None:
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_replicas_are_asked_in_the_order_of_the_policys_reorder_read_sequence(enabled: bool) -> None:
+    """docs/client.md, "Read path": a bad copy or any error moves on to the next replica of the write set, in the order
+    of the policy's ``reorder_read_sequence`` (given the recent failures); ``reorderReadSequenceEnabled=false`` keeps
+    the write set's order."""
+
+    class Reversing(RandomEnsemblePlacementPolicy):
+        def reorder_read_sequence(self, ensemble, write_set, failures):  # type: ignore[no-untyped-def]
+            seen.append(dict(failures))
+            return list(reversed(write_set))
+
+    seen: list[dict[str, int]] = []
+    h = Harness(3, 3, 2, reorderReadSequenceEnabled=enabled)
+    h.policy = Reversing().initialize({})
+    h.policy.on_cluster_changed(set(h.bookies), set())
+    asked: list[str] = []
+
+    async def run() -> None:
+        await _filled(h, 2)
+        h.ops.pool.note_failure(BOOKIES[1])
+        for b in h.bookies.values():
+            b.read_error = lambda e: BookieIOError("disk")
+        h.bookies[BOOKIES[0]].read_error = lambda e: None  # only the write set's first member can answer
+        read = h.ops.read
+
+        def recording(bookie_id, *args, **kwargs):  # type: ignore[no-untyped-def]
+            asked.append(bookie_id)
+            return read(bookie_id, *args, **kwargs)
+
+        h.ops.read = recording  # type: ignore[method-assign]
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        assert bytes((await reader.read_entry(0)).payload) == b"v000"
+
+    asyncio.run(run())
+    if enabled:
+        assert asked == [BOOKIES[2], BOOKIES[1], BOOKIES[0]]  # write set (0, 1, 2) reversed, each error moving on
+        assert seen and BOOKIES[1] in seen[0]  # the recent failures are the policy's to weigh
+    else:
+        assert asked == [BOOKIES[0]] and seen == []
+
+
 @pytest.mark.parametrize(("speculative_ms", "speculates"), [(0, False), (50, True)])
 def test_a_speculative_read_timeout_of_zero_disables_speculation(speculative_ms: int, speculates: bool) -> None:
     """docs/client.md, Configuration: ``speculativeReadTimeout`` 0 disables speculative reads; every bookie answering
