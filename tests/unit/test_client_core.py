@@ -1251,7 +1251,7 @@ def test_recovery_finds_tail_readds_and_closes() -> None:
 
 
 def test_recovery_fences_reads_and_re_adds_with_the_documented_flags() -> None:
-    """docs/client.md, Recovery: fence with ``READ(-1, DO_FENCING, masterKey)``, read forward from the LAC with
+    """docs/client.md, Recovery: mark the metadata IN_RECOVERY, fence with ``READ(-1, DO_FENCING, masterKey)``, read forward from the LAC with
     ``HIGH_PRIORITY | DO_FENCING`` and re-add with ``RECOVERY_ADD | HIGH_PRIORITY`` (a fenced bookie takes those
     only; Java's bookies queue high-priority requests first)."""
     from bkspark.client.ops import FLAG_DO_FENCING, FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
@@ -1260,6 +1260,7 @@ def test_recovery_fences_reads_and_re_adds_with_the_documented_flags() -> None:
     h = Harness(3, 3, 2)
     reads: list[tuple[int, int, bytes | None]] = []
     adds: list[tuple[int, int]] = []
+    states: list[LedgerState] = []
 
     async def run() -> None:
         await _filled(h, 8)
@@ -1277,8 +1278,18 @@ def test_recovery_fences_reads_and_re_adds_with_the_documented_flags() -> None:
             add(bookie_id, ledger_id, entry_id, key, entry, flags, *rest)
 
         h.ops.read, h.ops.add = recording_read, recording_add  # type: ignore[method-assign]
+        write = h.store.write_ledger_metadata
+
+        def recording_write(ledger_id: int, md: LedgerMetadata, version: int, scope_id: int = 0) -> Versioned:
+            states.append(md.state)
+            if md.state == LedgerState.IN_RECOVERY:
+                assert not reads  # marked before the first fencing read
+            return write(ledger_id, md, version, scope_id)
+
+        h.store.write_ledger_metadata = recording_write  # type: ignore[method-assign]
         v = await recover_ledger(h.ctx(), h.ref, h.store.data[7], b"pw")
         assert v.metadata.last_entry_id == 9
+        assert states == [LedgerState.IN_RECOVERY, LedgerState.CLOSED]  # marks the metadata IN_RECOVERY first
 
     asyncio.run(run())
     fences = [r for r in reads if r[0] == -1]
