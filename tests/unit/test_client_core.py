@@ -329,6 +329,20 @@ def test_acks_complete_in_order_with_lac_piggyback() -> None:
     asyncio.run(run())
 
 
+def test_each_entry_carries_the_lac_at_send_time_and_the_cumulative_length() -> None:
+    """docs/client.md, "Write path": entry ids are dense from 0; each entry carries the LAC at send time and the
+    cumulative length: appended one after another's acknowledgement, entry i carries LAC i - 1."""
+    h = Harness(3, 3, 2)
+
+    async def run() -> None:
+        await _filled(h, 6)  # each append awaited before the next
+        for i in range(6):
+            for b in BOOKIES[:3]:
+                assert h.entry_header(b, i) == (7, i, i - 1, 4 * (i + 1))  # payloads b"v%03d": 4 bytes each
+
+    asyncio.run(run())
+
+
 def test_an_entry_completes_on_qa_distinct_acknowledgements_not_on_repeated_ones() -> None:
     """docs/client.md, "Write path": an entry completes on Qa *distinct* acknowledgements: one bookie answering an
     add twice (a duplicate, e.g. a request sent again) counts once, so with the other two silent nothing completes."""
