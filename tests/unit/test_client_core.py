@@ -790,6 +790,29 @@ def test_ensemble_change_on_recovering_or_closed_ledger_reports_fenced_or_closed
     asyncio.run(run())
 
 
+def test_close_waits_for_pending_appends_then_closes_at_their_end() -> None:
+    """docs/client.md, "Write path": ``close()`` waits for pending appends, then writes CLOSED with the LAC and length:
+    appends still unanswered when close() is called are acknowledged, and the ledger ends after the last of them."""
+    h = Harness(3, 3, 2)
+    for b in h.bookies.values():
+        b.delay = 0.05
+
+    async def run() -> None:
+        w = h.writer()
+        loop = asyncio.get_running_loop()
+        futures = []
+        for _ in range(5):
+            fut = loop.create_future()
+            w.append(b"12345", lambda eid, exc, fut=fut: fut.set_result(eid) if exc is None else fut.set_exception(exc))
+            futures.append(fut)
+        assert not any(f.done() for f in futures)
+        md = await w.close()
+        assert [f.result() for f in futures] == [0, 1, 2, 3, 4]
+        assert (md.state, md.last_entry_id, md.length) == (LedgerState.CLOSED, 4, 25)
+
+    asyncio.run(run())
+
+
 def test_close_writes_lac_and_length_and_detects_foreign_close() -> None:
     h = Harness(3, 2, 2)
 
