@@ -878,6 +878,28 @@ def test_read_skips_tampered_copy_and_speculates_past_a_slow_bookie() -> None:
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("wrong", ["entry id", "ledger id"])
+def test_a_copy_of_another_entry_or_ledger_is_refused_and_the_next_replica_read(wrong: str) -> None:
+    """docs/client.md, "Read path": every entry's digest, ledger id and entry id are checked: a bookie answering
+    with a well-formed copy of another entry (or of the same entry of another ledger) is a bad copy, and the next
+    replica is read, in a single read and in a range read alike."""
+    h = Harness(3, 3, 2)
+
+    async def run() -> None:
+        await _filled(h, 6)
+        h.conf.reorderReadSequenceEnabled = False
+        first = BOOKIES[3 % 3]  # entry 3's write set starts at index 0
+        if wrong == "entry id":
+            h.bookies[first].entries[(7, 3)] = h.bookies[first].entries[(7, 4)]
+        else:
+            h.bookies[first].entries[(7, 3)] = h.digester.package_entry(8, 3, 2, 16, b"v003")
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        assert bytes((await reader.read_entry(3)).payload) == b"v003"
+        assert [e.payload for e in await reader.read_range(0, 5)] == [b"v%03d" % i for i in range(6)]
+
+    asyncio.run(run())
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_replicas_are_asked_in_the_order_of_the_policys_reorder_read_sequence(enabled: bool) -> None:
     """docs/client.md, "Read path": a bad copy or any error moves on to the next replica of the write set, in the order
