@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 
 import pytest
 
@@ -137,13 +138,41 @@ def test_zookeeper_calls_run_in_the_clients_own_pool_never_in_the_users_default_
         users = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="users-default")
         asyncio.get_running_loop().set_default_executor(users)
         async with AsyncBookKeeper(module_zk_root.metadata_service_uri) as bk:
+            ran_on: list[tuple[str, str]] = []  # (store method, thread it ran on)
+            for name in ("generate_ledger_id", "create_ledger_metadata", "read_ledger_metadata",
+                         "write_ledger_metadata", "delete_ledger_metadata", "list_ledgers"):
+                method = getattr(bk.store, name)
+
+                def recording(*args, _method=method, _name=name, **kwargs):  # type: ignore[no-untyped-def]
+                    ran_on.append((_name, threading.current_thread().name))
+                    return _method(*args, **kwargs)
+
+                setattr(bk.store, name, recording)
             lh = await bk.create_ledger(3, 3, 2)
             await lh.append(b"x")
             await lh.close()
             rh = await bk.open_ledger(lh.ledger_id)
             assert [e.payload for e in await rh.read(0, 0)] == [b"x"]
             assert lh.ledger_id in await bk.list_ledgers()
+            await bk.get_ledger_metadata(lh.ledger_id)
             await bk.delete_ledger(lh.ledger_id)
+            assert {name for name, _ in ran_on} == {"generate_ledger_id", "create_ledger_metadata",
+                                                    "read_ledger_metadata", "write_ledger_metadata",
+                                                    "delete_ledger_metadata", "list_ledgers"}
+            assert all(thread.startswith("bkspark-zk") for _, thread in ran_on), ran_on  # never on the loop
+            # 8 threads: twelve ZooKeeper calls that block at once run 8 at a time.
+            now, most, lock = [0], [0], threading.Lock()
+
+            def blocking_call() -> None:
+                with lock:
+                    now[0] += 1
+                    most[0] = max(most[0], now[0])
+                time.sleep(0.2)
+                with lock:
+                    now[0] -= 1
+
+            await asyncio.gather(*(bk.services.in_thread(blocking_call) for _ in range(12)))
+            assert most[0] == 8
             names = [t.name for t in threading.enumerate()]
             assert 1 <= sum(name.startswith("bkspark-zk") for name in names) <= 8
             assert not [name for name in names if name.startswith("users-default")]  # its threads start on first use
@@ -189,3 +218,72 @@ def test_digest_type_autodetection_is_on_by_default_and_off_refuses_another_dige
             bk.open_ledger(lh.ledger_id, password=b"pw", digest_type="CRC32")
         with bk.open_ledger(lh.ledger_id, password=b"pw", digest_type="CRC32C") as rh:
             assert [e.payload for e in rh.read(0, 0)] == [b"x"]
+
+
+def test_flush_waits_for_every_append_and_append_cb_calls_back_in_order(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, "More of the API": ``lh.flush()`` returns once every append made before it is acknowledged;
+    the asyncio handle's ``append_cb(payload, callback)`` calls ``callback(entry_id, None)`` per entry, in order."""
+    with BookKeeper(module_zk_root.metadata_service_uri) as bk:
+        lh = bk.create_ledger(3, 3, 2)
+        futures = [lh.append_async(b"f%d" % i * 100) for i in range(300)]
+        lh.flush()
+        assert all(f.done() for f in futures) and lh.last_add_confirmed == 299
+        lh.close()
+
+    async def run() -> None:
+        async with AsyncBookKeeper(module_zk_root.metadata_service_uri) as bk:
+            lh = await bk.create_ledger(3, 3, 2)
+            called: list[tuple[int | None, BaseException | None]] = []
+            for i in range(300):
+                lh.append_cb(b"c%d" % i, lambda entry_id, error: called.append((entry_id, error)))
+            await lh.flush()
+            assert called == [(i, None) for i in range(300)] and lh.last_add_confirmed == 299
+            await lh.close()
+            rh = await bk.open_ledger(lh.ledger_id)
+            assert [e.payload for e in await rh.read(0, 299)] == [b"c%d" % i for i in range(300)]
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(("conf", "negotiated_ms"), [({}, 10_000), ({"zkTimeout": 6}, 6_000)], ids=["default", "6s"])
+def test_zk_timeout_is_the_clients_zookeeper_session_timeout(module_zk_root, conf, negotiated_ms) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, Configuration: ``zkTimeout`` (10 s by default) is the client's ZooKeeper session timeout:
+    the server's ``cons`` lists the client's session with the timeout it negotiated."""
+    from tests.harness.zookeeper import four_letter_word
+
+    with BookKeeper(module_zk_root.metadata_service_uri, **conf) as bk:
+        session = f"sid=0x{bk.zk.client_id[0]:x}"
+        [line] = [ln for ln in four_letter_word(module_zk_root.server.port, "cons").splitlines() if session in ln]
+        assert f",to={negotiated_ms}," in line, line
+
+
+def test_iterating_a_read_handle_gives_every_entry_up_to_the_lac_through_batch_reads(cluster, module_zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md: ``for entry in rh`` gives every entry up to the LAC (not the entries written past it), read
+    through batch reads, not single reads."""
+    with BookKeeper(module_zk_root.metadata_service_uri) as bk:
+        lh = bk.create_ledger(3, 3, 2)
+        lh.append_many([b"i%d" % i for i in range(250)]).result(timeout=30)
+        lh.append(b"last")  # carries LAC 249: a reader that does not recover sees 249
+        rh = bk.open_ledger(lh.ledger_id, recovery=False)
+        assert rh.last_add_confirmed == 249
+        ops = bk.ctx.ops
+        batch_reads: list[int] = []
+        single_reads: list[int] = []
+        batch_read_async, read, read_v2_many = ops.batch_read_async, ops.read, ops.read_v2_many
+
+        async def counting_batch(bookie_id, ledger_id, start, *args):  # type: ignore[no-untyped-def]
+            batch_reads.append(start)
+            return await batch_read_async(bookie_id, ledger_id, start, *args)
+
+        def counting_read(bookie_id, ledger_id, entry_id, *args, **kwargs):  # type: ignore[no-untyped-def]
+            single_reads.append(entry_id)
+            return read(bookie_id, ledger_id, entry_id, *args, **kwargs)
+
+        def counting_many(bookie_id, ledger_id, entry_ids, *args, **kwargs):  # type: ignore[no-untyped-def]
+            single_reads.extend(entry_ids)
+            return read_v2_many(bookie_id, ledger_id, entry_ids, *args, **kwargs)
+
+        ops.batch_read_async, ops.read, ops.read_v2_many = counting_batch, counting_read, counting_many  # type: ignore[method-assign]
+        assert [e.payload for e in rh] == [b"i%d" % i for i in range(250)]
+        assert batch_reads and single_reads == []
+        lh.close()

@@ -236,3 +236,141 @@ def test_ledgers_opened_from_metadata_read_many_at_once(cluster, zk_root, monkey
         assert recovered.metadata.state == LedgerState.CLOSED and recovered.last_add_confirmed == 0
         assert [e.payload for e in recovered.read(0, 0)] == [b"unclosed"]
         assert bk.store.read_ledger_metadata(open_one.ledger_id).metadata.state == LedgerState.CLOSED
+
+
+def test_adds_and_reads_take_v2_and_the_rest_v3_unless_v2_is_off(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, "Wire protocol choice": adds and reads use v2 by default, READ_LAC a separate v3 connection
+    per bookie; ``useV2WireProtocol=false`` puts adds and reads on v3 too (no v2 connection is ever opened)."""
+    payloads = [b"w%d" % i for i in range(30)]
+    with BookKeeper(zk_root.metadata_service_uri) as bk:
+        lh = bk.create_ledger(3, 3, 2)
+        lh.append_many(payloads[:20]).result(timeout=30)
+        for p in payloads[20:]:
+            lh.append(p)
+        ensemble = lh.metadata.last_ensemble
+        assert all(bk.pool.ready(b, "v2") is not None for b in ensemble)
+        assert all(bk.pool.ready(b, "v3") is None for b in ensemble)  # adds needed no v3 connection
+        rh = bk.open_ledger(lh.ledger_id, recovery=False)  # READ_LAC: v3 only
+        assert rh.last_add_confirmed == 28
+        assert all(bk.pool.ready(b, "v3") is not None for b in ensemble)
+        assert all(bk.pool.ready(b, "v3") is not bk.pool.ready(b, "v2") for b in ensemble)
+        lh.close()
+    with BookKeeper(zk_root.metadata_service_uri, useV2WireProtocol=False) as bk:
+        lh = bk.create_ledger(3, 3, 2)
+        lh.append_many(payloads[:20]).result(timeout=30)
+        for p in payloads[20:]:
+            lh.append(p)
+        lh.close()
+        rh = bk.open_ledger(lh.ledger_id)  # recovery: fencing and recovery reads
+        assert [e.payload for e in rh.read(0, 29)] == payloads
+        batch = rh.batch_read(0, 30, 0)
+        assert batch and [e.payload for e in batch] == payloads[: len(batch)]
+        assert [e.payload for e in rh] == payloads
+        ensemble = lh.metadata.last_ensemble
+        assert all(bk.pool.ready(b, "v3") is not None for b in ensemble)
+        assert all(bk.pool.ready(b, "v2") is None for b in bk.writable_bookies())
+
+
+def test_ledger_metadata_version_2_writes_the_text_format_without_a_ctoken(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, "Configuration": ``ledgerMetadataVersion`` 3 (the default) writes the binary format, its create
+    with a cToken; 2 the text format with no cToken, for the create and the close; the ledger reads back as usual."""
+    from bkspark.protocol import ledger_metadata as md_codec
+
+    for version in (None, 2):
+        conf = {} if version is None else {"ledgerMetadataVersion": version}
+        with BookKeeper(zk_root.metadata_service_uri, **conf) as bk:
+            lh = bk.create_ledger(3, 2, 2, password=b"pw")
+            path = bk.store.ledger_path(lh.ledger_id)
+            created, _ = bk.zk.get(path)
+            lh.append(b"v%d" % (version or 3))
+            lh.close()
+            closed, _ = bk.zk.get(path)
+            for data in (created, closed):
+                if version == 2:
+                    assert data.startswith(b"BookieMetadataFormatVersion\t2\n")
+                    assert b"cToken" not in data and md_codec.parse(data).ctoken == 0
+                    data.decode("utf-8")  # text through and through
+                else:
+                    assert data.startswith(b"BookieMetadataFormatVersion\t3\n")
+            if version is None:
+                assert md_codec.parse(created).ctoken != 0  # updates write 0, as Java's LedgerMetadataBuilder.from()
+            assert md_codec.parse(closed).state == LedgerState.CLOSED and md_codec.parse(closed).last_entry_id == 0
+            assert bk.open_ledger(lh.ledger_id, password=b"pw").read(0, 0)[0].payload == b"v%d" % (version or 3)
+
+
+def test_scoped_ledgers_go_only_to_bookies_advertising_scope_ids(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, "Wire protocol choice": a scope id != 0 goes only to bookies advertising ``scope-ids`` in
+    ``bkspark.extensions``; without enough of them the create raises NotEnoughBookiesError naming the property.
+    A fourth bookie registered as Apache BookKeeper's do (no extensions) is never chosen for one."""
+    from bkspark.errors import NotEnoughBookiesError
+
+    plain = "10.255.255.1:3181"  # never dialled: a scope-0 ledger is not created here
+    zk_root.zk_client.create(f"{zk_root.path}/available/{plain}", b"", ephemeral=True)
+    with BookKeeper(zk_root.metadata_service_uri) as bk:
+        assert plain in bk.writable_bookies() and len(bk.writable_bookies()) == 4
+        with pytest.raises(NotEnoughBookiesError, match="bkspark.extensions") as info:
+            bk.create_ledger(4, 2, 2, scope_id=77)
+        assert "scope-ids" in str(info.value)
+        chosen = set()
+        for _ in range(12):  # a random placement over all four would take the plain one in 3 of 4 creates
+            lh = bk.create_ledger(3, 2, 2, scope_id=77)
+            chosen |= set(lh.metadata.last_ensemble)
+            bk.delete_ledger(lh.ledger_id, scope_id=77)
+        assert chosen == set(cluster.bookie_ids)
+
+
+def test_scoped_ledgers_batch_over_v3_only_with_bookies_advertising_batch_read_v3(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, "Read path": scope != 0 ledgers batch over v3 (op 12) only with bookies advertising
+    ``batch-read-v3``; with the others a batch read is single reads, with the same answer."""
+    from bkspark.protocol.service_info import BATCH_READ_V3_EXTENSION, SCOPE_IDS_EXTENSION
+
+    data = [b"b%d" % i for i in range(40)]
+    with BookKeeper(zk_root.metadata_service_uri) as bk:
+        lh = bk.create_ledger(3, 3, 2, password=b"pw", scope_id=5)
+        lh.append_many(data).result(timeout=30)
+        lh.close()
+        rh = bk.open_ledger(lh.ledger_id, scope_id=5, password=b"pw")
+        ops = bk.ctx.ops
+        sent: list[int] = []
+        batch_read_async = ops.batch_read_async
+
+        async def counting(bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
+            sent.append(start)
+            return await batch_read_async(bookie_id, ledger_id, start, max_count, max_size, scope_id)
+
+        ops.batch_read_async = counting  # type: ignore[method-assign]
+        advertised = bk.registry.extensions
+        bk.registry.extensions = lambda bookie_id: frozenset({SCOPE_IDS_EXTENSION})  # type: ignore[method-assign]
+        assert [e.payload for e in rh.batch_read(0, 40, 0)] == data and sent == []
+        assert [e.payload for e in rh] == data and sent == []
+        bk.registry.extensions = advertised  # type: ignore[method-assign]
+        assert BATCH_READ_V3_EXTENSION in bk.registry.extensions(lh.metadata.last_ensemble[0])
+        batch = rh.batch_read(0, 40, 0)
+        assert batch and [e.payload for e in batch] == data[: len(batch)] and sent == [0]
+
+
+def test_larger_entries_once_the_frame_size_is_raised_on_the_client_and_every_bookie(zk_root, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md: "To write larger entries, raise ``nettyMaxFrameSizeBytes`` on the client and on every
+    bookie": a 6 MB entry, refused under the 5 MiB default, is written and read back (single and batch reads)."""
+    from bkspark.errors import EntryTooLargeError
+
+    big = bytes(range(256)) * (6_000_000 // 256)
+    frame = 8 * 1024 * 1024
+    with PythonBookieCluster(
+        zk_root.metadata_service_uri, tmp_path, bookies=3, journal_sync_data=False,
+        conf_overrides={"nettyMaxFrameSizeBytes": frame},
+    ) as c:
+        c.start_all()
+        with BookKeeper(zk_root.metadata_service_uri) as bk:
+            with pytest.raises(EntryTooLargeError, match="nettyMaxFrameSizeBytes"):
+                bk.create_ledger(3, 3, 2).append(big)
+        with BookKeeper(zk_root.metadata_service_uri, nettyMaxFrameSizeBytes=frame, addEntryTimeoutSec=30,
+                        readEntryTimeoutSec=30) as bk:
+            lh = bk.create_ledger(3, 3, 2, password=b"pw")
+            assert len(big) < lh.max_payload < frame
+            assert lh.append(big) == 0 and lh.append(b"small") == 1
+            lh.close()
+            assert len(lh.metadata.ensembles) == 1  # no bookie refused it
+            rh = bk.open_ledger(lh.ledger_id, password=b"pw")
+            assert [e.payload for e in rh.read(0, 1)] == [big, b"small"]
+            assert [e.payload for e in rh.batch_read(0, 2, 0)][0] == big

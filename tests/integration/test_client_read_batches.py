@@ -199,12 +199,20 @@ def test_an_iteration_the_client_closed_under_ends_with_client_closed_error(pyth
     next(open_again)
     entries = rh.read_batched(0, 2_999)
     next(entries)
+    # docs/client.md, "Closing the client": each kind, stepped on or closed, answers the same way.
+    groups = rh.read_payload_groups(0, 2_999, rows_per_group=100)
+    next(groups)
+    closed_unstepped = [rh.read_batches(0, 2_999, rows_per_group=100), rh.read_batched(0, 2_999)]
+    for iterator in closed_unstepped:
+        next(iterator)
     bk.close()
-    for iterator in (batches, entries):
+    for iterator in (batches, entries, groups):
         with pytest.raises(ClientClosedError):
             for _ in iterator:
                 pass
     open_again.close()  # the generator's clean-up meets the closed client: no error
+    for iterator in closed_unstepped:
+        iterator.close()  # type: ignore[attr-defined]
 
 
 def test_java_417_bookies_batches_striped_and_digest_errors(java_cluster_factory) -> None:  # type: ignore[no-untyped-def]

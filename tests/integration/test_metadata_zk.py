@@ -291,6 +291,35 @@ def test_registry_lists_watches_and_resolves(zk_root) -> None:  # type: ignore[n
         disabled.resolve("bookie-a")  # ids are addresses in this mode
 
 
+@pytest.mark.parametrize("tracking", [True, False], ids=["tracking", "no-tracking"])
+def test_bookie_address_tracking_caches_and_watches_registrations(zk_root, monkeypatch, tracking: bool) -> None:  # type: ignore[no-untyped-def]
+    """docs/client.md, "Configuration": ``enableBookieAddressTracking`` (on by default) caches each bookie's
+    registration and watches it, so a resolve costs no ZooKeeper read until the registration changes; off, every
+    resolve reads the registration again (and so always finds the current address too)."""
+    zk = zk_root.zk_client
+    path = f"{zk_root.path}/available/bookie-t"
+    zk.create(path, si.serialize(si.BookieServiceInfo.for_bookie("127.0.0.1", 4001)), ephemeral=True)
+    reads: list[str] = []
+    get = zk.get
+
+    def counting_get(znode: str, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        reads.append(znode)
+        return get(znode, *args, **kwargs)
+
+    monkeypatch.setattr(zk, "get", counting_get)
+    reg = BookieRegistry(zk, zk_root.path, address_tracking=tracking)
+    try:
+        assert [reg.resolve("bookie-t") for _ in range(3)] == [("127.0.0.1", 4001)] * 3
+        assert reads.count(path) == (1 if tracking else 3)
+        zk.set(path, si.serialize(si.BookieServiceInfo.for_bookie("127.0.0.7", 4007)))  # re-registered elsewhere
+        deadline = time.monotonic() + 5
+        while reg.resolve("bookie-t") != ("127.0.0.7", 4007) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reg.resolve("bookie-t") == ("127.0.0.7", 4007)  # the watch dropped the cached address
+    finally:
+        reg.close()
+
+
 def test_multi_reads_answer_as_one_get_data_per_znode_would(zk_root) -> None:  # type: ignore[no-untyped-def]
     # ZooKeeper's multiRead (bkspark.metadata.multiread): several requests of many getData each, a missing
     # znode and one the client may not read among them, and a chrooted client.

@@ -320,3 +320,47 @@ def test_bytes_payloads_are_kept_and_mutable_ones_copied(loop: Loop) -> None:
     loop.run(writer.complete_batch)
     loop.run(writer.complete_single)
     assert single.result(0) == 3
+
+
+def test_appends_queued_while_the_loop_is_busy_take_one_wake_up_and_keep_their_order(loop: Loop) -> None:
+    """docs/client.md, "Threads": ``append_async`` queues into a per-handle inbox that the loop drains in one
+    callback: one wake-up of the loop for many appends, handed to the writer in call order."""
+    lh, writer = handle(loop)
+    wake_ups: list[Callable[[], None]] = []
+    call_soon = lh._bk._call_soon
+
+    def counting(fn: Callable[[], None]) -> None:
+        wake_ups.append(fn)
+        call_soon(fn)
+
+    lh._bk._call_soon = counting  # type: ignore[attr-defined]
+    busy = threading.Event()
+    loop.call_soon(lambda: busy.wait(10))  # the loop is busy with something else meanwhile
+    futures = [lh.append_async(b"p%d" % i) for i in range(100)]
+    busy.set()
+    loop.run(lambda: None)
+    assert len(wake_ups) == 1
+    assert [payload for payload, _ in writer.singles] == [b"p%d" % i for i in range(100)]
+    for _ in range(100):
+        loop.run(writer.complete_single)
+    assert [f.result(0) for f in futures] == list(range(100))
+    lh.append_async(b"later")  # the inbox was drained: the next append wakes the loop again
+    loop.run(lambda: None)
+    assert len(wake_ups) == 2 and writer.singles[0][0] == b"later"
+
+
+def test_the_bounds_hold_per_handle_not_per_client(loop: Loop) -> None:
+    """docs/client.md, Configuration: ``maxPendingAdds`` / ``maxPendingAddBytes`` count what is in flight per handle:
+    a handle at its bound makes its own appender wait, not an appender on another handle of the same client."""
+    full, full_writer = handle(loop, maxPendingAdds=2, maxPendingAddBytes=100)
+    other = LedgerHandle(full._bk, SimpleNamespace(ref=None, writer=FakeWriter()))  # the same client
+    full.append_async(b"a")
+    full.append_async(b"b")
+    waiting, _ = in_thread(lambda: full.append_async(b"c"))
+    assert blocked(waiting)
+    t, out = in_thread(lambda: [other.append_async(b"o"), other.append_many([b"x" * 99])])  # its own bounds, full
+    t.join(5)
+    assert not t.is_alive() and len(out[0]) == 2
+    loop.run(full_writer.complete_single)
+    waiting.join(5)
+    assert not waiting.is_alive()

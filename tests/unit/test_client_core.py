@@ -20,7 +20,9 @@ from bkspark.client.writer import LedgerWriter
 from bkspark.errors import (
     BookieIOError,
     BookieTimeoutError,
+    BookieUnavailableError,
     DigestMismatchError,
+    IllegalOpError,
     InvalidOptionError,
     LedgerClosedError,
     LedgerFencedError,
@@ -29,6 +31,7 @@ from bkspark.errors import (
     NoSuchLedgerError,
     NotEnoughBookiesError,
     TooManyRequestsError,
+    UnauthorizedAccessError,
     WriteOnReadOnlyBookieError,
 )
 from bkspark.metadata.store import Versioned
@@ -326,6 +329,47 @@ def test_acks_complete_in_order_with_lac_piggyback() -> None:
     asyncio.run(run())
 
 
+def test_each_entry_carries_the_lac_at_send_time_and_the_cumulative_length() -> None:
+    """docs/client.md, "Write path": entry ids are dense from 0; each entry carries the LAC at send time and the
+    cumulative length: appended one after another's acknowledgement, entry i carries LAC i - 1."""
+    h = Harness(3, 3, 2)
+
+    async def run() -> None:
+        await _filled(h, 6)  # each append awaited before the next
+        for i in range(6):
+            for b in BOOKIES[:3]:
+                assert h.entry_header(b, i) == (7, i, i - 1, 4 * (i + 1))  # payloads b"v%03d": 4 bytes each
+
+    asyncio.run(run())
+
+
+def test_an_entry_completes_on_qa_distinct_acknowledgements_not_on_repeated_ones() -> None:
+    """docs/client.md, "Write path": an entry completes on Qa *distinct* acknowledgements: one bookie answering an
+    add twice (a duplicate, e.g. a request sent again) counts once, so with the other two silent nothing completes."""
+    h = Harness(3, 3, 2, bookies=3)
+    h.bookies[BOOKIES[1]].hang = h.bookies[BOOKIES[2]].hang = True
+    add = h.ops.add
+
+    def doubled(bookie_id, ledger_id, entry_id, key, entry, flags, scope_id, callback, arg=None, v2_frame=None):  # type: ignore[no-untyped-def]
+        if bookie_id == BOOKIES[0]:
+            def twice(response, error, a):  # type: ignore[no-untyped-def]
+                callback(response, error, a)
+                callback(response, error, a)
+
+            return add(bookie_id, ledger_id, entry_id, key, entry, flags, scope_id, twice, arg, v2_frame)
+        return add(bookie_id, ledger_id, entry_id, key, entry, flags, scope_id, callback, arg, v2_frame)
+
+    h.ops.add = doubled  # type: ignore[method-assign]
+
+    async def run() -> None:
+        w = h.writer()
+        results, order = await append_all(w, [b"once"])
+        assert order == [] and isinstance(results[0], Exception)  # never acknowledged (then no replacement: failed)
+        assert w.lac == -1
+
+    asyncio.run(run())
+
+
 def test_ack_quorum_does_not_wait_for_slow_bookie() -> None:
     h = Harness(3, 3, 2)
     h.bookies[BOOKIES[2]].delay = 5.0  # slow but not failing
@@ -346,8 +390,11 @@ def test_ack_quorum_does_not_wait_for_slow_bookie() -> None:
         # ETOOMANYREQUESTS: Java's bookie refuses adds past maxPendingAddRequestsPerThread; Java's client and this
         # one replace the bookie (docs/client.md, "Write path"; docs/connector.md on the Spark writer's window).
         TooManyRequestsError("add queue full"),
+        BookieTimeoutError("add timed out"),
+        # A lost connection, and a BookieId the registry cannot resolve (BookiePool.get raises this for both).
+        BookieUnavailableError("bookie is not registered, its address is unknown"),
     ],
-    ids=["EIO", "EREADONLY", "ETOOMANYREQUESTS"],
+    ids=["EIO", "EREADONLY", "ETOOMANYREQUESTS", "timeout", "unavailable"],
 )
 def test_failed_bookie_triggers_ensemble_change_and_resend(error: Exception) -> None:
     h = Harness(3, 3, 2, bookies=4)
@@ -367,6 +414,47 @@ def test_failed_bookie_triggers_ensemble_change_and_resend(error: Exception) -> 
         assert all((7, e) in h.bookies[BOOKIES[3]].entries for e in range(6, 15))
 
     asyncio.run(run())
+
+
+def test_completions_are_held_while_the_ensemble_changes() -> None:
+    """docs/client.md, "Write path": while an ensemble change writes its new segment, entries that reach Qa
+    acknowledgements are not handed back; they come back, in entry order, once the new segment is written."""
+    import time
+
+    h = Harness(3, 3, 2, bookies=4)
+    h.bookies[BOOKIES[0]].add_error = lambda e: BookieIOError("disk") if e >= 3 else None
+    write = h.store.write_ledger_metadata
+    written: list[float] = []
+
+    def slow_write(*args: Any, **kwargs: Any) -> Versioned:
+        time.sleep(0.3)  # the compare-and-set of the new segment takes a while (a ZooKeeper thread)
+        versioned = write(*args, **kwargs)
+        written.append(time.monotonic())
+        return versioned
+
+    h.store.write_ledger_metadata = slow_write  # type: ignore[method-assign]
+    handed_back: list[tuple[int, float]] = []
+
+    async def run() -> None:
+        w = h.writer()
+        loop = asyncio.get_running_loop()
+        futures = []
+        for i in range(10):
+            fut = loop.create_future()
+
+            def done(eid: Any, exc: Any, fut: asyncio.Future = fut) -> None:
+                handed_back.append((eid, time.monotonic()))
+                fut.set_result(eid) if exc is None else fut.set_exception(exc)
+
+            w.append(b"h%d" % i, done)
+            futures.append(fut)
+        assert await asyncio.gather(*futures) == list(range(10))
+
+    asyncio.run(run())
+    assert len(written) == 1 and sorted(h.store.data[7].metadata.ensembles) == [0, 3]
+    assert [eid for eid, _ in handed_back] == list(range(10))
+    assert all(at < written[0] for eid, at in handed_back if eid < 3)
+    assert all(at >= written[0] for eid, at in handed_back if eid >= 3)  # Qa from b1 and b2 long before, held
 
 
 def test_recently_failed_bookies_are_passed_over_as_replacements_while_others_can_serve() -> None:
@@ -654,6 +742,31 @@ def test_fenced_writer_never_acknowledges_later_entries() -> None:
 
 
 @pytest.mark.parametrize(
+    "error",
+    [UnauthorizedAccessError("wrong master key"), IllegalOpError("not allowed here")],
+    ids=["unauthorized", "illegal-op"],
+)
+def test_unauthorized_or_illegal_op_fails_the_writer_without_replacing_the_bookie(error: Exception) -> None:
+    """docs/client.md, "Write path": fenced / unauthorized / illegal op are the errors that do not replace the bookie;
+    unauthorized, as fenced, fails every pending append and every later one with the same error."""
+    h = Harness(3, 3, 2, bookies=4)
+    h.bookies[BOOKIES[1]].add_error = lambda e: error if e >= 3 else None
+
+    async def run() -> None:
+        w = h.writer()
+        results, order = await append_all(w, [b"u%d" % i for i in range(8)])
+        assert results[:3] == [0, 1, 2] and order == [0, 1, 2]
+        assert all(r is error for r in results[3:])
+        later, _ = await append_all(w, [b"later"])
+        assert later[0] is error
+        assert h.store.writes == 0 and sorted(h.store.data[7].metadata.ensembles) == [0]  # no ensemble change
+        assert not h.bookies[BOOKIES[3]].adds  # the spare bookie never got an entry
+        assert w.lac == 2
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
     ("ended", "error"),
     [(LedgerMetadata.in_recovery, LedgerFencedError), (lambda md: md.close(-1, 0), LedgerClosedError)],
     ids=["IN_RECOVERY", "CLOSED"],
@@ -673,6 +786,29 @@ def test_ensemble_change_on_recovering_or_closed_ledger_reports_fenced_or_closed
         h.store.data[7] = Versioned(ended(v.metadata), v.version + 1)
         results, _ = await append_all(w, [b"q"])
         assert type(results[0]) is error
+
+    asyncio.run(run())
+
+
+def test_close_waits_for_pending_appends_then_closes_at_their_end() -> None:
+    """docs/client.md, "Write path": ``close()`` waits for pending appends, then writes CLOSED with the LAC and length:
+    appends still unanswered when close() is called are acknowledged, and the ledger ends after the last of them."""
+    h = Harness(3, 3, 2)
+    for b in h.bookies.values():
+        b.delay = 0.05
+
+    async def run() -> None:
+        w = h.writer()
+        loop = asyncio.get_running_loop()
+        futures = []
+        for _ in range(5):
+            fut = loop.create_future()
+            w.append(b"12345", lambda eid, exc, fut=fut: fut.set_result(eid) if exc is None else fut.set_exception(exc))
+            futures.append(fut)
+        assert not any(f.done() for f in futures)
+        md = await w.close()
+        assert [f.result() for f in futures] == [0, 1, 2, 3, 4]
+        assert (md.state, md.last_entry_id, md.length) == (LedgerState.CLOSED, 4, 25)
 
     asyncio.run(run())
 
@@ -742,6 +878,69 @@ def test_read_skips_tampered_copy_and_speculates_past_a_slow_bookie() -> None:
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("wrong", ["entry id", "ledger id"])
+def test_a_copy_of_another_entry_or_ledger_is_refused_and_the_next_replica_read(wrong: str) -> None:
+    """docs/client.md, "Read path": every entry's digest, ledger id and entry id are checked: a bookie answering
+    with a well-formed copy of another entry (or of the same entry of another ledger) is a bad copy, and the next
+    replica is read, in a single read and in a range read alike."""
+    h = Harness(3, 3, 2)
+
+    async def run() -> None:
+        await _filled(h, 6)
+        h.conf.reorderReadSequenceEnabled = False
+        first = BOOKIES[3 % 3]  # entry 3's write set starts at index 0
+        if wrong == "entry id":
+            h.bookies[first].entries[(7, 3)] = h.bookies[first].entries[(7, 4)]
+        else:
+            h.bookies[first].entries[(7, 3)] = h.digester.package_entry(8, 3, 2, 16, b"v003")
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        assert bytes((await reader.read_entry(3)).payload) == b"v003"
+        assert [e.payload for e in await reader.read_range(0, 5)] == [b"v%03d" % i for i in range(6)]
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_replicas_are_asked_in_the_order_of_the_policys_reorder_read_sequence(enabled: bool) -> None:
+    """docs/client.md, "Read path": a bad copy or any error moves on to the next replica of the write set, in the order
+    of the policy's ``reorder_read_sequence`` (given the recent failures); ``reorderReadSequenceEnabled=false`` keeps
+    the write set's order."""
+
+    class Reversing(RandomEnsemblePlacementPolicy):
+        def reorder_read_sequence(self, ensemble, write_set, failures):  # type: ignore[no-untyped-def]
+            seen.append(dict(failures))
+            return list(reversed(write_set))
+
+    seen: list[dict[str, int]] = []
+    h = Harness(3, 3, 2, reorderReadSequenceEnabled=enabled)
+    h.policy = Reversing().initialize({})
+    h.policy.on_cluster_changed(set(h.bookies), set())
+    asked: list[str] = []
+
+    async def run() -> None:
+        await _filled(h, 2)
+        h.ops.pool.note_failure(BOOKIES[1])
+        for b in h.bookies.values():
+            b.read_error = lambda e: BookieIOError("disk")
+        h.bookies[BOOKIES[0]].read_error = lambda e: None  # only the write set's first member can answer
+        read = h.ops.read
+
+        def recording(bookie_id, *args, **kwargs):  # type: ignore[no-untyped-def]
+            asked.append(bookie_id)
+            return read(bookie_id, *args, **kwargs)
+
+        h.ops.read = recording  # type: ignore[method-assign]
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        assert bytes((await reader.read_entry(0)).payload) == b"v000"
+
+    asyncio.run(run())
+    if enabled:
+        assert asked == [BOOKIES[2], BOOKIES[1], BOOKIES[0]]  # write set (0, 1, 2) reversed, each error moving on
+        assert seen and BOOKIES[1] in seen[0]  # the recent failures are the policy's to weigh
+    else:
+        assert asked == [BOOKIES[0]] and seen == []
+
+
 @pytest.mark.parametrize(("speculative_ms", "speculates"), [(0, False), (50, True)])
 def test_a_speculative_read_timeout_of_zero_disables_speculation(speculative_ms: int, speculates: bool) -> None:
     """docs/client.md, Configuration: ``speculativeReadTimeout`` 0 disables speculative reads; every bookie answering
@@ -759,6 +958,66 @@ def test_a_speculative_read_timeout_of_zero_disables_speculation(speculative_ms:
         assert bytes((await reader.read_entry(0)).payload) == b"v000"
         asked = sum(b.asked for b in h.bookies.values())
         assert asked > 7 if speculates else asked == 7  # 7 reads, one replica each without speculation
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("count", [6, 40], ids=["one-range-read", "longer"])
+def test_a_range_read_keeps_at_most_read_pipeline_depth_reads_in_flight(count: int) -> None:
+    """docs/client.md, Configuration and "Read path": ``readPipelineDepth`` single reads in flight per call; a range
+    longer than it keeps that many in flight, one started as each ends, and every entry comes back in order."""
+    h = Harness(3, 3, 2, readPipelineDepth=8, speculativeReadTimeout=0)
+    in_flight: list[int] = []
+
+    async def run() -> None:
+        await _filled(h, count)
+        for b in h.bookies.values():
+            b.delay = 0.01
+            b.asked, b.reads = 0, []
+        read = h.ops.read
+
+        def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+            read(*args, **kwargs)
+            in_flight.append(sum(b.asked - len(b.reads) for b in h.bookies.values()))
+
+        h.ops.read = counting  # type: ignore[method-assign]
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        got = await reader.read_range(0, count - 1)
+        assert [e.payload for e in got] == [b"v%03d" % i for i in range(count)]
+        assert sum(b.asked for b in h.bookies.values()) == count  # one replica each: no speculation, no failure
+        assert max(in_flight) == min(count, 8)
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("multiplier", [2.0, 3.0])
+def test_speculative_reads_back_off_by_the_configured_multiplier(multiplier: float) -> None:
+    """docs/client.md, "Read path": after ``speculativeReadTimeout`` ms without an answer the next replica is asked as
+    well, then again after the delay times ``speculativeReadTimeoutBackoffMultiplier``, until every replica was."""
+    h = Harness(3, 3, 2, speculativeReadTimeoutBackoffMultiplier=multiplier)
+
+    async def run() -> None:
+        await _filled(h, 1)
+        h.conf.reorderReadSequenceEnabled = False
+        for b in h.bookies.values():
+            b.delay, b.asked = 0.5, 0
+        loop = asyncio.get_running_loop()
+        armed: list[float] = []
+        call_later = loop.call_later
+
+        def counting(delay, callback, *args):  # type: ignore[no-untyped-def]
+            if getattr(callback, "__name__", "") == "speculate":
+                armed.append(delay)
+            return call_later(delay, callback, *args)
+
+        loop.call_later = counting  # type: ignore[method-assign]
+        try:
+            reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+            assert bytes((await reader.read_entry(0)).payload) == b"v000"
+        finally:
+            loop.call_later = call_later  # type: ignore[method-assign]
+        assert armed[:2] == pytest.approx([0.05, 0.05 * multiplier])  # before the second and the third replica
+        assert sum(b.asked for b in h.bookies.values()) == 3
 
     asyncio.run(run())
 
@@ -946,6 +1205,35 @@ def test_batch_read_sizes_are_clamped_to_the_frame_size() -> None:
     asyncio.run(run())
 
 
+def test_a_batch_read_is_one_request_clamped_to_the_lac_and_to_its_segment() -> None:
+    """docs/client.md, "Read path": ``batch_read`` sends one request to one bookie, clamped to the LAC and to the
+    segment: a batch never runs into the next segment, whose entries another ensemble holds."""
+    h = Harness(3, 3, 2, bookies=4, reorderReadSequenceEnabled=False)
+    h.bookies[BOOKIES[1]].add_error = lambda e: BookieIOError("disk") if e >= 5 else None
+    asked: list[tuple[str, int, int]] = []
+    answer = h.ops.batch_read_async
+
+    async def recording(bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
+        asked.append((bookie_id, start, max_count))
+        return await answer(bookie_id, ledger_id, start, max_count, max_size, scope_id)
+
+    h.ops.batch_read_async = recording  # type: ignore[method-assign]
+
+    async def run() -> None:
+        results, _ = await append_all(h.writer(), [b"s%d" % i for i in range(15)])
+        assert results == list(range(15))
+        md = h.store.data[7].metadata
+        assert sorted(md.ensembles) == [0, 6]  # two segments: 0..5 and 6..14
+        reader = LedgerReader(h.ctx(), h.ref, md, h.digester)
+        assert [e.entry_id for e in await reader.batch_read(2, 100, 0, 14)] == [2, 3, 4, 5]  # the segment's end
+        assert [e.entry_id for e in await reader.batch_read(6, 100, 0, 9)] == [6, 7, 8, 9]  # the LAC
+        assert [e.entry_id for e in await reader.batch_read(7, 0, 0, 14)] == list(range(7, 15))  # no count limit
+        # One request each, to the first bookie of the entry's write set, asking for no more than it may return.
+        assert asked == [(BOOKIES[2], 2, 4), (BOOKIES[0], 6, 4), (md.ensembles[6][1], 7, 8)]
+
+    asyncio.run(run())
+
+
 def test_batch_read_fallbacks_and_limits() -> None:
     h = Harness(3, 3, 2, batchReadEnabled=False)
 
@@ -985,6 +1273,8 @@ def test_read_lac_needs_coverage() -> None:
         reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
         assert await reader.read_lac() == 3  # entry 4 carries LAC 3
         h.bookies[BOOKIES[0]].hang = True
+        # docs/client.md, "Read path": Qw - Qa + 1 = 2 answers per write quorum are enough: one bookie may be down.
+        assert await reader.read_lac() == 3
         h.bookies[BOOKIES[1]].hang = True
         with pytest.raises(BookieTimeoutError):
             await reader.read_lac()  # one answer cannot cover quorums needing two
@@ -1015,6 +1305,105 @@ def test_recovery_finds_tail_readds_and_closes() -> None:
         # A second recovery sees CLOSED and does nothing.
         again = await recover_ledger(h.ctx(), h.ref, h.store.data[7], b"pw")
         assert again.version == v.version
+
+    asyncio.run(run())
+
+
+def test_recovery_fences_reads_and_re_adds_with_the_documented_flags() -> None:
+    """docs/client.md, Recovery: mark the metadata IN_RECOVERY, fence with ``READ(-1, DO_FENCING, masterKey)``, read forward from the LAC with
+    ``HIGH_PRIORITY | DO_FENCING`` and re-add with ``RECOVERY_ADD | HIGH_PRIORITY`` (a fenced bookie takes those
+    only; Java's bookies queue high-priority requests first)."""
+    from bkspark.client.ops import FLAG_DO_FENCING, FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
+    from bkspark.protocol.digest import master_key
+
+    h = Harness(3, 3, 2)
+    reads: list[tuple[int, int, bytes | None]] = []
+    adds: list[tuple[int, int]] = []
+    states: list[LedgerState] = []
+
+    async def run() -> None:
+        await _filled(h, 8)
+        b0 = h.bookies[BOOKIES[0]]
+        for eid in (8, 9):  # reached one bookie each before the writer died
+            b0.entries[(7, eid)] = h.digester.package_entry(7, eid, 7, 32 + 4 * (eid - 7), b"v%03d" % eid)
+        read, add = h.ops.read, h.ops.add
+
+        def recording_read(bookie_id, ledger_id, entry_id, scope_id, callback, arg=None, *, flags=0, master_key=None):  # type: ignore[no-untyped-def]
+            reads.append((entry_id, flags, master_key))
+            read(bookie_id, ledger_id, entry_id, scope_id, callback, arg, flags=flags, master_key=master_key)
+
+        def recording_add(bookie_id, ledger_id, entry_id, key, entry, flags, *rest):  # type: ignore[no-untyped-def]
+            adds.append((entry_id, flags))
+            add(bookie_id, ledger_id, entry_id, key, entry, flags, *rest)
+
+        h.ops.read, h.ops.add = recording_read, recording_add  # type: ignore[method-assign]
+        write = h.store.write_ledger_metadata
+
+        def recording_write(ledger_id: int, md: LedgerMetadata, version: int, scope_id: int = 0) -> Versioned:
+            states.append(md.state)
+            if md.state == LedgerState.IN_RECOVERY:
+                assert not reads  # marked before the first fencing read
+            return write(ledger_id, md, version, scope_id)
+
+        h.store.write_ledger_metadata = recording_write  # type: ignore[method-assign]
+        v = await recover_ledger(h.ctx(), h.ref, h.store.data[7], b"pw")
+        assert v.metadata.last_entry_id == 9
+        assert states == [LedgerState.IN_RECOVERY, LedgerState.CLOSED]  # marks the metadata IN_RECOVERY first
+
+    asyncio.run(run())
+    fences = [r for r in reads if r[0] == -1]
+    assert fences and all(flags == FLAG_DO_FENCING and key == master_key(b"pw") for _, flags, key in fences)
+    forward = [r for r in reads if r[0] != -1]
+    assert min(e for e, _, _ in forward) == 8  # from LAC + 1 (the fence answers carry LAC 7)
+    assert {e for e, _, _ in forward} == {8, 9, 10}  # 10: no bookie has it, the end
+    assert all(flags == FLAG_DO_FENCING | FLAG_HIGH_PRIORITY for _, flags, _ in forward)
+    assert sorted({e for e, _ in adds}) == [8, 9]
+    assert all(flags == FLAG_RECOVERY_ADD | FLAG_HIGH_PRIORITY for _, flags in adds)
+
+
+def test_recovery_ends_once_qw_minus_qa_plus_one_bookies_lack_an_entry() -> None:
+    """docs/client.md, Recovery: reading forward stops at the first entry that ``Qw - Qa + 1`` bookies lack, without
+    waiting for the others: such an entry can never have been acknowledged.  Entry 8 reached only the slow bookie;
+    two fast "no such entry" answers end the recovery at 7."""
+    h = Harness(3, 3, 2)
+
+    async def run() -> None:
+        await _filled(h, 8)
+        slow = h.bookies[BOOKIES[2]]
+        slow.entries[(7, 8)] = h.digester.package_entry(7, 8, 7, 36, b"v008")
+        slow.delay = 0.3
+        v = await recover_ledger(h.ctx(), h.ref, h.store.data[7], b"pw")
+        assert (v.metadata.state, v.metadata.last_entry_id) == (LedgerState.CLOSED, 7)
+        assert (7, 8) not in h.bookies[BOOKIES[0]].entries  # nothing re-added
+
+    asyncio.run(run())
+
+
+def test_recovery_accepts_a_close_someone_else_wrote_before_its_own() -> None:
+    """docs/client.md, Recovery: the recovery writes CLOSED, accepting a close someone else wrote (another recovery
+    that got there first): no error, no second close written, and the handle sees the close in force."""
+    h = Harness(3, 3, 2)
+    write = h.store.write_ledger_metadata
+    theirs: list[Versioned] = []
+
+    def racing_write(ledger_id: int, md: LedgerMetadata, version: int, scope_id: int = 0) -> Versioned:
+        if md.state == LedgerState.CLOSED and not theirs:  # our final write: another recoverer closed just before
+            current = h.store.data[ledger_id]
+            closed = replace(current.metadata, state=LedgerState.CLOSED, last_entry_id=md.last_entry_id, length=md.length)
+            theirs.append(Versioned(closed, current.version + 1))
+            h.store.data[ledger_id] = theirs[0]
+            raise MetadataVersionError("conflict")
+        return write(ledger_id, md, version, scope_id)
+
+    h.store.write_ledger_metadata = racing_write  # type: ignore[method-assign]
+
+    async def run() -> None:
+        await _filled(h, 5)
+        writes = h.store.writes
+        v = await recover_ledger(h.ctx(), h.ref, h.store.data[7], b"pw")
+        assert theirs and v is theirs[0] and h.store.data[7] is theirs[0]
+        assert h.store.writes == writes + 1  # IN_RECOVERY only: the close in force is theirs
+        assert (v.metadata.state, v.metadata.last_entry_id) == (LedgerState.CLOSED, 4)
 
     asyncio.run(run())
 
@@ -1062,6 +1451,115 @@ def test_parallel_batched_range_is_complete_and_ordered() -> None:
         # Chunks start on different bookies: the load is spread over the ensemble.
         assert all(not fb.reads for fb in h.bookies.values())  # batch reads, not single reads
         assert sum(1 for fb in h.bookies.values() if fb.batches) == 3
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("parallel", [1, 3])
+def test_a_batched_range_keeps_parallel_batches_in_flight(parallel: int) -> None:
+    """docs/client.md, "More of the API" and "Read path": ``read_batched(..., parallel=4)`` loops until done with
+    ``parallel`` batches in flight, never more."""
+    h = Harness(3, 3, 2)
+    answer = h.ops.batch_read_async
+    now = [0]
+    most = [0]
+
+    async def counting(bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
+        now[0] += 1
+        most[0] = max(most[0], now[0])
+        try:
+            return await answer(bookie_id, ledger_id, start, max_count, max_size, scope_id)
+        finally:
+            now[0] -= 1
+
+    async def run() -> None:
+        await _filled(h, 60)
+        for b in h.bookies.values():
+            b.delay = 0.01
+        h.ops.batch_read_async = counting  # type: ignore[method-assign]
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        got = await reader.read_range_batched(0, 58, 5, 0, 59, parallel=parallel)
+        assert [e.entry_id for e in got] == list(range(59))
+        assert most[0] == parallel
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "bytes_in_flight", "most"),
+    [(5, 1 << 30, 12), (5, 1, 1), (1000, 1 << 30, 2)],
+    ids=["at-most-12", "at-least-one", "100-entries-while-sizes-are-unknown"],
+)
+def test_read_batches_chunks_in_flight_are_bounded(batch_size: int, bytes_in_flight: int, most: int) -> None:
+    """docs/client.md, "Read path", ``read_batches``: chunks of ``batch_size`` entries, but no more than 100 before
+    the entry sizes are known; as many in flight as fit in ``bytes_in_flight``, at least one, at most 12."""
+    h = Harness(3, 3, 2)
+    answer = h.ops.batch_read_async
+    now = [0]
+    seen: list[int] = []
+    asked: list[int] = []
+
+    async def counting(bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
+        now[0] += 1
+        seen.append(now[0])
+        asked.append(max_count)
+        try:
+            return await answer(bookie_id, ledger_id, start, max_count, max_size, scope_id)
+        finally:
+            now[0] -= 1
+
+    async def run() -> None:
+        await _filled(h, 201)
+        for b in h.bookies.values():
+            b.delay = 0.01
+        h.ops.batch_read_async = counting  # type: ignore[method-assign]
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        got: list[bytes] = []
+        async for _start, payloads in reader.stream_payloads(
+            0, 199, 199, batch_size=batch_size, bytes_in_flight=bytes_in_flight
+        ):
+            got.extend(bytes(p) for p in payloads)
+        assert got == [b"v%03d" % i for i in range(200)]
+        assert max(seen) == most
+        assert asked[0] == min(batch_size, 100)
+
+    asyncio.run(run())
+
+
+def test_read_batches_raises_the_first_failing_chunks_error_and_cancels_the_chunks_in_flight() -> None:
+    """docs/client.md, "Read path", ``read_batches``: the first failing chunk raises its typed error (after the
+    chunks before it were given back, in order); the chunks still in flight are cancelled, not waited for."""
+    h = Harness(3, 3, 2)
+    for b in h.bookies.values():
+        b.read_error = lambda e: BookieIOError("disk") if e == 20 else None
+    answer = h.ops.batch_read_async
+    cancelled: list[int] = []
+    finished: list[int] = []
+
+    async def slow_after_the_failure(bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
+        try:
+            if start >= 30:
+                await asyncio.sleep(2)
+            got = await answer(bookie_id, ledger_id, start, max_count, max_size, scope_id)
+        except asyncio.CancelledError:
+            cancelled.append(start)
+            raise
+        finished.append(start)
+        return got
+
+    async def run() -> None:
+        await _filled(h, 101)
+        h.ops.batch_read_async = slow_after_the_failure  # type: ignore[method-assign]
+        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        starts: list[int] = []
+        t0 = asyncio.get_running_loop().time()
+        with pytest.raises(BookieIOError):
+            async for start, _payloads in reader.stream_payloads(0, 99, 99, batch_size=10, bytes_in_flight=1 << 30):
+                starts.append(start)
+        assert asyncio.get_running_loop().time() - t0 < 1.5  # the slow chunks were not waited for
+        await asyncio.sleep(0)
+        assert starts == [0, 10]
+        assert sorted(cancelled) == list(range(30, 100, 10)) and all(s < 30 for s in finished)
 
     asyncio.run(run())
 
