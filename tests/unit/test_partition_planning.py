@@ -120,6 +120,25 @@ def test_max_partitions_spreads_over_exactly_that_many() -> None:
     assert max(sizes) - min(sizes) <= 50_000  # about equal: never more than one slice apart
 
 
+def test_max_partitions_gives_exactly_that_many_when_a_slice_costs_more_than_a_share() -> None:
+    """docs/connector.md, "Partitions" step 3: "exactly that many partitions". A full slice costs more than a
+    third of these four ledgers, and an equal-cost spread that left its shares empty gave 2 partitions, not 3."""
+    slices = ledgers(1, 100_000, 1, 100_000)
+    assert len(plan_partitions(slices, 100_000)) == 4
+    parts = plan_partitions(slices, 100_000, max_partitions=3)
+    assert len(parts) == 3
+    assert entries_read(parts) == entries_read(slices)
+    rng = random.Random(3)
+    for _ in range(300):
+        lengths = [rng.choice([1, 2, 5_000, 2_501, rng.randint(1, 5_000)]) for _ in range(rng.randint(2, 12))]
+        slices = ledgers(*lengths, max_entries=5_000)
+        packed = len(plan_partitions(slices, 5_000))
+        for count in range(1, packed):
+            parts = plan_partitions(slices, 5_000, max_partitions=count)
+            assert len(parts) == count, (lengths, count)
+            assert runs_read(parts) == runs_read(slices)
+
+
 def test_every_rule_together_reads_every_entry_once_in_order() -> None:
     rng = random.Random(11)
     for _ in range(100):
