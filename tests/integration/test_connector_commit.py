@@ -804,6 +804,31 @@ def test_another_committer_publishes_with_an_idempotency_key_in_the_same_multi(
     assert [w for w, _ in registry.root(dataset).keys] == ["other-a", "other-b"]  # type: ignore[union-attr]
 
 
+def test_a_task_hands_its_rows_to_the_client_in_runs_of_500_entries(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/connector.md, "Write": entries are written with the client's bulk append in runs of 500, so the
+    hand-over to the client's loop is per run, not per row; a run never spans two of Spark's Arrow batches."""
+    from bkspark.client.bookkeeper import LedgerHandle
+
+    runs: list[int] = []
+    real = LedgerHandle.append_many
+
+    def append_many(self: LedgerHandle, payloads: Any) -> Any:
+        runs.append(len(payloads))
+        return real(self, payloads)
+
+    monkeypatch.setattr(LedgerHandle, "append_many", append_many)
+    writer = new_writer(uri, "runs", overwrite=False)
+    first, second = rows("run-a", 1_234), rows("run-b", 300)
+    batches = [pa.RecordBatch.from_arrays([pa.array(part, pa.binary())], names=["payload"]) for part in (first, second)]
+    message = writer.write(iter(batches))
+    monkeypatch.undo()
+    assert runs == [500, 500, 234, 300]
+    assert spark_commit(writer, [message]) == "committed"
+    assert read_rows(uri, "runs") == sorted(first + second)
+
+
 @pytest.mark.parametrize("rows_per_entry", ["1", "8"])
 def test_a_row_over_the_frame_limit_fails_its_task_naming_row_partition_and_option(
     uri: str, bk: BookKeeper, registry: DatasetRegistry, rows_per_entry: str
