@@ -829,6 +829,37 @@ def test_a_task_hands_its_rows_to_the_client_in_runs_of_500_entries(
     assert read_rows(uri, "runs") == sorted(first + second)
 
 
+def test_the_root_keeps_the_highest_token_of_the_1000_most_recent_writers(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """docs/connector.md, "Publishing from another writer": the root keeps the highest token per writer, for the
+    1,000 most recently published writers; a token not above the kept one publishes nothing (``already``)."""
+    import uuid
+
+    from bkspark.datasource.datasets import CommitKey, JobRecord, ManifestRoot
+
+    dataset = "keys-1000"
+    oldest_first = tuple((f"w{i}", 5) for i in range(1_000))
+    bk.store.zk.create(registry.dataset_path(dataset), ManifestRoot(dataset, generation=1, keys=oldest_first).to_bytes(),
+                       makepath=True)
+
+    def publish(writer: str, token: int) -> bool:
+        job_id = uuid.uuid4().hex
+        registry.begin_job(job_id, JobRecord(JobState.WRITING, dataset))
+        already = registry.publish(dataset, [], replace_all=False, job_id=job_id, key=CommitKey(writer, token)).already
+        registry.forget_job(job_id)
+        return already
+
+    assert publish("w1", 4) and publish("w1", 5)  # not above the kept token: nothing changes
+    assert registry.root(dataset).keys == oldest_first  # type: ignore[union-attr]
+    assert not publish("w1", 6)  # above it: published, and w1 is now the most recent writer
+    assert not publish("new", 0)  # a 1,001st writer: the least recently published one (w0) is forgotten
+    keys = registry.root(dataset).keys  # type: ignore[union-attr]
+    assert len(keys) == 1_000 and keys[-2:] == (("w1", 6), ("new", 0))
+    assert [w for w, _ in keys[:-2]] == [f"w{i}" for i in range(2, 1_000)]
+    assert not publish("w0", 0)  # forgotten: its old token no longer refuses a replay
+
+
 @pytest.mark.parametrize("rows_per_entry", ["1", "8"])
 def test_a_row_over_the_frame_limit_fails_its_task_naming_row_partition_and_option(
     uri: str, bk: BookKeeper, registry: DatasetRegistry, rows_per_entry: str
