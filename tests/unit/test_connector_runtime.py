@@ -117,3 +117,23 @@ def test_a_zookeeper_port_that_opens_no_session_is_unreachable_too() -> None:
         uri = f"zk+hierarchical://127.0.0.1:{silent.getsockname()[1]}/ledgers"
         with pytest.raises(MetadataError, match=r"^\[BOOKKEEPER_ZOOKEEPER_UNREACHABLE\] cannot open a ZooKeeper session"):
             get_client(uri, {"zkTimeout": "1"})
+
+
+def test_the_zookeeper_probe_gives_a_silent_server_5_seconds_then_tries_the_next() -> None:
+    """docs/connector.md, "Process model": ZooKeeper is probed with a TCP connect, 5 s per server. A server whose
+    accept queue is full drops the connect's SYNs (it hangs, as a host behind a firewall does): the probe, with
+    the default zkTimeout's budget of 10 s, waits 5 s for it and then reaches the second server of the URI."""
+    import time
+
+    from bkspark.datasource.clients import wait_zookeeper_reachable
+
+    with socket.socket() as full, socket.socket() as queued, socket.socket() as listening:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        queued.connect(full.getsockname())  # takes the one place in its accept queue
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(1)
+        uri = f"zk+hierarchical://127.0.0.1:{full.getsockname()[1]},127.0.0.1:{listening.getsockname()[1]}/ledgers"
+        started = time.monotonic()
+        wait_zookeeper_reachable(uri, budget=10.0)
+        assert 4.8 <= time.monotonic() - started < 7.0
