@@ -804,6 +804,66 @@ def test_another_committer_publishes_with_an_idempotency_key_in_the_same_multi(
     assert [w for w, _ in registry.root(dataset).keys] == ["other-a", "other-b"]  # type: ignore[union-attr]
 
 
+def test_a_jobs_ledgers_and_its_parent_carry_the_documented_tags_and_contexts(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """docs/connector.md, "The commit protocol", transitions 2 and 4: what a task's ledger and the job's parent
+    (its commit marker) record, key by key; and a task failing while writing closes its ledger abnormally,
+    expecting deletion now. The audit and other tools (Java's shell shows the tags) rely on these names."""
+    import socket
+    from datetime import datetime, timedelta, timezone
+
+    from bkspark.context import read_context
+
+    def failing() -> Iterator[pa.RecordBatch]:
+        yield pa.RecordBatch.from_arrays([pa.array(rows("cut", 3), pa.binary())], names=["payload"])
+        raise RuntimeError("the executor went away")
+
+    writer = new_writer(uri, "tagged", overwrite=False)
+    with pytest.raises(RuntimeError, match="executor went away"):
+        writer.write(failing())
+    ((_, failed),) = registry.job_ledgers(writer.job_id)
+    close = read_context(bk.get_ledger_metadata(failed)).close
+    assert bk.get_ledger_metadata(failed).state.name == "CLOSED"
+    assert close is not None and close.abnormal and "RuntimeError: the executor went away" in (close.error_message or "")
+    assert close.expect_delete_after is not None
+    assert abs(close.expect_delete_after - datetime.now(timezone.utc)) < timedelta(minutes=1)
+
+    message = task(writer, [b"a" * 10, b"b" * 30])
+    assert spark_commit(writer, [message]) == "committed"
+    assert failed not in ledgers_of(bk)  # the failed attempt's ledger went with the clean-up
+    job, host = writer.job_id, socket.gethostname()
+    md = bk.get_ledger_metadata(message.ledger_id)
+    assert {k: md.custom_metadata[k] for k in ("bkspark.dataset", "bkspark.job", "bkspark.partition",
+                                               "bkspark.attempt", "application")} == {
+        "bkspark.dataset": b"tagged", "bkspark.job": job.encode(), "bkspark.partition": b"0",
+        "bkspark.attempt": b"0", "application": f"bkspark-spark-writer@{host}".encode()}
+    context = read_context(md)
+    create = context.create
+    assert create is not None and create.created_by is not None
+    assert (create.created_by.enterprise, create.created_by.system, create.created_by.service,
+            create.created_by.instance) == ("apache-spark", "bkspark-connector", f"job-{job}", host)
+    assert create.data_set == "tagged"
+    assert create.expected_average_entry_size is not None and create.expected_average_entry_size.size_in_bytes == 20
+    assert create.child_of_ledger is not None
+    parent = create.child_of_ledger.ledger_id
+    assert context.close is not None and context.close.reason is not None and context.close.reason.name == "NO_MORE_DATA"
+
+    pmd = bk.get_ledger_metadata(parent)
+    assert {k: pmd.custom_metadata[k] for k in ("bkspark.dataset", "bkspark.job", "bkspark.role", "application")} == {
+        "bkspark.dataset": b"tagged", "bkspark.job": job.encode(), "bkspark.role": b"job-commit-marker",
+        "application": f"bkspark-spark-writer@{host}".encode()}
+    pcontext = read_context(pmd)
+    pcreate = pcontext.create
+    assert pcreate is not None and pcreate.created_by is not None
+    assert pcreate.created_by.service == f"job-{job}/commit-marker" and pcreate.data_set == "tagged"
+    assert (pcreate.expected_max_entries, pcreate.expected_max_length) == (0, 0)
+    assert pcontext.close is not None and pcontext.close.reason is not None
+    assert pcontext.close.reason.name == "NO_MORE_DATA"
+    assert (pmd.state.name, pmd.last_entry_id, pmd.length) == ("CLOSED", -1, 0)
+    assert list(pmd.ensembles.values()) == [md.ensembles[0]]  # on the ensemble of one of the job's ledgers
+
+
 def test_a_task_hands_its_rows_to_the_client_in_runs_of_500_entries(
     uri: str, bk: BookKeeper, registry: DatasetRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
