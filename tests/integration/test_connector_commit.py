@@ -717,6 +717,12 @@ def test_a_dataset_of_100000_ledgers_commits_lists_and_appends(
     # A single job's 100,000 ledgers in one commit (shards written before the one multi).
     publish_ids(registry, "big-one-job", ids, replace_all=True)
     assert registry.manifest("big-one-job").ledgers == tuple(ids)  # type: ignore[union-attr]
+    # Shards of up to 10,000 pairs, named <job>.<random>.<n> (docs/connector.md, "The manifest").
+    one_job = registry.root("big-one-job")
+    assert one_job is not None and [ref.count for ref in one_job.shards] == [10_000] * 10
+    names = [ref.shard_id.split(".") for ref in one_job.shards]
+    assert all(len(parts) == 3 for parts in names) and len({(job, tag) for job, tag, _ in names}) == 1
+    assert sorted(int(n) for _, _, n in names) == list(range(10))
     # Appends on top only rewrite the last shard, whose content moves into a new one.
     writer = new_writer(uri, dataset, overwrite=False)
     assert spark_commit(writer, run_job(writer, [rows("tail", 3)])) == "committed"
