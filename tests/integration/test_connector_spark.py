@@ -689,7 +689,9 @@ def test_a_corrupt_packed_entry_is_a_clear_error_and_entry_max_bytes_above_the_f
     lid = write_bkspark_ledger(bk, [good, b"not packed at all"], custom_metadata={ENTRY_FORMAT_KEY: ROWS_V1})
     with pytest.raises(Exception, match=r"CorruptEntryError.*no rows-v1 header.*entry_id=1"):
         read_ledgers(spark, uri, str(lid)).collect()
-    with pytest.raises(Exception, match=r"entryMaxBytes \(1048576\) is more than one entry can carry"):
+    # docs/connector.md, "Rows per entry": an InvalidOptionError naming both options, and the job aborts
+    with pytest.raises(Exception, match=r"(?s)InvalidOptionError.*entryMaxBytes \(1048576\) is more than one entry "
+                                        r"can carry.*raise bookkeeper\.nettyMaxFrameSizeBytes"):
         write_dataset(payload_frame(spark, 2000, 1, "big-" + "y" * 100), uri, "too-big", rowsPerEntry="10000",
                       entryMaxBytes="1048576", **{"bookkeeper.nettyMaxFrameSizeBytes": "65536"})
     assert DatasetRegistry(bk.store.zk, bk.store.root).manifest("too-big") is None
