@@ -132,6 +132,39 @@ def test_small_ledgers_packed_into_one_partition_read_like_one_by_one(py_cluster
     assert_same_rows(got, want)
 
 
+def test_a_packed_partition_opens_its_ledgers_from_one_multi_read_not_a_read_per_ledger(
+    py_cluster: PythonBookieCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/connector.md, "Partitions": a partition of several slices first reads all their ledgers' metadata in
+    ZooKeeper multi reads and opens each ledger from it, instead of one ZooKeeper read per ledger."""
+    from bkspark.metadata.store import ZkMetadataStore
+
+    uri = py_cluster.metadata_service_uri
+    with BookKeeper(uri) as bk:
+        lids = [write_bkspark_ledger(bk, random_payloads(40 + i, 2), ensemble_size=2, write_quorum_size=2,
+                                     ack_quorum_size=2) for i in range(12)]
+    reader = BookKeeperReader(parse_read_options({"metadataServiceUri": uri, "ledgers": ",".join(map(str, lids))}))
+    (group,) = reader.partitions()
+    assert isinstance(group, SliceGroup) and len(group.slices) == 12
+    calls: list[str] = []
+    single, many = ZkMetadataStore.read_ledger_metadata, ZkMetadataStore.read_many_ledger_metadata
+
+    def read_one(self: ZkMetadataStore, *args: object, **kwargs: object) -> object:
+        calls.append("single")
+        return single(self, *args, **kwargs)
+
+    def read_many(self: ZkMetadataStore, refs: object, **kwargs: object) -> object:
+        calls.append(f"many:{len(refs)}")  # type: ignore[arg-type]
+        return many(self, refs, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ZkMetadataStore, "read_ledger_metadata", read_one)
+    monkeypatch.setattr(ZkMetadataStore, "read_many_ledger_metadata", read_many)
+    got = pa.Table.from_batches(list(reader.read(group)))
+    monkeypatch.undo()
+    assert calls == ["many:12"]
+    assert_same_rows(got, reference_tables(uri, lids))
+
+
 def test_single_ledger_ids_must_exist_and_ranges_take_the_ledgers_in_them(py_cluster: PythonBookieCluster) -> None:
     """docs/connector.md, ``ledgers``: a missing single id fails the plan (also next to another id, "7,8"), a range
     reads the ledgers that exist in it (a deleted one and ids never made are skipped), and an id given twice, or
