@@ -873,6 +873,21 @@ def test_a_jobs_ledgers_and_its_parent_carry_the_documented_tags_and_contexts(
     assert list(pmd.ensembles.values()) == [md.ensembles[0]]  # on the ensemble of one of the job's ledgers
 
 
+def test_a_job_with_no_rows_publishes_no_ledger_and_creates_no_parent(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """docs/connector.md, transition 4: "A job with no rows publishes no ledger and creates no parent": its tasks
+    create no ledger, its reserved parent id stays unused, and an append keeps the dataset's rows."""
+    old = seed(uri, "no-rows")
+    before = ledgers_of(bk)
+    writer = new_writer(uri, "no-rows", overwrite=False)
+    messages = run_job(writer, [[], []])
+    assert spark_commit(writer, messages) == "committed"
+    assert ledgers_of(bk) == before and writer.parent_ledger_id not in before
+    assert read_rows(uri, "no-rows") == old
+    assert jobs_of(registry, "no-rows") == []
+
+
 def test_a_task_hands_its_rows_to_the_client_in_runs_of_500_entries(
     uri: str, bk: BookKeeper, registry: DatasetRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
