@@ -347,6 +347,21 @@ def test_recoverjobs_leaves_a_writing_job_younger_than_stale_after_an_hour_by_de
     assert_clean(bk, registry, dataset)
 
 
+def test_recoverjobs_with_a_dataset_touches_only_that_datasets_jobs(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/connector.md: ``recoverjobs [--dataset NAME]``: with a name, a stale job of another dataset is left
+    alone (it may be a live job of someone else's write), and commits afterwards."""
+    chosen, other = new_writer(uri, "recover-chosen", overwrite=False), new_writer(uri, "recover-other", overwrite=False)
+    chosen_messages, other_messages = run_job(chosen, [rows("c", 2)]), run_job(other, [rows("o", 2)])
+    out = recoverjobs(uri, capsys, ("--dataset", "recover-chosen", "--stale-after", "0"))
+    assert f"{chosen.job_id} stale writing job aborted" in out and other.job_id not in out
+    assert jobs_of(registry, "recover-chosen") == [] and chosen_messages[0].ledger_id not in ledgers_of(bk)
+    assert registry.job(other.job_id).state is JobState.WRITING  # type: ignore[union-attr]
+    assert spark_commit(other, other_messages) == "committed"
+    assert read_rows(uri, "recover-other") == rows("o", 2)
+
+
 def test_the_shards_of_a_live_job_survive_another_jobs_sweep(
     uri: str, bk: BookKeeper, registry: DatasetRegistry
 ) -> None:
