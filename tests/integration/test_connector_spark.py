@@ -468,6 +468,19 @@ def test_append_adds_and_overwrite_replaces_the_previous_ledgers(spark, bk, py_c
     assert not ({lid for _, lid in after.ledgers} | {new_parent}) & set(bk.list_ledgers())
 
 
+@pytest.mark.parametrize("mode", [None, "ignore"])
+def test_modes_other_than_append_and_overwrite_fail_before_anything_is_written(spark, bk, py_cluster, mode) -> None:
+    """docs/connector.md, "Write": Spark's Python sources accept only append and overwrite; Spark's default mode
+    (no .mode(...)) fails, and no job begins: no record, no manifest."""
+    writer = payload_frame(spark, 3, 1, "m-").write.format("bookkeeper").option(
+        "metadataServiceUri", py_cluster.metadata_service_uri).option("dataset", f"mode-{mode}")
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        (writer if mode is None else writer.mode(mode)).save()
+    registry = DatasetRegistry(bk.store.zk, bk.store.root)
+    assert registry.root(f"mode-{mode}") is None
+    assert all(registry.job(job).dataset != f"mode-{mode}" for job in registry.jobs())  # type: ignore[union-attr]
+
+
 def failing_payload(cluster: PythonBookieCluster, fail_partition: int, fail_from_row: int, attempts: dict[int, int]):
     """A payload UDF that raises in ``fail_partition`` from row ``fail_from_row`` (of 5000) on the given attempts.
 
