@@ -928,6 +928,26 @@ def test_a_task_hands_its_rows_to_the_client_in_runs_of_500_entries(
     assert read_rows(uri, "runs") == sorted(first + second)
 
 
+def test_rows_are_packed_within_each_arrow_batch_never_across_two(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """docs/connector.md, "Rows per entry": packing happens within each Arrow batch Spark hands the writer, so an
+    entry never holds rows of two batches (rowsPerEntry 10 and batches of 3 and 4 rows: entries of 3 and 4)."""
+    from bkspark.datasource.packing import unpack_entries
+
+    writer = new_writer(uri, "packed-batches", overwrite=False, rowsPerEntry="10")
+    first, second = rows("pb-a", 3), rows("pb-b", 4)
+    batches = [pa.RecordBatch.from_arrays([pa.array(part, pa.binary())], names=["payload"]) for part in (first, second)]
+    message = writer.write(iter(batches))
+    assert spark_commit(writer, [message]) == "committed"
+    with bk.open_ledger(message.ledger_id, recovery=False) as handle:
+        entries = handle.read(0, handle.last_add_confirmed)
+    assert len(entries) == 2
+    ids, payloads = unpack_entries(pa.array([e.entry_id for e in entries], pa.int64()),
+                                   pa.array([e.payload for e in entries], pa.binary()))
+    assert ids.tolist() == [0, 0, 0, 1, 1, 1, 1] and payloads.to_pylist() == first + second
+
+
 def test_the_root_keeps_the_highest_token_of_the_1000_most_recent_writers(
     uri: str, bk: BookKeeper, registry: DatasetRegistry
 ) -> None:
