@@ -261,3 +261,43 @@ def test_a_write_without_a_binary_or_string_payload_is_refused_with_its_tag(payl
     with pytest.raises(InvalidOptionError) as info:
         source.writer(schema, False)
     assert str(info.value).startswith(f"[{tag}]")
+
+
+def _doc_section(title: str) -> str:
+    """The text of docs/connector.md's section ``title`` (up to the next heading of any level)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "connector.md").read_text(encoding="utf-8")
+    match = re.search(rf"^#+ {re.escape(title)}\n(.*?)(?=^#)", text, re.S | re.M)
+    assert match is not None, title
+    return match.group(1)
+
+
+def test_the_documented_schema_table_is_the_sources_schema() -> None:
+    """docs/connector.md, "Schema": each row of the table (name, Spark SQL type, NOT NULL) is the column the source
+    declares, in order; a column or type changed on either side fails here."""
+    import re
+
+    documented = re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", _doc_section("Schema (fixed by the options)"), re.M)
+    declared = [(f.name, f.dataType.simpleString().upper().replace(",", ", ") + ("" if f.nullable else " NOT NULL"))
+                for f in spark_schema().fields]
+    assert documented == declared
+
+
+def test_the_documented_read_and_write_options_are_exactly_the_accepted_ones() -> None:
+    """docs/connector.md, "Read options" table and "Write"'s list of options: every documented name is one the
+    parsers accept (any other is refused as unknown), and every accepted name is documented (``path`` is
+    load("name") / save("name"); ``bookkeeper.<key>`` is any client key)."""
+    import re
+
+    from bkspark.datasource import options as options_module
+
+    table = _doc_section("Read options").split("\n\n")[1]
+    read_names = {name for row in re.findall(r"^\| (.+?) \|", table, re.M) for name in re.findall(r"`([^`]+)`", row)}
+    write_text = _doc_section("Write")
+    write_list = write_text[write_text.index("Options: "):write_text.index("Spark's Python sources accept")]
+    write_names = set(re.findall(r"`([A-Za-z.<>]+)`", write_list)) - {"createdBy"}  # BP-44's field, not an option
+    for names, keys in ((read_names, options_module._READ_KEYS), (write_names, options_module._WRITE_KEYS)):
+        assert "bookkeeper.<key>" in names
+        assert {n.lower() for n in names - {"bookkeeper.<key>"}} == keys - {"path"}
