@@ -89,6 +89,11 @@ def test_write_options_defaults_and_quorum_checks() -> None:
     opts = parse_write_options({"metadataserviceuri": URI, "dataset": "events"})
     assert (opts.ensemble_size, opts.write_quorum_size, opts.ack_quorum_size, opts.digest_type) == (3, 2, 2, "CRC32C")
     assert (opts.scope_id, opts.password, opts.application_id, opts.client_conf) == (0, b"", None, ())
+    # the quorum defaults shrink to a smaller ensemble or write quorum (docs/connector.md, "Write")
+    small = parse_write_options({"metadataserviceuri": URI, "dataset": "e", "ensemblesize": "1"})
+    assert (small.ensemble_size, small.write_quorum_size, small.ack_quorum_size) == (1, 1, 1)
+    one_copy = parse_write_options({"metadataserviceuri": URI, "dataset": "e", "writequorumsize": "1"})
+    assert (one_copy.ensemble_size, one_copy.write_quorum_size, one_copy.ack_quorum_size) == (3, 1, 1)
     with pytest.raises(InvalidOptionError, match="writeQuorumSize"):
         parse_write_options({"metadataserviceuri": URI, "dataset": "e", "ensemblesize": "2", "writequorumsize": "3"})
     with pytest.raises(InvalidOptionError, match="ackQuorumSize"):
