@@ -133,6 +133,29 @@ def test_pushed_filters_become_exact_bounds_and_the_rest_come_back_by_identity()
     assert bounds.entry_runs(0, 100) == [(12, 13), (15, 15)]
 
 
+@pytest.mark.parametrize("column", ["scope_id", "ledger_id", "entry_id"])
+def test_each_documented_operator_on_each_pushable_column_admits_exactly_its_rows(column: str) -> None:
+    """docs/connector.md, "Filter pushdown": filters on scope_id, ledger_id and entry_id with =, <, <=, >, >=, IN
+    are all taken (Spark drops them from its plan), so the bounds must admit exactly the values each one keeps."""
+    from pyspark.sql.datasource import GreaterThanOrEqual, LessThan
+
+    operators: list[tuple[object, Callable[[int], bool]]] = [
+        (EqualTo((column,), 5), lambda v: v == 5),
+        (LessThan((column,), 5), lambda v: v < 5),
+        (LessThanOrEqual((column,), 5), lambda v: v <= 5),
+        (GreaterThan((column,), 5), lambda v: v > 5),
+        (GreaterThanOrEqual((column,), 5), lambda v: v >= 5),
+        (In((column,), [2, 5, 9]), lambda v: v in (2, 5, 9)),
+    ]
+    for pushed, keeps in operators:
+        bounds = Bounds()
+        assert push_filters([pushed], bounds) == []
+        assert [v for v in range(0, 12) if bounds.admits(column, v)] == [v for v in range(0, 12) if keeps(v)], pushed
+        if column == "entry_id":
+            admitted = [v for lo, hi in bounds.entry_runs(0, 11) for v in range(lo, hi + 1)]
+            assert admitted == [v for v in range(0, 12) if keeps(v)], pushed
+
+
 def test_split_ledger_cuts_exact_slices() -> None:
     slices = split_ledger(0, 9, 0, 24, 10, ctime_ms=5, custom_metadata=[("k", b"v")])
     assert [(s.first_entry, s.last_entry) for s in slices] == [(0, 9), (10, 19), (20, 24)]
