@@ -100,6 +100,16 @@ def test_min_partitions_splits_large_slices_like_kafkas_min_partitions() -> None
     assert len(plan_partitions(ledgers(2, 1), 100_000, min_partitions=50)) == 3
 
 
+def test_min_partitions_halves_the_largest_slices_first_and_keeps_their_order() -> None:
+    """docs/connector.md, "Partitions" step 1: the largest slices are halved until there are minPartitions, as
+    Kafka's source splits the largest offset ranges: small slices stay whole while a larger one can be halved."""
+    slices = ledgers(10, 1000, 300)
+    sizes = [[s.entry_count for s in partition_slices(p)] for p in plan_partitions(slices, 100_000, min_partitions=4)]
+    assert sizes == [[10], [500], [500], [300]]
+    sizes = [[s.entry_count for s in partition_slices(p)] for p in plan_partitions(slices, 100_000, min_partitions=6)]
+    assert sizes == [[10], [250], [250], [250], [250], [300]]
+
+
 def test_min_partitions_stops_packing_below_it() -> None:
     slices = ledgers(*[1] * 100)
     assert len(plan_partitions(slices, 100_000)) == 1
