@@ -603,12 +603,17 @@ def test_the_test_driver_jvm_runs_with_the_harness_quick_start_flags(spark) -> N
 def test_bad_options_give_one_clear_error_each(spark, bk, py_cluster) -> None:
     uri = py_cluster.metadata_service_uri
     lid = write_bkspark_ledger(bk, [b"x"])
-    with pytest.raises(Exception, match=r"\[BOOKKEEPER_MISSING_OPTION\] option 'metadataServiceUri' is required"):
+    # A malformed option fails at load(), a missing ledger when the query is planned (before any task runs), each
+    # wrapped in Spark's PYTHON_DATA_SOURCE_ERROR (docs/connector.md, "Read options").
+    with pytest.raises(Exception, match=r"(?s)PYTHON_DATA_SOURCE_ERROR.*\[BOOKKEEPER_MISSING_OPTION\] option "
+                                        r"'metadataServiceUri' is required"):
         spark.read.format("bookkeeper").option("ledgers", str(lid)).load()
     with pytest.raises(Exception, match=r"option 'digestType'='SHA1' is invalid: expected one of CRC32, CRC32C"):
         read_ledgers(spark, uri, str(lid), digestType="SHA1")
-    with pytest.raises(Exception, match=r"\[BOOKKEEPER_LEDGER_NOT_FOUND\] ledger 987654321 \(scope 0\) does not exist"):
-        read_ledgers(spark, uri, "987654321").collect()
+    missing = read_ledgers(spark, uri, "987654321")  # load() needs no cluster
+    with pytest.raises(Exception, match=r"(?s)PYTHON_DATA_SOURCE_ERROR.*read partitions.*\[BOOKKEEPER_LEDGER_NOT_FOUND\] "
+                                        r"ledger 987654321 \(scope 0\) does not exist"):
+        missing.collect()
     # An unreachable ZooKeeper is tried again for the client's zkTimeout (10 s by default): a short one here, the
     # clear error is what is tested (the retry budget itself: tests/campaign/test_outages.py).
     unreachable = (r"\[BOOKKEEPER_ZOOKEEPER_UNREACHABLE\] cannot reach ZooKeeper at 127\.0\.0\.1:1 "
