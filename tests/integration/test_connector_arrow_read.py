@@ -255,6 +255,28 @@ def test_a_ledger_of_a_packed_partition_deleted_after_planning(py_cluster: Pytho
     assert_same_rows(got, want)
 
 
+def test_a_ledger_deleted_while_its_packed_partition_reads_another_is_read_from_the_early_metadata(
+    py_cluster: PythonBookieCluster,
+) -> None:
+    """docs/connector.md, "Partitions": a ledger of a packed partition deleted while the partition reads its other
+    ledgers is read from the metadata the partition read first (its entries stay on the bookies until their
+    garbage collection), as a ledger deleted after its open always was; no data-loss error."""
+    uri = py_cluster.metadata_service_uri
+    with BookKeeper(uri) as bk:
+        lids = [write_bkspark_ledger(bk, random_payloads(60 + i, 5), ensemble_size=2, write_quorum_size=2,
+                                     ack_quorum_size=2) for i in range(3)]
+        want = reference_tables(uri, lids)
+        reader = BookKeeperReader(parse_read_options({"metadataServiceUri": uri, "ledgers": ",".join(map(str, lids))}))
+        (group,) = reader.partitions()
+        assert isinstance(group, SliceGroup)
+        batches = reader.read(group)
+        got = [next(batches)]  # the first ledger's rows: the partition has read every ledger's metadata by now
+        assert got[0].column("ledger_id").to_pylist() == [lids[0]] * 5
+        bk.delete_ledger(lids[2])
+        got.extend(batches)
+    assert_same_rows(pa.Table.from_batches(got, schema=schema_module.arrow_schema()), want)
+
+
 def test_batches_are_cut_by_rows_and_by_bytes(py_cluster: PythonBookieCluster, monkeypatch) -> None:
     uri = py_cluster.metadata_service_uri
     payloads = [bytes([i % 256]) * 1000 for i in range(1000)]
