@@ -327,9 +327,16 @@ def _pack(
 def _spread(pieces: list[LedgerSlice], count: int) -> list[list[LedgerSlice]]:
     """Consecutive slices over ``count`` partitions of about equal cost (step 3 of :func:`plan_partitions`)."""
     total = sum(_cost(p) for p in pieces)
-    groups: list[list[LedgerSlice]] = [[] for _ in range(count)]
+    groups: list[list[LedgerSlice]] = []
     before = 0
-    for piece in pieces:
-        groups[min(count - 1, before * count // total)].append(piece)
+    for index, piece in enumerate(pieces):
+        share = min(count - 1, before * count // total)  # the equal-cost share the piece starts in
+        left = len(pieces) - index  # this piece and those after it
+        # a new partition where the piece's share begins one, and wherever the pieces left are just enough to
+        # give every partition still empty one: a slice costlier than a share spans several shares, and
+        # leaving them empty would give fewer partitions than asked
+        if not groups or (len(groups) < count and (share >= len(groups) or count - len(groups) >= left)):
+            groups.append([])
+        groups[-1].append(piece)
         before += _cost(piece)
-    return [group for group in groups if group]
+    return groups

@@ -207,6 +207,15 @@ class BookKeeperReader(DataSourceReader):
             rows_per_group=ROWS_PER_BATCH,
             bytes_per_group=PACKED_BYTES_PER_GROUP if packed else MAX_BATCH_PAYLOAD_BYTES,
         ):
+            ids = batch.column(0)
+            if batch.num_rows and (ids[0].as_py() != next_entry or ids[-1].as_py() != next_entry + batch.num_rows - 1):
+                # the rows get their entry ids from next_entry (a range): entries that are not the next ones would
+                # carry other entries' ids
+                raise NoSuchEntryError(
+                    f"ledger {part.ledger_id} returned entries {ids[0].as_py()}..{ids[-1].as_py()} where "
+                    f"{next_entry}..{next_entry + batch.num_rows - 1} were next (slice {part.first_entry}.."
+                    f"{part.last_entry})"
+                )
             if packed:  # several rows per entry (docs/connector.md, "Rows per entry")
                 entry_ids, payloads = unpack_entries(batch.column(0), batch.column(1))
                 for start in range(0, len(payloads), ROWS_PER_BATCH):

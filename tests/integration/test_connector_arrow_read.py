@@ -132,6 +132,39 @@ def test_small_ledgers_packed_into_one_partition_read_like_one_by_one(py_cluster
     assert_same_rows(got, want)
 
 
+def test_a_packed_partition_opens_its_ledgers_from_one_multi_read_not_a_read_per_ledger(
+    py_cluster: PythonBookieCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/connector.md, "Partitions": a partition of several slices first reads all their ledgers' metadata in
+    ZooKeeper multi reads and opens each ledger from it, instead of one ZooKeeper read per ledger."""
+    from bkspark.metadata.store import ZkMetadataStore
+
+    uri = py_cluster.metadata_service_uri
+    with BookKeeper(uri) as bk:
+        lids = [write_bkspark_ledger(bk, random_payloads(40 + i, 2), ensemble_size=2, write_quorum_size=2,
+                                     ack_quorum_size=2) for i in range(12)]
+    reader = BookKeeperReader(parse_read_options({"metadataServiceUri": uri, "ledgers": ",".join(map(str, lids))}))
+    (group,) = reader.partitions()
+    assert isinstance(group, SliceGroup) and len(group.slices) == 12
+    calls: list[str] = []
+    single, many = ZkMetadataStore.read_ledger_metadata, ZkMetadataStore.read_many_ledger_metadata
+
+    def read_one(self: ZkMetadataStore, *args: object, **kwargs: object) -> object:
+        calls.append("single")
+        return single(self, *args, **kwargs)
+
+    def read_many(self: ZkMetadataStore, refs: object, **kwargs: object) -> object:
+        calls.append(f"many:{len(refs)}")  # type: ignore[arg-type]
+        return many(self, refs, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ZkMetadataStore, "read_ledger_metadata", read_one)
+    monkeypatch.setattr(ZkMetadataStore, "read_many_ledger_metadata", read_many)
+    got = pa.Table.from_batches(list(reader.read(group)))
+    monkeypatch.undo()
+    assert calls == ["many:12"]
+    assert_same_rows(got, reference_tables(uri, lids))
+
+
 def test_single_ledger_ids_must_exist_and_ranges_take_the_ledgers_in_them(py_cluster: PythonBookieCluster) -> None:
     """docs/connector.md, ``ledgers``: a missing single id fails the plan (also next to another id, "7,8"), a range
     reads the ledgers that exist in it (a deleted one and ids never made are skipped), and an id given twice, or
@@ -220,6 +253,28 @@ def test_a_ledger_of_a_packed_partition_deleted_after_planning(py_cluster: Pytho
     reader, parts = plans["false"]
     got = pa.Table.from_batches([b for b in reader.read(parts[0])], schema=schema_module.arrow_schema())
     assert_same_rows(got, want)
+
+
+def test_a_ledger_deleted_while_its_packed_partition_reads_another_is_read_from_the_early_metadata(
+    py_cluster: PythonBookieCluster,
+) -> None:
+    """docs/connector.md, "Partitions": a ledger of a packed partition deleted while the partition reads its other
+    ledgers is read from the metadata the partition read first (its entries stay on the bookies until their
+    garbage collection), as a ledger deleted after its open always was; no data-loss error."""
+    uri = py_cluster.metadata_service_uri
+    with BookKeeper(uri) as bk:
+        lids = [write_bkspark_ledger(bk, random_payloads(60 + i, 5), ensemble_size=2, write_quorum_size=2,
+                                     ack_quorum_size=2) for i in range(3)]
+        want = reference_tables(uri, lids)
+        reader = BookKeeperReader(parse_read_options({"metadataServiceUri": uri, "ledgers": ",".join(map(str, lids))}))
+        (group,) = reader.partitions()
+        assert isinstance(group, SliceGroup)
+        batches = reader.read(group)
+        got = [next(batches)]  # the first ledger's rows: the partition has read every ledger's metadata by now
+        assert got[0].column("ledger_id").to_pylist() == [lids[0]] * 5
+        bk.delete_ledger(lids[2])
+        got.extend(batches)
+    assert_same_rows(pa.Table.from_batches(got, schema=schema_module.arrow_schema()), want)
 
 
 def test_batches_are_cut_by_rows_and_by_bytes(py_cluster: PythonBookieCluster, monkeypatch) -> None:

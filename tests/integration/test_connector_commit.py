@@ -43,8 +43,6 @@ from bkspark.datasource.options import parse_read_options
 from bkspark.datasource.reader import BookKeeperReader
 from bkspark.datasource.source import BookKeeperDataSource
 from bkspark.datasource.writer import (
-    CLEANUP_ATTEMPTS,
-    CLEANUP_BACKOFF_SECONDS,
     JOB_PARENT_ROLE,
     TAG_DATASET,
     TAG_JOB,
@@ -373,6 +371,21 @@ def test_recoverjobs_leaves_a_writing_job_younger_than_stale_after_an_hour_by_de
     assert_clean(bk, registry, dataset)
 
 
+def test_recoverjobs_with_a_dataset_touches_only_that_datasets_jobs(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/connector.md: ``recoverjobs [--dataset NAME]``: with a name, a stale job of another dataset is left
+    alone (it may be a live job of someone else's write), and commits afterwards."""
+    chosen, other = new_writer(uri, "recover-chosen", overwrite=False), new_writer(uri, "recover-other", overwrite=False)
+    chosen_messages, other_messages = run_job(chosen, [rows("c", 2)]), run_job(other, [rows("o", 2)])
+    out = recoverjobs(uri, capsys, ("--dataset", "recover-chosen", "--stale-after", "0"))
+    assert f"{chosen.job_id} stale writing job aborted" in out and other.job_id not in out
+    assert jobs_of(registry, "recover-chosen") == [] and chosen_messages[0].ledger_id not in ledgers_of(bk)
+    assert registry.job(other.job_id).state is JobState.WRITING  # type: ignore[union-attr]
+    assert spark_commit(other, other_messages) == "committed"
+    assert read_rows(uri, "recover-other") == rows("o", 2)
+
+
 def test_the_shards_of_a_live_job_survive_another_jobs_sweep(
     uri: str, bk: BookKeeper, registry: DatasetRegistry
 ) -> None:
@@ -654,22 +667,36 @@ def test_a_dataset_of_the_old_single_znode_manifest_reads_and_migrates_on_the_ne
     assert_clean(bk, registry, dataset)
 
 
-@pytest.mark.parametrize(("failures", "cleaned"), [(CLEANUP_ATTEMPTS - 1, True), (CLEANUP_ATTEMPTS, False)])
+@pytest.mark.parametrize(("failures", "cleaned", "pauses"), [(2, True, [0.2, 0.4]), (3, False, [0.2, 0.4])])
 def test_a_clean_up_step_is_tried_three_times_then_left_for_the_next_job(
-    uri: str, bk: BookKeeper, registry: DatasetRegistry, capsys: pytest.CaptureFixture[str], failures: int, cleaned: bool,
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch, failures: int, cleaned: bool, pauses: list[float],
 ) -> None:
     """docs/connector.md: after the commit point each clean-up step is tried 3 times (0.2 s, then 0.4 s apart), then
-    logged and left; commit returns normally, and what is left keeps its committed record for recoverjobs."""
+    logged and left; commit returns normally, and what is left keeps its committed record for recoverjobs. The
+    documented numbers are literal here: two failures are outlasted, three are not, and the pauses between tries
+    are 0.2 s and 0.4 s (none after the last)."""
+    from bkspark.datasource import writer as writer_module
+
     dataset = f"cleanup-tried-{failures}"
     old = seed(uri, dataset)
     writer = new_writer(uri, dataset, overwrite=False)
     new = rows("new", 2)
     messages = run_job(writer, [new], failed_attempts=1)  # the failed attempt's ledger is step 5's to delete
-    started = time.monotonic()
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        time.sleep(seconds)
+
+    # the writer module's own pauses only (kazoo's threads keep the real time.sleep)
+    monkeypatch.setattr(writer_module, "time", type("Clock", (), {"sleep": staticmethod(sleep),
+                                                                   "time": staticmethod(time.time),
+                                                                   "monotonic": staticmethod(time.monotonic)}))
     with injected(f"commit.published=connection-loss*{failures}"):
         assert spark_commit(writer, messages) == "committed"
-    pauses = min(failures, CLEANUP_ATTEMPTS - 1)  # none after the last attempt
-    assert time.monotonic() - started >= sum(CLEANUP_BACKOFF_SECONDS * 2**i for i in range(pauses)) - 0.05
+    monkeypatch.undo()
+    assert slept == pauses
     assert read_rows(uri, dataset) == sorted(old + new)
     if cleaned:
         assert_clean(bk, registry, dataset)
@@ -729,6 +756,12 @@ def test_a_dataset_of_100000_ledgers_commits_lists_and_appends(
     # A single job's 100,000 ledgers in one commit (shards written before the one multi).
     publish_ids(registry, "big-one-job", ids, replace_all=True)
     assert registry.manifest("big-one-job").ledgers == tuple(ids)  # type: ignore[union-attr]
+    # Shards of up to 10,000 pairs, named <job>.<random>.<n> (docs/connector.md, "The manifest").
+    one_job = registry.root("big-one-job")
+    assert one_job is not None and [ref.count for ref in one_job.shards] == [10_000] * 10
+    names = [ref.shard_id.split(".") for ref in one_job.shards]
+    assert all(len(parts) == 3 for parts in names) and len({(job, tag) for job, tag, _ in names}) == 1
+    assert sorted(int(n) for _, _, n in names) == list(range(10))
     # Appends on top only rewrite the last shard, whose content moves into a new one.
     writer = new_writer(uri, dataset, overwrite=False)
     assert spark_commit(writer, run_job(writer, [rows("tail", 3)])) == "committed"
@@ -814,6 +847,160 @@ def test_another_committer_publishes_with_an_idempotency_key_in_the_same_multi(
         registry.publish(dataset, [], replace_all=False, job_id=job_id, key=CommitKey(writer, 0))
         registry.forget_job(job_id)
     assert [w for w, _ in registry.root(dataset).keys] == ["other-a", "other-b"]  # type: ignore[union-attr]
+
+
+def test_a_jobs_ledgers_and_its_parent_carry_the_documented_tags_and_contexts(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """docs/connector.md, "The commit protocol", transitions 2 and 4: what a task's ledger and the job's parent
+    (its commit marker) record, key by key; and a task failing while writing closes its ledger abnormally,
+    expecting deletion now. The audit and other tools (Java's shell shows the tags) rely on these names."""
+    import socket
+    from datetime import datetime, timedelta, timezone
+
+    from bkspark.context import read_context
+
+    def failing() -> Iterator[pa.RecordBatch]:
+        yield pa.RecordBatch.from_arrays([pa.array(rows("cut", 3), pa.binary())], names=["payload"])
+        raise RuntimeError("the executor went away")
+
+    writer = new_writer(uri, "tagged", overwrite=False)
+    with pytest.raises(RuntimeError, match="executor went away"):
+        writer.write(failing())
+    ((_, failed),) = registry.job_ledgers(writer.job_id)
+    close = read_context(bk.get_ledger_metadata(failed)).close
+    assert bk.get_ledger_metadata(failed).state.name == "CLOSED"
+    assert close is not None and close.abnormal and "RuntimeError: the executor went away" in (close.error_message or "")
+    assert close.expect_delete_after is not None
+    assert abs(close.expect_delete_after - datetime.now(timezone.utc)) < timedelta(minutes=1)
+
+    message = task(writer, [b"a" * 10, b"b" * 30])
+    assert spark_commit(writer, [message]) == "committed"
+    assert failed not in ledgers_of(bk)  # the failed attempt's ledger went with the clean-up
+    job, host = writer.job_id, socket.gethostname()
+    md = bk.get_ledger_metadata(message.ledger_id)
+    assert {k: md.custom_metadata[k] for k in ("bkspark.dataset", "bkspark.job", "bkspark.partition",
+                                               "bkspark.attempt", "application")} == {
+        "bkspark.dataset": b"tagged", "bkspark.job": job.encode(), "bkspark.partition": b"0",
+        "bkspark.attempt": b"0", "application": f"bkspark-spark-writer@{host}".encode()}
+    # "Schema": the custom_metadata column of such a ledger carries 8 pairs (these tags, the BP-44 create and close
+    # contexts and the seal time), which every row of it repeats
+    assert len(md.custom_metadata) == 8
+    context = read_context(md)
+    create = context.create
+    assert create is not None and create.created_by is not None
+    assert (create.created_by.enterprise, create.created_by.system, create.created_by.service,
+            create.created_by.instance) == ("apache-spark", "bkspark-connector", f"job-{job}", host)
+    assert create.data_set == "tagged"
+    assert create.expected_average_entry_size is not None and create.expected_average_entry_size.size_in_bytes == 20
+    assert create.child_of_ledger is not None
+    parent = create.child_of_ledger.ledger_id
+    assert context.close is not None and context.close.reason is not None and context.close.reason.name == "NO_MORE_DATA"
+
+    pmd = bk.get_ledger_metadata(parent)
+    assert {k: pmd.custom_metadata[k] for k in ("bkspark.dataset", "bkspark.job", "bkspark.role", "application")} == {
+        "bkspark.dataset": b"tagged", "bkspark.job": job.encode(), "bkspark.role": b"job-commit-marker",
+        "application": f"bkspark-spark-writer@{host}".encode()}
+    pcontext = read_context(pmd)
+    pcreate = pcontext.create
+    assert pcreate is not None and pcreate.created_by is not None
+    assert pcreate.created_by.service == f"job-{job}/commit-marker" and pcreate.data_set == "tagged"
+    assert (pcreate.expected_max_entries, pcreate.expected_max_length) == (0, 0)
+    assert pcontext.close is not None and pcontext.close.reason is not None
+    assert pcontext.close.reason.name == "NO_MORE_DATA"
+    assert (pmd.state.name, pmd.last_entry_id, pmd.length) == ("CLOSED", -1, 0)
+    assert list(pmd.ensembles.values()) == [md.ensembles[0]]  # on the ensemble of one of the job's ledgers
+
+
+def test_a_job_with_no_rows_publishes_no_ledger_and_creates_no_parent(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """docs/connector.md, transition 4: "A job with no rows publishes no ledger and creates no parent": its tasks
+    create no ledger, its reserved parent id stays unused, and an append keeps the dataset's rows."""
+    old = seed(uri, "no-rows")
+    before = ledgers_of(bk)
+    writer = new_writer(uri, "no-rows", overwrite=False)
+    messages = run_job(writer, [[], []])
+    assert spark_commit(writer, messages) == "committed"
+    assert ledgers_of(bk) == before and writer.parent_ledger_id not in before
+    assert read_rows(uri, "no-rows") == old
+    assert jobs_of(registry, "no-rows") == []
+
+
+def test_a_task_hands_its_rows_to_the_client_in_runs_of_500_entries(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/connector.md, "Write": entries are written with the client's bulk append in runs of 500, so the
+    hand-over to the client's loop is per run, not per row; a run never spans two of Spark's Arrow batches."""
+    from bkspark.client.bookkeeper import LedgerHandle
+
+    runs: list[int] = []
+    real = LedgerHandle.append_many
+
+    def append_many(self: LedgerHandle, payloads: Any) -> Any:
+        runs.append(len(payloads))
+        return real(self, payloads)
+
+    monkeypatch.setattr(LedgerHandle, "append_many", append_many)
+    writer = new_writer(uri, "runs", overwrite=False)
+    first, second = rows("run-a", 1_234), rows("run-b", 300)
+    batches = [pa.RecordBatch.from_arrays([pa.array(part, pa.binary())], names=["payload"]) for part in (first, second)]
+    message = writer.write(iter(batches))
+    monkeypatch.undo()
+    assert runs == [500, 500, 234, 300]
+    assert spark_commit(writer, [message]) == "committed"
+    assert read_rows(uri, "runs") == sorted(first + second)
+
+
+def test_rows_are_packed_within_each_arrow_batch_never_across_two(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """docs/connector.md, "Rows per entry": packing happens within each Arrow batch Spark hands the writer, so an
+    entry never holds rows of two batches (rowsPerEntry 10 and batches of 3 and 4 rows: entries of 3 and 4)."""
+    from bkspark.datasource.packing import unpack_entries
+
+    writer = new_writer(uri, "packed-batches", overwrite=False, rowsPerEntry="10")
+    first, second = rows("pb-a", 3), rows("pb-b", 4)
+    batches = [pa.RecordBatch.from_arrays([pa.array(part, pa.binary())], names=["payload"]) for part in (first, second)]
+    message = writer.write(iter(batches))
+    assert spark_commit(writer, [message]) == "committed"
+    with bk.open_ledger(message.ledger_id, recovery=False) as handle:
+        entries = handle.read(0, handle.last_add_confirmed)
+    assert len(entries) == 2
+    ids, payloads = unpack_entries(pa.array([e.entry_id for e in entries], pa.int64()),
+                                   pa.array([e.payload for e in entries], pa.binary()))
+    assert ids.tolist() == [0, 0, 0, 1, 1, 1, 1] and payloads.to_pylist() == first + second
+
+
+def test_the_root_keeps_the_highest_token_of_the_1000_most_recent_writers(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """docs/connector.md, "Publishing from another writer": the root keeps the highest token per writer, for the
+    1,000 most recently published writers; a token not above the kept one publishes nothing (``already``)."""
+    import uuid
+
+    from bkspark.datasource.datasets import CommitKey, JobRecord, ManifestRoot
+
+    dataset = "keys-1000"
+    oldest_first = tuple((f"w{i}", 5) for i in range(1_000))
+    bk.store.zk.create(registry.dataset_path(dataset), ManifestRoot(dataset, generation=1, keys=oldest_first).to_bytes(),
+                       makepath=True)
+
+    def publish(writer: str, token: int) -> bool:
+        job_id = uuid.uuid4().hex
+        registry.begin_job(job_id, JobRecord(JobState.WRITING, dataset))
+        already = registry.publish(dataset, [], replace_all=False, job_id=job_id, key=CommitKey(writer, token)).already
+        registry.forget_job(job_id)
+        return already
+
+    assert publish("w1", 4) and publish("w1", 5)  # not above the kept token: nothing changes
+    assert registry.root(dataset).keys == oldest_first  # type: ignore[union-attr]
+    assert not publish("w1", 6)  # above it: published, and w1 is now the most recent writer
+    assert not publish("new", 0)  # a 1,001st writer: the least recently published one (w0) is forgotten
+    keys = registry.root(dataset).keys  # type: ignore[union-attr]
+    assert len(keys) == 1_000 and keys[-2:] == (("w1", 6), ("new", 0))
+    assert [w for w, _ in keys[:-2]] == [f"w{i}" for i in range(2, 1_000)]
+    assert not publish("w0", 0)  # forgotten: its old token no longer refuses a replay
 
 
 @pytest.mark.parametrize("rows_per_entry", ["1", "8"])

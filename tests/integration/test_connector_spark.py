@@ -186,8 +186,9 @@ def test_reads_ledgers_the_bkspark_client_wrote(spark, bk, py_cluster) -> None:
     assert (row.scope_id, row.custom_metadata["owner"]) == (0, b"tests")
     assert row.ledger_ctime is not None
     df = read_ledgers(spark, uri, f"{lid_a},{lid_b}", password="pw", batchReadEnabled="false")
-    # A ledger with another password fails its reads; read them separately, each with its own password.
-    with pytest.raises(Exception, match="UnauthorizedAccess|password"):
+    # A ledger with another password fails its reads, with the client's own exception (docs/connector.md, "Read
+    # options": "reach users as the client's exception"); read them separately, each with its own password.
+    with pytest.raises(Exception, match=rf"UnauthorizedAccessError: wrong password for ledger \(ledger_id={lid_a}\)"):
         df.count()
     assert entries_of(read_ledgers(spark, uri, str(lid_b), password="pw", digestType="CRC32")) == {
         lid_b: list(enumerate(second))
@@ -468,6 +469,19 @@ def test_append_adds_and_overwrite_replaces_the_previous_ledgers(spark, bk, py_c
     assert not ({lid for _, lid in after.ledgers} | {new_parent}) & set(bk.list_ledgers())
 
 
+@pytest.mark.parametrize("mode", [None, "ignore"])
+def test_modes_other_than_append_and_overwrite_fail_before_anything_is_written(spark, bk, py_cluster, mode) -> None:
+    """docs/connector.md, "Write": Spark's Python sources accept only append and overwrite; Spark's default mode
+    (no .mode(...)) fails, and no job begins: no record, no manifest."""
+    writer = payload_frame(spark, 3, 1, "m-").write.format("bookkeeper").option(
+        "metadataServiceUri", py_cluster.metadata_service_uri).option("dataset", f"mode-{mode}")
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        (writer if mode is None else writer.mode(mode)).save()
+    registry = DatasetRegistry(bk.store.zk, bk.store.root)
+    assert registry.root(f"mode-{mode}") is None
+    assert all(registry.job(job).dataset != f"mode-{mode}" for job in registry.jobs())  # type: ignore[union-attr]
+
+
 def failing_payload(cluster: PythonBookieCluster, fail_partition: int, fail_from_row: int, attempts: dict[int, int]):
     """A payload UDF that raises in ``fail_partition`` from row ``fail_from_row`` (of 5000) on the given attempts.
 
@@ -590,12 +604,17 @@ def test_the_test_driver_jvm_runs_with_the_harness_quick_start_flags(spark) -> N
 def test_bad_options_give_one_clear_error_each(spark, bk, py_cluster) -> None:
     uri = py_cluster.metadata_service_uri
     lid = write_bkspark_ledger(bk, [b"x"])
-    with pytest.raises(Exception, match=r"\[BOOKKEEPER_MISSING_OPTION\] option 'metadataServiceUri' is required"):
+    # A malformed option fails at load(), a missing ledger when the query is planned (before any task runs), each
+    # wrapped in Spark's PYTHON_DATA_SOURCE_ERROR (docs/connector.md, "Read options").
+    with pytest.raises(Exception, match=r"(?s)PYTHON_DATA_SOURCE_ERROR.*\[BOOKKEEPER_MISSING_OPTION\] option "
+                                        r"'metadataServiceUri' is required"):
         spark.read.format("bookkeeper").option("ledgers", str(lid)).load()
     with pytest.raises(Exception, match=r"option 'digestType'='SHA1' is invalid: expected one of CRC32, CRC32C"):
         read_ledgers(spark, uri, str(lid), digestType="SHA1")
-    with pytest.raises(Exception, match=r"\[BOOKKEEPER_LEDGER_NOT_FOUND\] ledger 987654321 \(scope 0\) does not exist"):
-        read_ledgers(spark, uri, "987654321").collect()
+    missing = read_ledgers(spark, uri, "987654321")  # load() needs no cluster
+    with pytest.raises(Exception, match=r"(?s)PYTHON_DATA_SOURCE_ERROR.*read partitions.*\[BOOKKEEPER_LEDGER_NOT_FOUND\] "
+                                        r"ledger 987654321 \(scope 0\) does not exist"):
+        missing.collect()
     # An unreachable ZooKeeper is tried again for the client's zkTimeout (10 s by default): a short one here, the
     # clear error is what is tested (the retry budget itself: tests/campaign/test_outages.py).
     unreachable = (r"\[BOOKKEEPER_ZOOKEEPER_UNREACHABLE\] cannot reach ZooKeeper at 127\.0\.0\.1:1 "
@@ -689,7 +708,9 @@ def test_a_corrupt_packed_entry_is_a_clear_error_and_entry_max_bytes_above_the_f
     lid = write_bkspark_ledger(bk, [good, b"not packed at all"], custom_metadata={ENTRY_FORMAT_KEY: ROWS_V1})
     with pytest.raises(Exception, match=r"CorruptEntryError.*no rows-v1 header.*entry_id=1"):
         read_ledgers(spark, uri, str(lid)).collect()
-    with pytest.raises(Exception, match=r"entryMaxBytes \(1048576\) is more than one entry can carry"):
+    # docs/connector.md, "Rows per entry": an InvalidOptionError naming both options, and the job aborts
+    with pytest.raises(Exception, match=r"(?s)InvalidOptionError.*entryMaxBytes \(1048576\) is more than one entry "
+                                        r"can carry.*raise bookkeeper\.nettyMaxFrameSizeBytes"):
         write_dataset(payload_frame(spark, 2000, 1, "big-" + "y" * 100), uri, "too-big", rowsPerEntry="10000",
                       entryMaxBytes="1048576", **{"bookkeeper.nettyMaxFrameSizeBytes": "65536"})
     assert DatasetRegistry(bk.store.zk, bk.store.root).manifest("too-big") is None

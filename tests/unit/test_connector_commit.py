@@ -48,6 +48,35 @@ def test_a_malformed_root_is_a_typed_error(data: bytes) -> None:
         ManifestRoot.from_bytes("d", data, 0)
 
 
+def test_a_full_shard_fits_zookeepers_1_mb_limit_whatever_its_ids() -> None:
+    """docs/connector.md, "The manifest": ZooKeeper's 1 MB limit applies to each shard. A full shard of the
+    longest ids (scope -2^63, ledger ids near 2^63, as BP-35's random ids are) with a parent for every ledger (a
+    streaming sink's batch of one ledger each) is the largest a publish writes: it must still fit, with room
+    for the request's path and framing (jute.maxbuffer is 1 MiB - 1)."""
+    from bkspark.datasource.datasets import SHARD_MAX_LEDGERS
+
+    scope, top = -(2**63), 2**63 - 1
+    ledgers = tuple((scope, top - i) for i in range(SHARD_MAX_LEDGERS))
+    parents = tuple((scope, top - SHARD_MAX_LEDGERS - i) for i in range(SHARD_MAX_LEDGERS))
+    assert len(Shard(ledgers, parents).to_bytes()) < 1_000_000
+    # the doc's figure for scope 0 (ids from ZooKeeper's generator, one job parent)
+    assert len(Shard(tuple((0, 50_000_000 + i) for i in range(10_000)), ((0, 49_999_999),)).to_bytes()) < 150_000
+
+
+def test_a_root_stays_small_whatever_the_datasets_size() -> None:
+    """docs/connector.md, "The manifest": the root names shards, never ledgers: a few kB for 100,000 ledgers (20
+    shards), and the idempotency keys it remembers (MAX_COMMIT_KEYS writers, a streaming query's key the longest
+    the connector writes) add at most about 60 kB."""
+    import uuid
+
+    from bkspark.datasource.datasets import MAX_COMMIT_KEYS
+
+    refs = tuple(ShardRef(f"{uuid.uuid4().hex}.{uuid.uuid4().hex[:12]}.{i}", 10_000) for i in range(20))
+    assert len(ManifestRoot("events", 5, refs).to_bytes()) < 4_000
+    keys = tuple((f"stream-{uuid.uuid4()}", 10**12 + i) for i in range(MAX_COMMIT_KEYS))
+    assert len(ManifestRoot("events", 5, refs, (), keys).to_bytes()) < 4_000 + 64_000
+
+
 def test_shards_and_job_records_round_trip() -> None:
     shard = Shard(((0, 1), (0, 2)), ((0, 99),))
     assert Shard.from_bytes(shard.to_bytes()) == shard

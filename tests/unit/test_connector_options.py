@@ -89,6 +89,11 @@ def test_write_options_defaults_and_quorum_checks() -> None:
     opts = parse_write_options({"metadataserviceuri": URI, "dataset": "events"})
     assert (opts.ensemble_size, opts.write_quorum_size, opts.ack_quorum_size, opts.digest_type) == (3, 2, 2, "CRC32C")
     assert (opts.scope_id, opts.password, opts.application_id, opts.client_conf) == (0, b"", None, ())
+    # the quorum defaults shrink to a smaller ensemble or write quorum (docs/connector.md, "Write")
+    small = parse_write_options({"metadataserviceuri": URI, "dataset": "e", "ensemblesize": "1"})
+    assert (small.ensemble_size, small.write_quorum_size, small.ack_quorum_size) == (1, 1, 1)
+    one_copy = parse_write_options({"metadataserviceuri": URI, "dataset": "e", "writequorumsize": "1"})
+    assert (one_copy.ensemble_size, one_copy.write_quorum_size, one_copy.ack_quorum_size) == (3, 1, 1)
     with pytest.raises(InvalidOptionError, match="writeQuorumSize"):
         parse_write_options({"metadataserviceuri": URI, "dataset": "e", "ensemblesize": "2", "writequorumsize": "3"})
     with pytest.raises(InvalidOptionError, match="ackQuorumSize"):
@@ -126,6 +131,29 @@ def test_pushed_filters_become_exact_bounds_and_the_rest_come_back_by_identity()
     assert rejected == [keep, odd] and rejected[0] is keep
     assert bounds.admits("ledger_id", 7) and not bounds.admits("ledger_id", 8)
     assert bounds.entry_runs(0, 100) == [(12, 13), (15, 15)]
+
+
+@pytest.mark.parametrize("column", ["scope_id", "ledger_id", "entry_id"])
+def test_each_documented_operator_on_each_pushable_column_admits_exactly_its_rows(column: str) -> None:
+    """docs/connector.md, "Filter pushdown": filters on scope_id, ledger_id and entry_id with =, <, <=, >, >=, IN
+    are all taken (Spark drops them from its plan), so the bounds must admit exactly the values each one keeps."""
+    from pyspark.sql.datasource import GreaterThanOrEqual, LessThan
+
+    operators: list[tuple[object, Callable[[int], bool]]] = [
+        (EqualTo((column,), 5), lambda v: v == 5),
+        (LessThan((column,), 5), lambda v: v < 5),
+        (LessThanOrEqual((column,), 5), lambda v: v <= 5),
+        (GreaterThan((column,), 5), lambda v: v > 5),
+        (GreaterThanOrEqual((column,), 5), lambda v: v >= 5),
+        (In((column,), [2, 5, 9]), lambda v: v in (2, 5, 9)),
+    ]
+    for pushed, keeps in operators:
+        bounds = Bounds()
+        assert push_filters([pushed], bounds) == []
+        assert [v for v in range(0, 12) if bounds.admits(column, v)] == [v for v in range(0, 12) if keeps(v)], pushed
+        if column == "entry_id":
+            admitted = [v for lo, hi in bounds.entry_runs(0, 11) for v in range(lo, hi + 1)]
+            assert admitted == [v for v in range(0, 12) if keeps(v)], pushed
 
 
 def test_split_ledger_cuts_exact_slices() -> None:
@@ -261,3 +289,43 @@ def test_a_write_without_a_binary_or_string_payload_is_refused_with_its_tag(payl
     with pytest.raises(InvalidOptionError) as info:
         source.writer(schema, False)
     assert str(info.value).startswith(f"[{tag}]")
+
+
+def _doc_section(title: str) -> str:
+    """The text of docs/connector.md's section ``title`` (up to the next heading of any level)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "connector.md").read_text(encoding="utf-8")
+    match = re.search(rf"^#+ {re.escape(title)}\n(.*?)(?=^#)", text, re.S | re.M)
+    assert match is not None, title
+    return match.group(1)
+
+
+def test_the_documented_schema_table_is_the_sources_schema() -> None:
+    """docs/connector.md, "Schema": each row of the table (name, Spark SQL type, NOT NULL) is the column the source
+    declares, in order; a column or type changed on either side fails here."""
+    import re
+
+    documented = re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", _doc_section("Schema (fixed by the options)"), re.M)
+    declared = [(f.name, f.dataType.simpleString().upper().replace(",", ", ") + ("" if f.nullable else " NOT NULL"))
+                for f in spark_schema().fields]
+    assert documented == declared
+
+
+def test_the_documented_read_and_write_options_are_exactly_the_accepted_ones() -> None:
+    """docs/connector.md, "Read options" table and "Write"'s list of options: every documented name is one the
+    parsers accept (any other is refused as unknown), and every accepted name is documented (``path`` is
+    load("name") / save("name"); ``bookkeeper.<key>`` is any client key)."""
+    import re
+
+    from bkspark.datasource import options as options_module
+
+    table = _doc_section("Read options").split("\n\n")[1]
+    read_names = {name for row in re.findall(r"^\| (.+?) \|", table, re.M) for name in re.findall(r"`([^`]+)`", row)}
+    write_text = _doc_section("Write")
+    write_list = write_text[write_text.index("Options: "):write_text.index("Spark's Python sources accept")]
+    write_names = set(re.findall(r"`([A-Za-z.<>]+)`", write_list)) - {"createdBy"}  # BP-44's field, not an option
+    for names, keys in ((read_names, options_module._READ_KEYS), (write_names, options_module._WRITE_KEYS)):
+        assert "bookkeeper.<key>" in names
+        assert {n.lower() for n in names - {"bookkeeper.<key>"}} == keys - {"path"}

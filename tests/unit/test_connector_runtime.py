@@ -117,3 +117,57 @@ def test_a_zookeeper_port_that_opens_no_session_is_unreachable_too() -> None:
         uri = f"zk+hierarchical://127.0.0.1:{silent.getsockname()[1]}/ledgers"
         with pytest.raises(MetadataError, match=r"^\[BOOKKEEPER_ZOOKEEPER_UNREACHABLE\] cannot open a ZooKeeper session"):
             get_client(uri, {"zkTimeout": "1"})
+
+
+def test_the_zookeeper_probe_gives_a_silent_server_5_seconds_then_tries_the_next() -> None:
+    """docs/connector.md, "Process model": ZooKeeper is probed with a TCP connect, 5 s per server. A server whose
+    accept queue is full drops the connect's SYNs (it hangs, as a host behind a firewall does): the probe, with
+    the default zkTimeout's budget of 10 s, waits 5 s for it and then reaches the second server of the URI."""
+    import time
+
+    from bkspark.datasource.clients import wait_zookeeper_reachable
+
+    with socket.socket() as full, socket.socket() as queued, socket.socket() as listening:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        queued.connect(full.getsockname())  # takes the one place in its accept queue
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(1)
+        uri = f"zk+hierarchical://127.0.0.1:{full.getsockname()[1]},127.0.0.1:{listening.getsockname()[1]}/ledgers"
+        started = time.monotonic()
+        wait_zookeeper_reachable(uri, budget=10.0)
+        assert 4.8 <= time.monotonic() - started < 7.0
+
+
+class _ScriptedReadHandle:
+    """A read handle whose ``read_batches`` returns the given entry id runs (what a faulty read could give)."""
+
+    last_add_confirmed = 3
+
+    def __init__(self, *runs: range) -> None:
+        self.runs = runs
+
+    def read_batches(self, first: int, last: int, **options: object) -> object:
+        for run in self.runs:
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(list(run), pa.int64()), pa.array([b"e%d" % i for i in run], pa.binary())],
+                names=["entry_id", "payload"])
+
+
+@pytest.mark.parametrize("runs", [(range(0, 2), range(3, 5)), (range(0, 2),), (range(1, 5),)],
+                         ids=["a-gap-of-the-right-length", "too-few", "shifted"])
+def test_a_read_that_returns_other_than_the_slices_consecutive_entries_is_a_no_such_entry_error(
+    runs: tuple[range, ...]
+) -> None:
+    """docs/connector.md, "Partitions": the entry ids of a batch are a numpy range, so a read that returns anything
+    but the slice's consecutive entries must fail, not label an entry with another's id."""
+    from bkspark.datasource.options import parse_read_options
+    from bkspark.datasource.planning import split_ledger
+    from bkspark.errors import NoSuchEntryError
+
+    reader = BookKeeperReader(parse_read_options({"metadataserviceuri": URI, "ledgers": "7"}))
+    (part,) = split_ledger(0, 7, 0, 3, 100)
+    rows = [batch for batch in reader._read_slice(_ScriptedReadHandle(range(0, 2), range(2, 4)), part)]
+    assert [i for b in rows for i in b.column("entry_id").to_pylist()] == [0, 1, 2, 3]
+    with pytest.raises(NoSuchEntryError, match="ledger 7"):
+        list(reader._read_slice(_ScriptedReadHandle(*runs), part))

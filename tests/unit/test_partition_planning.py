@@ -100,6 +100,16 @@ def test_min_partitions_splits_large_slices_like_kafkas_min_partitions() -> None
     assert len(plan_partitions(ledgers(2, 1), 100_000, min_partitions=50)) == 3
 
 
+def test_min_partitions_halves_the_largest_slices_first_and_keeps_their_order() -> None:
+    """docs/connector.md, "Partitions" step 1: the largest slices are halved until there are minPartitions, as
+    Kafka's source splits the largest offset ranges: small slices stay whole while a larger one can be halved."""
+    slices = ledgers(10, 1000, 300)
+    sizes = [[s.entry_count for s in partition_slices(p)] for p in plan_partitions(slices, 100_000, min_partitions=4)]
+    assert sizes == [[10], [500], [500], [300]]
+    sizes = [[s.entry_count for s in partition_slices(p)] for p in plan_partitions(slices, 100_000, min_partitions=6)]
+    assert sizes == [[10], [250], [250], [250], [250], [300]]
+
+
 def test_min_partitions_stops_packing_below_it() -> None:
     slices = ledgers(*[1] * 100)
     assert len(plan_partitions(slices, 100_000)) == 1
@@ -118,6 +128,25 @@ def test_max_partitions_spreads_over_exactly_that_many() -> None:
     assert entries_read(parts) == entries_read(slices)
     sizes = [sum(s.entry_count for s in partition_slices(p)) for p in parts]
     assert max(sizes) - min(sizes) <= 50_000  # about equal: never more than one slice apart
+
+
+def test_max_partitions_gives_exactly_that_many_when_a_slice_costs_more_than_a_share() -> None:
+    """docs/connector.md, "Partitions" step 3: "exactly that many partitions". A full slice costs more than a
+    third of these four ledgers, and an equal-cost spread that left its shares empty gave 2 partitions, not 3."""
+    slices = ledgers(1, 100_000, 1, 100_000)
+    assert len(plan_partitions(slices, 100_000)) == 4
+    parts = plan_partitions(slices, 100_000, max_partitions=3)
+    assert len(parts) == 3
+    assert entries_read(parts) == entries_read(slices)
+    rng = random.Random(3)
+    for _ in range(300):
+        lengths = [rng.choice([1, 2, 5_000, 2_501, rng.randint(1, 5_000)]) for _ in range(rng.randint(2, 12))]
+        slices = ledgers(*lengths, max_entries=5_000)
+        packed = len(plan_partitions(slices, 5_000))
+        for count in range(1, packed):
+            parts = plan_partitions(slices, 5_000, max_partitions=count)
+            assert len(parts) == count, (lengths, count)
+            assert runs_read(parts) == runs_read(slices)
 
 
 def test_every_rule_together_reads_every_entry_once_in_order() -> None:
