@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -236,9 +237,13 @@ class Harness:
         return struct.unpack(">qqqq", self.bookies[bookie].entries[(7, entry_id)][:32])
 
 
-async def append_all(writer: LedgerWriter, payloads: list[bytes]) -> list[Any]:
+def appended(
+    writer: LedgerWriter, payloads: list[bytes], handed_back: list[tuple[int, float]] | None = None
+) -> tuple[list[asyncio.Future], list[int]]:
+    """Append each payload (in a running loop) with a callback that settles its future; the entry ids go to the
+    returned list in the order they are handed back (and, with their time, to ``handed_back``)."""
     loop = asyncio.get_running_loop()
-    futures = []
+    futures: list[asyncio.Future] = []
     order: list[int] = []
     for p in payloads:
         fut = loop.create_future()
@@ -246,6 +251,8 @@ async def append_all(writer: LedgerWriter, payloads: list[bytes]) -> list[Any]:
         def done(eid: Any, exc: Any, fut: asyncio.Future = fut) -> None:
             if eid is not None:
                 order.append(eid)
+                if handed_back is not None:
+                    handed_back.append((eid, time.monotonic()))
             if exc is not None:
                 fut.set_exception(exc)
             else:
@@ -253,6 +260,11 @@ async def append_all(writer: LedgerWriter, payloads: list[bytes]) -> list[Any]:
 
         writer.append(p, done)
         futures.append(fut)
+    return futures, order
+
+
+async def append_all(writer: LedgerWriter, payloads: list[bytes]) -> list[Any]:
+    futures, order = appended(writer, payloads)
     results = await asyncio.gather(*futures, return_exceptions=True)
     return [results, order]
 
@@ -419,7 +431,6 @@ def test_failed_bookie_triggers_ensemble_change_and_resend(error: Exception) -> 
 def test_completions_are_held_while_the_ensemble_changes() -> None:
     """docs/client.md, "Write path": while an ensemble change writes its new segment, entries that reach Qa
     acknowledgements are not handed back; they come back, in entry order, once the new segment is written."""
-    import time
 
     h = Harness(3, 3, 2, bookies=4)
     h.bookies[BOOKIES[0]].add_error = lambda e: BookieIOError("disk") if e >= 3 else None
@@ -436,18 +447,7 @@ def test_completions_are_held_while_the_ensemble_changes() -> None:
     handed_back: list[tuple[int, float]] = []
 
     async def run() -> None:
-        w = h.writer()
-        loop = asyncio.get_running_loop()
-        futures = []
-        for i in range(10):
-            fut = loop.create_future()
-
-            def done(eid: Any, exc: Any, fut: asyncio.Future = fut) -> None:
-                handed_back.append((eid, time.monotonic()))
-                fut.set_result(eid) if exc is None else fut.set_exception(exc)
-
-            w.append(b"h%d" % i, done)
-            futures.append(fut)
+        futures, _ = appended(h.writer(), [b"h%d" % i for i in range(10)], handed_back)
         assert await asyncio.gather(*futures) == list(range(10))
 
     asyncio.run(run())
@@ -799,12 +799,7 @@ def test_close_waits_for_pending_appends_then_closes_at_their_end() -> None:
 
     async def run() -> None:
         w = h.writer()
-        loop = asyncio.get_running_loop()
-        futures = []
-        for _ in range(5):
-            fut = loop.create_future()
-            w.append(b"12345", lambda eid, exc, fut=fut: fut.set_result(eid) if exc is None else fut.set_exception(exc))
-            futures.append(fut)
+        futures, _ = appended(w, [b"12345"] * 5)
         assert not any(f.done() for f in futures)
         md = await w.close()
         assert [f.result() for f in futures] == [0, 1, 2, 3, 4]
@@ -1455,45 +1450,12 @@ def test_parallel_batched_range_is_complete_and_ordered() -> None:
     asyncio.run(run())
 
 
-@pytest.mark.parametrize("parallel", [1, 3])
-def test_a_batched_range_keeps_parallel_batches_in_flight(parallel: int) -> None:
-    """docs/client.md, "More of the API" and "Read path": ``read_batched(..., parallel=4)`` loops until done with
-    ``parallel`` batches in flight, never more."""
-    h = Harness(3, 3, 2)
-    answer = h.ops.batch_read_async
-    now = [0]
-    most = [0]
-
-    async def counting(bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
-        now[0] += 1
-        most[0] = max(most[0], now[0])
-        try:
-            return await answer(bookie_id, ledger_id, start, max_count, max_size, scope_id)
-        finally:
-            now[0] -= 1
-
-    async def run() -> None:
-        await _filled(h, 60)
-        for b in h.bookies.values():
-            b.delay = 0.01
-        h.ops.batch_read_async = counting  # type: ignore[method-assign]
-        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
-        got = await reader.read_range_batched(0, 58, 5, 0, 59, parallel=parallel)
-        assert [e.entry_id for e in got] == list(range(59))
-        assert most[0] == parallel
-
-    asyncio.run(run())
-
-
-@pytest.mark.parametrize(
-    ("batch_size", "bytes_in_flight", "most"),
-    [(5, 1 << 30, 12), (5, 1, 1), (1000, 1 << 30, 2)],
-    ids=["at-most-12", "at-least-one", "100-entries-while-sizes-are-unknown"],
-)
-def test_read_batches_chunks_in_flight_are_bounded(batch_size: int, bytes_in_flight: int, most: int) -> None:
-    """docs/client.md, "Read path", ``read_batches``: chunks of ``batch_size`` entries, but no more than 100 before
-    the entry sizes are known; as many in flight as fit in ``bytes_in_flight``, at least one, at most 12."""
-    h = Harness(3, 3, 2)
+async def _slow_counted_reader(h: "Harness", entries: int) -> tuple[LedgerReader, list[int], list[int]]:
+    """``entries`` written to ledger 7, bookies answering after 10 ms, and a reader of it whose batch reads are
+    counted: at each request's start, how many are in flight then (``seen``) and the ``max_count`` asked."""
+    await _filled(h, entries)
+    for b in h.bookies.values():
+        b.delay = 0.01
     answer = h.ops.batch_read_async
     now = [0]
     seen: list[int] = []
@@ -1508,12 +1470,37 @@ def test_read_batches_chunks_in_flight_are_bounded(batch_size: int, bytes_in_fli
         finally:
             now[0] -= 1
 
+    h.ops.batch_read_async = counting  # type: ignore[method-assign]
+    return LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester), seen, asked
+
+
+@pytest.mark.parametrize("parallel", [1, 3])
+def test_a_batched_range_keeps_parallel_batches_in_flight(parallel: int) -> None:
+    """docs/client.md, "More of the API" and "Read path": ``read_batched(..., parallel=4)`` loops until done with
+    ``parallel`` batches in flight, never more."""
+    h = Harness(3, 3, 2)
+
     async def run() -> None:
-        await _filled(h, 201)
-        for b in h.bookies.values():
-            b.delay = 0.01
-        h.ops.batch_read_async = counting  # type: ignore[method-assign]
-        reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
+        reader, seen, _asked = await _slow_counted_reader(h, 60)
+        got = await reader.read_range_batched(0, 58, 5, 0, 59, parallel=parallel)
+        assert [e.entry_id for e in got] == list(range(59))
+        assert max(seen) == parallel
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "bytes_in_flight", "most"),
+    [(5, 1 << 30, 12), (5, 1, 1), (1000, 1 << 30, 2)],
+    ids=["at-most-12", "at-least-one", "100-entries-while-sizes-are-unknown"],
+)
+def test_read_batches_chunks_in_flight_are_bounded(batch_size: int, bytes_in_flight: int, most: int) -> None:
+    """docs/client.md, "Read path", ``read_batches``: chunks of ``batch_size`` entries, but no more than 100 before
+    the entry sizes are known; as many in flight as fit in ``bytes_in_flight``, at least one, at most 12."""
+    h = Harness(3, 3, 2)
+
+    async def run() -> None:
+        reader, seen, asked = await _slow_counted_reader(h, 201)
         got: list[bytes] = []
         async for _start, payloads in reader.stream_payloads(
             0, 199, 199, batch_size=batch_size, bytes_in_flight=bytes_in_flight

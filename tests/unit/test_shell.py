@@ -13,16 +13,8 @@ from pathlib import Path
 import pytest
 
 from bkspark import cli
-from bkspark.shell.common import (
-    ENV_URI,
-    LedgerName,
-    Output,
-    Progress,
-    ShellError,
-    client_conf,
-    metadata_service_uri,
-    resolve_ledger,
-)
+from bkspark.shell.common import ENV_URI, LedgerName, Output, Progress, ShellError
+from bkspark.shell.common import client_conf, metadata_service_uri, resolve_ledger
 
 UNREACHABLE = "zk+hierarchical://127.0.0.1:1/ledgers"
 
