@@ -431,7 +431,6 @@ def test_failed_bookie_triggers_ensemble_change_and_resend(error: Exception) -> 
 def test_completions_are_held_while_the_ensemble_changes() -> None:
     """docs/client.md, "Write path": while an ensemble change writes its new segment, entries that reach Qa
     acknowledgements are not handed back; they come back, in entry order, once the new segment is written."""
-
     h = Harness(3, 3, 2, bookies=4)
     h.bookies[BOOKIES[0]].add_error = lambda e: BookieIOError("disk") if e >= 3 else None
     write = h.store.write_ledger_metadata
