@@ -78,22 +78,27 @@ class BookKeeperReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         from bkspark.datasource.clients import get_client
-        from bkspark.errors import InvalidOptionError, NoSuchLedgerMetadataError
+        from bkspark.errors import NoSuchLedgerMetadataError
 
         opts = self.options
         bk = get_client(opts.metadata_service_uri, _client_settings(opts))
         slices: list[LedgerSlice] = []
+        listed = self._ledgers_to_read(bk)
         wanted = [
-            (scope_id, ledger_id) for scope_id, ledger_id in self._ledgers_to_read(bk)
+            (scope_id, ledger_id) for scope_id, ledger_id in listed
             if self.bounds.admits("scope_id", scope_id) and self.bounds.admits("ledger_id", ledger_id)
         ]
+        # A single id of `ledgers` is the user's word that the ledger exists, read or not: one a pushed filter
+        # excludes is looked up too, so that pushdown on and off fail alike (docs/connector.md, "Filter pushdown").
+        excluded = set(listed) - set(wanted)
+        named = [pair for pair in listed if pair in excluded and self._named_singly(pair[1])]
+        for scope_id, ledger_id, md in _metadata_windows(bk, named):
+            if md is None:
+                raise self._ledger_not_found(scope_id, ledger_id)
         for scope_id, ledger_id, md in _metadata_windows(bk, wanted):
             if md is None:
-                if opts.dataset is None and (opts.ledger_ranges and any(f == l == ledger_id for f, l in opts.ledger_ranges)):
-                    raise InvalidOptionError(
-                        f"[BOOKKEEPER_LEDGER_NOT_FOUND] ledger {ledger_id} (scope {scope_id}) does not exist under "
-                        f"{opts.metadata_service_uri}; check the 'ledgers' option"
-                    ) from None
+                if self._named_singly(ledger_id):
+                    raise self._ledger_not_found(scope_id, ledger_id)
                 if opts.fail_on_data_loss:
                     raise NoSuchLedgerMetadataError(
                         f"[BOOKKEEPER_DATA_LOSS] ledger {ledger_id} (scope {scope_id}) of "
@@ -121,6 +126,19 @@ class BookKeeperReader(DataSourceReader):
             slices, opts.max_entries_per_partition,
             min_partitions=opts.min_partitions, max_partitions=opts.max_partitions,
             max_bytes_per_partition=opts.max_bytes_per_partition,
+        )
+
+    def _named_singly(self, ledger_id: int) -> bool:
+        """True when ``ledgers`` names ``ledger_id`` by itself (not only inside a range); never for a dataset."""
+        ranges = self.options.ledger_ranges
+        return self.options.dataset is None and bool(ranges) and any(f == l == ledger_id for f, l in ranges)
+
+    def _ledger_not_found(self, scope_id: int, ledger_id: int) -> Exception:
+        from bkspark.errors import InvalidOptionError
+
+        return InvalidOptionError(
+            f"[BOOKKEEPER_LEDGER_NOT_FOUND] ledger {ledger_id} (scope {scope_id}) does not exist under "
+            f"{self.options.metadata_service_uri}; check the 'ledgers' option"
         )
 
     def _last_readable_entry(self, bk: Any, md: Any, scope_id: int, ledger_id: int) -> int | None:

@@ -186,6 +186,36 @@ def test_single_ledger_ids_must_exist_and_ranges_take_the_ledgers_in_them(py_clu
         assert_same_rows(got, want)
 
 
+def test_a_missing_single_id_fails_the_plan_where_a_pushed_filter_excludes_it_as_without_pushdown(
+    py_cluster: PythonBookieCluster,
+) -> None:
+    """docs/connector.md, "Filter pushdown": a single id of ``ledgers`` that does not exist fails the plan with
+    BOOKKEEPER_LEDGER_NOT_FOUND also when a pushed filter excludes it (with pushdown off Spark reads every ledger
+    before it filters, and fails so); a ledger a range or a dataset brings in and a pushed filter excludes is not
+    looked at, so a deleted one there fails nothing."""
+    from pyspark.sql.datasource import EqualTo
+
+    from bkspark.datasource.reader import BookKeeperPushdownReader
+    from bkspark.errors import InvalidOptionError
+
+    uri = py_cluster.metadata_service_uri
+    with BookKeeper(uri) as bk:
+        lids = [write_bkspark_ledger(bk, random_payloads(90 + i, 3), ensemble_size=2, write_quorum_size=2,
+                                     ack_quorum_size=2) for i in range(2)]
+        bk.delete_ledger(lids[1])
+
+    def plan(ledgers: str) -> list:
+        reader = BookKeeperPushdownReader(parse_read_options({"metadataServiceUri": uri, "ledgers": ledgers}))
+        assert list(reader.pushFilters([EqualTo(("ledger_id",), lids[0])])) == []
+        return reader.partitions()
+
+    for ledgers in (f"{lids[0]},{lids[1]}", f"{lids[1]},{lids[0]}-{lids[0]}"):
+        with pytest.raises(InvalidOptionError, match=rf"\[BOOKKEEPER_LEDGER_NOT_FOUND\] ledger {lids[1]} "):
+            plan(ledgers)
+    [part] = plan(f"{lids[0]}-{lids[1] + 5}")  # a range: the deleted ledger is not named, nothing fails
+    assert part.ledger_id == lids[0]
+
+
 def test_ledger_ctime_is_the_recorded_creation_time_else_the_znodes(py_cluster: PythonBookieCluster) -> None:
     """docs/connector.md, Schema: ``ledger_ctime`` is the metadata's ``ctime`` when the creator recorded it
     (``storeSystemTimeAsLedgerCreationTime``), else the creation time of the ledger's znode, as Java reports it."""
