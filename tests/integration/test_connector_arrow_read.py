@@ -197,23 +197,27 @@ def test_a_missing_single_id_fails_the_plan_where_a_pushed_filter_excludes_it_as
 
     from bkspark.datasource.reader import BookKeeperPushdownReader
     from bkspark.errors import InvalidOptionError
+    from tests.harness.ledgers import publish_dataset
 
     uri = py_cluster.metadata_service_uri
     with BookKeeper(uri) as bk:
         lids = [write_bkspark_ledger(bk, random_payloads(90 + i, 3), ensemble_size=2, write_quorum_size=2,
                                      ack_quorum_size=2) for i in range(2)]
+        publish_dataset(bk, "pruned", lids)
         bk.delete_ledger(lids[1])
 
-    def plan(ledgers: str) -> list:
-        reader = BookKeeperPushdownReader(parse_read_options({"metadataServiceUri": uri, "ledgers": ledgers}))
+    def plan(**options: str) -> list:
+        reader = BookKeeperPushdownReader(parse_read_options({"metadataServiceUri": uri, **options}))
         assert list(reader.pushFilters([EqualTo(("ledger_id",), lids[0])])) == []
         return reader.partitions()
 
     for ledgers in (f"{lids[0]},{lids[1]}", f"{lids[1]},{lids[0]}-{lids[0]}"):
         with pytest.raises(InvalidOptionError, match=rf"\[BOOKKEEPER_LEDGER_NOT_FOUND\] ledger {lids[1]} "):
-            plan(ledgers)
-    [part] = plan(f"{lids[0]}-{lids[1] + 5}")  # a range: the deleted ledger is not named, nothing fails
-    assert part.ledger_id == lids[0]
+            plan(ledgers=ledgers)
+    # a range and a dataset: the deleted ledger is not named, and the filter excludes it: nothing fails
+    for options in ({"ledgers": f"{lids[0]}-{lids[1] + 5}"}, {"dataset": "pruned"}):
+        [part] = plan(**options)
+        assert part.ledger_id == lids[0]
 
 
 def test_ledger_ctime_is_the_recorded_creation_time_else_the_znodes(py_cluster: PythonBookieCluster) -> None:
