@@ -165,6 +165,20 @@ def test_a_packed_partition_opens_its_ledgers_from_one_multi_read_not_a_read_per
     assert_same_rows(got, reference_tables(uri, lids))
 
 
+def ledgers_one_deleted(uri: str, count: int, *, deleted: int, seed: int, dataset: str | None = None) -> list[int]:
+    """``count`` ledgers of three entries (E = W = A = 2), published as ``dataset`` when given, then the one at index
+    ``deleted`` deleted: their ids."""
+    from tests.harness.ledgers import publish_dataset
+
+    with BookKeeper(uri) as bk:
+        lids = [write_bkspark_ledger(bk, random_payloads(seed + i, 3), ensemble_size=2, write_quorum_size=2,
+                                     ack_quorum_size=2) for i in range(count)]
+        if dataset is not None:
+            publish_dataset(bk, dataset, lids)
+        bk.delete_ledger(lids[deleted])
+    return lids
+
+
 def test_single_ledger_ids_must_exist_and_ranges_take_the_ledgers_in_them(py_cluster: PythonBookieCluster) -> None:
     """docs/connector.md, ``ledgers``: a missing single id fails the plan (also next to another id, "7,8"), a range
     reads the ledgers that exist in it (a deleted one and ids never made are skipped), and an id given twice, or
@@ -197,14 +211,8 @@ def test_a_missing_single_id_fails_the_plan_where_a_pushed_filter_excludes_it_as
 
     from bkspark.datasource.reader import BookKeeperPushdownReader
     from bkspark.errors import InvalidOptionError
-    from tests.harness.ledgers import publish_dataset
-
     uri = py_cluster.metadata_service_uri
-    with BookKeeper(uri) as bk:
-        lids = [write_bkspark_ledger(bk, random_payloads(90 + i, 3), ensemble_size=2, write_quorum_size=2,
-                                     ack_quorum_size=2) for i in range(2)]
-        publish_dataset(bk, "pruned", lids)
-        bk.delete_ledger(lids[1])
+    lids = ledgers_one_deleted(uri, 2, deleted=1, seed=90, dataset="pruned")
 
     def plan(**options: str) -> list:
         reader = BookKeeperPushdownReader(parse_read_options({"metadataServiceUri": uri, **options}))
@@ -376,15 +384,10 @@ def test_a_ledger_of_a_dataset_deleted_before_planning(py_cluster: PythonBookieC
     one fails the plan naming it (failOnDataLoss=true), or is left out of it (false)."""
     from bkspark.errors import NoSuchLedgerMetadataError
     from bkspark.metadata import multiread
-    from tests.harness.ledgers import publish_dataset
 
     monkeypatch.setattr(multiread, "READS_PER_REQUEST", 2)
     uri = py_cluster.metadata_service_uri
-    with BookKeeper(uri) as bk:
-        lids = [write_bkspark_ledger(bk, random_payloads(60 + i, 3), ensemble_size=2, write_quorum_size=2,
-                                     ack_quorum_size=2) for i in range(5)]
-        publish_dataset(bk, "loses-one", lids)
-        bk.delete_ledger(lids[3])
+    lids = ledgers_one_deleted(uri, 5, deleted=3, seed=60, dataset="loses-one")
     want = reference_tables(uri, [lid for lid in lids if lid != lids[3]])
     options = {"metadataServiceUri": uri, "dataset": "loses-one"}
     with pytest.raises(NoSuchLedgerMetadataError, match=f"BOOKKEEPER_DATA_LOSS.*ledger {lids[3]}"):
