@@ -1,9 +1,10 @@
 """Free TCP ports on 127.0.0.1, never the same one twice in a session.
 
-A port is free when it is handed out, not when the server binds it, seconds later for a JVM. Test runs that
-share the machine (pytest-xdist's workers, docs/contracts.md "Test harness") split the ports between them:
-with ``BKSPARK_PORT_SHARD=i/n`` in the environment, :func:`free_port` hands out only ports ``p`` with
-``p % n == i``, so two shards never hand out the same port, whatever their timing. Subprocesses inherit the shard.
+A port is free when it is handed out, not when the server binds it, seconds later for a JVM. The workers of one
+test run (pytest-xdist's, docs/contracts.md "Test harness") split the ports between them: with
+``BKSPARK_PORT_SHARD=i/n`` in the environment, :func:`free_port` hands out only ports ``p`` with ``p % n == i``,
+so two shards never hand out the same port, whatever their timing. Subprocesses inherit the shard. Two runs at
+once on one machine are not kept apart: their workers of one index share a shard.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _random = random.Random()
 
 def port_shard() -> tuple[int, int]:
     """``(i, n)`` from :data:`PORT_SHARD_ENV`; ``(0, 1)`` (every port) when it is unset.  A malformed value is a
-    ValueError naming the variable: a silently ignored shard would let two test runs collide."""
+    ValueError naming the variable: a silently ignored shard would let two workers collide."""
     value = os.environ.get(PORT_SHARD_ENV, "").strip()
     if not value:
         return 0, 1
