@@ -45,8 +45,8 @@ def _sigterm_to_interrupt(signum: int, frame: object) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     """Register the markers (also listed in pyproject.toml) so that -m and --strict-markers know them; give Spark
     drivers quick-start JVM flags (unless SPARK_SUBMIT_OPTS is set already); give each pytest-xdist worker a shard
-of the free ports (bkspark.devcluster.ports), so that two workers never start servers on one port; make SIGTERM (`timeout`, CI
-    cancellation) end the session like Ctrl-C, so that fixtures stop their servers."""
+    of the free ports (bkspark.devcluster.ports), so that two workers never start servers on one port; make SIGTERM
+    (`timeout`, CI cancellation) end the session like Ctrl-C, so that fixtures stop their servers."""
     known = {line.split(":", 1)[0].strip() for line in config.getini("markers")}
     for name, doc in _MARKERS.items():
         if name not in known:
