@@ -319,6 +319,10 @@ def _write(zk: KazooClient, fence: str | None, op: _Op, path: str, data: bytes =
             raise error
 
 
+#: :func:`put_znode`'s tries in all, each a set or a create, while other writers keep creating and deleting the znode.
+_PUT_TRIES = 6
+
+
 def put_znode(zk: KazooClient, path: str, data: bytes, *, exists: bool = True, fence: str | None = None) -> None:
     """Set ``path`` to ``data``, creating it when it is missing (``exists`` says which to try first); with ``fence``
     (the writing leader's election znode) only while that znode exists, else :class:`LeadershipLostError`.
@@ -334,9 +338,6 @@ def put_znode(zk: KazooClient, path: str, data: bytes, *, exists: bool = True, f
         except (NoNodeError, NodeExistsError):
             if attempt == _PUT_TRIES - 1:
                 raise
-
-
-_PUT_TRIES = 6
 
 
 def delete_znode(zk: KazooClient, path: str, *, fence: str | None = None) -> bool:

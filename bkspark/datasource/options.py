@@ -181,7 +181,7 @@ def parse_ledger_list(text: str) -> tuple[tuple[int, int], ...]:
         ranges.append((first, last))
     if not ranges:
         raise _bad("ledgers", text, "expected at least one ledger id")
-    singles = {first for first, last in ranges if first == last}
+    singles = single_ids(ranges)
     spans = sorted((first, last) for first, last in ranges if first != last)
     merged = spans[:1]
     for first, last in spans[1:]:
@@ -192,10 +192,16 @@ def parse_ledger_list(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(sorted(merged + [(lid, lid) for lid in singles]))
 
 
+def single_ids(ranges: Iterable[tuple[int, int]]) -> set[int]:
+    """The ids the ``ledgers`` option names by themselves (``(id, id)``), not only inside a range: each must exist
+    (``BOOKKEEPER_LEDGER_NOT_FOUND``, docs/connector.md)."""
+    return {first for first, last in ranges if first == last}
+
+
 def selected_ledgers(ranges: tuple[tuple[int, int], ...], list_ledgers: Callable[[], Iterable[int]]) -> list[int]:
     """The ledger ids of the ``ledgers`` option, sorted, each once: every single id (it must exist: the caller
     checks), and the ids ``list_ledgers()`` gives within each range (called once, only when there is a range)."""
-    wanted = {first for first, last in ranges if first == last}
+    wanted = single_ids(ranges)
     spans = [(first, last) for first, last in ranges if first != last]
     if spans:
         wanted.update(lid for lid in list_ledgers() if any(first <= lid <= last for first, last in spans))

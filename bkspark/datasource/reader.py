@@ -14,7 +14,7 @@ from typing import Any, Iterator
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from bkspark.client.arrow import DEFAULT_ROWS_PER_BATCH
-from bkspark.datasource.options import ReadOptions, selected_ledgers
+from bkspark.datasource.options import ReadOptions, selected_ledgers, single_ids
 from bkspark.datasource.planning import (
     Bounds, LedgerSlice, mean_entry_bytes, partition_slices, plan_partitions, push_filters, split_ledger,
 )
@@ -90,14 +90,14 @@ class BookKeeperReader(DataSourceReader):
         ]
         # A single id of `ledgers` is the user's word that the ledger exists, read or not: one a pushed filter
         # excludes is looked up too, so that pushdown on and off fail alike (docs/connector.md, "Filter pushdown").
+        named = single_ids(opts.ledger_ranges) if opts.dataset is None and opts.ledger_ranges else set()
         excluded = set(listed) - set(wanted)
-        named = [pair for pair in listed if pair in excluded and self._named_singly(pair[1])]
-        for scope_id, ledger_id, md in _metadata_windows(bk, named):
+        for scope_id, ledger_id, md in _metadata_windows(bk, [p for p in listed if p in excluded and p[1] in named]):
             if md is None:
                 raise self._ledger_not_found(scope_id, ledger_id)
         for scope_id, ledger_id, md in _metadata_windows(bk, wanted):
             if md is None:
-                if self._named_singly(ledger_id):
+                if ledger_id in named:
                     raise self._ledger_not_found(scope_id, ledger_id)
                 if opts.fail_on_data_loss:
                     raise NoSuchLedgerMetadataError(
@@ -127,11 +127,6 @@ class BookKeeperReader(DataSourceReader):
             min_partitions=opts.min_partitions, max_partitions=opts.max_partitions,
             max_bytes_per_partition=opts.max_bytes_per_partition,
         )
-
-    def _named_singly(self, ledger_id: int) -> bool:
-        """True when ``ledgers`` names ``ledger_id`` by itself (not only inside a range); never for a dataset."""
-        ranges = self.options.ledger_ranges
-        return self.options.dataset is None and bool(ranges) and any(f == l == ledger_id for f, l in ranges)
 
     def _ledger_not_found(self, scope_id: int, ledger_id: int) -> Exception:
         from bkspark.errors import InvalidOptionError
