@@ -576,9 +576,12 @@ def test_concurrent_appends_all_commit_and_keep_each_others_ledgers(
 
 
 def test_concurrent_overwrites_exactly_one_wins_cleanly(uri: str, bk: BookKeeper, registry: DatasetRegistry) -> None:
-    """Both publish (last writer wins, like Spark's file sources); the dataset holds exactly one job's rows."""
+    """All publish, one after the other (last writer wins, like Spark's file sources): the dataset holds exactly
+    the rows of the job whose commit came last, and the others' ledgers are retired and deleted (docs/connector.md,
+    "Concurrent jobs")."""
     dataset = "concurrent-overwrites"
     old = seed(uri, dataset)
+    generation = registry.root(dataset).generation  # type: ignore[union-attr]
     jobs = []
     for i in range(3):
         writer = new_writer(uri, dataset, overwrite=True)
@@ -586,7 +589,13 @@ def test_concurrent_overwrites_exactly_one_wins_cleanly(uri: str, bk: BookKeeper
     assert commit_at_once(jobs) == ["committed"] * 3
     got = read_rows(uri, dataset)
     candidates = [sorted(rows(f"job{i}", 2) + rows(f"job{i}-b", 2)) for i in range(3)]
-    assert got in candidates and got != old
+    root = registry.root(dataset)
+    assert root is not None and root.generation == generation + 3  # three publishes, each on the one before
+    # The root names the shards of the job that published last (a shard is named after the job that wrote it).
+    last = [i for i, (writer, _) in enumerate(jobs) if {s.owner for s in root.shards} == {writer.job_id}]
+    assert len(last) == 1 and got == candidates[last[0]] and got != old
+    others = {m.ledger_id for i, (_, messages) in enumerate(jobs) if i != last[0] for m in messages}
+    assert others and not others & ledgers_of(bk)
     assert_clean(bk, registry, dataset)
 
 
