@@ -37,7 +37,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
-from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError
+from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError, NoSuchLedgerMetadataError
 from bkspark.protocol import zk_paths
 from bkspark.retry import METADATA_CAS_RETRY
 
@@ -74,6 +74,15 @@ MAX_PUBLISH_ATTEMPTS = 100
 #: The metadata CAS policy for the manifest root and the job records: MAX_PUBLISH_ATTEMPTS tries, no deadline (each lost try means
 #: another commit won, so the loop makes progress).
 PUBLISH_CAS_RETRY = METADATA_CAS_RETRY.with_(max_tries=MAX_PUBLISH_ATTEMPTS, deadline=None)
+#: The bytes of existence checks one publish's ``multi`` may carry, one per published ledger's metadata znode.
+#: ZooKeeper refuses a request larger than ``jute.maxbuffer`` (1 MB by default), and the multi also carries the
+#: root (up to about 70 kB), the job's record and its parent ledger's metadata: half a megabyte of checks is about
+#: 10,000 ledgers of scope 0.  Ledgers past it are checked only just before the multi (docs/connector.md, "The
+#: commit protocol").
+MULTI_CHECK_BYTES = 512 * 1024
+#: What one check operation costs in a ``multi`` besides its path's bytes (the operation's header, the path's
+#: length and the version to check).
+CHECK_OP_OVERHEAD = 20
 #: Root re-reads of one manifest read whose shards keep disappearing (each time a newer root replaced them).
 MAX_READ_ATTEMPTS = 50
 
@@ -85,6 +94,18 @@ class JobGoneError(MetadataError):
     """The job was aborted (or finished and forgotten): it can no longer publish."""
 
     code, retriable = -999, False
+
+
+def ledgers_gone_error(dataset: str, missing: Iterable[Ledger]) -> NoSuchLedgerMetadataError:
+    """The commit's refusal to publish ledgers whose metadata is gone: deleted after their tasks wrote them, so
+    the job's rows are lost and the dataset must not name them (it would fail every later read)."""
+    gone = sorted(set(missing))
+    listed = ", ".join(f"{lid} (scope {scope})" for scope, lid in gone)
+    return NoSuchLedgerMetadataError(
+        f"[BOOKKEEPER_DATA_LOSS] cannot commit dataset {dataset!r}: ledger(s) {listed} written by this job no longer "
+        "exist (deleted after their tasks wrote them); nothing was published",
+        dataset=dataset, ledgers=[f"{scope}-{lid}" for scope, lid in gone],
+    )
 
 
 class JobState(str, enum.Enum):
@@ -276,6 +297,16 @@ class _Plan:
     root: ManifestRoot
     new_shards: list[tuple[str, Shard]] = field(default_factory=list)
     retired: tuple[ShardRef, ...] = ()
+
+
+def checks_in_multi(paths: Sequence[str], budget: int = MULTI_CHECK_BYTES) -> list[str]:
+    """The first of ``paths`` whose check operations fit ``budget`` bytes of a publish's ``multi``."""
+    used = 0
+    for count, path in enumerate(paths):
+        used += len(path.encode()) + CHECK_OP_OVERHEAD
+        if used > budget:
+            return list(paths[:count])
+    return list(paths)
 
 
 def _chunks(items: Sequence[Ledger], size: int) -> list[tuple[Ledger, ...]]:
@@ -499,6 +530,7 @@ class DatasetRegistry:
         parents: Iterable[Ledger] = (),
         extra_creates: Sequence[tuple[str, bytes]] = (),
         before_multi: Callable[[], None] | None = None,
+        ledger_path: Callable[[int, int], str] | None = None,
     ) -> PublishResult:
         """Make ``ledgers`` part of dataset ``name`` in one ``multi`` (the commit point).
 
@@ -508,6 +540,11 @@ class DatasetRegistry:
         records ``key``, and creates ``extra_creates`` (paths whose parents exist).  A key already published
         (token not above the recorded one), or a job already committed, publishes nothing: ``already``.
         ``before_multi`` runs after the new shards are written (a fault point for tests).
+
+        With ``ledger_path`` (``(ledger_id, scope_id) -> metadata znode``, the store's ``ledger_path``) every
+        ledger must still exist: they are looked up before the shards are written, and the ``multi`` checks
+        their znodes too (up to :data:`MULTI_CHECK_BYTES`), so a ledger deleted meanwhile fails the whole commit
+        point with :func:`ledgers_gone_error` and nothing is published.
         """
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -516,6 +553,10 @@ class DatasetRegistry:
 
         new = tuple(ledgers)
         parent_list = tuple(dict.fromkeys(parents))
+        znodes = {ledger: ledger_path(ledger[1], ledger[0]) for ledger in new} if ledger_path is not None else {}
+        checked = checks_in_multi(list(znodes.values()))
+        in_multi = dict(list(znodes.items())[: len(checked)])
+        beyond = dict(list(znodes.items())[len(checked) :])  # checked only before the multi
         # Every step before the multi reads or creates what only this publish names (a shard id is new to each
         # plan): a ZooKeeper outage shorter than the session is waited out (_outlast_outage) instead of failing
         # the job's commit.
@@ -533,6 +574,9 @@ class DatasetRegistry:
                 return PublishResult(root, True)
             if job is None or job.state is not JobState.WRITING:
                 raise JobGoneError(f"write job {job_id} was aborted (or forgotten) before its commit: nothing published")
+            gone = self._outlast_outage(lambda: self.missing_ledgers(beyond))
+            if gone:
+                raise ledgers_gone_error(name, gone)
             plan = self._outlast_outage(
                 lambda: self._plan(name, root, new, parent_list, replace_all=replace_all, job_id=job_id, key=key)
             )
@@ -546,6 +590,8 @@ class DatasetRegistry:
             tx.set_data(self.dataset_path(name), plan.root.to_bytes(), version=root.version)
             for path, data in extra_creates:
                 tx.create(path, data)
+            for path in checked:
+                tx.check(path, -1)  # version -1: any version, so the znode must merely exist
             try:
                 results = tx.commit()
             except TRANSIENT_ZK_ERRORS:
@@ -564,7 +610,11 @@ class DatasetRegistry:
             job_error, root_error = results[0], results[1]
             if isinstance(root_error, BadVersionError) or isinstance(job_error, (BadVersionError, NoNodeError)):
                 continue  # another commit won (or our record changed): look again
-            create_errors = results[2:]
+            create_errors = results[2 : 2 + len(extra_creates)]
+            if any(isinstance(e, NoNodeError) for e in results[2 + len(extra_creates) :]):
+                # A ledger of the job deleted before the multi: name every one that is gone now.
+                gone = self._outlast_outage(lambda: self._absent(in_multi)) or list(in_multi)
+                raise ledgers_gone_error(name, gone)
             for (path, _), error in zip(extra_creates, create_errors):
                 if isinstance(error, NoNodeError):
                     self._outlast_outage(lambda: self._zk.ensure_path(path.rsplit("/", 1)[0]))
@@ -573,6 +623,42 @@ class DatasetRegistry:
             if any(isinstance(e, NoNodeError) for e in create_errors):
                 continue
             raise MetadataError(f"cannot commit dataset {name!r}: {[type(e).__name__ for e in errors]}")
+
+    def missing_ledgers(self, znodes: dict[Ledger, str]) -> list[Ledger]:
+        """The ledgers whose metadata znode (``znodes``: ledger -> path) does not exist.
+
+        Checked in ``multi`` requests of check operations (:func:`checks_in_multi` of them each: one round trip per
+        about 10,000 ledgers, where one look-up per znode costs 100,000 round trips for a job of 100,000 ledgers);
+        only a request that fails is looked at znode by znode, to name every missing one.
+        """
+        items = list(znodes.items())
+        gone: list[Ledger] = []
+        start = 0
+        while start < len(items):
+            count = len(checks_in_multi([path for _, path in items[start:]])) or 1
+            chunk = dict(items[start : start + count])
+            tx = self._zk.transaction()
+            for path in chunk.values():
+                tx.check(path, -1)
+            if any(isinstance(result, Exception) for result in tx.commit()):
+                gone += self._absent(chunk)
+            start += count
+        return gone
+
+    def _absent(self, znodes: dict[Ledger, str]) -> list[Ledger]:
+        """The ledgers whose metadata znode does not exist, one pipelined look-up each."""
+        from kazoo.exceptions import NoNodeError
+
+        pending = [(ledger, self._zk.exists_async(path)) for ledger, path in znodes.items()]
+        gone: list[Ledger] = []
+        for ledger, result in pending:
+            try:
+                stat = result.get(timeout=60)
+            except NoNodeError:  # a vanished parent znode
+                stat = None
+            if stat is None:
+                gone.append(ledger)
+        return gone
 
     @staticmethod
     def _has_key(root: ManifestRoot, key: CommitKey) -> bool:

@@ -224,7 +224,7 @@ class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
         result = registry.publish(
             dataset, ledgers, replace_all=self.complete, job_id=job_id, key=CommitKey(self.writer, batch),
             parents=[parent] if parent else [], extra_creates=extra,
-            before_multi=lambda: fault_point("commit.shards-written"),
+            before_multi=lambda: fault_point("commit.shards-written"), ledger_path=bk.store.ledger_path,
         )
         if result.already:
             log.info("batch %s of %s was committed before: its replayed ledgers %s are duplicates, deleting them",

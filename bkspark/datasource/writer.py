@@ -409,7 +409,7 @@ class BookKeeperWriter(DataSourceArrowWriter):
         result = registry.publish(
             opts.dataset, committed, replace_all=self.overwrite, job_id=self.job_id, key=CommitKey(self.job_id, 0),
             parents=[parent] if parent else [], extra_creates=extra,
-            before_multi=lambda: fault_point("commit.shards-written"),
+            before_multi=lambda: fault_point("commit.shards-written"), ledger_path=bk.store.ledger_path,
         )
         if result.already:
             log.info("write job %s had already published dataset %r: finishing its clean-up", self.job_id, opts.dataset)
@@ -426,6 +426,8 @@ class BookKeeperWriter(DataSourceArrowWriter):
 
         from bkspark.context import CLOSE_KEY, SEAL_TIME_KEY, LedgerCloseContext, LedgerCreateContext
         from bkspark.datasource.clients import client_zk
+        from bkspark.datasource.datasets import ledgers_gone_error
+        from bkspark.errors import NoSuchLedgerMetadataError
         from bkspark.protocol import ledger_metadata as md_codec
         from bkspark.protocol.ledger_metadata import INVALID_ENTRY_ID, LedgerState
 
@@ -449,7 +451,10 @@ class BookKeeperWriter(DataSourceArrowWriter):
         custom = context.to_custom_metadata(tags)
         custom[CLOSE_KEY] = LedgerCloseContext.builder().because_no_more_data().build().to_bytes()
         custom[SEAL_TIME_KEY] = str(now_ms).encode("ascii")
-        md = bk.get_ledger_metadata(model[1], scope_id=model[0])
+        try:
+            md = bk.get_ledger_metadata(model[1], scope_id=model[0])
+        except NoSuchLedgerMetadataError:
+            raise ledgers_gone_error(opts.dataset, [model]) from None
         first_segment = md.ensembles[min(md.ensembles)]
         parent_md = dataclasses.replace(
             md, state=LedgerState.CLOSED, last_entry_id=INVALID_ENTRY_ID, length=0, ensembles={0: first_segment},

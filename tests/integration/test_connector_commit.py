@@ -451,6 +451,42 @@ def test_abort_after_the_commit_point_never_deletes_committed_ledgers(
         assert_clean(bk, registry, dataset)
 
 
+@pytest.mark.parametrize("when", ["before the commit", "between the shards and the multi"])
+@pytest.mark.parametrize("which", [0, 2])
+def test_a_ledger_deleted_before_the_commit_point_fails_the_commit_and_nothing_is_published(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, monkeypatch: pytest.MonkeyPatch, when: str, which: int
+) -> None:
+    """docs/connector.md, The commit protocol: a ledger of the job deleted after its task closed it (here by an
+    operator's delete) fails the commit with BOOKKEEPER_DATA_LOSS naming it, whether it goes before the commit or
+    between the shards' write and the ``multi`` (the ``multi``'s own check); the dataset keeps its old rows, no
+    shard of the failed plan is left, and Spark's abort removes the job's other ledgers.  Ledger 0 is also the
+    model of the job's parent ledger, read before the publish; with ledger 2, ledger 1 goes too, and the error
+    names both."""
+    import bkspark.datasource.writer as writer_module
+
+    dataset = f"gone-before-commit-{which}-{when.split()[0]}"
+    old = seed(uri, dataset)
+    writer = new_writer(uri, dataset, overwrite=True)
+    messages = run_job(writer, [rows("a", 2), rows("b", 2), rows("c", 2)])
+    victims = sorted({messages[which].ledger_id, messages[which - 1].ledger_id} if which else {messages[0].ledger_id})
+
+    def delete() -> None:
+        for victim in victims:
+            bk.delete_ledger(victim)
+
+    if when == "before the commit":
+        delete()
+    else:
+        monkeypatch.setattr(writer_module, "fault_point", lambda point: point == "commit.shards-written" and delete())
+    named = ", ".join(f"{victim} \\(scope 0\\)" for victim in victims)  # every missing ledger is named
+    with pytest.raises(NoSuchLedgerMetadataError, match=rf"BOOKKEEPER_DATA_LOSS.*ledger\(s\) {named} written"):
+        writer.commit(messages)
+    writer.abort(messages)  # what Spark does after a failed commit
+    assert read_rows(uri, dataset) == old
+    assert not {m.ledger_id for m in messages} & ledgers_of(bk)
+    assert_clean(bk, registry, dataset)
+
+
 def test_commit_twice_publishes_once_and_finishes_a_partial_attempt(
     uri: str, bk: BookKeeper, registry: DatasetRegistry
 ) -> None:

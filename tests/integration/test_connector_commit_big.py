@@ -2,7 +2,7 @@
 
 The 100,000 ledgers are closed ledgers whose metadata is created directly in ZooKeeper (pipelined multi ops of
 creates), each claiming one entry that no bookie stores: the test proves the commit (one job publishing 100,000
-ledgers), the listing (the sharded manifest) and the planning (from the manifest and every ledger's metadata, one-entry
+ledgers, each looked up and as many checked in the commit's multi as its bound allows), the listing (the sharded manifest) and the planning (from the manifest and every ledger's metadata, one-entry
 ledgers packed 100 to a partition), not the reading of their entries; the reading of a dataset is tested on real rows in
 test_connector_commit.py.
 """
@@ -17,7 +17,7 @@ import pytest
 
 from bkspark.client import BookKeeper
 from bkspark.datasource.clients import client_conf, evict_client
-from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, JobState
+from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, JobState, checks_in_multi
 from bkspark.datasource.options import parse_read_options
 from bkspark.datasource.planning import SLICE_OPEN_COST_ENTRIES, SliceGroup, partition_slices
 from bkspark.datasource.reader import BookKeeperReader
@@ -51,8 +51,12 @@ def test_a_dataset_of_100000_real_ledgers_commits_lists_and_plans(py_cluster: Py
         for i in range(BIG):
             if i % 10_000 == 0:
                 registry.register(job_id, 0, ids[i])
+        # Every ledger is looked up before the multi, and as many as MULTI_CHECK_BYTES allows are checked in it:
+        # ZooKeeper takes that multi (its root, job record and checks) within its 1 MB request limit.
+        in_multi = checks_in_multi([bk.store.ledger_path(lid) for lid in ids])
+        assert 8_000 < len(in_multi) < 14_000
         result = registry.publish("big", [(0, lid) for lid in ids], replace_all=False, job_id=job_id,
-                                  key=CommitKey(job_id))
+                                  key=CommitKey(job_id), ledger_path=bk.store.ledger_path)
         assert not result.already and result.root.ledger_count == BIG
         registry.forget_job(job_id)
         committed = time.monotonic()

@@ -133,6 +133,27 @@ def test_commit_twice_publishes_once_and_replayed_or_aborted_batches_leave_nothi
     assert not exists(bk, dead.ledger_id) and dataset_payloads(bk, name) == [b"a", b"b", b"c", b"d"]
 
 
+def test_a_batch_whose_ledger_was_deleted_before_its_commit_fails_and_its_rerun_publishes_once(bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """docs/connector.md, "A job publishes only ledgers that still exist": a micro-batch's commit refuses a ledger
+    of the batch deleted after its task wrote it (nothing published, Spark's abort removes the rest), and the batch
+    run again, as a restarted query runs it, publishes its rows once."""
+    uri = py_cluster.metadata_service_uri
+    name = f"sink-gone-{uuid.uuid4().hex[:8]}"
+    writer = sink_writer(uri, name, str(tmp_path / "cp"))
+    first = run_task(writer, 0, "runA", [b"a"])
+    writer.commit([first], 0)
+    messages = [run_task(writer, 1, "runA", [b"b"]), run_task(writer, 1, "runA", [b"c"])]
+    bk.delete_ledger(messages[1].ledger_id)
+    with pytest.raises(NoSuchLedgerMetadataError, match=rf"BOOKKEEPER_DATA_LOSS.*ledger\(s\) {messages[1].ledger_id} "):
+        writer.commit(messages, 1)
+    writer.abort(messages, 1)
+    assert dataset_payloads(bk, name) == [b"a"] and not exists(bk, messages[0].ledger_id)
+    rerun = [run_task(writer, 1, "runB", [b"b"]), run_task(writer, 1, "runB", [b"c"])]
+    writer.commit(rerun, 1)
+    assert sorted(dataset_payloads(bk, name)) == [b"a", b"b", b"c"]
+    assert not query_jobs(bk, writer)
+
+
 def test_a_dead_runs_batch_is_audited_and_the_restarted_querys_commit_removes_it(bk, py_cluster, tmp_path) -> None:  # noqa: F811
     uri = py_cluster.metadata_service_uri
     name = f"dead-{uuid.uuid4().hex[:8]}"

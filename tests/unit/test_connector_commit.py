@@ -77,6 +77,40 @@ def test_a_root_stays_small_whatever_the_datasets_size() -> None:
     assert len(ManifestRoot("events", 5, refs, (), keys).to_bytes()) < 4_000 + 64_000
 
 
+def test_a_commit_multi_with_the_most_existence_checks_fits_zookeepers_1_mb_limit() -> None:
+    """docs/connector.md, "The commit protocol": the commit's ``multi`` checks that the job's ledgers still exist,
+    as many as MULTI_CHECK_BYTES of check operations (about 10,000 ledgers of scope 0).  With the longest paths (a
+    BP-35 scope), the largest root (MAX_COMMIT_KEYS keys) and a parent ledger's metadata, the request kazoo sends
+    stays under jute.maxbuffer (1 MiB - 1)."""
+    import uuid
+
+    from kazoo.protocol.serialization import CheckVersion, Create, SetData, Transaction
+    from kazoo.security import OPEN_ACL_UNSAFE
+
+    from bkspark.datasource.datasets import CHECK_OP_OVERHEAD, MAX_COMMIT_KEYS, MULTI_CHECK_BYTES, checks_in_multi
+    from bkspark.protocol import zk_paths
+
+    scoped = [zk_paths.ledger_path("/ledgers", 2**63 - 1 - i, scope_id=-(2**63)) for i in range(20_000)]
+    checked = checks_in_multi(scoped)
+    assert 0 < len(checked) < len(scoped) and checked == scoped[: len(checked)]
+    assert sum(len(p) + CHECK_OP_OVERHEAD for p in checked) <= MULTI_CHECK_BYTES
+    assert sum(len(p) + CHECK_OP_OVERHEAD for p in scoped[: len(checked) + 1]) > MULTI_CHECK_BYTES
+    refs = tuple(ShardRef(f"{uuid.uuid4().hex}.{uuid.uuid4().hex[:12]}.{i}", 10_000) for i in range(20))
+    keys = tuple((f"stream-{uuid.uuid4()}", 10**12 + i) for i in range(MAX_COMMIT_KEYS))
+    root = ManifestRoot("events", 5, refs, (), keys).to_bytes()
+    record = JobRecord(JobState.COMMITTED, "events", overwrite=True, parent=(0, 2**62)).to_bytes()
+    multi = Transaction([
+        SetData("/ledgers/bkspark/jobs/" + uuid.uuid4().hex, record, 3),
+        SetData("/ledgers/bkspark/datasets/events", root, 7),
+        Create(scoped[-1], b"p" * 8192, OPEN_ACL_UNSAFE, 0),  # the job's parent ledger: metadata of a few kB
+        *[CheckVersion(path, -1) for path in checked],
+    ])
+    assert len(multi.serialize()) < (1 << 20) - 1
+    # scope 0's paths are shorter: 10,000 ledgers or more a multi
+    assert 10_000 < len(checks_in_multi([zk_paths.ledger_path("/ledgers", 50_000_000 + i) for i in range(20_000)])) < 14_000
+    assert checks_in_multi([]) == []
+
+
 def test_shards_and_job_records_round_trip() -> None:
     shard = Shard(((0, 1), (0, 2)), ((0, 99),))
     assert Shard.from_bytes(shard.to_bytes()) == shard
