@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,33 @@ def assert_served_after_a_crash(cluster: PythonBookieCluster, acked: list[tuple[
     cluster.start(0, timeout=90)
     with RawBookieConnection(cluster.bookies[0].port) as conn:
         assert_served(conn, acked)
+
+
+@contextmanager
+def one_bookie_after_300_adds(zk_root, tmp_path: Path, conf: dict[str, object]):  # type: ignore[no-untyped-def]
+    """One Python bookie of ``conf`` with 300 acknowledged adds to ledger 1: ``(cluster, bookie, conn, acked)``."""
+    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides=conf)
+    with cluster:
+        bookie = cluster.bookies[0]
+        assert bookie.process is not None
+        with RawBookieConnection(bookie.port) as conn:
+            yield cluster, bookie, conn, add_300(conn, 1)
+
+
+def fill_only_the_ledger_disk(bookie) -> None:  # type: ignore[no-untyped-def]
+    """After a first checkpoint, limit the bookie's files above any journal file (1 MiB with journalMaxSizeMB 1, then
+    it rolls) and below where the entry log grows to: only the ledger disk fills."""
+    bookie.process.wait_until(lambda: bookie.entry_log_bytes() > 250 * 1024, timeout=20, what="a checkpoint")
+    bookie.limit_file_size(max(bookie.entry_log_bytes(), 1024 * 1024) + 600 * 1024)
+
+
+def assert_stopped_as_read_only_mode_is_disabled(cluster: PythonBookieCluster, bookie) -> str:  # type: ignore[no-untyped-def]
+    """Exit status 5 (Java's ``ExitCode.BOOKIE_EXCEPTION``), the reason logged, no registration left; the log."""
+    assert bookie.process.wait_exit(60) == 5
+    said = bookie.log_tail(200)
+    assert "read-only mode is not enabled (readOnlyModeEnabled=false): shutting down the bookie" in said
+    assert cluster.registered() == [] and cluster.registered(readonly=True) == []
+    return said
 
 
 def test_a_journal_that_cannot_write_acknowledges_no_add_and_no_fence_and_keeps_serving(  # type: ignore[no-untyped-def]
@@ -157,9 +185,7 @@ def test_checkpoints_a_full_ledger_disk_refuses_turn_the_bookie_read_only_until_
 
         with RawBookieConnection(bookie.port) as conn:
             acked = add_300(conn, 1)
-            bookie.process.wait_until(lambda: bookie.entry_log_bytes() > 250 * 1024, timeout=20, what="a checkpoint")
-            # Above any journal file (1 MiB, then it rolls), below where the entry log grows to.
-            bookie.limit_file_size(max(bookie.entry_log_bytes(), 1024 * 1024) + 600 * 1024)
+            fill_only_the_ledger_disk(bookie)
             refused = 0
             for eid in range(300, 3000):  # about 2.6 MiB more: past the entry log's limit, never a journal file's
                 rc = add(conn, 1, eid)
@@ -247,21 +273,39 @@ def test_with_read_only_mode_disabled_a_failed_journal_stops_the_bookie_with_sta
     instead, as Java's does (exit status 5, ``ExitCode.BOOKIE_EXCEPTION``): its registration is removed, not moved to
     ``available/readonly``, the log says why, and the restart serves every acknowledged add."""
     conf = {**NO_PERIODIC_CHECKPOINT, "readOnlyModeEnabled": "false"}
-    cluster = PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=1, conf_overrides=conf)
-    with cluster:
-        bookie = cluster.bookies[0]
-        assert bookie.process is not None
-        with RawBookieConnection(bookie.port) as conn:
-            acked = add_300(conn, 1)
-            journal = max((bookie.dir / "journal" / "current").glob("*.txn"), key=lambda p: p.stat().st_size)
-            # The journal's next record (about 1 KiB) goes past the limit; the log, far smaller, has room to say why.
-            bookie.limit_file_size(journal.stat().st_size + 100)
-            assert add(conn, 1, 300) == v2.EIO
-        assert bookie.process.wait_exit(30) == 5
-        said = bookie.log_tail(100)
-        assert "read-only mode is not enabled (readOnlyModeEnabled=false): shutting down the bookie" in said
-        assert cluster.registered() == [] and cluster.registered(readonly=True) == []
+    with one_bookie_after_300_adds(zk_root, tmp_path, conf) as (cluster, bookie, conn, acked):
+        journal = max((bookie.dir / "journal" / "current").glob("*.txn"), key=lambda p: p.stat().st_size)
+        # The journal's next record (about 1 KiB) goes past the limit; the log, far smaller, has room to say why.
+        bookie.limit_file_size(journal.stat().st_size + 100)
+        assert add(conn, 1, 300) == v2.EIO
+        assert_stopped_as_read_only_mode_is_disabled(cluster, bookie)
         cluster.start(0, timeout=90)
         with RawBookieConnection(bookie.port) as conn:
             assert_served(conn, acked)
             assert add(conn, 1, 300) == v2.EOK
+
+
+def test_with_read_only_mode_disabled_a_full_ledger_disk_stops_the_bookie_with_status_5_and_the_restart_replays(  # type: ignore[no-untyped-def]
+    zk_root, tmp_path: Path
+) -> None:
+    """``readOnlyModeEnabled=false`` and only the ledger disk full: the failed checkpoint stops the bookie, whose final
+    checkpoint then fails on the same disk.  It still exits with status 5 (why it stopped), logs that it stopped
+    without the final checkpoint, leaves no registration, and the next start replays the journal: every
+    acknowledged add is served."""
+    conf = {"flushInterval": 200, "journalMaxSizeMB": 1, "readOnlyModeEnabled": "false"}
+    with one_bookie_after_300_adds(zk_root, tmp_path, conf) as (cluster, bookie, conn, acked):
+        fill_only_the_ledger_disk(bookie)
+        for eid in range(300, 3000):  # about 2.6 MiB more: past the entry log's limit, never a journal file's
+            try:
+                rc = add(conn, 1, eid)
+            except (ConnectionError, EOFError, OSError):
+                break  # the bookie is on its way out
+            if rc != v2.EOK:
+                assert rc == v2.EREADONLY, rc
+                break
+            acked.append((1, eid))
+        said = assert_stopped_as_read_only_mode_is_disabled(cluster, bookie)
+        assert STOPPED_WITHOUT_CHECKPOINT in said and "cannot start" not in said
+        cluster.start(0, timeout=90)
+        with RawBookieConnection(bookie.port) as conn:
+            assert_served(conn, acked)
