@@ -74,12 +74,13 @@ MAX_PUBLISH_ATTEMPTS = 100
 #: The metadata CAS policy for the manifest root and the job records: MAX_PUBLISH_ATTEMPTS tries, no deadline (each lost try means
 #: another commit won, so the loop makes progress).
 PUBLISH_CAS_RETRY = METADATA_CAS_RETRY.with_(max_tries=MAX_PUBLISH_ATTEMPTS, deadline=None)
-#: The bytes of existence checks one publish's ``multi`` may carry, one per published ledger's metadata znode.
-#: ZooKeeper refuses a request larger than ``jute.maxbuffer`` (1 MB by default), and the multi also carries the
-#: root (up to about 70 kB), the job's record and its parent ledger's metadata: half a megabyte of checks is about
-#: 10,000 ledgers of scope 0.  Ledgers past it are checked only just before the multi (docs/connector.md, "The
-#: commit protocol").
-MULTI_CHECK_BYTES = 512 * 1024
+#: The bytes of existence checks one publish's ``multi`` may carry, one per published ledger's metadata znode:
+#: about 1,100 to 1,500 ledgers of scope 0 (a job's tasks), 770 of the longest BP-35 paths.  A ``multi`` is one
+#: transaction that ZooKeeper prepares, logs and applies whole: thousands of operations in one cost its server
+#: memory out of proportion (the test ZooKeeper's 128 MB heap ran out on a few of 9,000), so the bound is small.
+#: Ledgers past it are looked up with read-only multi reads just before the shards are written
+#: (docs/connector.md, "The commit protocol").
+MULTI_CHECK_BYTES = 64 * 1024
 #: What one check operation costs in a ``multi`` besides its path's bytes (the operation's header, the path's
 #: length and the version to check).
 CHECK_OP_OVERHEAD = 20
@@ -613,7 +614,7 @@ class DatasetRegistry:
             create_errors = results[2 : 2 + len(extra_creates)]
             if any(isinstance(e, NoNodeError) for e in results[2 + len(extra_creates) :]):
                 # A ledger of the job deleted before the multi: name every one that is gone now.
-                gone = self._outlast_outage(lambda: self._absent(in_multi)) or list(in_multi)
+                gone = self._outlast_outage(lambda: self.missing_ledgers(in_multi)) or list(in_multi)
                 raise ledgers_gone_error(name, gone)
             for (path, _), error in zip(extra_creates, create_errors):
                 if isinstance(error, NoNodeError):
@@ -625,40 +626,16 @@ class DatasetRegistry:
             raise MetadataError(f"cannot commit dataset {name!r}: {[type(e).__name__ for e in errors]}")
 
     def missing_ledgers(self, znodes: dict[Ledger, str]) -> list[Ledger]:
-        """The ledgers whose metadata znode (``znodes``: ledger -> path) does not exist.
-
-        Checked in ``multi`` requests of check operations (:func:`checks_in_multi` of them each: one round trip per
-        about 10,000 ledgers, where one look-up per znode costs 100,000 round trips for a job of 100,000 ledgers);
-        only a request that fails is looked at znode by znode, to name every missing one.
-        """
-        items = list(znodes.items())
-        gone: list[Ledger] = []
-        start = 0
-        while start < len(items):
-            count = len(checks_in_multi([path for _, path in items[start:]])) or 1
-            chunk = dict(items[start : start + count])
-            tx = self._zk.transaction()
-            for path in chunk.values():
-                tx.check(path, -1)
-            if any(isinstance(result, Exception) for result in tx.commit()):
-                gone += self._absent(chunk)
-            start += count
-        return gone
-
-    def _absent(self, znodes: dict[Ledger, str]) -> list[Ledger]:
-        """The ledgers whose metadata znode does not exist, one pipelined look-up each."""
+        """The ledgers whose metadata znode (``znodes``: ledger -> path) does not exist, read with ZooKeeper's
+        read-only multi reads (:mod:`bkspark.metadata.multiread`: a few hundred znodes per round trip, nothing
+        logged), as planning reads a dataset's metadata."""
         from kazoo.exceptions import NoNodeError
 
-        pending = [(ledger, self._zk.exists_async(path)) for ledger, path in znodes.items()]
-        gone: list[Ledger] = []
-        for ledger, result in pending:
-            try:
-                stat = result.get(timeout=60)
-            except NoNodeError:  # a vanished parent znode
-                stat = None
-            if stat is None:
-                gone.append(ledger)
-        return gone
+        from bkspark.metadata.multiread import get_many
+
+        ledgers = list(znodes)
+        results = get_many(self._zk, list(znodes.values()), timeout=60)
+        return [ledger for ledger, (_, result) in zip(ledgers, results) if isinstance(result, NoNodeError)]
 
     @staticmethod
     def _has_key(root: ManifestRoot, key: CommitKey) -> bool:
