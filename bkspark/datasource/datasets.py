@@ -543,9 +543,9 @@ class DatasetRegistry:
         ``before_multi`` runs after the new shards are written (a fault point for tests).
 
         With ``ledger_path`` (``(ledger_id, scope_id) -> metadata znode``, the store's ``ledger_path``) every
-        ledger must still exist: they are looked up before the shards are written, and the ``multi`` checks
-        their znodes too (up to :data:`MULTI_CHECK_BYTES`), so a ledger deleted meanwhile fails the whole commit
-        point with :func:`ledgers_gone_error` and nothing is published.
+        ledger must still exist: the ``multi`` checks the znodes of the first ones (:data:`MULTI_CHECK_BYTES` of
+        checks), and the others are looked up before the shards are written; a ledger that is gone fails the
+        commit with :func:`ledgers_gone_error` and nothing is published.
         """
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 

@@ -220,7 +220,7 @@ class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
         if parent is not None and record is not None and record.state is JobState.WRITING:
             marker = copy.copy(self._tasks)  # the parent's tags and create context name this batch's job
             marker.job_id = job_id
-            extra.append(marker._parent_znode(bk, ledgers[0], parent))
+            extra.append(marker._parent_znode(bk, ledgers, parent))
         result = registry.publish(
             dataset, ledgers, replace_all=self.complete, job_id=job_id, key=CommitKey(self.writer, batch),
             parents=[parent] if parent else [], extra_creates=extra,

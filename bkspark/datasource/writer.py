@@ -405,7 +405,7 @@ class BookKeeperWriter(DataSourceArrowWriter):
         parent = (opts.scope_id, self.parent_ledger_id) if committed and self.parent_ledger_id is not None else None
         extra = []
         if parent is not None and record.state is JobState.WRITING:
-            extra.append(self._parent_znode(bk, committed[0], parent))
+            extra.append(self._parent_znode(bk, committed, parent))
         result = registry.publish(
             opts.dataset, committed, replace_all=self.overwrite, job_id=self.job_id, key=CommitKey(self.job_id, 0),
             parents=[parent] if parent else [], extra_creates=extra,
@@ -415,11 +415,11 @@ class BookKeeperWriter(DataSourceArrowWriter):
             log.info("write job %s had already published dataset %r: finishing its clean-up", self.job_id, opts.dataset)
         CommitCleaner(bk, registry).finish_commit(self.job_id, opts.dataset, extra_ledgers=committed)
 
-    def _parent_znode(self, bk: Any, model: tuple[int, int], parent: tuple[int, int]) -> tuple[str, bytes]:
+    def _parent_znode(self, bk: Any, ledgers: list[tuple[int, int]], parent: tuple[int, int]) -> tuple[str, bytes]:
         """The metadata znode of the job's parent ledger (path, bytes), created by the publishing ``multi``.
 
-        The parent is an empty closed ledger (the job's commit marker) on the ensemble of one of the job's
-        ledgers.  Created in the same ``multi`` as the manifest, it exists exactly when the job is committed: the
+        The parent is an empty closed ledger (the job's commit marker) on the ensemble of the first of the job's
+        ``ledgers``; when that one is gone, the commit fails naming every one that is gone (:func:`ledgers_gone_error`).  Created in the same ``multi`` as the manifest, it exists exactly when the job is committed: the
         ledgers of a job that never committed always name a missing parent, which the orphan audit reports.
         """
         import dataclasses
@@ -451,10 +451,12 @@ class BookKeeperWriter(DataSourceArrowWriter):
         custom = context.to_custom_metadata(tags)
         custom[CLOSE_KEY] = LedgerCloseContext.builder().because_no_more_data().build().to_bytes()
         custom[SEAL_TIME_KEY] = str(now_ms).encode("ascii")
+        model = ledgers[0]
         try:
             md = bk.get_ledger_metadata(model[1], scope_id=model[0])
         except NoSuchLedgerMetadataError:
-            raise ledgers_gone_error(opts.dataset, [model]) from None
+            znodes = {ledger: bk.store.ledger_path(ledger[1], ledger[0]) for ledger in ledgers}
+            raise ledgers_gone_error(opts.dataset, self._registry(bk).missing_ledgers(znodes) or [model]) from None
         first_segment = md.ensembles[min(md.ensembles)]
         parent_md = dataclasses.replace(
             md, state=LedgerState.CLOSED, last_entry_id=INVALID_ENTRY_ID, length=0, ensembles={0: first_segment},
