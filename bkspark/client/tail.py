@@ -186,6 +186,14 @@ class LedgerTail:
         await self.refresh_metadata()
         return LacUpdate(self.lac)
 
+    async def learn_entry_size(self) -> None:
+        """Read the last confirmed entry once for :attr:`last_entry_size` when no long poll has carried one (the
+        entries were confirmed before this cursor was opened, and none came since)."""
+        if self.last_entry_size is None and not self.closed and self.lac >= 0:
+            entries = await self._reader.read_range(self.lac, self.lac)
+            if entries:
+                self.last_entry_size = len(entries[0].payload)
+
     async def next_batch(self, timeout_ms: int, max_entries: int = READ_CHUNK) -> list[LedgerEntry] | None:
         """The next confirmed entries (at most ``max_entries``); ``[]`` if the wait timed out; None when finished."""
         if self.next_entry <= self.lac:
