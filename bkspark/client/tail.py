@@ -165,7 +165,19 @@ class LedgerTail:
         """Wait up to ``timeout_ms`` for the LAC to move; on a timeout, re-read the metadata."""
         if self.closed:
             return LacUpdate(self.lac)
-        update = await wait_for_lac(self._reader, self.lac, timeout_ms)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            update = await wait_for_lac(self._reader, self.lac, timeout_ms)
+        except UnauthorizedAccessError:
+            raise
+        except BKError as exc:
+            # Every bookie polled failed (they are down, or an ensemble change replaced them): wait out the
+            # timeout as a poll would have, then read the metadata again; the next wait polls its bookies.
+            log.warning("ledger %s: no bookie of its last ensemble answered the long poll (%s)", self.ledger_id, exc)
+            await asyncio.sleep(max(0.0, timeout_ms / 1000.0 - (loop.time() - started)))
+            await self.refresh_metadata()
+            return LacUpdate(self.lac)
         if update.lac > self.lac:
             self.lac = update.lac
             if update.entry is not None:
@@ -173,6 +185,14 @@ class LedgerTail:
             return update
         await self.refresh_metadata()
         return LacUpdate(self.lac)
+
+    async def learn_entry_size(self) -> None:
+        """Read the last confirmed entry once for :attr:`last_entry_size` when no long poll has carried one (the
+        entries were confirmed before this cursor was opened, and none came since)."""
+        if self.last_entry_size is None and not self.closed and self.lac >= 0:
+            entries = await self._reader.read_range(self.lac, self.lac)
+            if entries:
+                self.last_entry_size = len(entries[0].payload)
 
     async def next_batch(self, timeout_ms: int, max_entries: int = READ_CHUNK) -> list[LedgerEntry] | None:
         """The next confirmed entries (at most ``max_entries``); ``[]`` if the wait timed out; None when finished."""

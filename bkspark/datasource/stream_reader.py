@@ -336,8 +336,14 @@ class _Driver:
 
 
 async def _refresh(tails: list[Any]) -> list[Any]:
-    """A zero-timeout long poll per tail, side by side (a tail re-reads its metadata when nothing moved)."""
-    return await asyncio.gather(*(tail.wait(0) for tail in tails), return_exceptions=True)
+    """A zero-timeout long poll per tail, side by side (a tail re-reads its metadata when nothing moved); then,
+    for a tail no long poll carried an entry to yet, one read of its last confirmed entry: its size estimate."""
+    results = await asyncio.gather(*(tail.wait(0) for tail in tails), return_exceptions=True)
+    unsized = [t for t, r in zip(tails, results) if not isinstance(r, BaseException) and t.last_entry_size is None]
+    for tail, error in zip(unsized, await asyncio.gather(*(t.learn_entry_size() for t in unsized), return_exceptions=True)):
+        if error is not None:
+            log.debug("ledger %s: could not read its last entry for a size estimate: %s", tail.ledger_id, error)
+    return results
 
 
 async def _wait_any(tails: list[Any], changed: asyncio.Event, timeout_ms: int) -> None:

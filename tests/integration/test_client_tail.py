@@ -155,3 +155,42 @@ def test_a_long_poll_on_a_ledger_no_bookie_holds_yet_backs_off_100_ms(uri: str) 
         assert reader_bk._run(wait_for_lac(rh.aio.reader, -1, 5000)).lac == -1
         assert 0.09 <= time.monotonic() - started < 2.0
         lh.close()
+
+
+def test_a_follower_goes_on_after_an_ensemble_change_replaced_every_bookie_it_polled(zk_root: Any, tmp_path: Any) -> None:
+    """docs/streaming.md, "Following a ledger": the metadata is read again, which picks up ensemble changes, also
+    when the change replaced every bookie of the ensemble the follower knew (its long polls then all fail)."""
+    with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=4, journal_sync_data=False) as cluster:
+        cluster.start_all()
+        uri = zk_root.metadata_service_uri
+        with BookKeeper(uri, explicitLacInterval=100) as writer_bk, BookKeeper(uri) as reader_bk:
+            lh = writer_bk.create_ledger(2, 2, 2)
+            for i in range(5):
+                lh.append(b"s%d" % i)
+            seen: list[int] = []
+            failure: list[BaseException] = []
+
+            def follow() -> None:
+                try:
+                    for entry in follow_ledger(reader_bk, lh.ledger_id, long_poll_timeout_ms=1000):
+                        seen.append(entry.entry_id)
+                except BaseException as exc:  # noqa: BLE001 - reported by the test
+                    failure.append(exc)
+
+            follower = threading.Thread(target=follow, daemon=True)
+            follower.start()
+            deadline = time.monotonic() + 20
+            while seen != list(range(5)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert seen == list(range(5))  # entry 4 through the explicit LAC: nothing is left in the old ensemble
+            old = set(lh.metadata.last_ensemble)
+            for i, bookie_id in enumerate(cluster.bookie_ids):
+                if bookie_id in old:
+                    cluster.stop(i)
+            for i in range(5, 10):
+                lh.append(b"s%d" % i)
+            assert not old & set(lh.metadata.last_ensemble)  # both bookies replaced
+            lh.close()
+            follower.join(30)
+            assert not follower.is_alive() and not failure, failure
+            assert seen == list(range(10))

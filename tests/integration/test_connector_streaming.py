@@ -408,3 +408,21 @@ def test_starting_offsets_json_and_schema(spark, bk, py_cluster, tmp_path) -> No
     with pytest.raises(Exception, match="startingOffsets"):
         stream(spark, uri, ledgers=str(lid), startingOffsets="yesterday").writeStream.foreachBatch(sink) \
             .option("checkpointLocation", str(tmp_path / "cp2")).start().awaitTermination(60)
+
+
+def test_max_bytes_per_trigger_estimates_an_open_ledgers_entries_from_the_long_poll(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """docs/streaming.md, `maxBytesPerTrigger`: an open ledger's entry size is estimated from the last entry a long
+    poll carried or, as here where every entry was confirmed before the query saw the ledger, from its last confirmed
+    entry (100 bytes: 25 entries per 2500 bytes), not from a fixed guess (1024 bytes: 2 entries a batch)."""
+    uri = py_cluster.metadata_service_uri
+    lh = bk.create_ledger(3, 2, 2)
+    for i in range(80):
+        lh.append(bytes([65 + i % 26]) * 100)  # entries 0..78 confirmed
+    sink = Collector()
+    query = stream(spark, uri, ledgers=str(lh.ledger_id), maxBytesPerTrigger="2500").writeStream.foreachBatch(sink) \
+        .trigger(availableNow=True).option("checkpointLocation", str(tmp_path / "cp")).start()
+    try:
+        assert query.awaitTermination(120)
+    finally:
+        lh.close()
+    assert sink.sizes() == [25, 25, 25, 4]

@@ -279,15 +279,21 @@ def test_the_largest_rows_per_entry_and_entry_max_bytes_are_accepted() -> None:
      (ArrayType(BinaryType()), "BOOKKEEPER_PAYLOAD_TYPE")],
 )
 def test_a_write_without_a_binary_or_string_payload_is_refused_with_its_tag(payload_type: DataType | None, tag: str) -> None:
-    """The writer is refused on the driver, before any ledger id is reserved (nothing reaches ZooKeeper)."""
+    """The writer is refused on the driver, before any ledger id is reserved (nothing reaches ZooKeeper); so is
+    the stream sink (docs/streaming.md: it needs a `payload` column, binary or string)."""
     from bkspark.datasource.source import BookKeeperDataSource
 
     schema = StructType().add("key", StringType())
     if payload_type is not None:
         schema = schema.add("payload", payload_type)
-    source = BookKeeperDataSource({"metadataserviceuri": "zk+hierarchical://127.0.0.1:1/ledgers", "dataset": "d"})
+    options = {"metadataserviceuri": "zk+hierarchical://127.0.0.1:1/ledgers", "dataset": "d"}
+    source = BookKeeperDataSource(options)
     with pytest.raises(InvalidOptionError) as info:
         source.writer(schema, False)
+    assert str(info.value).startswith(f"[{tag}]")
+    stream_source = BookKeeperDataSource({**options, "checkpointlocation": "/cp/d"})
+    with pytest.raises(InvalidOptionError) as info:
+        stream_source.streamWriter(schema, False)
     assert str(info.value).startswith(f"[{tag}]")
 
 

@@ -117,3 +117,25 @@ def test_spark_gets_one_read_limit_and_the_source_applies_the_others(
     got = reader._admission(default)
     assert (got.max_rows, got.max_bytes) == admission
     assert reader._admission(ReadAllAvailable()) == Admission()  # Trigger.AvailableNow / Once: everything
+
+
+@pytest.mark.parametrize(("text", "ms"), [("500ms", 500), ("30s", 30_000), ("15m", 900_000), ("2h", 7_200_000), ("1500", 1500)])
+def test_durations_take_the_units_the_options_table_names(text: str, ms: int) -> None:
+    """docs/streaming.md, `maxTriggerDelay`: `500ms`, `30s`, `15m`, or milliseconds (and hours); the same for
+    `longPollTimeoutMs`."""
+    _, stream = parse_stream_read_options({"metadataServiceUri": URI, "ledgers": "7", "maxTriggerDelay": text,
+                                           "longPollTimeoutMs": text})
+    assert (stream.max_trigger_delay_ms, stream.long_poll_timeout_ms) == (ms, ms)
+
+
+@pytest.mark.parametrize("name", ["maxEntriesPerTrigger", "maxBytesPerTrigger", "minEntriesPerTrigger", "maxTriggerDelay", "longPollTimeoutMs"])
+@pytest.mark.parametrize("value", ["0", "-1", "1.5", "ten"])
+def test_trigger_options_refuse_what_is_not_a_positive_count_or_a_duration(name: str, value: str) -> None:
+    """The trigger limits are whole numbers >= 1 and the waits durations; anything else is refused with the
+    option's name (a duration of 0 is a valid wait)."""
+    options = {"metadataServiceUri": URI, "ledgers": "7", name: value}
+    if value == "0" and name in ("maxTriggerDelay", "longPollTimeoutMs"):
+        parse_stream_read_options(options)
+        return
+    with pytest.raises(InvalidOptionError, match=rf"\[BOOKKEEPER_INVALID_OPTION\] option '{name}'"):
+        parse_stream_read_options(options)
