@@ -287,6 +287,32 @@ def test_complete_mode_replaces_the_dataset_once_per_batch(bk, py_cluster, tmp_p
     assert not {(0, batch3.ledger_id), (0, parent_of(bk, batch3.ledger_id))} & set(audit(uri, bk))
 
 
+def test_a_stream_following_a_complete_mode_dataset_loses_a_result_replaced_before_it_read_it(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """docs/streaming.md, output mode complete: a dataset written in complete mode is meant for batch reads; a
+    stream that follows it sees a replaced ledger it had not read to its end as deleted (`failOnDataLoss`)."""
+    from tests.integration.test_connector_streaming import Collector, stream
+
+    uri = py_cluster.metadata_service_uri
+    name = f"follow-complete-{uuid.uuid4().hex[:8]}"
+    writer = sink_writer(uri, name, str(tmp_path / "sink-cp"), complete=True)
+    first = run_task(writer, 0, "runA", [b"k0=1", b"k1=1", b"k2=1"])
+    writer.commit([first], 0)
+
+    class ReplaceWhileReading(Collector):
+        def __call__(self, df, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+            super().__call__(df, batch_id)
+            if batch_id == 0:  # the stream read 1 of the result's 3 entries: the sink's batch 1 replaces them
+                writer.commit([run_task(writer, 1, "runA", [b"k0=2"])], 1)
+
+    sink = ReplaceWhileReading()
+    query = stream(spark, uri, dataset=name, maxEntriesPerTrigger="1").writeStream.foreachBatch(sink) \
+        .trigger(availableNow=True).option("checkpointLocation", str(tmp_path / "cp")).start()
+    with pytest.raises(Exception, match="BOOKKEEPER_DATA_LOSS"):
+        query.awaitTermination(120)
+    assert sink.rows() == [(first.ledger_id, 0, b"k0=1")] and not exists(bk, first.ledger_id)
+    assert dataset_payloads(bk, name) == [b"k0=2"]
+
+
 @pytest.mark.parametrize("rows_per_entry", ["1", "16"])
 def test_bookkeeper_to_bookkeeper_query_writes_each_entry_once(spark, bk, py_cluster, tmp_path, rows_per_entry: str) -> None:  # noqa: F811
     from bkspark.datasource.packing import ENTRY_FORMAT_KEY

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -49,12 +50,15 @@ class Collector:
         self.batches: list[tuple[int, list[tuple[int, int, bytes]]]] = []
         self.arrival: dict[tuple[int, int], float] = {}
         self.fail_batches = fail_batches or set()
+        #: The rows each failed batch (of ``fail_batches``) read before it failed.
+        self.failed: dict[int, list[tuple[int, int, bytes]]] = {}
         self.lock = threading.Lock()
 
     def __call__(self, df: Any, batch_id: int) -> None:
         rows = [(r.ledger_id, r.entry_id, bytes(r.payload)) for r in df.select("ledger_id", "entry_id", "payload").collect()]
         now = time.monotonic()
         if batch_id in self.fail_batches:
+            self.failed[batch_id] = rows
             raise RuntimeError(f"injected failure in batch {batch_id}")
         with self.lock:
             self.batches.append((batch_id, rows))
@@ -75,6 +79,14 @@ def stream(spark, uri: str, **options: str):  # type: ignore[no-untyped-def]
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
+
+
+def source_offsets(checkpoint: str) -> list[tuple[int, str]]:
+    """(batch id, the source's end offset as JSON text) of every batch in a query's offset log, in batch order
+    (a file of Spark's offset log: a version line, the batch's metadata, then one line per source)."""
+    log = Path(checkpoint) / "offsets"
+    batches = sorted(int(f.name) for f in log.iterdir() if f.name.isdigit())
+    return [(n, (log / str(n)).read_text().splitlines()[-1]) for n in batches]
 
 
 def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -172,6 +184,16 @@ def test_max_entries_per_trigger_and_available_now(spark, bk, py_cluster, tmp_pa
     assert query.awaitTermination(120), "AvailableNow did not stop"
     assert sink.sizes() == [30, 30, 30, 10]
     assert_exactly_once_in_order(sink.rows(), {first: [b"a%d" % i for i in range(50)], second: [b"b%d" % i for i in range(50)]})
+    # docs/streaming.md, "Offsets": {"ledgers": {"<scope>:<ledger>": nextEntryId}}, keys in (scope, ledger) order,
+    # -1 for a ledger closed and read to its end; ledgers filled in key order.
+    import json
+
+    a, b = f"0:{first}", f"0:{second}"
+    assert first < second and [(n, json.loads(text)) for n, text in source_offsets(str(tmp_path / "cp"))] == [
+        (0, {"ledgers": {a: 30, b: 0}}), (1, {"ledgers": {a: -1, b: 10}}),
+        (2, {"ledgers": {a: -1, b: 40}}), (3, {"ledgers": {a: -1, b: -1}}),
+    ]
+    assert all(list(json.loads(text)["ledgers"]) == [a, b] for _, text in source_offsets(str(tmp_path / "cp")))
 
 
 def test_a_ledger_range_is_listed_again_at_every_trigger(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
@@ -330,12 +352,20 @@ def test_min_entries_per_trigger_waits_then_max_trigger_delay_lets_a_small_batch
 
 
 def test_fail_on_data_loss_both_ways(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """docs/streaming.md, `failOnDataLoss`: a ledger deleted before the stream read it to its end fails the query
+    (`[BOOKKEEPER_DATA_LOSS]`, naming it) or, with `false`, is skipped while the others are read on; a ledger
+    already read to its end (-1 in the offset) loses nothing when deleted, so neither run names it."""
+    import re
+
     uri = py_cluster.metadata_service_uri
     kept = write_bkspark_ledger(bk, [b"k%d" % i for i in range(10)])
     lost = bk.create_ledger(3, 2, 2)
+    growing = bk.create_ledger(3, 2, 2)
     for i in range(10):
         lost.append(b"l%d" % i)
-    ledgers = f"{kept},{lost.ledger_id}"
+    for i in range(5):
+        growing.append(b"g%d" % i)
+    ledgers = f"{kept},{lost.ledger_id},{growing.ledger_id}"
 
     def run(checkpoint: str, **options: str) -> tuple[Collector, Any]:
         sink = Collector()
@@ -348,19 +378,25 @@ def test_fail_on_data_loss_both_ways(spark, bk, py_cluster, tmp_path) -> None:  
         )
         return sink, query
 
-    for fail, checkpoint in ((True, tmp_path / "strict"), (False, tmp_path / "lenient")):
+    for checkpoint in (tmp_path / "strict", tmp_path / "lenient"):
         sink, query = run(str(checkpoint))
         assert query.awaitTermination(120)
-        assert len(sink.rows()) == 10 + 9  # the open ledger up to its LAC (entry 8)
+        assert len(sink.rows()) == 10 + 9 + 4  # the open ledgers up to their LAC (entries 8 and 3)
     lost.close()
     bk.delete_ledger(lost.ledger_id)  # deleted before the stream read it to its end
+    bk.delete_ledger(kept)  # read to its end: its deletion loses nothing
+    for i in range(5, 10):
+        growing.append(b"g%d" % i)
+    growing.close()
 
-    sink, query = run(str(tmp_path / "strict"), failOnDataLoss="true")
-    with pytest.raises(Exception, match="BOOKKEEPER_DATA_LOSS"):
+    sink, query = run(str(tmp_path / "strict"))  # failOnDataLoss defaults to true
+    with pytest.raises(Exception, match="BOOKKEEPER_DATA_LOSS") as failure:
         query.awaitTermination(120)
+    named = re.search(r"ledger\(s\) ([0-9:, ]+) of the 'ledgers' option", str(failure.value))
+    assert named is not None and named.group(1).split(", ") == [f"0:{lost.ledger_id}"]
     sink, query = run(str(tmp_path / "lenient"), failOnDataLoss="false")
     assert query.awaitTermination(120) and query.exception() is None
-    assert sink.rows() == []
+    assert sink.rows() == [(growing.ledger_id, i, b"g%d" % i) for i in range(4, 10)]  # it went on with the others
 
 
 def test_latest_after_a_crash_in_batch_zero_neither_skips_nor_repeats(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
@@ -410,6 +446,36 @@ def test_starting_offsets_json_and_schema(spark, bk, py_cluster, tmp_path) -> No
             .option("checkpointLocation", str(tmp_path / "cp2")).start().awaitTermination(60)
 
 
+def test_a_restart_replays_the_unfinished_batch_with_the_same_rows_and_keeps_its_checkpoints_start(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """docs/streaming.md, "Restarts" and `startingOffsets`: a restarted query replays the batch that did not finish
+    with the same start and end offsets, so it reads the same rows although the ledger moved on in between (more
+    entries, then closed); `startingOffsets` is only for a new query and the restart's limits only shape later
+    batches."""
+    uri = py_cluster.metadata_service_uri
+    lh = bk.create_ledger(3, 2, 2)
+    for i in range(40):
+        lh.append(b"r%d" % i)  # entries 0..38 confirmed
+    checkpoint = str(tmp_path / "cp")
+    crashing = Collector(fail_batches={1})
+    query = stream(spark, uri, ledgers=str(lh.ledger_id), maxEntriesPerTrigger="15").writeStream.foreachBatch(crashing) \
+        .trigger(availableNow=True).option("checkpointLocation", checkpoint).start()
+    with pytest.raises(Exception, match="injected failure in batch 1"):
+        query.awaitTermination(120)
+    assert crashing.sizes() == [15] and sorted(e for _, e, _ in crashing.failed[1]) == list(range(15, 30))
+    for i in range(40, 60):
+        lh.append(b"r%d" % i)
+    lh.close()
+
+    sink = Collector()
+    query = stream(spark, uri, ledgers=str(lh.ledger_id), startingOffsets='{"%d": 50}' % lh.ledger_id,
+                   maxEntriesPerTrigger="100").writeStream.foreachBatch(sink) \
+        .trigger(availableNow=True).option("checkpointLocation", checkpoint).start()
+    assert query.awaitTermination(120)
+    assert [batch_id for batch_id, _ in sink.batches] == [1, 2]
+    assert sorted(sink.batches[0][1]) == sorted(crashing.failed[1])  # the replay: the failed attempt's rows
+    assert_exactly_once_in_order(crashing.rows() + sink.rows(), {lh.ledger_id: [b"r%d" % i for i in range(60)]})
+
+
 def test_max_bytes_per_trigger_estimates_an_open_ledgers_entries_from_the_long_poll(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
     """docs/streaming.md, `maxBytesPerTrigger`: an open ledger's entry size is estimated from the last entry a long
     poll carried or, as here where every entry was confirmed before the query saw the ledger, from its last confirmed
@@ -426,3 +492,83 @@ def test_max_bytes_per_trigger_estimates_an_open_ledgers_entries_from_the_long_p
     finally:
         lh.close()
     assert sink.sizes() == [25, 25, 25, 4]
+
+
+def test_a_new_entry_or_commit_wakes_a_waiting_query_long_before_the_long_poll_timeout(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """docs/streaming.md, "Latency": when nothing new is available the source waits on long polls of every open
+    ledger and on the manifest watch, so a newly confirmed entry, and a ledger newly committed to the dataset,
+    reach a micro-batch long before `longPollTimeoutMs` (here 120 s) runs out; and "Limits": a dataset's offset
+    names every ledger the query has seen."""
+    import json
+
+    uri = py_cluster.metadata_service_uri
+    name = f"wake-{uuid.uuid4().hex[:8]}"
+    reg = registry(bk)
+    checkpoint = str(tmp_path / "cp")
+    with BookKeeper(uri, explicitLacInterval=100) as writer_bk:
+        open_lh = writer_bk.create_ledger(3, 2, 2)
+        reg.commit(name, [(0, open_lh.ledger_id)], replace=False)
+        sink = Collector()
+        query = stream(spark, uri, dataset=name, longPollTimeoutMs="120000").writeStream.foreachBatch(sink) \
+            .option("checkpointLocation", checkpoint).start()
+        try:
+            open_lh.append(b"warm-up")
+            wait_until(lambda: len(sink.rows()) == 1, 180, "the first entry")
+            time.sleep(4)  # the batch is over: the query waits in latestOffset
+            open_lh.append(b"entry")  # confirmed by the writer's explicit LAC 100 ms later
+            wait_until(lambda: len(sink.rows()) == 2, 45, "the new entry (the long poll should wake the query)")
+            time.sleep(4)
+            closed = write_bkspark_ledger(writer_bk, [b"c0", b"c1"])
+            reg.commit(name, [(0, closed)], replace=False)
+            wait_until(lambda: len(sink.rows()) == 4, 45, "the committed ledger (the manifest watch should wake the query)")
+            seen = sink.rows()
+            _, last = source_offsets(checkpoint)[-1]
+        finally:
+            stop_waking(query, lambda: open_lh.append(b"stop"))
+        open_lh.close()
+    assert_exactly_once_in_order(seen, {open_lh.ledger_id: [b"warm-up", b"entry"], closed: [b"c0", b"c1"]})
+    assert set(json.loads(last)["ledgers"]) == {f"0:{open_lh.ledger_id}", f"0:{closed}"}
+
+
+def stop_waking(query: Any, wake: Any) -> None:
+    """Stop a query whose source may be waiting a long ``longPollTimeoutMs``: Spark cannot interrupt the Python
+    source's call, so ``wake`` (an append to an open ledger) ends the wait until the stop is done."""
+    stopper = threading.Thread(target=query.stop, daemon=True)
+    stopper.start()
+    stopper.join(2)
+    while stopper.is_alive():
+        wake()
+        stopper.join(2)
+
+
+def test_a_stream_follows_a_ledger_across_an_ensemble_change_that_replaced_every_bookie(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """docs/streaming.md, "A ledger that changes under the query": executors open ledgers afresh for every
+    micro-batch, with the current ensembles, and the driver's long polls follow an ensemble change, here one that
+    replaced both bookies of an E=W=2 ledger. (Last in the module: it adds a fourth bookie; the two it stops are
+    started again.)"""
+    uri = py_cluster.metadata_service_uri
+    py_cluster.add_bookie()
+    stopped: list[int] = []
+    with BookKeeper(uri, explicitLacInterval=100) as writer_bk:
+        lh = writer_bk.create_ledger(2, 2, 2)
+        sink = Collector()
+        query = stream(spark, uri, ledgers=str(lh.ledger_id), longPollTimeoutMs="1000").writeStream.foreachBatch(sink) \
+            .option("checkpointLocation", str(tmp_path / "cp")).start()
+        try:
+            for i in range(5):
+                lh.append(b"e%d" % i)
+            wait_until(lambda: len(sink.rows()) == 5, 180, "the first segment's entries")
+            old = set(lh.metadata.last_ensemble)
+            stopped.extend(i for i, bookie_id in enumerate(py_cluster.bookie_ids) if bookie_id in old)
+            for i in stopped:
+                py_cluster.stop(i)
+            for i in range(5, 10):
+                lh.append(b"e%d" % i)
+            assert not old & set(lh.metadata.last_ensemble)
+            wait_until(lambda: len(sink.rows()) == 10, 60, "the entries of the new ensemble")
+            lh.close()
+        finally:
+            query.stop()
+            for i in stopped:
+                py_cluster.start(i)
+    assert_exactly_once_in_order(sink.rows(), {lh.ledger_id: [b"e%d" % i for i in range(10)]})
