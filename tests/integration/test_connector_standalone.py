@@ -27,10 +27,6 @@ from tests.harness.python_bookie import PythonBookieCluster
 
 pytestmark = [pytest.mark.integration]
 
-#: A ledger password that only the driver's environment holds (``passwordEnv``, docs/security.md).
-DRIVER_PASSWORD_ENV = "BKSPARK_STANDALONE_TEST_PASSWORD"
-DRIVER_PASSWORD = "driver-only-secret"
-
 def _spark_home() -> Path:
     import pyspark
 
@@ -107,11 +103,9 @@ def spark(standalone: dict[str, Any]) -> Iterator[Any]:
 
     # PySpark names the Python of every Python function (a data source's too) from PYSPARK_PYTHON when the
     # SparkContext starts (spark.pyspark.python alone leaves it at "python3", outside this venv).
-    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", DRIVER_PASSWORD_ENV)}
+    saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    # The driver's environment only: the worker (and so every executor) started before it was set.
-    os.environ[DRIVER_PASSWORD_ENV] = DRIVER_PASSWORD
     session = (
         SparkSession.builder.master(standalone["url"])
         .appName("bkspark-standalone-test")
@@ -173,45 +167,3 @@ def test_writes_and_reads_a_dataset_on_executors_of_their_own(spark, standalone,
     assert len(executor_logs) == 2, executor_logs
     for log in executor_logs:
         assert "Running task" in log.read_text(errors="replace"), f"{log} shows no task"
-
-
-def _executor_environments() -> list[bytes]:
-    """The environment of every executor JVM running on this machine (``/proc/<pid>/environ``)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and b"CoarseGrainedExecutorBackend" in (proc / "cmdline").read_bytes():
-                found.append((proc / "environ").read_bytes())
-        except OSError:  # gone meanwhile
-            continue
-    return found
-
-
-def test_password_env_is_resolved_on_the_driver_where_the_executors_lack_the_variable(spark, py_cluster) -> None:
-    """docs/security.md, "Spark connector": ``passwordEnv`` names an environment variable of the driver and is
-    resolved there; the executors, which run under the worker's environment without it, write and read the
-    ledgers with that password. A variable the driver lacks fails with the option's error."""
-    from pyspark.sql import functions as F
-
-    from bkspark.errors import UnauthorizedAccessError
-
-    uri = py_cluster.metadata_service_uri
-    environments = _executor_environments()
-    assert len(environments) == 2 and not any(f"{DRIVER_PASSWORD_ENV}=".encode() in env for env in environments)
-    df = spark.range(0, 200, 1, 2).select(F.expr("cast(concat('pw-', cast(id as string)) as binary)").alias("payload"))
-    df.write.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", "password-env").option(
-        "passwordEnv", DRIVER_PASSWORD_ENV).mode("append").save()
-    back = spark.read.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", "password-env").option(
-        "passwordEnv", DRIVER_PASSWORD_ENV).load()
-    assert sorted(bytes(r.payload) for r in back.select("payload").collect()) == sorted(
-        f"pw-{i}".encode() for i in range(200))
-    with BookKeeper(uri) as bk:
-        manifest = DatasetRegistry(client_zk(bk), client_root(bk)).manifest("password-env")
-        assert manifest is not None and len(manifest.ledgers) == 2
-        scope, ledger_id = manifest.ledgers[0]
-        assert len(list(bk.open_ledger(ledger_id, password=DRIVER_PASSWORD.encode()).read(0, 0))) == 1
-        with pytest.raises(UnauthorizedAccessError):
-            list(bk.open_ledger(ledger_id, password=b"another-password").read(0, 0))
-    with pytest.raises(Exception, match="environment variable for .* is not set"):
-        spark.read.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", "password-env").option(
-            "passwordEnv", "BKSPARK_NO_SUCH_VARIABLE").load().collect()
