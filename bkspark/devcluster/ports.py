@@ -7,7 +7,7 @@ so two shards never hand out the same port, whatever their timing. Subprocesses 
 
 Two runs at once on one machine (two ``make test``, a benchmark beside tests) are kept apart by a reservation:
 every port handed out is also claimed in a directory the whole machine shares (:func:`reservation_dir`), one file
-per port created with ``O_EXCL``, holding the claimer's pid.  Another process skips a claimed port until its
+per port, linked in whole (a file already written), holding the claimer's pid.  Another process skips a claimed port until its
 claim expires (:data:`RESERVATION_SECONDS`: by then the server has bound the port, and the bind check sees it
 taken) or its claimer has exited.  Where the directory cannot be used, ports are handed out as before, with one
 warning.
