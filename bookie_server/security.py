@@ -6,7 +6,9 @@
   served in plain text, as a Java bookie does.
 * SASL (``bookieAuthProviderFactoryClass``): until the DIGEST-MD5 or GSSAPI exchange completes, only AUTH and
   START_TLS pass (``AuthHandler.ServerSideHandler``): a v2 add or read gets EUA, any other v2 request
-  closes the connection, any other v3 request gets EUA.  Wrong credentials: EUA and close (v3), close (v2).
+  closes the connection, any other v3 request gets EUA.  Wrong credentials: EUA and close (v3), close (v2);
+  a Kerberos principal refused at GSSAPI's last step (``saslJaasClientAllowedIds``) keeps the connection
+  open and unauthenticated, so that the client's requests get EUA, as from Java's bookie.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ class ConnectionSecurity:
         except (AuthenticationError, ProtocolError) as exc:
             conn.metrics.protocol_errors.inc()
             log.warning("SASL authentication of %s failed: %s", conn.peer, exc)
+            if getattr(self._sasl, "refused_after_client_completed", False):
+                return  # GSSAPI: the client sent its last token; its requests get EUA (Java's bookie does the same)
             if v3_request is not None:
                 conn._send_v3(v3.error_response(v3_request, pb.EUA))
                 conn._flush()

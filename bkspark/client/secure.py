@@ -8,9 +8,8 @@ As Java's ``PerChannelBookieClient`` / ``AuthHandler.ClientSideHandler`` (docs/s
 2. SASL: AUTH messages (v2 opcode 3 on a v2 connection, v3 ``authRequest`` on a v3 one) with plugin
    name ``sasl`` until the DIGEST-MD5 or GSSAPI exchange completes.  A bookie without authentication
    answers ``AuthDisabledPlugin``, which counts as authenticated (as in Java), with a WARNING.  GSSAPI
-   names the bookie ``bookkeeper/<name>`` where ``<name>`` is the reverse look-up of its address, as
-   Java's ``InetSocketAddress.getHostName`` gives it; its steps (which may ask the KDC for a ticket)
-   run off the event loop.  The exchange ends when the bookie's last token is checked (DIGEST-MD5's
+   names the bookie ``bookkeeper/<host>`` with the host of its address as given (Java's client does
+   the same); its steps (which may ask the KDC for a ticket) run off the event loop.  The exchange ends when the bookie's last token is checked (DIGEST-MD5's
    ``rspauth``) or when the client has sent its last one (GSSAPI's security-layer choice, which the
    bookie does not answer).
 
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -90,22 +88,11 @@ async def _start_tls(conn: BookieConnection, security: ClientSecurity, host: str
         raise TlsHandshakeError("TLS handshake with bookie failed" + hint, bookie_id=conn.bookie_id, error=reason) from None
 
 
-def _reverse_name(host: str) -> str:
-    """The name Java's client gives the bookie's address (``InetSocketAddress.getHostName``): its reverse
-    look-up, or the address itself when there is none."""
-    try:
-        address = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
-        return socket.getnameinfo((address, 0), socket.NI_NAMEREQD)[0]
-    except OSError:
-        return host
-
-
 async def _sasl(conn: BookieConnection, security: ClientSecurity, host: str) -> None:
     assert security.sasl is not None
     loop = asyncio.get_running_loop()
     if security.sasl.mechanism == "GSSAPI":
-        name = await loop.run_in_executor(None, _reverse_name, host)
-        mech: Any = await loop.run_in_executor(None, security.sasl.new_exchange, name)
+        mech: Any = await loop.run_in_executor(None, security.sasl.new_exchange, host)
     else:
         mech = security.sasl.new_exchange()
 

@@ -4,7 +4,9 @@ Java's ``SASLClientProviderFactory`` / ``SASLBookieAuthProviderFactory`` choose 
 DIGEST-MD5 when the JAAS login of their section yields a Kerberos principal (a ``Krb5LoginModule``
 section). The tokens travel in the same AUTH messages as DIGEST-MD5's (docs/security.md, "Kerberos"):
 
-1. client -> bookie: the GSS-API context's first token (an AP-REQ for ``bookkeeper/<host>@REALM``);
+1. client -> bookie: the GSS-API context's first token (an AP-REQ for ``bookkeeper/<host>@REALM``, where
+   ``<host>`` is the host part of the bookie's address as the client connects to it, ``127.0.0.1`` or a
+   name, not canonicalised, and REALM the client's own realm: Java's ``SaslClientState`` does the same);
 2. bookie -> client: the bookie's answer (an AP-REP: we always ask the bookie to prove itself); the
    client answers with an empty token once its context is established;
 3. bookie -> client: a wrapped 4-byte offer (security layers, maximum buffer); client -> bookie: a
@@ -175,7 +177,12 @@ class GssapiClient:
         self.service_principal = f"{service}/{host}"
         try:
             self.username = str(credentials.name)
-            target = gssapi.Name(f"{service}@{host}", gssapi.NameType.hostbased_service)
+            # As Java's SaslClientState: ``<service>/<host>`` in the client's own realm, the host exactly as the
+            # bookie's address names it (no canonicalisation, whatever krb5.conf says).
+            realm = self.username.rpartition("@")[2]
+            target = gssapi.Name(
+                f"{service}/{host}@{realm}" if realm else f"{service}/{host}", gssapi.NameType.kerberos_principal
+            )
             self._ctx = gssapi.SecurityContext(
                 name=target, creds=credentials, usage="initiate",
                 flags=gssapi.RequirementFlag.mutual_authentication,
@@ -230,6 +237,8 @@ class GssapiServer:
         self._offered = False
         self._await_empty = False
         self.complete = False
+        #: True when the exchange failed at the client's last token (see :meth:`evaluate`).
+        self.refused_after_client_completed = False
         #: The client's principal (``name@REALM``) once :attr:`complete`.
         self.user: str | None = None
 
@@ -260,6 +269,9 @@ class GssapiServer:
             choice = bytes(self._ctx.unwrap(token).message)
         except errors as exc:
             raise _wrap_error("Kerberos authentication of the client failed", exc) from None
+        # From here on the client holds itself authenticated (it sent its last token): a refusal leaves the
+        # connection open and unauthenticated, so that its requests get EUA, as from Java's bookie.
+        self.refused_after_client_completed = True
         if len(choice) < 4 or not choice[0] & _NO_SECURITY_LAYER:
             raise AuthenticationError("the client chose a GSSAPI security layer that was not offered")
         principal = str(self._ctx.initiator_name)
@@ -272,6 +284,7 @@ class GssapiServer:
             raise AuthenticationError(
                 "SASL user not allowed by saslJaasClientAllowedIds", user=principal, pattern=self._allowed.pattern
             )
+        self.refused_after_client_completed = False
         self.complete = True
         self.user = principal
         return None

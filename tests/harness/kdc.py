@@ -5,8 +5,8 @@ Debian's ``krb5-kdc`` and ``krb5-admin-server`` provide ``kdb5_util``, ``kadmin.
 ``krb5.conf`` (clients and JVMs read it through ``KRB5_CONFIG`` / ``-Djava.security.krb5.conf``) and
 ``kdc.conf``; the KDC listens on a free port, UDP and TCP, and is stopped by :meth:`Kdc.stop`.
 
-``krb5.conf`` turns off every DNS look-up and reverse canonicalisation, so that a service principal is
-``bookkeeper/localhost@REALM`` on every machine (docs/security.md, "Kerberos").
+``krb5.conf`` turns off every DNS look-up and canonicalisation: the realm's principals are exactly the
+names the tests give them, on every machine (docs/security.md, "Kerberos").
 """
 
 from __future__ import annotations
