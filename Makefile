@@ -23,11 +23,11 @@ TEST_WORKERS ?= 2
 
 export BKSPARK_CACHE := $(CACHE)
 
-.PHONY: all setup venv zookeeper java jars jars-unlocked kafka-jars proto test unit compat fault campaign demo bench clean
+.PHONY: all setup venv kerberos zookeeper java jars jars-unlocked kafka-jars proto test unit compat fault campaign demo bench clean
 
 all: test
 
-setup: venv zookeeper jars
+setup: venv zookeeper jars kerberos
 
 venv: $(VENV)/.ok
 # setup.py and the C sources: pip install -e builds bkspark/protocol/_speedups and bookie_server/_speedups
@@ -38,6 +38,20 @@ $(VENV)/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c bkspark/protoc
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,dev]' --config-settings editable_mode=compat
 	touch $@
+
+# Kerberos (SASL GSSAPI, docs/security.md): MIT's KDC and tools for the tests' realm (tests/harness/kdc.py), and
+# the `kerberos` extra (python-gssapi, built from source against libkrb5-dev: PyPI has no Linux wheel). Not root
+# and no packages: one line, and the Kerberos tests say why they skip.
+kerberos: venv
+	@if ! command -v krb5kdc >/dev/null && [ ! -x /usr/sbin/krb5kdc ] || ! command -v krb5-config >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null; then \
+	    $(SUDO) apt-get -o DPkg::Lock::Timeout=900 update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get \
+	      -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends krb5-kdc krb5-admin-server krb5-user \
+	      libkrb5-dev >/dev/null || echo "bkspark: could not install MIT Kerberos; the Kerberos tests will skip"; \
+	  else echo "bkspark: not root: MIT Kerberos not installed; the Kerberos tests will skip"; fi; fi
+	@$(PY) -c 'import gssapi' 2>/dev/null || { command -v krb5-config >/dev/null \
+	  && $(PY) -m pip install -q 'gssapi>=1.8' >/dev/null \
+	  || echo "bkspark: the gssapi package could not be built; the Kerberos tests will skip"; }
 
 # Java 17+ runs ZooKeeper and Apache BookKeeper; Maven resolves the BookKeeper jars.
 java:

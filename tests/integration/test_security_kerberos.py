@@ -290,3 +290,14 @@ def test_kdc_down_is_a_clear_error(python_krb, kdc, jaas, tmp_path) -> None:  # 
     finally:
         kdc.start()
     _nothing_written(python_krb.metadata_service_uri, jaas, ledger_id)
+
+
+def test_bookie_keytab_without_its_principal_fails_at_start(kdc, keytabs, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A bookie whose keytab does not hold its principal's key stops at start with a typed error (docs/security.md)."""
+    from bkspark.errors import InvalidOptionError
+    from bkspark.security.auth import BookieSecurity
+
+    jaas_file = tmp_path / "bookie.conf"
+    jaas_file.write_text(_krb5_section("Bookie", "bookkeeper/elsewhere", keytabs[CLIENT]))
+    with pytest.raises(InvalidOptionError, match="cannot read the bookie's Kerberos key"):
+        BookieSecurity.from_conf({**SASL_BOOKIE, "java.security.auth.login.config": str(jaas_file)})
