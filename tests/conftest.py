@@ -12,7 +12,7 @@ import re
 import signal
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -150,6 +150,22 @@ def java_cluster_factory(
         yield factory
     finally:
         factory.close()
+
+
+@pytest.fixture(scope="module")
+def module_roots(zookeeper: ZooKeeperServer) -> Iterator[Callable[[str], ZkRoot]]:
+    """``module_roots(name)`` formats a fresh root on the session's ZooKeeper; all are closed with the module
+    (one root per cluster of a module that runs several, e.g. one bookie per security set-up)."""
+    made: list[ZkRoot] = []
+
+    def new(name: str) -> ZkRoot:
+        root = _new_root(zookeeper, name)
+        made.append(root)
+        return root
+
+    yield new
+    for root in made:
+        root.close()
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ is served in plain text, so each bookie covers "with TLS" and "without".
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Iterator
@@ -25,15 +24,12 @@ import pytest
 
 from bkspark.client import BookKeeper
 from bkspark.errors import AuthenticationError, BKError, UnauthorizedAccessError
-from tests.conftest import _new_root
 from tests.harness.kdc import REALM, Kdc, kdc_available, start_kdc
-from tests.harness.python_bookie import PythonBookieCluster
-from tests.harness.security import make_pki, tls_bookie_conf, tls_client_conf
+from tests.harness.security import make_pki, one_python_bookie, run_java_client, tls_bookie_conf, tls_client_conf
 
 pytestmark = [pytest.mark.compat, pytest.mark.integration, pytest.mark.kerberos]
 
 VERSIONS = ["4.17.3", "4.18.2"]
-JAVA_CLIENT = "bkspark.tools.JavaClient"
 SASL_BOOKIE = {"bookieAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory"}
 SASL_CLIENT = {"clientAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLClientProviderFactory"}
 CLIENT = "bkclient-bookkeeper"
@@ -102,25 +98,11 @@ def pki(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-de
 
 
 @pytest.fixture(scope="module")
-def roots(zookeeper):  # type: ignore[no-untyped-def]
-    made = []
-
-    def new(name: str):  # type: ignore[no-untyped-def]
-        root = _new_root(zookeeper, name)
-        made.append(root)
-        return root
-
-    yield new
-    for root in made:
-        root.close()
-
-
-@pytest.fixture(scope="module")
-def java_krb(module_java_cluster_factory, roots, kdc, jaas, pki):  # type: ignore[no-untyped-def]
+def java_krb(module_java_cluster_factory, module_roots, kdc, jaas, pki):  # type: ignore[no-untyped-def]
     """One Java bookie per version with a Kerberos Bookie section and TLS (plain-text clients still served)."""
     out = {}
     for version in VERSIONS:
-        root = roots(f"java-krb-{version}")
+        root = module_roots(f"java-krb-{version}")
         module_java_cluster_factory(
             version, bookies=1, root=root, journal_sync_data=False,
             conf_overrides={**tls_bookie_conf(pki), **SASL_BOOKIE},
@@ -131,15 +113,11 @@ def java_krb(module_java_cluster_factory, roots, kdc, jaas, pki):  # type: ignor
 
 
 @pytest.fixture(scope="module")
-def python_krb(roots, kdc, jaas, pki, tmp_path_factory):  # type: ignore[no-untyped-def]
+def python_krb(module_roots, kdc, jaas, pki, tmp_path_factory):  # type: ignore[no-untyped-def]
     """A bkspark bookie with a Kerberos Bookie section and TLS."""
-    root = roots("py-krb")
+    root = module_roots("py-krb")
     conf = {**tls_bookie_conf(pki), **SASL_BOOKIE, "java.security.auth.login.config": str(jaas)}
-    with PythonBookieCluster(
-        root.metadata_service_uri, tmp_path_factory.mktemp("pykrb"), bookies=1, journal_sync_data=False,
-        conf_overrides=conf,
-    ) as cluster:
-        cluster.start_all()
+    with one_python_bookie(root.metadata_service_uri, tmp_path_factory.mktemp("pykrb"), conf):
         yield root
 
 
@@ -176,18 +154,8 @@ def test_bkspark_client_to_bkspark_kerberos_bookie(python_krb, jaas, pki, v2_pro
 
 
 def _java(java_tools, version: str, uri: str, conf: dict[str, object], jaas_file: Path, kdc: Kdc, *args: str):  # type: ignore[no-untyped-def]
-    proc = java_tools.run(
-        version, JAVA_CLIENT, *args, metadata_service_uri=uri, conf=conf,
-        jvm_args=[f"-Djava.security.auth.login.config={jaas_file}", *kdc.jvm_args], timeout=180,
-    )
-    events = []
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                pass
-    return proc, events
+    jvm_args = [f"-Djava.security.auth.login.config={jaas_file}", *kdc.jvm_args]
+    return run_java_client(java_tools, version, uri, conf, jvm_args, *args)
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
@@ -215,7 +183,7 @@ def test_java_client_to_bkspark_kerberos_bookie(java_tools, python_krb, jaas, pk
 # -- refusals: a typed error, nothing written ------------------------------------------------------------------
 
 
-def _refused(uri: str, conf: dict[str, object], error: type[BKError], match: str = "") -> int:
+def _refused(uri: str, conf: dict[str, object], error: type[BKError], match: str | None = None) -> int:
     """The client's first write fails with ``error`` (its message holding ``match``) and ends the ledger's writes."""
     with BookKeeper(uri, {**conf, "addEntryTimeoutSec": 10}) as bk:
         lh = bk.create_ledger(1, 1, 1, password=b"pw")
