@@ -31,7 +31,7 @@ import pytest
 
 from tests.harness.java_bookkeeper import cache_dir
 from tests.harness.python_bookie import PythonBookieCluster
-from tests.harness.zookeeper import ZooKeeperServer, init_new_cluster
+from tests.integration.test_connector_standalone import py_cluster  # noqa: F401 - three Python bookies, own root
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(2400)]
 
@@ -39,7 +39,6 @@ REPO = Path(__file__).resolve().parents[2]
 #: What the sdist is built from (MANIFEST.in says what of it goes in).
 PACKAGE_FILES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "CHANGELOG.md", "bkspark",
                  "bookie_server", "pyspark_bookkeeper")
-ROOT = "/bk-wheel-install"
 
 
 def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -146,16 +145,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
 
 
 @pytest.fixture(scope="module")
-def uri(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    zk = zookeeper.client()
-    try:
-        init_new_cluster(zk, ROOT)
-    finally:
-        zk.stop()
-        zk.close()
-    metadata_service_uri = f"zk+hierarchical://{zookeeper.connect_string}{ROOT}"
-    with PythonBookieCluster(metadata_service_uri, tmp_path_factory.mktemp("wheel-bookies"), bookies=3):
-        yield metadata_service_uri
+def uri(py_cluster: PythonBookieCluster) -> str:  # noqa: F811
+    return py_cluster.metadata_service_uri
 
 
 def test_the_wheel_is_what_it_says(installed: Installed) -> None:
