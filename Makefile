@@ -3,6 +3,7 @@
 #   make demo    - local ZooKeeper + bookies, a DataFrame written to ledgers and read back
 #   make compat  - only the tests against Apache BookKeeper's Java bookies, client and shell
 #   make bench   - side-by-side benchmarks (bench/), incl. Apache Kafka via `make kafka-jars` (bench only)
+#   make dist    - an sdist and a wheel in dist/
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -156,6 +157,13 @@ demo: venv zookeeper
 BENCH_ARGS ?=
 bench: setup kafka-jars
 	$(PY) -m bench.run_all --update-md BENCHMARKS.md $(BENCH_ARGS)
+
+# An sdist and a wheel in dist/ (PEP 517, `python -m build`: the wheel is built from the sdist, so the sdist is
+# known to be complete); the wheel carries the compiled fast paths of the machine that builds it (setup.py).
+.PHONY: dist
+dist: venv
+	rm -rf dist
+	$(PY) -m build --outdir dist .
 
 clean:
 	rm -rf $(VENV) $(CACHE) .pytest_cache .hypothesis build bkspark/protocol/_speedups*.so bookie_server/_speedups*.so
