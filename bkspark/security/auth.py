@@ -17,10 +17,12 @@ from bkspark.protocol.sasl import DEFAULT_ALLOWED_IDS, SASL_HOST, DigestMd5Clien
 from bkspark.security import jaas
 from bkspark.security.kerberos import (
     DEFAULT_SERVICE_NAME,
+    KRB5_CONF_KEY,
     SERVICE_NAME_KEY,
     GssapiClient,
     GssapiServer,
     KerberosLogin,
+    use_krb5_conf,
 )
 from bkspark.security.secrets import Secret
 from bkspark.security.tls import TlsContextProvider, TlsSettings, lookup
@@ -48,6 +50,7 @@ AUTH_KEYS: tuple[str, ...] = (
     "saslJaasClientAllowedIds",
     "clientRole",
     SERVICE_NAME_KEY,
+    KRB5_CONF_KEY,
     jaas.JAAS_CONFIG_KEY,
 )
 
@@ -102,6 +105,7 @@ class ClientSasl:
         path = _jaas_file(conf, "SASL")
         login = jaas.kerberos_login(path, section)
         if login is not None:
+            use_krb5_conf(lookup(conf, KRB5_CONF_KEY))
             service = str(lookup(conf, SERVICE_NAME_KEY, DEFAULT_SERVICE_NAME)).strip() or DEFAULT_SERVICE_NAME
             return cls(login.principal or "", None, section, login, service)
         user, password = jaas.client_credentials(path, section)
@@ -144,6 +148,7 @@ class BookieSasl:
             raise InvalidOptionError("bad saslJaasClientAllowedIds pattern", error=str(exc)) from None
         login = jaas.kerberos_login(path, section)
         if login is not None:
+            use_krb5_conf(lookup(conf, KRB5_CONF_KEY))
             return cls({}, allowed, section, login.acceptor_credentials())
         return cls(jaas.bookie_credentials(path, section), allowed, section)
 

@@ -25,6 +25,7 @@ KDC; :attr:`GssapiClient.may_block` tells the caller to step it off the event lo
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Mapping
@@ -35,6 +36,8 @@ from bkspark.errors import AuthenticationError, InvalidOptionError
 
 __all__ = [
     "KRB5_LOGIN_MODULE",
+    "KRB5_CONF_KEY",
+    "use_krb5_conf",
     "SERVICE_NAME_KEY",
     "DEFAULT_SERVICE_NAME",
     "KerberosLogin",
@@ -48,6 +51,11 @@ KRB5_LOGIN_MODULE = "com.sun.security.auth.module.Krb5LoginModule"
 #: configuration key of the same name.
 SERVICE_NAME_KEY = "bookkeeper.sasl.servicename"
 DEFAULT_SERVICE_NAME = "bookkeeper"
+
+#: Java's JVM property naming the Kerberos configuration; bkspark's key of the same name sets MIT Kerberos'
+#: ``KRB5_CONFIG`` for the process (a Spark executor's Python worker is started before any option is read).
+KRB5_CONF_KEY = "java.security.krb5.conf"
+_KRB5_ENV = "KRB5_CONFIG"
 
 #: RFC 4752 §3.1: the security-layer bit for "no security layer".
 _NO_SECURITY_LAYER = 1
@@ -64,6 +72,26 @@ def gssapi_module() -> Any:
             error=str(exc),
         ) from None
     return gssapi
+
+
+def use_krb5_conf(path: str | None) -> None:
+    """Point this process's Kerberos library at ``path`` (``java.security.krb5.conf``), as Java's system property does.
+
+    MIT Kerberos reads ``$KRB5_CONFIG`` whenever it makes a context. A process has one: a second, different
+    path is an error, never a silent switch under a running client.
+    """
+    if not path:
+        return
+    path = os.path.abspath(path)
+    if not os.path.isfile(path):
+        raise InvalidOptionError("the Kerberos configuration file does not exist", key=KRB5_CONF_KEY, path=path)
+    current = os.environ.get(_KRB5_ENV)
+    if current and os.path.abspath(current) != path:
+        raise InvalidOptionError(
+            f"{KRB5_CONF_KEY} names another Kerberos configuration than this process's ${_KRB5_ENV}",
+            key=KRB5_CONF_KEY, path=path, current=current,
+        )
+    os.environ[_KRB5_ENV] = path
 
 
 def _java_bool(value: Any, default: bool) -> bool:

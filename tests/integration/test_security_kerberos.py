@@ -9,6 +9,8 @@ is served in plain text, so each bookie covers "with TLS" and "without".
 
 * bkspark client -> Java bookie and bkspark bookie, v2 and v3, with and without TLS;
 * Java client -> bkspark bookie, with and without TLS (writes over v2, reads over v3);
+* a Spark job writes and reads a dataset on the Kerberized bookie, its executors given the keytab by a path
+  every node has and the Kerberos configuration by ``bookkeeper.java.security.krb5.conf``;
 * refusals, each a typed error and nothing written: a principal that ``saslJaasClientAllowedIds``
   refuses, a keytab whose key the KDC no longer has, an expired ticket cache, a KDC that is down.
 """
@@ -26,6 +28,7 @@ from bkspark.client import BookKeeper
 from bkspark.errors import AuthenticationError, BKError, UnauthorizedAccessError
 from tests.harness.kdc import REALM, Kdc, kdc_available, start_kdc
 from tests.harness.security import make_pki, one_python_bookie, run_java_client, tls_bookie_conf, tls_client_conf
+from tests.integration.test_connector_spark import spark  # noqa: F401 - the Spark fixture
 
 pytestmark = [pytest.mark.compat, pytest.mark.integration, pytest.mark.kerberos]
 
@@ -269,3 +272,34 @@ def test_bookie_keytab_without_its_principal_fails_at_start(kdc, keytabs, tmp_pa
     jaas_file.write_text(_krb5_section("Bookie", "bookkeeper/elsewhere", keytabs[CLIENT]))
     with pytest.raises(InvalidOptionError, match="cannot read the bookie's Kerberos key"):
         BookieSecurity.from_conf({**SASL_BOOKIE, "java.security.auth.login.config": str(jaas_file)})
+
+
+def test_spark_job_writes_and_reads_a_dataset_on_a_kerberized_bookie(spark, python_krb, kdc, jaas) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """Executors authenticate with the keytab the JAAS file names (a path every node has) and take the realm's
+    krb5.conf from the ``java.security.krb5.conf`` key, not from an environment they were started without.
+    The options name files only: no secret is in the plan."""
+    options = {
+        "metadataServiceUri": python_krb.metadata_service_uri,
+        "dataset": "kerberized",
+        "bookkeeper.clientAuthProviderFactoryClass": SASL_CLIENT["clientAuthProviderFactoryClass"],
+        "bookkeeper.java.security.auth.login.config": str(jaas),
+        "bookkeeper.java.security.krb5.conf": str(kdc.krb5_conf),
+    }
+    rows = spark.range(200).selectExpr("CAST(CONCAT('krb-', id) AS BINARY) AS payload")
+    quorums = {"ensembleSize": "1", "writeQuorumSize": "1", "ackQuorumSize": "1"}
+    rows.write.format("bookkeeper").options(**options, **quorums).mode("append").save()
+    back = spark.read.format("bookkeeper").options(**options).load()
+    assert sorted(r.payload.decode() for r in back.select("payload").collect()) == sorted(f"krb-{i}" for i in range(200))
+
+
+def test_krb5_conf_key_is_checked(kdc, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from bkspark.errors import InvalidOptionError
+    from bkspark.security.kerberos import use_krb5_conf
+
+    with pytest.raises(InvalidOptionError, match="does not exist"):
+        use_krb5_conf(str(tmp_path / "missing.conf"))
+    other = tmp_path / "other.conf"
+    other.write_text("[libdefaults]\n")
+    with pytest.raises(InvalidOptionError, match="another Kerberos configuration"):
+        use_krb5_conf(str(other))  # this process already uses the test realm's
+    use_krb5_conf(str(kdc.krb5_conf))  # the same one again: fine
