@@ -32,7 +32,18 @@ def pulsar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulsarStandalon
     try:
         yield broker
     finally:
+        _drop_cached_client(broker)
         broker.stop()
+
+
+def _drop_cached_client(broker: PulsarStandalone) -> None:
+    """Close this process's cached client of the module's reads while its ZooKeeper still runs."""
+    from bkspark.datasource.clients import evict_client
+    from bkspark.datasource.pulsar_options import parse_pulsar_read_options
+    from bkspark.datasource.pulsar_reader import client_settings
+
+    options = parse_pulsar_read_options({"metadataServiceUri": broker.metadata_service_uri, "topic": "t"})
+    evict_client(options.metadata_service_uri, client_settings(options))
 
 
 @pytest.fixture(scope="module")
@@ -184,15 +195,9 @@ def _tree(zk: Any, path: str = "/") -> dict[str, bytes]:
 def test_a_scan_writes_nothing_to_pulsars_zookeeper(spark: Any, pulsar: PulsarStandalone) -> None:
     """The whole tree (paths and data) is the same before and after a scan through fresh clients (Pulsar writes
     no /ledgers/LAYOUT; a BookKeeper client would create one); the idle broker writes nothing meanwhile."""
-    from bkspark.datasource.clients import evict_client
-    from bkspark.datasource.pulsar_options import parse_pulsar_read_options
-    from bkspark.datasource.pulsar_reader import client_settings
-
     topic = f"{NS}/untouched"
     produce(pulsar, topic, 30, batching=True, codec="ZSTD")
-    options = parse_pulsar_read_options({"metadataServiceUri": pulsar.metadata_service_uri, "topic": topic})
-    evict_client(options.metadata_service_uri, client_settings(options))  # this process's cached client: a new one
-    spark.sparkContext._jvm.System.gc()  # noqa: SLF001 - nothing to do with ZooKeeper; a pause before the snapshot
+    _drop_cached_client(pulsar)  # this process's planner opens a new client during the scan
     zk = pulsar.zookeeper.client()
     try:
         before = _tree(zk)
