@@ -300,3 +300,30 @@ def test_retention_deleting_the_oldest_ledgers(spark: Any, pulsar: PulsarStandal
             for b in batch.to_pylist()]
     assert [r["value"] for r in kept] == [m["value"] for m in after]
     assert_rows_equal_reader(read(spark, pulsar, topic=topic), after)
+
+
+def test_chunked_messages_are_put_back_together(spark: Any, pulsar: PulsarStandalone) -> None:
+    """A message larger than the broker's maxMessageSize (64 KiB here) is written as chunks, one entry each; the
+    scan returns it whole with the Reader's message id, also when the plan cuts between its chunks (the slice
+    holding its first chunk reads on for the rest, the next slice skips them)."""
+    import random
+
+    import pulsar as pulsar_client
+
+    topic = f"{NS}/chunked"
+    rng = random.Random(43)
+    client = pulsar_client.Client(pulsar.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False, chunking_enabled=True,
+                                          compression_type=pulsar_client.CompressionType.LZ4)
+        producer.send(b"before")
+        for size in (150_000, 70_000):
+            producer.send(rng.randbytes(size), properties={"size": str(size)}, partition_key=f"big-{size}")
+        producer.send(b"after")
+        producer.close()
+    finally:
+        client.close()
+    oracle = reader_messages(pulsar.service_url, topic)
+    assert [len(m["value"]) for m in oracle] == [6, 150_000, 70_000, 5]
+    for options in ({}, {"maxEntriesPerPartition": "2"}, {"maxEntriesPerPartition": "1"}):
+        assert_rows_equal_reader(read(spark, pulsar, topic=topic, **options), oracle)
