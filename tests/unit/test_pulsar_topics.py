@@ -141,3 +141,65 @@ def test_read_options() -> None:
     ]:
         with pytest.raises(InvalidOptionError, match=match):
             parse_pulsar_read_options(bad)
+
+
+class _Versioned:
+    def __init__(self, last_entry_id: int) -> None:
+        from types import SimpleNamespace
+
+        self.metadata = SimpleNamespace(state=SimpleNamespace(name="CLOSED"), last_entry_id=last_entry_id,
+                                        length=10 * (last_entry_id + 1))
+
+
+class _FakeClient:
+    """What PulsarReader.partitions uses of a client: the store's ZooKeeper, root and multi reads of metadata."""
+
+    def __init__(self, zk: FakeZk, ledgers: dict[int, int]) -> None:
+        from types import SimpleNamespace
+
+        self.store = SimpleNamespace(zk=zk, root="/ledgers", read_many_ledger_metadata=self._read)
+        self.ledgers = ledgers
+
+    def _read(self, wanted: list[tuple[int, int]]):  # type: ignore[no-untyped-def]
+        return [(scope, lid, _Versioned(self.ledgers[lid]) if lid in self.ledgers else None) for scope, lid in wanted]
+
+
+def test_planning_follows_fail_on_data_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At planning: a ledger offloaded and deleted from BookKeeper, or listed but without BookKeeper metadata, is
+    data loss (an error naming topic and ledger, or skipped with failOnDataLoss=false); an offloaded ledger still
+    on the bookies is read."""
+    from bkspark.datasource import pulsar_reader
+    from bkspark.datasource.planning import partition_slices
+    from bkspark.pulsar.errors import PulsarDataLossError
+
+    info = ManagedLedgerInfo()
+    info.ledgerInfo.add(ledgerId=1, entries=5)
+    offloaded = info.ledgerInfo.add(ledgerId=2, entries=5)
+    offloaded.offloadContext.complete = True
+    gone = info.ledgerInfo.add(ledgerId=3, entries=5)
+    gone.offloadContext.complete = gone.offloadContext.bookkeeperDeleted = True
+    info.ledgerInfo.add(ledgerId=4, entries=5)  # listed, but its metadata is gone
+    info.ledgerInfo.add(ledgerId=5, entries=5)
+    zk = FakeZk({"/managed-ledgers/public/default/persistent/t": info.SerializeToString()})
+    client = _FakeClient(zk, {1: 4, 2: 4, 5: 4})
+    monkeypatch.setattr("bkspark.datasource.clients.get_client", lambda uri, conf: client)
+
+    def plan(**options: str) -> list[int]:
+        reader = pulsar_reader.PulsarReader(parse_pulsar_read_options(
+            {"metadataServiceUri": "zk:127.0.0.1:1", "topic": "t", **options}))
+        return [s.ledger_id for p in reader.partitions() for s in partition_slices(p)]
+
+    with pytest.raises(PulsarDataLossError, match="ledger 3 of topic persistent://public/default/t"):
+        plan()
+    client.ledgers[3] = 4  # still deleted from BookKeeper per the info: the flag decides
+    with pytest.raises(PulsarDataLossError, match="ledger 3 "):
+        plan()
+    info.ledgerInfo[2].offloadContext.bookkeeperDeleted = False
+    zk.nodes["/managed-ledgers/public/default/persistent/t"] = info.SerializeToString()
+    with pytest.raises(PulsarDataLossError, match="ledger 4 of topic persistent://public/default/t no longer exists"):
+        plan()
+    assert plan(failOnDataLoss="false") == [1, 2, 3, 5]
+    info.ledgerInfo[2].offloadContext.bookkeeperDeleted = True
+    zk.nodes["/managed-ledgers/public/default/persistent/t"] = info.SerializeToString()
+    assert plan(failOnDataLoss="false") == [1, 2, 5]
+    assert set(zk.calls) <= {"get", "get_children"}
