@@ -28,6 +28,7 @@ _NUMBERS = {
     "maxPartitions": (0, 1, MAX_PARTITIONS),
     "batchMaxCount": (1000, 1, (1 << 31) - 1),
     "batchMaxSize": (4 * 1024 * 1024, 1024, INT64_MAX),
+    "publishTimeSkewMs": (60_000, 0, INT64_MAX),
 }
 _FLAGS = {"failOnDataLoss": True, "batchReadEnabled": True}
 _KNOWN = {k.lower() for k in (*_NUMBERS, *_FLAGS)} | {
@@ -61,6 +62,8 @@ class PulsarReadOptions:
     batch_max_count: int = 1000
     batch_max_size: int = 4 * 1024 * 1024
     client_conf: tuple[tuple[str, str], ...] = ()
+    #: How far ahead of the broker's clock a producer's may be, for ``__publishTime`` pruning (docs/pulsar.md).
+    publish_time_skew_ms: int = 60_000
 
 
 def _bad(option: str, value: object, fix: str) -> InvalidOptionError:
@@ -134,5 +137,6 @@ def parse_pulsar_read_options(options: Mapping[str, str | None]) -> PulsarReadOp
         batch_read_enabled=_flag(opts, "batchReadEnabled"),
         batch_max_count=_number(opts, "batchMaxCount"),
         batch_max_size=_number(opts, "batchMaxSize"),
+        publish_time_skew_ms=_number(opts, "publishTimeSkewMs"),
         client_conf=tuple(sorted((k[len(_CLIENT_PREFIX):], v) for k, v in opts.items() if k.startswith(_CLIENT_PREFIX))),
     )

@@ -21,7 +21,7 @@ from bkspark.datasource.pulsar_options import PulsarReadOptions
 
 __all__ = [
     "PulsarReader", "PulsarSlice", "ROWS_PER_BATCH", "client_settings", "pulsar_schema", "pulsar_reader",
-    "pulsar_stream_reader",
+    "pulsar_stream_reader", "PulsarPushdownReader",
 ]
 
 #: Messages of one Arrow batch at most.
@@ -62,11 +62,14 @@ def _check_schema(schema: Any) -> None:
         )
 
 
-def pulsar_reader(options: Mapping[str, str | None], schema: Any) -> "PulsarReader":
+def pulsar_reader(options: Mapping[str, str | None], schema: Any, pushdown: bool = False) -> "PulsarReader":
+    """The reader of a Pulsar read; with ``pushdown`` (Spark's filter-pushdown planner) the one that defines
+    ``pushFilters`` (``__publishTime`` pruning)."""
     from bkspark.datasource.pulsar_options import parse_pulsar_read_options
 
     _check_schema(schema)
-    return PulsarReader(parse_pulsar_read_options(options))
+    parsed = parse_pulsar_read_options(options)
+    return PulsarPushdownReader(parsed) if pushdown else PulsarReader(parsed)
 
 
 def pulsar_stream_reader(options: Mapping[str, str | None], schema: Any) -> Any:
@@ -102,6 +105,16 @@ class PulsarReader(DataSourceReader):
 
     def __init__(self, options: PulsarReadOptions) -> None:
         self.options = options
+        #: The least ``__publishTime`` (ms) a pushed filter lets through, for ledger pruning; None: no such filter.
+        self.min_publish_ms: int | None = None
+
+    def _pruned(self, ledger: Any) -> bool:
+        """Whether none of a closed ledger's messages can pass a ``__publishTime >= X`` filter: it was closed
+        (``LedgerInfo.timestamp``, the broker's clock) more than ``publishTimeSkewMs`` before X, and every message
+        in it was published (the producer's clock) before it was closed."""
+        if self.min_publish_ms is None or ledger.timestamp_ms is None or ledger.entries is None:
+            return False
+        return ledger.timestamp_ms + self.options.publish_time_skew_ms < self.min_publish_ms
 
     # -- planning (driver) ------------------------------------------------
     def partitions(self) -> list[InputPartition]:
@@ -118,6 +131,8 @@ class PulsarReader(DataSourceReader):
             ledgers = resolver.ledgers(part) or []
             wanted = []
             for ledger in ledgers:
+                if self._pruned(ledger):
+                    continue
                 if ledger.bookkeeper_deleted:
                     error = data_loss(opts, topic, ledger.ledger_id, "was offloaded and deleted from BookKeeper")
                     if error is not None:
@@ -262,6 +277,39 @@ class PulsarReader(DataSourceReader):
                 f"{ledger_id} entry {entry_id} but its last chunk is not in the ledger's readable entries (its "
                 "chunks run into the next ledger, or are not written yet); see docs/pulsar.md, 'Chunked messages'"
             )
+
+
+class PulsarPushdownReader(PulsarReader):
+    """The reader with ``pushFilters``, used only when Spark's pushdown conf is on: a lower bound on
+    ``__publishTime`` (``>``, ``>=``, ``=``, ``IN``) prunes ledgers closed before it (:meth:`PulsarReader._pruned`).
+    Every filter is handed back, so Spark still applies it to the rows: pruning only skips ledgers."""
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:  # noqa: N802 - Spark's name
+        for filter_ in filters:
+            bound = _publish_time_lower_bound(filter_)
+            if bound is not None:
+                self.min_publish_ms = bound if self.min_publish_ms is None else max(self.min_publish_ms, bound)
+            yield filter_
+
+
+def _publish_time_lower_bound(filter_: Any) -> int | None:
+    """The least ``__publishTime`` in ms that ``filter_`` lets through, when it gives one (a timezone-aware
+    timestamp: Spark hands them so), else None."""
+    import datetime
+    import math
+
+    from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In
+
+    if getattr(filter_, "attribute", None) != ("__publishTime",):
+        return None
+    if not isinstance(filter_, (EqualTo, GreaterThan, GreaterThanOrEqual, In)):
+        return None
+    values = filter_.value if isinstance(filter_, In) else [filter_.value]
+    if not values or not all(
+        isinstance(v, datetime.datetime) and v.tzinfo is not None for v in values
+    ):
+        return None
+    return math.floor(min(v.timestamp() for v in values) * 1000)  # floor: never above the filter's bound
 
 
 def _entries(batch: Any) -> Iterator[tuple[int, memoryview]]:

@@ -86,7 +86,7 @@ class BookKeeperDataSource(DataSource):
         if is_pulsar_read(self.options):  # a Pulsar topic: docs/pulsar.md
             from bkspark.datasource.pulsar_reader import pulsar_reader
 
-            return pulsar_reader(self.options, schema)
+            return pulsar_reader(self.options, schema, pushdown=running_in_pushdown_planner())
         from bkspark.datasource.options import parse_read_options
         from bkspark.datasource.reader import BookKeeperPushdownReader, BookKeeperReader
         from bkspark.datasource.schema import check_user_schema

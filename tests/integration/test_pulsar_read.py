@@ -327,3 +327,48 @@ def test_chunked_messages_are_put_back_together(spark: Any, pulsar: PulsarStanda
     assert [len(m["value"]) for m in oracle] == [6, 150_000, 70_000, 5]
     for options in ({}, {"maxEntriesPerPartition": "2"}, {"maxEntriesPerPartition": "1"}):
         assert_rows_equal_reader(read(spark, pulsar, topic=topic, **options), oracle)
+
+
+def test_publish_time_filters_prune_ledgers_closed_before_them(spark: Any, pulsar: PulsarStandalone) -> None:
+    """``__publishTime >= X`` with Spark's pushdown on skips the ledgers closed more than publishTimeSkewMs before
+    X; the rows are those the Reader gives with that publish time, pushdown on or off."""
+    import datetime
+
+    import pulsar as pulsar_client
+    from pyspark.sql.datasource import GreaterThanOrEqual
+
+    from bkspark.datasource.planning import partition_slices
+    from bkspark.datasource.pulsar_options import parse_pulsar_read_options
+    from bkspark.datasource.pulsar_reader import PulsarPushdownReader
+
+    topic = f"{NS}/by-time"
+    client = pulsar_client.Client(pulsar.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(50):  # one at a time: each is published after the one before is stored
+            producer.send(f"t{i}".encode())
+        producer.close()
+    finally:
+        client.close()
+    oracle = reader_messages(pulsar.service_url, topic)
+    ledgers = sorted({m["ledger"] for m in oracle})
+    assert len(ledgers) >= 3
+    since = next(m["publish_time"] for m in oracle if m["ledger"] == ledgers[2])
+    wanted = [m for m in oracle if m["publish_time"] >= since]
+    reader = PulsarPushdownReader(parse_pulsar_read_options(
+        {"metadataServiceUri": pulsar.metadata_service_uri, "topic": topic, "publishTimeSkewMs": "0"}))
+    filters = [GreaterThanOrEqual(("__publishTime",), datetime.datetime.fromtimestamp(since / 1000, datetime.UTC))]
+    assert list(reader.pushFilters(filters)) == filters  # Spark still filters the rows
+    planned = {s.ledger_id for p in reader.partitions() for s in partition_slices(p)}
+    assert ledgers[0] not in planned and ledgers[2] in planned
+    when = datetime.datetime.fromtimestamp(since / 1000, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    for pushdown in ("true", "false"):
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", pushdown)
+        try:
+            df = (spark.read.format("bookkeeper").option("metadataServiceUri", pulsar.metadata_service_uri)
+                  .option("topic", topic).option("publishTimeSkewMs", "0").load()
+                  .where(f"__publishTime >= timestamp'{when}'")
+                  .selectExpr("*", "unix_millis(__publishTime) AS pt", "unix_millis(__eventTime) AS et"))
+            assert_rows_equal_reader([r.asDict() for r in df.collect()], wanted)
+        finally:
+            spark.conf.unset("spark.sql.python.filterPushdown.enabled")
