@@ -32,7 +32,8 @@ _NUMBERS = {
 }
 _FLAGS = {"failOnDataLoss": True, "batchReadEnabled": True}
 _KNOWN = {k.lower() for k in (*_NUMBERS, *_FLAGS)} | {
-    "metadataserviceuri", "topic", "topics", "topicspattern", "managedledgerdigesttype",
+    "metadataserviceuri", "topic", "topics", "topicspattern", "managedledgerdigesttype", "startingoffsets",
+    "endingoffsets",
     "managedledgerpassword",
 }
 
@@ -64,6 +65,10 @@ class PulsarReadOptions:
     client_conf: tuple[tuple[str, str], ...] = ()
     #: How far ahead of the broker's clock a producer's may be, for ``__publishTime`` pruning (docs/pulsar.md).
     publish_time_skew_ms: int = 60_000
+    #: ``startingOffsets`` (inclusive) and ``endingOffsets`` (exclusive) per topic or partition name:
+    #: (ledger, entry, batch index) positions; a topic not named reads from its start / to its LAC.
+    starting_offsets: tuple[tuple[str, tuple[int, int, int]], ...] = ()
+    ending_offsets: tuple[tuple[str, tuple[int, int, int]], ...] = ()
 
 
 def _bad(option: str, value: object, fix: str) -> InvalidOptionError:
@@ -138,5 +143,42 @@ def parse_pulsar_read_options(options: Mapping[str, str | None]) -> PulsarReadOp
         batch_max_count=_number(opts, "batchMaxCount"),
         batch_max_size=_number(opts, "batchMaxSize"),
         publish_time_skew_ms=_number(opts, "publishTimeSkewMs"),
+        starting_offsets=_offsets(opts, "startingOffsets", "earliest"),
+        ending_offsets=_offsets(opts, "endingOffsets", "latest"),
         client_conf=tuple(sorted((k[len(_CLIENT_PREFIX):], v) for k, v in opts.items() if k.startswith(_CLIENT_PREFIX))),
     )
+
+
+def _offsets(opts: Mapping[str, str], option: str, default: str) -> tuple[tuple[str, tuple[int, int, int]], ...]:
+    """``earliest``/``latest`` (the only whole-read value each option takes), or a JSON object of topic (or
+    partition) name to a message id: Pulsar's ``MessageId.toByteArray()`` as a JSON array of (signed or unsigned)
+    byte values, as StreamNative's connector writes it; the position is (ledger, entry, batch index)."""
+    import json
+
+    from bkspark.pulsar.proto.PulsarApi_pb2 import MessageIdData
+    from bkspark.pulsar.topics import parse_topic_name
+
+    raw = (opts.get(option.lower()) or "").strip()
+    if not raw or raw.lower() == default:
+        return ()
+    fix = (f"expected '{default}' or a JSON object of topic to message id bytes, e.g. "
+           '{"persistent://public/default/t": [8, 7, 16, 4]}')
+    try:
+        spec = json.loads(raw)
+    except ValueError:
+        raise _bad(option, raw, fix) from None
+    if not isinstance(spec, dict):
+        raise _bad(option, raw, fix)
+    out = []
+    for topic, value in spec.items():
+        if not isinstance(value, list) or not all(isinstance(b, int) and -128 <= b <= 255 for b in value):
+            raise _bad(option, raw, fix)
+        data = MessageIdData()
+        try:
+            data.ParseFromString(bytes(b & 0xFF for b in value))
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError
+            raise _bad(option, raw, f"{topic!r}: the bytes are not a Pulsar message id") from None
+        if not data.IsInitialized():
+            raise _bad(option, raw, f"{topic!r}: the bytes are not a Pulsar message id")
+        out.append((str(parse_topic_name(topic)), (data.ledgerId, data.entryId, data.batch_index)))
+    return tuple(sorted(out))

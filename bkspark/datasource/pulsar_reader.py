@@ -40,6 +40,14 @@ class PulsarSlice(LedgerSlice):
     topic: str = ""
     partition: int = -1
     last_readable: int = -1
+    #: Rows at positions (ledger, entry, batch index) before ``start`` or from ``end`` on are left out
+    #: (``startingOffsets``, ``endingOffsets``).
+    start: tuple[int, int, int] | None = None
+    end: tuple[int, int, int] | None = None
+
+    def keeps(self, entry_id: int, batch_index: int) -> bool:
+        position = (self.ledger_id, entry_id, batch_index)
+        return (self.start is None or position >= self.start) and (self.end is None or position < self.end)
 
 
 def pulsar_schema(options: Mapping[str, str | None]) -> str:
@@ -126,12 +134,14 @@ class PulsarReader(DataSourceReader):
         bk = get_client(opts.metadata_service_uri, client_settings(opts))
         resolver = TopicResolver(client_zk(bk), pulsar_root_of(client_root(bk)))
         slices: list[LedgerSlice] = []
+        starts, ends = dict(opts.starting_offsets), dict(opts.ending_offsets)
         for part in resolver.resolve(list(opts.topics), opts.topics_pattern):
             topic = str(part.topic)
+            start, end = starts.get(topic), ends.get(topic)
             ledgers = resolver.ledgers(part) or []
             wanted = []
             for ledger in ledgers:
-                if self._pruned(ledger):
+                if self._pruned(ledger) or _outside(ledger.ledger_id, start, end):
                     continue
                 if ledger.bookkeeper_deleted:
                     error = data_loss(opts, topic, ledger.ledger_id, "was offloaded and deleted from BookKeeper")
@@ -147,15 +157,19 @@ class PulsarReader(DataSourceReader):
                     continue
                 md = versioned.metadata
                 last = self._last_readable_entry(bk, md, ledger_id)
-                if last < 0:
+                first = start[1] if start is not None and start[0] == ledger_id else 0
+                if end is not None and end[0] == ledger_id:
+                    last = min(last, end[1])
+                if last < first:
                     continue
                 for piece in split_ledger(
-                    0, ledger_id, 0, last, opts.max_entries_per_partition,
+                    0, ledger_id, first, last, opts.max_entries_per_partition,
                     ledger_open=md.state.name != "CLOSED", entry_bytes=mean_entry_bytes(md),
                     max_bytes_per_partition=opts.max_bytes_per_partition,
                 ):
                     base = {f.name: getattr(piece, f.name) for f in fields(LedgerSlice)}
-                    slices.append(PulsarSlice(**base, topic=topic, partition=part.partition, last_readable=last))
+                    slices.append(PulsarSlice(**base, topic=topic, partition=part.partition, last_readable=last,
+                                              start=start, end=end))
         return plan_partitions(
             slices, opts.max_entries_per_partition, min_partitions=opts.min_partitions,
             max_partitions=opts.max_partitions, max_bytes_per_partition=opts.max_bytes_per_partition,
@@ -235,12 +249,13 @@ class PulsarReader(DataSourceReader):
                     entry = parse_entry(payload)
                     if entry.is_chunk:
                         done = assembler.add(entry, (part.ledger_id, entry_id), orphan_ok=part.first_entry > 0)
-                        if done is not None:
+                        if done is not None and part.keeps(entry_id, -1):
                             message, first = done
                             columns.add(message, part.topic, part.partition, part.ledger_id, entry_id, first)
                     else:
                         for message in entry_messages(entry):
-                            columns.add(message, part.topic, part.partition, part.ledger_id, entry_id)
+                            if part.keeps(entry_id, message.batch_index):
+                                columns.add(message, part.topic, part.partition, part.ledger_id, entry_id)
                     if len(columns) >= ROWS_PER_BATCH or columns.value_bytes >= BYTES_PER_BATCH:
                         yield None
             if next_entry != part.last_entry + 1:
@@ -265,7 +280,7 @@ class PulsarReader(DataSourceReader):
                     md = entry.metadata
                     if entry.is_chunk and (md.producer_name, md.uuid) in wanted:
                         done = assembler.add(entry, (part.ledger_id, entry_id))
-                        if done is not None:
+                        if done is not None and part.keeps(entry_id, -1):
                             message, first = done
                             columns.add(message, part.topic, part.partition, part.ledger_id, entry_id, first)
             next_entry = last + 1
@@ -310,6 +325,12 @@ def _publish_time_lower_bound(filter_: Any) -> int | None:
     ):
         return None
     return math.floor(min(v.timestamp() for v in values) * 1000)  # floor: never above the filter's bound
+
+
+def _outside(ledger_id: int, start: tuple[int, int, int] | None, end: tuple[int, int, int] | None) -> bool:
+    """Whether a whole ledger is before ``startingOffsets`` or after ``endingOffsets`` (a topic's ledger ids grow
+    with its positions, as Pulsar's own position order has it)."""
+    return (start is not None and ledger_id < start[0]) or (end is not None and ledger_id > end[0])
 
 
 def _entries(batch: Any) -> Iterator[tuple[int, memoryview]]:

@@ -372,3 +372,30 @@ def test_publish_time_filters_prune_ledgers_closed_before_them(spark: Any, pulsa
             assert_rows_equal_reader([r.asDict() for r in df.collect()], wanted)
         finally:
             spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+
+def test_starting_and_ending_offsets(spark: Any, pulsar: PulsarStandalone) -> None:
+    """startingOffsets (inclusive) and endingOffsets (exclusive) as message ids in StreamNative's JSON (the bytes of
+    MessageId.toByteArray()), inside batches and across ledgers; earliest/latest read everything."""
+    import json
+
+    topic = f"{NS}/offsets"
+    produce(pulsar, topic, 30)
+    produce(pulsar, topic, 60, batching=True, codec="ZSTD", start=30)
+    oracle = reader_messages(pulsar.service_url, topic)
+    assert len({m["ledger"] for m in oracle}) >= 2 and any(m["batch_index"] > 0 for m in oracle)
+    batched = [i for i, m in enumerate(oracle) if m["batch_index"] > 0]
+    first, last = 7, batched[len(batched) // 2]
+
+    def ids(message: dict[str, Any]) -> str:
+        return json.dumps({topic: list(message["message_id"])})
+
+    assert_rows_equal_reader(
+        read(spark, pulsar, topic=topic, startingOffsets=ids(oracle[first]), endingOffsets=ids(oracle[last])),
+        oracle[first:last])
+    signed = json.dumps({topic: [b - 256 if b > 127 else b for b in oracle[batched[0]]["message_id"]]})
+    assert_rows_equal_reader(read(spark, pulsar, topic=topic, startingOffsets=signed), oracle[batched[0]:])
+    assert_rows_equal_reader(
+        read(spark, pulsar, topic=topic, startingOffsets="earliest", endingOffsets="latest"), oracle)
+    with pytest.raises(Exception, match="startingOffsets"):
+        read(spark, pulsar, topic=topic, startingOffsets="latest")

@@ -203,3 +203,17 @@ def test_planning_follows_fail_on_data_loss(monkeypatch: pytest.MonkeyPatch) -> 
     zk.nodes["/managed-ledgers/public/default/persistent/t"] = info.SerializeToString()
     assert plan(failOnDataLoss="false") == [1, 2, 5]
     assert set(zk.calls) <= {"get", "get_children"}
+
+
+def test_offsets_options() -> None:
+    base = {"metadataServiceUri": "zk:h:1", "topic": "t"}
+    opts = parse_pulsar_read_options({**base, "startingOffsets": '{"t": [8, 7, 16, 4, 32, 2]}',
+                                      "endingOffsets": '{"persistent://public/default/t": [8, -1, 1, 16, 0]}'})
+    assert opts.starting_offsets == (("persistent://public/default/t", (7, 4, 2)),)
+    assert opts.ending_offsets == (("persistent://public/default/t", (255, 0, -1)),)
+    assert parse_pulsar_read_options({**base, "startingOffsets": "earliest", "endingOffsets": "latest"}).starting_offsets == ()
+    for option, value in [("startingOffsets", "latest"), ("endingOffsets", "earliest"), ("startingOffsets", "[1]"),
+                          ("startingOffsets", '{"t": [300]}'), ("startingOffsets", '{"t": [8]}'),
+                          ("startingOffsets", "{nope")]:
+        with pytest.raises(InvalidOptionError, match=option):
+            parse_pulsar_read_options({**base, option: value})
