@@ -132,7 +132,7 @@ def test_every_codec_batched_or_not_equals_the_reader(spark: Any, pulsar: Pulsar
     assert_rows_equal_reader(rows, oracle)
     if batching:
         assert any(r["__batchIndex"] > 0 for r in rows)
-    assert {r["__producerName"] for r in rows} == {oracle and rows[0]["__producerName"]}
+    assert len({r["__producerName"] for r in rows}) == 1 and rows[0]["__producerName"]  # one producer, named
 
 
 def test_topic_over_several_ledgers_split_and_packed(spark: Any, pulsar: PulsarStandalone) -> None:
