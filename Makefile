@@ -24,11 +24,15 @@ TEST_WORKERS ?= 2
 
 export BKSPARK_CACHE := $(CACHE)
 
+# Apache Pulsar's standalone broker for the Pulsar tests (tests/harness/pulsar.py, docs/pulsar.md).
+PULSAR_VERSION ?= 4.0.7
+
+.PHONY: pulsar-jars pulsar-proto
 .PHONY: all setup venv kerberos zookeeper java jars jars-unlocked kafka-jars proto test unit compat fault campaign demo bench clean
 
 all: test
 
-setup: venv zookeeper jars kerberos
+setup: venv zookeeper jars kerberos pulsar-jars
 
 venv: $(VENV)/.ok
 # setup.py and the C sources: pip install -e builds bkspark/protocol/_speedups and bookie_server/_speedups
@@ -124,6 +128,23 @@ $(CACHE)/spark-kafka/%/lib/.ok: tools/kafka/spark-pom.xml
 	rm -rf $(CACHE)/spark-kafka/$*/lib && mv $(CACHE)/spark-kafka/$*/lib.new $(CACHE)/spark-kafka/$*/lib
 	touch $@
 .PRECIOUS: $(CACHE)/kafka/%/lib/.ok $(CACHE)/spark-kafka/%/lib/.ok
+
+# The Pulsar tests (tests/harness/pulsar.py, docs/pulsar.md): an Apache Pulsar broker (PulsarStandaloneStarter) with
+# its dependencies, resolved by Maven from tools/pulsar/pom.xml; serialised with flock like the BookKeeper jars.
+pulsar-jars: java
+	@mkdir -p $(CACHE)
+	@$$(command -v flock >/dev/null && echo flock $(CACHE)/pulsar.lock) $(MAKE) --no-print-directory $(CACHE)/pulsar/$(PULSAR_VERSION)/lib/.ok
+$(CACHE)/pulsar/%/lib/.ok: tools/pulsar/pom.xml
+	rm -rf $(CACHE)/pulsar/$*/lib.new
+	mvn -q -B -f tools/pulsar/pom.xml -Dpulsar.version=$* dependency:copy-dependencies -DoutputDirectory=$(CACHE)/pulsar/$*/lib.new \
+	  || { echo "bkspark: Maven could not resolve Apache Pulsar $*"; exit 1; }
+	rm -rf $(CACHE)/pulsar/$*/lib && mv $(CACHE)/pulsar/$*/lib.new $(CACHE)/pulsar/$*/lib
+	touch $@
+.PRECIOUS: $(CACHE)/pulsar/%/lib/.ok
+
+# Regenerate the committed protobuf modules of Apache Pulsar's schemas (bkspark/pulsar/proto/*.proto).
+pulsar-proto: venv
+	$(PY) -m grpc_tools.protoc -Ibkspark/pulsar/proto --python_out=bkspark/pulsar/proto --pyi_out=bkspark/pulsar/proto bkspark/pulsar/proto/*.proto
 
 # Regenerate the committed protobuf modules from bkspark/protocol/proto/*.proto.
 proto: venv

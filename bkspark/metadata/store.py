@@ -116,6 +116,7 @@ class ZkMetadataStore:
         store_ctime: bool = False,
         create_layout: bool = True,
         zk_security: ZkSecurity | None = None,
+        read_only: bool = False,
     ) -> None:
         self.uri = layout_codec.parse_metadata_service_uri(metadata_service_uri)
         self.root = zk_paths.check_root(self.uri.root)
@@ -148,7 +149,7 @@ class ZkMetadataStore:
                     error=f"{type(exc).__name__}: {exc}",
                 ) from exc
         try:
-            self.scheme = self._load_layout(create_layout)
+            self.scheme = self._load_layout(create_layout, read_only)
         except BaseException:
             # Not a cluster root, or a LAYOUT that disagrees with the URI: the session this store opened must not
             # outlive it (each failed construction in a long-lived process, e.g. a Spark task retried, leaked one).
@@ -175,8 +176,11 @@ class ZkMetadataStore:
 
     # -- LAYOUT ------------------------------------------------------------------
 
-    def _load_layout(self, create: bool) -> str:
+    def _load_layout(self, create: bool, read_only: bool = False) -> str:
         """Read ``<root>/LAYOUT`` (creating it as Java's first client would) and return the path scheme.
+
+        ``read_only`` (another system's metadata, e.g. Apache Pulsar's, which writes no LAYOUT: docs/pulsar.md)
+        creates nothing: a missing LAYOUT means the URI's scheme, hierarchical by default.
 
         A ``metadataServiceUri`` naming another manager than LAYOUT is refused,
         as a Java client refuses to start in that case.
@@ -186,6 +190,8 @@ class ZkMetadataStore:
         try:
             data, _ = self.retry(self.zk.get, path)
         except NoNodeError:
+            if read_only:
+                return wanted or "hierarchical"
             if not create:
                 raise BadMetadataError("no LAYOUT znode: not a BookKeeper cluster root", path=path) from None
             fresh = layout_codec.LedgerLayout.for_scheme(wanted or "hierarchical").serialize()
