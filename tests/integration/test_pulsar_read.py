@@ -412,3 +412,19 @@ def test_starting_and_ending_offsets(spark: Any, pulsar: PulsarStandalone) -> No
         read(spark, pulsar, topic=topic, startingOffsets="earliest", endingOffsets="latest"), oracle)
     with pytest.raises(Exception, match="startingOffsets"):
         read(spark, pulsar, topic=topic, startingOffsets="latest")
+
+
+def test_the_readmes_pulsar_example_reads_a_topic(spark: Any, pulsar: PulsarStandalone) -> None:
+    """README.md's Pulsar example, taken from the README, run against this broker (its URI and topic swapped in)."""
+    from tests.integration.test_readme import README, pulsar_blocks
+
+    (block,) = pulsar_blocks(README.read_text())
+    topic = f"{NS}/readme-events"
+    produce(pulsar, topic, 25, batching=True, codec="LZ4")
+    code = block.replace('"zk:127.0.0.1:2181"', repr(pulsar.metadata_service_uri))
+    code = code.replace('"persistent://public/default/events"', repr(topic))
+    assert pulsar.metadata_service_uri in code and topic in code, "the README's URI or topic changed: update this test"
+    namespace: dict[str, Any] = {"spark": spark}
+    exec(compile(code, "README.md Pulsar example", "exec"), namespace)  # noqa: S102 - the README's own example
+    df = namespace["df"].selectExpr("*", "unix_millis(__publishTime) AS pt", "unix_millis(__eventTime) AS et")
+    assert_rows_equal_reader([row.asDict() for row in df.collect()], reader_messages(pulsar.service_url, topic))

@@ -35,12 +35,26 @@ CONNECT_BACK_TIMEOUT = "Python worker failed to connect back"
 CONNECT_BACK_ATTEMPTS = 3
 
 
-def python_blocks(text: str) -> list[str]:
-    """The fenced ```python blocks of a Markdown text, in order."""
+def _all_python_blocks(text: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```$", text, flags=re.DOTALL | re.MULTILINE)
 
 
+def is_pulsar_block(block: str) -> bool:
+    """The Pulsar example reads a topic: tests/integration/test_pulsar_read.py runs it against a real broker."""
+    return '.option("topic"' in block
+
+
+def python_blocks(text: str) -> list[str]:
+    """The fenced ```python blocks of a Markdown text, in order, but the Pulsar example."""
+    return [b for b in _all_python_blocks(text) if not is_pulsar_block(b)]
+
+
+def pulsar_blocks(text: str) -> list[str]:
+    return [b for b in _all_python_blocks(text) if is_pulsar_block(b)]
+
+
 def test_the_readme_has_its_examples() -> None:
+    assert len(pulsar_blocks(README.read_text())) == 1, "README.md: the Pulsar example"
     blocks = python_blocks(README.read_text())
     assert len(blocks) >= 4, "README.md: the three Spark examples and the client's"
     assert README_URI in blocks[0]
