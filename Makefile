@@ -27,7 +27,14 @@ export BKSPARK_CACHE := $(CACHE)
 
 all: test
 
-setup: venv zookeeper jars
+setup: venv zookeeper jars netns-tools
+
+# The network-namespace test bed (tests/harness/netns.py) drives `ip` (iproute2) and `iptables`; only as root.
+.PHONY: netns-tools
+netns-tools:
+	@if [ "$$(id -u)" = 0 ]; then command -v ip >/dev/null && command -v iptables >/dev/null || { \
+	  apt-get -o DPkg::Lock::Timeout=900 update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends iproute2 iptables >/dev/null; }; fi
 
 venv: $(VENV)/.ok
 # setup.py and the C sources: pip install -e builds bkspark/protocol/_speedups and bookie_server/_speedups
