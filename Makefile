@@ -137,9 +137,15 @@ fault: setup
 # its totals go to campaign-stats.json. `make test` runs 50 of them.
 SCHEDULES ?= 50
 FIRST_SEED ?= 1
+# Then NETNS_SCHEDULES schedules on hosts in network namespaces (kernel-level faults; root only, else skipped),
+# totals in campaign-netns-stats.json; `make test` runs 5 of them.
+NETNS_SCHEDULES ?= 100
 campaign: setup
 	CAMPAIGN_SCHEDULES=$(SCHEDULES) CAMPAIGN_FIRST_SEED=$(FIRST_SEED) CAMPAIGN_STATS=$(CURDIR)/campaign-stats.json \
 	  $(PY) -m pytest tests/campaign/test_campaign.py -m campaign -q $(PYTEST_ARGS)
+	CAMPAIGN_NETNS_SCHEDULES=$(NETNS_SCHEDULES) CAMPAIGN_NETNS_FIRST_SEED=$(FIRST_SEED) \
+	  CAMPAIGN_NETNS_STATS=$(CURDIR)/campaign-netns-stats.json \
+	  $(PY) -m pytest tests/campaign/test_netns_campaign.py -m campaign -q -rs $(PYTEST_ARGS)
 
 demo: venv zookeeper
 	$(PY) examples/demo.py
