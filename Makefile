@@ -29,12 +29,13 @@ all: test
 
 setup: venv zookeeper jars netns-tools
 
-# The network-namespace test bed (tests/harness/netns.py) drives `ip` (iproute2) and `iptables`; only as root.
+# The network-namespace test bed (tests/harness/netns.py) drives `ip` (iproute2) and `iptables`; the real-disk
+# tests (tests/integration/test_bookie_real_disks.py) make a btrfs (btrfs-progs). Only as root.
 .PHONY: netns-tools
 netns-tools:
-	@if [ "$$(id -u)" = 0 ]; then command -v ip >/dev/null && command -v iptables >/dev/null || { \
+	@if [ "$$(id -u)" = 0 ]; then command -v ip >/dev/null && command -v iptables >/dev/null && command -v mkfs.btrfs >/dev/null || { \
 	  apt-get -o DPkg::Lock::Timeout=900 update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends iproute2 iptables >/dev/null; }; fi
+	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends iproute2 iptables btrfs-progs >/dev/null; }; fi
 
 venv: $(VENV)/.ok
 # setup.py and the C sources: pip install -e builds bkspark/protocol/_speedups and bookie_server/_speedups
