@@ -207,6 +207,8 @@ class Testbed:
     Use as a context manager: the namespaces go away on exit, whatever happened.
     """
 
+    __test__ = False  # not a test class, though its name starts with "Test"
+
     def __init__(self) -> None:
         clean_stale()
         with _beds_lock:
