@@ -31,6 +31,8 @@ FAULT_KINDS = ("link_down", "drop_to_bookie", "drop_from_bookie", "zk_cut", "rac
 CLIENT_CONF = {"addEntryTimeoutSec": 2, "readEntryTimeoutSec": 2, "speculativeReadTimeout": 300, "zkTimeout": 60}
 #: ``CAMPAIGN_NETNS_LONG=1``: faults last 30 to 45 s (longer than every client timeout), not 0.5 to 3 s.
 LONG_FAULTS = os.environ.get("CAMPAIGN_NETNS_LONG", "") not in ("", "0")
+#: Seconds after which an add that neither completed nor failed counts as hung (every fault is lifted by then).
+ADD_HANG_SECONDS = 120.0
 
 
 @dataclass
@@ -127,6 +129,23 @@ class _Faults:
             self.killed.clear()
 
 
+def _drive(plan: NetnsPlan, faults: _Faults, stats: NetnsStats, t0: float, stop: threading.Event) -> None:
+    """Apply each fault at its moment and heal the bed when its duration ends (a heal lifts every standing fault);
+    runs on a thread of its own, so that faults come and go on time whatever the writer is waiting for."""
+    events: list[tuple[float, int, str, dict[str, Any]]] = []
+    for at, kind, params in plan.faults:
+        events.append((at, 1, kind, params))
+        events.append((at + params["duration"], 0, "heal", params))
+    for due, _, kind, params in sorted(events, key=lambda e: (e[0], e[1])):
+        if stop.wait(max(0.0, due - (time.monotonic() - t0))):
+            return
+        if kind == "heal":
+            faults.heal()
+        else:
+            faults.apply(kind, params)
+            stats.faults[kind] += 1
+
+
 def run_netns_schedule(seed: int, cluster: NetnsCluster, stats: NetnsStats) -> tuple[list[str], History, NetnsPlan]:
     """Run schedule ``seed``; the checker's findings (empty when every promise held), the history and the plan."""
     plan = plan_netns_schedule(seed, len(cluster.bookies), len(cluster.bookies))
@@ -134,6 +153,8 @@ def run_netns_schedule(seed: int, cluster: NetnsCluster, stats: NetnsStats) -> t
     faults = _Faults(cluster)
     stats.schedules += 1
     lid: int | None = None
+    stop = threading.Event()
+    driver: threading.Thread | None = None
     try:
         with cluster.client(**CLIENT_CONF) as bk:
             lh = bk.create_ledger(3, plan.write_quorum, plan.ack_quorum)
@@ -142,27 +163,24 @@ def run_netns_schedule(seed: int, cluster: NetnsCluster, stats: NetnsStats) -> t
 
             def settle(process: str, future: Any) -> None:
                 try:
-                    entry = future.result(timeout=180)
+                    entry = future.result(timeout=ADD_HANG_SECONDS)
+                except TimeoutError:
+                    hung.append(process)
+                    history.log(process, "info", "add", lid)
+                    return
                 except Exception:  # noqa: BLE001 - failed or lost: the add's outcome is unknown
                     history.log(process, "info", "add", lid)
                     return
                 stats.acknowledged += 1
                 history.log(process, "ok", "add", lid, entry)
 
-            pending = list(plan.faults)
-            lifts: list[tuple[float, dict[str, Any]]] = []
-            t0 = time.monotonic()
+            hung: list[str] = []
             rng = random.Random(f"payload-{seed}")
+            driver = threading.Thread(
+                target=_drive, args=(plan, faults, stats, time.monotonic(), stop), name=f"faults-{seed}", daemon=True
+            )
+            driver.start()
             for i in range(plan.entries):
-                now = time.monotonic() - t0
-                while pending and pending[0][0] <= now:
-                    _, kind, params = pending.pop(0)
-                    faults.apply(kind, params)
-                    stats.faults[kind] += 1
-                    lifts.append((now + params["duration"], params))
-                if lifts and all(at <= now for at, _ in lifts):
-                    faults.heal()
-                    lifts.clear()
                 payload = f"{seed}:{i}:".encode() + rng.randbytes(rng.randint(0, 200))
                 process = f"add-{i}"
                 history.log(process, "invoke", "add", lid, (lid, payload))
@@ -174,16 +192,16 @@ def run_netns_schedule(seed: int, cluster: NetnsCluster, stats: NetnsStats) -> t
                 while len(window) > 8:
                     settle(*window.pop(0))
                 time.sleep(rng.uniform(0, 0.03))
-            # Faults that come after the last add still happen, then last their time.
-            for _, kind, params in pending:
-                faults.apply(kind, params)
-                stats.faults[kind] += 1
-                lifts.append((time.monotonic() - t0 + params["duration"], params))
             for process, future in window:
                 settle(process, future)
-            if lifts:
-                time.sleep(max(0.0, max(at for at, _ in lifts) - (time.monotonic() - t0)))
+            driver.join()  # every fault has come and gone
+            if hung:
+                return [f"seed {seed}: adds neither completed nor failed within {ADD_HANG_SECONDS:g} s after "
+                        f"every fault was lifted: {hung[:5]}"], history, plan
     finally:
+        stop.set()
+        if driver is not None:
+            driver.join()
         faults.heal()
     if lid is None:
         return [f"seed {seed}: the writer never created its ledger"], history, plan
