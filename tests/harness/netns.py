@@ -22,6 +22,7 @@ root, no ``ip``/``iptables``), for ``pytest.skip``.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import shutil
@@ -84,6 +85,7 @@ def unavailable_reason() -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
 def netem_unavailable_reason() -> str | None:
     """Why ``tc netem`` cannot be used (the kernel lacks sch_netem, as some VM kernels do), or None."""
     probe = f"{PREFIX}-{os.getpid()}-netem"
