@@ -1,7 +1,7 @@
 """A BookKeeper cluster on the namespace test bed (tests/harness/netns.py, docs/reliability.md).
 
 ZooKeeper and the client live on rack 0, the bookies on racks 1..R (``bookies_per_rack`` each), every one a host
-of its own. Bookies register by their address (``198.18.r.(10+i):3181``) unless given a BP-41 name; the client's
+of its own; the last ``java_bookies`` of them are Apache BookKeeper's bookies (a JVM each), the others Python ones. Bookies register by their address (``198.18.r.(10+i):3181``) unless given a BP-41 name; the client's
 placement learns each bookie's rack from a topology script (``networkTopologyScriptFileName``), as an operator's
 client would. Clients are built inside the client's namespace (:meth:`NetnsCluster.client`); everything the
 harness itself checks (ZooKeeper, registrations) it checks from the router, which reaches every host.
@@ -19,6 +19,7 @@ from kazoo.client import KazooClient
 from bkspark.client import BookKeeper
 from bkspark.devcluster.zookeeper import ZooKeeperServer, four_letter_word
 from bkspark.shell.admin import init_new_cluster
+from tests.harness.java_bookkeeper import DEFAULT_BK_VERSION, JavaBookie, ensure_jars
 from tests.harness.netns import Testbed, wait_until
 from tests.harness.python_bookie import REPO_ROOT, PythonBookie
 
@@ -68,10 +69,11 @@ class NetnsCluster:
         bookie_names: Mapping[int, str] | None = None,
         conf_overrides: Mapping[str, object] | None = None,
         journal_sync_data: bool = False,
+        java_bookies: int = 0,
     ) -> None:
         self.base_dir = Path(base_dir)
         self.bed = Testbed()
-        self.bookies: list[PythonBookie] = []
+        self.bookies: list[PythonBookie | JavaBookie] = []
         self.hosts: list[str] = []
         self._control: KazooClient | None = None
         try:
@@ -82,11 +84,17 @@ class NetnsCluster:
             self.metadata_service_uri = f"zk+hierarchical://{self.zookeeper.connect_string}{ROOT}"
             self.call_in_router(lambda: init_new_cluster(self.control, ROOT))
             names = dict(bookie_names or {})
+            total = racks * bookies_per_rack
+            if java_bookies:
+                ensure_jars(DEFAULT_BK_VERSION, need_tools=False)
             for rack in range(1, racks + 1):
                 for _ in range(bookies_per_rack):
                     n = len(self.bookies)
                     host = f"bookie{n}"
                     address = self.bed.add_host(host, rack).address
+                    if n >= total - java_bookies:
+                        self._add_java_bookie(host, address, names.get(n, f"{address}:{BOOKIE_PORT}"), journal_sync_data)
+                        continue
                     overrides = {
                         "advertisedAddress": address,
                         "bindAddress": address,
@@ -116,6 +124,24 @@ class NetnsCluster:
         except BaseException:
             self.close()
             raise
+
+    def _add_java_bookie(self, host: str, address: str, bookie_id: str, journal_sync_data: bool) -> None:
+        """Apache BookKeeper's bookie on ``host`` (it listens on every interface of its namespace: only ``eth0``)."""
+        bookie = JavaBookie(
+            version=DEFAULT_BK_VERSION,
+            base_dir=self.base_dir / host,
+            metadata_service_uri=self.metadata_service_uri,
+            port=BOOKIE_PORT,
+            bookie_id=bookie_id,
+            journal_sync_data=journal_sync_data,
+            conf_overrides={"advertisedAddress": address, "allowLoopback": False},
+        )
+        bookie.base_dir.mkdir(parents=True, exist_ok=True)
+        bookie.process = self.bed.process(
+            host, f"bookie-{host}", [], cwd=bookie.base_dir, log_dir=bookie.base_dir, extra_logs=[bookie.log_file]
+        )
+        self.bookies.append(bookie)
+        self.hosts.append(host)
 
     # -- the harness's own view (from the router) -----------------------------------------------------------------
 
@@ -191,8 +217,9 @@ class NetnsCluster:
         return self.hosts[self.index_of(bookie_id)]
 
     def move_bookie(self, i: int, address: str) -> None:
-        """Stop bookie ``i``, give its host ``address``, start it there under the same BookieId (BP-41)."""
+        """Stop Python bookie ``i``, give its host ``address``, start it there under the same BookieId (BP-41)."""
         bookie = self.bookies[i]
+        assert isinstance(bookie, PythonBookie), "only Python bookies move"
         assert bookie.process is not None
         bookie.process.terminate(30)
         self.bed.move(self.hosts[i], address)

@@ -311,3 +311,41 @@ def test_a_bookie_that_comes_back_on_another_address_is_found_by_its_bookie_id(n
         assert moved in after.lh.metadata.last_ensemble and after.acked == 10
     read_back(cluster, history, after.ledger_id, "reader-after")
     assert check(history) == []
+
+
+@pytest.fixture
+def mixed_cluster(tmp_path: Path) -> Iterator[NetnsCluster]:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with NetnsCluster(tmp_path, racks=4, bookies_per_rack=1, java_bookies=1) as c:
+        yield c
+
+
+@pytest.mark.compat
+def test_an_apache_bookkeeper_bookie_whose_link_goes_down_is_replaced_and_loses_nothing(mixed_cluster: NetnsCluster) -> None:
+    """The same pulled cable on Apache BookKeeper's bookie (a JVM in its own namespace, beside three Python ones):
+    the writer replaces it, every acknowledged entry reads back."""
+    cluster = mixed_cluster
+    java = cluster.bookies[-1].bookie_id
+    history = History()
+    with cluster.client(**CLIENT_CONF) as bk:
+        writer = Writer(bk, history)
+        while java not in writer.lh.metadata.last_ensemble:  # placement is random: until the Java bookie is in
+            writer.lh.close()
+            writer = Writer(bk, history)
+        writer.write(20)
+        writer.drain()
+        cluster.bed.link_down(cluster.host_of(java))
+        try:
+            writer.write_for(FAULT_SECONDS)
+            writer.drain()
+        finally:
+            cluster.bed.heal()
+        writer.write(20)
+        writer.close()
+        md = bk.get_ledger_metadata(writer.ledger_id)
+    read_back(cluster, history, writer.ledger_id, "reader")
+    assert check(history) == []
+    assert java in md.ensembles[0] and java not in md.last_ensemble, md.ensembles
+    assert writer.acked == writer.count
