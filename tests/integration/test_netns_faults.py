@@ -21,6 +21,7 @@ import pytest
 
 from bkspark.client import BookKeeper
 from tests.campaign.history import History, check
+from tests.harness.deadline import GENEROUS
 from tests.harness.netns import netem_unavailable_reason, unavailable_reason
 from tests.harness.netns_cluster import NetnsCluster
 
@@ -349,3 +350,29 @@ def test_an_apache_bookkeeper_bookie_whose_link_goes_down_is_replaced_and_loses_
     assert check(history) == []
     assert java in md.ensembles[0] and java not in md.last_ensemble, md.ensembles
     assert writer.acked == writer.count
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="no overall deadline for an add (Apache BookKeeper's addEntryQuorumTimeoutSec): bkspark/client/writer.py "
+    "keeps an add open for as long as no ensemble can take it (issue 46, item 4); found by the namespace campaign",
+)
+def test_an_add_no_ensemble_can_take_fails_after_add_entry_quorum_timeout(cluster: NetnsCluster) -> None:
+    """Two of the four bookies cut off for good (one each way), ack quorum 3: no ensemble of three reachable bookies
+    exists. With ``addEntryQuorumTimeoutSec=10`` the add must fail with a typed error, not stay open."""
+    from bkspark.errors import BKError
+
+    with cluster.client(**CLIENT_CONF, addEntryQuorumTimeoutSec=10) as bk:
+        lh = bk.create_ledger(3, 3, 3)
+        for i in range(5):
+            lh.append(b"before-%d" % i)
+        ensemble = list(lh.metadata.last_ensemble)
+        spare = next(b.bookie_id for b in cluster.bookies if b.bookie_id not in ensemble)
+        cluster.bed.drop([cluster.host_of(ensemble[0])], ["client"])
+        cluster.bed.drop(["client"], [cluster.host_of(spare)])
+        try:
+            future = lh.append_async(b"during")
+            with pytest.raises(BKError):
+                future.result(timeout=GENEROUS)
+        finally:
+            cluster.bed.heal()
