@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.protocol.states import KazooState
 
 from bkspark.client import BookKeeper
 from bkspark.client.tail import wait_for_lac
@@ -72,11 +73,19 @@ def test_a_zookeeper_connection_blip_leaves_a_waiting_long_poll_alone(zk_behind_
         assert rh.last_add_confirmed == 0
         poll = in_background(lambda: reader_bk._run(wait_for_lac(rh.aio.reader, 0, 60_000)))
         pool = reader_bk.aio.pool
-        wait_until(lambda: len(pool._conns) == 3, GENEROUS, "the long poll to reach the three bookies")
+        wait_until(  # the poll is in flight on a connection to each bookie (not only their connections open)
+            lambda: len(pool._conns) == 3 and all(conn._ops for conn in list(pool._conns.values())),
+            GENEROUS,
+            "the long poll to be in flight to the three bookies",
+        )
         zk = reader_bk.store.zk
         session = zk.client_id
+        states: list[KazooState] = []
+        zk.add_listener(states.append)
         assert proxy.reset() >= 1  # the reader's ZooKeeper connection only; the bookies are untouched
-        wait_until(lambda: zk.connected, GENEROUS, "the reader's ZooKeeper connection to come back")
+        wait_until(  # kazoo saw the connection drop (SUSPENDED), then reconnected
+            lambda: KazooState.SUSPENDED in states and zk.connected, GENEROUS, "the reader's ZooKeeper connection to drop and come back"
+        )
         assert zk.client_id == session  # the same session: nothing about any bookie changed
         lh.append(b"e2")  # moves the bookies' LAC to 1: the waiting poll answers with it
         update = poll.join(GENEROUS)
