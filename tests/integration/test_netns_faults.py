@@ -112,15 +112,22 @@ def run_under_fault(
     *,
     before: int = 20,
     history: History | None = None,
+    keep: Callable[[list[str]], bool] = lambda ensemble: True,
 ) -> tuple[History, Writer, list[str]]:
-    """Write ``before`` entries, apply ``fault(ensemble)`` and keep writing for FAULT_SECONDS, heal, write 20 more,
-    close, read back; the history and the writer (its ledger's metadata tells the ensemble changes)."""
+    """Write ``before`` entries (on new ledgers until ``keep(ensemble)`` holds), apply ``fault(ensemble)`` and keep
+    writing for FAULT_SECONDS, heal, write 20 more, close, read back; the history, the writer (its ledger's metadata
+    tells the ensemble changes) and the ensemble the fault hit."""
     history = history or History()
     with cluster.client(**CLIENT_CONF) as bk:
-        writer = Writer(bk, history)
-        writer.write(before)
-        writer.drain()
-        ensemble = list(writer.lh.metadata.last_ensemble)
+        while True:
+            writer = Writer(bk, history)
+            writer.write(before)
+            writer.drain()
+            ensemble = list(writer.lh.metadata.last_ensemble)
+            if keep(ensemble):
+                break
+            writer.close()
+            read_back(cluster, history, writer.ledger_id, f"reader-{writer.ledger_id}")
         fault(ensemble)
         try:
             writer.write_for(FAULT_SECONDS)
@@ -329,27 +336,12 @@ def test_an_apache_bookkeeper_bookie_whose_link_goes_down_is_replaced_and_loses_
     the writer replaces it, every acknowledged entry reads back."""
     cluster = mixed_cluster
     java = cluster.bookies[-1].bookie_id
-    history = History()
-    with cluster.client(**CLIENT_CONF) as bk:
-        while True:  # placement is random (and a JVM's first adds may be slow enough to be replaced): until the
-            writer = Writer(bk, history)  # Java bookie is in the ensemble after 20 entries
-            writer.write(20)
-            writer.drain()
-            if java in writer.lh.metadata.last_ensemble:
-                break
-            writer.close()
-            read_back(cluster, history, writer.ledger_id, f"reader-{writer.ledger_id}")
-        before = list(writer.lh.metadata.last_ensemble)
-        cluster.bed.link_down(cluster.host_of(java))
-        try:
-            writer.write_for(FAULT_SECONDS)
-            writer.drain()
-        finally:
-            cluster.bed.heal()
-        writer.write(20)
-        writer.close()
+    # Placement is random, and a JVM's first adds may be slow enough to get it replaced: a ledger it is still in.
+    history, writer, before = run_under_fault(
+        cluster, lambda ensemble: cluster.bed.link_down(cluster.host_of(java)), keep=lambda ensemble: java in ensemble
+    )
+    with cluster.client() as bk:
         md = bk.get_ledger_metadata(writer.ledger_id)
-    read_back(cluster, history, writer.ledger_id, "reader")
     assert check(history) == []
     assert java in before and java not in md.last_ensemble, md.ensembles
     assert writer.acked == writer.count
