@@ -16,11 +16,11 @@ import os
 import random
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tests.campaign.history import History, check
+from tests.campaign.schedule import Stats
 from tests.harness.netns_cluster import NetnsCluster
 
 __all__ = ["FAULT_KINDS", "NetnsPlan", "NetnsStats", "plan_netns_schedule", "run_netns_schedule"]
@@ -48,25 +48,15 @@ class NetnsPlan:
 
 
 @dataclass
-class NetnsStats:
-    """Totals over the schedules of a run."""
+class NetnsStats(Stats):
+    """The proxy campaign's totals that apply here, and the ensemble changes the faults caused."""
 
-    schedules: int = 0
-    faults: Counter[str] = field(default_factory=Counter)
-    acknowledged: int = 0
-    verified: int = 0
     ensemble_changes: int = 0
-    violations: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "schedules": self.schedules,
-            "faults": dict(sorted(self.faults.items())),
-            "entries_acknowledged": self.acknowledged,
-            "entries_verified": self.verified,
-            "ensemble_changes": self.ensemble_changes,
-            "violations": self.violations,
-        }
+        totals = super().as_dict()
+        shared = ("schedules", "faults", "entries_acknowledged", "entries_verified", "failures")
+        return {key: totals[key] for key in shared} | {"ensemble_changes": self.ensemble_changes}
 
 
 def plan_netns_schedule(seed: int, bookies: int, racks: int, long_faults: bool = LONG_FAULTS) -> NetnsPlan:
@@ -216,5 +206,5 @@ def run_netns_schedule(seed: int, cluster: NetnsCluster, stats: NetnsStats) -> t
     history.log("reader", "ok", "read", lid, {"entries": entries, "last": last, "after_close": True})
     stats.verified += len(entries)
     problems = check(history)
-    stats.violations += [f"seed {seed}: {p}" for p in problems]
+    stats.failures += [f"seed {seed}: {p}" for p in problems]
     return problems, history, plan

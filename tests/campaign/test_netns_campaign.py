@@ -73,7 +73,7 @@ def test_netns_schedule(seed: int, netns_cluster: NetnsCluster, netns_stats: Net
     try:
         problems, history, plan = run_netns_schedule(seed, netns_cluster, netns_stats)
     except Exception as exc:
-        netns_stats.violations.append(f"seed {seed} crashed: {type(exc).__name__}: {exc}")
+        netns_stats.failures.append(f"seed {seed} crashed: {type(exc).__name__}: {exc}")
         raise AssertionError(f"schedule {seed} crashed; replay with: {replay_command(seed)}") from exc
     if problems:
         dump = tmp_path / "history.txt"
