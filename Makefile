@@ -27,15 +27,7 @@ export BKSPARK_CACHE := $(CACHE)
 
 all: test
 
-setup: venv zookeeper jars netns-tools
-
-# The network-namespace test bed (tests/harness/netns.py) drives `ip` (iproute2) and `iptables`; the real-disk
-# tests (tests/integration/test_bookie_real_disks.py) make a btrfs (btrfs-progs). Only as root.
-.PHONY: netns-tools
-netns-tools:
-	@if [ "$$(id -u)" = 0 ]; then command -v ip >/dev/null && command -v iptables >/dev/null && command -v mkfs.btrfs >/dev/null || { \
-	  apt-get -o DPkg::Lock::Timeout=900 update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends iproute2 iptables btrfs-progs >/dev/null; }; fi
+setup: venv zookeeper jars
 
 venv: $(VENV)/.ok
 # setup.py and the C sources: pip install -e builds bkspark/protocol/_speedups and bookie_server/_speedups
@@ -117,6 +109,15 @@ $(CACHE)/spark-kafka/%/lib/.ok: tools/kafka/spark-pom.xml
 	rm -rf $(CACHE)/spark-kafka/$*/lib && mv $(CACHE)/spark-kafka/$*/lib.new $(CACHE)/spark-kafka/$*/lib
 	touch $@
 .PRECIOUS: $(CACHE)/kafka/%/lib/.ok $(CACHE)/spark-kafka/%/lib/.ok
+
+# The network-namespace test bed (tests/harness/netns.py) drives `ip` (iproute2) and `iptables`; the real-disk
+# tests (tests/integration/test_bookie_real_disks.py) make a btrfs (btrfs-progs). Only as root.
+.PHONY: netns-tools
+netns-tools:
+	@if [ "$$(id -u)" = 0 ]; then command -v ip >/dev/null && command -v iptables >/dev/null && command -v mkfs.btrfs >/dev/null || { \
+	  apt-get -o DPkg::Lock::Timeout=900 update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends iproute2 iptables btrfs-progs >/dev/null; }; fi
+setup: netns-tools
 
 # Regenerate the committed protobuf modules from bkspark/protocol/proto/*.proto.
 proto: venv
