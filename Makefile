@@ -146,6 +146,15 @@ $(CACHE)/pulsar/%/lib/.ok: tools/pulsar/pom.xml
 pulsar-proto: venv
 	$(PY) -m grpc_tools.protoc -Ibkspark/pulsar/proto --python_out=bkspark/pulsar/proto --pyi_out=bkspark/pulsar/proto bkspark/pulsar/proto/*.proto
 
+# The network-namespace test bed (tests/harness/netns.py) drives `ip` (iproute2) and `iptables`; the real-disk
+# tests (tests/integration/test_bookie_real_disks.py) make a btrfs (btrfs-progs). Only as root.
+.PHONY: netns-tools
+netns-tools:
+	@if [ "$$(id -u)" = 0 ]; then command -v ip >/dev/null && command -v iptables >/dev/null && command -v mkfs.btrfs >/dev/null || { \
+	  apt-get -o DPkg::Lock::Timeout=900 update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends iproute2 iptables btrfs-progs >/dev/null; }; fi
+setup: netns-tools
+
 # Regenerate the committed protobuf modules from bkspark/protocol/proto/*.proto.
 proto: venv
 	$(PY) -m grpc_tools.protoc -Ibkspark/protocol/proto --python_out=bkspark/protocol/proto --pyi_out=bkspark/protocol/proto bkspark/protocol/proto/*.proto
@@ -166,9 +175,15 @@ fault: setup
 # its totals go to campaign-stats.json. `make test` runs 50 of them.
 SCHEDULES ?= 50
 FIRST_SEED ?= 1
+# Then NETNS_SCHEDULES schedules on hosts in network namespaces (kernel-level faults; root only, else skipped),
+# totals in campaign-netns-stats.json; `make test` runs 5 of them.
+NETNS_SCHEDULES ?= 100
 campaign: setup
 	CAMPAIGN_SCHEDULES=$(SCHEDULES) CAMPAIGN_FIRST_SEED=$(FIRST_SEED) CAMPAIGN_STATS=$(CURDIR)/campaign-stats.json \
 	  $(PY) -m pytest tests/campaign/test_campaign.py -m campaign -q $(PYTEST_ARGS)
+	CAMPAIGN_NETNS_SCHEDULES=$(NETNS_SCHEDULES) CAMPAIGN_NETNS_FIRST_SEED=$(FIRST_SEED) \
+	  CAMPAIGN_NETNS_STATS=$(CURDIR)/campaign-netns-stats.json \
+	  $(PY) -m pytest tests/campaign/test_netns_campaign.py -m campaign -q -rs $(PYTEST_ARGS)
 
 demo: venv zookeeper
 	$(PY) examples/demo.py

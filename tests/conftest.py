@@ -28,6 +28,7 @@ _MARKERS = {
     "fault": "kills or cuts servers on purpose (slow)",
     "floors": "installs and tests the oldest dependency versions pyproject.toml allows (a venv cached in .cache)",
     "campaign": "randomized fault schedules checked by a Jepsen-style checker (tests/campaign)",
+    "netns": "hosts in Linux network namespaces, faults made by the kernel (tests/harness/netns.py); needs root",
 }
 
 
