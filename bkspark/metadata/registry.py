@@ -183,7 +183,14 @@ class BookieRegistry:
 
     def _make_invalidator(self, bookie_id: str) -> Callable[[WatchedEvent], None]:
         def invalidate(event: WatchedEvent) -> None:
-            if event.type in (EventType.CHANGED, EventType.DELETED, EventType.NONE):
+            if event.type == EventType.NONE:
+                # kazoo fires every watch with NONE when its ZooKeeper connection drops, even when the session
+                # lives on: nothing is known to have changed, so only the watch (and with it the cached address)
+                # is gone; the next look-up reads the registration again. Dropping the bookie's connections here
+                # failed every long poll in flight at each blip (docs/reliability.md).
+                self.forget(bookie_id)
+                return
+            if event.type in (EventType.CHANGED, EventType.DELETED):
                 with self._lock:
                     self._info.pop(bookie_id, None)
                     listeners = list(self._address_listeners)
