@@ -22,6 +22,7 @@ its session or its znode in the middle of a pass writes nothing more (:class:`Le
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -65,12 +66,12 @@ MAX_RECORD_BYTES = 4096
 CONFIG_KEYS = ("auditPeriodSeconds", "gracePeriodSeconds", "parentGracePeriodSeconds")
 
 
-# The audit's znodes; their home is bkspark/protocol/zk_paths.py, re-exported for the auditor and the shell.
+# The audit's znodes; their home is bkspark/protocol/zk_paths.py, named here for the auditor and the shell.
 audit_root = zk_paths.audit_path
-orphans_path = zk_paths.audit_orphans_path
-config_path = zk_paths.audit_config_path
-election_path = zk_paths.audit_election_path
-status_path = zk_paths.audit_status_path
+orphans_path = functools.partial(zk_paths.audit_znode_path, znode=zk_paths.AUDIT_ORPHANS)
+config_path = functools.partial(zk_paths.audit_znode_path, znode=zk_paths.AUDIT_CONFIG)
+election_path = functools.partial(zk_paths.audit_znode_path, znode=zk_paths.AUDIT_ELECTION)
+status_path = functools.partial(zk_paths.audit_znode_path, znode=zk_paths.AUDIT_STATUS)
 
 
 class OrphanReason(str, enum.Enum):

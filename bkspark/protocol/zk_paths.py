@@ -76,10 +76,11 @@ __all__ = [
     "BKSPARK",
     "bkspark_path",
     "audit_path",
-    "audit_orphans_path",
-    "audit_config_path",
-    "audit_election_path",
-    "audit_status_path",
+    "audit_znode_path",
+    "AUDIT_ORPHANS",
+    "AUDIT_CONFIG",
+    "AUDIT_ELECTION",
+    "AUDIT_STATUS",
     "datasets_path",
     "write_jobs_path",
     "dataset_path",
@@ -422,24 +423,18 @@ def audit_path(root: str) -> str:
     return f"{bkspark_path(root)}/audit"
 
 
-def audit_orphans_path(root: str) -> str:
-    """``<root>/bkspark/audit/orphans``: one record per orphaned ledger, named by its qualified name."""
-    return f"{audit_path(root)}/orphans"
+#: The orphan audit's znodes under ``<root>/bkspark/audit``: one record per orphaned ledger (named by its qualified
+#: name), the audit's tunables (watched by every auditor), the auditors' leader election (kazoo's ``Election``
+#: recipe) and the leader's report of its last pass.
+AUDIT_ORPHANS, AUDIT_CONFIG, AUDIT_ELECTION, AUDIT_STATUS = "orphans", "config", "election", "status"
 
 
-def audit_config_path(root: str) -> str:
-    """``<root>/bkspark/audit/config``: the audit's tunables, watched by every auditor."""
-    return f"{audit_path(root)}/config"
-
-
-def audit_election_path(root: str) -> str:
-    """``<root>/bkspark/audit/election``: the auditors' leader election (kazoo's ``Election`` recipe)."""
-    return f"{audit_path(root)}/election"
-
-
-def audit_status_path(root: str) -> str:
-    """``<root>/bkspark/audit/status``: the leader's report of its last pass."""
-    return f"{audit_path(root)}/status"
+def audit_znode_path(root: str, znode: str) -> str:
+    """``<root>/bkspark/audit/<znode>``, ``znode`` one of :data:`AUDIT_ORPHANS`, :data:`AUDIT_CONFIG`,
+    :data:`AUDIT_ELECTION`, :data:`AUDIT_STATUS`."""
+    if znode not in (AUDIT_ORPHANS, AUDIT_CONFIG, AUDIT_ELECTION, AUDIT_STATUS):
+        raise InvalidOptionError(f"{znode!r} is not one of the audit's znodes")
+    return f"{audit_path(root)}/{znode}"
 
 
 def datasets_path(root: str) -> str:
