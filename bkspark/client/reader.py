@@ -67,6 +67,7 @@ UNKNOWN_SIZE_CHUNK_ENTRIES = 100
 
 log = logging.getLogger(__name__)
 
+
 class LedgerEntry(NamedTuple):
     """One entry read back: ids and the payload the writer appended."""
 
