@@ -183,9 +183,9 @@ def test_create_lost_to_connection_loss_is_not_duplicated(zk_root, store, monkey
 def test_conditional_set_after_connection_loss_checks_what_was_applied(zk_root, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A set lost to a connection loss: ours if applied; retried within the policy's bounds otherwise."""
     from bkspark.errors import MetadataError
-    from bkspark.metadata.retry import RetryPolicy
+    from bkspark.metadata.retry import ZkRetry
 
-    store = ZkMetadataStore(zk_root.metadata_service_uri, zk=zk_root.zk_client, retry=RetryPolicy(max_tries=3, delay=0.01))
+    store = ZkMetadataStore(zk_root.metadata_service_uri, zk=zk_root.zk_client, retry=ZkRetry(max_tries=3, delay=0.01))
     lid = store.generate_ledger_id()
     created = store.create_ledger_metadata(lid, _md())
     real_set = store.zk.set
@@ -423,9 +423,9 @@ def test_a_multi_read_failure_no_retry_fixes_is_a_metadata_error(zk_root, monkey
 
     from bkspark.errors import MetadataError
     from bkspark.metadata import multiread
-    from bkspark.metadata.retry import RetryPolicy
+    from bkspark.metadata.retry import ZkRetry
 
-    store = ZkMetadataStore(zk_root.metadata_service_uri, zk=zk_root.zk_client, retry=RetryPolicy(max_tries=3, delay=0.01))
+    store = ZkMetadataStore(zk_root.metadata_service_uri, zk=zk_root.zk_client, retry=ZkRetry(max_tries=3, delay=0.01))
     store.create_ledger_metadata(7, _md())
     sent: list[tuple[str, ...]] = []
 
