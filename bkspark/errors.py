@@ -59,6 +59,7 @@ __all__ = [
     "BadLedgerContextError",
     "BookieUnavailableError",
     "BookieTimeoutError",
+    "AddEntryQuorumTimeoutError",
     "InvalidBookieIdError",
     "CookieMismatchError",
     "CorruptJournalError",
@@ -324,6 +325,14 @@ class BookieTimeoutError(BookieUnavailableError):
     """The bookie did not answer in time."""
 
     code, retriable = -23, True
+
+
+class AddEntryQuorumTimeoutError(BKError):
+    """An add did not reach its ack quorum within ``addEntryQuorumTimeoutSec`` (Java's
+    ``BKAddEntryQuorumTimeoutException``): the writer stops, failing it and every add behind it, as Java's
+    ledger handle does."""
+
+    code, retriable, ends_writes = -21, False, True
 
 
 class InvalidBookieIdError(BKError):

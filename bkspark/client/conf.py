@@ -33,6 +33,9 @@ class ClientConf:
     #: v2 protocol for adds and reads (as Pulsar runs it); v3 for the rest. Java's default is False.
     useV2WireProtocol: bool = True
     addEntryTimeoutSec: float = 5.0
+    #: Seconds an add may wait for its ack quorum, ensemble changes included, before the ledger's writes end with
+    #: ``AddEntryQuorumTimeoutError``; 0 or less = no bound (Java's default, -1). docs/client.md.
+    addEntryQuorumTimeoutSec: float = -1.0
     readEntryTimeoutSec: float = 5.0
     #: Milliseconds before a read is also sent to the next replica (0 disables).
     speculativeReadTimeout: int = 2000

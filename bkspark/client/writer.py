@@ -31,6 +31,7 @@ from bkspark.client.connection import V2, Callback, ManyCallback
 from bkspark.client.ops import FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
 from bkspark.client.payloads import PackedPayloads
 from bkspark.errors import (
+    AddEntryQuorumTimeoutError,
     BKError,
     EntryTooLargeError,
     IllegalOpError,
@@ -162,6 +163,11 @@ class LedgerWriter:
         self._busy_resends: dict[tuple[int, str], list[_PendingAdd]] = {}
         self._busy_timer: asyncio.TimerHandle | None = None
         self._busy_attempts: Attempts | None = None
+        #: ``addEntryQuorumTimeoutSec`` (> 0: on): when each append call queued its adds, as (its last entry id,
+        #: loop time), one pair per call, not per entry; ``_quorum_timer`` fires at the oldest pending add's deadline.
+        self._quorum_timeout = ctx.conf.addEntryQuorumTimeoutSec
+        self._queued_at: deque[tuple[int, float]] = deque()
+        self._quorum_timer: asyncio.TimerHandle | None = None
         #: The largest payload one add frame can carry (any thread may read it: it never changes).
         self.max_payload = ctx.conf.nettyMaxFrameSizeBytes - self.digester.entry_overhead(ref.scope_id) - (
             v2.ADD_REQUEST_OVERHEAD if ctx.ops.data_version(ref.scope_id) == V2 else v3.add_request_overhead(ref.scope_id)
@@ -213,6 +219,8 @@ class LedgerWriter:
         self.length += len(payload)
         op = _PendingAdd(next_id, payload, self.length, callback)
         self.pending.append(op)
+        if self._quorum_timeout > 0:
+            self._note_queued()
         if not self.changing_ensemble:
             self._send(op, None)
 
@@ -273,6 +281,8 @@ class LedgerWriter:
             op = _PendingAdd(entry_id, payload, self.length, batch)
             entry_id += 1
             self.pending.append(op)
+            if self._quorum_timeout > 0:
+                self._note_queued()
             if not self.changing_ensemble:
                 send(op, None)
 
@@ -335,6 +345,8 @@ class LedgerWriter:
         self.last_add_pushed = entry_id - 1
         self.length = ends[-1] if ends else length
         self.pending.extend(ops)
+        if self._quorum_timeout > 0:
+            self._note_queued()
         ensemble = list(self.ensemble)
         E, W = self.E, self.W
         add_many, ledger_id = self.ctx.ops.add_v2_many, self.ref.ledger_id
@@ -477,6 +489,10 @@ class LedgerWriter:
         if self._busy_timer is not None:
             self._busy_timer.cancel()
             self._busy_timer = None
+        self._queued_at.clear()
+        if self._quorum_timer is not None:
+            self._quorum_timer.cancel()
+            self._quorum_timer = None
         self.length = self.confirmed_length
         self.last_add_pushed = self.lac
         for op in pending:
@@ -484,6 +500,54 @@ class LedgerWriter:
             if callback is not None:
                 callback(None, error)
         self._notify_drained()
+
+    # -- addEntryQuorumTimeoutSec: an overall deadline for an add ----------------------------
+
+    def _note_queued(self) -> None:
+        """Remember that the adds up to ``last_add_pushed`` were queued now; arm the deadline of the oldest."""
+        self._queued_at.append((self.last_add_pushed, self.ctx.loop.time()))
+        if self._quorum_timer is None:
+            self._arm_quorum_deadline()
+
+    def _oldest_queued_at(self) -> float | None:
+        """When the oldest pending add was queued (None when nothing is pending)."""
+        queued = self._queued_at
+        if not self.pending:
+            queued.clear()
+            return None
+        head = self.pending[0].entry_id
+        while queued and queued[0][0] < head:
+            queued.popleft()
+        return queued[0][1] if queued else None
+
+    def _arm_quorum_deadline(self) -> None:
+        since = self._oldest_queued_at()
+        if since is not None:
+            self._quorum_timer = self.ctx.loop.call_at(since + self._quorum_timeout, self._quorum_deadline)
+
+    def _quorum_deadline(self) -> None:
+        """The oldest pending add's deadline: fail the writer if it still lacks its quorum (Java's
+        ``PendingAddOp.timeoutQuorumWait``), else wait for the next oldest one's."""
+        self._quorum_timer = None
+        if self.error is not None:
+            return
+        since = self._oldest_queued_at()
+        if since is None:
+            return
+        if self.ctx.loop.time() < since + self._quorum_timeout:
+            self._arm_quorum_deadline()
+            return
+        head = self.pending[0]
+        log.warning(
+            "ledger %s: entry %s has no ack quorum after addEntryQuorumTimeoutSec=%s (ensemble %s): writes end",
+            self.ref.ledger_id, head.entry_id, self._quorum_timeout, self.ensemble,
+        )
+        self._fail_all(
+            AddEntryQuorumTimeoutError(
+                f"entry reached no ack quorum within addEntryQuorumTimeoutSec={self._quorum_timeout:g}",
+                ledger_id=self.ref.ledger_id, entry_id=head.entry_id, ensemble=list(self.ensemble),
+            )
+        )
 
     # -- a bookie that refuses adds as too many ----------------------------------------------
 

@@ -347,15 +347,10 @@ def test_an_apache_bookkeeper_bookie_whose_link_goes_down_is_replaced_and_loses_
     assert writer.acked == writer.count
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="no overall deadline for an add (Apache BookKeeper's addEntryQuorumTimeoutSec): bkspark/client/writer.py "
-    "keeps an add open for as long as no ensemble can take it (issue 46, item 4); found by the namespace campaign",
-)
 def test_an_add_no_ensemble_can_take_fails_after_add_entry_quorum_timeout(cluster: NetnsCluster) -> None:
     """Two of the four bookies cut off for good (one each way), ack quorum 3: no ensemble of three reachable bookies
     exists. With ``addEntryQuorumTimeoutSec=10`` the add must fail with a typed error, not stay open."""
-    from bkspark.errors import BKError
+    from bkspark.errors import AddEntryQuorumTimeoutError
 
     with cluster.client(**CLIENT_CONF, addEntryQuorumTimeoutSec=10) as bk:
         lh = bk.create_ledger(3, 3, 3)
@@ -367,7 +362,7 @@ def test_an_add_no_ensemble_can_take_fails_after_add_entry_quorum_timeout(cluste
         cluster.bed.drop(["client"], [cluster.host_of(spare)])
         try:
             future = lh.append_async(b"during")
-            with pytest.raises(BKError):
+            with pytest.raises(AddEntryQuorumTimeoutError):
                 future.result(timeout=GENEROUS)
         finally:
             cluster.bed.heal()
