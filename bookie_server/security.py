@@ -7,6 +7,10 @@
 * SASL (``bookieAuthProviderFactoryClass``): until the DIGEST-MD5 exchange completes, only AUTH and
   START_TLS pass (``AuthHandler.ServerSideHandler``): a v2 add or read gets EUA, any other v2 request
   closes the connection, any other v3 request gets EUA.  Wrong credentials: EUA and close (v3), close (v2).
+
+The connection is reached through its public hand-off methods only (``send``, ``send_v3``, ``flush``,
+``spawn``, ``close``, ``start_tls``, ``resume_after_tls``; :class:`~bookie_server.connection.Connection`): the
+rules of when to upgrade and whom to let in live here, the mechanics of the transport there.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from bkspark.security.auth import BookieSecurity
 from bkspark.security.tls import handshake_hint
 
 if TYPE_CHECKING:
-    from bookie_server.server import _Connection
+    from bookie_server.connection import Connection
 
 __all__ = ["ConnectionSecurity"]
 
@@ -47,7 +51,7 @@ class ConnectionSecurity:
         """Whether this (parsed) request is ours: anything before authentication, and START_TLS."""
         return not self.authenticated or (type(request) is pb.Request and request.header.operation == pb.START_TLS)
 
-    def handle(self, conn: "_Connection", request: Any) -> bool:
+    def handle(self, conn: "Connection", request: Any) -> bool:
         """Handle an intercepted request; True when dispatching must stop (a TLS upgrade started)."""
         if type(request) is pb.Request:
             op = request.header.operation
@@ -55,24 +59,24 @@ class ConnectionSecurity:
                 self.start_tls(conn, request)
                 return self.upgrading
             if self.authenticated:
-                conn._handle_v3(request)  # a START_TLS without its sub-message: EBADREQ as usual
+                conn.send_v3(v3.start_tls_response(request, pb.EBADREQ))  # a START_TLS without its sub-message
             elif op == pb.AUTH and request.HasField("authRequest"):
                 self._auth(conn, request.authRequest.authPluginName, bytes(request.authRequest.payload), v3_request=request)
             else:
-                conn._send_v3(v3.error_response(request, pb.EUA))
+                conn.send_v3(v3.error_response(request, pb.EUA))
             return False
         if isinstance(request, v2.AuthRequest):
             self._auth(conn, request.auth_plugin_name, request.payload, v2_version=request.version)
         elif isinstance(request, v2.AddRequest):
-            conn._send(v2.encode_add_response(v2.EUA, request.ledger_id, request.entry_id, request.version))
+            conn.send(v2.encode_add_response(v2.EUA, request.ledger_id, request.entry_id, request.version))
         elif isinstance(request, v2.ReadRequest):
-            conn._send(v2.encode_read_response(v2.EUA, request.ledger_id, request.entry_id, b"", request.version))
+            conn.send(v2.encode_read_response(v2.EUA, request.ledger_id, request.entry_id, b"", request.version))
         else:
             raise ProtocolError("request before authentication", peer=conn.peer)
         return False
 
     def _auth(
-        self, conn: "_Connection", plugin: str, payload: bytes, *, v2_version: int | None = None, v3_request: Any = None
+        self, conn: "Connection", plugin: str, payload: bytes, *, v2_version: int | None = None, v3_request: Any = None
     ) -> None:
         assert self._sasl is not None
         try:
@@ -83,51 +87,40 @@ class ConnectionSecurity:
             conn.metrics.protocol_errors.inc()
             log.warning("SASL authentication of %s failed: %s", conn.peer, exc)
             if v3_request is not None:
-                conn._send_v3(v3.error_response(v3_request, pb.EUA))
-                conn._flush()
+                conn.send_v3(v3.error_response(v3_request, pb.EUA))
+                conn.flush()
             conn.close()
             return
         if v3_request is not None:
-            conn._send_v3(v3.auth_response(v3_request, PLUGIN_NAME, answer))
+            conn.send_v3(v3.auth_response(v3_request, PLUGIN_NAME, answer))
         else:
-            conn._send(v2.encode_auth_response(PLUGIN_NAME, answer, v2_version if v2_version is not None else 2))
+            conn.send(v2.encode_auth_response(PLUGIN_NAME, answer, v2_version if v2_version is not None else 2))
         if self._sasl.complete:
             self.authenticated = True
             log.info("client %s authenticated as %s", conn.peer, self._sasl.user)
 
     # -- START_TLS ----------------------------------------------------------------------
-    def start_tls(self, conn: "_Connection", request: Any) -> None:
+    def start_tls(self, conn: "Connection", request: Any) -> None:
         """Answer START_TLS and upgrade; requests still in the connection's backlog are served after it."""
         provider = self.security.tls
         if provider is None or self.tls or self.upgrading:
-            conn._send_v3(v3.start_tls_response(request, pb.EBADREQ))
+            conn.send_v3(v3.start_tls_response(request, pb.EBADREQ))
             return
-        conn._send_v3(v3.start_tls_response(request, pb.EOK))
-        conn._flush()  # the answer leaves in the clear, before the handshake
+        conn.send_v3(v3.start_tls_response(request, pb.EOK))
+        conn.flush()  # the answer leaves in the clear, before the handshake
         self.upgrading = True
-        conn._spawn(self._upgrade(conn, provider.context(), provider.settings.start_tls_timeout))
+        conn.spawn(self._upgrade(conn, provider.context(), provider.settings.start_tls_timeout))
 
-    async def _upgrade(self, conn: "_Connection", ctx: Any, timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        assert conn.transport is not None
+    async def _upgrade(self, conn: "Connection", ctx: Any, timeout: float) -> None:
         try:
-            conn.transport = await loop.start_tls(
-                conn.transport, conn, ctx, server_side=True, ssl_handshake_timeout=timeout
-            )
+            await conn.start_tls(ctx, timeout)
         except (OSError, ConnectionError, asyncio.TimeoutError) as exc:
             conn.metrics.protocol_errors.inc()
             reason = str(exc) or type(exc).__name__
             log.warning("TLS handshake with %s failed%s: %s", conn.peer, handshake_hint(reason, server_side=True), reason)
-            conn.closed = True
-            transport = conn.transport
-            if transport is not None:
-                transport.abort()
             return
         self.tls = True
         self.upgrading = False
         log.info("TLS handshake with %s done", conn.peer)
-        conn._reading_paused = False  # start_tls resumed reading on the new transport
-        conn._drain()  # requests that came behind START_TLS
         data, self.held_data = self.held_data, []
-        if data and not conn.closed:
-            conn.data_received(b"".join(data))
+        conn.resume_after_tls(b"".join(data))

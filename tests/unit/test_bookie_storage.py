@@ -38,7 +38,7 @@ from bookie_server.journal import (
     iter_records,
     journal_files,
 )
-from bookie_server import bookie as bookie_module
+from bookie_server import checkpoints as checkpoints_module
 from bookie_server import journal as journal_module
 from bookie_server import storage as storage_module
 from bookie_server.storage import LedgerInfo, LedgerStorage, _group_keys, cache_key, key_address, key_ledger
@@ -429,7 +429,7 @@ def test_a_checkpoint_that_keeps_failing_is_retried_with_back_off_and_its_traceb
     traceback is logged once (asyncio's "never retrieved" included), then a count at most once per interval (made
     0.5 s here), and once the disk takes writes again the next try stores the entries, says so in one line with
     the count, and the bookie takes adds again."""
-    monkeypatch.setattr(bookie_module, "CHECKPOINT_FAILURE_LOG_INTERVAL_S", 0.5)
+    monkeypatch.setattr(checkpoints_module, "CHECKPOINT_FAILURE_LOG_INTERVAL_S", 0.5)
     caplog.set_level(logging.INFO)
 
     async def scenario() -> None:
@@ -1040,7 +1040,7 @@ def test_failed_checkpoints_back_off_from_a_tenth_of_a_second_to_five_seconds_or
 ) -> None:
     """The waits between tries of a checkpoint that keeps failing double from 0.1 s up to 5 s, or up to
     ``flushInterval`` when that is shorter, and never give up (docs/bookie.md, "Failures between the steps")."""
-    attempts = bookie_module.checkpoint_retry(flush_interval_s).start()
+    attempts = checkpoints_module.checkpoint_retry(flush_interval_s).start()
     waits = [attempts.next_delay(BookieIOError("entry log append failed")) for _ in range(200)]
     assert waits == pytest.approx([min(0.1 * 2**i, cap) for i in range(200)])
 
