@@ -13,7 +13,8 @@ from bkspark.protocol import v2, v3
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bookie_server.bookie import Bookie
 from bookie_server.server import BookieServer
-from bookie_server.storage import CachedRange, cache_key, key_address, key_ledger
+from bookie_server.entry_logs import cache_key, key_address, key_ledger
+from bookie_server.storage_reads import CachedRange
 from tests.unit.test_bookie_server import KEY, Conn, make_entry, with_bookie
 
 
@@ -496,13 +497,15 @@ def test_a_cold_batch_read_walks_the_entry_log_instead_of_the_index(tmp_path, mo
             storage.put_entry(0, ledger, i, i - 1, written[(ledger, i)])
     storage.checkpoint(JournalPosition(1, 1))
     index_reads = []
-    original = storage_module.LedgerStorage._read_record
+    from bookie_server.entry_logs import LedgerDirectory
+
+    original = LedgerDirectory.read_record
 
     def counted(*args: Any) -> bytes:
         index_reads.append(args[2])
         return original(*args)
 
-    monkeypatch.setattr(storage_module.LedgerStorage, "_read_record", staticmethod(counted))
+    monkeypatch.setattr(LedgerDirectory, "read_record", counted)
     got = storage.range_cold(0, 1, 0, 400, 1 << 30, [], 0)
     assert got == [written[(1, i)] for i in range(400)]
     # One index read at the start and one per 256 KiB chunk the walk ran out of (about 400 KB here), not 400.

@@ -18,12 +18,13 @@ from bkspark.protocol import v2
 from bkspark.protocol.digest import entry_header, master_key
 from bookie_server import journal as journal_module
 from bookie_server import v2_handlers as v2_handlers_module
-from bookie_server import storage as storage_module
+from bookie_server import entry_logs as entry_logs_module
 from bookie_server.journal import JournalPosition, RecordType, add_records, add_records_reference, iter_records
-from bookie_server.storage import LedgerStorage, cache_key, key_address, log_records, log_records_reference
+from bookie_server.entry_logs import cache_key, key_address, log_records, log_records_reference
+from bookie_server.storage import LedgerStorage
 
 COMPILED = journal_module._speedups
-USERS = (journal_module, storage_module, v2_handlers_module)
+USERS = (journal_module, entry_logs_module, v2_handlers_module)
 
 
 @pytest.fixture(params=["compiled", "reference"])
@@ -220,7 +221,7 @@ def test_a_checkpoint_writes_the_same_files_both_ways(tmp_path: Path, monkeypatc
     logs = {}
     for name in ("compiled", "reference"):
         if name == "reference":
-            monkeypatch.setattr(storage_module, "_speedups", None)
+            monkeypatch.setattr(entry_logs_module, "_speedups", None)
         storage = LedgerStorage([tmp_path / name])
         storage.open()
         for key, data in entries.items():

@@ -40,8 +40,11 @@ from bookie_server.journal import (
 )
 from bookie_server import checkpoints as checkpoints_module
 from bookie_server import journal as journal_module
+from bookie_server import entry_logs as entry_logs_module
 from bookie_server import storage as storage_module
-from bookie_server.storage import LedgerInfo, LedgerStorage, _group_keys, cache_key, key_address, key_ledger
+from bookie_server import storage_reads as storage_reads_module
+from bookie_server.entry_logs import cache_key, key_address, key_ledger
+from bookie_server.storage import LedgerInfo, LedgerStorage, _group_keys
 
 KEY = b"k" * 20
 OTHER_KEY = b"x" * 20
@@ -736,7 +739,7 @@ def test_a_checkpoint_retried_after_a_write_that_stopped_halfway_indexes_the_rig
     storage.checkpoint(JournalPosition(1, 10))
     written |= _put_range(storage, 10, 30)
     disk = _DiskThatFails(write_halfway=1, writes_first=0 if piece is None else 2)
-    monkeypatch.setattr(storage_module, "os", disk)
+    monkeypatch.setattr(entry_logs_module, "os", disk)
     monkeypatch.setattr(journal_module, "os", disk)  # the one write loop (write_all) lives there
     if piece is not None:
         monkeypatch.setattr(storage_module, "CHECKPOINT_PIECE_ENTRIES", piece)  # 20 entries: 7, 7 and 6
@@ -767,7 +770,7 @@ def test_a_checkpoint_retried_after_the_next_entry_log_could_not_be_made(
     written = _put_range(storage, 0, 10)
     storage.checkpoint(JournalPosition(1, 10))
     written |= _put_range(storage, 10, 20)
-    monkeypatch.setattr(storage_module, "os", _DiskThatFails(open_logs=1))
+    monkeypatch.setattr(entry_logs_module, "os", _DiskThatFails(open_logs=1))
     with pytest.raises(BookieIOError):
         storage.checkpoint(JournalPosition(1, 20))
     monkeypatch.undo()
@@ -804,7 +807,7 @@ def test_a_ledger_written_again_while_a_failed_checkpoint_held_its_delete_keeps_
         storage.put_entry(0, 1, i, i - 1, data)
     if checkpoint_fails:
         disk = _DiskThatFails(write_halfway=1)
-        monkeypatch.setattr(storage_module, "os", disk)
+        monkeypatch.setattr(entry_logs_module, "os", disk)
         monkeypatch.setattr(journal_module, "os", disk)
         with pytest.raises(BookieIOError):
             storage.write_checkpoint(snapshot)
@@ -843,7 +846,7 @@ def test_a_crash_before_a_delete_reaches_a_checkpoint_brings_the_ledger_back_unt
     storage.delete_ledger(0, 1)
     storage.put_entry(0, 2, 1, 0, entry(2, 1, 0, b"other " * 40))  # something for the checkpoint to write
     disk = _DiskThatFails(write_halfway=1)
-    monkeypatch.setattr(storage_module, "os", disk)
+    monkeypatch.setattr(entry_logs_module, "os", disk)
     monkeypatch.setattr(journal_module, "os", disk)
     with pytest.raises(BookieIOError):
         storage.checkpoint(JournalPosition(1, 20))
@@ -929,7 +932,7 @@ def test_a_runs_job_walks_the_log_and_asks_the_index_only_past_a_gap(tmp_path: P
     assert len(index_reads) == 3  # 10, then 11 walked to; 150 past the walk's few records, then 151 walked to
     # The walk looks at up to RUN_WALK_RECORDS (4, docs/bookie.md "Runs of single reads") records past the last read:
     # 44 is the 4th after 40, found walking; 49 is the 5th after 44, asked of the index.
-    assert storage_module.RUN_WALK_RECORDS == 4
+    assert storage_reads_module.RUN_WALK_RECORDS == 4
     found = storage.read_run_cold(0, [(6, 40), (6, 44), (6, 49)], 1 << 30)
     assert [struct.unpack_from(">q", data, 8)[0] for data in found] == [40, 44, 49]
     assert [struct.unpack(">qqq", key)[2] for key in index_reads[3:]] == [40, 49]
