@@ -46,10 +46,23 @@ from bookie_server.storage import LedgerInfo, LedgerStorage
 #: high-priority flags.
 _CHECKED_FIELDS = itemgetter(0, 4, 5, 6)
 
-
 __all__ = ["Bookie", "ReadLacResult"]
 
 log = logging.getLogger("bookie_server.bookie")
+
+
+def _settles(fut: asyncio.Future[None]) -> Callable[[BaseException | None], None]:
+    """A journal completion ``done(error)`` that settles ``fut`` (once: a later call finds it done)."""
+
+    def done(error: BaseException | None) -> None:
+        if fut.done():
+            return
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
+
+    return done
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,15 +224,12 @@ class Bookie(Checkpoints):
         self.journal.submit_many(records, dones, early)
 
     def _journal(self, record: bytes, fut: asyncio.Future[None], after: Callable[[], None] | None = None) -> None:
+        settle = _settles(fut)
+
         def done(error: BaseException | None) -> None:
             if error is None and after is not None:
                 after()
-            if fut.done():
-                return
-            if error is None:
-                fut.set_result(None)
-            else:
-                fut.set_exception(error)
+            settle(error)
 
         self._journal_cb(record, done)
 
@@ -236,33 +246,15 @@ class Bookie(Checkpoints):
 
     # -- operations ---------------------------------------------------------------------
     def add_entry(
-        self,
-        scope_id: int,
-        ledger_id: int,
-        entry_id: int,
-        lac: int,
-        entry: bytes,
-        master_key: bytes,
-        *,
-        recovery: bool = False,
-        high_priority: bool = False,
+        self, scope_id: int, ledger_id: int, entry_id: int, lac: int, entry: bytes, master_key: bytes, **flags: bool
     ) -> asyncio.Future[None]:
-        """Store an entry; the future resolves once it is durable in the journal.
+        """Store an entry; the future resolves once it is durable in the journal.  ``flags`` are
+        :meth:`add_entry_cb`'s (``recovery``, ``high_priority``).
 
         Raises at once: EREADONLY, EUA (key mismatch), EFENCED (fenced, not recovery).
         """
         fut = self._new_future()
-
-        def done(error: BaseException | None) -> None:
-            if not fut.done():
-                if error is None:
-                    fut.set_result(None)
-                else:
-                    fut.set_exception(error)
-
-        self.add_entry_cb(
-            scope_id, ledger_id, entry_id, lac, entry, master_key, done, recovery=recovery, high_priority=high_priority
-        )
+        self.add_entry_cb(scope_id, ledger_id, entry_id, lac, entry, master_key, _settles(fut), **flags)
         return fut
 
     def add_entry_cb(
