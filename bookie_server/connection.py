@@ -210,7 +210,7 @@ class Connection(Admission, V2Handlers, V3Handlers, asyncio.Protocol):
             request = backlog[0]
             try:
                 if type(request) is list:
-                    # A run of v2 adds (:func:`~bookie_server.v2_handlers.runs`): as many as the gate admits join the group, in order.
+                    # A run of v2 adds (`runs`): as many as the gate admits join the group, in order.
                     admitted = self._admit_adds(request)
                     if admitted == len(request):
                         backlog.popleft()
@@ -220,7 +220,7 @@ class Connection(Admission, V2Handlers, V3Handlers, asyncio.Protocol):
                         adds.extend(request[:admitted])
                     continue  # the rest of a run the gate cut parks the connection on the next turn
                 if type(request) is tuple:
-                    # A run of plain v2 reads (:func:`~bookie_server.v2_handlers.runs`): the gate admits a prefix, the adds before it go first.
+                    # A run of plain v2 reads (`runs`): the gate admits a prefix, the adds before it go first.
                     admitted = self._admit_reads(request)
                     if not admitted:
                         continue  # parked

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from bkspark.errors import AuthenticationError, ProtocolError
@@ -25,13 +26,28 @@ from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bkspark.protocol.sasl import PLUGIN_NAME
 from bkspark.security.auth import BookieSecurity
 from bkspark.security.tls import handshake_hint
+from bkspark.security.zk import ZkSecurity
 
 if TYPE_CHECKING:
     from bookie_server.connection import Connection
 
-__all__ = ["ConnectionSecurity"]
+__all__ = ["BookieSecurity", "ConnectionSecurity", "authentication_configured"]
 
 log = logging.getLogger("bookie_server.security")
+
+
+def authentication_configured(security: BookieSecurity, conf: Mapping[str, Any]) -> bool:
+    """Whether the bookie is set up to know who its peers are: SASL for its clients
+    (``bookieAuthProviderFactoryClass``), TLS with client certificates (``tlsClientAuthentication=true``), or
+    ZooKeeper authentication (a digest, a JAAS ``Client`` section, or ``zkEnableSecurity=true``).  Such a bookie's
+    admin HTTP server takes no state-changing request without its token (docs/security.md, "The bookie's HTTP
+    admin endpoint")."""
+    if security.sasl is not None:
+        return True
+    if security.tls is not None and security.tls.settings.client_authentication:
+        return True
+    zk = ZkSecurity.from_conf(conf)
+    return zk.authenticated or zk.enable_acls
 
 
 class ConnectionSecurity:
