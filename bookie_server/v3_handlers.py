@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 
 from bkspark.errors import BookieError, MalformedFrameError, NoSuchEntryError, NoSuchLedgerError, status_for_error
 from bkspark.protocol import v2, v3
 from bkspark.protocol.digest import entry_header, lac_header
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 
+from bookie_server.limits import InFlightGate
 from bookie_server.metrics import now_ms as _now_ms
 
 __all__ = ["V3Handlers"]
@@ -41,16 +43,28 @@ class V3Handlers:
             return False
         return True
 
-    def _v3_add(self, request: pb.Request) -> None:
+    def _status_reply(
+        self,
+        request: pb.Request,
+        op: str,
+        build: Callable[[pb.Request, int], pb.Response],
+        permit: tuple[InFlightGate, int] | None,
+    ) -> Callable[[int], None]:
+        """The answer of a request whose response carries a status only (``build(request, status)``): it gives
+        ``permit`` back, sends the response and records its latency as ``op``, from now."""
         start = _now_ms()
-        add = request.addRequest
-        permit = self._take_permit()
 
         def reply(status: int) -> None:
             self._release(permit)
-            self.send_v3(v3.add_response(request, status))
-            self.metrics.observe_request("ADD_ENTRY", _now_ms() - start, status == pb.EOK)
+            self.send_v3(build(request, status))
+            self.metrics.observe_request(op, _now_ms() - start, status == pb.EOK)
 
+        return reply
+
+    def _v3_add(self, request: pb.Request) -> None:
+        add = request.addRequest
+        permit = self._take_permit()
+        reply = self._status_reply(request, "ADD_ENTRY", v3.add_response, permit)
         if not self._v3_version_ok(request, lambda s: v3.add_response(request, s)):
             self._release(permit)
             return
@@ -212,11 +226,24 @@ class V3Handlers:
 
         self._when_read(found, respond, lambda exc: reply(v3.batch_read_response(request, status_for_error(exc))))
 
-    def _v3_read_lac(self, request: pb.Request) -> None:
+    def _v3_answer_now(
+        self, request: pb.Request, op: str, build: Callable[[int], pb.Response], answer: Callable[[], pb.Response]
+    ) -> None:
+        """A request answered at once, with no permit: EBADVERSION (``build``) for another protocol version, else
+        ``answer()``, sent and timed as ``op``."""
         start = _now_ms()
-        sub = request.readLacRequest
-        if not self._v3_version_ok(request, lambda s: v3.read_lac_response(request, s)):
+        if not self._v3_version_ok(request, build):
             return
+        resp = answer()
+        self.send_v3(resp)
+        self.metrics.observe_request(op, _now_ms() - start, resp.status == pb.EOK)
+
+    def _v3_read_lac(self, request: pb.Request) -> None:
+        build = partial(v3.read_lac_response, request)
+        self._v3_answer_now(request, "READ_LAC", build, partial(self._read_lac_answer, request))
+
+    def _read_lac_answer(self, request: pb.Request) -> pb.Response:
+        sub = request.readLacRequest
         # ReadLacProcessorV3 (4.17): each missing half sets a status (no last entry is an
         # IOException there, so EIO), and "neither found" overrides everything with ENOENTRY
         # -- an unknown ledger included.
@@ -225,27 +252,15 @@ class V3Handlers:
         except BookieError:
             result = None
         if result is None or (result.explicit_lac is None and result.last_entry is None):
-            resp = v3.read_lac_response(request, pb.ENOENTRY)
-        else:
-            status = pb.EOK if result.last_entry is not None else pb.EIO
-            resp = v3.read_lac_response(
-                request, status, lac_body=result.explicit_lac, last_entry_body=result.last_entry
-            )
-        self.send_v3(resp)
-        self.metrics.observe_request("READ_LAC", _now_ms() - start, resp.status == pb.EOK)
+            return v3.read_lac_response(request, pb.ENOENTRY)
+        status = pb.EOK if result.last_entry is not None else pb.EIO
+        return v3.read_lac_response(request, status, lac_body=result.explicit_lac, last_entry_body=result.last_entry)
 
     def _v3_write_lac(self, request: pb.Request) -> None:
-        start = _now_ms()
         sub = request.writeLacRequest
-
-        def reply(status: int) -> None:
-            self._release(permit)
-            self.send_v3(v3.write_lac_response(request, status))
-            self.metrics.observe_request("WRITE_LAC", _now_ms() - start, status == pb.EOK)
-
-        if not self._v3_version_ok(request, lambda s: v3.write_lac_response(request, s)):
+        if not self._v3_version_ok(request, partial(v3.write_lac_response, request)):
             return
-        permit = self._take_permit()
+        reply = self._status_reply(request, "WRITE_LAC", v3.write_lac_response, self._take_permit())
         try:
             scope_id, ledger_id, lac = lac_header(sub.body)
             fut = self.bookie.write_lac(scope_id, ledger_id, sub.body, sub.masterKey, lac)
@@ -258,50 +273,42 @@ class V3Handlers:
         self._on_durable(fut, lambda: reply(pb.EOK), lambda e: reply(pb.EIO))
 
     def _v3_force_ledger(self, request: pb.Request) -> None:
-        start = _now_ms()
-
-        def reply(status: int) -> None:
-            self._release(permit)
-            self.send_v3(v3.force_ledger_response(request, status))
-            self.metrics.observe_request("FORCE_LEDGER", _now_ms() - start, status == pb.EOK)
-
-        if not self._v3_version_ok(request, lambda s: v3.force_ledger_response(request, s)):
+        if not self._v3_version_ok(request, partial(v3.force_ledger_response, request)):
             return
-        permit = self._take_permit()
+        reply = self._status_reply(request, "FORCE_LEDGER", v3.force_ledger_response, self._take_permit())
         self._on_durable(self.bookie.force_ledger(), lambda: reply(pb.EOK), lambda e: reply(pb.EIO))
 
     def _v3_bookie_info(self, request: pb.Request) -> None:
-        start = _now_ms()
-        if not self._v3_version_ok(request, lambda s: v3.get_bookie_info_response(request, s)):
-            return
+        build = partial(v3.get_bookie_info_response, request)
+        self._v3_answer_now(request, "GET_BOOKIE_INFO", build, partial(self._bookie_info_answer, request))
+
+    def _bookie_info_answer(self, request: pb.Request) -> pb.Response:
         requested = request.getBookieInfoRequest.requested
         try:
             total, free = self.bookie.storage.disk_usage()
-            resp = v3.get_bookie_info_response(
-                request,
-                pb.EOK,
-                total_disk_capacity=total if requested & v3.TOTAL_DISK_CAPACITY else None,
-                free_disk_space=free if requested & v3.FREE_DISK_SPACE else None,
-            )
         except OSError:
-            resp = v3.get_bookie_info_response(request, pb.EIO)
-        self.send_v3(resp)
-        self.metrics.observe_request("GET_BOOKIE_INFO", _now_ms() - start, resp.status == pb.EOK)
+            return v3.get_bookie_info_response(request, pb.EIO)
+        return v3.get_bookie_info_response(
+            request,
+            pb.EOK,
+            total_disk_capacity=total if requested & v3.TOTAL_DISK_CAPACITY else None,
+            free_disk_space=free if requested & v3.FREE_DISK_SPACE else None,
+        )
 
     def _v3_list_entries(self, request: pb.Request) -> None:
-        start = _now_ms()
+        build = partial(v3.get_list_of_entries_response, request)
+        answer = partial(self._list_entries_answer, request)
+        self._v3_answer_now(request, "GET_LIST_OF_ENTRIES_OF_LEDGER", build, answer)
+
+    def _list_entries_answer(self, request: pb.Request) -> pb.Response:
         sub = request.getListOfEntriesOfLedgerRequest
-        if not self._v3_version_ok(request, lambda s: v3.get_list_of_entries_response(request, s)):
-            return
         try:
             ids = self.bookie.entry_ids(v3.scope_id_of(sub), sub.ledgerId)
-            resp = v3.get_list_of_entries_response(request, pb.EOK, availability=v3.encode_availability(ids))
         except NoSuchLedgerError:
-            resp = v3.get_list_of_entries_response(request, pb.ENOLEDGER)
+            return v3.get_list_of_entries_response(request, pb.ENOLEDGER)
         except BookieError:
-            resp = v3.get_list_of_entries_response(request, pb.EIO)
-        self.send_v3(resp)
-        self.metrics.observe_request("GET_LIST_OF_ENTRIES_OF_LEDGER", _now_ms() - start, resp.status == pb.EOK)
+            return v3.get_list_of_entries_response(request, pb.EIO)
+        return v3.get_list_of_entries_response(request, pb.EOK, availability=v3.encode_availability(ids))
 
     def _v3_start_tls(self, request: pb.Request) -> None:
         # TLS is not configured on this bookie: BookieRequestProcessor answers EBADREQ.
