@@ -4,7 +4,7 @@
                                 [--single-reads 0] [--profile]
 
 A real ``Bookie`` and ``BookieServer`` (journal without fsync, write cache of --write-cache-mb) serve one
-``_Connection`` whose transport only counts what it is given.  --chunk v2 ADDENTRY frames at a time are handed
+``Connection`` whose transport only counts what it is given.  --chunk v2 ADDENTRY frames at a time are handed
 to ``data_received`` as one received chunk (about what the Java client's adds arrive in), with at most --in-flight
 adds unanswered (the Java client's 1000), the loop runs between chunks so that journal completions and replies go
 out, and the loop thread's CPU time
@@ -46,10 +46,10 @@ from bkspark.protocol import framing as framing_module
 from bkspark.protocol import v2
 from bkspark.protocol.digest import Digester, DigestType, master_key
 from bookie_server import app as app_module
+from bookie_server import entry_logs as entry_logs_module
 from bookie_server import journal as journal_module
-from bookie_server import server as server_module
-from bookie_server import storage as storage_module
-from bookie_server.server import _Connection
+from bookie_server import v2_handlers as v2_handlers_module
+from bookie_server.connection import Connection
 from tests.harness.inprocess_bookie import started_bookie
 
 VARIANTS = ("bookie GC", "Python GC", "reference")
@@ -58,7 +58,7 @@ BATCH = 100
 #: What an entry stores besides its payload: the V1 header (32 bytes) and the CRC32C digest (4).
 ENTRY_OVERHEAD = 36
 #: Every module that reads a compiled module at call time (the "reference" variant sets them to None).
-COMPILED_USERS = (v2, framing_module, journal_module, storage_module, server_module)
+COMPILED_USERS = (v2, framing_module, journal_module, entry_logs_module, v2_handlers_module)
 
 
 class CountingTransport(asyncio.Transport):
@@ -99,7 +99,7 @@ def chunks_of_adds(entries: int, size: int, per_chunk: int, ledger: int) -> list
     return [b"".join(frames[i : i + per_chunk]) for i in range(0, entries, per_chunk)]
 
 
-async def read_back(conn: _Connection, transport: CountingTransport, chunks: list[bytes], passes: int,
+async def read_back(conn: Connection, transport: CountingTransport, chunks: list[bytes], passes: int,
                     answer_bytes: int, entries: int) -> float:
     """Loop-thread CPU microseconds per entry of ``passes`` passes of these chunks of read requests, whose answers
     take ``answer_bytes`` per pass (one chunk per loop iteration)."""
@@ -123,7 +123,7 @@ async def one_round(
     """Loop-thread CPU microseconds per add of one round on a fresh bookie, per entry of its batch reads and per
     single read (None without --batch-reads, --single-reads)."""
     async with started_bookie(workdir, dbStorage_writeCacheMaxSizeMb=args.write_cache_mb) as (_bookie, server):
-        conn = _Connection(server)
+        conn = Connection(server)
         transport = CountingTransport()
         conn.connection_made(transport)
         chunks = chunks_of_adds(args.entries, args.size, args.chunk, ledger)

@@ -39,7 +39,7 @@ from bookie_server.gc import GarbageCollector
 from bookie_server.http_admin import AdminHttpServer, json_body
 from bookie_server.metrics import BookieMetrics
 from bookie_server.registration import Registration, check_local_cookies, dir_is_empty, write_dir_cookie
-from bookie_server.security import BookieSecurity
+from bookie_server.security import BookieSecurity, authentication_configured
 from bookie_server.server import BookieServer
 
 __all__ = ["BookieApp", "EXIT_READ_ONLY_MODE_DISABLED", "run", "STOPPED_WITHOUT_CHECKPOINT"]
@@ -96,7 +96,10 @@ class BookieApp:
         await self.server.start(self._sock)
         http_port = None
         if self.conf.httpServerEnabled:
-            self.http = AdminHttpServer(self.conf.httpServerHost, self.conf.httpServerPort, self._admin_token())
+            self.http = AdminHttpServer(
+                self.conf.httpServerHost, self.conf.httpServerPort, self._admin_token(),
+                token_required=authentication_configured(self.security, self.conf.extra),
+            )
             self._routes(self.http)
             await self.http.start()
             http_port = self.http.port

@@ -9,6 +9,12 @@ Routes, shaped like Apache BookKeeper's HTTP service:
 * ``PUT /api/v1/bookie/state/readonly`` with ``{"readOnly": true|false}`` -> admin read-only switch;
 * ``PUT /api/v1/bookie/gc`` -> run one garbage-collection round now.
 
+The state-changing routes (every route but a GET) need ``Authorization: Bearer <token>`` when a token is set
+(``httpAdminTokenPath``), and, on a bookie with any authentication configured (``token_required``: SASL, TLS
+client certificates or ZooKeeper auth, :func:`bookie_server.security.authentication_configured`), always: there,
+without a token set they are refused with 401, so an admin port left open cannot turn a secured bookie read-only
+(docs/security.md).
+
 HTTP/1.1 parsing is aiohttp's (a well-kept server: this port is a security
 surface), on the bookie's own event loop.  What stays ours is the small
 contract the bookie registers its routes against: a handler takes the request
@@ -48,27 +54,42 @@ class AdminHttpServer:
     Runs on the event loop that calls :meth:`start` (the bookie's).
     """
 
-    def __init__(self, host: str, port: int, write_token: bytes | None = None) -> None:
+    def __init__(
+        self, host: str, port: int, write_token: bytes | None = None, *, token_required: bool = False
+    ) -> None:
         self.host = host
         self.port = port
         self.routes: dict[tuple[str, str], Route] = {}
-        #: Routes that change the bookie's state: with a token, they need ``Authorization: Bearer <token>``.
+        #: Routes that change the bookie's state (every method but GET, and those registered as such): with a
+        #: token, or with ``token_required``, they need ``Authorization: Bearer <token>``.
         self.state_changing: set[tuple[str, str]] = set()
         self._write_token = write_token
+        #: The bookie has authentication configured: state-changing routes are never open (401 without a token set).
+        self.token_required = token_required
         self._runner: web.AppRunner | None = None
 
     def route(self, method: str, path: str, handler: Route, *, state_changing: bool = False) -> None:
-        """Register a handler (before :meth:`start`)."""
+        """Register a handler (before :meth:`start`); any method but GET changes state whatever ``state_changing``
+        says."""
         self.routes[(method, path)] = handler
-        if state_changing:
+        if state_changing or method != "GET":
             self.state_changing.add((method, path))
 
     async def start(self) -> None:
         """Listen (port 0 picks a free one)."""
+        if self.token_required and self._write_token is None and self.state_changing:
+            log.warning(
+                "authentication is configured for this bookie and httpAdminTokenPath is not set: the admin HTTP "
+                "server refuses its state-changing routes (401)"
+            )
         app = web.Application(client_max_size=MAX_BODY, middlewares=[_close_after_answer])
         for (method, path), handler in self.routes.items():
-            token = self._write_token if (method, path) in self.state_changing else None
-            app.router.add_route(method, path, _adapt(handler, token))
+            if (method, path) not in self.state_changing:
+                app.router.add_route(method, path, _adapt(handler))
+            elif self._write_token is None and self.token_required:
+                app.router.add_route(method, path, _refuse_without_token)
+            else:
+                app.router.add_route(method, path, _adapt(handler, self._write_token))
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
@@ -105,6 +126,15 @@ def _adapt(handler: Route, token: bytes | None = None) -> Callable[[web.Request]
         return response
 
     return serve
+
+
+async def _refuse_without_token(request: web.Request) -> web.StreamResponse:
+    """A state-changing route of a bookie with authentication configured and no admin token set."""
+    return web.Response(
+        status=401,
+        text="authentication is configured for this bookie: its state-changing admin routes need "
+        "Authorization: Bearer <token>, and no token is set (httpAdminTokenPath)\n",
+    )
 
 
 @web.middleware

@@ -24,6 +24,7 @@ bucket; the next scrape is consistent again.
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
 from typing import Iterator
 
@@ -32,7 +33,15 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["BookieMetrics", "LoopCounter", "LoopHistogram", "BATCH_READ_LATENCY_BUCKETS_MS", "BATCH_READ_SIZE_BUCKETS"]
+__all__ = [
+    "BookieMetrics", "LoopCounter", "LoopHistogram", "BATCH_READ_LATENCY_BUCKETS_MS", "BATCH_READ_SIZE_BUCKETS", "now_ms"
+]
+
+
+def now_ms() -> float:
+    """A monotonic clock in milliseconds: a request's latency is ``now_ms() - start`` (:meth:`observe_request`)."""
+    return time.perf_counter() * 1000.0
+
 
 BATCH_READ_LATENCY_BUCKETS_MS = (5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 3000.0, float("inf"))
 BATCH_READ_SIZE_BUCKETS = (

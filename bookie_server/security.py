@@ -9,12 +9,17 @@
   closes the connection, any other v3 request gets EUA.  Wrong credentials: EUA and close (v3), close (v2);
   a Kerberos principal refused at GSSAPI's last step (``saslJaasClientAllowedIds``) keeps the connection
   open and unauthenticated, so that the client's requests get EUA, as from Java's bookie.
+
+The connection is reached through its public hand-off methods only (``send``, ``send_v3``, ``flush``,
+``spawn``, ``close``, ``start_tls``, ``resume_after_tls``; :class:`~bookie_server.connection.Connection`): the
+rules of when to upgrade and whom to let in live here, the mechanics of the transport there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from bkspark.errors import AuthenticationError, ProtocolError
@@ -23,13 +28,28 @@ from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bkspark.protocol.sasl import PLUGIN_NAME
 from bkspark.security.auth import BookieSecurity
 from bkspark.security.tls import handshake_hint
+from bkspark.security.zk import ZkSecurity
 
 if TYPE_CHECKING:
-    from bookie_server.server import _Connection
+    from bookie_server.connection import Connection
 
-__all__ = ["ConnectionSecurity"]
+__all__ = ["BookieSecurity", "ConnectionSecurity", "authentication_configured"]
 
 log = logging.getLogger("bookie_server.security")
+
+
+def authentication_configured(security: BookieSecurity, conf: Mapping[str, Any]) -> bool:
+    """Whether the bookie is set up to know who its peers are: SASL for its clients
+    (``bookieAuthProviderFactoryClass``), TLS with client certificates (``tlsClientAuthentication=true``), or
+    ZooKeeper authentication (a digest, a JAAS ``Client`` section, or ``zkEnableSecurity=true``).  Such a bookie's
+    admin HTTP server takes no state-changing request without its token (docs/security.md, "The bookie's HTTP
+    admin endpoint")."""
+    if security.sasl is not None:
+        return True
+    if security.tls is not None and security.tls.settings.client_authentication:
+        return True
+    zk = ZkSecurity.from_conf(conf)
+    return zk.authenticated or zk.enable_acls
 
 
 class ConnectionSecurity:
@@ -49,7 +69,7 @@ class ConnectionSecurity:
         """Whether this (parsed) request is ours: anything before authentication, and START_TLS."""
         return not self.authenticated or (type(request) is pb.Request and request.header.operation == pb.START_TLS)
 
-    def handle(self, conn: "_Connection", request: Any) -> bool:
+    def handle(self, conn: "Connection", request: Any) -> bool:
         """Handle an intercepted request; True when dispatching must stop (a TLS upgrade started)."""
         if type(request) is pb.Request:
             op = request.header.operation
@@ -57,24 +77,24 @@ class ConnectionSecurity:
                 self.start_tls(conn, request)
                 return self.upgrading
             if self.authenticated:
-                conn._handle_v3(request)  # a START_TLS without its sub-message: EBADREQ as usual
+                conn.send_v3(v3.start_tls_response(request, pb.EBADREQ))  # a START_TLS without its sub-message
             elif op == pb.AUTH and request.HasField("authRequest"):
                 self._auth(conn, request.authRequest.authPluginName, bytes(request.authRequest.payload), v3_request=request)
             else:
-                conn._send_v3(v3.error_response(request, pb.EUA))
+                conn.send_v3(v3.error_response(request, pb.EUA))
             return False
         if isinstance(request, v2.AuthRequest):
             self._auth(conn, request.auth_plugin_name, request.payload, v2_version=request.version)
         elif isinstance(request, v2.AddRequest):
-            conn._send(v2.encode_add_response(v2.EUA, request.ledger_id, request.entry_id, request.version))
+            conn.send(v2.encode_add_response(v2.EUA, request.ledger_id, request.entry_id, request.version))
         elif isinstance(request, v2.ReadRequest):
-            conn._send(v2.encode_read_response(v2.EUA, request.ledger_id, request.entry_id, b"", request.version))
+            conn.send(v2.encode_read_response(v2.EUA, request.ledger_id, request.entry_id, b"", request.version))
         else:
             raise ProtocolError("request before authentication", peer=conn.peer)
         return False
 
     def _auth(
-        self, conn: "_Connection", plugin: str, payload: bytes, *, v2_version: int | None = None, v3_request: Any = None
+        self, conn: "Connection", plugin: str, payload: bytes, *, v2_version: int | None = None, v3_request: Any = None
     ) -> None:
         assert self._sasl is not None
         try:
@@ -87,53 +107,42 @@ class ConnectionSecurity:
             if getattr(self._sasl, "refused_after_client_completed", False):
                 return  # GSSAPI: the client sent its last token; its requests get EUA (Java's bookie does the same)
             if v3_request is not None:
-                conn._send_v3(v3.error_response(v3_request, pb.EUA))
-                conn._flush()
+                conn.send_v3(v3.error_response(v3_request, pb.EUA))
+                conn.flush()
             conn.close()
             return
         if answer is None:
             pass  # GSSAPI's last step: Java's bookie sends nothing back either
         elif v3_request is not None:
-            conn._send_v3(v3.auth_response(v3_request, PLUGIN_NAME, answer))
+            conn.send_v3(v3.auth_response(v3_request, PLUGIN_NAME, answer))
         else:
-            conn._send(v2.encode_auth_response(PLUGIN_NAME, answer, v2_version if v2_version is not None else 2))
+            conn.send(v2.encode_auth_response(PLUGIN_NAME, answer, v2_version if v2_version is not None else 2))
         if self._sasl.complete:
             self.authenticated = True
             log.info("client %s authenticated as %s", conn.peer, self._sasl.user)
 
     # -- START_TLS ----------------------------------------------------------------------
-    def start_tls(self, conn: "_Connection", request: Any) -> None:
+    def start_tls(self, conn: "Connection", request: Any) -> None:
         """Answer START_TLS and upgrade; requests still in the connection's backlog are served after it."""
         provider = self.security.tls
         if provider is None or self.tls or self.upgrading:
-            conn._send_v3(v3.start_tls_response(request, pb.EBADREQ))
+            conn.send_v3(v3.start_tls_response(request, pb.EBADREQ))
             return
-        conn._send_v3(v3.start_tls_response(request, pb.EOK))
-        conn._flush()  # the answer leaves in the clear, before the handshake
+        conn.send_v3(v3.start_tls_response(request, pb.EOK))
+        conn.flush()  # the answer leaves in the clear, before the handshake
         self.upgrading = True
-        conn._spawn(self._upgrade(conn, provider.context(), provider.settings.start_tls_timeout))
+        conn.spawn(self._upgrade(conn, provider.context(), provider.settings.start_tls_timeout))
 
-    async def _upgrade(self, conn: "_Connection", ctx: Any, timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        assert conn.transport is not None
+    async def _upgrade(self, conn: "Connection", ctx: Any, timeout: float) -> None:
         try:
-            conn.transport = await loop.start_tls(
-                conn.transport, conn, ctx, server_side=True, ssl_handshake_timeout=timeout
-            )
+            await conn.start_tls(ctx, timeout)
         except (OSError, ConnectionError, asyncio.TimeoutError) as exc:
             conn.metrics.protocol_errors.inc()
             reason = str(exc) or type(exc).__name__
             log.warning("TLS handshake with %s failed%s: %s", conn.peer, handshake_hint(reason, server_side=True), reason)
-            conn.closed = True
-            transport = conn.transport
-            if transport is not None:
-                transport.abort()
             return
         self.tls = True
         self.upgrading = False
         log.info("TLS handshake with %s done", conn.peer)
-        conn._reading_paused = False  # start_tls resumed reading on the new transport
-        conn._drain()  # requests that came behind START_TLS
         data, self.held_data = self.held_data, []
-        if data and not conn.closed:
-            conn.data_received(b"".join(data))
+        conn.resume_after_tls(b"".join(data))

@@ -186,6 +186,7 @@ class LocalCluster:
             "journalDirectories": directory / "journal",
             "ledgerDirectories": directory / "ledgers",
             "httpServerEnabled": "false",
+            "httpServerHost": "127.0.0.1",  # enabled in this file, the admin server stays on the machine
             "journalSyncData": "true" if self.journal_sync_data else "false",
         }
         conf_file = directory / "bookie.conf"

@@ -38,6 +38,12 @@ def test_local_cluster_context_manager_registers_bookies_and_stops(tmp_path) -> 
         finally:
             zk.stop()
             zk.close()
+        # Each bookie's admin HTTP server is off and bound to the loopback address (docs/security.md).
+        confs = sorted(tmp_path.glob("*/bookie.conf"))
+        assert len(confs) == 3
+        for conf in confs:
+            lines = conf.read_text(encoding="utf-8").splitlines()
+            assert "httpServerHost=127.0.0.1" in lines and "httpServerEnabled=false" in lines
     assert not cluster.zookeeper.is_alive
 
 

@@ -304,10 +304,10 @@ def test_client_connections_have_nagle_off(tmp_path: Path) -> None:
             reader, writer = await asyncio.open_connection("127.0.0.1", app.conf.bookiePort)
             try:
                 for _ in range(100):
-                    if app.server._connections:
+                    if app.server.connections:
                         break
                     await asyncio.sleep(0.01)
-                (conn,) = app.server._connections
+                (conn,) = app.server.connections
                 sock = conn.transport.get_extra_info("socket")
                 assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
             finally:

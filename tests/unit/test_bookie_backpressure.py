@@ -80,7 +80,7 @@ async def test_runs_of_adds_cut_by_the_byte_bound_wait_their_turn(bookie: Bookie
     assert 0 < peak_bytes[0] <= 2000
     assert server.limit_log.hits.get("maxAddsInProgressLimit", 0) > 0  # the adds gate logs under its count key
     assert gate.count == 0 and gate.bytes == 0 and not gate.waiting  # every permit came back
-    assert all(conn._permits_held == 0 for conn in server._connections)
+    assert all(conn._permits_held == 0 for conn in server.connections)
     for c in conns:
         c.close()
 
@@ -262,7 +262,7 @@ async def test_time_the_bookie_paused_reading_does_not_count_against_a_partial_f
     last = v2.encode_read_request(2, 0)
     c.send(b"".join(v2.encode_read_request(2, 0) for _ in range(200)) + last[:10])
     await asyncio.sleep(2.5)
-    [conn] = list(server._connections)
+    [conn] = list(server.connections)
     assert conn._reading_paused and conn.partial_since is not None and not conn.closed
     answers = [v2.decode_response(await c.body()) for _ in range(200)]
     assert all(bytes(a.entry) == big for a in answers)

@@ -13,7 +13,8 @@ from bkspark.protocol import v2, v3
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bookie_server.bookie import Bookie
 from bookie_server.server import BookieServer
-from bookie_server.storage import CachedRange, cache_key, key_address, key_ledger
+from bookie_server.entry_logs import cache_key, key_address, key_ledger
+from bookie_server.storage_reads import CachedRange
 from tests.unit.test_bookie_server import KEY, Conn, make_entry, with_bookie
 
 
@@ -312,7 +313,7 @@ def test_a_client_that_leaves_during_a_cold_read_harms_no_one(tmp_path, monkeypa
 def test_a_connection_waits_with_four_cold_reads_out(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """COLD_READS_PER_CONNECTION: the fifth and sixth reads are not dispatched until one of the four is answered
     (without read-ahead: with it, they would wait for the first read's instead)."""
-    from bookie_server.server import COLD_READS_PER_CONNECTION
+    from bookie_server.admission import COLD_READS_PER_CONNECTION
 
     @with_bookie(dbStorage_readAheadCacheBatchSize=1)
     async def body(bookie: Bookie, server: BookieServer) -> None:
@@ -323,13 +324,13 @@ def test_a_connection_waits_with_four_cold_reads_out(tmp_path, monkeypatch) -> N
         to_disk(bookie)
         gated = GatedColdReads(bookie, monkeypatch)
         dispatched: list[int] = []
-        original = bookie.read_entry_soon
+        original = bookie.reads.read_entry_soon
 
         def counting(scope: int, ledger: int, entry: int) -> Any:
             dispatched.append(entry)
             return original(scope, ledger, entry)
 
-        monkeypatch.setattr(bookie, "read_entry_soon", counting)
+        monkeypatch.setattr(bookie.reads, "read_entry_soon", counting)
         one_read_at_a_time(monkeypatch)  # (a run's cold reads are one job: test_bookie_read_runs.py)
         c.send(b"".join(v2.encode_read_request(7, i) for i in range(6)))
         await asyncio.sleep(0.3)
@@ -403,7 +404,7 @@ def test_a_scans_cold_reads_read_ahead_twice_as_far_each_time_up_to_a_bound(tmp_
     each time, up to READ_AHEAD_GROWTH times dbStorage_readAheadCacheBatchSize (docs/bookie.md, "Reads"); a cold
     read that does not follow on (another place in the ledger) reads the setting's number again. The same bytes
     either way."""
-    from bookie_server.bookie import READ_AHEAD_GROWTH
+    from bookie_server.reads import READ_AHEAD_GROWTH
 
     @with_bookie(dbStorage_readAheadCacheBatchSize=4)
     async def body(bookie: Bookie, server: BookieServer) -> None:
@@ -432,11 +433,11 @@ def test_a_scans_cold_reads_read_ahead_twice_as_far_each_time_up_to_a_bound(tmp_
         r = await read(c, 5, 10)  # back before the last one: the setting again
         assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[10]) and cached_entries(bookie, 5) == [10, 11, 12, 13, 100, 101, 102, 103]
         # The last cold read is remembered for SEQUENTIAL_LEDGERS ledgers; the least recently read goes first.
-        from bookie_server.bookie import SEQUENTIAL_LEDGERS
+        from bookie_server.reads import SEQUENTIAL_LEDGERS
 
         for ledger in range(1000, 1000 + SEQUENTIAL_LEDGERS):
-            assert bookie._read_ahead_size((0, ledger, 0)) == 4
-        assert len(bookie._last_read_ahead) == SEQUENTIAL_LEDGERS and (0, 5) not in bookie._last_read_ahead
+            assert bookie.reads._read_ahead_size((0, ledger, 0)) == 4
+        assert len(bookie.reads._last_read_ahead) == SEQUENTIAL_LEDGERS and (0, 5) not in bookie.reads._last_read_ahead
         c.close()
 
     body(tmp_path)
@@ -496,13 +497,15 @@ def test_a_cold_batch_read_walks_the_entry_log_instead_of_the_index(tmp_path, mo
             storage.put_entry(0, ledger, i, i - 1, written[(ledger, i)])
     storage.checkpoint(JournalPosition(1, 1))
     index_reads = []
-    original = storage_module.LedgerStorage._read_record
+    from bookie_server.entry_logs import LedgerDirectory
+
+    original = LedgerDirectory.read_record
 
     def counted(*args: Any) -> bytes:
         index_reads.append(args[2])
         return original(*args)
 
-    monkeypatch.setattr(storage_module.LedgerStorage, "_read_record", staticmethod(counted))
+    monkeypatch.setattr(LedgerDirectory, "read_record", counted)
     got = storage.range_cold(0, 1, 0, 400, 1 << 30, [], 0)
     assert got == [written[(1, i)] for i in range(400)]
     # One index read at the start and one per 256 KiB chunk the walk ran out of (about 400 KB here), not 400.

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from bkspark.protocol import v2
-from bookie_server import server as server_module
+from bookie_server import admission as admission_module
+from bookie_server import v2_handlers as v2_handlers_module
+from bookie_server.connection import Connection
 from bookie_server.bookie import Bookie
 from bookie_server.server import BookieServer
 from tests.unit.test_bookie_backpressure import track_max
@@ -22,7 +24,7 @@ from tests.unit.test_bookie_server import KEY, Conn, make_entry, with_bookie
 
 def server_side(server: BookieServer) -> list[Any]:
     """The server's connection objects."""
-    return list(server._connections)
+    return list(server.connections)
 
 
 def count_run_jobs(bookie: Bookie, monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[int, int]]]:
@@ -39,15 +41,15 @@ def count_run_jobs(bookie: Bookie, monkeypatch: pytest.MonkeyPatch) -> list[list
 
 
 def count_single_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Entry ids of the reads that took the per-read path (``_Connection._v2_read``)."""
+    """Entry ids of the reads that took the per-read path (``Connection._v2_read``)."""
     seen: list[int] = []
-    original = server_module._Connection._v2_read
+    original = Connection._v2_read
 
     def counted(self: Any, ledger_id: int, entry_id: int, *args: Any) -> None:
         seen.append(entry_id)
         original(self, ledger_id, entry_id, *args)
 
-    monkeypatch.setattr(server_module._Connection, "_v2_read", counted)
+    monkeypatch.setattr(Connection, "_v2_read", counted)
     return seen
 
 
@@ -291,13 +293,13 @@ def test_what_memory_holds_counts_against_a_stretchs_bytes(tmp_path: Path, monke
         for e in hot:
             assert (await c.v2(v2.encode_add_request(0, KEY, e))).rc == v2.EOK
         lengths: list[int] = []
-        original = server_module._Connection._v2_read_cold_run
+        original = Connection._v2_read_cold_run
 
         def counted(self: Any, *args: Any) -> int:
             lengths.append(original(self, *args))
             return lengths[-1]
 
-        monkeypatch.setattr(server_module._Connection, "_v2_read_cold_run", counted)
+        monkeypatch.setattr(Connection, "_v2_read_cold_run", counted)
         c.send(b"".join(v2.encode_read_request(7, i) for i in range(11)))
         answers = [v2.decode_response(await c.body()) for _ in range(11)]
         assert [(a.entry_id, bytes(a.entry)) for a in answers] == list(enumerate(cold + hot))
@@ -320,7 +322,7 @@ def test_a_bug_answering_a_stretch_drops_only_that_connection(tmp_path: Path, mo
         def broken(*_args: Any) -> None:
             raise RuntimeError("a bug")
 
-        monkeypatch.setattr(server_module._Connection, "_answer_cold_run", broken)
+        monkeypatch.setattr(Connection, "_answer_cold_run", broken)
         c.send(b"".join(v2.encode_read_request(7, i) for i in range(4)))
         assert await asyncio.wait_for(c.reader.read(), 10) == b""  # closed, nothing answered
         assert server.reads_gate.count == 0
@@ -427,7 +429,7 @@ def test_cold_reads_inside_a_pending_read_ahead_wait_for_it(tmp_path: Path, monk
         r = await c.v2(v2.encode_read_request(7, 10))  # 0 + 10: past the window, and no read-ahead pending
         assert (r.rc, bytes(r.entry)) == (v2.EOK, entries[10]) and len(gated.threads) == 2
         assert cached_entries(bookie, 7) == list(range(30))  # it followed on from the first: twice as far ahead
-        assert not bookie._read_aheads and server.reads_gate.count == 0
+        assert not bookie.reads._read_aheads and server.reads_gate.count == 0
         c.close()
 
     body(tmp_path)
@@ -468,7 +470,7 @@ def test_a_failed_read_ahead_is_not_its_waiters_answer(tmp_path: Path, monkeypat
         assert answers[0].rc == v2.EIO
         assert [(answers[i].rc, bytes(answers[i].entry)) for i in range(1, 5)] == [(v2.EOK, e) for e in entries[1:]]
         assert calls == [0, 1]
-        assert server.reads_gate.count == 0 and not bookie._read_aheads
+        assert server.reads_gate.count == 0 and not bookie.reads._read_aheads
         c.close()
 
     body(tmp_path)
@@ -483,14 +485,14 @@ def test_a_read_ahead_that_does_not_bring_the_entry(tmp_path: Path, monkeypatch:
         c, entries, gated = await on_disk(bookie, server, monkeypatch, 9, 4, size=200_000)
         one_read_at_a_time(monkeypatch)
         pending_at_once: list[int] = []
-        original = bookie._read_cold_soon
+        original = bookie.reads._read_cold_soon
 
         def counted(key: Any) -> Any:
             answer = original(key)
-            pending_at_once.append(len(bookie._read_aheads[(0, 9)]))
+            pending_at_once.append(len(bookie.reads._read_aheads[(0, 9)]))
             return answer
 
-        monkeypatch.setattr(bookie, "_read_cold_soon", counted)
+        monkeypatch.setattr(bookie.reads, "_read_cold_soon", counted)
         c.send(b"".join(v2.encode_read_request(9, i) for i in range(4)))
         await started(gated)
         await asyncio.sleep(0.1)
@@ -519,7 +521,7 @@ def test_reads_waiting_for_a_read_ahead_are_bounded_per_connection(
         b = await Conn.open(server.port)
         assert (await b.v2(v2.encode_read_request(4, 0))).rc == v2.ENOLEDGER  # the connection speaks v2 now
         conn_b = conn_of(server, b)
-        assert conn_b._waiting_limit == server_module.WAITING_READS_PER_CONNECTION * 100
+        assert conn_b._waiting_limit == admission_module.WAITING_READS_PER_CONNECTION * 100
         conn_b._waiting_limit = 3
         one_read_at_a_time(monkeypatch)  # a's read reads ahead, b's reads wait for it one by one
         a.send(v2.encode_read_request(6, 0))
@@ -543,8 +545,8 @@ def test_a_runs_job_holds_at_most_cold_run_reads_reads(tmp_path: Path, monkeypat
     """docs/bookie.md, "Runs of single reads": a job takes the stretch of the run up to ``COLD_RUN_READS`` (1,024)
     reads; the rest of the run follows in the next jobs.  With the bound at 4, ten pipelined cold reads are three
     jobs of 4, 4 and 2, answered in order."""
-    assert server_module.COLD_RUN_READS == 1024
-    monkeypatch.setattr(server_module, "COLD_RUN_READS", 4)
+    assert v2_handlers_module.COLD_RUN_READS == 1024
+    monkeypatch.setattr(v2_handlers_module, "COLD_RUN_READS", 4)
 
     @with_bookie()
     async def body(bookie: Bookie, server: BookieServer) -> None:

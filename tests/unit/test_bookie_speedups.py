@@ -17,13 +17,14 @@ import pytest
 from bkspark.protocol import v2
 from bkspark.protocol.digest import entry_header, master_key
 from bookie_server import journal as journal_module
-from bookie_server import server as server_module
-from bookie_server import storage as storage_module
+from bookie_server import v2_handlers as v2_handlers_module
+from bookie_server import entry_logs as entry_logs_module
 from bookie_server.journal import JournalPosition, RecordType, add_records, add_records_reference, iter_records
-from bookie_server.storage import LedgerStorage, cache_key, key_address, log_records, log_records_reference
+from bookie_server.entry_logs import cache_key, key_address, log_records, log_records_reference
+from bookie_server.storage import LedgerStorage
 
 COMPILED = journal_module._speedups
-USERS = (journal_module, storage_module, server_module)
+USERS = (journal_module, entry_logs_module, v2_handlers_module)
 
 
 @pytest.fixture(params=["compiled", "reference"])
@@ -111,8 +112,8 @@ def test_add_rows_are_the_reference_rows(monkeypatch: pytest.MonkeyPatch, refuse
     rng = random.Random(7 if refused else 8)
     for _round in range(40):
         group = _add_group(rng, rng.randrange(0, 60), refused)
-        reference = server_module.add_rows_reference(group)
-        assert server_module.add_rows(group) == reference
+        reference = v2_handlers_module.add_rows_reference(group)
+        assert v2_handlers_module.add_rows(group) == reference
         if COMPILED is not None:  # compiled exactly when no add is refused
             compiled = COMPILED.add_rows(group, 0, v2.PROTOCOL_VERSION, v2.FLAG_RECOVERY_ADD, v2.FLAG_HIGH_PRIORITY)
             assert (compiled is None) == bool(reference[2])
@@ -120,8 +121,8 @@ def test_add_rows_are_the_reference_rows(monkeypatch: pytest.MonkeyPatch, refuse
         assert len(rows) + len(refusals) == len(group)
         for row, (ledger_id, entry_id, _version) in zip(rows, ids):
             assert entry_header(row[3])[1:] == (ledger_id, entry_id, row[2]) and row[:2] == (ledger_id, entry_id)
-        monkeypatch.setattr(server_module, "_speedups", None)
-        assert server_module.add_rows(group) == reference
+        monkeypatch.setattr(v2_handlers_module, "_speedups", None)
+        assert v2_handlers_module.add_rows(group) == reference
         monkeypatch.undo()
 
 
@@ -220,7 +221,7 @@ def test_a_checkpoint_writes_the_same_files_both_ways(tmp_path: Path, monkeypatc
     logs = {}
     for name in ("compiled", "reference"):
         if name == "reference":
-            monkeypatch.setattr(storage_module, "_speedups", None)
+            monkeypatch.setattr(entry_logs_module, "_speedups", None)
         storage = LedgerStorage([tmp_path / name])
         storage.open()
         for key, data in entries.items():

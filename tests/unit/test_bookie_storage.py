@@ -38,10 +38,13 @@ from bookie_server.journal import (
     iter_records,
     journal_files,
 )
-from bookie_server import bookie as bookie_module
+from bookie_server import checkpoints as checkpoints_module
 from bookie_server import journal as journal_module
+from bookie_server import entry_logs as entry_logs_module
 from bookie_server import storage as storage_module
-from bookie_server.storage import LedgerInfo, LedgerStorage, _group_keys, cache_key, key_address, key_ledger
+from bookie_server import storage_reads as storage_reads_module
+from bookie_server.entry_logs import cache_key, key_address, key_ledger
+from bookie_server.storage import LedgerInfo, LedgerStorage, _group_keys
 
 KEY = b"k" * 20
 OTHER_KEY = b"x" * 20
@@ -429,7 +432,7 @@ def test_a_checkpoint_that_keeps_failing_is_retried_with_back_off_and_its_traceb
     traceback is logged once (asyncio's "never retrieved" included), then a count at most once per interval (made
     0.5 s here), and once the disk takes writes again the next try stores the entries, says so in one line with
     the count, and the bookie takes adds again."""
-    monkeypatch.setattr(bookie_module, "CHECKPOINT_FAILURE_LOG_INTERVAL_S", 0.5)
+    monkeypatch.setattr(checkpoints_module, "CHECKPOINT_FAILURE_LOG_INTERVAL_S", 0.5)
     caplog.set_level(logging.INFO)
 
     async def scenario() -> None:
@@ -736,7 +739,7 @@ def test_a_checkpoint_retried_after_a_write_that_stopped_halfway_indexes_the_rig
     storage.checkpoint(JournalPosition(1, 10))
     written |= _put_range(storage, 10, 30)
     disk = _DiskThatFails(write_halfway=1, writes_first=0 if piece is None else 2)
-    monkeypatch.setattr(storage_module, "os", disk)
+    monkeypatch.setattr(entry_logs_module, "os", disk)
     monkeypatch.setattr(journal_module, "os", disk)  # the one write loop (write_all) lives there
     if piece is not None:
         monkeypatch.setattr(storage_module, "CHECKPOINT_PIECE_ENTRIES", piece)  # 20 entries: 7, 7 and 6
@@ -767,7 +770,7 @@ def test_a_checkpoint_retried_after_the_next_entry_log_could_not_be_made(
     written = _put_range(storage, 0, 10)
     storage.checkpoint(JournalPosition(1, 10))
     written |= _put_range(storage, 10, 20)
-    monkeypatch.setattr(storage_module, "os", _DiskThatFails(open_logs=1))
+    monkeypatch.setattr(entry_logs_module, "os", _DiskThatFails(open_logs=1))
     with pytest.raises(BookieIOError):
         storage.checkpoint(JournalPosition(1, 20))
     monkeypatch.undo()
@@ -804,7 +807,7 @@ def test_a_ledger_written_again_while_a_failed_checkpoint_held_its_delete_keeps_
         storage.put_entry(0, 1, i, i - 1, data)
     if checkpoint_fails:
         disk = _DiskThatFails(write_halfway=1)
-        monkeypatch.setattr(storage_module, "os", disk)
+        monkeypatch.setattr(entry_logs_module, "os", disk)
         monkeypatch.setattr(journal_module, "os", disk)
         with pytest.raises(BookieIOError):
             storage.write_checkpoint(snapshot)
@@ -843,7 +846,7 @@ def test_a_crash_before_a_delete_reaches_a_checkpoint_brings_the_ledger_back_unt
     storage.delete_ledger(0, 1)
     storage.put_entry(0, 2, 1, 0, entry(2, 1, 0, b"other " * 40))  # something for the checkpoint to write
     disk = _DiskThatFails(write_halfway=1)
-    monkeypatch.setattr(storage_module, "os", disk)
+    monkeypatch.setattr(entry_logs_module, "os", disk)
     monkeypatch.setattr(journal_module, "os", disk)
     with pytest.raises(BookieIOError):
         storage.checkpoint(JournalPosition(1, 20))
@@ -929,7 +932,7 @@ def test_a_runs_job_walks_the_log_and_asks_the_index_only_past_a_gap(tmp_path: P
     assert len(index_reads) == 3  # 10, then 11 walked to; 150 past the walk's few records, then 151 walked to
     # The walk looks at up to RUN_WALK_RECORDS (4, docs/bookie.md "Runs of single reads") records past the last read:
     # 44 is the 4th after 40, found walking; 49 is the 5th after 44, asked of the index.
-    assert storage_module.RUN_WALK_RECORDS == 4
+    assert storage_reads_module.RUN_WALK_RECORDS == 4
     found = storage.read_run_cold(0, [(6, 40), (6, 44), (6, 49)], 1 << 30)
     assert [struct.unpack_from(">q", data, 8)[0] for data in found] == [40, 44, 49]
     assert [struct.unpack(">qqq", key)[2] for key in index_reads[3:]] == [40, 49]
@@ -1040,7 +1043,7 @@ def test_failed_checkpoints_back_off_from_a_tenth_of_a_second_to_five_seconds_or
 ) -> None:
     """The waits between tries of a checkpoint that keeps failing double from 0.1 s up to 5 s, or up to
     ``flushInterval`` when that is shorter, and never give up (docs/bookie.md, "Failures between the steps")."""
-    attempts = bookie_module.checkpoint_retry(flush_interval_s).start()
+    attempts = checkpoints_module.checkpoint_retry(flush_interval_s).start()
     waits = [attempts.next_delay(BookieIOError("entry log append failed")) for _ in range(200)]
     assert waits == pytest.approx([min(0.1 * 2**i, cap) for i in range(200)])
 
