@@ -22,23 +22,21 @@ import asyncio
 import logging
 from collections import deque
 from itertools import accumulate, repeat
-from operator import attrgetter
 from typing import Any, Callable, Iterable, Sequence
 
+from bkspark.client.ensemble_change import EnsembleChanges
 from bkspark.client.services import ClientServices, update_metadata
+from bkspark.client.writer_timers import WriterTimers
 from bkspark.protocol.ledger_name import LedgerRef
 from bkspark.client.connection import V2, Callback, ManyCallback
 from bkspark.client.ops import FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
 from bkspark.client.payloads import PackedPayloads
 from bkspark.errors import (
-    AddEntryQuorumTimeoutError,
-    BKError,
     EntryTooLargeError,
     IllegalOpError,
     LedgerClosedError,
     LedgerFencedError,
     MetadataVersionError,
-    NotEnoughBookiesError,
     TooManyRequestsError,
     ends_writes,
 )
@@ -46,8 +44,7 @@ from bkspark.metadata.store import Versioned
 from bkspark.protocol import v2, v3
 from bkspark.protocol.digest import Digester, master_key
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState, write_set
-from bkspark.protocol.service_info import SCOPE_IDS_EXTENSION
-from bkspark.retry import BUSY_BOOKIE_RETRY, Attempts
+from bkspark.retry import Attempts
 
 __all__ = ["LedgerWriter", "AddCallback", "BatchCallback"]
 
@@ -110,11 +107,12 @@ class _PendingAdd:
         self.callback = callback
 
 
-_entry_id_of = attrgetter("entry_id")
+class LedgerWriter(EnsembleChanges, WriterTimers):
+    """Appends, ensemble changes and close for one ledger this client writes (or recovers).
 
-
-class LedgerWriter:
-    """Appends, ensemble changes and close for one ledger this client writes (or recovers)."""
+    Its ensemble changes live in :mod:`bkspark.client.ensemble_change`, its deadlines and LAC flushes in
+    :mod:`bkspark.client.writer_timers` (both inherited: no extra call on the add path).
+    """
 
     def __init__(
         self,
@@ -500,282 +498,6 @@ class LedgerWriter:
             if callback is not None:
                 callback(None, error)
         self._notify_drained()
-
-    # -- addEntryQuorumTimeoutSec: an overall deadline for an add ----------------------------
-
-    def _note_queued(self) -> None:
-        """Remember that the adds up to ``last_add_pushed`` were queued now; arm the deadline of the oldest."""
-        self._queued_at.append((self.last_add_pushed, self.ctx.loop.time()))
-        if self._quorum_timer is None:
-            self._arm_quorum_deadline()
-
-    def _oldest_queued_at(self) -> float | None:
-        """When the oldest pending add was queued (None when nothing is pending)."""
-        queued = self._queued_at
-        if not self.pending:
-            queued.clear()
-            return None
-        head = self.pending[0].entry_id
-        while queued and queued[0][0] < head:
-            queued.popleft()
-        return queued[0][1] if queued else None
-
-    def _arm_quorum_deadline(self) -> None:
-        since = self._oldest_queued_at()
-        if since is not None:
-            self._quorum_timer = self.ctx.loop.call_at(since + self._quorum_timeout, self._quorum_deadline)
-
-    def _quorum_deadline(self) -> None:
-        """The oldest pending add's deadline: fail the writer if it still lacks its quorum (Java's
-        ``PendingAddOp.timeoutQuorumWait``), else wait for the next oldest one's."""
-        self._quorum_timer = None
-        if self.error is not None:
-            return
-        since = self._oldest_queued_at()
-        if since is None:
-            return
-        if self.ctx.loop.time() < since + self._quorum_timeout:
-            self._arm_quorum_deadline()
-            return
-        head = self.pending[0]
-        log.warning(
-            "ledger %s: entry %s has no ack quorum after addEntryQuorumTimeoutSec=%s (ensemble %s): writes end",
-            self.ref.ledger_id, head.entry_id, self._quorum_timeout, self.ensemble,
-        )
-        self._fail_all(
-            AddEntryQuorumTimeoutError(
-                f"entry reached no ack quorum within addEntryQuorumTimeoutSec={self._quorum_timeout:g}",
-                ledger_id=self.ref.ledger_id, entry_id=head.entry_id, ensemble=list(self.ensemble),
-            )
-        )
-
-    # -- a bookie that refuses adds as too many ----------------------------------------------
-
-    def _send_again_later(self, op: _PendingAdd, idx: int, bookie: str) -> bool:
-        """ETOOMANYREQUESTS from ``bookie``: if no other bookie can take its place, queue ``op`` to be sent to it
-        again after a back-off and say True; False when one can (the ensemble change then replaces it, as Java's
-        client does).
-
-        A Java bookie refuses adds past its add queue (``maxPendingAddRequestsPerThread``) and the queue drains in
-        milliseconds, where Java's client would fail the ledger for want of a replacement.  The back-off
-        (:data:`bkspark.retry.BUSY_BOOKIE_RETRY`) starts at the first refusal since the LAC last moved; when its next
-        wait would end past ``addEntryTimeoutSec``, every pending add fails with :class:`TooManyRequestsError`
-        (docs/client.md, "Write path").
-        """
-        key = (idx, bookie)
-        waiting = self._busy_resends.get(key)
-        if waiting is None:
-            try:
-                self._choose_replacements(self.ensemble, {idx: bookie})
-            except NotEnoughBookiesError:
-                waiting = self._busy_resends[key] = []
-            else:
-                return False
-        waiting.append(op)
-        if self._busy_timer is not None:
-            return True
-        timeout = self.ctx.conf.addEntryTimeoutSec
-        attempts = self._busy_attempts
-        if attempts is None:
-            attempts = self._busy_attempts = BUSY_BOOKIE_RETRY.with_(deadline=timeout).start()
-        error = TooManyRequestsError(
-            f"bookie {bookie} kept refusing adds as too many (ETOOMANYREQUESTS) and the ledger made no progress "
-            f"within addEntryTimeoutSec={timeout}; no other bookie can take its place",
-            ledger_id=self.ref.ledger_id,
-            bookie_id=bookie,
-        )
-        try:
-            delay = attempts.next_delay(error)
-        except TooManyRequestsError:
-            log.warning("ledger %s: %s", self.ref.ledger_id, error)
-            self._fail_all(error)
-            return True
-        if attempts.tries == 1:
-            log.info("ledger %s: bookie %s refuses adds as too many, no other can replace it: sending them again",
-                     self.ref.ledger_id, bookie)
-        self._busy_timer = self.ctx.loop.call_later(delay, self._resend_refused)
-        return True
-
-    def _resend_refused(self) -> None:
-        """Send the adds :meth:`_send_again_later` queued to the bookies that refused them, lowest entry first
-        (loop thread).
-
-        Refusals come back in the order the bookie worked through its requests, and the back-off's first rounds
-        fire while refusals of an earlier send are still arriving, so the queue interleaves rounds.  Sent in that
-        order, the ledger's next entry can sit behind thousands of later ones each round and be refused again
-        while they are taken: acknowledgements without progress until ``addEntryTimeoutSec`` ends the ledger.
-        Sorted, the lowest waiting entry is the first the bookie sees, so each round moves the LAC.
-        """
-        self._busy_timer = None
-        waiting, self._busy_resends = self._busy_resends, {}
-        if self.error is not None:
-            return
-        for (idx, bookie), ops in waiting.items():
-            if self.ensemble[idx] != bookie:
-                continue  # replaced since: the ensemble change sent its pending entries to the new bookie
-            bit = 1 << idx
-            ops.sort(key=_entry_id_of)
-            for op in ops:
-                if op.callback is not None and not op.acked & bit:
-                    self._send(op, [idx])
-
-    # -- ensemble change -------------------------------------------------------------------
-
-    def _bookie_failed(self, idx: int, bookie: str) -> None:
-        if self.changing_ensemble:
-            self._delayed_failures[idx] = bookie
-            return
-        self.changing_ensemble = True
-        asyncio.ensure_future(self._ensemble_change({idx: bookie}))
-
-    async def _ensemble_change(self, failed: dict[int, str]) -> None:
-        replaced: set[int] = set()
-        try:
-            while failed:
-                if self.ensemble_changes >= self.ctx.conf.maxNumEnsembleChanges:
-                    raise NotEnoughBookiesError("too many ensemble changes", limit=self.ctx.conf.maxNumEnsembleChanges)
-                before = list(self.ensemble)
-                new_ensemble = await self._replace_bookies(failed)
-                self.ensemble_changes += 1
-                self.ensemble = new_ensemble
-                replaced |= {i for i in range(self.E) if before[i] != new_ensemble[i]}
-                delayed, self._delayed_failures = self._delayed_failures, {}
-                failed = {i: b for i, b in delayed.items() if self.ensemble[i] == b}
-        except BaseException as exc:  # noqa: BLE001 - any failure ends the writer
-            self.changing_ensemble = False
-            if isinstance(exc, asyncio.CancelledError):
-                exc = LedgerClosedError("client closed during ensemble change")
-            log.warning("ledger %s: ensemble change failed: %s", self.ref.ledger_id, exc)
-            self._fail_all(exc)
-            return
-        self.changing_ensemble = False
-        log.info("ledger %s: new ensemble %s from entry %s", self.ref.ledger_id, self.ensemble, self.lac + 1)
-        for op in list(self.pending):
-            if op.callback is None:
-                continue
-            if not op.sent:
-                self._send(op, None)
-                continue
-            redo = [i for i in write_set(op.entry_id, self.E, self.W) if i in replaced]
-            if redo:
-                for i in redo:
-                    op.acked &= ~(1 << i)
-                op.completed = op.acked.bit_count() >= self.A
-                self._send(op, redo)
-        self._complete_in_order()
-
-    def _choose_replacements(self, current: list[str], failed: dict[int, str]) -> list[str]:
-        new = list(current)
-        exclude = set(failed.values()) | self._scope_excluded()
-        # Bookies that failed lately are passed over while others exist (Java's quarantine does the same):
-        # otherwise an ensemble change can swap one unanswering bookie for another for ever.
-        window = self.ctx.conf.bookieFailureHistoryExpirationMSec / 1000.0
-        suspects = exclude | set(self.ctx.ops.pool.failures_since(window))
-        replaced_any = False
-        last_error: BKError | None = None
-        for idx, bookie in failed.items():
-            if new[idx] != bookie:
-                continue
-            policy, metadata = self.ctx.policy, self.metadata.custom_metadata
-            try:
-                try:
-                    new[idx] = policy.replace_bookie(self.E, self.W, self.A, metadata, new, bookie, suspects)
-                except NotEnoughBookiesError:
-                    new[idx] = policy.replace_bookie(self.E, self.W, self.A, metadata, new, bookie, exclude)
-                replaced_any = True
-            except NotEnoughBookiesError as exc:
-                last_error = exc
-        if not replaced_any:
-            raise last_error or NotEnoughBookiesError("no replacement bookie available", ledger_id=self.ref.ledger_id)
-        return new
-
-    def _scope_excluded(self) -> set[str]:
-        if self.ref.scope_id == 0:
-            return set()
-        pool = self.ctx.ops.pool
-        return {b for b in self.ctx.policy.writable if SCOPE_IDS_EXTENSION not in pool.extensions(b)}
-
-    async def _replace_bookies(self, failed: dict[int, str]) -> list[str]:
-        start = self.lac + 1
-        if self.recovery:
-            new = self._choose_replacements(self.ensemble, failed)
-            self.recovery_segments[start] = tuple(new)
-            return new
-        chosen: list[str] | None = None
-
-        def needs_update(md: LedgerMetadata) -> bool:
-            if md.state == LedgerState.CLOSED:
-                raise LedgerClosedError("ledger was closed during ensemble change", ledger_id=self.ref.ledger_id)
-            if md.state == LedgerState.IN_RECOVERY:
-                raise LedgerFencedError("ledger is being recovered", ledger_id=self.ref.ledger_id)
-            last = md.last_ensemble
-            return any(last[i] == b for i, b in failed.items())
-
-        def transform(md: LedgerMetadata) -> LedgerMetadata:
-            nonlocal chosen
-            if md.last_segment_start > start:
-                raise MetadataVersionError(
-                    "metadata has a segment beyond our LAC", last_key=md.last_segment_start, lac=self.lac
-                )
-            chosen = self._choose_replacements(list(md.last_ensemble), failed)
-            return md.with_last_ensemble(start, chosen)
-
-        self.versioned = await update_metadata(self.ctx, self.ref, self.versioned, needs_update, transform)
-        md = self.versioned.metadata
-        return list(md.last_ensemble) if chosen is None else chosen
-
-    # -- explicit LAC and force (v3 only) ----------------------------------------------------
-
-    def _explicit_lac_tick(self, interval: float) -> None:
-        """``ExplicitLacFlushPolicy``: WRITE_LAC when the LAC moved and no later add carried it."""
-        if self.closed or self.closing or self.error is not None:
-            self._lac_timer = None
-            return
-        if self.lac > max(self._lac_piggybacked, self._lac_explicit):
-            asyncio.ensure_future(self._flush_lac())
-        self._lac_timer = self.ctx.loop.call_later(interval, self._explicit_lac_tick, interval)
-
-    async def _flush_lac(self) -> None:
-        try:
-            await self.write_lac()
-        except Exception as exc:  # noqa: BLE001 - best effort, the next tick tries again
-            log.debug("ledger %s: explicit LAC flush failed: %s", self.ref.ledger_id, exc)
-
-    async def write_lac(self) -> int:
-        """WRITE_LAC(LAC) to the write set of entry LAC, done on Qa answers (Java's ``PendingWriteLacOp``).
-
-        Lets readers that use READ_LAC see the LAC without a later entry piggy-backing it.
-        """
-        lac = self.lac
-        if lac < 0:
-            return lac
-        blob = self.digester.package_lac(self.ref.ledger_id, lac, self.ref.scope_id)
-        ops = self.ctx.ops
-        results = await asyncio.gather(
-            *(
-                ops.write_lac_async(self.ensemble[i], self.ref.ledger_id, lac, self.master_key, blob, self.ref.scope_id)
-                for i in write_set(lac, self.E, self.W)
-            ),
-            return_exceptions=True,
-        )
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if len(results) - len(errors) < self.A:
-            raise errors[0]
-        self._lac_explicit = max(self._lac_explicit, lac)
-        return lac
-
-    async def force(self) -> int:
-        """FORCE_LEDGER to every bookie of the current ensemble; returns the LAC it made durable."""
-        lac = self.lac
-        ops = self.ctx.ops
-        results = await asyncio.gather(
-            *(ops.force_ledger_async(b, self.ref.ledger_id, self.ref.scope_id) for b in dict.fromkeys(self.ensemble)),
-            return_exceptions=True,
-        )
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
-        return lac
 
     # -- drain and close ---------------------------------------------------------------------
 

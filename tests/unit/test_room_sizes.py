@@ -18,8 +18,6 @@ MAX_CLASS_LINES = 500
 
 #: Rooms over their bound today, each owned by another line of work of issue 45; the lead empties this list.
 ALLOWED: dict[str, int] = {
-    "bkspark/client/writer.py::LedgerWriter": 681,  # the client's writer (issue 45 items 3, 7)
-    "bkspark/datasource/datasets.py::DatasetRegistry": 581,  # ZooKeeper through bkspark/metadata (item 1)
     "bkspark/protocol/v2.py": 959,  # the v2 codec
 }
 
