@@ -120,7 +120,7 @@ proto: venv
 # while the hash of what it is made of is unchanged. Apache BookKeeper images for CONTAINER_BK_VERSIONS.
 CONTAINER_BK_VERSIONS ?= 4.17.3
 DOCKERD_LOG ?= /var/log/bkspark-dockerd.log
-containers: venv container-engine
+containers: venv java container-engine
 	@$(MAKE) --no-print-directory jars BK_VERSIONS="$(CONTAINER_BK_VERSIONS)"
 	$(PY) -m bkspark.testing build --repo $(CURDIR) --bookkeeper $(CONTAINER_BK_VERSIONS)
 container-engine:

@@ -29,19 +29,22 @@ fi
 mirror=${mirror:-http://deb.debian.org/debian}
 
 root=$(mktemp -d /var/tmp/bkspark-base.XXXXXX)
-trap 'umount -l "$root/proc" "$root/sys" 2>/dev/null; rm -rf --one-file-system "$root"' EXIT
+# debootstrap's second stage mounts proc and sys in the root: never archive them, never delete through them.
+unmount() { for m in proc sys; do if mountpoint -q "$root/$m"; then umount -l "$root/$m" || true; fi; done; }
+trap 'unmount; rm -rf --one-file-system "$root"' EXIT
 echo "bkspark: debootstrap --variant=minbase $suite from $mirror"
 # In two stages, so that dpkg installs the packages without an fsync per file (force-unsafe-io, set between the
-# stages): on a busy machine that halves the time of the second stage.
+# stages): on a busy machine that saves much of the second stage's time.
 { debootstrap --foreign --variant=minbase "$suite" "$root" "$mirror" \
   && echo force-unsafe-io >"$root/etc/dpkg/dpkg.cfg.d/90bkspark-unsafe-io" \
   && chroot "$root" /debootstrap/debootstrap --second-stage; } >"$root.log" 2>&1 \
   || { tail -30 "$root.log"; rm -f "$root.log"; exit 1; }
 rm -f "$root.log"
+unmount
 # The image's apt uses the same mirror and keeps debootstrap's package lists, so that the Dockerfiles install
 # without an `apt-get update` of their own (they update only when an install fails: lists gone stale). No
 # recommends, and dpkg still without fsync (a layer that fails is built again anyway), as Debian's own images do.
 rm -rf "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb
 printf 'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n' >"$root/etc/apt/apt.conf.d/90bkspark"
-tar -C "$root" -c . | docker import -c 'CMD ["/bin/bash"]' -c "LABEL $label" -c 'ENV LANG=C.UTF-8' - "$image" >/dev/null
+tar -C "$root" --one-file-system -c . | docker import -c 'CMD ["/bin/bash"]' -c "LABEL $label" -c 'ENV LANG=C.UTF-8' - "$image" >/dev/null
 echo "bkspark: base image $image"

@@ -4,7 +4,8 @@ Two sources of images, one option (:data:`IMAGES_ENV`, or ``images=`` of the clu
 
 * ``official``: ``zookeeper:3.9`` and ``apache/bookkeeper:<version>`` from an image registry;
 * ``project``: images built here from the Dockerfiles of ``docker/`` on a local Debian base (``debootstrap`` and
-  ``docker import``), so that nothing is pulled: ``bkspark/zookeeper``, ``bkspark/bookkeeper:<version>``;
+  ``docker import``), so that nothing is pulled: ``bkspark/zookeeper:<ZOOKEEPER_VERSION>``,
+  ``bkspark/bookkeeper:<version>``;
 * ``auto`` (the default): the official images when the engine already has them, else the project's when it has
   them, else the official ones when the registry answers a TCP connect within :data:`REGISTRY_PROBE_SECONDS`,
   else an error that says to run ``make containers``.
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,8 +54,10 @@ SOURCES = (AUTO, OFFICIAL, PROJECT)
 HASH_LABEL = "org.bkspark.content-hash"
 BASE_IMAGE = "bkspark/debian-base:bookworm"
 JRE_IMAGE = "bkspark/jre:17"
-#: ZooKeeper from the jars of the first Apache BookKeeper image built (docker/zookeeper/Dockerfile says why).
-PROJECT_ZOOKEEPER = "bkspark/zookeeper:local"
+#: The ZooKeeper of the project's image (its jars from Maven Central: docker/zookeeper/pom.xml), the version
+#: Apache BookKeeper 4.17 is built with.
+ZOOKEEPER_VERSION = "3.9.3"
+PROJECT_ZOOKEEPER = f"bkspark/zookeeper:{ZOOKEEPER_VERSION}"
 OFFICIAL_ZOOKEEPER = "zookeeper:3.9"
 #: Where Apache BookKeeper lives in its official image, and in the project's (same layout: bin/, conf/, lib/).
 BOOKKEEPER_HOME = "/opt/bookkeeper"
@@ -204,84 +208,128 @@ class _Builder:
         self.docker_dir = repo / "docker"
         self.log = log
 
+    def base_hash(self) -> str:
+        return _hash_files([os.environ.get("BKSPARK_DEBIAN_SUITE", "bookworm")], [self.docker_dir / "base.sh"])
+
     def base(self) -> str:
         """The Debian base: docker/base.sh (debootstrap + docker import)."""
-        content = _hash_files([os.environ.get("BKSPARK_DEBIAN_SUITE", "bookworm")], [self.docker_dir / "base.sh"])
+        content = self.base_hash()
         if _label(self.client, BASE_IMAGE) != content:
-            self.log(f"bkspark: building {BASE_IMAGE} (debootstrap, a minute or two)")
+            self.log(f"bkspark: building {BASE_IMAGE} (debootstrap)")
             subprocess.run(["bash", str(self.docker_dir / "base.sh"), BASE_IMAGE, f"{HASH_LABEL}={content}"],
                            check=True)
         return content
 
-    def image(self, name: str, context: Path, parent_hash: str, extra: Sequence[str] = (),
-              buildargs: dict[str, str] | None = None) -> str:
-        """``docker build`` of ``context`` (its Dockerfile) as ``name`` unless its hash is unchanged."""
-        content = _hash_files([parent_hash, *extra], _files(context))
-        if _label(self.client, name) == content:
-            return content
+    def _docker_build(self, name: str, context: Path, content: str) -> None:
         self.log(f"bkspark: building {name}")
         try:
             self.client.images.build(path=str(context), tag=name, rm=True, forcerm=True, network_mode="host",
-                                     labels={HASH_LABEL: content}, buildargs=buildargs or {}, pull=False)
+                                     labels={HASH_LABEL: content}, pull=False)
         except Exception as exc:  # docker.errors.BuildError carries the build log
             log = "".join(str(chunk.get("stream", chunk.get("error", ""))) for chunk in getattr(exc, "build_log", []))
             raise LocalClusterError(f"building {name} failed: {exc}\n{log[-4000:]}") from exc
+
+    def image(self, name: str, context: Path, parent_hash: str, extra: Sequence[str] = ()) -> str:
+        """``docker build`` of ``context`` (its Dockerfile) as ``name`` unless its hash is unchanged."""
+        content = _hash_files([parent_hash, *extra], _files(context))
+        if _label(self.client, name) != content:
+            self._docker_build(name, context, content)
         return content
 
-    def bookkeeper(self, jre_hash: str, version: str, lib: Path) -> str:
+    def jars_image(self, name: str, context_dir: Path, lib: Path, parent_hash: str, what: str) -> str:
+        """An image of ``context_dir``'s files plus ``lib/`` (hard links of ``lib``'s jars)."""
         jars = sorted(lib.glob("*.jar"))
         if not jars:
-            raise LocalClusterError(f"{lib} holds no jars: run `make jars BK_VERSIONS={version}` first")
-        with tempfile.TemporaryDirectory(prefix="bkspark-bk-image-") as tmp:
+            raise LocalClusterError(f"{lib} holds no jars ({what})")
+        with tempfile.TemporaryDirectory(prefix="bkspark-image-") as tmp:
             context = Path(tmp)
-            for path in _files(self.docker_dir / "bookkeeper"):
+            for path in _files(context_dir):
                 _place(path, context / path.name)
             (context / "lib").mkdir()
             for jar in jars:
                 _place(jar, context / "lib" / jar.name)
             manifest = [f"{j.name}:{j.stat().st_size}" for j in jars]
-            return self.image(project_bookkeeper(version), context, jre_hash, [version, *manifest])
+            return self.image(name, context, parent_hash, manifest)
 
-    def python_bookie(self, base_hash: str) -> None:
-        """bkspark's bookie from wheels of this checkout and its dependencies (``pip wheel``)."""
-        sources = [p for d in ("bkspark", "bookie_server") for p in (self.repo / d).rglob("*")
-                   if p.is_file() and p.suffix in {".py", ".c", ".h", ".proto"}]
+    def zookeeper_jars(self, cache: Path) -> Path:
+        """``cache/zookeeper/<version>/lib``: ZooKeeper's server and runtime jars, resolved by Maven once."""
+        lib = cache / "zookeeper" / ZOOKEEPER_VERSION / "lib"
+        if (lib / ".ok").is_file():
+            return lib
+        self.log(f"bkspark: resolving Apache ZooKeeper {ZOOKEEPER_VERSION}'s jars (Maven)")
+        staging = lib.with_name("lib.new")
+        shutil.rmtree(staging, ignore_errors=True)
+        proc = subprocess.run(
+            ["mvn", "-q", "-B", "-f", str(self.docker_dir / "zookeeper" / "pom.xml"),
+             f"-Dzookeeper.version={ZOOKEEPER_VERSION}", "dependency:copy-dependencies",
+             f"-DoutputDirectory={staging}"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise LocalClusterError(f"Maven could not resolve Apache ZooKeeper {ZOOKEEPER_VERSION}:\n"
+                                    f"{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
+        shutil.rmtree(lib, ignore_errors=True)
+        staging.rename(lib)
+        (lib / ".ok").touch()
+        return lib
+
+    def python_bookie_hash(self, base_hash: str) -> str:
+        """The hash of bkspark's bookie image: its Dockerfile, the base's hash, and this checkout's sources (not
+        the wheels: a wheel built again differs in its timestamps)."""
+        sources = sorted(p for d in ("bkspark", "bookie_server") for p in (self.repo / d).rglob("*")
+                         if p.is_file() and p.suffix in {".py", ".c", ".h", ".proto"})
         sources += [self.repo / "pyproject.toml", self.repo / "setup.py"]
-        name = python_bookie_image()
         dockerfile = self.docker_dir / "python-bookie" / "Dockerfile"
-        content = _hash_files([base_hash, *(str(p.relative_to(self.repo)) for p in sorted(sources))],
-                              [dockerfile, *sources])
-        if _label(self.client, name) == content:
-            return
-        with tempfile.TemporaryDirectory(prefix="bkspark-py-image-") as tmp:
-            context = Path(tmp)
-            (context / "Dockerfile").write_bytes(dockerfile.read_bytes())
-            self.log("bkspark: pip wheel (bkspark and its dependencies) for the python-bookie image")
-            subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(context / "wheels"),
-                            str(self.repo)], check=True)
-            # The context's own hash would differ with every wheel build: label the image with the sources' hash.
-            self.log(f"bkspark: building {name}")
-            try:
-                self.client.images.build(path=str(context), tag=name, rm=True, forcerm=True, network_mode="host",
-                                         labels={HASH_LABEL: content}, pull=False)
-            except Exception as exc:
-                log = "".join(str(c.get("stream", c.get("error", ""))) for c in getattr(exc, "build_log", []))
-                raise LocalClusterError(f"building {name} failed: {exc}\n{log[-4000:]}") from exc
+        return _hash_files([base_hash, *(str(p.relative_to(self.repo)) for p in sources)], [dockerfile, *sources])
+
+    def python_wheels(self, wheels: Path) -> None:
+        """``pip wheel`` of this checkout and its dependencies into ``wheels`` (no engine needed: it runs while
+        the base is made)."""
+        self.log("bkspark: pip wheel (bkspark and its dependencies) for the python-bookie image")
+        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(wheels), str(self.repo)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise LocalClusterError(f"pip wheel failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+
+    def python_bookie(self, context: Path, content: str) -> None:
+        """bkspark's bookie image from ``context`` (the wheels already there)."""
+        shutil.copy2(self.docker_dir / "python-bookie" / "Dockerfile", context / "Dockerfile")
+        self._docker_build(python_bookie_image(), context, content)
 
 
 def build(repo: Path, versions: Sequence[str], cache: Path, python_bookie: bool = True) -> None:
-    """Build (or keep, when unchanged) the project's images: base, JRE, one Apache BookKeeper image per version
-    (jars from ``cache/bookkeeper/<version>/lib``), ZooKeeper on the first of them, and bkspark's bookie."""
-    if not versions:
-        raise LocalClusterError("name at least one Apache BookKeeper version (its jars hold ZooKeeper's server too)")
+    """Build (or keep, when unchanged) the project's images: base, JRE, ZooKeeper, one Apache BookKeeper image
+    per version (jars from ``cache/bookkeeper/<version>/lib``: `make jars`), and bkspark's bookie.
+
+    bkspark's bookie is built beside the Java images: its wheels while the base is made, its image while the JRE
+    is installed (on two cores, one waits on the network or the disk while the other computes)."""
     builder = _Builder(docker_client(), repo)
-    base_hash = builder.base()
-    jre_hash = builder.image(JRE_IMAGE, repo / "docker" / "jre", base_hash)
-    bookkeeper_hashes = [builder.bookkeeper(jre_hash, v, cache / "bookkeeper" / v / "lib") for v in versions]
-    builder.image(PROJECT_ZOOKEEPER, repo / "docker" / "zookeeper", bookkeeper_hashes[0],
-                  buildargs={"BOOKKEEPER": project_bookkeeper(versions[0])})
-    if python_bookie:
-        builder.python_bookie(base_hash)
+    python_hash = builder.python_bookie_hash(builder.base_hash())
+    python_needed = python_bookie and _label(builder.client, python_bookie_image()) != python_hash
+    with tempfile.TemporaryDirectory(prefix="bkspark-py-image-") as tmp, ThreadPoolExecutor(2) as pool:
+        context = Path(tmp)
+        wheels = pool.submit(builder.python_wheels, context / "wheels") if python_needed else None
+        base_hash = builder.base()
+        python_image = None
+        if wheels is not None:
+            python_builder = _Builder(docker_client(), repo)  # a client of its own: docker-py's is not shared
+
+            def python_image_after_wheels() -> None:
+                try:
+                    wheels.result()
+                    python_builder.python_bookie(context, python_hash)
+                finally:
+                    python_builder.client.close()
+
+            python_image = pool.submit(python_image_after_wheels)
+        jre_hash = builder.image(JRE_IMAGE, repo / "docker" / "jre", base_hash)
+        builder.jars_image(PROJECT_ZOOKEEPER, repo / "docker" / "zookeeper", builder.zookeeper_jars(cache),
+                           jre_hash, f"Apache ZooKeeper {ZOOKEEPER_VERSION}")
+        for version in versions:
+            builder.jars_image(project_bookkeeper(version), repo / "docker" / "bookkeeper",
+                               cache / "bookkeeper" / version / "lib", jre_hash,
+                               f"Apache BookKeeper {version}: run `make jars BK_VERSIONS={version}`")
+        if python_image is not None:
+            python_image.result()
+    builder.client.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -290,8 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     b = sub.add_parser("build", help="build the project's images (cached by content hash)")
     b.add_argument("--repo", type=Path, default=Path.cwd(), help="the bkspark checkout (its docker/ directory)")
     b.add_argument("--cache", type=Path, default=None, help="the jar cache (default $BKSPARK_CACHE or REPO/.cache)")
-    b.add_argument("--bookkeeper", nargs="+", required=True, metavar="VERSION",
-                   help="Apache BookKeeper versions (ZooKeeper's image is built on the first)")
+    b.add_argument("--bookkeeper", nargs="*", default=[], metavar="VERSION", help="Apache BookKeeper versions")
     b.add_argument("--no-python-bookie", action="store_true")
     sub.add_parser("resolve", help="print the images `auto` picks for --version").add_argument("--version",
                                                                                               default="4.17.3")

@@ -1,6 +1,7 @@
-"""bkspark.testing.BookKeeperCluster against real containers: Java interop both ways (bkspark's client and
-Apache BookKeeper's shell, run in a Java bookie's container), bookie stop/start keeping its data, and teardown
-that leaves no container behind, also when a start fails half-way (docs/testing.md)."""
+"""bkspark.testing.BookKeeperCluster against real containers: Java interop (bkspark's client writes to Java
+bookies in containers, Apache BookKeeper's shell in a bookie's container reads it back), servers on loopback
+only, bookie stop/kill/start keeping its data, and teardown that leaves no container behind, also when a start
+fails half-way (docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def test_java_shell_in_a_container_reads_what_bkspark_wrote_to_java_bookies(book
     assert cluster.registered() == sorted(cluster.bookie_ids)
     code, out = cluster.shell("listbookies", "-rw")
     assert code == 0, out
-    assert set(re.findall(r"127\.0\.0\.1:\d+", out)) == set(cluster.bookie_ids), out
+    assert set(re.findall(r"BookieID:([^,\s]+),", out)) == set(cluster.bookie_ids), out
 
     payloads = [f"container-{i}".encode() for i in range(40)]
     lid = write_ledger(cluster.metadata_service_uri, payloads, ensemble_size=3, write_quorum_size=2,
@@ -93,21 +94,11 @@ def test_java_shell_in_a_container_reads_what_bkspark_wrote_to_java_bookies(book
             seen[int(header.group(2))] = lines[n + 1].strip()
     assert seen == {i: p.decode() for i, p in enumerate(payloads)}, out[-3000:]
 
-
-def test_bkspark_reads_what_the_java_shell_wrote_in_a_container(bookkeeper_cluster) -> None:
-    cluster = bookkeeper_cluster
-    with BookKeeper(cluster.metadata_service_uri) as bk:
-        before = set(bk.list_ledgers())
-    code, out = cluster.shell("simpletest", "-ensemble", "3", "-writeQuorum", "3", "-ackQuorum", "2",
-                              "-numEntries", "25", bookie=1)
+    code, out = cluster.shell("ledgermetadata", "-ledgerid", str(lid), bookie=2)
     assert code == 0, out
-    with BookKeeper(cluster.metadata_service_uri) as bk:
-        new = sorted(set(bk.list_ledgers()) - before)
-        assert len(new) == 1, (new, out[-2000:])
-        md = bk.get_ledger_metadata(new[0])
-        assert set(md.ensembles[0]) == set(cluster.bookie_ids)
-    entries = read_ledger(cluster.metadata_service_uri, new[0])
-    assert len(entries) == 25 and all(len(e) > 0 for e in entries)
+    assert "state=CLOSED" in out and "lastEntryId=39" in out and "ensembleSize=3" in out, out[-3000:]
+    ensemble = re.search(r"ensembles=\{0=\[([^\]]*)\]\}", out)
+    assert ensemble and set(ensemble.group(1).split(", ")) == set(cluster.bookie_ids), out[-3000:]
 
 
 def test_a_stopped_python_bookie_comes_back_with_its_port_id_and_entries(bookkeeper_cluster_factory) -> None:

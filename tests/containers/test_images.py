@@ -29,14 +29,14 @@ class FakeEngine:
 
 
 OFFICIAL = {"zookeeper:3.9", "apache/bookkeeper:4.17.3"}
-PROJECT = {"bkspark/zookeeper:local", "bkspark/bookkeeper:4.17.3"}
+PROJECT = {"bkspark/zookeeper:3.9.3", "bkspark/bookkeeper:4.17.3"}
 
 
 def test_the_option_names_the_source_and_auto_prefers_images_the_engine_has(monkeypatch) -> None:
     monkeypatch.setattr(images, "registry_reachable", lambda *a, **k: pytest.fail("probed a registry"))
     monkeypatch.delenv(images.IMAGES_ENV, raising=False)
     assert images.resolve("4.17.3", "official", FakeEngine()).bookkeeper == "apache/bookkeeper:4.17.3"
-    assert images.resolve("4.17.3", "project", FakeEngine()).zookeeper == "bkspark/zookeeper:local"
+    assert images.resolve("4.17.3", "project", FakeEngine()).zookeeper == "bkspark/zookeeper:3.9.3"
     assert images.resolve("4.17.3", None, FakeEngine(*OFFICIAL, *PROJECT)).source == images.OFFICIAL
     assert images.resolve("4.17.3", None, FakeEngine(*PROJECT)).source == images.PROJECT
     monkeypatch.setenv(images.IMAGES_ENV, "project")
