@@ -16,6 +16,7 @@ from bkspark.errors import LocalClusterError
 from bkspark.testing import BookKeeperCluster
 from bkspark.testing.cluster import CLUSTER_LABEL, OWNER_LABEL, reap_orphans
 from bkspark.testing.images import docker_client, python_bookie_image
+from bkspark.testing.pytest_plugin import engine_or_skip
 
 pytestmark = [pytest.mark.containers, pytest.mark.integration, pytest.mark.compat]
 
@@ -127,6 +128,7 @@ def test_a_stopped_python_bookie_comes_back_with_its_port_id_and_entries(bookkee
 
 
 def test_close_removes_every_container_and_a_failed_start_leaves_none() -> None:
+    engine_or_skip()
     with BookKeeperCluster(1, bookie="python") as cluster:
         assert len(labelled(cluster.cluster_id)) == 2
     assert labelled(cluster.cluster_id) == []
@@ -139,6 +141,7 @@ def test_close_removes_every_container_and_a_failed_start_leaves_none() -> None:
 
 
 def test_containers_of_an_exited_owner_are_reaped_and_a_live_owners_stay() -> None:
+    engine_or_skip()
     client = docker_client()
     host = socket.gethostname()
     try:
