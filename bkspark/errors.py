@@ -369,9 +369,11 @@ class TlsHandshakeError(SecurityError, BookieUnavailableError):
 
 
 class AuthenticationError(SecurityError, BookieUnavailableError):
-    """A bookie refused our SASL credentials, or we refused its proof (Java's UnauthorizedAccessException)."""
+    """A bookie refused our SASL credentials, or we refused its proof, or we have none to offer (a Kerberos
+    ticket we cannot get): Java's UnauthorizedAccessException, which closes the ledger a writer holds
+    (another bookie would not take credentials this one refused)."""
 
-    code, retriable = -102, False
+    code, retriable, ends_writes = -102, False, True
 
 
 class ClientClosedError(BKError):

@@ -59,6 +59,9 @@ class ClientConf:
     maxNumEnsembleChanges: int = 2**31 - 1
     bookieFailureHistoryExpirationMSec: int = 60000
     reorderReadSequenceEnabled: bool = True
+    #: Write nothing to the metadata store, not even the LAYOUT a first client creates (reading another system's
+    #: ledgers, e.g. Apache Pulsar's: docs/pulsar.md); a client so opened only reads.
+    metadataReadOnly: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     _ALIASES = {

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from dataclasses import replace
 from itertools import accumulate, repeat
 from operator import attrgetter
 from typing import Any, Callable, Iterable, Sequence
@@ -134,8 +133,7 @@ class LedgerWriter:
         self.E, self.W, self.A = md.ensemble_size, md.write_quorum_size, md.ack_quorum_size
         self.digester = Digester(md.digest_type, password)
         self.master_key = master_key(password)
-        last_key = max(md.ensembles)
-        self.ensemble: list[str] = list(md.ensembles[last_key])
+        self.ensemble: list[str] = list(md.last_ensemble)
         self.lac = last_add_confirmed
         self.last_add_pushed = last_add_confirmed
         self.length = length
@@ -646,22 +644,21 @@ class LedgerWriter:
                 raise LedgerClosedError("ledger was closed during ensemble change", ledger_id=self.ref.ledger_id)
             if md.state == LedgerState.IN_RECOVERY:
                 raise LedgerFencedError("ledger is being recovered", ledger_id=self.ref.ledger_id)
-            last = md.ensembles[max(md.ensembles)]
+            last = md.last_ensemble
             return any(last[i] == b for i, b in failed.items())
 
         def transform(md: LedgerMetadata) -> LedgerMetadata:
             nonlocal chosen
-            last_key = max(md.ensembles)
-            if last_key > start:
-                raise MetadataVersionError("metadata has a segment beyond our LAC", last_key=last_key, lac=self.lac)
-            chosen = self._choose_replacements(list(md.ensembles[last_key]), failed)
-            ensembles = dict(md.ensembles)
-            ensembles[start] = tuple(chosen)
-            return replace(md, ensembles=ensembles)
+            if md.last_segment_start > start:
+                raise MetadataVersionError(
+                    "metadata has a segment beyond our LAC", last_key=md.last_segment_start, lac=self.lac
+                )
+            chosen = self._choose_replacements(list(md.last_ensemble), failed)
+            return md.with_last_ensemble(start, chosen)
 
         self.versioned = await update_metadata(self.ctx, self.ref, self.versioned, needs_update, transform)
         md = self.versioned.metadata
-        return list(md.ensembles[max(md.ensembles)]) if chosen is None else chosen
+        return list(md.last_ensemble) if chosen is None else chosen
 
     # -- explicit LAC and force (v3 only) ----------------------------------------------------
 
@@ -765,7 +762,7 @@ class LedgerWriter:
             return True
 
         def transform(md: LedgerMetadata) -> LedgerMetadata:
-            return replace(md, state=LedgerState.CLOSED, last_entry_id=last, length=length)
+            return md.close(last, length)
 
         self.versioned = await update_metadata(self.ctx, self.ref, self.versioned, needs_update, transform)
         self.closed = True
@@ -783,13 +780,10 @@ class LedgerWriter:
             return md.state == LedgerState.IN_RECOVERY
 
         def transform(md: LedgerMetadata) -> LedgerMetadata:
-            ensembles = dict(md.ensembles)
             for start, members in sorted(segments.items()):
-                last_key = max(ensembles)
-                if start < last_key:
-                    continue
-                ensembles[start] = members
-            return replace(md, ensembles=ensembles, state=LedgerState.CLOSED, last_entry_id=last, length=length)
+                if start >= md.last_segment_start:
+                    md = md.with_last_ensemble(start, members)
+            return md.close(last, length)
 
         self.versioned = await update_metadata(self.ctx, self.ref, self.versioned, needs_update, transform)
         self.closed = True
