@@ -4,6 +4,7 @@
 #   make compat  - only the tests against Apache BookKeeper's Java bookies, client and shell
 #   make bench   - side-by-side benchmarks (bench/), incl. Apache Kafka via `make kafka-jars` (bench only)
 #   make dist    - an sdist and a wheel in dist/
+#   make containers - a container engine and the project's images for bkspark.testing (docs/testing.md)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -28,7 +29,7 @@ export BKSPARK_CACHE := $(CACHE)
 PULSAR_VERSION ?= 4.0.7
 
 .PHONY: pulsar-jars pulsar-proto
-.PHONY: all setup venv kerberos zookeeper java jars jars-unlocked kafka-jars proto test unit compat fault campaign demo bench clean
+.PHONY: all setup venv kerberos zookeeper java jars jars-unlocked kafka-jars proto containers container-engine test unit compat fault campaign demo bench clean
 
 all: test
 
@@ -41,7 +42,7 @@ $(VENV)/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c bkspark/protoc
 	@command -v cc >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq gcc >/dev/null; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,dev]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q -e '.[test,dev,testcontainers]' --config-settings editable_mode=compat
 	touch $@
 
 # Kerberos (SASL GSSAPI, docs/security.md): MIT's KDC and tools for the tests' realm (tests/harness/kdc.py), and
@@ -159,8 +160,29 @@ setup: netns-tools
 proto: venv
 	$(PY) -m grpc_tools.protoc -Ibkspark/protocol/proto --python_out=bkspark/protocol/proto --pyi_out=bkspark/protocol/proto bkspark/protocol/proto/*.proto
 
-test: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+# bkspark.testing's images (docs/testing.md): Debian's docker.io and debootstrap, dockerd started when no engine
+# answers, then the images built from docker/ on a local Debian base (nothing pulled from a registry), each kept
+# while the hash of what it is made of is unchanged. Apache BookKeeper images for CONTAINER_BK_VERSIONS.
+CONTAINER_BK_VERSIONS ?= 4.17.3
+DOCKERD_LOG ?= /var/log/bkspark-dockerd.log
+containers: venv java container-engine
+	@$(MAKE) --no-print-directory jars BK_VERSIONS="$(CONTAINER_BK_VERSIONS)"
+	$(PY) -m bkspark.testing build --repo $(CURDIR) --bookkeeper $(CONTAINER_BK_VERSIONS)
+container-engine:
+	@command -v dockerd >/dev/null && command -v debootstrap >/dev/null || { echo "bkspark: installing docker.io and debootstrap"; \
+	  $(SUDO) apt-get -o DPkg::Lock::Timeout=900 update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get \
+	  -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends docker.io debootstrap >/dev/null; }
+	@docker info >/dev/null 2>&1 || { echo "bkspark: starting dockerd (log: $(DOCKERD_LOG))"; \
+	  if [ -d /run/systemd/system ]; then $(SUDO) systemctl start docker; \
+	  else $(SUDO) sh -c 'nohup dockerd >>$(DOCKERD_LOG) 2>&1 &'; fi; \
+	  for i in $$(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done; \
+	  docker info >/dev/null 2>&1 || { echo "bkspark: dockerd did not start (see $(DOCKERD_LOG))"; exit 1; }; }
+
+# As root, the tests on the container backend (tests/containers) run on images `make containers` builds, and a
+# missing engine is an error; elsewhere they skip with the reason.
+IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
+test: setup $(if $(IS_ROOT),containers)
+	$(if $(IS_ROOT),BKSPARK_TESTCONTAINERS_REQUIRED=1) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
