@@ -165,6 +165,9 @@ proto: venv
 # while the hash of what it is made of is unchanged. Apache BookKeeper images for CONTAINER_BK_VERSIONS.
 CONTAINER_BK_VERSIONS ?= 4.17.3
 DOCKERD_LOG ?= /var/log/bkspark-dockerd.log
+# Builds and containers use the host's network (loopback ports): no docker0 bridge, no private-range address, no
+# packet filter rules of Docker's.
+DOCKERD_FLAGS ?= --bridge=none --iptables=false --ip6tables=false
 containers: venv java container-engine
 	@$(MAKE) --no-print-directory jars BK_VERSIONS="$(CONTAINER_BK_VERSIONS)"
 	$(PY) -m bkspark.testing build --repo $(CURDIR) --bookkeeper $(CONTAINER_BK_VERSIONS)
@@ -174,7 +177,7 @@ container-engine:
 	  -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends docker.io debootstrap >/dev/null; }
 	@docker info >/dev/null 2>&1 || { echo "bkspark: starting dockerd (log: $(DOCKERD_LOG))"; \
 	  if [ -d /run/systemd/system ]; then $(SUDO) systemctl start docker; \
-	  else $(SUDO) sh -c 'nohup dockerd >>$(DOCKERD_LOG) 2>&1 &'; fi; \
+	  else $(SUDO) sh -c 'nohup dockerd $(DOCKERD_FLAGS) >>$(DOCKERD_LOG) 2>&1 &'; fi; \
 	  for i in $$(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done; \
 	  docker info >/dev/null 2>&1 || { echo "bkspark: dockerd did not start (see $(DOCKERD_LOG))"; exit 1; }; }
 

@@ -51,9 +51,9 @@ def test_the_compiled_path_is_built_and_on() -> None:
 def test_the_switch_turns_it_off_in_a_new_process() -> None:
     """One switch for both compiled modules, the protocol's and the bookie's (bookie_server/_speedups.c)."""
     code = ("from bkspark.protocol import correlation, digest, v2, framing, speedups; "
-            "from bkspark.client import ops, arrow; from bookie_server import journal, server, storage; "
+            "from bkspark.client import ops, arrow; from bookie_server import journal, v2_handlers, entry_logs; "
             "print(speedups.speedups, *{m._speedups for m in (digest, v2, framing, ops, arrow, correlation, journal, "
-            "server, storage)})")
+            "v2_handlers, entry_logs)})")
     for value, want in (("1", "None None"), ("0", None)):
         out = subprocess.run([sys.executable, "-c", code], env={**os.environ, DISABLE_ENV: value},
                              capture_output=True, text=True, check=True).stdout.strip()
