@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bkspark.devcluster.pids import pid_alive
 from bkspark.devcluster.ports import free_port, port_is_free, port_is_open
 from bkspark.devcluster.process import ManagedProcess
 from bkspark.devcluster.zookeeper import ZooKeeperServer, init_new_cluster
@@ -255,16 +256,6 @@ def _delete_cluster_data(base_dir: Path) -> None:
             child.unlink()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def running_state(base_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The state of the cluster running in ``base_dir``, or None.
 
@@ -279,7 +270,7 @@ def running_state(base_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     except (ValueError, OSError) as exc:
         raise LocalClusterError(f"{path} cannot be read: {exc}") from None
     pids = [state.get("zookeeper", {}).get("pid")] + [b.get("pid") for b in state.get("bookies", [])]
-    if any(pid and _pid_alive(int(pid)) for pid in pids):
+    if any(pid and pid_alive(int(pid), group=True) for pid in pids):
         return state
     path.unlink(missing_ok=True)
     return None

@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+from bkspark.devcluster.pids import pid_alive
+
 __all__ = [
     "PORT_RANGE", "PORT_SHARD_ENV", "RESERVATION_DIR_ENV", "RESERVATION_SECONDS", "free_port", "port_is_free",
     "port_is_open", "port_shard", "reservation_dir",
@@ -64,15 +66,7 @@ def _claimer_alive(claim: Path) -> bool:
         pid = int(claim.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return False  # gone meanwhile, or not a claim this module wrote
-    if age > RESERVATION_SECONDS:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's live process
-    return True
+    return age <= RESERVATION_SECONDS and pid_alive(pid)
 
 
 def _claim(port: int) -> bool:

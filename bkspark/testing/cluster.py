@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bkspark.devcluster.pids import pid_alive
 from bkspark.devcluster.ports import free_port, port_is_open
 from bkspark.devcluster.zookeeper import four_letter_word
 from bkspark.errors import LocalClusterError
@@ -52,23 +53,13 @@ def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def reap_orphans(client: Any) -> list[str]:
     """Remove the bkspark test containers whose owning process (on this host) has exited; their names."""
     removed = []
     host = socket.gethostname()
     for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
         owner_host, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
-        if owner_host == host and pid.isdigit() and not _pid_alive(int(pid)):
+        if owner_host == host and pid.isdigit() and not pid_alive(int(pid)):
             try:
                 container.remove(force=True, v=True)
                 removed.append(container.name)

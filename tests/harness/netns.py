@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from bkspark.devcluster.pids import pid_alive
 from bkspark.devcluster.process import ManagedProcess
 
 __all__ = [
@@ -104,16 +105,6 @@ def _namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _delete_namespace(name: str) -> None:
     """Kill what runs in namespace ``name``, then delete it (its interfaces go with it)."""
     for pid in _run(["ip", "netns", "pids", name], check=False).stdout.split():
@@ -126,7 +117,7 @@ def _delete_namespace(name: str) -> None:
 
 def clean_stale() -> list[str]:
     """Delete the namespaces of earlier runs whose process is gone (a crash skipped their tear-down)."""
-    stale = [n for n in _namespaces() if (m := _NAME.match(n)) and not _pid_alive(int(m.group(1)))]
+    stale = [n for n in _namespaces() if (m := _NAME.match(n)) and not pid_alive(int(m.group(1)))]
     for name in stale:
         _delete_namespace(name)
     return stale
