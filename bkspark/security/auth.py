@@ -11,11 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bkspark.config.secrets import Secret
+from bkspark.config.typed import lookup
 from bkspark.errors import InvalidOptionError
 from bkspark.protocol.sasl import DEFAULT_ALLOWED_IDS, DigestMd5Client, DigestMd5Server
 from bkspark.security import jaas
-from bkspark.security.secrets import Secret
-from bkspark.security.tls import TlsContextProvider, TlsSettings, lookup
+from bkspark.security.tls import TlsContextProvider, TlsSettings
 
 __all__ = [
     "CLIENT_SASL_FACTORY",
