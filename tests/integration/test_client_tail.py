@@ -46,7 +46,7 @@ def test_long_poll_wakes_on_new_entry_and_piggybacks_it(uri: str) -> None:
 
         # Nothing new: the poll is held by the bookies (not answered at once), then returns unchanged.
         started = time.monotonic()
-        assert reader_bk._run(wait_for_lac(rh.aio.reader, 1, 700)).lac == 1
+        assert reader_bk.run_coroutine(wait_for_lac(rh.aio.reader, 1, 700)).lac == 1
         assert time.monotonic() - started >= 0.5
 
         # A new add moves the bookies' LAC to 1: a waiting poll returns at once with entry 1 piggybacked.
@@ -54,7 +54,7 @@ def test_long_poll_wakes_on_new_entry_and_piggybacks_it(uri: str) -> None:
 
         def poll() -> None:
             t0 = time.monotonic()
-            result["update"] = reader_bk._run(tail.wait(LONG_POLL_MS))
+            result["update"] = reader_bk.run_coroutine(tail.wait(LONG_POLL_MS))
             result["seconds"] = time.monotonic() - t0
 
         waiter = threading.Thread(target=poll)
@@ -152,7 +152,7 @@ def test_a_long_poll_on_a_ledger_no_bookie_holds_yet_backs_off_100_ms(uri: str) 
         lh = writer_bk.create_ledger(3, 3, 2)
         rh = reader_bk.open_ledger(lh.ledger_id, recovery=False)
         started = time.monotonic()
-        assert reader_bk._run(wait_for_lac(rh.aio.reader, -1, 5000)).lac == -1
+        assert reader_bk.run_coroutine(wait_for_lac(rh.aio.reader, -1, 5000)).lac == -1
         assert 0.09 <= time.monotonic() - started < 2.0
         lh.close()
 
