@@ -348,7 +348,7 @@ class InvalidOptionError(BKError, ValueError):
 
 class MisspelledSecurityKeyError(InvalidOptionError):
     """An unknown configuration key one edit away from a security key: refused, since ignoring it would run the
-    job without the TLS or authentication its author asked for (docs/security.md, "Configuration keys").
+    job without the TLS or authentication its author asked for (docs/security.md, "Nothing silently ignored").
 
     ``key`` is the key as given, ``meant`` the security key it probably names.
     """

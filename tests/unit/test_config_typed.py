@@ -207,3 +207,16 @@ def test_load_conf_reads_the_bookie_file_for_the_shell(tmp_path) -> None:  # typ
     import bookie_server.config
 
     assert bookie_server.config.BookieConfig is BookieConfig  # one class, two spellings
+
+
+def test_the_client_refuses_a_misspelled_security_key_before_it_connects() -> None:
+    """Through the blocking and the async client: the refusal comes at construction, before any ZooKeeper session
+    (the URI's port 1 is never dialled) and before any bookie is reached in plain text."""
+    from bkspark.client.aio import AsyncBookKeeper
+    from bkspark.client.bookkeeper import BookKeeper
+
+    uri = "zk+hierarchical://127.0.0.1:1/ledgers"
+    with pytest.raises(MisspelledSecurityKeyError, match="'tlsProviderFactoryClass'"):
+        BookKeeper(uri, {"tlsProviderFactoryClas": "org.apache.bookkeeper.tls.TLSContextFactory"})
+    with pytest.raises(MisspelledSecurityKeyError, match="'clientAuthProviderFactoryClass'"):
+        AsyncBookKeeper(uri, clientAuthProviderFactoryClas="org.apache.bookkeeper.sasl.SASLClientProviderFactory")
