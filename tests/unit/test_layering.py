@@ -10,7 +10,10 @@ an own AST walk over ``bkspark/`` and ``bookie_server/`` (no import is executed)
   defines ``_y`` (a private name reached in another unit's module, class or object, kazoo's included).  The
   unit of privacy is a subpackage of ``bkspark`` (``bkspark.client``...), a top-level module of ``bkspark``
   (``bkspark.cli``), and each module of the flat ``bookie_server`` package (its rooms meet through public
-  interfaces).
+  interfaces);
+* **the client's loop-only parts** -- ``.pool``, ``.ctx``, ``.services`` named outside ``bkspark.client``: other
+  code uses the blocking client's public methods (``open_tail``, ``refresh_tails``, ``wait_for_tails``,
+  ``run_coroutine``).
 
 Violations that other branches are removing right now are on :data:`ALLOWED`, each naming its owner and issue
 item; an entry that no longer matches anything fails the test, so the list only shrinks.
@@ -47,6 +50,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 #: The bookie stands beside the client: it may import the layers below ``bkspark.client``, never the client or
 #: above, and no module of ``bkspark`` imports it.
 BESIDE_CLIENT = "bookie_server"
+#: The client's loop-only parts (its connection pool and the services its handles share): only bkspark.client
+#: names them; other code drives the client through its public methods (tails: open_tail, refresh_tails,
+#: wait_for_tails; any coroutine: run_coroutine).
+LOOP_ONLY = frozenset({"pool", "ctx", "services"})
+LOOP_OWNER = "bkspark.client"
 #: Underscore names that are public API by convention (namedtuple's methods).
 CONVENTIONAL = frozenset({"_make", "_asdict", "_replace", "_fields", "_field_defaults"})
 #: Generated code (protoc's output) is not checked.
@@ -183,11 +191,14 @@ def check_tree(
             if name is not None and _is_private(name) and privacy_unit(target, beside, layers) != my_privacy:
                 out.append(Violation(rel, line, f"private import {target}.{name}"))
         mine_defined = defined.get(my_privacy, set())
+        outside_client = not (module == LOOP_OWNER or module.startswith(LOOP_OWNER + "."))
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and _is_private(node.attr) and node.attr not in mine_defined:
-                if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
-                    continue
+            if not isinstance(node, ast.Attribute) or (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                continue
+            if _is_private(node.attr) and node.attr not in mine_defined:
                 out.append(Violation(rel, node.lineno, f"private name {ast.unparse(node)}"))
+            elif node.attr in LOOP_ONLY and outside_client:
+                out.append(Violation(rel, node.lineno, f"loop-only client part {ast.unparse(node)}"))
     return out
 
 
@@ -261,6 +272,7 @@ def test_checker_passes_a_clean_tree(tmp_path: Path) -> None:
         ({"bkspark/protocol/rel.py": "from ..client import api\n"}, "back-arrow bkspark.protocol.rel -> bkspark.client"),
         ({"bkspark/datasource/s.py": "from bkspark.protocol.codec import _helper\n"}, "private import bkspark.protocol.codec._helper"),
         ({"bkspark/datasource/s.py": "def go(bk):\n    return bk._run()\n"}, "private name bk._run"),
+        ({"bkspark/datasource/s.py": "def go(bk):\n    return bk.aio.pool\n"}, "loop-only client part bk.aio.pool"),
         ({"bookie_server/security.py": "def hook(conn):\n    conn._send_v3()\n", "bookie_server/server.py": "class C:\n    def _send_v3(self):\n        pass\n"}, "private name conn._send_v3"),
     ],
 )
