@@ -37,6 +37,8 @@ __all__ = [
     "SECURITY_KEYS",
     "check_keys",
     "refuse_misspelled_security_keys",
+    "misspelled_security_key",
+    "one_edit_apart",
     "check_unsupported",
 ]
 
@@ -100,6 +102,10 @@ def _canon(keys: Iterable[str]) -> dict[str, str]:
     return {k.lower(): k for k in keys}
 
 
+_SECURITY_LOWER = frozenset(k.lower() for k in SECURITY_KEYS)
+_NO_EFFECT_LOWER = frozenset(k.lower() for k in NO_EFFECT_KEYS)
+
+
 def one_edit_apart(a: str, b: str) -> bool:
     """Whether ``b`` is ``a`` with one letter added, dropped or changed, or two neighbours swapped."""
     if a == b or abs(len(a) - len(b)) > 1:
@@ -118,12 +124,9 @@ def misspelled_security_key(key: str, known: Iterable[str] = ()) -> str | None:
     """The security key ``key`` probably misspells (one edit apart, any case), or None.  A key that is itself a
     known key (of :data:`SECURITY_KEYS` or ``known``) or one of :data:`NO_EFFECT_KEYS` misspells nothing."""
     low = str(key).lower()
-    if low in _canon(SECURITY_KEYS) or low in _canon(known) or low in _canon(NO_EFFECT_KEYS):
+    if low in _SECURITY_LOWER or low in _NO_EFFECT_LOWER or low in {str(k).lower() for k in known}:
         return None
-    for candidate in sorted(SECURITY_KEYS):
-        if one_edit_apart(low, candidate.lower()):
-            return candidate
-    return None
+    return next((k for k in sorted(SECURITY_KEYS) if one_edit_apart(low, k.lower())), None)
 
 
 def refuse_misspelled_security_keys(conf: Mapping[str, Any], role: str = "client", *, known: Iterable[str] = (), prefix: str = "") -> None:
@@ -134,6 +137,7 @@ def refuse_misspelled_security_keys(conf: Mapping[str, Any], role: str = "client
     :func:`check_keys`), at bookie start, and by the connector's ``load()``/``save()`` on its ``bookkeeper.*``
     options, before any job runs.
     """
+    known = frozenset(str(k).lower() for k in known)
     for key in conf:
         meant = misspelled_security_key(str(key), known)
         if meant is not None:
