@@ -32,11 +32,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: The layers, bottom first.  A unit may import units of lower layers; units of one layer are independent.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("bkspark.errors",),  # typed exceptions and their flags: imports nothing of bkspark
+    ("bkspark", "bkspark.errors"),  # the package itself (its version; the name alone, not a prefix); the exceptions
     ("bkspark.properties", "bkspark.retry"),  # the properties-file parser; the retry policy of the errors' flags
     ("bkspark.config",),  # typed configuration, secrets, the bookie's settings
     ("bkspark.protocol",),  # sans-IO codecs
-    ("bkspark.placement", "bkspark.security"),
+    ("bkspark.placement", "bkspark.security", "bkspark.pulsar"),  # pulsar: Pulsar's entry and topic formats
     ("bkspark.metadata", "bkspark.confkeys"),  # ZooKeeper metadata; the registry of known configuration keys
     ("bkspark.client",),
     ("bkspark.context",),
@@ -45,8 +45,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("bkspark.shell",),
     ("bkspark.devcluster",),
     ("bkspark.cli",),
-    ("bkspark",),  # the package itself (its version)
 )
+#: The units matched by their name alone (a module under ``bkspark.x`` is not part of the package root's unit).
+EXACT = frozenset({"bkspark"})
 #: The bookie stands beside the client: it may import the layers below ``bkspark.client``, never the client or
 #: above, and no module of ``bkspark`` imports it.
 BESIDE_CLIENT = "bookie_server"
@@ -98,7 +99,8 @@ def layer_unit(module: str, layers: tuple[tuple[str, ...], ...] = LAYERS) -> tup
     best: tuple[int, str] | None = None
     for index, units in enumerate(layers):
         for unit in units:
-            if (module == unit or module.startswith(unit + ".")) and (best is None or len(unit) > len(best[1])):
+            inside = module == unit or (unit not in EXACT and module.startswith(unit + "."))
+            if inside and (best is None or len(unit) > len(best[1])):
                 best = (index, unit)
     return best
 
