@@ -3,6 +3,7 @@
 #   make demo    - local ZooKeeper + bookies, a DataFrame written to ledgers and read back
 #   make compat  - only the tests against Apache BookKeeper's Java bookies, client and shell
 #   make bench   - side-by-side benchmarks (bench/), incl. Apache Kafka via `make kafka-jars` (bench only)
+#   make dist    - an sdist and a wheel in dist/
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -23,11 +24,15 @@ TEST_WORKERS ?= 2
 
 export BKSPARK_CACHE := $(CACHE)
 
-.PHONY: all setup venv zookeeper java jars jars-unlocked kafka-jars proto test unit compat fault campaign demo bench clean
+# Apache Pulsar's standalone broker for the Pulsar tests (tests/harness/pulsar.py, docs/pulsar.md).
+PULSAR_VERSION ?= 4.0.7
+
+.PHONY: pulsar-jars pulsar-proto
+.PHONY: all setup venv kerberos zookeeper java jars jars-unlocked kafka-jars proto test unit compat fault campaign demo bench clean
 
 all: test
 
-setup: venv zookeeper jars
+setup: venv zookeeper jars kerberos pulsar-jars
 
 venv: $(VENV)/.ok
 # setup.py and the C sources: pip install -e builds bkspark/protocol/_speedups and bookie_server/_speedups
@@ -38,6 +43,20 @@ $(VENV)/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c bkspark/protoc
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,dev]' --config-settings editable_mode=compat
 	touch $@
+
+# Kerberos (SASL GSSAPI, docs/security.md): MIT's KDC and tools for the tests' realm (tests/harness/kdc.py), and
+# the `kerberos` extra (python-gssapi, built from source against libkrb5-dev: PyPI has no Linux wheel). Not root
+# and no packages: one line, and the Kerberos tests say why they skip.
+kerberos: venv
+	@if ! command -v krb5kdc >/dev/null && [ ! -x /usr/sbin/krb5kdc ] || ! command -v krb5-config >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null; then \
+	    $(SUDO) apt-get -o DPkg::Lock::Timeout=900 update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get \
+	      -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends krb5-kdc krb5-admin-server krb5-user \
+	      libkrb5-dev >/dev/null || echo "bkspark: could not install MIT Kerberos; the Kerberos tests will skip"; \
+	  else echo "bkspark: not root: MIT Kerberos not installed; the Kerberos tests will skip"; fi; fi
+	@$(PY) -c 'import gssapi' 2>/dev/null || { command -v krb5-config >/dev/null \
+	  && $(PY) -m pip install -q 'gssapi>=1.8' >/dev/null \
+	  || echo "bkspark: the gssapi package could not be built; the Kerberos tests will skip"; }
 
 # Java 17+ runs ZooKeeper and Apache BookKeeper; Maven resolves the BookKeeper jars.
 java:
@@ -110,6 +129,32 @@ $(CACHE)/spark-kafka/%/lib/.ok: tools/kafka/spark-pom.xml
 	touch $@
 .PRECIOUS: $(CACHE)/kafka/%/lib/.ok $(CACHE)/spark-kafka/%/lib/.ok
 
+# The Pulsar tests (tests/harness/pulsar.py, docs/pulsar.md): an Apache Pulsar broker (PulsarStandaloneStarter) with
+# its dependencies, resolved by Maven from tools/pulsar/pom.xml; serialised with flock like the BookKeeper jars.
+pulsar-jars: java
+	@mkdir -p $(CACHE)
+	@$$(command -v flock >/dev/null && echo flock $(CACHE)/pulsar.lock) $(MAKE) --no-print-directory $(CACHE)/pulsar/$(PULSAR_VERSION)/lib/.ok
+$(CACHE)/pulsar/%/lib/.ok: tools/pulsar/pom.xml
+	rm -rf $(CACHE)/pulsar/$*/lib.new
+	mvn -q -B -f tools/pulsar/pom.xml -Dpulsar.version=$* dependency:copy-dependencies -DoutputDirectory=$(CACHE)/pulsar/$*/lib.new \
+	  || { echo "bkspark: Maven could not resolve Apache Pulsar $*"; exit 1; }
+	rm -rf $(CACHE)/pulsar/$*/lib && mv $(CACHE)/pulsar/$*/lib.new $(CACHE)/pulsar/$*/lib
+	touch $@
+.PRECIOUS: $(CACHE)/pulsar/%/lib/.ok
+
+# Regenerate the committed protobuf modules of Apache Pulsar's schemas (bkspark/pulsar/proto/*.proto).
+pulsar-proto: venv
+	$(PY) -m grpc_tools.protoc -Ibkspark/pulsar/proto --python_out=bkspark/pulsar/proto --pyi_out=bkspark/pulsar/proto bkspark/pulsar/proto/*.proto
+
+# The network-namespace test bed (tests/harness/netns.py) drives `ip` (iproute2) and `iptables`; the real-disk
+# tests (tests/integration/test_bookie_real_disks.py) make a btrfs (btrfs-progs). Only as root.
+.PHONY: netns-tools
+netns-tools:
+	@if [ "$$(id -u)" = 0 ]; then command -v ip >/dev/null && command -v iptables >/dev/null && command -v mkfs.btrfs >/dev/null || { \
+	  apt-get -o DPkg::Lock::Timeout=900 update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends iproute2 iptables btrfs-progs >/dev/null; }; fi
+setup: netns-tools
+
 # Regenerate the committed protobuf modules from bkspark/protocol/proto/*.proto.
 proto: venv
 	$(PY) -m grpc_tools.protoc -Ibkspark/protocol/proto --python_out=bkspark/protocol/proto --pyi_out=bkspark/protocol/proto bkspark/protocol/proto/*.proto
@@ -130,9 +175,15 @@ fault: setup
 # its totals go to campaign-stats.json. `make test` runs 50 of them.
 SCHEDULES ?= 50
 FIRST_SEED ?= 1
+# Then NETNS_SCHEDULES schedules on hosts in network namespaces (kernel-level faults; root only, else skipped),
+# totals in campaign-netns-stats.json; `make test` runs 5 of them.
+NETNS_SCHEDULES ?= 100
 campaign: setup
 	CAMPAIGN_SCHEDULES=$(SCHEDULES) CAMPAIGN_FIRST_SEED=$(FIRST_SEED) CAMPAIGN_STATS=$(CURDIR)/campaign-stats.json \
 	  $(PY) -m pytest tests/campaign/test_campaign.py -m campaign -q $(PYTEST_ARGS)
+	CAMPAIGN_NETNS_SCHEDULES=$(NETNS_SCHEDULES) CAMPAIGN_NETNS_FIRST_SEED=$(FIRST_SEED) \
+	  CAMPAIGN_NETNS_STATS=$(CURDIR)/campaign-netns-stats.json \
+	  $(PY) -m pytest tests/campaign/test_netns_campaign.py -m campaign -q -rs $(PYTEST_ARGS)
 
 demo: venv zookeeper
 	$(PY) examples/demo.py
@@ -142,6 +193,13 @@ demo: venv zookeeper
 BENCH_ARGS ?=
 bench: setup kafka-jars
 	$(PY) -m bench.run_all --update-md BENCHMARKS.md $(BENCH_ARGS)
+
+# An sdist and a wheel in dist/ (PEP 517, `python -m build`: the wheel is built from the sdist, so the sdist is
+# known to be complete); the wheel carries the compiled fast paths of the machine that builds it (setup.py).
+.PHONY: dist
+dist: venv
+	rm -rf dist
+	$(PY) -m build --outdir dist .
 
 clean:
 	rm -rf $(VENV) $(CACHE) .pytest_cache .hypothesis build bkspark/protocol/_speedups*.so bookie_server/_speedups*.so

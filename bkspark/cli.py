@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from kazoo.exceptions import KazooException
 
+from bkspark import __version__
 from bkspark.errors import BKError, InvalidOptionError, one_line
 
 __all__ = ["main", "build_parser", "REGISTRARS"]
@@ -140,6 +141,7 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: ``bkspark <subcommand> ...``."""
     parser = OneLineParser(prog="bkspark", description="bkspark: Apache BookKeeper tools in Python.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="SUBCOMMAND", required=True)
     for register in REGISTRARS:
         register(subparsers)

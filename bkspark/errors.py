@@ -59,6 +59,7 @@ __all__ = [
     "BadLedgerContextError",
     "BookieUnavailableError",
     "BookieTimeoutError",
+    "AddEntryQuorumTimeoutError",
     "InvalidBookieIdError",
     "CookieMismatchError",
     "CorruptJournalError",
@@ -328,6 +329,14 @@ class BookieTimeoutError(BookieUnavailableError):
     code, retriable = -23, True
 
 
+class AddEntryQuorumTimeoutError(BKError):
+    """An add did not reach its ack quorum within ``addEntryQuorumTimeoutSec`` (Java's
+    ``BKAddEntryQuorumTimeoutException``): the writer stops, failing it and every add behind it, as Java's
+    ledger handle does."""
+
+    code, retriable, ends_writes = -21, False, True
+
+
 class InvalidBookieIdError(BKError):
     """A string is not a valid BookieId (BP-41 rules)."""
 
@@ -387,9 +396,11 @@ class TlsHandshakeError(SecurityError, BookieUnavailableError):
 
 
 class AuthenticationError(SecurityError, BookieUnavailableError):
-    """A bookie refused our SASL credentials, or we refused its proof (Java's UnauthorizedAccessException)."""
+    """A bookie refused our SASL credentials, or we refused its proof, or we have none to offer (a Kerberos
+    ticket we cannot get): Java's UnauthorizedAccessException, which closes the ledger a writer holds
+    (another bookie would not take credentials this one refused)."""
 
-    code, retriable = -102, False
+    code, retriable, ends_writes = -102, False, True
 
 
 class ClientClosedError(BKError):

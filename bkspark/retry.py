@@ -15,7 +15,7 @@ help (:attr:`bkspark.errors.BKError.retriable`, read through
   retriable) re-reads and tries again, a bounded number of times.
 
 ZooKeeper connection loss is a fourth policy, kazoo's own
-(:class:`bkspark.metadata.retry.RetryPolicy`), below these.
+(:class:`bkspark.metadata.retry.ZkRetry`), below these.
 
 Two ways to use a policy:
 

@@ -65,7 +65,15 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{key}", dest=key)
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="KEY=VALUE", help="any other setting")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     return p
+
+
+def _version() -> str:
+    """bkspark's version (the bookie ships in the same distribution; bkspark/__init__.py is its one home)."""
+    from bkspark import __version__
+
+    return __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:

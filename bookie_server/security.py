@@ -4,9 +4,11 @@
   the same connection is upgraded (``loop.start_tls(server_side=True)``); requests that arrived behind
   START_TLS before the upgrade wait in the connection's backlog and are served after it.  A client that never sends START_TLS is still
   served in plain text, as a Java bookie does.
-* SASL (``bookieAuthProviderFactoryClass``): until the DIGEST-MD5 exchange completes, only AUTH and
+* SASL (``bookieAuthProviderFactoryClass``): until the DIGEST-MD5 or GSSAPI exchange completes, only AUTH and
   START_TLS pass (``AuthHandler.ServerSideHandler``): a v2 add or read gets EUA, any other v2 request
-  closes the connection, any other v3 request gets EUA.  Wrong credentials: EUA and close (v3), close (v2).
+  closes the connection, any other v3 request gets EUA.  Wrong credentials: EUA and close (v3), close (v2);
+  a Kerberos principal refused at GSSAPI's last step (``saslJaasClientAllowedIds``) keeps the connection
+  open and unauthenticated, so that the client's requests get EUA, as from Java's bookie.
 """
 
 from __future__ import annotations
@@ -82,12 +84,16 @@ class ConnectionSecurity:
         except (AuthenticationError, ProtocolError) as exc:
             conn.metrics.protocol_errors.inc()
             log.warning("SASL authentication of %s failed: %s", conn.peer, exc)
+            if getattr(self._sasl, "refused_after_client_completed", False):
+                return  # GSSAPI: the client sent its last token; its requests get EUA (Java's bookie does the same)
             if v3_request is not None:
                 conn._send_v3(v3.error_response(v3_request, pb.EUA))
                 conn._flush()
             conn.close()
             return
-        if v3_request is not None:
+        if answer is None:
+            pass  # GSSAPI's last step: Java's bookie sends nothing back either
+        elif v3_request is not None:
             conn._send_v3(v3.auth_response(v3_request, PLUGIN_NAME, answer))
         else:
             conn._send(v2.encode_auth_response(PLUGIN_NAME, answer, v2_version if v2_version is not None else 2))

@@ -12,7 +12,7 @@ import re
 import signal
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -28,6 +28,7 @@ _MARKERS = {
     "fault": "kills or cuts servers on purpose (slow)",
     "floors": "installs and tests the oldest dependency versions pyproject.toml allows (a venv cached in .cache)",
     "campaign": "randomized fault schedules checked by a Jepsen-style checker (tests/campaign)",
+    "netns": "hosts in Linux network namespaces, faults made by the kernel (tests/harness/netns.py); needs root",
 }
 
 
@@ -150,6 +151,22 @@ def java_cluster_factory(
         yield factory
     finally:
         factory.close()
+
+
+@pytest.fixture(scope="module")
+def module_roots(zookeeper: ZooKeeperServer) -> Iterator[Callable[[str], ZkRoot]]:
+    """``module_roots(name)`` formats a fresh root on the session's ZooKeeper; all are closed with the module
+    (one root per cluster of a module that runs several, e.g. one bookie per security set-up)."""
+    made: list[ZkRoot] = []
+
+    def new(name: str) -> ZkRoot:
+        root = _new_root(zookeeper, name)
+        made.append(root)
+        return root
+
+    yield new
+    for root in made:
+        root.close()
 
 
 @pytest.fixture(scope="module")

@@ -23,13 +23,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any
-
-from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
-from kazoo.protocol.states import KazooState
-from kazoo.recipe.election import Election
-from kazoo.recipe.watchers import DataWatch
+from typing import Any, Callable
 
 from bkspark.audit.records import (
     AuditConfig,
@@ -43,6 +37,7 @@ from bkspark.audit.records import (
 from bkspark.audit.scan import AuditResult, Progress, reconcile, scan
 from bkspark.errors import BadMetadataError, BKError, IllegalOpError
 from bkspark.metadata.store import ZkMetadataStore
+from bkspark.metadata.znodes import ZK_FAILURES, LeaderElection, Znodes, on_session_lost, watch_data
 from bkspark.security.zk import ZkSecurity
 
 __all__ = ["Auditor"]
@@ -66,7 +61,7 @@ class Auditor:
         self,
         metadata_service_uri: str,
         *,
-        zk: KazooClient | None = None,
+        zk: Any | None = None,
         identifier: str | None = None,
         audit_period: float = AuditConfig.audit_period,
         grace_period: float = AuditConfig.grace_period,
@@ -91,8 +86,9 @@ class Auditor:
         self._lost = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._election: Election | None = None
-        self._watch: DataWatch | None = None
+        self._election: LeaderElection | None = None
+        self._watch: Any = None
+        self._stop_listening: Callable[[], None] | None = None
         self._is_leader = False
         #: This auditor's own election znode while it leads: every write of its passes checks that it still exists.
         self._fence: str | None = None
@@ -113,7 +109,7 @@ class Auditor:
 
     def contenders(self) -> list[str]:
         """Identifiers of every running auditor, the leader first."""
-        return list(Election(self.zk, election_path(self.root)).contenders())
+        return LeaderElection(self.zk, election_path(self.root)).contenders()
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -122,9 +118,9 @@ class Auditor:
         with self._lock:
             if self._thread is not None:
                 raise IllegalOpError("auditor already started")
-            self.zk.ensure_path(audit_root(self.root))
-            self.zk.add_listener(self._on_state)
-            self._watch = DataWatch(self.zk, config_path(self.root), self._on_config)
+            Znodes(self.zk).ensure_path(audit_root(self.root))
+            self._stop_listening = on_session_lost(self.zk, self._on_session_lost)
+            self._watch = watch_data(self.zk, config_path(self.root), self._on_config)
             self._thread = threading.Thread(target=self._run, name=f"bkspark-auditor-{self.identifier}", daemon=True)
             self._thread.start()
         return self
@@ -139,10 +135,9 @@ class Auditor:
         thread = self._thread
         if thread is not None:
             thread.join(timeout)
-        try:
-            self.zk.remove_listener(self._on_state)
-        except Exception:  # never added (not started)
-            pass
+        if self._stop_listening is not None:
+            self._stop_listening()
+            self._stop_listening = None
         self.store.close()
 
     def request_stop(self) -> None:
@@ -167,11 +162,10 @@ class Auditor:
 
     # -- watches ----------------------------------------------------------------------------------------------------
 
-    def _on_state(self, state: str) -> None:
-        if state == KazooState.LOST:
-            # Our ephemeral election znode is gone: someone else may lead now.
-            self._lost.set()
-            self._wake.set()
+    def _on_session_lost(self) -> None:
+        # Our ephemeral election znode is gone: someone else may lead now.
+        self._lost.set()
+        self._wake.set()
 
     def _on_config(self, data: bytes | None, stat: Any) -> bool | None:
         if self._stop.is_set():
@@ -198,11 +192,11 @@ class Auditor:
     def _run(self) -> None:
         while not self._stop.is_set():
             self._lost.clear()
-            election = Election(self.zk, election_path(self.root), self.identifier)
+            election = LeaderElection(self.zk, election_path(self.root), self.identifier)
             self._election = election
             try:
                 election.run(self._lead)
-            except (KazooException, BKError) as exc:
+            except (*ZK_FAILURES, BKError) as exc:
                 log.warning("auditor %s left the election: %s", self.identifier, exc)
             except Exception:  # a bug must not kill an embedding bookie's thread silently
                 log.exception("auditor %s failed", self.identifier)
@@ -211,8 +205,7 @@ class Auditor:
 
     def _lead(self) -> None:
         assert self._election is not None
-        lock = self._election.lock  # kazoo's Election is a Lock recipe: our sequential ephemeral znode is its node
-        self._fence = f"{lock.path}/{lock.node}"
+        self._fence = self._election.own_znode
         self._is_leader = True
         log.info("auditor %s is the leader", self.identifier)
         last_start: float | None = None
@@ -227,7 +220,7 @@ class Auditor:
                         # Our znode went (deleted; or our session ended before we heard): another may lead now.
                         log.warning("auditor %s stops leading: %s", self.identifier, exc)
                         return
-                    except (KazooException, BKError) as exc:
+                    except (*ZK_FAILURES, BKError) as exc:
                         log.warning("audit pass failed: %s", exc)
                 self._wake.wait(max(0.0, last_start + self._config.audit_period - time.monotonic()))
                 self._wake.clear()

@@ -22,17 +22,15 @@ its session or its znode in the middle of a pass writes nothing more (:class:`Le
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError, ZookeeperError
-
 from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError, MetadataVersionError
-from bkspark.metadata.multiread import get_many
-from bkspark.metadata.retry import RetryPolicy
+from bkspark.metadata.retry import ZkRetry
+from bkspark.metadata.znodes import Outcome, Znodes, zk_errors_as
 from bkspark.protocol.ledger_name import parse_qualified_name, qualified_name
 from bkspark.protocol import zk_paths
 from bkspark.protocol.values import INT64_MAX, INT64_MIN
@@ -68,24 +66,12 @@ MAX_RECORD_BYTES = 4096
 CONFIG_KEYS = ("auditPeriodSeconds", "gracePeriodSeconds", "parentGracePeriodSeconds")
 
 
-#: ``<root>/bkspark/audit``; its home is bkspark/protocol/zk_paths.py, re-exported for the auditor.
+# The audit's znodes; their home is bkspark/protocol/zk_paths.py, named here for the auditor and the shell.
 audit_root = zk_paths.audit_path
-
-
-def orphans_path(root: str) -> str:
-    return f"{audit_root(root)}/orphans"
-
-
-def config_path(root: str) -> str:
-    return f"{audit_root(root)}/config"
-
-
-def election_path(root: str) -> str:
-    return f"{audit_root(root)}/election"
-
-
-def status_path(root: str) -> str:
-    return f"{audit_root(root)}/status"
+orphans_path = functools.partial(zk_paths.audit_znode_path, znode=zk_paths.AUDIT_ORPHANS)
+config_path = functools.partial(zk_paths.audit_znode_path, znode=zk_paths.AUDIT_CONFIG)
+election_path = functools.partial(zk_paths.audit_znode_path, znode=zk_paths.AUDIT_ELECTION)
+status_path = functools.partial(zk_paths.audit_znode_path, znode=zk_paths.AUDIT_STATUS)
 
 
 class OrphanReason(str, enum.Enum):
@@ -197,32 +183,24 @@ def decode_records(name: str, data: bytes) -> list[OrphanRecord]:
         raise BadMetadataError(f"malformed orphan record {name!r}: {exc}") from None
 
 
-def list_orphans(zk: KazooClient, root: str, retry: RetryPolicy | None = None) -> list[OrphanRecord]:
+def list_orphans(zk: Any, root: str, retry: ZkRetry | None = None) -> list[OrphanRecord]:
     """Every orphan the last audit recorded, sorted by (scope, ledger id, reason).
 
     One ``getChildren`` and multi reads of the records: cheap whatever the number of ledgers in the cluster.
-    A lost connection is retried under ``retry`` (a default :class:`RetryPolicy` when None), as the metadata
+    A lost connection is retried under ``retry`` (a default :class:`ZkRetry` when None), as the metadata
     store's reads are.  No audit yet means an empty list.
     """
     base = orphans_path(root)
-    policy = retry or RetryPolicy()
-    try:
-        names = policy(zk.get_children, base)
-    except NoNodeError:
-        return []
-    except ZookeeperError as exc:
-        raise MetadataError(f"cannot list orphans: {type(exc).__name__}", path=base) from exc
+    policy = retry or ZkRetry()
+    znodes = Znodes(zk)
+    with zk_errors_as("cannot list orphans", path=base):
+        names = policy(znodes.children, base)
     out: list[OrphanRecord] = []
-    try:
+    with zk_errors_as("cannot read orphan records", path=base):
         paths = [f"{base}/{name}" for name in names]
-        for (_, result), name in zip(get_many(zk, paths, timeout=30, retry=policy), names):
-            if isinstance(result, NoNodeError):  # cleared by the auditor since we listed
-                continue
-            if isinstance(result, BaseException):
-                raise result
-            out.extend(decode_records(name, result[0]))
-    except ZookeeperError as exc:
-        raise MetadataError(f"cannot read orphan records: {type(exc).__name__}", path=base) from exc
+        for (_, found), name in zip(znodes.read_many(paths, timeout=30, retry=policy), names):
+            if found is not None:  # (None: cleared by the auditor since we listed)
+                out.extend(decode_records(name, found[0]))
     out.sort(key=lambda r: (r.scope_id % 2**64, r.ledger_id, r.reason.value))
     return out
 
@@ -292,75 +270,68 @@ class LeadershipLostError(MetadataError):
 _Op = Literal["set", "create", "delete"]
 
 
-def _write(zk: KazooClient, fence: str | None, op: _Op, path: str, data: bytes = b"") -> None:
-    """One ``set``, ``create`` or ``delete`` of ``path``; with ``fence``, in a ``multi`` that first checks the fence
-    znode exists (any version), so that nothing is written once it is gone."""
+def _write(znodes: Znodes, fence: str | None, op: _Op, path: str, data: bytes = b"") -> Outcome:
+    """One ``set``, ``create`` or ``delete`` of ``path``: OK, NO_NODE (set, delete) or NODE_EXISTS (create); with
+    ``fence``, in a ``multi`` that first checks the fence znode exists (any version), so that nothing is written
+    once it is gone."""
     if fence is None:
         if op == "set":
-            zk.set(path, data)
-        elif op == "create":
-            zk.create(path, data, makepath=True)
-        else:
-            zk.delete(path)
-        return
-    tx = zk.transaction()
-    tx.check(fence, -1)
+            return Outcome.OK if znodes.set(path, data) is not None else Outcome.NO_NODE
+        if op == "create":
+            return znodes.create(path, data, makepath=True)
+        return Outcome.OK if znodes.delete(path) else Outcome.NO_NODE
+    tx = znodes.multi().check(fence, -1)
     if op == "set":
-        tx.set_data(path, data)
+        tx.set(path, data)
     elif op == "create":
         tx.create(path, data)
     else:
         tx.delete(path)
-    check, result = tx.commit()
-    if isinstance(check, NoNodeError):
+    outcomes = tx.commit()
+    if outcomes is None:
+        raise MetadataError(f"audit {op} of {path}: the connection to ZooKeeper was lost", path=path)
+    check, result = outcomes
+    if check is Outcome.NO_NODE:
         raise LeadershipLostError(f"audit leader's election znode is gone: {op} refused", fence=fence, path=path)
-    for error in (check, result):  # a failed multi rolls back the ops before the failing one
-        if isinstance(error, Exception) and not isinstance(error, RolledBackError):
-            raise error
+    if result in (Outcome.NO_NODE, Outcome.NODE_EXISTS):
+        return result
+    tx.raise_failure()  # a failed multi rolls back the ops before the failing one
+    return Outcome.OK
 
 
 #: :func:`put_znode`'s tries in all, each a set or a create, while other writers keep creating and deleting the znode.
 _PUT_TRIES = 6
 
 
-def put_znode(zk: KazooClient, path: str, data: bytes, *, exists: bool = True, fence: str | None = None) -> None:
+def put_znode(zk: Any, path: str, data: bytes, *, exists: bool = True, fence: str | None = None) -> None:
     """Set ``path`` to ``data``, creating it when it is missing (``exists`` says which to try first); with ``fence``
     (the writing leader's election znode) only while that znode exists, else :class:`LeadershipLostError`.
-    ZooKeeper errors are kazoo's, for the caller to name.
+    Other ZooKeeper errors are kazoo's, for the caller to name.
 
     Another writer may create or delete ``path`` between our two tries (a tool's pass beside the leader's, or the
-    next leader's): each ``NoNode`` or ``NodeExists`` turns to the other op, up to :data:`_PUT_TRIES` tries in all."""
+    next leader's): each ``NoNode`` or ``NodeExists`` turns to the other op, up to :data:`_PUT_TRIES` tries in all,
+    then :class:`MetadataError`."""
+    znodes = Znodes(zk)
     ops: tuple[_Op, _Op] = ("set", "create") if exists else ("create", "set")
     for attempt in range(_PUT_TRIES):
-        try:
-            _write(zk, fence, ops[attempt % 2], path, data)
+        if _write(znodes, fence, ops[attempt % 2], path, data) is Outcome.OK:
             return
-        except (NoNodeError, NodeExistsError):
-            if attempt == _PUT_TRIES - 1:
-                raise
+    raise MetadataError(f"cannot write {path}: other writers kept creating and deleting it", path=path)
 
 
-def delete_znode(zk: KazooClient, path: str, *, fence: str | None = None) -> bool:
+def delete_znode(zk: Any, path: str, *, fence: str | None = None) -> bool:
     """Delete ``path``; False when it was already gone.  ``fence`` as for :func:`put_znode`."""
-    try:
-        _write(zk, fence, "delete", path)
-    except NoNodeError:
-        return False
-    return True
+    return _write(Znodes(zk), fence, "delete", path) is Outcome.OK
 
 
-def _read_znode(zk: KazooClient, path: str, what: str) -> bytes | None:
+def _read_znode(zk: Any, path: str, what: str) -> bytes | None:
     """A znode's data, None if it does not exist; any other ZooKeeper error is a MetadataError naming ``what``."""
-    try:
-        data, _ = zk.get(path)
-    except NoNodeError:
-        return None
-    except ZookeeperError as exc:
-        raise MetadataError(f"cannot read {what}: {type(exc).__name__}") from exc
-    return data
+    with zk_errors_as(f"cannot read {what}"):
+        found = Znodes(zk).get(path)
+    return None if found is None else found[0]
 
 
-def read_config(zk: KazooClient, root: str, defaults: AuditConfig | None = None) -> tuple[AuditConfig, bool]:
+def read_config(zk: Any, root: str, defaults: AuditConfig | None = None) -> tuple[AuditConfig, bool]:
     """The stored config (``defaults`` if none is stored) and whether one was stored."""
     data = _read_znode(zk, config_path(root), "audit config")
     if data is None:
@@ -368,7 +339,7 @@ def read_config(zk: KazooClient, root: str, defaults: AuditConfig | None = None)
     return AuditConfig.from_bytes(data, defaults), True
 
 
-def write_config(zk: KazooClient, root: str, config: AuditConfig) -> None:
+def write_config(zk: Any, root: str, config: AuditConfig) -> None:
     """Store ``config`` (both values); every running auditor picks it up through its watch."""
     update_config(
         zk, root, audit_period=config.audit_period, grace_period=config.grace_period,
@@ -377,7 +348,7 @@ def write_config(zk: KazooClient, root: str, config: AuditConfig) -> None:
 
 
 def update_config(
-    zk: KazooClient,
+    zk: Any,
     root: str,
     *,
     audit_period: float | None = None,
@@ -395,14 +366,12 @@ def update_config(
         parent_grace_period=0.0 if parent_grace_period is None else parent_grace_period,
     )
     path = config_path(root)
+    znodes = Znodes(zk)
     attempts = METADATA_CAS_RETRY.start()
-    try:
+    with zk_errors_as("cannot write audit config"):
         while True:
-            try:
-                data, stat = zk.get(path)
-                version: int | None = stat.version
-            except NoNodeError:
-                data, version = b"", None
+            found = znodes.get(path)
+            data, version = (found[0], found[1].version) if found is not None else (b"", None)
             stored = _stored_values(data)
             if audit_period is not None:
                 stored["auditPeriodSeconds"] = float(audit_period)
@@ -411,17 +380,14 @@ def update_config(
             if parent_grace_period is not None:
                 stored["parentGracePeriodSeconds"] = float(parent_grace_period)
             encoded = json.dumps({"v": 1, **stored}, sort_keys=True, separators=(",", ":")).encode()
-            try:
-                if version is None:
-                    zk.create(path, encoded, makepath=True)
-                else:
-                    zk.set(path, encoded, version=version)
+            if version is None:
+                written = znodes.create(path, encoded, makepath=True) is Outcome.OK
+            else:
+                written = znodes.set(path, encoded, version=version) is not None
+            if written:
                 return stored
-            except (NodeExistsError, BadVersionError):
-                # Someone else wrote meanwhile: re-read and merge with theirs, while the CAS policy allows.
-                attempts.backoff(MetadataVersionError("cannot write audit config: it keeps changing", path=path))
-    except ZookeeperError as exc:
-        raise MetadataError(f"cannot write audit config: {type(exc).__name__}") from exc
+            # Someone else wrote meanwhile: re-read and merge with theirs, while the CAS policy allows.
+            attempts.backoff(MetadataVersionError("cannot write audit config: it keeps changing", path=path))
 
 
 def _stored_values(data: bytes) -> dict[str, float]:
@@ -440,7 +406,7 @@ def _stored_values(data: bytes) -> dict[str, float]:
     return out
 
 
-def read_stored_config(zk: KazooClient, root: str) -> dict[str, float] | None:
+def read_stored_config(zk: Any, root: str) -> dict[str, float] | None:
     """The values stored in the config znode (``None`` if there is no znode); malformed: BadMetadataError."""
     data = _read_znode(zk, config_path(root), "audit config")
     if data is None:
@@ -491,17 +457,14 @@ class AuditStatus:
             raise BadMetadataError(f"malformed audit status: {exc}") from None
 
 
-def read_status(zk: KazooClient, root: str) -> AuditStatus | None:
+def read_status(zk: Any, root: str) -> AuditStatus | None:
     """The last pass's status, ``None`` before the first pass."""
     data = _read_znode(zk, status_path(root), "audit status")
     return None if data is None else AuditStatus.from_bytes(data)
 
 
-def write_status(zk: KazooClient, root: str, status: AuditStatus, *, fence: str | None = None) -> None:
+def write_status(zk: Any, root: str, status: AuditStatus, *, fence: str | None = None) -> None:
     """Store the leader's report of its last pass (``fence``: see :func:`put_znode`)."""
     data = json.dumps(status.to_json(), sort_keys=True, separators=(",", ":")).encode()
-    path = status_path(root)
-    try:
-        put_znode(zk, path, data, fence=fence)
-    except ZookeeperError as exc:
-        raise MetadataError(f"cannot write audit status: {type(exc).__name__}") from exc
+    with zk_errors_as("cannot write audit status"):
+        put_znode(zk, status_path(root), data, fence=fence)

@@ -12,10 +12,8 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 from datetime import datetime, timedelta, timezone
-
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError, ZookeeperError
 
 from bkspark.audit.records import (
     AuditConfig,
@@ -28,8 +26,9 @@ from bkspark.audit.records import (
     put_znode,
 )
 from bkspark.context import LedgerLink, read_close_context, read_create_context
-from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError
+from bkspark.errors import BadMetadataError, InvalidOptionError
 from bkspark.metadata.store import ZkMetadataStore
+from bkspark.metadata.znodes import Znodes, zk_errors_as
 from bkspark.protocol import zk_paths
 from bkspark.protocol.ledger_metadata import LedgerMetadata
 
@@ -92,10 +91,7 @@ def orphan_reasons(
 
 
 def _walk_scopes(store: ZkMetadataStore, path: str) -> Iterator[tuple[int, int]]:
-    try:
-        children = store.retry(store.zk.get_children, path)
-    except NoNodeError:
-        return
+    children = store.retry(Znodes(store.zk).children, path)
     for child in sorted(children):
         full = f"{path}/{child}"
         if child.startswith(zk_paths.LEDGER_PREFIX):
@@ -206,7 +202,7 @@ def _dataset_leftovers(
 
 
 def reconcile(
-    zk: KazooClient, root: str, found: list[OrphanRecord], now_ms: int | None = None, *, fence: str | None = None
+    zk: Any, root: str, found: list[OrphanRecord], now_ms: int | None = None, *, fence: str | None = None
 ) -> tuple[int, int]:
     """Make ``<root>/bkspark/audit/orphans`` hold exactly ``found``; returns ``(written, removed)``.
 
@@ -220,20 +216,22 @@ def reconcile(
     by_name: dict[str, list[OrphanRecord]] = {}
     for record in found:
         by_name.setdefault(record.name, []).append(record)
-    try:
-        zk.ensure_path(base)
-        existing = set(zk.get_children(base))
+    znodes = Znodes(zk)
+    with zk_errors_as("cannot record orphans", path=base):
+        znodes.ensure_path(base)
+        existing = set(znodes.children(base))
         # Pipelined reads of the records we may keep (one round trip, not one per orphan).
-        pending = {name: zk.get_async(f"{base}/{name}") for name in by_name if name in existing}
+        kept = [name for name in by_name if name in existing]
+        stored = dict(zip(kept, znodes.get_each([f"{base}/{name}" for name in kept], timeout=60)))
         written = removed = 0
         for name, records in sorted(by_name.items()):
             path = f"{base}/{name}"
             old: list[OrphanRecord] = []
-            if name in pending:
+            found = stored.get(name)
+            if found is not None:
                 try:
-                    data, _ = pending[name].get(timeout=60)
-                    old = decode_records(name, data)
-                except (NoNodeError, BadMetadataError):
+                    old = decode_records(name, found[0])
+                except BadMetadataError:
                     old = []
             first_seen = {(r.reason, r.detail, r.detail_scope_id): r.first_seen_ms for r in old}
             merged = [
@@ -251,5 +249,3 @@ def reconcile(
             if delete_znode(zk, f"{base}/{name}", fence=fence):
                 removed += 1
         return written, removed
-    except ZookeeperError as exc:
-        raise MetadataError(f"cannot record orphans: {type(exc).__name__}", path=base) from exc

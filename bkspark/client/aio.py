@@ -246,6 +246,7 @@ class AsyncBookKeeper:
             metadata_format_version=self.conf.ledgerMetadataVersion,
             store_ctime=self.conf.storeSystemTimeAsLedgerCreationTime,
             zk_security=self.zk_security,
+            read_only=self.conf.metadataReadOnly,
         )
         try:
             registry = BookieRegistry(

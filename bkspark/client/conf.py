@@ -28,6 +28,9 @@ class ClientConf:
     #: v2 protocol for adds and reads (as Pulsar runs it); v3 for the rest. Java's default is False.
     useV2WireProtocol: bool = True
     addEntryTimeoutSec: float = 5.0
+    #: Seconds an add may wait for its ack quorum, ensemble changes included, before the ledger's writes end with
+    #: ``AddEntryQuorumTimeoutError``; 0 or less = no bound (Java's default, -1). docs/client.md.
+    addEntryQuorumTimeoutSec: float = -1.0
     readEntryTimeoutSec: float = 5.0
     #: Milliseconds before a read is also sent to the next replica (0 disables).
     speculativeReadTimeout: int = 2000
@@ -54,6 +57,9 @@ class ClientConf:
     maxNumEnsembleChanges: int = 2**31 - 1
     bookieFailureHistoryExpirationMSec: int = 60000
     reorderReadSequenceEnabled: bool = True
+    #: Write nothing to the metadata store, not even the LAYOUT a first client creates (reading another system's
+    #: ledgers, e.g. Apache Pulsar's: docs/pulsar.md); a client so opened only reads.
+    metadataReadOnly: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     #: Other spellings of some keys (Java's older names, snake_case forms), public for the connector's option map.

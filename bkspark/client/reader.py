@@ -31,15 +31,21 @@ from bkspark.client.connection import V2
 from bkspark.client.payloads import PackedPayloads, payload_bytes
 from bkspark.client.services import ClientServices
 from bkspark.protocol.ledger_name import LedgerRef
-from bkspark.client.schedule import CoverageSet, is_striped
+from bkspark.client.quorum import (
+    Covered,
+    QuorumRead,
+    next_speculation,
+    note_read_failure,
+    pick_error,
+    read_order,
+    rotate_to,
+    speculative_timeout,
+)
+from bkspark.client.schedule import is_striped
 from bkspark.errors import (
     BKError,
-    BookieUnavailableError,
     DigestMismatchError,
     InvalidOptionError,
-    NoSuchEntryError,
-    NoSuchLedgerError,
-    UnauthorizedAccessError,
 )
 from bkspark.protocol.digest import Digester, VerifiedEntry
 from bkspark.protocol.ledger_metadata import LedgerMetadata
@@ -61,8 +67,6 @@ UNKNOWN_SIZE_CHUNK_ENTRIES = 100
 
 log = logging.getLogger(__name__)
 
-_MISSING = (NoSuchEntryError, NoSuchLedgerError)
-
 
 class LedgerEntry(NamedTuple):
     """One entry read back: ids and the payload the writer appended."""
@@ -71,16 +75,6 @@ class LedgerEntry(NamedTuple):
     entry_id: int
     payload: bytes
     scope_id: int = 0
-
-
-def pick_error(errors: list[BaseException], **context: Any) -> BaseException:
-    """The error to report after every replica failed: a "real" one before "no such entry"."""
-    for err in errors:
-        if not isinstance(err, _MISSING):
-            return err
-    if errors:
-        return errors[0]
-    return BookieUnavailableError("no bookie to read from", **context)
 
 
 class _EntryRead:
@@ -124,7 +118,7 @@ class _EntryRead:
         self.send_next()
         if not timer:
             return
-        spec = self.reader.ctx.conf.speculativeReadTimeout / 1000.0
+        spec = speculative_timeout(self.reader.ctx.conf)
         if spec > 0 and len(self.bookies) > 1 and not self.finished:
             self.timer = self.reader.ctx.loop.call_later(spec, self.speculate, spec)
 
@@ -156,7 +150,7 @@ class _EntryRead:
     def speculate(self, delay: float) -> None:
         self.timer = None
         if not self.finished and self.send_next():
-            nxt = delay * self.reader.ctx.conf.speculativeReadTimeoutBackoffMultiplier
+            nxt = next_speculation(self.reader.ctx.conf, delay)
             self.timer = self.reader.ctx.loop.call_later(nxt, self.speculate, nxt)
 
     def answer(self, bookie: str, data: Any, exc: BaseException | None) -> None:
@@ -174,8 +168,7 @@ class _EntryRead:
                 self.finish(entry, None)
                 return
         self.errors.append(exc)
-        if not isinstance(exc, _MISSING):
-            r.ctx.ops.pool.note_failure(bookie)
+        note_read_failure(r.ctx.ops.pool, bookie, exc)
         if not self.send_next() and self.outstanding == 0:
             self.finish(None, pick_error(self.errors, ledger_id=r.ref.ledger_id, entry_id=self.entry_id))
 
@@ -245,7 +238,7 @@ class _RangeRead:
             reader.ctx.ops.read_v2_many(
                 bookie, ledger_id, [first + i for i in indexes], indexes, self.on_first, self.on_answers
             )
-        spec = reader.ctx.conf.speculativeReadTimeout / 1000.0
+        spec = speculative_timeout(reader.ctx.conf)
         timer = (
             reader.ctx.loop.call_later(spec, self.speculate, spec)
             if spec > 0 and len(self.replicas[0]) > 1 and not self.done.done() else None
@@ -366,15 +359,6 @@ class LedgerReader:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _order(self, ensemble: tuple[str, ...], ws: list[int]) -> list[int]:
-        if not self.ctx.conf.reorderReadSequenceEnabled:
-            return ws
-        try:
-            return list(self.ctx.policy.reorder_read_sequence(list(ensemble), ws, self.ctx.failure_history()))
-        except Exception:  # a policy bug must not break reads
-            log.exception("reorder_read_sequence failed")
-            return ws
-
     def _verify(self, data: Any, entry_id: int | None) -> VerifiedEntry:
         return self.digester.verify_entry(data, self.ref.ledger_id, entry_id, self.ref.scope_id)
 
@@ -414,7 +398,7 @@ class LedgerReader:
             if bookies is not None:
                 return bookies
         seg, ensemble = md.segment(entry_id)
-        order = self._order(ensemble, md.write_set(entry_id))
+        order = read_order(self.ctx, ensemble, md.write_set(entry_id))
         bookies = [ensemble[i] for i in order]
         if cache is not None:
             cache[(seg, entry_id % md.ensemble_size)] = bookies
@@ -492,7 +476,7 @@ class LedgerReader:
         # Reads started later, one per answer, go one by one and arm their own.
         together = [new_read() for _ in range(min(self.ctx.conf.readPipelineDepth, count))]
         self._send_together(together)
-        spec = self.ctx.conf.speculativeReadTimeout / 1000.0
+        spec = speculative_timeout(self.ctx.conf)
         waiting = [read for read in together if not read.finished and len(read.bookies) > 1]
         group_timer = self.ctx.loop.call_later(spec, _speculate_group, waiting, spec) if spec > 0 and waiting else None
         try:
@@ -559,12 +543,9 @@ class LedgerReader:
         if not self.ctx.conf.batchReadEnabled or is_striped(md.ensemble_size, md.write_quorum_size):
             return await self._fallback(start, end, max_size)
         ensemble = md.ensemble_at(start)
-        order = self._order(ensemble, md.write_set(start))
+        order = read_order(self.ctx, ensemble, md.write_set(start))
         ops = self.ctx.ops
-        capable = [i for i in order if ops.can_batch_read(ensemble[i], self.ref.scope_id)]
-        if prefer is not None and (prefer % len(ensemble)) in capable[1:]:
-            k = capable.index(prefer % len(ensemble))
-            capable = capable[k:] + capable[:k]
+        capable = rotate_to([i for i in order if ops.can_batch_read(ensemble[i], self.ref.scope_id)], prefer, len(ensemble))
         if not capable:
             return await self._fallback(start, end, max_size)
         want = end - start + 1
@@ -580,8 +561,7 @@ class LedgerReader:
                 )
             except BKError as exc:
                 errors.append(exc)
-                if not isinstance(exc, _MISSING):
-                    ops.pool.note_failure(bookie)
+                note_read_failure(ops.pool, bookie, exc)
                 if not ops.can_batch_read(bookie, self.ref.scope_id):
                     # The bookie hung up on opcode 7: it predates batch reads.
                     break
@@ -772,47 +752,30 @@ class LedgerReader:
     # -- LAC ------------------------------------------------------------------------------------------
 
     async def read_lac(self) -> int:
-        """Java's ``readLastAddConfirmed`` over READ_LAC: the max LAC once every write quorum answered."""
+        """Java's ``readLastAddConfirmed`` over READ_LAC: the max LAC once every write quorum answered
+        (a :class:`QuorumRead` over the last segment; the explicit LAC blob and the last entry both count)."""
         md = self.metadata
         ensemble = md.last_ensemble
-        coverage = CoverageSet(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[int] = loop.create_future()
-        best = [-1]
-        answered = [0]
-        errors: list[BaseException] = []
+        read = QuorumRead(len(ensemble), Covered(md, -1), ledger_id=self.ref.ledger_id)
 
         async def ask(idx: int) -> None:
-            bookie = ensemble[idx]
             try:
-                lac_blob, last_entry = await self.ctx.ops.read_lac_async(bookie, self.ref.ledger_id, self.ref.scope_id)
+                lac_blob, last_entry = await self.ctx.ops.read_lac_async(
+                    ensemble[idx], self.ref.ledger_id, self.ref.scope_id
+                )
                 lac = -1
                 if lac_blob:
                     lac = max(lac, self.digester.verify_lac(lac_blob, self.ref.ledger_id, self.ref.scope_id))
                 if last_entry:
                     lac = max(lac, self._verify(last_entry, None).last_add_confirmed)
-                best[0] = max(best[0], lac)
-                coverage.add(idx)
-            except _MISSING:
-                coverage.add(idx)
-            except UnauthorizedAccessError as exc:
-                if not done.done():
-                    done.set_exception(exc)
-                return
-            except BaseException as exc:  # noqa: BLE001 - unknown answer, coverage decides
-                errors.append(exc)
-            finally:
-                answered[0] += 1
-            if done.done():
-                return
-            if coverage.covered():
-                done.set_result(best[0])
-            elif answered[0] == len(ensemble):
-                done.set_exception(pick_error(errors, ledger_id=self.ref.ledger_id))
+            except Exception as exc:  # noqa: BLE001 - any failure is this bookie's answer; the rule decides
+                read.answer(idx, None, exc)
+            else:
+                read.answer(idx, lac, None)
 
         tasks = [asyncio.ensure_future(ask(i)) for i in range(len(ensemble))]
         try:
-            return await done
+            return await read.done
         finally:
             for t in tasks:
                 if not t.done():

@@ -14,25 +14,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Any, Callable
+from operator import itemgetter
+from typing import Any
 
 from bkspark.client.services import ClientServices, update_metadata
 from bkspark.protocol.ledger_name import LedgerRef
 from bkspark.client.ops import FLAG_DO_FENCING, FLAG_HIGH_PRIORITY
-from bkspark.client.reader import LedgerReader, pick_error
-from bkspark.client.schedule import CoverageSet
+from bkspark.client.quorum import Covered, FoundOrAbsent, QuorumRead
+from bkspark.client.reader import LedgerReader
 from bkspark.client.writer import LedgerWriter
-from bkspark.errors import (
-    BKError,
-    DigestMismatchError,
-    NoSuchEntryError,
-    NoSuchLedgerError,
-    UnauthorizedAccessError,
-)
+from bkspark.errors import BKError
 from bkspark.metadata.store import Versioned
-from bkspark.protocol.correlation import read_body
 from bkspark.protocol.digest import Digester, VerifiedEntry, master_key
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 
@@ -40,63 +33,23 @@ __all__ = ["recover_ledger", "fence_and_read_last"]
 
 log = logging.getLogger(__name__)
 
-_MISSING = (NoSuchEntryError, NoSuchLedgerError)
-
-
-def _on_read_response(resp: Any, exc: BaseException | None, arg: tuple[Callable[[int, Any, Any], None], int]) -> None:
-    """Hand a recovery read's entry bytes (or error) to ``answer(index, data, error)``."""
-    answer, idx = arg
-    answer(idx, None if exc is not None else read_body(resp), exc)
-
 
 async def fence_and_read_last(
     ctx: ClientServices, ref: LedgerRef, md: LedgerMetadata, digester: Digester, key: bytes
 ) -> tuple[int, int]:
     """Fence the last segment's bookies; ``(max piggy-backed LAC, its length)`` once covered."""
     ensemble = md.last_ensemble
-    coverage = CoverageSet(md.ensemble_size, md.write_quorum_size, md.ack_quorum_size)
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[tuple[int, int]] = loop.create_future()
-    best = [(-1, 0)]
-    answered = [0]
-    errors: list[BaseException] = []
 
-    def answer(idx: int, data: Any, exc: BaseException | None) -> None:
-        answered[0] += 1
-        if done.done():
-            return
-        if exc is None:
-            try:
-                v = digester.verify_entry(data, ref.ledger_id, None, ref.scope_id)
-                if v.last_add_confirmed > best[0][0]:
-                    best[0] = (v.last_add_confirmed, v.length)
-                coverage.add(idx)
-            except DigestMismatchError as err:
-                errors.append(err)
-        elif isinstance(exc, _MISSING):
-            coverage.add(idx)
-        elif isinstance(exc, UnauthorizedAccessError):
-            done.set_exception(exc)
-            return
-        else:
-            errors.append(exc)
-        if coverage.covered():
-            done.set_result(best[0])
-        elif answered[0] == len(ensemble):
-            done.set_exception(pick_error(errors, ledger_id=ref.ledger_id))
+    def verify(data: Any) -> tuple[int, int]:
+        v = digester.verify_entry(data, ref.ledger_id, None, ref.scope_id)
+        return v.last_add_confirmed, v.length
 
+    read = QuorumRead(len(ensemble), Covered(md, (-1, 0), key=itemgetter(0)), verify, ledger_id=ref.ledger_id)
     for idx, bookie in enumerate(ensemble):
         ctx.ops.read(
-            bookie,
-            ref.ledger_id,
-            -1,
-            ref.scope_id,
-            _on_read_response,
-            (answer, idx),
-            flags=FLAG_DO_FENCING,
-            master_key=key,
+            bookie, ref.ledger_id, -1, ref.scope_id, read.on_response, idx, flags=FLAG_DO_FENCING, master_key=key
         )
-    return await done
+    return await read.done
 
 
 async def _recovery_read(
@@ -105,48 +58,19 @@ async def _recovery_read(
 ) -> VerifiedEntry | None:
     """Read ``entry_id`` for recovery: the entry, or None once Qw - Qa + 1 bookies lack it."""
     ws = md.write_set(entry_id)
-    needed_missing = md.write_quorum_size - md.ack_quorum_size + 1
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[VerifiedEntry | None] = loop.create_future()
-    missing = [0]
-    answered = [0]
-    errors: list[BaseException] = []
-
-    def answer(data: Any, exc: BaseException | None) -> None:
-        answered[0] += 1
-        if done.done():
-            return
-        if exc is None:
-            try:
-                done.set_result(digester.verify_entry(data, ref.ledger_id, entry_id, ref.scope_id))
-                return
-            except DigestMismatchError as err:
-                errors.append(err)
-        elif isinstance(exc, _MISSING):
-            missing[0] += 1
-            if missing[0] >= needed_missing:
-                done.set_result(None)
-                return
-        elif isinstance(exc, UnauthorizedAccessError):
-            done.set_exception(exc)
-            return
-        else:
-            errors.append(exc)
-        if answered[0] == len(ws):
-            done.set_exception(pick_error(errors, ledger_id=ref.ledger_id, entry_id=entry_id))
-
+    read = QuorumRead(
+        len(ws),
+        FoundOrAbsent(md),
+        lambda data: digester.verify_entry(data, ref.ledger_id, entry_id, ref.scope_id),
+        ledger_id=ref.ledger_id,
+        entry_id=entry_id,
+    )
     for idx in ws:
         ctx.ops.read(
-            ensemble[idx],
-            ref.ledger_id,
-            entry_id,
-            ref.scope_id,
-            _on_read_response,
-            (lambda _idx, data, exc: answer(data, exc), idx),
-            flags=FLAG_DO_FENCING | FLAG_HIGH_PRIORITY,
-            master_key=key,
+            ensemble[idx], ref.ledger_id, entry_id, ref.scope_id, read.on_response, idx,
+            flags=FLAG_DO_FENCING | FLAG_HIGH_PRIORITY, master_key=key,
         )
-    return await done
+    return await read.done
 
 
 async def recover_ledger(ctx: ClientServices, ref: LedgerRef, versioned: Versioned, password: bytes) -> Versioned:
@@ -169,7 +93,7 @@ async def recover_ledger(ctx: ClientServices, ref: LedgerRef, versioned: Version
     key = master_key(password)
 
     lac, length = await fence_and_read_last(ctx, ref, md, digester, key)
-    last_start = max(md.ensembles)
+    last_start = md.last_segment_start
     if last_start - 1 > lac:
         # Every entry before the last segment is confirmed; learn its length from the entry itself
         # (Java keeps the stale length of the fencing answer here).

@@ -6,8 +6,12 @@ As Java's ``PerChannelBookieClient`` / ``AuthHandler.ClientSideHandler`` (docs/s
    upgraded (``loop.start_tls``) within ``startTLSTimeoutSecs``.  EBADREQ means the bookie has no TLS
    configured: an error, never a silent fallback to plain text.
 2. SASL: AUTH messages (v2 opcode 3 on a v2 connection, v3 ``authRequest`` on a v3 one) with plugin
-   name ``sasl`` until the DIGEST-MD5 exchange completes.  A bookie without authentication answers
-   ``AuthDisabledPlugin``, which counts as authenticated (as in Java), with a WARNING.
+   name ``sasl`` until the DIGEST-MD5 or GSSAPI exchange completes.  A bookie without authentication
+   answers ``AuthDisabledPlugin``, which counts as authenticated (as in Java), with a WARNING.  GSSAPI
+   names the bookie ``bookkeeper/<host>`` with the host of its address as given (Java's client does
+   the same); its steps (which may ask the KDC for a ticket) run off the event loop.  The exchange ends when the bookie's last token is checked (DIGEST-MD5's
+   ``rspauth``) or when the client has sent its last one (GSSAPI's security-layer choice, which the
+   bookie does not answer).
 
 The pool publishes a connection only after this returns, so no request is ever sent before it.
 """
@@ -16,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from bkspark.client.connection import V2, BookieConnection
 from bkspark.errors import AuthenticationError, BKError, MalformedFrameError, TlsHandshakeError
@@ -36,7 +42,7 @@ async def secure_connection(conn: BookieConnection, security: ClientSecurity, ho
         if security.tls is not None:
             await _start_tls(conn, security, host)
         if security.sasl is not None:
-            await asyncio.wait_for(_sasl(conn, security), timeout)
+            await asyncio.wait_for(_sasl(conn, security, host), timeout)
     except asyncio.TimeoutError:
         what = "TLS upgrade" if security.tls is not None and not conn.tls else "SASL authentication"
         error: BKError = (TlsHandshakeError if what == "TLS upgrade" else AuthenticationError)(
@@ -82,15 +88,27 @@ async def _start_tls(conn: BookieConnection, security: ClientSecurity, host: str
         raise TlsHandshakeError("TLS handshake with bookie failed" + hint, bookie_id=conn.bookie_id, error=reason) from None
 
 
-async def _sasl(conn: BookieConnection, security: ClientSecurity) -> None:
+async def _sasl(conn: BookieConnection, security: ClientSecurity, host: str) -> None:
     assert security.sasl is not None
-    mech = security.sasl.new_exchange()
-    token: bytes | None = mech.initial()
+    loop = asyncio.get_running_loop()
+    if security.sasl.mechanism == "GSSAPI":
+        mech: Any = await loop.run_in_executor(None, security.sasl.new_exchange, host)
+    else:
+        mech = security.sasl.new_exchange()
+
+    async def step(fn: Callable[..., bytes | None], *args: bytes) -> bytes | None:
+        if getattr(mech, "may_block", False):
+            return await loop.run_in_executor(None, fn, *args)
+        return fn(*args)
+
+    token: bytes | None = await step(mech.initial)
     while token is not None:
         if conn.version == V2:
             conn.send_raw(v2.encode_auth_request(PLUGIN_NAME, token))
         else:
             conn.send_raw(v3.encode_request(v3.auth_request(conn.next_txn_id(), PLUGIN_NAME, token)))
+        if mech.complete:
+            break  # GSSAPI: the security-layer choice is the last token, and the bookie does not answer it
         try:
             body = await conn.next_handshake_frame()
             while _late_start_tls_answer(body):
@@ -114,8 +132,11 @@ async def _sasl(conn: BookieConnection, security: ClientSecurity) -> None:
             return
         if name != PLUGIN_NAME:
             raise AuthenticationError("bookie runs another auth plugin", bookie_id=conn.bookie_id, plugin=name)
-        token = mech.evaluate(payload)
-    log.info("connection to bookie %s authenticated as %s", conn.bookie_id, security.sasl.username)
+        token = await step(mech.evaluate, payload)
+    log.info(
+        "connection to bookie %s authenticated as %s (%s)", conn.bookie_id, security.sasl.username,
+        security.sasl.mechanism,
+    )
 
 
 def _late_start_tls_answer(body: bytes) -> bool:

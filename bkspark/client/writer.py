@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from dataclasses import replace
 from itertools import accumulate, repeat
 from operator import attrgetter
 from typing import Any, Callable, Iterable, Sequence
@@ -32,6 +31,7 @@ from bkspark.client.connection import V2, Callback, ManyCallback
 from bkspark.client.ops import FLAG_HIGH_PRIORITY, FLAG_RECOVERY_ADD
 from bkspark.client.payloads import PackedPayloads
 from bkspark.errors import (
+    AddEntryQuorumTimeoutError,
     BKError,
     EntryTooLargeError,
     IllegalOpError,
@@ -134,8 +134,7 @@ class LedgerWriter:
         self.E, self.W, self.A = md.ensemble_size, md.write_quorum_size, md.ack_quorum_size
         self.digester = Digester(md.digest_type, password)
         self.master_key = master_key(password)
-        last_key = max(md.ensembles)
-        self.ensemble: list[str] = list(md.ensembles[last_key])
+        self.ensemble: list[str] = list(md.last_ensemble)
         self.lac = last_add_confirmed
         self.last_add_pushed = last_add_confirmed
         self.length = length
@@ -164,6 +163,11 @@ class LedgerWriter:
         self._busy_resends: dict[tuple[int, str], list[_PendingAdd]] = {}
         self._busy_timer: asyncio.TimerHandle | None = None
         self._busy_attempts: Attempts | None = None
+        #: ``addEntryQuorumTimeoutSec`` (> 0: on): when each append call queued its adds, as (its last entry id,
+        #: loop time), one pair per call, not per entry; ``_quorum_timer`` fires at the oldest pending add's deadline.
+        self._quorum_timeout = ctx.conf.addEntryQuorumTimeoutSec
+        self._queued_at: deque[tuple[int, float]] = deque()
+        self._quorum_timer: asyncio.TimerHandle | None = None
         #: The largest payload one add frame can carry (any thread may read it: it never changes).
         self.max_payload = ctx.conf.nettyMaxFrameSizeBytes - self.digester.entry_overhead(ref.scope_id) - (
             v2.ADD_REQUEST_OVERHEAD if ctx.ops.data_version(ref.scope_id) == V2 else v3.add_request_overhead(ref.scope_id)
@@ -215,6 +219,8 @@ class LedgerWriter:
         self.length += len(payload)
         op = _PendingAdd(next_id, payload, self.length, callback)
         self.pending.append(op)
+        if self._quorum_timeout > 0:
+            self._note_queued()
         if not self.changing_ensemble:
             self._send(op, None)
 
@@ -275,6 +281,8 @@ class LedgerWriter:
             op = _PendingAdd(entry_id, payload, self.length, batch)
             entry_id += 1
             self.pending.append(op)
+            if self._quorum_timeout > 0:
+                self._note_queued()
             if not self.changing_ensemble:
                 send(op, None)
 
@@ -337,6 +345,8 @@ class LedgerWriter:
         self.last_add_pushed = entry_id - 1
         self.length = ends[-1] if ends else length
         self.pending.extend(ops)
+        if self._quorum_timeout > 0:
+            self._note_queued()
         ensemble = list(self.ensemble)
         E, W = self.E, self.W
         add_many, ledger_id = self.ctx.ops.add_v2_many, self.ref.ledger_id
@@ -479,6 +489,10 @@ class LedgerWriter:
         if self._busy_timer is not None:
             self._busy_timer.cancel()
             self._busy_timer = None
+        self._queued_at.clear()
+        if self._quorum_timer is not None:
+            self._quorum_timer.cancel()
+            self._quorum_timer = None
         self.length = self.confirmed_length
         self.last_add_pushed = self.lac
         for op in pending:
@@ -486,6 +500,54 @@ class LedgerWriter:
             if callback is not None:
                 callback(None, error)
         self._notify_drained()
+
+    # -- addEntryQuorumTimeoutSec: an overall deadline for an add ----------------------------
+
+    def _note_queued(self) -> None:
+        """Remember that the adds up to ``last_add_pushed`` were queued now; arm the deadline of the oldest."""
+        self._queued_at.append((self.last_add_pushed, self.ctx.loop.time()))
+        if self._quorum_timer is None:
+            self._arm_quorum_deadline()
+
+    def _oldest_queued_at(self) -> float | None:
+        """When the oldest pending add was queued (None when nothing is pending)."""
+        queued = self._queued_at
+        if not self.pending:
+            queued.clear()
+            return None
+        head = self.pending[0].entry_id
+        while queued and queued[0][0] < head:
+            queued.popleft()
+        return queued[0][1] if queued else None
+
+    def _arm_quorum_deadline(self) -> None:
+        since = self._oldest_queued_at()
+        if since is not None:
+            self._quorum_timer = self.ctx.loop.call_at(since + self._quorum_timeout, self._quorum_deadline)
+
+    def _quorum_deadline(self) -> None:
+        """The oldest pending add's deadline: fail the writer if it still lacks its quorum (Java's
+        ``PendingAddOp.timeoutQuorumWait``), else wait for the next oldest one's."""
+        self._quorum_timer = None
+        if self.error is not None:
+            return
+        since = self._oldest_queued_at()
+        if since is None:
+            return
+        if self.ctx.loop.time() < since + self._quorum_timeout:
+            self._arm_quorum_deadline()
+            return
+        head = self.pending[0]
+        log.warning(
+            "ledger %s: entry %s has no ack quorum after addEntryQuorumTimeoutSec=%s (ensemble %s): writes end",
+            self.ref.ledger_id, head.entry_id, self._quorum_timeout, self.ensemble,
+        )
+        self._fail_all(
+            AddEntryQuorumTimeoutError(
+                f"entry reached no ack quorum within addEntryQuorumTimeoutSec={self._quorum_timeout:g}",
+                ledger_id=self.ref.ledger_id, entry_id=head.entry_id, ensemble=list(self.ensemble),
+            )
+        )
 
     # -- a bookie that refuses adds as too many ----------------------------------------------
 
@@ -646,22 +708,21 @@ class LedgerWriter:
                 raise LedgerClosedError("ledger was closed during ensemble change", ledger_id=self.ref.ledger_id)
             if md.state == LedgerState.IN_RECOVERY:
                 raise LedgerFencedError("ledger is being recovered", ledger_id=self.ref.ledger_id)
-            last = md.ensembles[max(md.ensembles)]
+            last = md.last_ensemble
             return any(last[i] == b for i, b in failed.items())
 
         def transform(md: LedgerMetadata) -> LedgerMetadata:
             nonlocal chosen
-            last_key = max(md.ensembles)
-            if last_key > start:
-                raise MetadataVersionError("metadata has a segment beyond our LAC", last_key=last_key, lac=self.lac)
-            chosen = self._choose_replacements(list(md.ensembles[last_key]), failed)
-            ensembles = dict(md.ensembles)
-            ensembles[start] = tuple(chosen)
-            return replace(md, ensembles=ensembles)
+            if md.last_segment_start > start:
+                raise MetadataVersionError(
+                    "metadata has a segment beyond our LAC", last_key=md.last_segment_start, lac=self.lac
+                )
+            chosen = self._choose_replacements(list(md.last_ensemble), failed)
+            return md.with_last_ensemble(start, chosen)
 
         self.versioned = await update_metadata(self.ctx, self.ref, self.versioned, needs_update, transform)
         md = self.versioned.metadata
-        return list(md.ensembles[max(md.ensembles)]) if chosen is None else chosen
+        return list(md.last_ensemble) if chosen is None else chosen
 
     # -- explicit LAC and force (v3 only) ----------------------------------------------------
 
@@ -765,7 +826,7 @@ class LedgerWriter:
             return True
 
         def transform(md: LedgerMetadata) -> LedgerMetadata:
-            return replace(md, state=LedgerState.CLOSED, last_entry_id=last, length=length)
+            return md.close(last, length)
 
         self.versioned = await update_metadata(self.ctx, self.ref, self.versioned, needs_update, transform)
         self.closed = True
@@ -783,13 +844,10 @@ class LedgerWriter:
             return md.state == LedgerState.IN_RECOVERY
 
         def transform(md: LedgerMetadata) -> LedgerMetadata:
-            ensembles = dict(md.ensembles)
             for start, members in sorted(segments.items()):
-                last_key = max(ensembles)
-                if start < last_key:
-                    continue
-                ensembles[start] = members
-            return replace(md, ensembles=ensembles, state=LedgerState.CLOSED, last_entry_id=last, length=length)
+                if start >= md.last_segment_start:
+                    md = md.with_last_ensemble(start, members)
+            return md.close(last, length)
 
         self.versioned = await update_metadata(self.ctx, self.ref, self.versioned, needs_update, transform)
         self.closed = True

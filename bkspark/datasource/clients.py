@@ -124,10 +124,10 @@ def wait_zookeeper_reachable(uri: str, budget: float, timeout: float = ZK_PROBE_
     """:func:`check_zookeeper_reachable`, tried again every 0.1 s doubling to 1 s until ``budget`` seconds
     (the client's zkTimeout) are spent; then the last :class:`MetadataError`, which says how long it tried."""
     from bkspark.errors import MetadataError
-    from bkspark.metadata.store import RECONNECT_FIRST_DELAY, RECONNECT_MAX_DELAY
+    from bkspark.metadata.retry import RECONNECT_RETRY
 
     deadline = time.monotonic() + budget
-    pause = RECONNECT_FIRST_DELAY
+    attempts = RECONNECT_RETRY.start()  # its pauses; the deadline is ours, so that the last attempt falls on it
     while True:
         try:
             check_zookeeper_reachable(uri, min(timeout, max(budget, 0.1)))
@@ -136,8 +136,7 @@ def wait_zookeeper_reachable(uri: str, budget: float, timeout: float = ZK_PROBE_
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise MetadataError(f"{exc} (tried for zkTimeout={budget:g} s)") from None
-        time.sleep(min(pause, remaining))  # the last attempt falls on the deadline
-        pause = min(pause * 2, RECONNECT_MAX_DELAY)
+            time.sleep(min(attempts.next_delay(exc), remaining))
 
 
 def _key(uri: str, conf: dict[str, Any]) -> tuple:

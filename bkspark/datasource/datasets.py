@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError, NoSuchLedgerMetadataError
+from bkspark.metadata.znodes import Outcome, Znodes
 from bkspark.protocol import zk_paths
 from bkspark.retry import METADATA_CAS_RETRY
 
@@ -89,6 +90,7 @@ MAX_READ_ATTEMPTS = 50
 
 Ledger = tuple[int, int]
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class JobGoneError(MetadataError):
@@ -315,56 +317,57 @@ def _chunks(items: Sequence[Ledger], size: int) -> list[tuple[Ledger, ...]]:
 
 
 class DatasetRegistry:
-    """Dataset manifests and job records, on a started kazoo client."""
+    """Dataset manifests and job records, on a started kazoo client (through :class:`bkspark.metadata.znodes.Znodes`:
+    this module imports no kazoo)."""
 
     def __init__(self, zk: Any, ledgers_root: str) -> None:
-        self._zk = zk
+        self._znodes = Znodes(zk)
+        self._root = ledgers_root
         self._datasets = zk_paths.datasets_path(ledgers_root)
         self._jobs = zk_paths.write_jobs_path(ledgers_root)
 
-    # -- paths --------------------------------------------------------------
+    # -- paths (their home: bkspark/protocol/zk_paths.py) ------------------------
     def dataset_path(self, name: str) -> str:
-        return f"{self._datasets}/{name}"
+        return zk_paths.dataset_path(self._root, name)
 
     def shards_path(self, name: str) -> str:
-        return f"{self._datasets}/{name}/shards"
+        return zk_paths.dataset_shards_path(self._root, name)
 
     def job_path(self, job_id: str) -> str:
-        return f"{self._jobs}/{job_id}"
+        return zk_paths.write_job_path(self._root, job_id)
 
     # -- reading ------------------------------------------------------------
-    def root(self, name: str) -> ManifestRoot | None:
-        """The dataset's root as stored (None: no znode)."""
-        from kazoo.exceptions import NoNodeError
-
-        path = self.dataset_path(name)
-        try:
-            data, stat = self._zk.get(path)
-        except NoNodeError:
+    def _read(self, path: str, parse: Callable[[bytes, int], R]) -> R | None:
+        """``parse(data, version)`` of the znode at ``path``, None when there is none; a
+        :class:`BadMetadataError` names the znode."""
+        found = self._znodes.get(path)
+        if found is None:
             return None
+        data, stat = found
         try:
-            return ManifestRoot.from_bytes(name, data, stat.version)
+            return parse(data, stat.version)
         except BadMetadataError as exc:
             raise BadMetadataError(f"{exc} (znode {path})") from None
 
+    def root(self, name: str) -> ManifestRoot | None:
+        """The dataset's root as stored (None: no znode)."""
+        return self._read(self.dataset_path(name), lambda data, version: ManifestRoot.from_bytes(name, data, version))
+
     def watch_manifest(self, name: str, callback: "Callable[[Any], None]") -> None:
         """Call ``callback(event)`` once, when the root of ``name`` is created, changed or deleted."""
-        self._zk.exists(self.dataset_path(name), watch=callback)
+        self._znodes.stat(self.dataset_path(name), watch=callback)
 
     def read_shards(self, name: str, refs: Sequence[ShardRef]) -> list[Shard] | None:
         """The shards' contents (pipelined reads); None if one is gone (a newer root replaced it)."""
-        from kazoo.exceptions import NoNodeError
-
-        pending = [(ref, self._zk.get_async(f"{self.shards_path(name)}/{ref.shard_id}")) for ref in refs]
+        paths = [zk_paths.dataset_shard_path(self._root, name, ref.shard_id) for ref in refs]
+        found = self._znodes.get_each(paths, timeout=60)
         shards: list[Shard] = []
         missing = False
-        for ref, result in pending:
-            try:
-                data, _ = result.get(timeout=60)
-            except NoNodeError:
+        for ref, result in zip(refs, found):
+            if result is None:
                 missing = True
                 continue
-            shard = Shard.from_bytes(data)
+            shard = Shard.from_bytes(result[0])
             if len(shard.ledgers) != ref.count:
                 raise BadMetadataError(
                     f"shard {ref.shard_id} of dataset {name!r} holds {len(shard.ledgers)} ledgers, its root says {ref.count}"
@@ -395,12 +398,7 @@ class DatasetRegistry:
         return DatasetManifest(name=name, ledgers=ledgers, version=root.version, generation=root.generation)
 
     def datasets(self) -> list[str]:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            return sorted(self._zk.get_children(self._datasets))
-        except NoNodeError:
-            return []
+        return sorted(self._znodes.children(self._datasets))
 
     # -- jobs ---------------------------------------------------------------
     def begin_job(self, job_id: str, record: JobRecord) -> None:
@@ -413,29 +411,14 @@ class DatasetRegistry:
 
     def job(self, job_id: str) -> JobRecord | None:
         """The job's record, or None when the job has none (finished and forgotten, or never begun)."""
-        from kazoo.exceptions import NoNodeError
-
-        path = self.job_path(job_id)
-        try:
-            data, stat = self._zk.get(path)
-        except NoNodeError:
-            return None
-        try:
-            return JobRecord.from_bytes(data, stat.version)
-        except BadMetadataError as exc:
-            raise BadMetadataError(f"{exc} (znode {path})") from None
+        return self._read(self.job_path(job_id), JobRecord.from_bytes)
 
     def jobs(self) -> list[str]:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            return sorted(self._zk.get_children(self._jobs))
-        except NoNodeError:
-            return []
+        return sorted(self._znodes.children(self._jobs))
 
     def job_age_seconds(self, job_id: str) -> float | None:
         """Seconds since the job's record was created (its znode's ctime), None without one."""
-        stat = self._zk.exists(self.job_path(job_id))
+        stat = self._znodes.stat(self.job_path(job_id))
         return None if stat is None else max(0.0, time.time() - stat.ctime / 1000)
 
     def register(self, job_id: str, scope_id: int, ledger_id: int) -> None:
@@ -445,15 +428,11 @@ class DatasetRegistry:
         of re-creating it.  A ZooKeeper outage shorter than the session is waited out (the task would fail
         otherwise, its ledger left to the job's abort).
         """
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            self._create_if_absent(self._registration_path(job_id, (scope_id, ledger_id)), b"")
-        except NoNodeError:
+        if not self._create_if_absent(self._registration_path(job_id, (scope_id, ledger_id)), b""):
             raise JobGoneError(f"write job {job_id} has no record (aborted or finished): cannot register a ledger") from None
 
     def _registration_path(self, job_id: str, ledger: Ledger) -> str:
-        return f"{self.job_path(job_id)}/{ledger[0]}-{ledger[1]}"
+        return zk_paths.job_ledger_path(self._root, job_id, ledger[0], ledger[1])
 
     def holders(self, ledger: Ledger) -> list[str]:
         """Who still needs ``ledger``: ``dataset '<name>'`` when its manifest names it (a committed ledger, or the
@@ -467,18 +446,13 @@ class DatasetRegistry:
         for job_id in self.jobs():
             record = self.job(job_id)
             if record is not None and record.state is JobState.WRITING:
-                if self._zk.exists(self._registration_path(job_id, ledger)) is not None:
+                if self._znodes.stat(self._registration_path(job_id, ledger)) is not None:
                     out.append(f"write job {job_id} (writing; recoverjobs aborts it once it is stale)")
         return out
 
     def job_ledgers(self, job_id: str) -> list[Ledger]:
         """Every ledger the tasks of ``job_id`` registered, failed attempts included."""
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            children = self._zk.get_children(self.job_path(job_id))
-        except NoNodeError:
-            return []
+        children = self._znodes.children(self.job_path(job_id))
         pairs = []
         for child in children:
             scope, _, ledger = child.rpartition("-")  # "<scope>-<ledger>"; a scope may be negative ("-7-12")
@@ -492,8 +466,6 @@ class DatasetRegistry:
         Returns the record after the fence: ``aborting``, or ``committed`` when the job's own publish won the
         race (its ledgers are then committed and must not be deleted); None when the job has no record.
         """
-        from kazoo.exceptions import BadVersionError, NoNodeError
-
         from bkspark.errors import MetadataVersionError
 
         attempts = PUBLISH_CAS_RETRY.start()
@@ -502,9 +474,8 @@ class DatasetRegistry:
             if record is None or record.state is not JobState.WRITING:
                 return record
             fenced = replace(record, state=JobState.ABORTING)
-            try:
-                stat = self._zk.set(self.job_path(job_id), fenced.to_bytes(), version=record.version)
-            except (BadVersionError, NoNodeError):
+            stat = self._znodes.set(self.job_path(job_id), fenced.to_bytes(), version=record.version)
+            if stat is None:  # another version, or gone
                 lost = MetadataVersionError(f"could not fence write job {job_id}: its record keeps changing")
                 attempts.backoff(lost)  # re-raises once the policy gives up
                 continue
@@ -512,12 +483,7 @@ class DatasetRegistry:
 
     def forget_job(self, job_id: str) -> None:
         """Drop the job's record and registrations once its ledgers are committed or deleted."""
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            self._zk.delete(self.job_path(job_id), recursive=True)
-        except NoNodeError:
-            pass
+        self._znodes.delete(self.job_path(job_id), recursive=True)
 
     # -- publishing ----------------------------------------------------------
     def publish(
@@ -547,10 +513,7 @@ class DatasetRegistry:
         checks), and the others are looked up before the shards are written; a ledger that is gone fails the
         commit with :func:`ledgers_gone_error` and nothing is published.
         """
-        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-
         from bkspark.errors import MetadataVersionError
-        from bkspark.metadata.retry import TRANSIENT_ZK_ERRORS
 
         new = tuple(ledgers)
         parent_list = tuple(dict.fromkeys(parents))
@@ -561,7 +524,7 @@ class DatasetRegistry:
         # Every step before the multi reads or creates what only this publish names (a shard id is new to each
         # plan): a ZooKeeper outage shorter than the session is waited out (_outlast_outage) instead of failing
         # the job's commit.
-        self._outlast_outage(lambda: self._zk.ensure_path(self.dataset_path(name)))
+        self._outlast_outage(lambda: self._znodes.ensure_path(self.dataset_path(name)))
         attempts = PUBLISH_CAS_RETRY.start()
         lost: MetadataVersionError | None = None
         while True:
@@ -586,16 +549,15 @@ class DatasetRegistry:
             written = self._write_shards(name, plan.new_shards)
             if before_multi is not None:
                 before_multi()
-            tx = self._zk.transaction()
-            tx.set_data(self.job_path(job_id), replace(job, state=JobState.COMMITTED).to_bytes(), version=job.version)
-            tx.set_data(self.dataset_path(name), plan.root.to_bytes(), version=root.version)
+            tx = self._znodes.multi()
+            tx.set(self.job_path(job_id), replace(job, state=JobState.COMMITTED).to_bytes(), version=job.version)
+            tx.set(self.dataset_path(name), plan.root.to_bytes(), version=root.version)
             for path, data in extra_creates:
                 tx.create(path, data)
             for path in checked:
                 tx.check(path, -1)  # version -1: any version, so the znode must merely exist
-            try:
-                results = tx.commit()
-            except TRANSIENT_ZK_ERRORS:
+            results = tx.commit()
+            if results is None:
                 # Applied or not: the job's record says (it turns committed in the same multi). The multi itself is
                 # never sent again as it was: a lost one is re-planned under the CAS policy once the record says no.
                 after = self._outlast_outage(lambda: self.job(job_id))
@@ -603,39 +565,34 @@ class DatasetRegistry:
                     return PublishResult(self._outlast_outage(lambda: self.root(name)) or plan.root, False, plan.retired)
                 self._delete_shards(name, written)
                 continue
-            errors = [r for r in results if isinstance(r, Exception)]
-            if not errors:
+            if all(outcome is Outcome.OK for outcome in results):
                 stored = replace(plan.root, version=root.version + 1)
                 return PublishResult(stored, False, plan.retired)
             self._delete_shards(name, written)
-            job_error, root_error = results[0], results[1]
-            if isinstance(root_error, BadVersionError) or isinstance(job_error, (BadVersionError, NoNodeError)):
+            job_outcome, root_outcome = results[0], results[1]
+            if root_outcome is Outcome.BAD_VERSION or job_outcome in (Outcome.BAD_VERSION, Outcome.NO_NODE):
                 continue  # another commit won (or our record changed): look again
-            create_errors = results[2 : 2 + len(extra_creates)]
-            if any(isinstance(e, NoNodeError) for e in results[2 + len(extra_creates) :]):
+            create_outcomes = results[2 : 2 + len(extra_creates)]
+            if Outcome.NO_NODE in results[2 + len(extra_creates) :]:
                 # A ledger of the job deleted before the multi: name every one that is gone now.
                 gone = self._outlast_outage(lambda: self.missing_ledgers(in_multi)) or list(in_multi)
                 raise ledgers_gone_error(name, gone)
-            for (path, _), error in zip(extra_creates, create_errors):
-                if isinstance(error, NoNodeError):
-                    self._outlast_outage(lambda: self._zk.ensure_path(path.rsplit("/", 1)[0]))
-                elif isinstance(error, NodeExistsError):
+            for (path, _), outcome in zip(extra_creates, create_outcomes):
+                if outcome is Outcome.NO_NODE:
+                    self._outlast_outage(lambda: self._znodes.ensure_path(path.rsplit("/", 1)[0]))
+                elif outcome is Outcome.NODE_EXISTS:
                     raise MetadataError(f"cannot commit dataset {name!r}: {path} already exists")
-            if any(isinstance(e, NoNodeError) for e in create_errors):
+            if Outcome.NO_NODE in create_outcomes:
                 continue
-            raise MetadataError(f"cannot commit dataset {name!r}: {[type(e).__name__ for e in errors]}")
+            failed = [type(e).__name__ for e in tx.errors if e is not None]
+            raise MetadataError(f"cannot commit dataset {name!r}: {failed}")
 
     def missing_ledgers(self, znodes: dict[Ledger, str]) -> list[Ledger]:
         """The ledgers whose metadata znode (``znodes``: ledger -> path) does not exist, read with ZooKeeper's
         read-only multi reads (:mod:`bkspark.metadata.multiread`: a few hundred znodes per round trip, nothing
         logged), as planning reads a dataset's metadata."""
-        from kazoo.exceptions import NoNodeError
-
-        from bkspark.metadata.multiread import get_many
-
-        ledgers = list(znodes)
-        results = get_many(self._zk, list(znodes.values()), timeout=60)
-        return [ledger for ledger, (_, result) in zip(ledgers, results) if isinstance(result, NoNodeError)]
+        gone = self._znodes.missing(list(znodes.values()), timeout=60)
+        return [ledger for ledger, missing in zip(znodes, gone) if missing]
 
     @staticmethod
     def _has_key(root: ManifestRoot, key: CommitKey) -> bool:
@@ -722,53 +679,24 @@ class DatasetRegistry:
         written = []
         for sid, shard in shards:
             written.append(sid)  # before the create: one whose answer an outage lost is still deleted on failure
-            self._create_if_absent(f"{self.shards_path(name)}/{sid}", shard.to_bytes(), makepath=True)
+            self._create_if_absent(zk_paths.dataset_shard_path(self._root, name, sid), shard.to_bytes(), makepath=True)
         return written
 
     def _delete_shards(self, name: str, shard_ids: Iterable[str]) -> None:
-        from kazoo.exceptions import NoNodeError
-
-        def delete(path: str) -> None:
-            try:
-                self._zk.delete(path)
-            except NoNodeError:
-                pass
-
         for sid in shard_ids:
-            path = f"{self.shards_path(name)}/{sid}"
-            self._outlast_outage(lambda: delete(path))
+            path = zk_paths.dataset_shard_path(self._root, name, sid)
+            self._outlast_outage(lambda: self._znodes.delete(path))
 
     def _outlast_outage(self, call: Callable[[], T]) -> T:
-        """``call()``, made again once the client has reconnected after each ``ConnectionLoss`` or
-        ``OperationTimeoutError``, until the session timeout has passed since the first try (then the error).
+        """``call()`` through a ZooKeeper outage shorter than the session (:meth:`Znodes.outlast_outage
+        <bkspark.metadata.znodes.Znodes.outlast_outage>`: only for calls safe to repeat)."""
+        return self._znodes.outlast_outage(call)
 
-        The one rule for waiting out a ZooKeeper outage shorter than the session here; only for a call that is safe
-        to repeat whether or not the lost try reached the server (a read, or :meth:`_create_if_absent`).
-        """
-        from bkspark.metadata.retry import TRANSIENT_ZK_ERRORS, wait_connected
-
-        deadline = time.monotonic() + getattr(self._zk, "_session_timeout", 10_000) / 1000.0
-        while True:
-            try:
-                return call()
-            except TRANSIENT_ZK_ERRORS:
-                if time.monotonic() >= deadline:
-                    raise
-                wait_connected(self._zk, max(0.05, deadline - time.monotonic()))
-
-    def _create_if_absent(self, path: str, data: bytes, *, makepath: bool = False) -> None:
-        """Create ``path`` unless it exists, through a short outage (:meth:`_outlast_outage`).  NodeExists counts as
-        done (each caller's create is idempotent by its path), also after a try whose answer the outage lost: the
-        znode is then that try's own."""
-        from kazoo.exceptions import NodeExistsError
-
-        def create() -> None:
-            try:
-                self._zk.create(path, data, makepath=makepath)
-            except NodeExistsError:
-                pass
-
-        self._outlast_outage(create)
+    def _create_if_absent(self, path: str, data: bytes, *, makepath: bool = False) -> bool:
+        """Create ``path`` unless it exists, through a short outage (:meth:`_outlast_outage`); False when its parent
+        is missing (without ``makepath``).  NodeExists counts as done (each caller's create is idempotent by its
+        path), also after a try whose answer the outage lost: the znode is then that try's own."""
+        return self._outlast_outage(lambda: self._znodes.create(path, data, makepath=makepath)) is not Outcome.NO_NODE
 
     # -- clean-up after the commit point ---------------------------------------
     def retired(self, name: str) -> list[tuple[ShardRef, Shard]]:
@@ -783,8 +711,6 @@ class DatasetRegistry:
 
     def drop_retired(self, name: str, refs: Iterable[ShardRef]) -> None:
         """Remove retired shards from the root (their ledgers are deleted), then delete their znodes."""
-        from kazoo.exceptions import BadVersionError
-
         from bkspark.errors import MetadataVersionError
 
         gone = {r.shard_id for r in refs}
@@ -795,9 +721,7 @@ class DatasetRegistry:
                 return
             if gone & {r.shard_id for r in root.retired}:
                 updated = replace(root, retired=tuple(r for r in root.retired if r.shard_id not in gone))
-                try:
-                    self._zk.set(self.dataset_path(name), updated.to_bytes(), version=root.version)
-                except BadVersionError:
+                if self._znodes.set(self.dataset_path(name), updated.to_bytes(), version=root.version) is None:
                     lost = MetadataVersionError(f"could not update dataset {name!r}: too many concurrent commits")
                     attempts.backoff(lost)  # re-raises once the policy gives up
                     continue
@@ -810,13 +734,10 @@ class DatasetRegistry:
         Order matters: list the shards, drop those whose job is still live, and only then read the root, so a
         shard published by a job that finished meanwhile is seen as named.
         """
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            children = self._zk.get_children(self.shards_path(name))
-        except NoNodeError:
+        children = self._znodes.children(self.shards_path(name))
+        if not children:
             return 0
-        candidates = [c for c in children if not self._zk.exists(self.job_path(c.split(".", 1)[0]))]
+        candidates = [c for c in children if not self._znodes.stat(self.job_path(c.split(".", 1)[0]))]
         root = self.root(name)
         if root is None:
             return 0

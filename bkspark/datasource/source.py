@@ -68,6 +68,12 @@ class BookKeeperDataSource(DataSource):
         return "bookkeeper"
 
     def schema(self) -> str:
+        from bkspark.datasource.pulsar_options import is_pulsar_read
+
+        if is_pulsar_read(self.options):  # a Pulsar topic: docs/pulsar.md
+            from bkspark.datasource.pulsar_reader import pulsar_schema
+
+            return pulsar_schema(self.options)
         from bkspark.datasource.options import parse_read_options, without_stream_options
         from bkspark.datasource.schema import schema_ddl
 
@@ -75,6 +81,12 @@ class BookKeeperDataSource(DataSource):
         return schema_ddl(parse_read_options(without_stream_options(self.options)).include_custom_metadata)
 
     def reader(self, schema: Any) -> DataSourceReader:
+        from bkspark.datasource.pulsar_options import is_pulsar_read
+
+        if is_pulsar_read(self.options):  # a Pulsar topic: docs/pulsar.md
+            from bkspark.datasource.pulsar_reader import pulsar_reader
+
+            return pulsar_reader(self.options, schema, pushdown=running_in_pushdown_planner())
         from bkspark.datasource.options import parse_read_options
         from bkspark.datasource.reader import BookKeeperPushdownReader, BookKeeperReader
         from bkspark.datasource.schema import check_user_schema
@@ -89,6 +101,12 @@ class BookKeeperDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
         """``spark.readStream.format("bookkeeper")``: see docs/streaming.md."""
+        from bkspark.datasource.pulsar_options import is_pulsar_read
+
+        if is_pulsar_read(self.options):  # a Pulsar topic: docs/pulsar.md
+            from bkspark.datasource.pulsar_reader import pulsar_stream_reader
+
+            return pulsar_stream_reader(self.options, schema)
         from bkspark.datasource.schema import check_user_schema
         from bkspark.datasource.stream_reader import BookKeeperStreamReader, parse_stream_read_options
 

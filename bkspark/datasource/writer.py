@@ -37,6 +37,7 @@ from bkspark.datasource.faults import fault_point
 from bkspark.datasource.packing import ENTRY_FORMAT_KEY, HEADER_BYTES, ROW_OVERHEAD_BYTES, ROWS_V1, pack_rows
 from bkspark.datasource.options import WriteOptions
 from bkspark.protocol.values import INT64_MAX
+from bkspark.retry import RetryPolicy
 
 __all__ = [
     "BookKeeperWriter",
@@ -422,14 +423,9 @@ class BookKeeperWriter(DataSourceArrowWriter):
         ``ledgers``; when that one is gone, the commit fails naming every one that is gone (:func:`ledgers_gone_error`).  Created in the same ``multi`` as the manifest, it exists exactly when the job is committed: the
         ledgers of a job that never committed always name a missing parent, which the orphan audit reports.
         """
-        import dataclasses
-
         from bkspark.context import CLOSE_KEY, SEAL_TIME_KEY, LedgerCloseContext, LedgerCreateContext
-        from bkspark.datasource.clients import client_zk
         from bkspark.datasource.datasets import ledgers_gone_error
         from bkspark.errors import NoSuchLedgerMetadataError
-        from bkspark.protocol import ledger_metadata as md_codec
-        from bkspark.protocol.ledger_metadata import INVALID_ENTRY_ID, LedgerState
 
         opts = self.options
         host = socket.gethostname()[:256]
@@ -457,15 +453,8 @@ class BookKeeperWriter(DataSourceArrowWriter):
         except NoSuchLedgerMetadataError:
             znodes = {ledger: bk.store.ledger_path(ledger[1], ledger[0]) for ledger in ledgers}
             raise ledgers_gone_error(opts.dataset, self._registry(bk).missing_ledgers(znodes) or [model]) from None
-        first_segment = md.ensembles[min(md.ensembles)]
-        parent_md = dataclasses.replace(
-            md, state=LedgerState.CLOSED, last_entry_id=INVALID_ENTRY_ID, length=0, ensembles={0: first_segment},
-            ctime=now_ms, custom_metadata=custom,
-            ctoken=bk.store.new_ctoken() if md.format_version >= 3 else 0,
-        )
-        path = bk.store.ledger_path(parent[1], parent[0])
-        client_zk(bk).ensure_path(path.rsplit("/", 1)[0])
-        return path, md_codec.serialize(parent_md, version=parent_md.format_version)
+        parent_md = md.empty_closed_sibling(now_ms, custom)
+        return bk.store.ledger_znode_to_create(parent[1], parent_md, scope_id=parent[0])
 
     def abort(self, messages: list[Any]) -> None:
         """Fence the job (it can never publish after this), then delete its ledgers; never committed ones.
@@ -502,6 +491,11 @@ def _delete_ledgers(bk: Any, ledgers: Iterable[tuple[int, int]]) -> None:
 #: Attempts of one clean-up step after the commit point, and the pause before the first retry (doubling).
 CLEANUP_ATTEMPTS = 3
 CLEANUP_BACKOFF_SECONDS = 0.2
+#: The policy of one clean-up step: any failure is tried again, :data:`CLEANUP_ATTEMPTS` tries in all.
+CLEANUP_RETRY = RetryPolicy(
+    max_tries=CLEANUP_ATTEMPTS, delay=CLEANUP_BACKOFF_SECONDS, backoff=2.0, max_delay=60.0, deadline=None, jitter=0.0,
+    retry_on=lambda exc: True,
+)
 
 
 class CommitCleaner:
@@ -545,19 +539,19 @@ class CommitCleaner:
         return forgotten
 
     def _retrying(self, point: str, what: str, job_id: str, step: Callable[[], Any]) -> bool:
-        delay = CLEANUP_BACKOFF_SECONDS
-        for attempt in range(1, CLEANUP_ATTEMPTS + 1):
+        attempts = CLEANUP_RETRY.start()
+        while True:
             try:
                 fault_point(point)
                 step()
                 return True
             except Exception as exc:  # noqa: BLE001 - after the commit point nothing may turn into an abort
                 log.warning("write job %s: could not %s (attempt %d of %d): %s: %s",
-                            job_id, what, attempt, CLEANUP_ATTEMPTS, type(exc).__name__, exc)
-                if attempt < CLEANUP_ATTEMPTS:
-                    time.sleep(delay)
-                    delay *= 2
-        return False
+                            job_id, what, attempts.tries + 1, CLEANUP_RETRY.max_tries, type(exc).__name__, exc)
+                try:
+                    attempts.backoff(exc)  # re-raises after the last attempt
+                except Exception:  # noqa: BLE001 - the step stays unfinished, for the next job or recoverjobs
+                    return False
 
     def _named(self, dataset: str) -> set[tuple[int, int]]:
         manifest = self.registry.manifest(dataset)

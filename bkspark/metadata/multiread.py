@@ -73,7 +73,7 @@ _STAT = struct.Struct(">qqqqiiiqiiq")  # czxid mzxid ctime mtime version cversio
 ReadResult = Union[tuple[bytes, ZnodeStat], KazooException]
 
 #: A retry policy: calls its argument again while it raises a transient ZooKeeper error, within its bounds
-#: (:class:`bkspark.metadata.retry.RetryPolicy` is one).
+#: (:class:`bkspark.metadata.retry.ZkRetry` is one).
 Retry = Callable[[Callable[[], list[ReadResult]]], list[ReadResult]]
 
 

@@ -25,7 +25,7 @@ from kazoo.exceptions import NoNodeError, ZookeeperError
 from kazoo.protocol.states import EventType, WatchedEvent
 
 from bkspark.errors import BadMetadataError, BookieUnavailableError, InvalidBookieIdError
-from bkspark.metadata.retry import RetryPolicy
+from bkspark.metadata.retry import ZkRetry
 from bkspark.protocol import service_info as si
 from bkspark.protocol import zk_paths
 from bkspark.protocol.bookie_id import BookieId
@@ -45,7 +45,7 @@ class BookieRegistry:
         zk: KazooClient,
         root: str,
         *,
-        retry: RetryPolicy | None = None,
+        retry: ZkRetry | None = None,
         address_resolver_enabled: bool = True,
         address_tracking: bool = True,
     ) -> None:
@@ -53,7 +53,7 @@ class BookieRegistry:
         self.root = root.rstrip("/")
         self.available = zk_paths.available_path(self.root)
         self.readonly_path = zk_paths.readonly_path(self.root)
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or ZkRetry()
         self.address_resolver_enabled = address_resolver_enabled
         self.address_tracking = address_tracking
         self._lock = threading.RLock()
@@ -183,7 +183,14 @@ class BookieRegistry:
 
     def _make_invalidator(self, bookie_id: str) -> Callable[[WatchedEvent], None]:
         def invalidate(event: WatchedEvent) -> None:
-            if event.type in (EventType.CHANGED, EventType.DELETED, EventType.NONE):
+            if event.type == EventType.NONE:
+                # kazoo fires every watch with NONE when its ZooKeeper connection drops, even when the session
+                # lives on: nothing is known to have changed, so only the watch (and with it the cached address)
+                # is gone; the next look-up reads the registration again. Dropping the bookie's connections here
+                # failed every long poll in flight at each blip (docs/reliability.md).
+                self.forget(bookie_id)
+                return
+            if event.type in (EventType.CHANGED, EventType.DELETED):
                 with self._lock:
                     self._info.pop(bookie_id, None)
                     listeners = list(self._address_listeners)

@@ -1,9 +1,9 @@
 """The retry policy for ZooKeeper connection loss: kazoo's ``KazooRetry``.
 
-Every metadata call that is safe to repeat goes through a :class:`RetryPolicy`
+Every metadata call that is safe to repeat goes through a :class:`ZkRetry`
 call.  Calls that are *not* safe to repeat blindly (creating a ledger znode, a
 conditional set) check what reached the server after each loss, in a loop
-bounded by the same policy (:meth:`RetryPolicy.start`, a
+bounded by the same policy (:meth:`ZkRetry.start`, a
 :class:`bkspark.retry.Attempts` that retries exactly the transient ZooKeeper
 errors).
 """
@@ -27,12 +27,20 @@ from kazoo.retry import KazooRetry, RetryFailedError
 from bkspark import retry as bk_retry
 from bkspark.errors import MetadataError
 
-__all__ = ["RetryPolicy", "TRANSIENT_ZK_ERRORS", "wait_connected", "zk_error"]
+__all__ = ["RECONNECT_RETRY", "ZkRetry", "TRANSIENT_ZK_ERRORS", "wait_connected", "zk_error"]
 
 T = TypeVar("T")
 
 #: ZooKeeper errors after which the request may or may not have been applied.
 TRANSIENT_ZK_ERRORS: tuple[type[BaseException], ...] = (ConnectionLoss, OperationTimeoutError)
+
+#: Reaching ZooKeeper again: every 0.1 s doubling to 1 s, whatever the failure, for as long as the caller's own
+#: deadline allows (zkTimeout): kazoo's reconnection (:func:`bkspark.metadata.store.connection_retry`) and a Spark
+#: task's probe of ZooKeeper (``bkspark.datasource.clients.wait_zookeeper_reachable``) both pause so
+#: (docs/reliability.md, "ZooKeeper outages").
+RECONNECT_RETRY = bk_retry.RetryPolicy(
+    max_tries=1_000_000, delay=0.1, backoff=2.0, max_delay=1.0, deadline=None, jitter=0.0, retry_on=lambda exc: True
+)
 
 
 def wait_connected(zk: Any, timeout: float) -> bool:
@@ -73,7 +81,7 @@ def zk_error(exc: BaseException, **context: object) -> MetadataError:
     return MetadataError(f"ZooKeeper error: {name}", **context)
 
 
-class RetryPolicy:
+class ZkRetry:
     """Retries idempotent ZooKeeper calls on connection loss, with exponential back-off.
 
     ``max_tries`` and ``deadline`` bound the total effort (``zkTimeout``-like);

@@ -22,7 +22,7 @@ import logging
 import random
 import re
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Iterator, Literal, Sequence, overload
 
 from kazoo.client import KazooClient
@@ -45,7 +45,8 @@ from bkspark.errors import (
     MetadataVersionError,
     NoSuchLedgerMetadataError,
 )
-from bkspark.metadata.retry import TRANSIENT_ZK_ERRORS, RetryPolicy, wait_connected
+from bkspark.metadata.retry import RECONNECT_RETRY, TRANSIENT_ZK_ERRORS, ZkRetry, wait_connected
+from bkspark.metadata.znodes import ZkClient
 from bkspark.protocol import layout as layout_codec
 from bkspark.protocol import ledger_metadata as md_codec
 from bkspark.protocol import zk_paths
@@ -64,26 +65,21 @@ _DIGITS = re.compile(r"^\d+$")
 _CTOKEN_RANDOM = random.SystemRandom()
 
 
-#: Seconds between two attempts to reach ZooKeeper again: doubling from the first to the last value.
-RECONNECT_FIRST_DELAY = 0.1
-RECONNECT_MAX_DELAY = 1.0
-
-
 def connection_retry(session_timeout: float) -> KazooRetry:
     """How our kazoo client (re)connects: every 0.1 s doubling to 1 s, for at most ``session_timeout`` (zkTimeout)
     from the moment the connection was lost or first tried (docs/reliability.md, "ZooKeeper outages").
 
     A ZooKeeper outage shorter than zkTimeout is then only a pause: calls wait for the reconnection, and the
     session survives. A longer one ends the connection for good, so that every waiting call fails (kazoo's
-    ``ConnectionClosedError``, a :class:`MetadataError` through :class:`RetryPolicy`) instead of waiting for ever,
+    ``ConnectionClosedError``, a :class:`MetadataError` through :class:`ZkRetry`) instead of waiting for ever,
     as Apache BookKeeper's Java client gives up after zkTimeout. kazoo's default never gives up and lets the delay
     grow to an hour, so a short outage could still cost minutes.
     """
     return KazooRetry(
         max_tries=-1,
-        delay=RECONNECT_FIRST_DELAY,
-        backoff=2,
-        max_delay=RECONNECT_MAX_DELAY,
+        delay=RECONNECT_RETRY.delay,
+        backoff=RECONNECT_RETRY.backoff,
+        max_delay=RECONNECT_RETRY.max_delay,
         deadline=session_timeout,
         ignore_expire=False,
     )
@@ -111,21 +107,22 @@ class ZkMetadataStore:
         *,
         zk: KazooClient | None = None,
         session_timeout: float = 10.0,
-        retry: RetryPolicy | None = None,
+        retry: ZkRetry | None = None,
         metadata_format_version: int = 3,
         store_ctime: bool = False,
         create_layout: bool = True,
         zk_security: ZkSecurity | None = None,
+        read_only: bool = False,
     ) -> None:
         self.uri = layout_codec.parse_metadata_service_uri(metadata_service_uri)
         self.root = zk_paths.check_root(self.uri.root)
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or ZkRetry()
         self.metadata_format_version = metadata_format_version
         self.store_ctime = store_ctime
         self._owns_zk = zk is None
         # Credentials and ACLs (zkEnableSecurity): docs/security.md.
         security = zk_security.kazoo_kwargs() if zk_security is not None else {}
-        self.zk = zk or KazooClient(
+        self.zk = zk or ZkClient(
             hosts=self.uri.connect_string,
             timeout=session_timeout,
             connection_retry=connection_retry(session_timeout),
@@ -148,7 +145,7 @@ class ZkMetadataStore:
                     error=f"{type(exc).__name__}: {exc}",
                 ) from exc
         try:
-            self.scheme = self._load_layout(create_layout)
+            self.scheme = self._load_layout(create_layout, read_only)
         except BaseException:
             # Not a cluster root, or a LAYOUT that disagrees with the URI: the session this store opened must not
             # outlive it (each failed construction in a long-lived process, e.g. a Spark task retried, leaked one).
@@ -175,8 +172,11 @@ class ZkMetadataStore:
 
     # -- LAYOUT ------------------------------------------------------------------
 
-    def _load_layout(self, create: bool) -> str:
+    def _load_layout(self, create: bool, read_only: bool = False) -> str:
         """Read ``<root>/LAYOUT`` (creating it as Java's first client would) and return the path scheme.
+
+        ``read_only`` (another system's metadata, e.g. Apache Pulsar's, which writes no LAYOUT: docs/pulsar.md)
+        creates nothing: a missing LAYOUT means the URI's scheme, hierarchical by default.
 
         A ``metadataServiceUri`` naming another manager than LAYOUT is refused,
         as a Java client refuses to start in that case.
@@ -186,6 +186,8 @@ class ZkMetadataStore:
         try:
             data, _ = self.retry(self.zk.get, path)
         except NoNodeError:
+            if read_only:
+                return wanted or "hierarchical"
             if not create:
                 raise BadMetadataError("no LAYOUT znode: not a BookKeeper cluster root", path=path) from None
             fresh = layout_codec.LedgerLayout.for_scheme(wanted or "hierarchical").serialize()
@@ -291,6 +293,23 @@ class ZkMetadataStore:
         """
         return _CTOKEN_RANDOM.randrange(0, INT64_MAX)
 
+    def _for_create(self, metadata: LedgerMetadata) -> tuple[LedgerMetadata, bytes]:
+        """What a create of ``metadata`` writes: a fresh cToken (format 3 without one), and its bytes."""
+        if metadata.format_version >= 3 and not metadata.ctoken:
+            metadata = metadata.with_ctoken(self.new_ctoken())
+        return metadata, md_codec.serialize(metadata, version=metadata.format_version)
+
+    def ledger_znode_to_create(self, ledger_id: int, metadata: LedgerMetadata, scope_id: int = 0) -> tuple[str, bytes]:
+        """``(path, bytes)`` of a ledger's metadata znode that a ZooKeeper ``multi`` of the caller's creates (its
+        parent znodes made now): the bytes :meth:`create_ledger_metadata` would write, cToken included."""
+        _, data = self._for_create(metadata)
+        path = self.ledger_path(ledger_id, scope_id)
+        try:
+            self.retry(self.zk.ensure_path, path.rsplit("/", 1)[0])
+        except ZookeeperError as exc:
+            raise self.retry.wrap_error(exc, path=path) from exc
+        return path, data
+
     def create_ledger_metadata(self, ledger_id: int, metadata: LedgerMetadata, scope_id: int = 0) -> Versioned:
         """Create the ledger's znode (version 0); :class:`LedgerExistsError` if it is there.
 
@@ -298,9 +317,7 @@ class ZkMetadataStore:
         znode: ours (same cToken, or the same bytes for tokenless formats)
         counts as created, anything else as :class:`LedgerExistsError`.
         """
-        if metadata.format_version >= 3 and not metadata.ctoken:
-            metadata = replace(metadata, ctoken=self.new_ctoken())
-        data = md_codec.serialize(metadata, version=metadata.format_version)
+        metadata, data = self._for_create(metadata)
         path = self.ledger_path(ledger_id, scope_id)
         attempts = self.retry.start()
         while True:
@@ -424,9 +441,7 @@ class ZkMetadataStore:
         """
         if version < 0:
             raise InvalidOptionError("compare-and-set needs a known znode version", version=version)
-        # Java's LedgerMetadataBuilder.from() does not copy cToken: updates write 0.
-        if metadata.ctoken:
-            metadata = replace(metadata, ctoken=0)
+        metadata = metadata.as_update()
         data = md_codec.serialize(metadata, version=metadata.format_version)
         path = self.ledger_path(ledger_id, scope_id)
         try:

@@ -212,8 +212,13 @@ class LedgerMetadata:
 
     @property
     def last_ensemble(self) -> tuple[str, ...]:
-        """The current (highest) segment's bookies."""
-        return self.ensembles[next(reversed(self.ensembles))]  # type: ignore[call-overload]
+        """The current (highest) segment's bookies: the one every new entry goes to."""
+        return self.ensembles[self._segment_starts[-1]]
+
+    @property
+    def last_segment_start(self) -> int:
+        """The first entry id of the current (highest) segment."""
+        return self._segment_starts[-1]
 
     def segment(self, entry_id: int) -> tuple[int, tuple[str, ...]]:
         """``(first entry id, bookies)`` of the segment holding ``entry_id``: the greatest first entry id <= it.
@@ -248,10 +253,26 @@ class LedgerMetadata:
         return write_set(entry_id, self.ensemble_size, self.write_quorum_size)
 
     # -- derivations (Java's LedgerMetadataBuilder.from(...): cToken is dropped) -------
+    # Every change to a ledger's metadata is one of the methods below: no caller edits the
+    # segment map or calls dataclasses.replace itself (docs/architecture.md, "Ledger metadata").
+
+    def as_update(self) -> "LedgerMetadata":
+        """This metadata as an update writes it: ``cToken`` 0.
+
+        The one home of Java's rule that an update never carries the creation token
+        (``LedgerMetadataBuilder.from`` does not copy it): every derivation below
+        applies it, and :meth:`ZkMetadataStore.write_ledger_metadata
+        <bkspark.metadata.store.ZkMetadataStore.write_ledger_metadata>` applies it to
+        whatever it is handed.
+        """
+        return dataclasses.replace(self, ctoken=0) if self.ctoken else self
+
+    def with_ctoken(self, ctoken: int) -> "LedgerMetadata":
+        """A copy carrying ``ctoken``: what a create writes to recognise its own znode after a lost connection."""
+        return dataclasses.replace(self, ctoken=ctoken)
 
     def _derive(self, **changes: object) -> "LedgerMetadata":
-        changes.setdefault("ctoken", 0)
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+        return dataclasses.replace(self, **changes).as_update()  # type: ignore[arg-type]
 
     def with_state(
         self, state: LedgerState, last_entry_id: int = INVALID_ENTRY_ID, length: int = 0
@@ -269,7 +290,7 @@ class LedgerMetadata:
 
     def with_ensemble(self, first_entry_id: int, bookies: Sequence[str]) -> "LedgerMetadata":
         """A copy with a new segment from ``first_entry_id`` on (``newEnsembleEntry``: key must grow)."""
-        last = next(reversed(self.ensembles))  # type: ignore[call-overload]
+        last = self.last_segment_start
         if first_entry_id <= last:
             raise LocalProtocolError(
                 "New entry must have a first entry greater than any existing ensemble key",
@@ -279,6 +300,17 @@ class LedgerMetadata:
         ensembles = dict(self.ensembles)
         ensembles[first_entry_id] = tuple(bookies)
         return self._derive(ensembles=ensembles)
+
+    def with_last_ensemble(self, first_entry_id: int, bookies: Sequence[str]) -> "LedgerMetadata":
+        """A copy whose current segment is ``bookies`` from ``first_entry_id`` on: Java's ensemble change.
+
+        A new segment (:meth:`with_ensemble`) when ``first_entry_id`` is past the current segment's start;
+        the current segment replaced (:meth:`replace_ensemble`) when it starts there already (a second
+        change before any entry of the first one was acknowledged); an earlier start is refused.
+        """
+        if first_entry_id == self.last_segment_start:
+            return self.replace_ensemble(first_entry_id, bookies)
+        return self.with_ensemble(first_entry_id, bookies)
 
     def replace_ensemble(self, first_entry_id: int, bookies: Sequence[str]) -> "LedgerMetadata":
         """A copy with an existing segment's bookies replaced (``replaceEnsembleEntry``, re-replication)."""
@@ -293,6 +325,15 @@ class LedgerMetadata:
     def with_custom_metadata(self, custom_metadata: Mapping[str, bytes]) -> "LedgerMetadata":
         """A copy with other custom metadata."""
         return self._derive(custom_metadata=dict(custom_metadata))
+
+    def empty_closed_sibling(self, ctime: int, custom_metadata: Mapping[str, bytes]) -> "LedgerMetadata":
+        """The metadata of another ledger, created closed and empty on this one's first ensemble, with the same
+        quorums, digest, password and format, created at ``ctime`` (ms) with ``custom_metadata``: what the Spark
+        writer's commit marker holds (docs/connector.md).  Carries no cToken: its create draws one."""
+        return self._derive(
+            state=LedgerState.CLOSED, last_entry_id=INVALID_ENTRY_ID, length=0,
+            ensembles={0: self.ensembles[self._segment_starts[0]]}, ctime=ctime, custom_metadata=dict(custom_metadata),
+        )
 
 
 # ---------------------------------------------------------------------------

@@ -21,7 +21,8 @@ DISABLE_ENV = "BKSPARK_NO_EXTENSIONS"
 
 
 def load_compiled(module: str) -> ModuleType | None:
-    """A compiled module of bkspark's (this one, or the bookie's ``bookie_server._checkpoint``), or None when
+    """A compiled module of bkspark's (this one, ``bkspark.protocol._speedups``, or the bookie's
+    ``bookie_server._speedups``), or None when
     the switch turns compiled paths off or the module was not built: the one home of that rule."""
     if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
         return None

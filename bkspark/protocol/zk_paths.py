@@ -76,8 +76,18 @@ __all__ = [
     "BKSPARK",
     "bkspark_path",
     "audit_path",
+    "audit_znode_path",
+    "AUDIT_ORPHANS",
+    "AUDIT_CONFIG",
+    "AUDIT_ELECTION",
+    "AUDIT_STATUS",
     "datasets_path",
     "write_jobs_path",
+    "dataset_path",
+    "dataset_shards_path",
+    "dataset_shard_path",
+    "write_job_path",
+    "job_ledger_path",
 ]
 
 AVAILABLE = "available"
@@ -413,6 +423,20 @@ def audit_path(root: str) -> str:
     return f"{bkspark_path(root)}/audit"
 
 
+#: The orphan audit's znodes under ``<root>/bkspark/audit``: one record per orphaned ledger (named by its qualified
+#: name), the audit's tunables (watched by every auditor), the auditors' leader election (kazoo's ``Election``
+#: recipe) and the leader's report of its last pass.
+AUDIT_ORPHANS, AUDIT_CONFIG, AUDIT_ELECTION, AUDIT_STATUS = "orphans", "config", "election", "status"
+
+
+def audit_znode_path(root: str, znode: str) -> str:
+    """``<root>/bkspark/audit/<znode>``, ``znode`` one of :data:`AUDIT_ORPHANS`, :data:`AUDIT_CONFIG`,
+    :data:`AUDIT_ELECTION`, :data:`AUDIT_STATUS`."""
+    if znode not in (AUDIT_ORPHANS, AUDIT_CONFIG, AUDIT_ELECTION, AUDIT_STATUS):
+        raise InvalidOptionError(f"{znode!r} is not one of the audit's znodes")
+    return f"{audit_path(root)}/{znode}"
+
+
 def datasets_path(root: str) -> str:
     """``<root>/bkspark/datasets``: one manifest per connector dataset (docs/connector.md)."""
     return f"{bkspark_path(root)}/datasets"
@@ -421,3 +445,29 @@ def datasets_path(root: str) -> str:
 def write_jobs_path(root: str) -> str:
     """``<root>/bkspark/jobs``: one record per connector write job and its registered ledgers (docs/connector.md)."""
     return f"{bkspark_path(root)}/jobs"
+
+
+def dataset_path(root: str, name: str) -> str:
+    """``<root>/bkspark/datasets/<name>``: a dataset's manifest root."""
+    return f"{datasets_path(root)}/{name}"
+
+
+def dataset_shards_path(root: str, name: str) -> str:
+    """``<root>/bkspark/datasets/<name>/shards``: the immutable shards its roots name."""
+    return f"{dataset_path(root, name)}/shards"
+
+
+def dataset_shard_path(root: str, name: str, shard_id: str) -> str:
+    """``<root>/bkspark/datasets/<name>/shards/<shard>``: one shard (``<job>.<random>.<n>``)."""
+    return f"{dataset_shards_path(root, name)}/{shard_id}"
+
+
+def write_job_path(root: str, job_id: str) -> str:
+    """``<root>/bkspark/jobs/<job>``: a write job's record."""
+    return f"{write_jobs_path(root)}/{job_id}"
+
+
+def job_ledger_path(root: str, job_id: str, scope_id: int, ledger_id: int) -> str:
+    """``<root>/bkspark/jobs/<job>/<scope>-<ledger>``: a ledger a task of the job created (registered before any
+    entry is written)."""
+    return f"{write_job_path(root, job_id)}/{scope_id}-{ledger_id}"

@@ -9,8 +9,10 @@ the configuration key ``java.security.auth.login.config`` (or the environment va
 * ``Bookie`` (``saslJaasBookieSectionName``): the users a bookie accepts, as ``user_<name>="password"``;
 * ``Client``: kazoo's credentials for a ZooKeeper that requires SASL (ZooKeeper's own section name).
 
-Only DIGEST-MD5 credentials are read (``org.apache.zookeeper.server.auth.DigestLoginModule`` sections);
-a section that holds a Kerberos ``principal`` is refused with a clear error (GSSAPI: docs/security.md).
+DIGEST-MD5 credentials come from ``org.apache.zookeeper.server.auth.DigestLoginModule`` sections;
+a ``com.sun.security.auth.module.Krb5LoginModule`` section of a bookie connection (``BookKeeper``,
+``Auditor``, ``Bookie``) is read by :func:`kerberos_login` (SASL GSSAPI, docs/security.md "Kerberos").
+ZooKeeper's ``Client`` section with Kerberos is refused with a clear error: not implemented.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from bkspark.config.secrets import Secret
 from bkspark.errors import InvalidOptionError
+from bkspark.security.kerberos import KerberosLogin
 
 __all__ = [
     "JAAS_CONFIG_KEY",
@@ -33,6 +36,7 @@ __all__ = [
     "jaas_path",
     "client_credentials",
     "bookie_credentials",
+    "kerberos_login",
 ]
 
 JAAS_CONFIG_KEY = "java.security.auth.login.config"
@@ -132,23 +136,41 @@ def load_jaas(path: str) -> dict[str, list[JaasEntry]]:
         raise InvalidOptionError("cannot read the JAAS configuration", path=path, error=exc.strerror) from None
 
 
-def _section(path: str, name: str) -> list[JaasEntry]:
+def _is_kerberos(entry: JaasEntry) -> bool:
+    return "principal" in entry.options or "Krb5LoginModule" in entry.module
+
+
+def _entries(path: str, name: str) -> list[JaasEntry]:
     sections = load_jaas(path)
     if name not in sections:
         raise InvalidOptionError(
             f"no '{name}' section in the JAAS configuration", path=path, sections=sorted(sections)
         )
-    entries = sections[name]
+    return sections[name]
+
+
+def _section(path: str, name: str) -> list[JaasEntry]:
+    """A DIGEST-MD5 section's entries; a Kerberos one here is an error (the caller has no GSSAPI)."""
+    entries = _entries(path, name)
     for entry in entries:
-        if "principal" in entry.options or "Krb5LoginModule" in entry.module:
+        if _is_kerberos(entry):
             raise InvalidOptionError(
-                "Kerberos (GSSAPI) JAAS sections are not supported by bkspark: give it a section with "
-                "org.apache.zookeeper.server.auth.DigestLoginModule credentials (DIGEST-MD5) instead; for "
-                "ZooKeeper, zkDigestAuthPath with zookeeper.sasl.client=false also works (docs/security.md, GSSAPI)",
+                f"a Kerberos (GSSAPI) JAAS section is not supported for '{name}': bkspark speaks GSSAPI to "
+                "bookies (the BookKeeper, Auditor and Bookie sections), not yet to ZooKeeper; give this section "
+                "org.apache.zookeeper.server.auth.DigestLoginModule credentials (DIGEST-MD5), or use "
+                "zkDigestAuthPath with zookeeper.sasl.client=false (docs/security.md, Kerberos)",
                 section=name,
                 module=entry.module,
             )
     return entries
+
+
+def kerberos_login(path: str, section: str) -> KerberosLogin | None:
+    """The section's ``Krb5LoginModule`` options, or None when it holds DIGEST-MD5 credentials."""
+    for entry in _entries(path, section):
+        if _is_kerberos(entry):
+            return KerberosLogin.from_options(section, entry.options)
+    return None
 
 
 def client_credentials(path: str, section: str) -> tuple[str, Secret]:

@@ -168,6 +168,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="abort a job still writing once its record is this old (default 3600; a live job's commit then fails)",
     )
 
+    command(
+        "listdatasets",
+        "list the cluster's datasets (committed Spark output): ledgers, rows, bytes, jobs, last commit",
+    )
+    p = command("showdataset", "show one dataset: its ledgers, rows, bytes, write jobs and last commit")
+    p.add_argument("name", metavar="NAME", help="the dataset's name (the connector's `dataset` option)")
+
     shell.set_defaults(handler=run)
 
 

@@ -48,6 +48,7 @@ from bkspark.protocol import zk_paths
 from bkspark.protocol.layout import LedgerLayout, MetadataServiceUri
 from bkspark.protocol.ledger_metadata import LedgerMetadata
 from bkspark.shell import admin
+from bkspark.shell import dataset_commands
 from bkspark.shell.common import (
     ENV_URI,
     LedgerName,
@@ -749,4 +750,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Output], int]] = {
     "nukeexistingcluster": cmd_nukeexistingcluster,
     "bookieformat": cmd_bookieformat,
     "recoverjobs": cmd_recoverjobs,
+    "listdatasets": dataset_commands.cmd_listdatasets,
+    "showdataset": dataset_commands.cmd_showdataset,
 }

@@ -7,9 +7,11 @@ client certificate, and a second, unrelated CA (for "wrong CA" tests). Private k
 
 from __future__ import annotations
 
+import json
 import subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from kazoo.client import KazooClient
 
 from tests.harness.python_bookie import PythonBookieCluster
 
-__all__ = ["AuthenticatedBookies", "Pki", "JavaStores", "make_pki", "make_java_stores", "java_store_bookie_conf", "java_store_client_conf", "write_jaas", "SASL_USER", "SASL_PASSWORD", "tls_client_conf", "tls_bookie_conf", "sasl_client_conf", "sasl_bookie_conf"]
+__all__ = ["AuthenticatedBookies", "Pki", "JavaStores", "make_pki", "make_java_stores", "java_store_bookie_conf", "java_store_client_conf", "write_jaas", "SASL_USER", "SASL_PASSWORD", "tls_client_conf", "tls_bookie_conf", "sasl_client_conf", "sasl_bookie_conf", "run_java_client", "JAVA_CLIENT", "one_python_bookie"]
 
 TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
 SASL_USER = "bookkeeperuser"
@@ -226,3 +228,29 @@ class AuthenticatedBookies(PythonBookieCluster):
             self._zk = KazooClient(hosts=self.connect_string, timeout=15.0, **self.zk_kwargs)
             self._zk.start(timeout=30)
         return self._zk
+
+
+JAVA_CLIENT = "bkspark.tools.JavaClient"
+
+
+def run_java_client(
+    java_tools: Any, version: str, uri: str, conf: Mapping[str, object], jvm_args: Sequence[str], *args: str
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """Run tools/java's JavaClient (Apache BookKeeper's client) and parse the JSON events it prints."""
+    proc = java_tools.run(version, JAVA_CLIENT, *args, metadata_service_uri=uri, conf=conf, jvm_args=list(jvm_args), timeout=180)
+    events = []
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                pass
+    return proc, events
+
+
+@contextmanager
+def one_python_bookie(uri: str, directory: Path, conf: Mapping[str, object]) -> Iterator[PythonBookieCluster]:
+    """One started Python bookie (no journal fsync) with ``conf`` on the root of ``uri``, stopped on exit."""
+    with PythonBookieCluster(uri, directory, bookies=1, journal_sync_data=False, conf_overrides=conf) as cluster:
+        cluster.start_all()
+        yield cluster

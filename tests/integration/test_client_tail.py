@@ -15,7 +15,9 @@ from typing import Any, Iterator
 import pytest
 
 from bkspark.client import BookKeeper
+from bkspark.client import tail as tail_module
 from bkspark.client.tail import LedgerTail, follow_ledger, follow_ledger_async, wait_for_lac
+from tests.harness.deadline import GENEROUS, finishes_within, in_background
 from tests.harness.python_bookie import PythonBookieCluster
 
 LONG_POLL_MS = 20_000
@@ -50,20 +52,12 @@ def test_long_poll_wakes_on_new_entry_and_piggybacks_it(uri: str) -> None:
         assert time.monotonic() - started >= 0.5
 
         # A new add moves the bookies' LAC to 1: a waiting poll returns at once with entry 1 piggybacked.
-        result: dict[str, Any] = {}
-
-        def poll() -> None:
-            t0 = time.monotonic()
-            result["update"] = reader_bk.run_coroutine(tail.wait(LONG_POLL_MS))
-            result["seconds"] = time.monotonic() - t0
-
-        waiter = threading.Thread(target=poll)
-        waiter.start()
+        waiter = in_background(lambda: reader_bk.run_coroutine(tail.wait(LONG_POLL_MS)))
         time.sleep(0.3)
         lh.append(b"e2")  # carries LAC 1
-        waiter.join(LONG_POLL_MS / 1000)
-        update = result["update"]
-        assert update.lac >= 1 and result["seconds"] < LONG_POLL_MS / 2000
+        update = waiter.join(GENEROUS)
+        # Woken by the add: a poll that ran out its timeout would return the old LAC (0) and no entry.
+        assert update.lac >= 1
         assert update.entry is not None and (update.entry.entry_id, update.entry.payload) == (1, b"e1")
         lh.close()
 
@@ -84,11 +78,9 @@ def test_follow_sees_idle_writers_last_entry_via_explicit_lac_and_stops_at_close
         follower.start()
         for i in range(50):
             lh.append(b"p%d" % i)
-        idle_since = time.monotonic()
-        # The writer is now idle: entry 49 is only confirmed to bookies by the explicit LAC, within its interval
-        # (200 ms; the rest of the bound is the long poll's answer and a slow machine's scheduling).
-        assert arrived.wait(10), f"last entry not seen; got {len(seen)}"
-        assert time.monotonic() - idle_since < 2.5
+        # The writer is now idle: entry 49 is only confirmed to bookies by the explicit LAC (every 200 ms); without
+        # it the follower would not see entry 49 before the next add or the close, which come only after this.
+        assert arrived.wait(GENEROUS), f"last entry not seen; got {len(seen)}"
         for i in range(50, 60):
             lh.append_async(b"p%d" % i)
         lh.close()
@@ -114,10 +106,20 @@ def test_follow_async_from_another_loop_until_close(uri: str) -> None:
         assert asyncio.run(asyncio.wait_for(collect(), 60)) == [2, 3, 4, 5]
 
 
-def test_without_explicit_lac_an_idle_writers_last_entry_waits_for_the_close_seen_within_one_long_poll(uri: str) -> None:
+def test_without_explicit_lac_an_idle_writers_last_entry_waits_for_the_close_seen_within_one_long_poll(
+    uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """docs/streaming.md, "Tailing reads": without explicitLacInterval the last entry of an idle writer is only
     visible after the next add or the close, and a close is seen within one long-poll timeout."""
     long_poll_ms = 1500
+    polls: list[int] = []
+    real_wait_for_lac = tail_module.wait_for_lac
+
+    async def counted_wait_for_lac(reader: Any, previous_lac: int, timeout_ms: int) -> Any:
+        polls.append(previous_lac)
+        return await real_wait_for_lac(reader, previous_lac, timeout_ms)
+
+    monkeypatch.setattr(tail_module, "wait_for_lac", counted_wait_for_lac)
     with BookKeeper(uri) as writer_bk, BookKeeper(uri) as reader_bk:
         lh = writer_bk.create_ledger(3, 3, 2)
         for i in range(5):
@@ -132,15 +134,17 @@ def test_without_explicit_lac_an_idle_writers_last_entry_waits_for_the_close_see
 
         follower = threading.Thread(target=follow)
         follower.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + GENEROUS
         while seen != [0, 1, 2, 3] and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(2 * long_poll_ms / 1000)  # two long polls: entry 4 is not confirmed to anyone yet
         assert seen == [0, 1, 2, 3]
-        closed_at = time.monotonic()
+        polls_before_close = len(polls)
         lh.close()
-        assert done.wait(10)
-        assert time.monotonic() - closed_at < long_poll_ms / 1000 + 1.0
+        assert done.wait(GENEROUS)
+        # Seen within one long poll: the poll under way at the close (or one that began while the close was being
+        # written) times out, the metadata read after it shows the close; no further poll is needed.
+        assert len(polls) - polls_before_close <= 1, polls
         follower.join(10)
         assert seen == [0, 1, 2, 3, 4]
 
@@ -152,8 +156,9 @@ def test_a_long_poll_on_a_ledger_no_bookie_holds_yet_backs_off_100_ms(uri: str) 
         lh = writer_bk.create_ledger(3, 3, 2)
         rh = reader_bk.open_ledger(lh.ledger_id, recovery=False)
         started = time.monotonic()
-        assert reader_bk.run_coroutine(wait_for_lac(rh.aio.reader, -1, 5000)).lac == -1
-        assert 0.09 <= time.monotonic() - started < 2.0
+        # A generous deadline, far below the 600 s timeout a read that waited it out would take.
+        assert finishes_within(GENEROUS, lambda: reader_bk.run_coroutine(wait_for_lac(rh.aio.reader, -1, 600_000))).lac == -1
+        assert time.monotonic() - started >= 0.09
         lh.close()
 
 

@@ -720,7 +720,7 @@ def test_a_clean_up_step_is_tried_three_times_then_left_for_the_next_job(
     logged and left; commit returns normally, and what is left keeps its committed record for recoverjobs. The
     documented numbers are literal here: two failures are outlasted, three are not, and the pauses between tries
     are 0.2 s and 0.4 s (none after the last)."""
-    from bkspark.datasource import writer as writer_module
+    from bkspark import retry as retry_module  # the clean-up's pauses are its RetryPolicy's (CLEANUP_RETRY)
 
     dataset = f"cleanup-tried-{failures}"
     old = seed(uri, dataset)
@@ -733,8 +733,8 @@ def test_a_clean_up_step_is_tried_three_times_then_left_for_the_next_job(
         slept.append(seconds)
         time.sleep(seconds)
 
-    # the writer module's own pauses only (kazoo's threads keep the real time.sleep)
-    monkeypatch.setattr(writer_module, "time", type("Clock", (), {"sleep": staticmethod(sleep),
+    # the retry policies' pauses only (kazoo's threads keep the real time.sleep)
+    monkeypatch.setattr(retry_module, "time", type("Clock", (), {"sleep": staticmethod(sleep),
                                                                    "time": staticmethod(time.time),
                                                                    "monotonic": staticmethod(time.monotonic)}))
     with injected(f"commit.published=connection-loss*{failures}"):

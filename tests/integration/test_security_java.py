@@ -14,7 +14,6 @@ Each Java cluster is one bookie (ensemble 1) on its own root, to keep the JVM co
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -22,13 +21,13 @@ import pytest
 
 from bkspark.client import BookKeeper
 from bkspark.errors import AuthenticationError, TlsHandshakeError
-from tests.conftest import _new_root
-from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.security import (
     java_store_bookie_conf,
     java_store_client_conf,
     make_java_stores,
     make_pki,
+    one_python_bookie,
+    run_java_client,
     sasl_bookie_conf,
     sasl_client_conf,
     tls_bookie_conf,
@@ -39,7 +38,6 @@ from tests.harness.security import (
 pytestmark = [pytest.mark.compat, pytest.mark.integration]
 
 VERSION = "4.17.3"
-JAVA_CLIENT = "bkspark.tools.JavaClient"
 SASL_BOOKIE = {"bookieAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLBookieAuthProviderFactory"}
 SASL_CLIENT = {"clientAuthProviderFactoryClass": "org.apache.bookkeeper.sasl.SASLClientProviderFactory"}
 
@@ -52,20 +50,6 @@ def pki(tmp_path_factory):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def jaas(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
     return write_jaas(tmp_path_factory.mktemp("jaas") / "jaas.conf")
-
-
-@pytest.fixture(scope="module")
-def roots(zookeeper):  # type: ignore[no-untyped-def]
-    made = []
-
-    def new(name: str):  # type: ignore[no-untyped-def]
-        root = _new_root(zookeeper, name)
-        made.append(root)
-        return root
-
-    yield new
-    for root in made:
-        root.close()
 
 
 def _write_read(uri: str, conf: dict[str, object], v2_protocol: bool, n: int = 30) -> None:
@@ -82,9 +66,9 @@ def _write_read(uri: str, conf: dict[str, object], v2_protocol: bool, n: int = 3
 
 
 @pytest.fixture(scope="module")
-def java_tls(module_java_cluster_factory, roots, pki, jaas):  # type: ignore[no-untyped-def]
+def java_tls(module_java_cluster_factory, module_roots, pki, jaas):  # type: ignore[no-untyped-def]
     """One Java bookie with TLS (no client certificate required) and SASL."""
-    root = roots("java-tls-sasl")
+    root = module_roots("java-tls-sasl")
     module_java_cluster_factory(
         VERSION, bookies=1, root=root, journal_sync_data=False, conf_overrides={**tls_bookie_conf(pki), **SASL_BOOKIE},
         jvm_args=[f"-Djava.security.auth.login.config={jaas}"],
@@ -93,9 +77,9 @@ def java_tls(module_java_cluster_factory, roots, pki, jaas):  # type: ignore[no-
 
 
 @pytest.fixture(scope="module")
-def java_mtls(module_java_cluster_factory, roots, pki):  # type: ignore[no-untyped-def]
+def java_mtls(module_java_cluster_factory, module_roots, pki):  # type: ignore[no-untyped-def]
     """One Java bookie requiring a client certificate (mutual TLS)."""
-    root = roots("java-mtls")
+    root = module_roots("java-mtls")
     module_java_cluster_factory(
         VERSION, bookies=1, root=root, journal_sync_data=False, conf_overrides=tls_bookie_conf(pki, client_auth=True)
     )
@@ -156,30 +140,15 @@ def test_python_client_wrong_password_refused_by_java_bookie(java_tls, pki, tmp_
 
 
 @pytest.fixture(scope="module")
-def python_secured(roots, tmp_path_factory, pki, jaas):  # type: ignore[no-untyped-def]
-    root = roots("py-secured")
+def python_secured(module_roots, tmp_path_factory, pki, jaas):  # type: ignore[no-untyped-def]
+    root = module_roots("py-secured")
     conf = {**tls_bookie_conf(pki, client_auth=True), **sasl_bookie_conf(jaas)}
-    with PythonBookieCluster(
-        root.metadata_service_uri, tmp_path_factory.mktemp("pysec"), bookies=1, journal_sync_data=False,
-        conf_overrides=conf,
-    ) as cluster:
-        cluster.start_all()
+    with one_python_bookie(root.metadata_service_uri, tmp_path_factory.mktemp("pysec"), conf):
         yield root
 
 
 def _java(java_tools, uri: str, conf: dict[str, object], jaas_file: Path, *args: str):  # type: ignore[no-untyped-def]
-    proc = java_tools.run(
-        VERSION, JAVA_CLIENT, *args, metadata_service_uri=uri, conf=conf,
-        jvm_args=[f"-Djava.security.auth.login.config={jaas_file}"], timeout=180,
-    )
-    events = []
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                pass
-    return proc, events
+    return run_java_client(java_tools, VERSION, uri, conf, [f"-Djava.security.auth.login.config={jaas_file}"], *args)
 
 
 def test_java_client_to_python_tls_sasl_bookie(java_tools, python_secured, pki, jaas) -> None:  # type: ignore[no-untyped-def]
@@ -224,9 +193,9 @@ def java_stores(pki, tmp_path_factory):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def java_jks_bookie(module_java_cluster_factory, roots, java_stores):  # type: ignore[no-untyped-def]
+def java_jks_bookie(module_java_cluster_factory, module_roots, java_stores):  # type: ignore[no-untyped-def]
     """One Java bookie whose key and trust stores are JKS, requiring a client certificate."""
-    root = roots("java-jks")
+    root = module_roots("java-jks")
     module_java_cluster_factory(
         VERSION, bookies=1, root=root, journal_sync_data=False,
         conf_overrides=java_store_bookie_conf(java_stores["JKS"], client_auth=True),
@@ -241,14 +210,11 @@ def test_python_client_with_java_stores_to_java_jks_bookie(java_jks_bookie, java
 
 
 @pytest.fixture(scope="module")
-def python_p12_bookie(roots, tmp_path_factory, java_stores):  # type: ignore[no-untyped-def]
+def python_p12_bookie(module_roots, tmp_path_factory, java_stores):  # type: ignore[no-untyped-def]
     """One Python bookie whose key and trust stores are PKCS12, requiring a client certificate."""
-    root = roots("py-p12")
-    with PythonBookieCluster(
-        root.metadata_service_uri, tmp_path_factory.mktemp("pyp12"), bookies=1, journal_sync_data=False,
-        conf_overrides=java_store_bookie_conf(java_stores["PKCS12"], client_auth=True),
-    ) as cluster:
-        cluster.start_all()
+    root = module_roots("py-p12")
+    conf = java_store_bookie_conf(java_stores["PKCS12"], client_auth=True)
+    with one_python_bookie(root.metadata_service_uri, tmp_path_factory.mktemp("pyp12"), conf) as cluster:
         yield root, cluster
 
 

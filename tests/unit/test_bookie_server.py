@@ -16,6 +16,7 @@ from bkspark.protocol.framing import FrameSplitter
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bookie_server.bookie import Bookie
 from bookie_server.server import BookieServer
+from tests.harness.deadline import GENEROUS
 from tests.harness.inprocess_bookie import started_bookie
 
 KEY = master_key(b"secret")
@@ -273,13 +274,14 @@ async def test_a_v3_add_whose_entry_names_another_scope_is_refused_and_stores_no
 @with_bookie(longPollMaxTimeoutMs=300)
 async def test_a_long_poll_waits_at_most_long_poll_max_timeout_ms(bookie: Bookie, server: BookieServer) -> None:
     """docs/bookie.md, configuration table: ``longPollMaxTimeoutMs`` cuts a long poll's own timeout (here 10 s) to
-    it: with no new entry the read is answered after about 0.3 s, not 10."""
+    it: with no new entry the read is answered after about 0.3 s, not after its own 600 s (a generous deadline
+    far below that)."""
     c = await Conn.open(server.port)
     assert v3.response_status(await c.v3(v3.add_request(1, 11, 0, KEY, make_entry(11, 0, b"a")))) == pb.EOK
     started = time.monotonic()
-    resp = await c.v3(v3.read_request(2, 11, 1, previous_lac=0, timeout_ms=10_000))
+    resp = await asyncio.wait_for(c.v3(v3.read_request(2, 11, 1, previous_lac=0, timeout_ms=600_000)), GENEROUS)
     waited = time.monotonic() - started
-    assert 0.25 <= waited < 3.0, waited
+    assert waited >= 0.25, waited  # it was held (a lower bound: a slow machine only adds)
     assert v3.response_status(resp) != pb.EOK or not resp.readResponse.body  # nothing new to carry
     c.close()
 

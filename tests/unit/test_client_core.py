@@ -44,6 +44,7 @@ from bkspark.client.payloads import PackedPayloads
 from bkspark.protocol import v2
 from bkspark.protocol.speedups import speedups
 from bkspark.protocol.v2 import ReadResponse
+from tests.harness.deadline import GENEROUS
 
 BOOKIES = [f"b{i}:3181" for i in range(6)]
 
@@ -515,9 +516,9 @@ def test_adds_refused_as_too_many_for_add_entry_timeout_fail_with_a_clear_error(
         w = h.writer()
         loop = asyncio.get_running_loop()
         start = loop.time()
-        results, order = await append_all(w, [b"x"] * 5)
-        # Not at the first refusal: when the back-off's next wait would end past addEntryTimeoutSec.
-        assert 0.1 <= loop.time() - start <= 0.3 + 0.5
+        results, order = await asyncio.wait_for(append_all(w, [b"x"] * 5), GENEROUS)
+        # Not at the first refusal: when the back-off's next wait would end past addEntryTimeoutSec (and not never).
+        assert loop.time() - start >= 0.1
         assert order == [] and all(isinstance(r, TooManyRequestsError) for r in results)
         assert "addEntryTimeoutSec=0.3" in str(results[0]) and BOOKIES[0] in str(results[0])
         assert w.ensemble_changes == 0 and h.store.data[7].metadata.ensembles == {0: (BOOKIES[0],)}
@@ -1525,7 +1526,7 @@ def test_read_batches_raises_the_first_failing_chunks_error_and_cancels_the_chun
     async def slow_after_the_failure(bookie_id, ledger_id, start, max_count, max_size, scope_id):  # type: ignore[no-untyped-def]
         try:
             if start >= 30:
-                await asyncio.sleep(2)
+                await asyncio.sleep(600)  # far beyond the deadline below: only cancelling them ends the read
             got = await answer(bookie_id, ledger_id, start, max_count, max_size, scope_id)
         except asyncio.CancelledError:
             cancelled.append(start)
@@ -1538,11 +1539,13 @@ def test_read_batches_raises_the_first_failing_chunks_error_and_cancels_the_chun
         h.ops.batch_read_async = slow_after_the_failure  # type: ignore[method-assign]
         reader = LedgerReader(h.ctx(), h.ref, h.store.data[7].metadata, h.digester)
         starts: list[int] = []
-        t0 = asyncio.get_running_loop().time()
-        with pytest.raises(BookieIOError):
+
+        async def consume() -> None:
             async for start, _payloads in reader.stream_payloads(0, 99, 99, batch_size=10, bytes_in_flight=1 << 30):
                 starts.append(start)
-        assert asyncio.get_running_loop().time() - t0 < 1.5  # the slow chunks were not waited for
+
+        with pytest.raises(BookieIOError):
+            await asyncio.wait_for(consume(), GENEROUS)  # the slow chunks (600 s) were not waited for
         await asyncio.sleep(0)
         assert starts == [0, 10]
         assert sorted(cancelled) == list(range(30, 100, 10)) and all(s < 30 for s in finished)

@@ -355,6 +355,24 @@ def test_derivations_drop_ctoken_like_java() -> None:
         md.with_ensemble(5, ("a:1",))
 
 
+def test_ensemble_change_and_ctoken_rules() -> None:
+    """An ensemble change is a new segment past the current one's start, a replacement at it, refused before it;
+    the cToken rule has one home (``as_update``), which every derivation applies."""
+    md = _spec_ledger().with_ctoken(77)
+    assert md.ctoken == 77 and md.last_segment_start == 0
+    moved = md.with_last_ensemble(10, ("x:1", "b:1", "c:1"))
+    assert moved.ensembles == {0: BOOKIES, 10: ("x:1", "b:1", "c:1")} and moved.last_segment_start == 10
+    again = moved.with_last_ensemble(10, ("y:1", "b:1", "c:1"))  # a second change before any ack
+    assert again.ensembles == {0: BOOKIES, 10: ("y:1", "b:1", "c:1")} and again.last_ensemble[0] == "y:1"
+    with pytest.raises(LocalProtocolError, match="greater than any existing"):
+        moved.with_last_ensemble(5, BOOKIES)
+    assert (moved.ctoken, again.ctoken, md.as_update().ctoken, md.ctoken) == (0, 0, 0, 77)
+    untouched = md.as_update()
+    assert untouched.as_update() is untouched
+    closed = moved.close(12, 300)
+    assert closed.is_closed and closed.ensembles == moved.ensembles and closed.last_segment_start == 10
+
+
 @pytest.mark.parametrize(
     "changes, message",
     [

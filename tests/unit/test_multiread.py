@@ -31,7 +31,7 @@ from bkspark.metadata.multiread import (
     encode_get_data_many,
     get_many,
 )
-from bkspark.metadata.retry import RetryPolicy
+from bkspark.metadata.retry import ZkRetry
 
 STAT = ZnodeStat(1, 2, 1_700_000_000_000, 4, 5, 6, 7, 0, 2, 0, 9)
 
@@ -225,7 +225,7 @@ def test_a_request_lost_with_the_connection_is_sent_again_under_the_retry_policy
     retries = []
 
     def retry(read):  # type: ignore[no-untyped-def]
-        return RetryPolicy(delay=0.001)(lambda: retries.append(1) or read())
+        return ZkRetry(delay=0.001)(lambda: retries.append(1) or read())
 
     got = list(get_many(zk, paths, per_request=3, retry=retry))  # type: ignore[arg-type]
     assert got == [(p, (znodes[p], STAT)) for p in paths]
@@ -236,13 +236,13 @@ def test_a_request_lost_with_the_connection_is_sent_again_under_the_retry_policy
         list(get_many(FakeZk(znodes, failures=[error]), paths))  # type: ignore[arg-type]
     with pytest.raises(MetadataError, match="retries exhausted"):
         list(get_many(FakeZk(znodes, request_error=error), paths,  # type: ignore[arg-type]
-                      retry=RetryPolicy(max_tries=3, delay=0.001)))
+                      retry=ZkRetry(max_tries=3, delay=0.001)))
 
 
 def test_an_expired_session_is_not_sent_again() -> None:
     zk = FakeZk({"/l/1": b"x"}, failures=[SessionExpiredError()])
     with pytest.raises(MetadataError, match="session expired"):  # the policy's own typed error
-        list(get_many(zk, ["/l/1"], retry=RetryPolicy(delay=0.001)))  # type: ignore[arg-type]
+        list(get_many(zk, ["/l/1"], retry=ZkRetry(delay=0.001)))  # type: ignore[arg-type]
     assert len(zk.requests) == 1
 
 
@@ -251,7 +251,7 @@ def test_no_answer_in_time_is_zookeepers_operation_timeout_and_is_retried() -> N
     with pytest.raises(OperationTimeoutError, match="no answer from ZooKeeper"):
         list(get_many(zk, ["/l/1"], timeout=0.01))  # type: ignore[arg-type]
     zk = FakeZk({"/l/1": b"x"}, failures=[FakeTimeout()])
-    assert list(get_many(zk, ["/l/1"], retry=RetryPolicy(delay=0.001))) == [("/l/1", (b"x", STAT))]  # type: ignore[arg-type]
+    assert list(get_many(zk, ["/l/1"], retry=ZkRetry(delay=0.001))) == [("/l/1", (b"x", STAT))]  # type: ignore[arg-type]
 
 
 def test_without_multi_read_a_lost_connection_is_retried_one_by_one() -> None:
@@ -259,6 +259,6 @@ def test_without_multi_read_a_lost_connection_is_retried_one_by_one() -> None:
     assert len(list(get_many(zk, ["/l/1"]))) == 1  # learns the server has no multiRead
     real_get_async, lost = zk.get_async, [ConnectionLoss()]
     zk.get_async = lambda path: Result(error=lost.pop()) if lost else real_get_async(path)  # type: ignore[method-assign]
-    got = list(get_many(zk, ["/l/1", "/l/2"], retry=RetryPolicy(delay=0.001)))  # type: ignore[arg-type]
+    got = list(get_many(zk, ["/l/1", "/l/2"], retry=ZkRetry(delay=0.001)))  # type: ignore[arg-type]
     assert got == [("/l/1", (b"x", STAT)), ("/l/2", (b"y", STAT))]
     assert len(zk.requests) == 1  # still no multiRead asked

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 
 import pytest
 
@@ -22,6 +21,7 @@ from bkspark.errors import (
     is_retriable,
 )
 from bkspark.metadata.store import ZkMetadataStore
+from bkspark import retry as retry_module
 from bkspark.retry import BOOKIE_RETRY, METADATA_CAS_RETRY, RetryPolicy
 
 
@@ -68,13 +68,29 @@ def test_tries_are_bounded_and_the_last_error_is_raised() -> None:
     assert fn.calls == 3
 
 
-def test_deadline_stops_before_the_tries_run_out() -> None:
+class _FakeClock:
+    """``time`` for bkspark.retry: ``monotonic`` advances only by ``sleep`` (the machine's speed plays no part)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_deadline_stops_before_the_tries_run_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _FakeClock()
+    monkeypatch.setattr(retry_module, "time", clock)
     fn = Flaky(*[BookieUnavailableError() for _ in range(100)])
-    started = time.monotonic()
     with pytest.raises(BookieUnavailableError):
-        RetryPolicy(max_tries=100, delay=0.05, backoff=1.0, deadline=0.2, jitter=0.0).call(fn)
-    assert time.monotonic() - started < 0.5
-    assert 2 <= fn.calls <= 5  # 0.05 s apart within 0.2 s
+        RetryPolicy(max_tries=100, delay=0.06, backoff=1.0, deadline=0.2, jitter=0.0).call(fn)
+    # Tries at 0, 0.06, 0.12 and 0.18 s; the next wait would end at 0.24 s, past the deadline: stop there.
+    assert fn.calls == 4 and clock.slept == pytest.approx([0.06] * 3)
 
 
 def test_backoff_grows_to_the_cap() -> None:

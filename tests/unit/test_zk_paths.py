@@ -172,6 +172,15 @@ def test_bkspark_tree_paths_sit_under_the_ledgers_root_and_ignore_a_trailing_sla
         assert zp.audit_path(root) == "/ledgers/bkspark/audit"
         assert zp.datasets_path(root) == "/ledgers/bkspark/datasets"
         assert zp.write_jobs_path(root) == "/ledgers/bkspark/jobs"
+        for znode in ("orphans", "config", "election", "status"):
+            assert zp.audit_znode_path(root, znode) == f"/ledgers/bkspark/audit/{znode}"
+        assert zp.dataset_path(root, "d") == "/ledgers/bkspark/datasets/d"
+        assert zp.dataset_shards_path(root, "d") == "/ledgers/bkspark/datasets/d/shards"
+        assert zp.dataset_shard_path(root, "d", "j.ab.0") == "/ledgers/bkspark/datasets/d/shards/j.ab.0"
+        assert zp.write_job_path(root, "j") == "/ledgers/bkspark/jobs/j"
+        assert zp.job_ledger_path(root, "j", -7, 12) == "/ledgers/bkspark/jobs/j/-7-12"
+    with pytest.raises(InvalidOptionError):
+        zp.audit_znode_path("/ledgers", "../datasets")
     assert zp.bkspark_path("") == "/bkspark"
     # Not a ledger parent and not a ledger: listing the ledgers root skips it.
     assert not zp.is_ledger_parent_node(zp.BKSPARK)

@@ -1,3 +1,0 @@
-import os, sys
-if os.environ.get("SWI"):
-    sys.setswitchinterval(float(os.environ["SWI"]))

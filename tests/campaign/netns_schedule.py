@@ -1,0 +1,210 @@
+"""One schedule of the campaign on the namespace test bed: faults made by the kernel (docs/reliability.md,
+"The campaign on namespaces").
+
+The bookies, ZooKeeper and the client are hosts in network namespaces (tests/harness/netns_cluster.py). A seed
+draws the ledger's quorums, the number of entries and one to three faults from :data:`FAULT_KINDS`, each at a
+moment of the write and for a duration; the writer (bkspark's client, on the client host) keeps writing through
+them. Then the bed is healed, another client recovers the ledger (fencing it) and reads it all; every operation
+goes into the :class:`~tests.campaign.history.History` that the campaign's checker judges. Same seed, same
+schedule (:func:`plan_netns_schedule` is a pure function of it); the timing against the writer's progress varies
+with the machine's load, as it does for Jepsen.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tests.campaign.history import History, check
+from tests.campaign.schedule import Stats
+from tests.harness.netns_cluster import NetnsCluster
+
+__all__ = ["FAULT_KINDS", "NetnsPlan", "NetnsStats", "plan_netns_schedule", "run_netns_schedule"]
+
+#: Kernel-level faults a schedule draws from. ``loss`` is iptables' random drop (the kernel here may lack netem).
+FAULT_KINDS = ("link_down", "drop_to_bookie", "drop_from_bookie", "zk_cut", "rack_cut", "loss", "kill")
+#: The client's settings: short per-request timeouts so that a silent bookie is given up on within a fault.
+CLIENT_CONF = {"addEntryTimeoutSec": 2, "readEntryTimeoutSec": 2, "speculativeReadTimeout": 300, "zkTimeout": 60}
+#: ``CAMPAIGN_NETNS_LONG=1``: faults last 30 to 45 s (longer than every client timeout), not 0.5 to 3 s.
+LONG_FAULTS = os.environ.get("CAMPAIGN_NETNS_LONG", "") not in ("", "0")
+#: Seconds after which an add that neither completed nor failed counts as hung (every fault is lifted by then).
+ADD_HANG_SECONDS = 120.0
+
+
+@dataclass
+class NetnsPlan:
+    """What a seed decides."""
+
+    seed: int
+    write_quorum: int
+    ack_quorum: int
+    entries: int
+    #: (seconds after the first add, kind, parameters), in time order.
+    faults: list[tuple[float, str, dict[str, Any]]]
+
+
+@dataclass
+class NetnsStats(Stats):
+    """The proxy campaign's totals that apply here, and the ensemble changes the faults caused."""
+
+    ensemble_changes: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        totals = super().as_dict()
+        shared = ("schedules", "faults", "entries_acknowledged", "entries_verified", "failures")
+        return {key: totals[key] for key in shared} | {"ensemble_changes": self.ensemble_changes}
+
+
+def plan_netns_schedule(seed: int, bookies: int, racks: int, long_faults: bool = LONG_FAULTS) -> NetnsPlan:
+    """The schedule of ``seed`` on ``bookies`` bookies over ``racks`` racks (one bookie per rack: index = rack - 1)."""
+    rng = random.Random(f"netns-{seed}")
+    write_quorum = rng.choice((2, 3))
+    ack_quorum = rng.choice([a for a in (2, 3) if a <= write_quorum])
+    faults: list[tuple[float, str, dict[str, Any]]] = []
+    for _ in range(rng.randint(1, 3)):
+        kind = rng.choice(FAULT_KINDS)
+        duration = rng.uniform(30.0, 45.0) if long_faults else rng.uniform(0.5, 3.0)
+        params: dict[str, Any] = {"duration": duration, "bookie": rng.randrange(bookies)}
+        if kind == "rack_cut":
+            params["rack"] = params["bookie"] + 1
+        elif kind == "loss":
+            params["probability"] = rng.choice((0.05, 0.2, 0.5))
+        faults.append((rng.uniform(0.0, 1.5), kind, params))
+    faults.sort(key=lambda f: f[0])
+    return NetnsPlan(seed, write_quorum, ack_quorum, rng.randint(40, 120), faults)
+
+
+class _Faults:
+    """Applies a plan's faults on the bed; each standing fault is lifted after its duration (one fault at a time
+    holds the bed: the heal of one lifts every grudge, as Jepsen's does)."""
+
+    def __init__(self, cluster: NetnsCluster) -> None:
+        self.cluster = cluster
+        self.lock = threading.Lock()
+        self.killed: set[int] = set()
+
+    def apply(self, kind: str, params: dict[str, Any]) -> None:
+        bed, i = self.cluster.bed, params["bookie"]
+        host = self.cluster.hosts[i]
+        with self.lock:
+            if kind == "link_down":
+                bed.link_down(host)
+            elif kind == "drop_to_bookie":
+                bed.drop(["client"], [host])
+            elif kind == "drop_from_bookie":
+                bed.drop([host], ["client"])
+            elif kind == "zk_cut":
+                bed.partition(["client"], ["zk"])
+            elif kind == "rack_cut":
+                bed.cut_rack(params["rack"])
+            elif kind == "loss":
+                bed.loss(host, params["probability"])
+            elif kind == "kill":
+                process = self.cluster.bookies[i].process
+                if process is not None and process.is_alive:
+                    process.kill()
+                    self.killed.add(i)
+
+    def heal(self) -> None:
+        with self.lock:
+            self.cluster.bed.heal()
+            for i in sorted(self.killed):
+                self.cluster.bookies[i].launch()
+            for i in sorted(self.killed):
+                self.cluster.wait_registered(i)
+            self.killed.clear()
+
+
+def _drive(plan: NetnsPlan, faults: _Faults, stats: NetnsStats, t0: float, stop: threading.Event) -> None:
+    """Apply each fault at its moment and heal the bed when its duration ends (a heal lifts every standing fault);
+    runs on a thread of its own, so that faults come and go on time whatever the writer is waiting for."""
+    events: list[tuple[float, int, str, dict[str, Any]]] = []
+    for at, kind, params in plan.faults:
+        events.append((at, 1, kind, params))
+        events.append((at + params["duration"], 0, "heal", params))
+    for due, _, kind, params in sorted(events, key=lambda e: (e[0], e[1])):
+        if stop.wait(max(0.0, due - (time.monotonic() - t0))):
+            return
+        if kind == "heal":
+            faults.heal()
+        else:
+            faults.apply(kind, params)
+            stats.faults[kind] += 1
+
+
+def run_netns_schedule(seed: int, cluster: NetnsCluster, stats: NetnsStats) -> tuple[list[str], History, NetnsPlan]:
+    """Run schedule ``seed``; the checker's findings (empty when every promise held), the history and the plan."""
+    plan = plan_netns_schedule(seed, len(cluster.bookies), len(cluster.bookies))
+    history = History()
+    faults = _Faults(cluster)
+    stats.schedules += 1
+    lid: int | None = None
+    stop = threading.Event()
+    driver: threading.Thread | None = None
+    try:
+        with cluster.client(**CLIENT_CONF) as bk:
+            lh = bk.create_ledger(3, plan.write_quorum, plan.ack_quorum)
+            lid = lh.ledger_id
+            window: list[tuple[str, Any]] = []
+
+            def settle(process: str, future: Any) -> None:
+                try:
+                    entry = future.result(timeout=ADD_HANG_SECONDS)
+                except TimeoutError:
+                    hung.append(process)
+                    history.log(process, "info", "add", lid)
+                    return
+                except Exception:  # noqa: BLE001 - failed or lost: the add's outcome is unknown
+                    history.log(process, "info", "add", lid)
+                    return
+                stats.acknowledged += 1
+                history.log(process, "ok", "add", lid, entry)
+
+            hung: list[str] = []
+            rng = random.Random(f"payload-{seed}")
+            driver = threading.Thread(
+                target=_drive, args=(plan, faults, stats, time.monotonic(), stop), name=f"faults-{seed}", daemon=True
+            )
+            driver.start()
+            for i in range(plan.entries):
+                payload = f"{seed}:{i}:".encode() + rng.randbytes(rng.randint(0, 200))
+                process = f"add-{i}"
+                history.log(process, "invoke", "add", lid, (lid, payload))
+                try:
+                    window.append((process, lh.append_async(payload)))
+                except Exception:  # noqa: BLE001 - the handle refuses (a failed writer)
+                    history.log(process, "info", "add", lid)
+                    break
+                while len(window) > 8:
+                    settle(*window.pop(0))
+                time.sleep(rng.uniform(0, 0.03))
+            for process, future in window:
+                settle(process, future)
+            driver.join()  # every fault has come and gone
+            if hung:
+                return [f"seed {seed}: adds neither completed nor failed within {ADD_HANG_SECONDS:g} s after "
+                        f"every fault was lifted: {hung[:5]}"], history, plan
+    finally:
+        stop.set()
+        if driver is not None:
+            driver.join()
+        faults.heal()
+    if lid is None:
+        return [f"seed {seed}: the writer never created its ledger"], history, plan
+    # Another client recovers (fences) the ledger the writer left open, and reads it all.
+    history.log("recover", "invoke", "recover", lid)
+    with cluster.client(**CLIENT_CONF) as bk:
+        rh = bk.open_ledger(lid, recovery=True)
+        last = rh.last_add_confirmed
+        history.log("recover", "ok", "recover", lid, last)
+        entries = {e.entry_id: bytes(e.payload) for e in (rh.read(0, last) if last >= 0 else [])}
+        stats.ensemble_changes += len(bk.get_ledger_metadata(lid).ensembles) - 1
+    history.log("reader", "ok", "read", lid, {"entries": entries, "last": last, "after_close": True})
+    stats.verified += len(entries)
+    problems = check(history)
+    stats.failures += [f"seed {seed}: {p}" for p in problems]
+    return problems, history, plan

@@ -1,0 +1,84 @@
+"""The campaign on the namespace test bed (docs/reliability.md, "The campaign on namespaces"): one test per seed
+over one shared cluster of hosts in network namespaces, kernel-level faults, the campaign's checker.
+
+``make test`` runs ``CAMPAIGN_NETNS_SCHEDULES`` (default 5) schedules from ``CAMPAIGN_NETNS_FIRST_SEED`` (default
+1); ``make campaign NETNS_SCHEDULES=200`` runs more; ``CAMPAIGN_NETNS_SEEDS=17,42`` runs exactly those seeds (a
+failing schedule prints its replay line); ``CAMPAIGN_NETNS_LONG=1`` makes every fault last 30 to 45 s;
+``CAMPAIGN_NETNS_STATS=path.json`` writes the run's totals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.campaign.netns_schedule import FAULT_KINDS, NetnsStats, plan_netns_schedule, run_netns_schedule
+from tests.harness.netns import unavailable_reason
+from tests.harness.netns_cluster import NetnsCluster
+
+pytestmark = [pytest.mark.campaign, pytest.mark.integration, pytest.mark.fault, pytest.mark.netns]
+
+RACKS = 4
+
+
+def _seeds() -> list[int]:
+    explicit = os.environ.get("CAMPAIGN_NETNS_SEEDS", "").strip()
+    if explicit:
+        return [int(s) for s in explicit.replace(",", " ").split()]
+    count = int(os.environ.get("CAMPAIGN_NETNS_SCHEDULES", "5"))
+    first = int(os.environ.get("CAMPAIGN_NETNS_FIRST_SEED", "1"))
+    return list(range(first, first + count))
+
+
+def replay_command(seed: int) -> str:
+    return f"CAMPAIGN_NETNS_SEEDS={seed} .venv/bin/python -m pytest tests/campaign/test_netns_campaign.py -q"
+
+
+@pytest.fixture(scope="module")
+def netns_stats() -> Iterator[NetnsStats]:
+    totals = NetnsStats()
+    yield totals
+    text = json.dumps(totals.as_dict(), indent=2)
+    out = os.environ.get("CAMPAIGN_NETNS_STATS")
+    if out:
+        Path(out).write_text(text + "\n")
+    print(f"\nnamespace campaign totals: {text}")
+
+
+@pytest.fixture(scope="module")
+def netns_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsCluster]:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with NetnsCluster(tmp_path_factory.mktemp("netns-campaign"), racks=RACKS, bookies_per_rack=1) as cluster:
+        yield cluster
+
+
+def test_a_seed_reproduces_its_schedule_and_the_kinds_are_all_drawn() -> None:
+    """A schedule is a pure function of its seed; over 200 seeds every fault kind is drawn."""
+    assert plan_netns_schedule(17, RACKS, RACKS) == plan_netns_schedule(17, RACKS, RACKS)
+    assert plan_netns_schedule(17, RACKS, RACKS) != plan_netns_schedule(18, RACKS, RACKS)
+    drawn = {kind for seed in range(200) for _, kind, _ in plan_netns_schedule(seed, RACKS, RACKS).faults}
+    assert drawn == set(FAULT_KINDS)
+    long_plan = plan_netns_schedule(17, RACKS, RACKS, long_faults=True)
+    assert all(30 <= params["duration"] <= 45 for _, _, params in long_plan.faults)
+
+
+@pytest.mark.parametrize("seed", _seeds(), ids=lambda s: f"seed-{s}")
+def test_netns_schedule(seed: int, netns_cluster: NetnsCluster, netns_stats: NetnsStats, tmp_path: Path) -> None:
+    try:
+        problems, history, plan = run_netns_schedule(seed, netns_cluster, netns_stats)
+    except Exception as exc:
+        netns_stats.failures.append(f"seed {seed} crashed: {type(exc).__name__}: {exc}")
+        raise AssertionError(f"schedule {seed} crashed; replay with: {replay_command(seed)}") from exc
+    if problems:
+        dump = tmp_path / "history.txt"
+        dump.write_text("\n".join(repr(op) for op in history.ops))
+        pytest.fail(
+            f"schedule {seed} ({plan}) broke BookKeeper's promises:\n  " + "\n  ".join(problems[:20])
+            + f"\nhistory: {dump}\nreplay with: {replay_command(seed)}"
+        )

@@ -1,0 +1,258 @@
+"""A BookKeeper cluster on the namespace test bed (tests/harness/netns.py, docs/reliability.md).
+
+ZooKeeper and the client live on rack 0, the bookies on racks 1..R (``bookies_per_rack`` each), every one a host
+of its own; the last ``java_bookies`` of them are Apache BookKeeper's bookies (a JVM each), the others Python ones. Bookies register by their address (``198.18.r.(10+i):3181``) unless given a BP-41 name; the client's
+placement learns each bookie's rack from a topology script (``networkTopologyScriptFileName``), as an operator's
+client would. Clients are built inside the client's namespace (:meth:`NetnsCluster.client`); everything the
+harness itself checks (ZooKeeper, registrations) it checks from the router, which reaches every host.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient
+
+from bkspark.client import BookKeeper
+from bkspark.devcluster.zookeeper import ZooKeeperServer, four_letter_word
+from bkspark.shell.admin import init_new_cluster
+from tests.harness.java_bookkeeper import DEFAULT_BK_VERSION, JavaBookie, ensure_jars
+from tests.harness.netns import Testbed, wait_until
+from tests.harness.python_bookie import REPO_ROOT, PythonBookie
+
+__all__ = ["BOOKIE_PORT", "ZK_PORT", "NetnsCluster"]
+
+T = TypeVar("T")
+
+BOOKIE_PORT = 3181
+ZK_PORT = 2181
+ROOT = "/ledgers"
+
+
+class _NamespacedZooKeeper(ZooKeeperServer):
+    """ZooKeeper on its host's address (a later ``clientPortAddress`` line wins over the loopback default)."""
+
+    def __init__(self, bed: Testbed, base_dir: Path) -> None:
+        self.bed = bed
+        self.address = bed.address_of("zk")
+        super().__init__(base_dir, port=ZK_PORT, extra_config=[f"clientPortAddress={self.address}"])
+        self._process = bed.process("zk", "zookeeper", [], cwd=base_dir, log_dir=base_dir)
+
+    @property
+    def connect_string(self) -> str:
+        return f"{self.address}:{self.port}"
+
+    def is_serving(self) -> bool:
+        def ask() -> bool:
+            return four_letter_word(self.port, "ruok", host=self.address) == "imok" and "Zookeeper version" in four_letter_word(
+                self.port, "srvr", host=self.address
+            )
+
+        return self.bed.call_in(None, ask)
+
+
+class NetnsCluster:
+    """ZooKeeper, ``racks`` × ``bookies_per_rack`` Python bookies and a client host on a :class:`Testbed`.
+
+    A context manager: processes and namespaces go away on exit, whatever happened.
+    """
+
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        racks: int = 3,
+        bookies_per_rack: int = 1,
+        bookie_names: Mapping[int, str] | None = None,
+        conf_overrides: Mapping[str, object] | None = None,
+        journal_sync_data: bool = False,
+        java_bookies: int = 0,
+    ) -> None:
+        self.base_dir = Path(base_dir)
+        self.bed = Testbed()
+        self.bookies: list[PythonBookie | JavaBookie] = []
+        self.hosts: list[str] = []
+        self._control: KazooClient | None = None
+        try:
+            self.bed.add_host("zk", 0)
+            self.bed.add_host("client", 0)
+            self.zookeeper = _NamespacedZooKeeper(self.bed, self.base_dir / "zk")
+            self.zookeeper.start()
+            self.metadata_service_uri = f"zk+hierarchical://{self.zookeeper.connect_string}{ROOT}"
+            self.call_in_router(lambda: init_new_cluster(self.control, ROOT))
+            names = dict(bookie_names or {})
+            total = racks * bookies_per_rack
+            if java_bookies:
+                ensure_jars(DEFAULT_BK_VERSION, need_tools=False)
+            for rack in range(1, racks + 1):
+                for _ in range(bookies_per_rack):
+                    n = len(self.bookies)
+                    host = f"bookie{n}"
+                    address = self.bed.add_host(host, rack).address
+                    if n >= total - java_bookies:
+                        self._add_java_bookie(host, address, names.get(n, f"{address}:{BOOKIE_PORT}"), journal_sync_data)
+                        continue
+                    overrides = {
+                        "advertisedAddress": address,
+                        "bindAddress": address,
+                        "httpServerHost": address,
+                        "httpServerPort": 8080,
+                        **(conf_overrides or {}),
+                    }
+                    bookie = PythonBookie(
+                        host,
+                        self.base_dir,
+                        self.metadata_service_uri,
+                        bookie_id=names.get(n, f"{address}:{BOOKIE_PORT}"),
+                        port=BOOKIE_PORT,
+                        journal_sync_data=journal_sync_data,
+                        conf_overrides=overrides,
+                    )
+                    bookie.process = self.bed.process(
+                        host, f"pybookie-{host}", [], cwd=REPO_ROOT, log_dir=bookie.dir / "logs"
+                    )
+                    self.bookies.append(bookie)
+                    self.hosts.append(host)
+            self.topology_script = self._write_topology_script()
+            for i in range(len(self.bookies)):
+                self.bookies[i].launch()
+            for i in range(len(self.bookies)):
+                self.wait_registered(i)
+        except BaseException:
+            self.close()
+            raise
+
+    def _add_java_bookie(self, host: str, address: str, bookie_id: str, journal_sync_data: bool) -> None:
+        """Apache BookKeeper's bookie on ``host`` (it listens on every interface of its namespace: only ``eth0``)."""
+        bookie = JavaBookie(
+            version=DEFAULT_BK_VERSION,
+            base_dir=self.base_dir / host,
+            metadata_service_uri=self.metadata_service_uri,
+            port=BOOKIE_PORT,
+            bookie_id=bookie_id,
+            journal_sync_data=journal_sync_data,
+            conf_overrides={"advertisedAddress": address, "allowLoopback": False},
+        )
+        bookie.base_dir.mkdir(parents=True, exist_ok=True)
+        bookie.process = self.bed.process(
+            host, f"bookie-{host}", [], cwd=bookie.base_dir, log_dir=bookie.base_dir, extra_logs=[bookie.log_file]
+        )
+        self.bookies.append(bookie)
+        self.hosts.append(host)
+
+    # -- the harness's own view (from the router) -----------------------------------------------------------------
+
+    def call_in_router(self, fn: Callable[[], T]) -> T:
+        return self.bed.call_in(None, fn)
+
+    @property
+    def control(self) -> KazooClient:
+        """A kazoo client of the harness, in the router namespace (opened on first use)."""
+        if self._control is None:
+
+            def connect() -> KazooClient:
+                zk = KazooClient(hosts=self.zookeeper.connect_string, timeout=15.0)
+                zk.start(timeout=60)
+                return zk
+
+            self._control = self.call_in_router(connect)
+        return self._control
+
+    def registered(self) -> list[str]:
+        """The writable bookies' ids registered in ZooKeeper."""
+        return sorted(
+            c for c in self.call_in_router(lambda: self.control.get_children(f"{ROOT}/available")) if c != "readonly"
+        )
+
+    def wait_registered(self, i: int, timeout: float = 120.0) -> None:
+        bookie = self.bookies[i]
+        address = self.bed.address_of(self.hosts[i])
+        wait_until(
+            lambda: self.bed.reachable(address, BOOKIE_PORT)
+            and self.call_in_router(lambda: self.control.exists(f"{ROOT}/available/{bookie.bookie_id}")) is not None,
+            timeout,
+            f"bookie {bookie.bookie_id} on {address} to listen and register\n{bookie.log_tail(30)}",
+        )
+
+    def _write_topology_script(self) -> Path:
+        """The operator's DNS-to-switch script: a bookie's address (or BP-41 name) in, its rack out."""
+        cases = []
+        for bookie, host in zip(self.bookies, self.hosts):
+            h = self.bed.hosts[host]
+            cases.append(f"    {shlex.quote(h.address)}|{shlex.quote(bookie.bookie_id.rsplit(':', 1)[0])}) echo {h.rack_name} ;;")
+        text = "#!/bin/sh\nfor host in \"$@\"; do\n  case \"$host\" in\n" + "\n".join(cases) + "\n    *) echo /default-rack ;;\n  esac\ndone\n"
+        path = self.base_dir / "topology.sh"
+        path.write_text(text)
+        path.chmod(0o755)
+        return path
+
+    def rewrite_topology_script(self) -> None:
+        """After a host moved (BP-41): the script maps its new address too."""
+        self._write_topology_script()
+
+    # -- the client -------------------------------------------------------------------------------------------------
+
+    def client_conf(self, **overrides: Any) -> dict[str, Any]:
+        return {
+            "ensemblePlacementPolicy": "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy",
+            "networkTopologyScriptFileName": str(self.topology_script),
+            "zkTimeout": 60,
+            **overrides,
+        }
+
+    def client(self, **conf: Any) -> BookKeeper:
+        """A client built in the client host's namespace (its connections and threads stay there)."""
+        merged = self.client_conf(**conf)
+        return self.bed.call_in("client", lambda: BookKeeper(self.metadata_service_uri, conf=merged))
+
+    # -- bookies ----------------------------------------------------------------------------------------------------
+
+    def index_of(self, bookie_id: str) -> int:
+        return [b.bookie_id for b in self.bookies].index(bookie_id)
+
+    def host_of(self, bookie_id: str) -> str:
+        return self.hosts[self.index_of(bookie_id)]
+
+    def move_bookie(self, i: int, address: str) -> None:
+        """Stop Python bookie ``i``, give its host ``address``, start it there under the same BookieId (BP-41)."""
+        bookie = self.bookies[i]
+        assert isinstance(bookie, PythonBookie), "only Python bookies move"
+        assert bookie.process is not None
+        bookie.process.terminate(30)
+        self.bed.move(self.hosts[i], address)
+        for key in ("advertisedAddress", "bindAddress", "httpServerHost"):
+            bookie.values[key] = address
+        bookie.write_conf()
+        self.rewrite_topology_script()
+        bookie.launch()
+        self.wait_registered(i)
+
+    def close(self) -> None:
+        if self._control is not None:
+            try:
+                self._control.stop()
+                self._control.close()
+            except Exception:  # noqa: BLE001 - tear-down goes on
+                pass
+        for bookie in self.bookies:
+            if bookie.process is not None:
+                bookie.process.kill()
+        if getattr(self, "zookeeper", None) is not None:
+            self.zookeeper.kill()
+        self.bed.close()
+
+    def __enter__(self) -> "NetnsCluster":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def log_tails(self, lines: int = 20) -> str:
+        return "\n".join(f"--- {b.bookie_id}\n{b.log_tail(lines)}" for b in self.bookies)
+
+
+def ids(cluster: NetnsCluster, indexes: Sequence[int]) -> list[str]:
+    return [cluster.bookies[i].bookie_id for i in indexes]

@@ -1,0 +1,192 @@
+"""Real disks that fill up or fail (docs/reliability.md, "Real disks"). Needs root (mount, losetup).
+
+* A bookie's ledger directory on a small tmpfs: not a file-size limit (tests/integration/test_bookie_disk_faults.py)
+  but a file system with no room left, as the kernel reports it (ENOSPC, ``statvfs``). The bookie must turn
+  read-only (its registration moves to ``available/readonly``), the writer move its ledger to other bookies, and
+  every entry stay readable.
+* A bookie's ledger directory on btrfs on a loop device, one data block of its entry log then overwritten on the
+  device: btrfs' data checksum fails and the kernel answers the bookie's read with EIO (the device-mapper ``error``
+  and ``flakey`` targets do the same where the kernel has device-mapper; this one does not). The bookie answers
+  EIO, the client reads the entry from the other replica.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bkspark.client import BookKeeper
+from tests.campaign.history import History, check
+from tests.harness.deadline import GENEROUS
+from tests.harness.netns import wait_until
+from bkspark.protocol import v2
+from tests.harness.python_bookie import PythonBookieCluster, RawBookieConnection
+from tests.harness.zookeeper import ZkRoot
+
+pytestmark = [pytest.mark.integration, pytest.mark.fault]
+
+#: The tmpfs: room for a few checkpoints of the entries below, not for all of them.
+TMPFS_BYTES = 3 << 20
+ENTRY = 32 << 10
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("a real full disk needs root (mount -t tmpfs); this process is not root")
+    mount_point = tmp_path / "small-disk"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(mount_point)], check=True)
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_a_bookie_whose_ledger_disk_fills_up_turns_read_only_and_the_writer_moves_on(
+    zk_root: ZkRoot, tmp_path: Path, small_disk: Path
+) -> None:
+    cluster = PythonBookieCluster(
+        zk_root.metadata_service_uri,
+        tmp_path / "bookies",
+        bookies=4,
+        journal_sync_data=False,
+        conf_overrides={"diskCheckInterval": 200, "flushInterval": 200, "diskUsageThreshold": 0.9,
+                        "diskUsageLwmThreshold": 0.8},
+    )
+    full = cluster.bookies[0]
+    full.values["ledgerDirectories"] = str(small_disk / "ledgers")
+    full.write_conf()
+    history = History()
+    with cluster:
+        cluster.start_all()
+        with BookKeeper(zk_root.metadata_service_uri, addEntryTimeoutSec=5) as bk:
+            lh = bk.create_ledger(3, 3, 2)  # every entry goes to the small disk while it takes them
+            while full.bookie_id not in lh.metadata.last_ensemble:  # placement is random: until it is in
+                lh.close()
+                lh = bk.create_ledger(3, 3, 2)
+            lid = lh.ledger_id
+            acked = 0
+            for i in range(400):
+                payload = b"%06d" % i + os.urandom(ENTRY)
+                history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
+                try:
+                    entry = lh.append(payload)
+                except Exception:  # noqa: BLE001 - outcome unknown
+                    history.log(f"add-{i}", "info", "add", lid)
+                    break
+                history.log(f"add-{i}", "ok", "add", lid, entry)
+                acked += 1
+                if full.bookie_id not in lh.metadata.last_ensemble:
+                    break
+            # The full bookie went read-only and the writer replaced it; writes go on without it.
+            wait_until(lambda: full.bookie_id in cluster.registered(readonly=True), GENEROUS,
+                       f"the full bookie to register read-only\n{full.log_tail(20)}")
+            assert full.bookie_id not in lh.metadata.last_ensemble, lh.metadata.ensembles
+            for i in range(400, 420):
+                payload = b"%06d" % i + os.urandom(ENTRY)
+                history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
+                history.log(f"add-{i}", "ok", "add", lid, lh.append(payload))
+            lh.close()
+            md = bk.get_ledger_metadata(lid)
+            assert len(md.ensembles) >= 2 and full.bookie_id in md.ensembles[0]
+        assert full.is_alive  # a full disk stops nothing
+        # Reads go on: every entry, those whose only other replica sits on the full bookie included.
+        with BookKeeper(zk_root.metadata_service_uri) as bk:
+            rh = bk.open_ledger(lid)
+            entries = {e.entry_id: bytes(e.payload) for e in rh.read(0, rh.last_add_confirmed)}
+        history.log("reader", "ok", "read", lid, {"entries": entries, "last": rh.last_add_confirmed, "after_close": True})
+        assert check(history) == []
+        assert acked >= 1 and len(entries) == rh.last_add_confirmed + 1
+
+
+@pytest.fixture
+def btrfs_disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A 128 MiB btrfs on a loop device over a sparse file: ``(mount point, backing file)``."""
+    if os.geteuid() != 0:
+        pytest.skip("a disk that returns EIO needs root (losetup, mount); this process is not root")
+    if shutil.which("mkfs.btrfs") is None:
+        pytest.skip("mkfs.btrfs is missing (make setup installs btrfs-progs)")
+    image = tmp_path / "disk.img"
+    with open(image, "wb") as f:
+        f.truncate(128 << 20)
+    device = subprocess.run(["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True).stdout.strip()
+    mount_point = tmp_path / "btrfs"
+    mount_point.mkdir()
+    try:
+        subprocess.run(["mkfs.btrfs", "-q", "-f", "-m", "single", "-d", "single", device], check=True, capture_output=True)
+        subprocess.run(["mount", device, str(mount_point)], check=True, capture_output=True)  # data checksums on
+        yield mount_point, image
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False, capture_output=True)
+        subprocess.run(["losetup", "-d", device], check=False, capture_output=True)
+
+
+def _corrupt_on_the_device(image: Path, needle: bytes) -> int:
+    """Flip one byte of the first copy of ``needle`` in the device's backing file; its offset."""
+    with open(image, "r+b") as f:
+        data = f.read()
+        at = data.find(needle)
+        assert at >= 0, "the entry is not on the device yet"
+        f.seek(at + len(needle) // 2)
+        f.write(bytes([data[at + len(needle) // 2] ^ 0xFF]))
+        f.flush()
+        os.fsync(f.fileno())
+    return at
+
+
+def test_a_read_the_kernel_fails_with_eio_is_healed_from_the_other_replica(
+    zk_root: ZkRoot, tmp_path: Path, btrfs_disk: tuple[Path, Path]
+) -> None:
+    mount_point, image = btrfs_disk
+    cluster = PythonBookieCluster(
+        zk_root.metadata_service_uri, tmp_path / "bookies", bookies=3, journal_sync_data=False,
+        conf_overrides={"flushInterval": 200},
+    )
+    broken = cluster.bookies[0]
+    broken.values["ledgerDirectories"] = str(mount_point / "ledgers")
+    broken.write_conf()
+    history = History()
+    payloads = [b"entry-%03d:" % i + os.urandom(4096) for i in range(20)]
+    with cluster:
+        cluster.start_all()
+        with BookKeeper(zk_root.metadata_service_uri) as bk:
+            lh = bk.create_ledger(3, 2, 2)
+            while broken.bookie_id not in lh.metadata.last_ensemble:
+                lh.close()
+                lh = bk.create_ledger(3, 2, 2)
+            lid = lh.ledger_id
+            for i, payload in enumerate(payloads):
+                history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
+                history.log(f"add-{i}", "ok", "add", lid, lh.append(payload))
+            lh.close()
+            ensemble = list(lh.metadata.last_ensemble)
+        index = ensemble.index(broken.bookie_id)
+        # An entry the broken bookie holds (its write set: entries e with e % 3 in {index, index - 1}).
+        victim = next(e for e in range(20) if index in (e % 3, (e + 1) % 3))
+        # Wait for a checkpoint to move it from the write cache into the entry log, then onto the device.
+        wait_until(lambda: broken.entry_log_bytes() > 20_000, GENEROUS, "a checkpoint of the broken bookie")
+        subprocess.run(["sync", "-f", str(mount_point)], check=True)
+        time.sleep(0.5)
+        subprocess.run(["sync", "-f", str(mount_point)], check=True)
+        _corrupt_on_the_device(image, payloads[victim][:1024])
+        for log_file in broken.entry_logs():  # forget the file's pages: the next read goes to the device
+            fd = os.open(log_file, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+        with RawBookieConnection(broken.port) as conn:
+            assert conn.call_v2(v2.encode_read_request(lid, victim)).rc == v2.EIO  # the kernel's EIO, passed on
+        assert broken.is_alive
+        with BookKeeper(zk_root.metadata_service_uri) as bk:
+            rh = bk.open_ledger(lid)
+            entries = {e.entry_id: bytes(e.payload) for e in rh.read(0, rh.last_add_confirmed)}
+        history.log("reader", "ok", "read", lid, {"entries": entries, "last": rh.last_add_confirmed, "after_close": True})
+        assert entries[victim] == payloads[victim] and check(history) == []

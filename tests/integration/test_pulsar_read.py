@@ -1,0 +1,430 @@
+"""``spark.read`` of Pulsar topics straight from the bookies, checked message for message against Pulsar's own
+Reader through a real Apache Pulsar 4.0.7 broker (tests/harness/pulsar.py, one per module): batching on and off,
+every codec, keys and properties, a topic over several ledgers, a partitioned topic, ``topics`` and
+``topicsPattern``, a topic still being produced to, retention deleting ledgers (``failOnDataLoss`` both ways), and
+the whole ZooKeeper tree unchanged by a scan (docs/pulsar.md)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.pulsar import PulsarStandalone, reader_messages
+
+pytestmark = [pytest.mark.integration]
+
+CODECS = ("NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY")
+NS = "persistent://public/default"
+
+
+@pytest.fixture(scope="module")
+def pulsar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulsarStandalone]:
+    broker = PulsarStandalone(tmp_path_factory.mktemp("pulsar"), max_entries_per_ledger=20,
+                              conf={"maxMessageSize": 65536})
+    broker.start()
+    try:
+        yield broker
+    finally:
+        _drop_cached_client(broker)
+        broker.stop()
+
+
+def _drop_cached_client(broker: PulsarStandalone) -> None:
+    """Close this process's cached client of the module's reads while its ZooKeeper still runs."""
+    from bkspark.datasource.clients import evict_client
+    from bkspark.datasource.pulsar_options import parse_pulsar_read_options
+    from bkspark.datasource.pulsar_reader import client_settings
+
+    options = parse_pulsar_read_options({"metadataServiceUri": broker.metadata_service_uri, "topic": "t"})
+    evict_client(options.metadata_service_uri, client_settings(options))
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    """A local[2,2] SparkSession (UTC) whose Python workers run this venv's interpreter."""
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2,2]").appName("bkspark-pulsar-tests")
+        .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g").config("spark.python.worker.reuse", "true").getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def produce(pulsar: PulsarStandalone, topic: str, count: int, *, batching: bool = False, codec: str = "NONE",
+            start: int = 0) -> None:
+    """``count`` messages with keys, properties and event times on most of them."""
+    import pulsar as pulsar_client
+
+    client = pulsar_client.Client(pulsar.service_url)
+    try:
+        producer = client.create_producer(
+            topic, batching_enabled=batching, batching_max_publish_delay_ms=20,
+            compression_type=pulsar_client.CompressionType(CODECS.index(codec)),
+        )
+        for i in range(start, start + count):
+            kwargs: dict[str, Any] = {}
+            if i % 3:
+                kwargs["properties"] = {"i": str(i), "parity": "odd" if i % 2 else "even"}
+            if i % 2 == 0:
+                kwargs["partition_key"] = f"key-{i % 7}"
+            if i % 4 == 1:
+                kwargs["event_timestamp"] = 1_700_000_000_000 + i
+            producer.send_async(f"value {i} ".encode() * (1 + i % 5), lambda result, msg_id: None, **kwargs)
+        producer.flush()
+        producer.close()
+    finally:
+        client.close()
+
+
+def read(spark: Any, pulsar: PulsarStandalone, **options: str) -> list[dict[str, Any]]:
+    reader = spark.read.format("bookkeeper").option("metadataServiceUri", pulsar.metadata_service_uri)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    df = reader.load().selectExpr("*", "unix_millis(__publishTime) AS pt", "unix_millis(__eventTime) AS et")
+    return [row.asDict() for row in df.collect()]
+
+
+def assert_rows_equal_reader(rows: list[dict[str, Any]], oracle: list[dict[str, Any]]) -> None:
+    """Same messages, each topic (partition) in the Reader's order: value, key, properties, times, message id."""
+    def by_topic(items: list[dict[str, Any]], topic_key: str) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for item in items:
+            out.setdefault(item[topic_key], []).append(item)
+        return out
+
+    got, want = by_topic(rows, "__topic"), by_topic(oracle, "topic")
+    assert sorted(got) == sorted(want)
+    for topic, messages in want.items():
+        assert len(got[topic]) == len(messages), topic
+        for row, message in zip(got[topic], messages):
+            assert row["value"] == message["value"]
+            assert row["__key"] == message["key"]
+            assert dict(row["__messageProperties"] or {}) == message["properties"]
+            assert row["pt"] == message["publish_time"]
+            assert (row["et"] or 0) == message["event_time"]
+            assert (row["__ledgerId"], row["__entryId"], row["__batchIndex"], row["__partition"]) == (
+                message["ledger"], message["entry"], message["batch_index"], message["partition"])
+            assert row["__messageId"] == message["message_id"]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("batching", [True, False], ids=["batched", "unbatched"])
+def test_every_codec_batched_or_not_equals_the_reader(spark: Any, pulsar: PulsarStandalone, codec: str,
+                                                      batching: bool) -> None:
+    topic = f"{NS}/codec-{codec.lower()}-{'b' if batching else 'u'}"
+    produce(pulsar, topic, 45 if batching else 12, batching=batching, codec=codec)
+    oracle = reader_messages(pulsar.service_url, topic)
+    rows = read(spark, pulsar, topic=topic)
+    assert_rows_equal_reader(rows, oracle)
+    if batching:
+        assert any(r["__batchIndex"] > 0 for r in rows)
+    assert len({r["__producerName"] for r in rows}) == 1 and rows[0]["__producerName"]  # one producer, named
+
+
+def test_topic_over_several_ledgers_split_and_packed(spark: Any, pulsar: PulsarStandalone) -> None:
+    from bkspark.pulsar.topics import TopicResolver, parse_topic_name, pulsar_root_of
+
+    topic = f"{NS}/many-ledgers"
+    produce(pulsar, topic, 130)
+    zk = pulsar.zookeeper.client()
+    try:
+        resolver = TopicResolver(zk, pulsar_root_of("/ledgers"))
+        (part,) = resolver.partitions(parse_topic_name(topic))
+        ledgers = resolver.ledgers(part)
+    finally:
+        zk.stop()
+        zk.close()
+    assert ledgers is not None and len(ledgers) >= 6  # 20 entries per ledger
+    oracle = reader_messages(pulsar.service_url, topic)
+    assert len({m["ledger"] for m in oracle}) >= 6
+    for options in ({}, {"maxEntriesPerPartition": "7"}, {"minPartitions": "5"}, {"maxPartitions": "1"}):
+        assert_rows_equal_reader(read(spark, pulsar, topic=topic, **options), oracle)
+
+
+def test_partitioned_topic_topics_and_pattern(spark: Any, pulsar: PulsarStandalone) -> None:
+    topic = f"{NS}/parted"
+    pulsar.admin("PUT", "/admin/v2/persistent/public/default/parted/partitions", 3)
+    produce(pulsar, topic, 60, batching=True, codec="LZ4")
+    oracle = reader_messages(pulsar.service_url, topic)
+    assert {m["partition"] for m in oracle} == {0, 1, 2}
+    rows = read(spark, pulsar, topic=topic)
+    assert_rows_equal_reader(rows, oracle)
+    assert {r["__topic"] for r in rows} == {f"{topic}-partition-{i}" for i in range(3)}
+    other = f"{NS}/parted-other"
+    produce(pulsar, other, 5)
+    both = oracle + reader_messages(pulsar.service_url, other)
+    assert_rows_equal_reader(read(spark, pulsar, topics=f"{topic}, {other}"), both)
+    assert_rows_equal_reader(read(spark, pulsar, topicsPattern=f"{NS}/parted.*"), both)
+    assert_rows_equal_reader(read(spark, pulsar, topicsPattern=f"{NS}/parted"), oracle)
+
+
+def test_missing_topic_and_bad_options_fail_clearly(spark: Any, pulsar: PulsarStandalone) -> None:
+    with pytest.raises(Exception, match="BOOKKEEPER_PULSAR_TOPIC_NOT_FOUND"):
+        read(spark, pulsar, topic=f"{NS}/never-written")
+    with pytest.raises(Exception, match="only persistent topics"):
+        read(spark, pulsar, topic="non-persistent://public/default/x")
+    with pytest.raises(Exception, match="BOOKKEEPER_PULSAR_METADATA_STORE"):
+        spark.read.format("bookkeeper").option("metadataServiceUri", "metadata-store:oxia:127.0.0.1:6648").option(
+            "topic", f"{NS}/x").load()
+    with pytest.raises(Exception, match="BOOKKEEPER_CONFLICTING_OPTIONS"):
+        read(spark, pulsar, topic=f"{NS}/a", topicsPattern=f"{NS}/.*")
+
+
+def _tree(zk: Any, path: str = "/") -> dict[str, bytes]:
+    data, _ = zk.get(path)
+    out = {path: data}
+    for child in zk.get_children(path):
+        out.update(_tree(zk, path.rstrip("/") + "/" + child))
+    return out
+
+
+def test_a_scan_writes_nothing_to_pulsars_zookeeper(spark: Any, pulsar: PulsarStandalone) -> None:
+    """The whole tree (paths and data) is the same before and after a scan through fresh clients (Pulsar writes
+    no /ledgers/LAYOUT; a BookKeeper client would create one); the idle broker writes nothing meanwhile."""
+    topic = f"{NS}/untouched"
+    produce(pulsar, topic, 30, batching=True, codec="ZSTD")
+    _drop_cached_client(pulsar)  # this process's planner opens a new client during the scan
+    zk = pulsar.zookeeper.client()
+    try:
+        before = _tree(zk)
+        assert "/ledgers/LAYOUT" not in before and any(p.startswith("/managed-ledgers/") for p in before)
+        rows = read(spark, pulsar, topic=topic)
+        after = _tree(zk)
+    finally:
+        zk.stop()
+        zk.close()
+    assert len(rows) == 30
+    assert sorted(after) == sorted(before)
+    assert [p for p in before if before[p] != after[p]] == []
+
+
+def test_a_topic_still_being_produced_to(spark: Any, pulsar: PulsarStandalone) -> None:
+    """A scan of a topic the broker is writing returns a prefix of what the Reader gives, and the producer goes
+    on (no ledger is fenced or recovered): its sends after the scan succeed in the same managed ledger."""
+    import pulsar as pulsar_client
+
+    topic = f"{NS}/live"
+    client = pulsar_client.Client(pulsar.service_url)
+    producer = client.create_producer(topic, batching_enabled=False)
+    sent: list[Any] = []
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def keep_producing() -> None:
+        i = 0
+        while not stop.is_set():
+            try:
+                sent.append(producer.send(f"live {i}".encode(), properties={"i": str(i)}))
+            except BaseException as exc:  # noqa: BLE001 - the assertion below reports it
+                errors.append(exc)
+                return
+            i += 1
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=keep_producing, name="test-producer", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(sent) < 100 and time.monotonic() < deadline and not errors:
+            time.sleep(0.05)
+        rows = read(spark, pulsar, topic=topic)
+        at_scan_end = len(sent)
+        deadline = time.monotonic() + 60
+        while len(sent) < at_scan_end + 50 and time.monotonic() < deadline and not errors:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(30)
+        producer.close()
+        client.close()
+    assert errors == []
+    assert len(sent) >= at_scan_end + 50  # the producer kept going after the scan
+    # and no ledger was fenced: a fenced ledger is closed early, and the broker rolls to a new one, so every closed
+    # ledger holds exactly managedLedgerMaxEntriesPerLedger entries (the sends are one at a time)
+    from bkspark.pulsar.topics import TopicResolver, parse_topic_name, pulsar_root_of
+
+    zk = pulsar.zookeeper.client()
+    try:
+        resolver = TopicResolver(zk, pulsar_root_of("/ledgers"))
+        ledgers = resolver.ledgers(resolver.partitions(parse_topic_name(topic))[0]) or []
+    finally:
+        zk.stop()
+        zk.close()
+    closed = [ledger.entries for ledger in ledgers if ledger.entries is not None]
+    assert len(closed) >= 5 and set(closed) == {pulsar.max_entries_per_ledger}
+    assert 100 <= len(rows) <= at_scan_end
+    oracle = reader_messages(pulsar.service_url, topic)
+    assert len(oracle) == len(sent)
+    assert_rows_equal_reader(rows, oracle[: len(rows)])
+
+
+def _plan_then_read(pulsar: PulsarStandalone, topic: str, between: Any, **options: str) -> list[Any]:
+    """What an executor reads of a plan made before ``between()`` ran (the reader's own planning and read code,
+    without Spark between them)."""
+    from bkspark.datasource.pulsar_options import parse_pulsar_read_options
+    from bkspark.datasource.pulsar_reader import PulsarReader
+
+    reader = PulsarReader(parse_pulsar_read_options(
+        {"metadataServiceUri": pulsar.metadata_service_uri, "topic": topic, **options}))
+    plan = reader.partitions()
+    between()
+    return [batch for partition in plan for batch in reader.read(partition)]
+
+
+def test_retention_deleting_the_oldest_ledgers(spark: Any, pulsar: PulsarStandalone) -> None:
+    """Ledgers retention deletes after planning are data loss: a clear error naming topic and ledger by default,
+    skipped with failOnDataLoss=false; a scan after the deletion reads what the Reader still gives."""
+    from bkspark.pulsar.errors import PulsarDataLossError
+
+    pulsar.admin("PUT", "/admin/v2/namespaces/public/short", {})
+    topic = "persistent://public/short/trimmed"
+    produce(pulsar, topic, 70)
+    before = reader_messages(pulsar.service_url, topic)
+    first_ledger = before[0]["ledger"]
+
+    def trim() -> None:
+        pulsar.admin("POST", "/admin/v2/namespaces/public/short/retention",
+                     {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0})
+        deadline = time.monotonic() + 60
+        while reader_messages(pulsar.service_url, topic)[0]["ledger"] == first_ledger:
+            assert time.monotonic() < deadline, "retention did not delete the oldest ledger"
+            pulsar.admin("POST", "/admin/v2/persistent/public/short/trimmed/trim")
+            time.sleep(0.5)
+
+    with pytest.raises(PulsarDataLossError, match=f"ledger {first_ledger} of topic {topic}"):
+        _plan_then_read(pulsar, topic, trim)
+    after = reader_messages(pulsar.service_url, topic)
+    assert 0 < len(after) < len(before)
+    kept = [b for batch in _plan_then_read(pulsar, topic, lambda: None, failOnDataLoss="false")
+            for b in batch.to_pylist()]
+    assert [r["value"] for r in kept] == [m["value"] for m in after]
+    assert_rows_equal_reader(read(spark, pulsar, topic=topic), after)
+
+
+def test_chunked_messages_are_put_back_together(spark: Any, pulsar: PulsarStandalone) -> None:
+    """A message larger than the broker's maxMessageSize (64 KiB here) is written as chunks, one entry each; the
+    scan returns it whole with the Reader's message id, also when the plan cuts between its chunks (the slice
+    holding its first chunk reads on for the rest, the next slice skips them)."""
+    import random
+
+    import pulsar as pulsar_client
+
+    topic = f"{NS}/chunked"
+    rng = random.Random(43)
+    client = pulsar_client.Client(pulsar.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False, chunking_enabled=True,
+                                          compression_type=pulsar_client.CompressionType.LZ4)
+        producer.send(b"before")
+        for size in (150_000, 70_000):
+            producer.send(rng.randbytes(size), properties={"size": str(size)}, partition_key=f"big-{size}")
+        producer.send(b"after")
+        producer.close()
+    finally:
+        client.close()
+    oracle = reader_messages(pulsar.service_url, topic)
+    assert [len(m["value"]) for m in oracle] == [6, 150_000, 70_000, 5]
+    for options in ({}, {"maxEntriesPerPartition": "2"}, {"maxEntriesPerPartition": "1"}):
+        assert_rows_equal_reader(read(spark, pulsar, topic=topic, **options), oracle)
+
+
+def test_publish_time_filters_prune_ledgers_closed_before_them(spark: Any, pulsar: PulsarStandalone) -> None:
+    """``__publishTime >= X`` with Spark's pushdown on skips the ledgers closed more than publishTimeSkewMs before
+    X; the rows are those the Reader gives with that publish time, pushdown on or off."""
+    import datetime
+
+    import pulsar as pulsar_client
+    from pyspark.sql.datasource import GreaterThanOrEqual
+
+    from bkspark.datasource.planning import partition_slices
+    from bkspark.datasource.pulsar_options import parse_pulsar_read_options
+    from bkspark.datasource.pulsar_reader import PulsarPushdownReader
+
+    topic = f"{NS}/by-time"
+    client = pulsar_client.Client(pulsar.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(50):  # one at a time: each is published after the one before is stored
+            producer.send(f"t{i}".encode())
+        producer.close()
+    finally:
+        client.close()
+    oracle = reader_messages(pulsar.service_url, topic)
+    ledgers = sorted({m["ledger"] for m in oracle})
+    assert len(ledgers) >= 3
+    since = next(m["publish_time"] for m in oracle if m["ledger"] == ledgers[2])
+    wanted = [m for m in oracle if m["publish_time"] >= since]
+    reader = PulsarPushdownReader(parse_pulsar_read_options(
+        {"metadataServiceUri": pulsar.metadata_service_uri, "topic": topic, "publishTimeSkewMs": "0"}))
+    filters = [GreaterThanOrEqual(("__publishTime",), datetime.datetime.fromtimestamp(since / 1000, datetime.UTC))]
+    assert list(reader.pushFilters(filters)) == filters  # Spark still filters the rows
+    planned = {s.ledger_id for p in reader.partitions() for s in partition_slices(p)}
+    assert ledgers[0] not in planned and ledgers[2] in planned
+    when = datetime.datetime.fromtimestamp(since / 1000, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    for pushdown in ("true", "false"):
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", pushdown)
+        try:
+            df = (spark.read.format("bookkeeper").option("metadataServiceUri", pulsar.metadata_service_uri)
+                  .option("topic", topic).option("publishTimeSkewMs", "0").load()
+                  .where(f"__publishTime >= timestamp'{when}'")
+                  .selectExpr("*", "unix_millis(__publishTime) AS pt", "unix_millis(__eventTime) AS et"))
+            assert_rows_equal_reader([r.asDict() for r in df.collect()], wanted)
+        finally:
+            spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+
+def test_starting_and_ending_offsets(spark: Any, pulsar: PulsarStandalone) -> None:
+    """startingOffsets (inclusive) and endingOffsets (exclusive) as message ids in StreamNative's JSON (the bytes of
+    MessageId.toByteArray()), inside batches and across ledgers; earliest/latest read everything."""
+    import json
+
+    topic = f"{NS}/offsets"
+    produce(pulsar, topic, 30)
+    produce(pulsar, topic, 60, batching=True, codec="ZSTD", start=30)
+    oracle = reader_messages(pulsar.service_url, topic)
+    assert len({m["ledger"] for m in oracle}) >= 2 and any(m["batch_index"] > 0 for m in oracle)
+    batched = [i for i, m in enumerate(oracle) if m["batch_index"] > 0]
+    first, last = 7, batched[len(batched) // 2]
+
+    def ids(message: dict[str, Any]) -> str:
+        return json.dumps({topic: list(message["message_id"])})
+
+    assert_rows_equal_reader(
+        read(spark, pulsar, topic=topic, startingOffsets=ids(oracle[first]), endingOffsets=ids(oracle[last])),
+        oracle[first:last])
+    signed = json.dumps({topic: [b - 256 if b > 127 else b for b in oracle[batched[0]]["message_id"]]})
+    assert_rows_equal_reader(read(spark, pulsar, topic=topic, startingOffsets=signed), oracle[batched[0]:])
+    assert_rows_equal_reader(
+        read(spark, pulsar, topic=topic, startingOffsets="earliest", endingOffsets="latest"), oracle)
+    with pytest.raises(Exception, match="startingOffsets"):
+        read(spark, pulsar, topic=topic, startingOffsets="latest")
+
+
+def test_the_readmes_pulsar_example_reads_a_topic(spark: Any, pulsar: PulsarStandalone) -> None:
+    """README.md's Pulsar example, taken from the README, run against this broker (its URI and topic swapped in)."""
+    from tests.integration.test_readme import README, pulsar_blocks
+
+    (block,) = pulsar_blocks(README.read_text())
+    topic = f"{NS}/readme-events"
+    produce(pulsar, topic, 25, batching=True, codec="LZ4")
+    code = block.replace('"zk:127.0.0.1:2181"', repr(pulsar.metadata_service_uri))
+    code = code.replace('"persistent://public/default/events"', repr(topic))
+    assert pulsar.metadata_service_uri in code and topic in code, "the README's URI or topic changed: update this test"
+    namespace: dict[str, Any] = {"spark": spark}
+    exec(compile(code, "README.md Pulsar example", "exec"), namespace)  # noqa: S102 - the README's own example
+    df = namespace["df"].selectExpr("*", "unix_millis(__publishTime) AS pt", "unix_millis(__eventTime) AS et")
+    assert_rows_equal_reader([row.asDict() for row in df.collect()], reader_messages(pulsar.service_url, topic))
