@@ -24,9 +24,9 @@ from typing import Any, NoReturn
 from kazoo.exceptions import KazooException
 
 from bkspark import __version__
-from bkspark.errors import BKError, InvalidOptionError
+from bkspark.errors import BKError, InvalidOptionError, one_line
 
-__all__ = ["main", "build_parser", "one_line", "REGISTRARS"]
+__all__ = ["main", "build_parser", "REGISTRARS"]
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
@@ -153,11 +153,6 @@ def _prog(args: argparse.Namespace | None) -> str:
         return "bkspark"
     parts = ["bkspark", getattr(args, "command", None), getattr(args, "shell_command", None)]
     return " ".join(p for p in parts if p)
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception's message on one line (a command's errors are one line on stderr)."""
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:

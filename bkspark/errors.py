@@ -64,6 +64,7 @@ __all__ = [
     "CookieMismatchError",
     "CorruptJournalError",
     "InvalidOptionError",
+    "MisspelledSecurityKeyError",
     "InvalidTopologyError",
     "ClientClosedError",
     "LocalClusterError",
@@ -78,6 +79,7 @@ __all__ = [
     "is_retriable",
     "ends_writes",
     "invalidates_client",
+    "one_line",
 ]
 
 
@@ -353,6 +355,22 @@ class InvalidOptionError(BKError, ValueError):
     code = -999
 
 
+class MisspelledSecurityKeyError(InvalidOptionError):
+    """An unknown configuration key one edit away from a security key: refused, since ignoring it would run the
+    job without the TLS or authentication its author asked for (docs/security.md, "Nothing silently ignored").
+
+    ``key`` is the key as given, ``meant`` the security key it probably names.
+    """
+
+    def __init__(self, key: str, meant: str, role: str = "client") -> None:
+        super().__init__(
+            f"unknown {role} configuration key {key!r} looks like the security key {meant!r} misspelled: "
+            "refused, so that TLS or authentication is not silently left off (correct the key)",
+        )
+        self.key = key
+        self.meant = meant
+
+
 class InvalidTopologyError(BKError, ValueError):
     """A network location is malformed or at another depth than the topology's leaves."""
 
@@ -408,3 +426,8 @@ def invalidates_client(error: BaseException) -> bool:
 
 class CorruptJournalError(BKError):
     """A bookie journal holds a damaged record that is not a torn tail: replaying past it would lose data."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (a command's errors are one line on stderr): for the CLI and the bookie."""
+    return " ".join(str(exc).split()) or type(exc).__name__

@@ -22,8 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from bkspark.cli import one_line
-from bkspark.errors import BKError
+from bkspark.errors import BKError, one_line
 
 from bookie_server.app import run
 from bookie_server.config import load_conf

@@ -25,13 +25,12 @@ import socket
 import time
 from typing import Any
 
+from bkspark.config.secrets import read_password_file
+from bkspark.config.typed import lookup
 from bkspark.confkeys import BOOKIE_KEYS, check_keys, check_unsupported
-from bkspark.cli import one_line
-from bkspark.errors import BookieIOError, CookieMismatchError, InvalidOptionError
+from bkspark.errors import BookieIOError, CookieMismatchError, InvalidOptionError, one_line
 from bkspark.placement.base import conf_bool
 from bkspark.protocol.cookie import Cookie
-from bkspark.security.secrets import read_password_file
-from bkspark.security.tls import lookup
 
 from bookie_server.bookie import Bookie
 from bookie_server.config import BookieConfig

@@ -38,6 +38,7 @@ from bkspark.client.payloads import PackedPayloads, payload_bytes
 from bkspark.client.recovery import recover_ledger
 from bkspark.client.services import ClientServices
 from bkspark.client.writer import LedgerWriter
+from bkspark.config.typed import DEFAULT_ACK_QUORUM_SIZE, DEFAULT_ENSEMBLE_SIZE, DEFAULT_WRITE_QUORUM_SIZE, is_int
 from bkspark.errors import (
     ClientClosedError,
     DigestMismatchError,
@@ -127,7 +128,7 @@ def _check_scope_id(scope_id: object) -> int:
 
 
 def _check_digest(digest_type: object) -> DigestType:
-    if not isinstance(digest_type, (str, int, DigestType)) or isinstance(digest_type, bool):
+    if not (isinstance(digest_type, (str, DigestType)) or is_int(digest_type)):
         raise TypeError(f"digest_type must be a DigestType, its name or its number, not {type(digest_type).__name__}")
     return DigestType.parse(digest_type)
 
@@ -314,9 +315,9 @@ class AsyncBookKeeper:
 
     def create_ledger(
         self,
-        ensemble_size: int = 3,
-        write_quorum_size: int = 2,
-        ack_quorum_size: int = 2,
+        ensemble_size: int = DEFAULT_ENSEMBLE_SIZE,
+        write_quorum_size: int = DEFAULT_WRITE_QUORUM_SIZE,
+        ack_quorum_size: int = DEFAULT_ACK_QUORUM_SIZE,
         digest_type: str | int | DigestType = "CRC32C",
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,

@@ -35,8 +35,9 @@ from bkspark.client.arrow import payload_runs_batch, require_pyarrow
 from bkspark.client.conf import ClientConf
 from bkspark.client.payloads import PackedPayloads, payload_bytes
 from bkspark.client.reader import LedgerEntry
-from bkspark.client.services import ClientServices
+from bkspark.client.tail import LacUpdate, LedgerTail, open_tail, refresh_tails, wait_for_any_tail
 from bkspark.client.writer import AddCallback
+from bkspark.config.typed import DEFAULT_ACK_QUORUM_SIZE, DEFAULT_ENSEMBLE_SIZE, DEFAULT_WRITE_QUORUM_SIZE
 from bkspark.errors import ClientClosedError, IllegalOpError
 from bkspark.metadata.registry import BookieRegistry
 from bkspark.metadata.store import Versioned, ZkMetadataStore
@@ -57,7 +58,10 @@ class BookKeeper:
     ``conf`` takes BookKeeper client keys (``useV2WireProtocol``,
     ``addEntryTimeoutSec``, ``ensemblePlacementPolicy``...); keyword arguments
     override them.  See :class:`ClientConf`.  :attr:`aio` is the
-    :class:`AsyncBookKeeper` underneath, for coroutines scheduled on :attr:`loop`.
+    :class:`AsyncBookKeeper` underneath, for coroutines scheduled on :attr:`loop`
+    (with :meth:`run_coroutine`); its loop-only parts (the connection pool, the
+    shared services) are reached through it, never through this facade.
+    Tails of open ledgers: :meth:`open_tail`, :meth:`refresh_tails`, :meth:`wait_for_tails`.
     """
 
     def __init__(self, metadata_service_uri: str, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
@@ -78,7 +82,7 @@ class BookKeeper:
         self._thread = threading.Thread(target=self._run_loop, name="bkspark-client", daemon=True)
         self._thread.start()
         try:
-            self._run(self.aio.start())
+            self.run_coroutine(self.aio.start())
         except BaseException:
             self._stop_loop()
             raise
@@ -89,8 +93,15 @@ class BookKeeper:
         asyncio.set_event_loop(self._loop)
         self._loop.run_forever()
 
-    def _run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
-        """Run a coroutine on the client loop and wait for it (not from the loop thread)."""
+    def run_coroutine(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the client's event loop and wait for its result (at most ``timeout`` seconds).
+
+        The thread contract of the blocking client: call it from any thread but the client's own loop thread
+        (there it raises :class:`IllegalOpError`: it would wait for itself).  ``coro`` runs on the loop thread, so
+        it may use the loop-only parts of :attr:`aio` (its connection pool and services).  After :meth:`close`,
+        :class:`ClientClosedError`; the coroutine is then closed unstarted.  Every blocking method of the client
+        goes through here (docs/contracts.md, "The blocking client's thread contract").
+        """
         if self._closed:
             if asyncio.iscoroutine(coro):
                 coro.close()
@@ -143,16 +154,6 @@ class BookKeeper:
         return self.aio.policy
 
     @property
-    def pool(self) -> Any:
-        """The bookie connections (loop thread only)."""
-        return self.aio.pool
-
-    @property
-    def ctx(self) -> ClientServices:
-        """The services every handle shares (loop thread only)."""
-        return self.aio.services
-
-    @property
     def zk(self) -> Any:
         """The client's started kazoo client (shared with the metadata store)."""
         return self.store.zk
@@ -180,7 +181,7 @@ class BookKeeper:
             if self._closed:
                 return
             try:
-                self._run(self.aio.close(), timeout=30)
+                self.run_coroutine(self.aio.close(), timeout=30)
             except Exception:
                 log.debug("error closing the client", exc_info=True)
             with self._calls_lock:
@@ -207,9 +208,9 @@ class BookKeeper:
 
     def create_ledger(
         self,
-        ensemble_size: int = 3,
-        write_quorum_size: int = 2,
-        ack_quorum_size: int = 2,
+        ensemble_size: int = DEFAULT_ENSEMBLE_SIZE,
+        write_quorum_size: int = DEFAULT_WRITE_QUORUM_SIZE,
+        ack_quorum_size: int = DEFAULT_ACK_QUORUM_SIZE,
         digest_type: str | int | DigestType = "CRC32C",
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
@@ -218,7 +219,7 @@ class BookKeeper:
     ) -> "LedgerHandle":
         """Create a ledger and return its write handle (see :meth:`AsyncBookKeeper.create_ledger`)."""
         self._check_open()
-        handle = self._run(
+        handle = self.run_coroutine(
             self.aio.create_ledger(
                 ensemble_size, write_quorum_size, ack_quorum_size, digest_type, password, custom_metadata, scope_id,
                 ledger_id,
@@ -243,34 +244,34 @@ class BookKeeper:
         """Open a ledger for reading; ``recovery=True`` fences and closes it first (docs/protocol.md §4 items 6, 7).
         ``metadata``: as :meth:`AsyncBookKeeper.open_ledger`'s (the ledger's metadata just read by the caller)."""
         self._check_open()
-        return ReadHandle(self, self._run(
+        return ReadHandle(self, self.run_coroutine(
             self.aio.open_ledger(ledger_id, scope_id, recovery, password, digest_type, metadata=metadata)
         ))
 
     def delete_ledger(self, ledger_id: int, scope_id: int = 0) -> None:
         """Delete the ledger's metadata; bookies garbage-collect its entries."""
         self._check_open()
-        self._run(self.aio.delete_ledger(ledger_id, scope_id))
+        self.run_coroutine(self.aio.delete_ledger(ledger_id, scope_id))
 
     def list_ledgers(self, scope_id: int = 0) -> list[int]:
         """Every ledger id of a scope, ascending (walking ZooKeeper as Java does)."""
         self._check_open()
-        return self._run(self.aio.list_ledgers(scope_id))
+        return self.run_coroutine(self.aio.list_ledgers(scope_id))
 
     def get_ledger_metadata(self, ledger_id: int, scope_id: int = 0) -> LedgerMetadata:
         """The ledger's current metadata."""
         self._check_open()
-        return self._run(self.aio.get_ledger_metadata(ledger_id, scope_id))
+        return self.run_coroutine(self.aio.get_ledger_metadata(ledger_id, scope_id))
 
     def bookie_info(self, bookie_id: str) -> tuple[int, int]:
         """GET_BOOKIE_INFO over v3: ``(total disk capacity, free disk space)`` in bytes."""
         self._check_open()
-        return self._run(self.aio.bookie_info(bookie_id))
+        return self.run_coroutine(self.aio.bookie_info(bookie_id))
 
     def list_entries_on_bookie(self, bookie_id: str, ledger_id: int, scope_id: int = 0) -> list[int]:
         """GET_LIST_OF_ENTRIES_OF_LEDGER over v3: the entry ids one bookie stores for a ledger."""
         self._check_open()
-        return self._run(self.aio.list_entries_on_bookie(bookie_id, ledger_id, scope_id))
+        return self.run_coroutine(self.aio.list_entries_on_bookie(bookie_id, ledger_id, scope_id))
 
     def writable_bookies(self) -> frozenset[str]:
         """BookieIds of the writable bookies (``<root>/available``)."""
@@ -279,6 +280,31 @@ class BookKeeper:
     def readonly_bookies(self) -> frozenset[str]:
         """BookieIds of the read-only bookies (``<root>/available/readonly``)."""
         return self.aio.readonly_bookies()
+
+    # -- tails of open ledgers (docs/streaming.md, docs/contracts.md "Tails") --------------------------
+
+    def open_tail(
+        self, ledger_id: int, scope_id: int = 0, *, start_entry: int = 0, password: bytes = b"",
+        digest_type: str | int | DigestType | None = None,
+    ) -> LedgerTail:
+        """A cursor following the ledger from ``start_entry`` on as its writer adds entries (opened without
+        recovery).  Its coroutines run on the client's loop: drive it with :meth:`run_coroutine`
+        (``tail.next_batch(timeout_ms)``), :meth:`refresh_tails` and :meth:`wait_for_tails`."""
+        return open_tail(self, ledger_id, scope_id, start_entry=start_entry, password=password, digest_type=digest_type)
+
+    def refresh_tails(self, tails: Iterable[LedgerTail]) -> list[LacUpdate | BaseException]:
+        """Bring every tail's LAC up to date at once (a zero-timeout long poll each; a tail that learned nothing
+        re-reads its metadata, so a close is seen) and learn each one's entry size.  One result per tail, in
+        order: its :class:`LacUpdate` or the error its poll ended with (the other tails are still refreshed)."""
+        return self.run_coroutine(refresh_tails(list(tails)))
+
+    def wait_for_tails(self, tails: Iterable[LedgerTail], timeout_ms: int, wake: asyncio.Event | None = None) -> None:
+        """Block until one tail's LAC moves, ``wake`` is set, or ``timeout_ms`` passes (then look at the tails).
+
+        ``wake`` is an ``asyncio.Event`` set on the client's loop (from another thread:
+        ``bk.loop.call_soon_threadsafe(wake.set)``); it is cleared on return, and one already set returns at once.
+        """
+        self.run_coroutine(wait_for_any_tail(list(tails), timeout_ms, wake), timeout=timeout_ms / 1000.0 + 30)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -628,13 +654,13 @@ class LedgerHandle(HandleIdentity):
                 self._bk._call_soon(self._drain_inbox)
         return fut
 
-    def append(self, payload: bytes) -> int:
+    def append(self, payload: bytes | bytearray | memoryview) -> int:
         """Append one entry and wait for it to be acknowledged; returns its entry id."""
         return self.append_async(payload).result()
 
     def flush(self) -> None:
         """Wait until every entry appended so far is acknowledged (or failed)."""
-        self._bk._run(self._flush())
+        self._bk.run_coroutine(self._flush())
 
     async def _flush(self) -> None:
         await asyncio.sleep(0)  # let queued appends reach the writer first
@@ -643,17 +669,17 @@ class LedgerHandle(HandleIdentity):
 
     def write_lac(self) -> int:
         """Store the current LAC explicitly on its write set (WRITE_LAC over v3); returns it."""
-        return self._bk._run(self.aio.write_lac())
+        return self._bk.run_coroutine(self.aio.write_lac())
 
     def force(self) -> int:
         """FORCE_LEDGER on every bookie of the current ensemble (v3); returns the LAC made durable."""
-        return self._bk._run(self.aio.force())
+        return self._bk.run_coroutine(self.aio.force())
 
     def close(self) -> None:
         """Wait for pending appends, then close the ledger (CLOSED at the LAC in the metadata)."""
         if self._writer.closed:
             return
-        self._bk._run(self._close())
+        self._bk.run_coroutine(self._close())
 
     async def _close(self) -> None:
         self._drain_inbox()
@@ -693,15 +719,15 @@ class ReadHandle(HandleIdentity):
 
     def read(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first..last`` inclusive; ``last`` must not be beyond the LAC."""
-        return self._bk._run(self.aio.read(first, last))
+        return self._bk.run_coroutine(self.aio.read(first, last))
 
     def read_unconfirmed(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first..last`` without the LAC check (they may not exist yet)."""
-        return self._bk._run(self.aio.read_unconfirmed(first, last))
+        return self._bk.run_coroutine(self.aio.read_unconfirmed(first, last))
 
     def batch_read(self, start: int, max_count: int = 100, max_size: int = 0) -> list[LedgerEntry]:
         """BP-62 batch read: up to ``max_count`` entries / ``max_size`` bytes from ``start`` (maybe fewer)."""
-        return self._bk._run(self.aio.batch_read(start, max_count, max_size))
+        return self._bk.run_coroutine(self.aio.batch_read(start, max_count, max_size))
 
     def read_batched(
         self, first: int, last: int, batch_size: int = 100, max_size: int = 0, parallel: int = 4
@@ -716,7 +742,7 @@ class ReadHandle(HandleIdentity):
         cur = first
         while cur <= last:
             end = min(last, cur + window - 1)
-            yield from self._bk._run(self.aio.read_range_batched(cur, end, batch_size, max_size, parallel))
+            yield from self._bk.run_coroutine(self.aio.read_range_batched(cur, end, batch_size, max_size, parallel))
             cur = end + 1
 
     def read_payload_groups(self, first: int, last: int, **options: Any) -> Iterator[tuple[int, list[bytes]]]:
@@ -730,14 +756,14 @@ class ReadHandle(HandleIdentity):
         try:
             while True:
                 try:
-                    group = self._bk._run(groups.__anext__())
+                    group = self._bk.run_coroutine(groups.__anext__())
                 except StopAsyncIteration:
                     return
                 yield group
         finally:
             # A client closed under the iteration has stopped its loop, and the reads with it: nothing to close.
             with contextlib.suppress(ClientClosedError):
-                self._bk._run(groups.aclose())  # type: ignore[attr-defined]
+                self._bk.run_coroutine(groups.aclose())  # type: ignore[attr-defined]
 
     def read_batches(self, first: int, last: int, **options: Any) -> Iterator[Any]:
         """Every entry ``first..min(last, LAC)`` as ``pyarrow.RecordBatch``es of ``entry_id`` (int64) and
@@ -755,7 +781,7 @@ class ReadHandle(HandleIdentity):
 
     def read_last_add_confirmed(self) -> int:
         """Ask the bookies for the LAC (no RPC for a closed ledger); updates :attr:`last_add_confirmed`."""
-        return self._bk._run(self.aio.read_last_add_confirmed())
+        return self._bk.run_coroutine(self.aio.read_last_add_confirmed())
 
     def __iter__(self) -> Iterator[LedgerEntry]:
         """Every entry up to the LAC, read in batches (none for an empty ledger)."""

@@ -10,20 +10,15 @@ the placement policy and the security settings, which read their own (``minNumRa
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
+from bkspark.config.typed import KeyIndex, coerce
 from bkspark.confkeys import CLIENT_KEYS, check_keys, check_unsupported
 from bkspark.errors import InvalidOptionError
 from bkspark.protocol.framing import DEFAULT_MAX_FRAME_SIZE
-from bkspark.protocol.values import parse_bool
 
 __all__ = ["ClientConf"]
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
 @dataclass
@@ -67,7 +62,8 @@ class ClientConf:
     metadataReadOnly: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
-    _ALIASES = {
+    #: Other spellings of some keys (Java's older names, snake_case forms), public for the connector's option map.
+    ALIASES: ClassVar[dict[str, str]] = {
         "batch_read_enabled": "batchReadEnabled",
         "use_v2_wire_protocol": "useV2WireProtocol",
         "throttle": "maxPendingAdds",
@@ -77,44 +73,34 @@ class ClientConf:
         "zkTimeoutMs": "zkTimeout",
         "zk_timeout_ms": "zkTimeout",
     }
+    #: The former name of :attr:`ALIASES`, kept while bkspark/datasource/clients.py reads it (arch-client's file).
+    _ALIASES: ClassVar[dict[str, str]] = ALIASES
 
     @classmethod
     def from_mapping(cls, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> "ClientConf":
-        """Build from a BookKeeper-style mapping plus keyword overrides; values may be strings."""
+        """Build from a BookKeeper-style mapping plus keyword overrides; values may be strings.
+
+        Keys and values follow :mod:`bkspark.config.typed` (any case, snake_case, the aliases above).
+        """
         merged: dict[str, Any] = dict(conf or {})
         merged.update(kwargs)
-        names = {f.name: f for f in fields(cls) if f.name != "extra"}
-        lookup = {_snake(n): n for n in names}
-        lookup.update({n.lower(): n for n in names})  # Spark lower-cases option keys
-        lookup.update({a.lower(): n for a, n in cls._ALIASES.items()})
+        index = KeyIndex.of_dataclass(cls, cls.ALIASES)
+        types = {f.name: f.type for f in fields(cls)}
         out = cls()
         for key, value in merged.items():
-            name = cls._ALIASES.get(key) or (key if key in names else lookup.get(key.lower()))
+            name = index.field_for(key)
             if name is None:
                 out.extra[key] = value
                 continue
-            setattr(out, name, cls._coerce(name, names[name].type, value))
+            setattr(out, name, coerce(name, types[name], value))
         if any(k.lower() in ("zktimeoutms", "zk_timeout_ms") for k in merged):
             out.zkTimeout = float(out.zkTimeout) / 1000.0
         out._validate()
-        # Nothing silently ignored: unknown keys warned about, unsupported values refused (docs/security.md).
+        # Nothing silently ignored: unknown keys warned about (a misspelled security key refused), unsupported
+        # values refused (docs/security.md).
         check_keys(out.extra, CLIENT_KEYS, "client")
         check_unsupported(out.extra)
         return out
-
-    @staticmethod
-    def _coerce(name: str, typ: Any, value: Any) -> Any:
-        t = str(typ)
-        try:
-            if t.startswith("bool"):
-                return parse_bool(value, name)
-            if t.startswith("int"):
-                return int(value)
-            if t.startswith("float"):
-                return float(value)
-            return None if value is None else str(value)
-        except (TypeError, ValueError):
-            raise InvalidOptionError("bad value for client option", key=name, value=value) from None
 
     def _validate(self) -> None:
         if self.addEntryTimeoutSec <= 0 or self.readEntryTimeoutSec <= 0:

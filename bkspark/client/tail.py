@@ -16,6 +16,9 @@ with its LAC and, with the ENTRY_PIGGYBACK flag, entry ``previousLAC + 1``.
   and read to its last entry.
 * :func:`follow_ledger` (blocking generator) and :func:`follow_ledger_async`
   (async iterator, usable from any asyncio loop) wrap it.
+* :func:`refresh_tails` and :func:`wait_for_any_tail` handle many tails side by side
+  (a streaming query's ledgers); the blocking client's :meth:`~bkspark.client.bookkeeper.BookKeeper.refresh_tails`
+  and :meth:`~bkspark.client.bookkeeper.BookKeeper.wait_for_tails` run them on its loop.
 
 A bookie learns a ledger's LAC from the LAC the writer piggybacks on each add
 and from explicit LAC writes; an idle writer's last entries only become
@@ -28,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AsyncIterator, Iterator
+from functools import partial
+from typing import TYPE_CHECKING, AsyncIterator, Iterator, Sequence
 
 from bkspark.client.reader import LedgerEntry, LedgerReader, pick_error
 from bkspark.errors import (
@@ -49,6 +53,9 @@ __all__ = [
     "wait_for_lac",
     "follow_ledger",
     "follow_ledger_async",
+    "open_tail",
+    "refresh_tails",
+    "wait_for_any_tail",
     "DEFAULT_LONG_POLL_TIMEOUT_MS",
     "UNKNOWN_LEDGER_BACKOFF",
 ]
@@ -212,11 +219,59 @@ class LedgerTail:
         return None if self.finished else []
 
 
-def _open_tail(
-    bk: "BookKeeper", ledger_id: int, scope_id: int, start_entry: int, password: bytes, digest_type: object
+def open_tail(
+    bk: "BookKeeper", ledger_id: int, scope_id: int = 0, *, start_entry: int = 0, password: bytes = b"",
+    digest_type: object = None,
 ) -> LedgerTail:
+    """A :class:`LedgerTail` of the ledger from ``start_entry`` on, opened without recovery (blocking: any thread
+    but the client's loop)."""
     handle = bk.open_ledger(ledger_id, scope_id=scope_id, recovery=False, password=password, digest_type=digest_type)
     return LedgerTail(bk, handle, start_entry)
+
+
+async def refresh_tails(tails: Sequence[LedgerTail]) -> list[LacUpdate | BaseException]:
+    """A zero-timeout long poll per tail, side by side (a tail re-reads its metadata when nothing moved); then,
+    for a tail no long poll carried an entry to yet, one read of its last confirmed entry: its size estimate.
+
+    One result per tail, in order: its :class:`LacUpdate`, or the error its poll ended with (the others go on).
+    Runs on the client's loop.
+    """
+    results = await asyncio.gather(*(tail.wait(0) for tail in tails), return_exceptions=True)
+    unsized = [t for t, r in zip(tails, results) if not isinstance(r, BaseException) and t.last_entry_size is None]
+    for tail, error in zip(unsized, await asyncio.gather(*(t.learn_entry_size() for t in unsized), return_exceptions=True)):
+        if error is not None:
+            log.debug("ledger %s: could not read its last entry for a size estimate: %s", tail.ledger_id, error)
+    return list(results)
+
+
+async def wait_for_any_tail(tails: Sequence[LedgerTail], timeout_ms: int, wake: asyncio.Event | None = None) -> None:
+    """Long-poll every tail and wait for ``wake``; return when the first fires or at the timeout.
+
+    ``wake`` (set on the client's loop, e.g. by ``bk.loop.call_soon_threadsafe(wake.set)`` from a ZooKeeper
+    watch) ends the wait early; it is cleared on return, and a ``wake`` already set returns at once (something
+    changed since the last wait: the caller looks again).  A failed poll is logged, never raised: the caller
+    looks at the tails' positions afterwards.  Runs on the client's loop.
+    """
+    if wake is not None and wake.is_set():
+        wake.clear()
+        return
+    polls = [asyncio.ensure_future(tail.wait(timeout_ms)) for tail in tails]
+    watcher = asyncio.ensure_future(wake.wait()) if wake is not None else None
+    waiting = [*polls, *([watcher] if watcher is not None else [])]
+    try:
+        if waiting:
+            await asyncio.wait(waiting, timeout=timeout_ms / 1000.0, return_when=asyncio.FIRST_COMPLETED)
+        else:
+            await asyncio.sleep(timeout_ms / 1000.0)
+    finally:
+        if wake is not None:
+            wake.clear()
+        for task in waiting:
+            if not task.done():
+                task.cancel()
+        for poll in polls:
+            if poll.done() and not poll.cancelled() and poll.exception() is not None:
+                log.debug("long poll failed: %s", poll.exception())
 
 
 def follow_ledger(
@@ -235,9 +290,9 @@ def follow_ledger(
     come in entry order, each exactly once; it returns after the closed
     ledger's last entry.
     """
-    tail = _open_tail(bk, ledger_id, scope_id, start_entry, password, digest_type)
+    tail = open_tail(bk, ledger_id, scope_id, start_entry=start_entry, password=password, digest_type=digest_type)
     while True:
-        batch = bk._run(tail.next_batch(long_poll_timeout_ms))
+        batch = bk.run_coroutine(tail.next_batch(long_poll_timeout_ms))
         if batch is None:
             return
         yield from batch
@@ -256,7 +311,7 @@ async def follow_ledger_async(
     """:func:`follow_ledger` as an async iterator for the caller's own asyncio loop."""
     caller_loop = asyncio.get_running_loop()
     tail = await caller_loop.run_in_executor(
-        None, _open_tail, bk, ledger_id, scope_id, start_entry, password, digest_type
+        None, partial(open_tail, bk, ledger_id, scope_id, start_entry=start_entry, password=password, digest_type=digest_type)
     )
     while True:
         batch = await asyncio.wrap_future(

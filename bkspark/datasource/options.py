@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
+from bkspark.confkeys import refuse_misspelled_security_keys
 from bkspark.datasource.packing import DEFAULT_ENTRY_MAX_BYTES
 from bkspark.errors import InvalidOptionError
 from bkspark.protocol.values import INT64_MAX, INT64_MIN, parse_bool
@@ -117,7 +118,9 @@ def _client_conf(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     Spark lower-cases option keys; BookKeeper's keys are camelCase, so the client
     matches them case-insensitively.
     """
-    return tuple(sorted((k[len(_CLIENT_PREFIX):], v) for k, v in opts.items() if k.startswith(_CLIENT_PREFIX)))
+    conf = tuple(sorted((k[len(_CLIENT_PREFIX):], v) for k, v in opts.items() if k.startswith(_CLIENT_PREFIX)))
+    refuse_misspelled_security_keys(dict(conf), prefix=_CLIENT_PREFIX)  # at load()/save(), not on every executor
+    return conf
 
 
 def _password(opts: Mapping[str, str]) -> bytes:

@@ -294,7 +294,7 @@ class _Driver:
                 except NoSuchLedgerMetadataError:
                     missing.add(key)
         wanted = [k for k in keys if k in self.tails]
-        results = self.bk._run(_refresh([self.tails[k] for k in wanted]))
+        results = self.bk.refresh_tails([self.tails[k] for k in wanted])
         for key, result in zip(wanted, results):
             if isinstance(result, NoSuchLedgerMetadataError):
                 missing.add(key)
@@ -329,40 +329,10 @@ class _Driver:
         """Block until an open ledger's LAC moves, the manifest changes, or ``timeout_ms`` passes."""
         self.arm_watch()
         tails = list(self.tails.values())
-        self.bk._run(_wait_any(tails, self.changed, timeout_ms), timeout=timeout_ms / 1000.0 + 30)
+        self.bk.wait_for_tails(tails, timeout_ms, wake=self.changed)
 
     def close(self) -> None:
         self.tails.clear()
-
-
-async def _refresh(tails: list[Any]) -> list[Any]:
-    """A zero-timeout long poll per tail, side by side (a tail re-reads its metadata when nothing moved); then,
-    for a tail no long poll carried an entry to yet, one read of its last confirmed entry: its size estimate."""
-    results = await asyncio.gather(*(tail.wait(0) for tail in tails), return_exceptions=True)
-    unsized = [t for t, r in zip(tails, results) if not isinstance(r, BaseException) and t.last_entry_size is None]
-    for tail, error in zip(unsized, await asyncio.gather(*(t.learn_entry_size() for t in unsized), return_exceptions=True)):
-        if error is not None:
-            log.debug("ledger %s: could not read its last entry for a size estimate: %s", tail.ledger_id, error)
-    return results
-
-
-async def _wait_any(tails: list[Any], changed: asyncio.Event, timeout_ms: int) -> None:
-    """Long-poll every tail and wait for a manifest change; return when the first fires or at the timeout."""
-    if changed.is_set():  # changed since the last wait: the caller looks again at once
-        changed.clear()
-        return
-    polls = [asyncio.ensure_future(tail.wait(timeout_ms)) for tail in tails]
-    watcher = asyncio.ensure_future(changed.wait())
-    try:
-        await asyncio.wait([*polls, watcher], timeout=timeout_ms / 1000.0, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        changed.clear()
-        for task in (*polls, watcher):
-            if not task.done():
-                task.cancel()
-        for poll in polls:
-            if poll.done() and not poll.cancelled() and poll.exception() is not None:
-                log.debug("long poll failed: %s", poll.exception())
 
 
 def _count_new(start: Mapping[str, Any], end: Mapping[str, Any], positions: list[LedgerPosition], start_entry: int) -> int:

@@ -23,8 +23,8 @@ import re
 import secrets
 from collections.abc import Mapping
 
+from bkspark.config.secrets import Secret
 from bkspark.errors import AuthenticationError, ProtocolError
-from bkspark.security.secrets import Secret
 
 __all__ = [
     "PLUGIN_NAME",

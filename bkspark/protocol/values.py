@@ -1,14 +1,15 @@
-"""Value rules every layer shares: Java's integer ranges, protobuf varints, and configuration booleans.
+"""Value rules of the wire: Java's integer ranges and protobuf varints.
 
 Sans-IO and dependency-free, so the protocol codecs, the metadata store, the
 client, the connector and the bookie import them from here instead of
-restating them.
+restating them.  Configuration booleans and "an int, not a bool" live one layer
+down, in :mod:`bkspark.config.typed`; ``parse_bool``, ``TRUE_WORDS`` and
+``FALSE_WORDS`` are re-exported here for the callers that import them from this module.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
+from bkspark.config.typed import FALSE_WORDS, TRUE_WORDS, is_int, parse_bool
 from bkspark.errors import InvalidOptionError
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "is_int64",
     "check_int",
     "encode_varint",
+    "is_int",
     "TRUE_WORDS",
     "FALSE_WORDS",
     "parse_bool",
@@ -35,13 +37,13 @@ INT64_RANGE = (INT64_MIN, INT64_MAX)
 
 def is_int64(value: object) -> bool:
     """Whether ``value`` is an ``int`` (not a bool) that fits a Java ``long``."""
-    return isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
+    return is_int(value) and INT64_MIN <= value <= INT64_MAX  # type: ignore[operator]
 
 
 def check_int(value: object, what: str, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int:
     """``value`` if it is an int in ``[lo, hi]``: a ``TypeError`` for a non-int (or bool), else
     :class:`InvalidOptionError` (a ``ValueError``) out of range.  For eager API argument checks."""
-    if not isinstance(value, int) or isinstance(value, bool):
+    if not is_int(value):
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
     if not lo <= value <= hi:
         raise InvalidOptionError(f"{what} {value} out of range [{lo}, {hi}]")
@@ -58,26 +60,3 @@ def encode_varint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
-
-
-#: How a boolean may be spelled in a configuration file or option map (case-insensitive).
-TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
-FALSE_WORDS = frozenset({"false", "0", "no", "off"})
-
-
-def parse_bool(value: Any, key: str = "value") -> bool:
-    """A configuration boolean: a bool, an int (non-zero is true) or one of the words above.
-
-    Anything else is an :class:`InvalidOptionError` naming ``key``.
-    """
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return value != 0
-    if isinstance(value, str):
-        word = value.strip().lower()
-        if word in TRUE_WORDS:
-            return True
-        if word in FALSE_WORDS:
-            return False
-    raise InvalidOptionError("expected true or false", key=key, value=value)

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bkspark.config.secrets import Secret
+from bkspark.config.typed import lookup
 from bkspark.errors import InvalidOptionError
 from bkspark.protocol.sasl import DEFAULT_ALLOWED_IDS, SASL_HOST, DigestMd5Client, DigestMd5Server
 from bkspark.security import jaas
@@ -24,8 +26,7 @@ from bkspark.security.kerberos import (
     KerberosLogin,
     use_krb5_conf,
 )
-from bkspark.security.secrets import Secret
-from bkspark.security.tls import TlsContextProvider, TlsSettings, lookup
+from bkspark.security.tls import TlsContextProvider, TlsSettings
 
 __all__ = [
     "CLIENT_SASL_FACTORY",

@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bkspark.config.secrets import Secret
 from bkspark.errors import InvalidOptionError
 from bkspark.security.kerberos import KerberosLogin
-from bkspark.security.secrets import Secret
 
 __all__ = [
     "JAAS_CONFIG_KEY",

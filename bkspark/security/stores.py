@@ -25,8 +25,8 @@ import ssl
 import tempfile
 from typing import Any
 
+from bkspark.config.secrets import Secret
 from bkspark.errors import InvalidOptionError, SecurityError
-from bkspark.security.secrets import Secret
 
 __all__ = ["JAVA_STORE_TYPES", "STORES_EXTRA", "require_store_support", "load_key_store_into", "trust_store_pem"]
 

@@ -28,11 +28,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bkspark.config.secrets import Secret, read_password_file
+from bkspark.config.typed import flag, lookup
 from bkspark.errors import InvalidOptionError, SecurityError
 from bkspark.security import stores
-from bkspark.security.secrets import Secret, read_password_file
 
-__all__ = ["TLS_FACTORY_CLASS", "TlsSettings", "TlsContextProvider", "TLS_KEYS", "lookup", "tls_enabled", "handshake_hint"]
+__all__ = ["TLS_FACTORY_CLASS", "TlsSettings", "TlsContextProvider", "TLS_KEYS", "tls_enabled", "handshake_hint"]
 
 TLS_FACTORY_CLASS = "org.apache.bookkeeper.tls.TLSContextFactory"
 _PROVIDERS = ("JDK", "OPENSSL")
@@ -65,17 +66,6 @@ TLS_KEYS: tuple[str, ...] = (
 )
 
 
-def lookup(conf: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    """``conf[key]`` whatever the case (Spark lower-cases option keys); ``default`` when absent or empty."""
-    if key in conf and conf[key] not in (None, ""):
-        return conf[key]
-    low = key.lower()
-    for k, v in conf.items():
-        if str(k).lower() == low and v not in (None, ""):
-            return v
-    return default
-
-
 def handshake_hint(reason: str, *, server_side: bool) -> str:
     """What a failed TLS handshake's OpenSSL reason means for the user, as a parenthesised hint ("" if unknown)."""
     upper = reason.upper()
@@ -103,20 +93,6 @@ def handshake_hint(reason: str, *, server_side: bool) -> str:
 def tls_enabled(conf: Mapping[str, Any]) -> bool:
     """Whether the configuration names a TLS provider factory (what Java tests to turn TLS on)."""
     return lookup(conf, "tlsProviderFactoryClass") is not None
-
-
-def _flag(conf: Mapping[str, Any], key: str, default: bool) -> bool:
-    raw = lookup(conf, key)
-    if raw is None:
-        return default
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in ("true", "yes", "1", "on"):
-        return True
-    if text in ("false", "no", "0", "off"):
-        return False
-    raise InvalidOptionError("not a boolean", key=key, value=raw)
 
 
 @dataclass(frozen=True)
@@ -166,7 +142,7 @@ class TlsSettings:
                 raise InvalidOptionError("unknown key store type", key=key, value=store_type)
         key_type = str(pick("clientKeyStoreType", "tlsKeyStoreType") or "JKS").strip().upper()
         trust_type = str(pick("clientTrustStoreType", "tlsTrustStoreType") or "JKS").strip().upper()
-        client_auth = _flag(conf, "tlsClientAuthentication", False)
+        client_auth = flag(conf, "tlsClientAuthentication", False)
         needs_key = server_side or client_auth
         needs_trust = not server_side or client_auth
         if needs_key and key_type in stores.JAVA_STORE_TYPES:
@@ -196,7 +172,7 @@ class TlsSettings:
             key_store=pick("clientKeyStore", "tlsKeyStore"),
             key_store_password_path=pick("clientKeyStorePasswordPath", "tlsKeyStorePasswordPath"),
             client_authentication=client_auth,
-            hostname_verification=_flag(conf, "tlsHostnameVerificationEnabled", False),
+            hostname_verification=flag(conf, "tlsHostnameVerificationEnabled", False),
             protocols=protocols,
             refresh_seconds=refresh,
             start_tls_timeout=timeout if timeout > 0 else 10.0,

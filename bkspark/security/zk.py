@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bkspark.config.secrets import Secret, read_password_file
+from bkspark.config.typed import flag, lookup
 from bkspark.errors import InvalidOptionError
 from bkspark.security import jaas
-from bkspark.security.secrets import Secret, read_password_file
-from bkspark.security.tls import lookup
 
 __all__ = ["ZK_SECURITY_KEYS", "ZkSecurity"]
 
@@ -42,9 +42,7 @@ class ZkSecurity:
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> "ZkSecurity":
-        enable = str(lookup(conf, "zkEnableSecurity", "false")).strip().lower()
-        if enable not in ("true", "false"):
-            raise InvalidOptionError("not a boolean", key="zkEnableSecurity", value=enable)
+        enable = flag(conf, "zkEnableSecurity", False)
         digest = None
         path = lookup(conf, "zkDigestAuthPath")
         if path:
@@ -53,12 +51,12 @@ class ZkSecurity:
                 raise InvalidOptionError("zkDigestAuthPath must hold 'user:password'", path=str(path))
         user = password = None
         jaas_file = jaas.jaas_path(conf)
-        sasl_on = str(lookup(conf, "zookeeper.sasl.client", "true")).strip().lower() != "false"
+        sasl_on = flag(conf, "zookeeper.sasl.client", True)
         if jaas_file and sasl_on:
             section = str(lookup(conf, "zookeeper.sasl.clientconfig", "Client"))
             if section in jaas.load_jaas(jaas_file):
                 user, password = jaas.client_credentials(jaas_file, section)
-        return cls(enable == "true", user, password, digest)
+        return cls(enable, user, password, digest)
 
     def kazoo_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``KazooClient`` (auth_data, sasl_options, default_acl)."""

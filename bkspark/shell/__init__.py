@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from bkspark.config.typed import DEFAULT_ACK_QUORUM_SIZE, DEFAULT_ENSEMBLE_SIZE, DEFAULT_WRITE_QUORUM_SIZE
 from bkspark.shell.common import Output, ShellError, add_common_options, add_ledger_options
 
 __all__ = ["register", "run", "ShellError"]
@@ -93,9 +94,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     command("bookieinfo", "free and total disk space of every bookie")
 
     p = command("simpletest", "create a ledger, write entries, read them back, delete it")
-    p.add_argument("-e", "--ensemble", dest="ensemble", default="3", help="ensemble size (default 3)")
-    p.add_argument("-w", "--writeQuorum", dest="writeQuorum", default="2", help="write quorum size (default 2)")
-    p.add_argument("-a", "--ackQuorum", dest="ackQuorum", default="2", help="ack quorum size (default 2)")
+    p.add_argument("-e", "--ensemble", dest="ensemble", default=str(DEFAULT_ENSEMBLE_SIZE),
+                   help=f"ensemble size (default {DEFAULT_ENSEMBLE_SIZE})")
+    p.add_argument("-w", "--writeQuorum", dest="writeQuorum", default=str(DEFAULT_WRITE_QUORUM_SIZE),
+                   help=f"write quorum size (default {DEFAULT_WRITE_QUORUM_SIZE})")
+    p.add_argument("-a", "--ackQuorum", dest="ackQuorum", default=str(DEFAULT_ACK_QUORUM_SIZE),
+                   help=f"ack quorum size (default {DEFAULT_ACK_QUORUM_SIZE})")
     p.add_argument("-n", "--numEntries", dest="numEntries", default="1000", help="entries to write (default 1000)")
     _progress_option(p)
 

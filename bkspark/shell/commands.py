@@ -653,7 +653,7 @@ def cmd_nukeexistingcluster(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_bookieformat(args: argparse.Namespace, out: Output) -> int:
     """Empty a (stopped) bookie's journal and ledger directories; ``-d`` also deletes its cookie in ZooKeeper."""
-    from bookie_server.config import load_conf
+    from bkspark.config.bookie import load_conf
 
     try:
         conf = load_conf(args.bookie_conf)

@@ -72,7 +72,7 @@ def test_entry_over_the_frame_limit_is_refused_locally_and_the_ledger_stays_writ
         assert lh.append(b"y" * lh.max_payload) == 2
         lh.close()
         assert len(lh.metadata.ensembles) == 1  # no ensemble change: no bookie was blamed
-        assert bk.pool.failure_history == {}
+        assert bk.aio.pool.failure_history == {}
         rh = bk.open_ledger(lh.ledger_id)
         assert [len(e.payload) for e in rh.read(0, 2)] == [6, 2, lh.max_payload]
 
@@ -266,7 +266,7 @@ def test_iterating_a_read_handle_gives_every_entry_up_to_the_lac_through_batch_r
         lh.append(b"last")  # carries LAC 249: a reader that does not recover sees 249
         rh = bk.open_ledger(lh.ledger_id, recovery=False)
         assert rh.last_add_confirmed == 249
-        ops = bk.ctx.ops
+        ops = bk.aio.services.ops
         batch_reads: list[int] = []
         single_reads: list[int] = []
         batch_read_async, read, read_v2_many = ops.batch_read_async, ops.read, ops.read_v2_many

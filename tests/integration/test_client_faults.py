@@ -67,7 +67,7 @@ def test_batch_reads_fall_back_on_4_16_bookies(java_cluster_factory) -> None:  #
         first = rh.batch_read(0, 50, 0)  # the bookie hangs up on opcode 7: fall back
         assert [e.payload for e in first] == [payload(i) for i in range(len(first))]
         assert len(first) >= 1
-        assert bk.pool.batch_unsupported["v2"]  # remembered per bookie
+        assert bk.aio.pool.batch_unsupported["v2"]  # remembered per bookie
         everything = list(rh.read_batched(0, 119, batch_size=40))
         assert [e.payload for e in everything] == [payload(i) for i in range(120)]
         # Single reads on fresh connections still work with the same bookies.

@@ -155,7 +155,7 @@ def test_wrong_password_writer_gets_eua_from_bookies(cluster, bk) -> None:  # ty
     # Reuse the first ledger's id with another key by writing straight through the ops layer.
     from bkspark.client.ops import BookieOps
 
-    ops: BookieOps = bk.ctx.ops
+    ops: BookieOps = bk.aio.services.ops
     import concurrent.futures
 
     from bkspark.protocol.digest import Digester, master_key
@@ -187,7 +187,7 @@ def test_tampered_copy_is_detected_and_next_replica_used(cluster, bk) -> None:  
     bad = bytearray(good)
     bad[-1] ^= 0xFF  # flip a payload byte: the digest no longer matches
     done: concurrent.futures.Future = concurrent.futures.Future()
-    ops = bk.ctx.ops
+    ops = bk.aio.services.ops
     # RECOVERY_ADD overwrites the stored copy on a closed (fenced-free) ledger.
     bk.loop.call_soon_threadsafe(
         lambda: ops.add(first, lh.ledger_id, 3, master_key(b"pw"), bytes(bad), 0x0002, 0, lambda _r, e, _a: done.set_result(e))
@@ -251,6 +251,6 @@ def test_entry_over_the_frame_limit_is_refused_locally(cluster) -> None:  # type
             assert lh.append(b"ok") == 0  # still writable, and the refused entry took no id
             assert lh.append(b"y" * lh.max_payload) == 1  # exactly at the limit: Java's frame decoder accepts it
             lh.close()
-            assert len(lh.metadata.ensembles) == 1 and client.pool.failure_history == {}
+            assert len(lh.metadata.ensembles) == 1 and client.aio.pool.failure_history == {}
             rh = client.open_ledger(lh.ledger_id)
             assert [len(e.payload) for e in rh.read(0, 1)] == [2, lh.max_payload]

@@ -70,13 +70,13 @@ def test_scoped_request_goes_over_v3_even_with_v2_configured(cluster, zk_root) -
     import concurrent.futures
 
     with BookKeeper(zk_root.metadata_service_uri, useV2WireProtocol=True) as bk:
-        ops = bk.ctx.ops
+        ops = bk.aio.services.ops
         bookie = sorted(bk.writable_bookies())[0]
         done: concurrent.futures.Future = concurrent.futures.Future()
         bk.loop.call_soon_threadsafe(lambda: ops.read(bookie, 1, 0, 5, lambda _r, e, _a: done.set_result(e)))
         assert isinstance(done.result(10), (NoSuchLedgerError, NoSuchEntryError))  # the bookie answered
-        assert bk.pool.ready(bookie, "v3") is not None
-        assert bk.pool.ready(bookie, "v2") is None
+        assert bk.aio.pool.ready(bookie, "v3") is not None
+        assert bk.aio.pool.ready(bookie, "v2") is None
 
 
 def test_plain_ledgers_on_python_bookies(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]
@@ -248,12 +248,12 @@ def test_adds_and_reads_take_v2_and_the_rest_v3_unless_v2_is_off(cluster, zk_roo
         for p in payloads[20:]:
             lh.append(p)
         ensemble = lh.metadata.last_ensemble
-        assert all(bk.pool.ready(b, "v2") is not None for b in ensemble)
-        assert all(bk.pool.ready(b, "v3") is None for b in ensemble)  # adds needed no v3 connection
+        assert all(bk.aio.pool.ready(b, "v2") is not None for b in ensemble)
+        assert all(bk.aio.pool.ready(b, "v3") is None for b in ensemble)  # adds needed no v3 connection
         rh = bk.open_ledger(lh.ledger_id, recovery=False)  # READ_LAC: v3 only
         assert rh.last_add_confirmed == 28
-        assert all(bk.pool.ready(b, "v3") is not None for b in ensemble)
-        assert all(bk.pool.ready(b, "v3") is not bk.pool.ready(b, "v2") for b in ensemble)
+        assert all(bk.aio.pool.ready(b, "v3") is not None for b in ensemble)
+        assert all(bk.aio.pool.ready(b, "v3") is not bk.aio.pool.ready(b, "v2") for b in ensemble)
         lh.close()
     with BookKeeper(zk_root.metadata_service_uri, useV2WireProtocol=False) as bk:
         lh = bk.create_ledger(3, 3, 2)
@@ -267,8 +267,8 @@ def test_adds_and_reads_take_v2_and_the_rest_v3_unless_v2_is_off(cluster, zk_roo
         assert batch and [e.payload for e in batch] == payloads[: len(batch)]
         assert [e.payload for e in rh] == payloads
         ensemble = lh.metadata.last_ensemble
-        assert all(bk.pool.ready(b, "v3") is not None for b in ensemble)
-        assert all(bk.pool.ready(b, "v2") is None for b in bk.writable_bookies())
+        assert all(bk.aio.pool.ready(b, "v3") is not None for b in ensemble)
+        assert all(bk.aio.pool.ready(b, "v2") is None for b in bk.writable_bookies())
 
 
 def test_ledger_metadata_version_2_writes_the_text_format_without_a_ctoken(cluster, zk_root) -> None:  # type: ignore[no-untyped-def]
@@ -330,7 +330,7 @@ def test_scoped_ledgers_batch_over_v3_only_with_bookies_advertising_batch_read_v
         lh.append_many(data).result(timeout=30)
         lh.close()
         rh = bk.open_ledger(lh.ledger_id, scope_id=5, password=b"pw")
-        ops = bk.ctx.ops
+        ops = bk.aio.services.ops
         sent: list[int] = []
         batch_read_async = ops.batch_read_async
 

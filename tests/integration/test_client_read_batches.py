@@ -34,7 +34,7 @@ def write_ledger(bk: BookKeeper, count: int, ensemble: int = 3, write: int = 3, 
 def record_batch_reads(bk: BookKeeper) -> list[str]:
     """Wrap the ops layer's batch read so the test sees which bookie each batch request went to."""
     seen: list[str] = []
-    ops = bk.ctx.ops
+    ops = bk.aio.services.ops
     original = ops.batch_read_async
 
     def recording(bookie: str, *args: Any, **kwargs: Any) -> Any:
@@ -233,7 +233,7 @@ def test_java_417_bookies_batches_striped_and_digest_errors(java_cluster_factory
 
         # a bad copy of entry 3 on the bookie asked first: the batch keeps the verified prefix, asks the next
         lh_md = rh.metadata
-        ops = bk.ctx.ops
+        ops = bk.aio.services.ops
 
         def overwrite(bookie: str, entry_id: int, data: bytes, target: int = ledger) -> None:
             done: concurrent.futures.Future = concurrent.futures.Future()

@@ -48,11 +48,11 @@ def test_long_poll_wakes_on_new_entry_and_piggybacks_it(uri: str) -> None:
 
         # Nothing new: the poll is held by the bookies (not answered at once), then returns unchanged.
         started = time.monotonic()
-        assert reader_bk._run(wait_for_lac(rh.aio.reader, 1, 700)).lac == 1
+        assert reader_bk.run_coroutine(wait_for_lac(rh.aio.reader, 1, 700)).lac == 1
         assert time.monotonic() - started >= 0.5
 
         # A new add moves the bookies' LAC to 1: a waiting poll returns at once with entry 1 piggybacked.
-        waiter = in_background(lambda: reader_bk._run(tail.wait(LONG_POLL_MS)))
+        waiter = in_background(lambda: reader_bk.run_coroutine(tail.wait(LONG_POLL_MS)))
         time.sleep(0.3)
         lh.append(b"e2")  # carries LAC 1
         update = waiter.join(GENEROUS)
@@ -157,7 +157,7 @@ def test_a_long_poll_on_a_ledger_no_bookie_holds_yet_backs_off_100_ms(uri: str) 
         rh = reader_bk.open_ledger(lh.ledger_id, recovery=False)
         started = time.monotonic()
         # A generous deadline, far below the 600 s timeout a read that waited it out would take.
-        assert finishes_within(GENEROUS, lambda: reader_bk._run(wait_for_lac(rh.aio.reader, -1, 600_000))).lac == -1
+        assert finishes_within(GENEROUS, lambda: reader_bk.run_coroutine(wait_for_lac(rh.aio.reader, -1, 600_000))).lac == -1
         assert time.monotonic() - started >= 0.09
         lh.close()
 
@@ -199,3 +199,54 @@ def test_a_follower_goes_on_after_an_ensemble_change_replaced_every_bookie_it_po
             follower.join(30)
             assert not follower.is_alive() and not failure, failure
             assert seen == list(range(10))
+
+
+def test_the_blocking_clients_tail_api_follows_many_ledgers(zk_root: Any, tmp_path: Any) -> None:
+    """docs/contracts.md, "Tails": open_tail, refresh_tails, wait_for_tails (woken by a new entry or by ``wake``
+    from another thread) and run_coroutine(tail.next_batch) -- what the stream reader uses, on real bookies."""
+    with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path, bookies=3, journal_sync_data=False) as cluster:
+        cluster.start_all()
+        uri = zk_root.metadata_service_uri
+        with BookKeeper(uri, useV2WireProtocol=False) as writer_bk, BookKeeper(uri) as reader_bk:
+            a, b = writer_bk.create_ledger(3, 3, 2), writer_bk.create_ledger(3, 3, 2)
+            a.append(b"a0")
+            a.append(b"a1")  # carries LAC 0
+            tails = [reader_bk.open_tail(a.ledger_id), reader_bk.open_tail(b.ledger_id)]
+            assert [t.lac for t in tails] == [0, -1]
+
+            # A refresh of both at once: one result per tail, a's entry size learned from its last entry.
+            a.write_lac()  # the bookies' LAC of a is now 1
+            results = reader_bk.refresh_tails(tails)
+            assert len(results) == 2 and not any(isinstance(r, BaseException) for r in results)
+            assert tails[0].lac == 1 and tails[0].last_entry_size == 2
+
+            # A wait ends when one tail's LAC moves (b's first entry, confirmed by an explicit LAC write).
+            def add_to_b() -> None:
+                b.append(b"b0")
+                b.write_lac()
+
+            writer = threading.Thread(target=add_to_b)
+            writer.start()
+            reader_bk.wait_for_tails(tails, LONG_POLL_MS * 10)
+            writer.join(60)
+            deadline = time.monotonic() + 60
+            while tails[1].lac < 0 and time.monotonic() < deadline:  # the wait may have ended on a's poll first
+                reader_bk.wait_for_tails(tails, LONG_POLL_MS)
+            assert tails[1].lac == 0
+
+            # ``wake`` set from another thread (as a ZooKeeper watch does) ends a wait nothing else would end.
+            wake = asyncio.Event()
+            waker = threading.Timer(0.2, lambda: reader_bk.loop.call_soon_threadsafe(wake.set))
+            waker.start()
+            reader_bk.wait_for_tails(tails, LONG_POLL_MS * 10, wake=wake)
+            waker.join(60)
+            assert not wake.is_set()  # cleared on return
+
+            # The entries themselves, through run_coroutine on the client's loop.
+            assert [e.payload for e in reader_bk.run_coroutine(tails[0].next_batch(0))] == [b"a0", b"a1"]
+            assert [e.payload for e in reader_bk.run_coroutine(tails[1].next_batch(0))] == [b"b0"]
+            a.close()
+            b.close()
+            reader_bk.refresh_tails(tails)
+            assert all(t.closed for t in tails)
+            assert reader_bk.run_coroutine(tails[0].next_batch(0)) is None  # closed and every entry handed out

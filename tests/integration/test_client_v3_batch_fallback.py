@@ -33,20 +33,20 @@ def test_v3_batch_read_falls_back_and_is_remembered_per_bookie(java_cluster_fact
         probe = lh.metadata.last_ensemble[0]
         expected = BadRequestError if version == "4.17.3" else BookieUnavailableError
         with pytest.raises(expected):
-            bk._run(bk.ctx.ops.batch_read_async(probe, lh.ledger_id, 0, 10, 0, 0))
-        assert bk.pool.batch_unsupported["v3"] == {probe}
-        bk._run(_forget(bk, probe))
+            bk.run_coroutine(bk.aio.services.ops.batch_read_async(probe, lh.ledger_id, 0, 10, 0, 0))
+        assert bk.aio.pool.batch_unsupported["v3"] == {probe}
+        bk.run_coroutine(_forget(bk, probe))
         first = rh.batch_read(0, 20)
         assert first and [e.payload for e in first] == [b"entry-%03d" % i for i in range(len(first))]
-        unsupported = bk.pool.batch_unsupported["v3"]
+        unsupported = bk.aio.pool.batch_unsupported["v3"]
         assert unsupported and unsupported <= ensemble
-        assert not bk.pool.batch_unsupported["v2"]
+        assert not bk.aio.pool.batch_unsupported["v2"]
         # Every later call completes too; each bookie is tried for a batch at most once.
         everything = list(rh.read_batched(0, 59, batch_size=20, parallel=1))
         assert [e.payload for e in everything] == [b"entry-%03d" % i for i in range(60)]
         for _ in range(3):
             assert rh.batch_read(40, 20)[0].payload == b"entry-040"
-        assert bk.pool.batch_unsupported["v3"] == ensemble
+        assert bk.aio.pool.batch_unsupported["v3"] == ensemble
         # Single reads and other v3 calls on the same bookies still work.
         assert rh.read(59, 59)[0].payload == b"entry-059"
         assert rh.read_last_add_confirmed() == 59
@@ -54,4 +54,4 @@ def test_v3_batch_read_falls_back_and_is_remembered_per_bookie(java_cluster_fact
 
 async def _forget(bk: BookKeeper, bookie_id: str) -> None:
     """Clear the pool's memory of one bookie (loop thread), as a new registration of it would."""
-    bk.pool.batch_unsupported["v3"].discard(bookie_id)
+    bk.aio.pool.batch_unsupported["v3"].discard(bookie_id)

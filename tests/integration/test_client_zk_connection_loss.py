@@ -67,7 +67,7 @@ def test_a_zookeeper_connection_blip_leaves_a_waiting_long_poll_alone(zk_behind_
         lh.append(b"e1")  # carries LAC 0
         rh = reader_bk.open_ledger(lh.ledger_id, recovery=False)
         assert rh.last_add_confirmed == 0
-        poll = in_background(lambda: reader_bk._run(wait_for_lac(rh.aio.reader, 0, 60_000)))
+        poll = in_background(lambda: reader_bk.run_coroutine(wait_for_lac(rh.aio.reader, 0, 60_000)))
         pool = reader_bk.aio.pool
         wait_until(  # the poll is in flight on a connection to each bookie (not only their connections open)
             lambda: len(pool._conns) == 3 and all(conn._ops for conn in list(pool._conns.values())),

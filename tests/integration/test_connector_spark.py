@@ -774,3 +774,22 @@ def test_packed_rows_on_java_bookies_are_read_by_the_java_client_in_the_document
     ours = read_dataset(spark, uri, "packed-java").select("entry_id", "payload").collect()
     assert [bytes(r.payload) for r in ours] == rows
     assert [r.entry_id for r in ours] == [i // 64 for i in range(1000)]
+
+
+def test_a_misspelled_security_option_fails_load_and_save(spark, bk, py_cluster) -> None:
+    """docs/security.md, "Nothing silently ignored": ``bookkeeper.tlsProviderFactoryClas`` (one letter short) fails at
+    load() and at save(), naming the key it probably meant, before any task runs in plain text; nothing written."""
+    uri = py_cluster.metadata_service_uri
+    lid = write_bkspark_ledger(bk, [b"x"])
+    typo = {"bookkeeper.tlsProviderFactoryClas": "org.apache.bookkeeper.tls.TLSContextFactory"}
+    meant = r"(?s)PYTHON_DATA_SOURCE_ERROR.*'bookkeeper\.tlsproviderfactoryclas'.*'bookkeeper\.tlsProviderFactoryClass'"
+    with pytest.raises(Exception, match=meant):
+        read_ledgers(spark, uri, str(lid), **typo)
+    before = marker_ledger(bk)
+    df = spark.createDataFrame([(b"row",)], "payload binary")
+    with pytest.raises(Exception, match=meant):
+        write_dataset(df, uri, "misspelled-tls", **typo)
+    assert DatasetRegistry(bk.store.zk, bk.store.root).root("misspelled-tls") is None
+    assert ledgers_between(bk, before, marker_ledger(bk)) == []  # no ledger was created for the refused write
+    # Another unknown key keeps today's warning and the read goes on.
+    assert entries_of(read_ledgers(spark, uri, str(lid), **{"bookkeeper.someUnknownKey": "1"})) == {lid: [(0, b"x")]}

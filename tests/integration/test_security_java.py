@@ -62,7 +62,7 @@ def _write_read(uri: str, conf: dict[str, object], v2_protocol: bool, n: int = 3
         rh = bk.open_ledger(lh.ledger_id, password=b"pw")
         assert [e.payload for e in rh.read(0, n - 1)] == data
         assert rh.read_last_add_confirmed() == n - 1  # v3 connection too
-        assert bk.pool._conns and all(c.tls for c in bk.pool._conns.values()) == ("tlsProviderFactoryClass" in conf)
+        assert bk.aio.pool._conns and all(c.tls for c in bk.aio.pool._conns.values()) == ("tlsProviderFactoryClass" in conf)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_python_client_wrong_ca_refused_by_java_bookie(java_tls, pki, jaas) -> N
     with BookKeeper(java_tls.metadata_service_uri, {**tls_client_conf(pki, ca=pki.other_ca), **sasl_client_conf(jaas)}) as bk:
         bookie = sorted(bk.writable_bookies())[0]
         with pytest.raises(TlsHandshakeError, match="not signed by a CA in tlsTrustStore"):
-            bk._run(bk.pool.get(bookie, "v2"), timeout=30)
+            bk.run_coroutine(bk.aio.pool.get(bookie, "v2"), timeout=30)
 
 
 @pytest.mark.parametrize("v2_protocol", [True, False], ids=["v2", "v3"])
@@ -107,10 +107,10 @@ def test_java_bookie_requiring_client_certificate_refuses_client_without(java_mt
     with BookKeeper(java_mtls.metadata_service_uri, tls_client_conf(pki)) as bk:
         bookie = sorted(bk.writable_bookies())[0]
         with pytest.raises(TlsHandshakeError):
-            conn = bk._run(bk.pool.get(bookie, "v3"), timeout=30)
+            conn = bk.run_coroutine(bk.aio.pool.get(bookie, "v3"), timeout=30)
             # TLS 1.3: the bookie checks the certificate after the client's handshake ended; the refusal
             # arrives as a lost connection on the first request.
-            bk._run(_read_lac(conn), timeout=30)
+            bk.run_coroutine(_read_lac(conn), timeout=30)
 
 
 async def _read_lac(conn):  # type: ignore[no-untyped-def]
@@ -133,7 +133,7 @@ def test_python_client_wrong_password_refused_by_java_bookie(java_tls, pki, tmp_
     with BookKeeper(java_tls.metadata_service_uri, conf, connectTimeoutMillis=3000) as bk:
         bookie = sorted(bk.writable_bookies())[0]
         with pytest.raises(AuthenticationError, match="SASL authentication with bookie timed out"):
-            bk._run(bk.pool.get(bookie, "v3"), timeout=30)
+            bk.run_coroutine(bk.aio.pool.get(bookie, "v3"), timeout=30)
 
 
 # -- Java client -> Python bookies -----------------------------------------------------------------------------

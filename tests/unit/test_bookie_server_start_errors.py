@@ -69,3 +69,13 @@ def test_an_unreachable_zookeeper_is_one_line_and_debug_adds_the_traceback(tmp_p
     assert last.startswith("bookie-server: error: cannot start: ") and f"ZooKeeper of {uri}" in last, last
     records = [line for line in result.stderr.splitlines() if '"bookie failed to start"' in line]
     assert len(records) == 1 and "Traceback" in records[0] and '"exc"' in records[0], result.stderr[-2000:]
+
+
+def test_a_misspelled_security_key_stops_the_bookie_in_one_line(tmp_path: Path) -> None:
+    """docs/security.md, "Nothing silently ignored": a key one edit from a security key is not run without --
+    the bookie does not start in plain text; the line names the key it probably meant."""
+    result = _bookie_server(
+        tmp_path, "--bookiePort", "0", "-D", "tlsProviderFactoryClas=org.apache.bookkeeper.tls.TLSContextFactory"
+    )
+    _assert_one_plain_error_line(result, "'tlsProviderFactoryClas'", "'tlsProviderFactoryClass'")
+    assert not (tmp_path / "j").exists() or not any((tmp_path / "j").rglob("*"))  # nothing written before the check

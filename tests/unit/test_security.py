@@ -263,11 +263,16 @@ def test_encrypted_key_with_password_file_and_reload(pki: Pki, tmp_path: Path) -
 
 def test_unknown_keys_warned_with_closest_known(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="bkspark.conf"):
-        ClientConf.from_mapping({"tlsProvder": "JDK", "enableStatistics": "false", "minNumRacksPerWriteQuorum": "2"})
+        ClientConf.from_mapping(
+            {"networkTopologyScriptFileNam": "x", "enableStatistics": "false", "minNumRacksPerWriteQuorum": "2"}
+        )
         unknown = check_keys({"bookiePrt": "1", "tlsTrustStore": "x"}, BOOKIE_KEYS | {"bookiePort"}, "bookie")
     assert unknown == ["bookiePrt"]
     text = caplog.text
-    assert "unknown client configuration key 'tlsProvder' is ignored (did you mean 'tlsProvider'?)" in text
+    assert (
+        "unknown client configuration key 'networkTopologyScriptFileNam' is ignored "
+        "(did you mean 'networkTopologyScriptFileName'?)"
+    ) in text
     assert "'bookiePrt' is ignored (did you mean 'bookiePort'?)" in text
     assert "'enableStatistics' of Apache BookKeeper has no effect" in text
     assert "minNumRacksPerWriteQuorum" not in text
