@@ -520,6 +520,46 @@ class ZkMetadataStore:
                 ids.extend(self._walk(f"{self.root}/{child}", 0))
         yield from sorted(ids)
 
+    def list_ledgers_between(self, first: int, last: int, scope_id: int = 0) -> list[int]:
+        """The ledger ids in ``first..last`` that exist, ascending: like :meth:`list_ledgers`, but descending only
+        into the znodes whose digit groups can hold such ids (a range of 20,000 ids in a hierarchical layout
+        lists a handful of znodes, whatever else the cluster holds).  A flat layout has one level: it is listed
+        whole and filtered."""
+        if first > last:
+            return []
+        if scope_id != 0:
+            base = zk_paths.scope_path(self.root, scope_id)
+            return sorted(self._walk_range(base, "", 19, first, last, scope_id))
+        if self.scheme == "flat":
+            return [lid for lid in self._walk_scope0() if first <= lid <= last]
+        try:
+            children = self.retry(self.zk.get_children, self.root)
+        except NoNodeError:
+            return []
+        ids: list[int] = []
+        for child in children:
+            if zk_paths.is_special_znode(child) or not zk_paths.is_ledger_parent_node(child, self.scheme):
+                continue
+            # the top digit group says the layout: 2 digits, ids of 10 (legacy); 3 digits, ids of 19 (long)
+            width = 10 if len(child) == 2 and self.scheme != "longhierarchical" else 19
+            if _overlaps(child, width, first, last):
+                ids.extend(self._walk_range(f"{self.root}/{child}", child, width, first, last, 0))
+        return sorted(ids)
+
+    def _walk_range(self, path: str, prefix: str, width: int, first: int, last: int, scope_id: int) -> Iterator[int]:
+        try:
+            children = self.retry(self.zk.get_children, path)
+        except NoNodeError:
+            return
+        for child in children:
+            full = f"{path}/{child}"
+            if child.startswith(zk_paths.LEDGER_PREFIX):
+                for lid in self._leaf(full, scope_id):
+                    if first <= lid <= last:
+                        yield lid
+            elif _DIGITS.match(child) and _overlaps(prefix + child, width, first, last):
+                yield from self._walk_range(full, prefix + child, width, first, last, scope_id)
+
     def _walk(self, path: str, scope_id: int) -> Iterator[int]:
         try:
             children = self.retry(self.zk.get_children, path)
@@ -540,3 +580,10 @@ class ZkMetadataStore:
             return
         if got_scope == scope_id:
             yield ledger_id
+
+
+def _overlaps(digits: str, width: int, first: int, last: int) -> bool:
+    """Whether ids of ``width`` digits that start with ``digits`` can fall in ``first..last``."""
+    if len(digits) > width:
+        return False
+    return int(digits.ljust(width, "9")) >= first and int(digits.ljust(width, "0")) <= last

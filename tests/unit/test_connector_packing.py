@@ -105,8 +105,10 @@ def test_the_ledger_tag_decides_and_an_unknown_format_is_refused() -> None:
     assert packing.packed_ledger(((packing.ENTRY_FORMAT_KEY, packing.ROWS_V1),))
     assert not packing.packed_ledger({"bkspark.dataset": b"x"})
     assert not packing.packed_ledger(())
-    with pytest.raises(CorruptEntryError, match="rows-v2"):
-        packing.packed_ledger({packing.ENTRY_FORMAT_KEY: b"rows-v2"})
+    assert packing.packed_ledger({packing.ENTRY_FORMAT_KEY: packing.ROWS_V2})
+    assert packing.entry_format({packing.ENTRY_FORMAT_KEY: b"rows-v2"}) == packing.ROWS_V2
+    with pytest.raises(CorruptEntryError, match="rows-v3"):
+        packing.packed_ledger({packing.ENTRY_FORMAT_KEY: b"rows-v3"})
 
 
 def test_write_options_rows_per_entry_and_entry_max_bytes() -> None:
