@@ -326,3 +326,46 @@ def test_the_documented_schema_table_is_the_sources_schema() -> None:
     declared = [(f.name, f.dataType.simpleString().upper() + ("" if f.nullable else "NOTNULL"))
                 for f in spark_schema(True, True).fields]
     assert documented == declared
+
+
+def test_batch_starting_and_ending_offsets_take_kafkas_json_and_markers() -> None:
+    """docs/connector.md, "Read options": per-ledger JSON, -2 earliest in startingOffsets, -1 latest in
+    endingOffsets (exclusive ends), and the words a batch read refuses, as Kafka's does."""
+    base = {"metadataserviceuri": URI, "ledgers": "7,9", "scopeid": "0"}
+    opts = parse_read_options({**base, "startingoffsets": '{"7": 10, "0:9": -2}', "endingoffsets": '{"7": 20, "9": -1}'})
+    assert opts.starting_offsets == (((0, 7), 10), ((0, 9), 0))
+    assert opts.ending_offsets == (((0, 7), 20),)  # -1: the ledger's latest, as without the option
+    assert parse_read_options({**base, "startingoffsets": "earliest", "endingoffsets": "LATEST"}).starting_offsets == ()
+    for option, value in (("startingoffsets", "latest"), ("startingoffsets", '{"7": -1}'), ("endingoffsets", "earliest"),
+                          ("endingoffsets", '{"7": -2}'), ("startingoffsets", '{"7": "x"}'), ("endingoffsets", "[7]")):
+        with pytest.raises(InvalidOptionError, match=r"^\[BOOKKEEPER_INVALID_OPTION\] option '(starting|ending)Offsets'"):
+            parse_read_options({**base, option: value})
+
+
+def test_timestamps_select_ledgers_by_creation_time() -> None:
+    from bkspark.datasource.planning import ctime_admitted
+
+    opts = parse_read_options({"metadataserviceuri": URI, "ledgers": "1", "startingtimestamp": "1000",
+                               "endingtimestamp": "2000"})
+    assert (opts.starting_timestamp_ms, opts.ending_timestamp_ms) == (1000, 2000)
+    assert [ctime_admitted(t, 1000, 2000) for t in (999, 1000, 1999, 2000, None)] == [False, True, True, False, False]
+    assert ctime_admitted(None, None, None)  # no bound: a ledger without a time is read
+    with pytest.raises(InvalidOptionError, match="'endingTimestamp'"):
+        parse_read_options({"metadataserviceuri": URI, "ledgers": "1", "startingtimestamp": "5", "endingtimestamp": "5"})
+
+
+def test_ledger_ctime_filters_are_pushed_exactly_and_a_null_time_passes_none() -> None:
+    from datetime import datetime, timezone
+
+    from pyspark.sql.datasource import GreaterThanOrEqual, LessThan
+
+    bounds = Bounds()
+    t = datetime(2026, 11, 29, 1, 2, 3, 4000, tzinfo=timezone.utc)
+    micros = int(t.timestamp()) * 1_000_000 + 4000
+    naive = GreaterThanOrEqual(("ledger_ctime",), datetime(2026, 1, 1))  # no time zone: left to Spark
+    assert push_filters([GreaterThanOrEqual(("ledger_ctime",), t), LessThan(("ledger_ctime",), t.replace(year=2027)),
+                         naive], bounds) == [naive]
+    assert bounds.admits("ledger_ctime", micros) and not bounds.admits("ledger_ctime", micros - 1)
+    assert not bounds.admits("ledger_ctime", None)
+    assert Bounds().admits("ledger_ctime", None)
+    assert In(("ledger_ctime",), (t,)) not in push_filters([In(("ledger_ctime",), (t,))], Bounds())
