@@ -529,7 +529,7 @@ class ZkMetadataStore:
             return []
         if scope_id != 0:
             base = zk_paths.scope_path(self.root, scope_id)
-            return sorted(self._walk_range(base, "", 19, first, last, scope_id))
+            return sorted(self._walk(base, scope_id, ("", 19, first, last)))
         if self.scheme == "flat":
             return [lid for lid in self._walk_scope0() if first <= lid <= last]
         try:
@@ -543,10 +543,14 @@ class ZkMetadataStore:
             # the top digit group says the layout: 2 digits, ids of 10 (legacy); 3 digits, ids of 19 (long)
             width = 10 if len(child) == 2 and self.scheme != "longhierarchical" else 19
             if _overlaps(child, width, first, last):
-                ids.extend(self._walk_range(f"{self.root}/{child}", child, width, first, last, 0))
+                ids.extend(self._walk(f"{self.root}/{child}", 0, (child, width, first, last)))
         return sorted(ids)
 
-    def _walk_range(self, path: str, prefix: str, width: int, first: int, last: int, scope_id: int) -> Iterator[int]:
+    def _walk(
+        self, path: str, scope_id: int, span: tuple[str, int, int, int] | None = None
+    ) -> Iterator[int]:
+        """The ledger ids under ``path``; with ``span`` = (digits so far, id width, first, last), only those in
+        ``first..last``, descending only into digit groups that can hold them."""
         try:
             children = self.retry(self.zk.get_children, path)
         except NoNodeError:
@@ -554,23 +558,12 @@ class ZkMetadataStore:
         for child in children:
             full = f"{path}/{child}"
             if child.startswith(zk_paths.LEDGER_PREFIX):
-                for lid in self._leaf(full, scope_id):
-                    if first <= lid <= last:
-                        yield lid
-            elif _DIGITS.match(child) and _overlaps(prefix + child, width, first, last):
-                yield from self._walk_range(full, prefix + child, width, first, last, scope_id)
-
-    def _walk(self, path: str, scope_id: int) -> Iterator[int]:
-        try:
-            children = self.retry(self.zk.get_children, path)
-        except NoNodeError:
-            return
-        for child in children:
-            full = f"{path}/{child}"
-            if child.startswith(zk_paths.LEDGER_PREFIX):
-                yield from self._leaf(full, scope_id)
+                yield from (lid for lid in self._leaf(full, scope_id) if span is None or span[2] <= lid <= span[3])
             elif _DIGITS.match(child):
-                yield from self._walk(full, scope_id)
+                if span is None:
+                    yield from self._walk(full, scope_id)
+                elif _overlaps(span[0] + child, *span[1:]):
+                    yield from self._walk(full, scope_id, (span[0] + child, *span[1:]))
 
     def _leaf(self, path: str, scope_id: int) -> Iterator[int]:
         try:

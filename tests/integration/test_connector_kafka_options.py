@@ -211,6 +211,25 @@ def test_timestamps_and_ledger_ctime_filters_choose_ledgers_by_creation_time(spa
     assert set(entries_of(read_ledgers(spark, uri, ids).where(F.col("ledger_ctime") >= since))) == {middle, new}
 
 
+def test_starting_timestamp_leaves_older_ledgers_out_of_a_stream(spark, bk, py_cluster) -> None:  # noqa: F811
+    """docs/streaming.md: ``startingTimestamp`` leaves out of a stream the ledgers created before it."""
+    uri = py_cluster.metadata_service_uri
+    old = write_bkspark_ledger(bk, [b"old"])
+    time.sleep(0.05)
+    new = write_bkspark_ledger(bk, [b"new-%d" % i for i in range(3)])
+    since = bk.get_ledger_metadata(new).ctime
+    assert bk.get_ledger_metadata(old).ctime < since
+    query = (spark.readStream.format("bookkeeper").option("metadataServiceUri", uri)
+             .option("ledgers", f"{old}-{new}").option("startingTimestamp", str(since)).load()
+             .writeStream.format("memory").queryName("since_stream").trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(300)
+        got = sorted((r.ledger_id, bytes(r.payload)) for r in spark.table("since_stream").collect())
+    finally:
+        query.stop()
+    assert got == [(new, b"new-%d" % i) for i in range(3)]
+
+
 def test_a_streaming_only_option_on_a_batch_read_fails_before_any_task(spark, bk, py_cluster) -> None:  # noqa: F811
     """docs/connector.md, "Read options": values are checked at load(), the kind of query when it is planned."""
     uri = py_cluster.metadata_service_uri
@@ -260,15 +279,21 @@ def test_kafka_markers_and_old_done_markers_in_a_stream(spark, bk, py_cluster, t
                 .option("longPollTimeout", "500ms").load()
                 .writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint).start())
 
+    def wait(query: Any, done: Any, what: str) -> None:
+        deadline = time.monotonic() + 300
+        while not done():
+            if query.exception() is not None:
+                raise AssertionError(f"the query failed while waiting for {what}: {query.exception()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; seen {sorted(seen)}")
+            time.sleep(0.1)
+
     query = start()
     try:
-        deadline = time.monotonic() + 120
-        while len(seen) < 5 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait(query, lambda: len(seen) >= 5, "the closed ledger, from its earliest entry")
         growing.append(b"g10")
         growing.append(b"g11")  # g10 is confirmed once g11 carries the LAC past it
-        while (growing.ledger_id, 10) not in seen and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait(query, lambda: (growing.ledger_id, 10) in seen, "the growing ledger's new entry")
     finally:
         query.stop()
     assert sorted(seen) == sorted([(closed, e) for e in range(5)] + [(growing.ledger_id, 10)])
@@ -284,9 +309,7 @@ def test_kafka_markers_and_old_done_markers_in_a_stream(spark, bk, py_cluster, t
     growing.close()
     query = start()
     try:
-        deadline = time.monotonic() + 120
-        while (growing.ledger_id, 12) not in seen and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait(query, lambda: (growing.ledger_id, 12) in seen, "the entries after the restart")
     finally:
         query.stop()
     assert (growing.ledger_id, 12) in seen and not [s for s in seen if s[0] == closed]
