@@ -349,7 +349,7 @@ class _Gather:
         self.lengths: list[Any] = []
         self.pieces: list[Any] = []
 
-    def array(self, total_bytes_check: bool = True) -> "pa.Array":
+    def array(self) -> "pa.Array":
         import numpy as np
         import pyarrow as pa
 

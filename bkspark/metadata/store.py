@@ -540,10 +540,17 @@ class ZkMetadataStore:
         for child in children:
             if zk_paths.is_special_znode(child) or not zk_paths.is_ledger_parent_node(child, self.scheme):
                 continue
-            # the top digit group says the layout: 2 digits, ids of 10 (legacy); 3 digits, ids of 19 (long)
-            width = 10 if len(child) == 2 and self.scheme != "longhierarchical" else 19
-            if _overlaps(child, width, first, last):
-                ids.extend(self._walk(f"{self.root}/{child}", 0, (child, width, first, last)))
+            # the top digit group says the layout: 2 digits, ids of 10 (legacy); 3 digits, ids of 19 (long). The
+            # hierarchical scheme keeps ids below MAX_SHORT_LEDGER_ID in the legacy tree and the others in the long
+            # one (zk_paths.ledger_path), so each tree is walked for its part of the range only.
+            legacy = len(child) == 2 and self.scheme != "longhierarchical"
+            width = 10 if legacy else 19
+            low, high = first, last
+            if self.scheme == "hierarchical":
+                low, high = (low, min(high, zk_paths.MAX_SHORT_LEDGER_ID - 1)) if legacy else (
+                    max(low, zk_paths.MAX_SHORT_LEDGER_ID), high)
+            if low <= high and _overlaps(child, width, low, high):
+                ids.extend(self._walk(f"{self.root}/{child}", 0, (child, width, low, high)))
         return sorted(ids)
 
     def _walk(

@@ -345,3 +345,31 @@ def test_password_env_is_read_by_a_spark_session_started_with_the_variable(bk, p
     missing = subprocess.run([sys.executable, str(program)], cwd=str(REPO), env=env, capture_output=True, text=True,
                              timeout=600)
     assert missing.returncode != 0 and "BKSPARK_TEST_PASSWORD" in missing.stderr
+
+
+def test_listing_a_range_walks_only_the_znodes_under_it_in_both_layouts(bk) -> None:
+    """``ZkMetadataStore.list_ledgers_between`` gives exactly the ledgers of ``list_ledgers`` in the range, for ids
+    of the legacy layout (2/4/4 digits) and of the long one (ids from 2^31 on, 3/4/4/4/4 digits), and reads no
+    znode of a digit group outside the range."""
+    from tests.harness.ledgers import create_metadata_only
+
+    ids = [900_001, 900_002, 2**31 - 1, 2**31 + 5, 2**31 + 70_000, 10**12, 10**12 + 1]
+    create_metadata_only(bk, ids)
+    everything = list(bk.store.list_ledgers())
+    for first, last in ((900_000, 900_001), (900_001, 2**31), (2**31, 2**31 + 10), (2**31 - 1, 10**12),
+                        (10**12, 10**12 + 1), (10**12 + 2, 2**62)):
+        assert bk.store.list_ledgers_between(first, last) == [lid for lid in everything if first <= lid <= last]
+    listed: list[str] = []
+    real = bk.store.zk.get_children
+
+    def counting(path: str, *args: Any, **kwargs: Any) -> Any:
+        listed.append(path)
+        return real(path, *args, **kwargs)
+
+    bk.store.zk.get_children = counting  # type: ignore[method-assign]
+    try:
+        assert bk.store.list_ledgers_between(900_000, 900_010) == [900_001, 900_002]
+    finally:
+        del bk.store.zk.get_children
+    root = bk.store.root
+    assert listed == [root, f"{root}/00", f"{root}/00/0090"], listed
