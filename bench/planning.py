@@ -123,6 +123,10 @@ def run(args: argparse.Namespace) -> Report:
                 lids = write_small_ledgers(uri, args.small, quorum=(1, 1, 1))
                 with BookKeeper(uri) as bk:
                     publish_dataset(bk, "small", lids)
+            _range_plan_figures(report, uri, lids, args)
+            if args.skip_scans:
+                report.machine_after = machine_facts()
+                return report
             spark = spark_session(args.cores, "bkspark-bench-planning")
             try:
                 figures: dict[str, float] = {}
@@ -142,7 +146,7 @@ def run(args: argparse.Namespace) -> Report:
                     report.row(f"Spark scan of {args.small:,} one-entry ledgers, {label}", seconds, "s",
                                partitions=parts, rows_per_s=round(rows / seconds),
                                runs=[round(r[0], 2) for r in runs])
-                _range_figures(report, spark, uri, lids, args)
+                _range_scan_figures(report, spark, uri, lids, args)
             finally:
                 spark.stop()
             packed = figures.get("packed (default plan)")
@@ -156,12 +160,17 @@ def run(args: argparse.Namespace) -> Report:
     return report
 
 
-def _range_figures(report: Report, spark: Any, uri: str, lids: list[int], args: argparse.Namespace) -> None:
-    """Step 3: a ``ledgers`` range over the small ledgers, planned and scanned as the dataset was."""
+def _span(lids: list[int]) -> str:
+    """The ``ledgers`` range of step 3: from the first small ledger, ten ids for each ledger."""
+    return f"{min(lids)}-{min(lids) + 10 * len(lids)}"
+
+
+def _range_plan_figures(report: Report, uri: str, lids: list[int], args: argparse.Namespace) -> None:
+    """Step 3, planning: a ``ledgers`` range over the small ledgers beside their dataset, and the listings."""
     from bkspark.client import BookKeeper
 
     first = min(lids)
-    span = f"{first}-{first + 10 * len(lids)}"
+    span = _span(lids)
     if max(lids) > first + 10 * len(lids):
         report.fail("range", f"the small ledgers' ids {first}..{max(lids)} do not fit the range {span}")
         return
@@ -188,6 +197,11 @@ def _range_figures(report: Report, spark: Any, uri: str, lids: list[int], args: 
     report.row(f"listing the range's znodes ({len(listed):,} ledgers)", statistics.median(walks), "s")
     report.row(f"listing every ledger of the root, as a range plan did before ({len(everything):,} ledgers)",
                statistics.median(before), "s")
+
+
+def _range_scan_figures(report: Report, spark: Any, uri: str, lids: list[int], args: argparse.Namespace) -> None:
+    """Step 3, scanning: the range scanned by Spark as the dataset was."""
+    span = _span(lids)
     _scan_seconds(spark, uri, None, ledgers=span)  # warm-up of this plan's path
     runs = [_scan_seconds(spark, uri, None, ledgers=span) for _ in range(args.repeat)]
     rows = _dataset_reader(spark, uri, None, ledgers=span).load().count()
@@ -203,6 +217,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--small", type=int, default=2000, help="one-entry ledgers scanned end to end (0: skip)")
     p.add_argument("--cores", type=int, default=2, help="Spark local[cores]")
     p.add_argument("--repeat", type=int, default=3, help="timed scans per plan (median reported)")
+    p.add_argument("--skip-scans", action="store_true", help="planning figures only: no Spark session, no scans")
     add_common_args(p)
     return p
 
