@@ -373,3 +373,67 @@ def test_listing_a_range_walks_only_the_znodes_under_it_in_both_layouts(bk) -> N
         del bk.store.zk.get_children
     root = bk.store.root
     assert listed == [root, f"{root}/00", f"{root}/00/0090"], listed
+
+
+def test_the_stream_reader_shares_the_limit_follows_kafka_markers_and_reads_old_checkpoints(bk, py_cluster) -> None:
+    """The stream reader driven directly, as Spark's driver process and a task would (docs/streaming.md): the
+    limit shared in proportion across ledgers, -1 (latest) in JSON startingOffsets reads nothing of that ledger
+    in the first batch, an old checkpoint's -1 is "done", and the progress report has Kafka's lag figures."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from bkspark.datasource.stream_reader import BookKeeperStreamReader, parse_stream_read_options
+
+    uri = py_cluster.metadata_service_uri
+    a = write_bkspark_ledger(bk, [b"a%d" % i for i in range(50)])
+    b = write_bkspark_ledger(bk, [b"b%d" % i for i in range(50)])
+    growing = bk.create_ledger(3, 2, 2)
+    for i in range(10):
+        growing.append(b"g%d" % i)
+    g = growing.ledger_id
+    reader = BookKeeperStreamReader(*parse_stream_read_options({
+        "metadataServiceUri": uri, "ledgers": f"{a},{b},{g}", "startingOffsets": json.dumps({str(g): -1}),
+        "maxOffsetsPerTrigger": "30"}))
+
+    def rows(start: dict, end: dict) -> list[tuple[int, int]]:
+        return sorted((r["ledger_id"], r["entry_id"]) for p in reader.partitions(start, end)
+                      for batch in reader.read(p) for r in batch.to_pylist())
+
+    try:
+        start = reader.initialOffset()
+        assert start == {"ledgers": {f"0:{g}": "latest"}}
+        end = reader.latestOffset(start, reader.getDefaultReadLimit())
+        assert (end["ledgers"][f"0:{a}"], end["ledgers"][f"0:{b}"]) == (15, 15)  # 30 shared by what waits
+        assert end["ledgers"][f"0:{g}"] >= 9  # where its latest was: nothing of it read
+        assert rows(start, end) == [(a, i) for i in range(15)] + [(b, i) for i in range(15)]
+        lag = reader.reportLatestOffset()["lag"]
+        assert (lag["minOffsetsBehindLatest"], lag["maxOffsetsBehindLatest"]) == (0, 35)
+        growing.append(b"g10")
+        growing.append(b"g11")
+        old = {"ledgers": {f"0:{a}": -1, f"0:{b}": 15, f"0:{g}": end["ledgers"][f"0:{g}"]}}  # a checkpoint of before
+        end2 = reader.latestOffset(old, ReadMaxRows(1000))
+        assert end2["ledgers"][f"0:{a}"] == "done" and end2["ledgers"][f"0:{b}"] == "done"
+        got = rows(old, end2)
+        assert [r for r in got if r[0] == b] == [(b, i) for i in range(15, 50)] and not [r for r in got if r[0] == a]
+        assert (g, 10) in got
+    finally:
+        reader.stop()
+        growing.close()
+
+
+def test_the_stream_reader_leaves_ledgers_older_than_starting_timestamp_out(bk, py_cluster) -> None:
+    """The same without Spark: ``startingTimestamp`` leaves the older ledger out of the offsets entirely."""
+    from bkspark.datasource.stream_reader import BookKeeperStreamReader, parse_stream_read_options
+
+    uri = py_cluster.metadata_service_uri
+    old = write_bkspark_ledger(bk, [b"old"])
+    time.sleep(0.05)
+    new = write_bkspark_ledger(bk, [b"new"])
+    since = bk.get_ledger_metadata(new).ctime
+    reader = BookKeeperStreamReader(*parse_stream_read_options({
+        "metadataServiceUri": uri, "ledgers": f"{old}-{new}", "startingTimestamp": str(since)}))
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, reader.getDefaultReadLimit())
+        assert end == {"ledgers": {f"0:{new}": "done"}}
+    finally:
+        reader.stop()
