@@ -14,43 +14,17 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from bkspark.client import BookKeeper
-from tests.harness.python_bookie import PythonBookieCluster
-from tests.harness.zookeeper import init_new_cluster
-from tests.integration.test_connector_spark import (  # noqa: F401 - the Spark fixture
-    entries_of,
-    read_ledgers,
-    spark,
-    write_bkspark_ledger,
-)
+from tests.integration.test_connector_spark import entries_of, read_ledgers, spark, write_bkspark_ledger  # noqa: F401
+from tests.integration.test_connector_streaming import bk, py_cluster  # noqa: F401 - a cluster root per module
 
 pytestmark = [pytest.mark.integration]
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def py_cluster(zookeeper: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonBookieCluster]:
-    """Three Python bookies on a cluster root of this module's own."""
-    zk = zookeeper.client()
-    try:
-        init_new_cluster(zk, "/bk-kafka-options")
-    finally:
-        zk.stop()
-        zk.close()
-    uri = f"zk+hierarchical://{zookeeper.connect_string}/bk-kafka-options"
-    with PythonBookieCluster(uri, tmp_path_factory.mktemp("kafka-options-bookies"), bookies=3) as cluster:
-        yield cluster
-
-
-@pytest.fixture(scope="module")
-def bk(py_cluster: PythonBookieCluster) -> Iterator[BookKeeper]:
-    with BookKeeper(py_cluster.metadata_service_uri) as client:
-        yield client
 
 
 def _write(df: Any, uri: str, dataset: str, **options: str) -> None:
@@ -418,6 +392,7 @@ def test_the_stream_reader_shares_the_limit_follows_kafka_markers_and_reads_old_
     finally:
         reader.stop()
         growing.close()
+        _evict_cached_client(uri)
 
 
 def test_the_stream_reader_leaves_ledgers_older_than_starting_timestamp_out(bk, py_cluster) -> None:
@@ -437,3 +412,11 @@ def test_the_stream_reader_leaves_ledgers_older_than_starting_timestamp_out(bk, 
         assert end == {"ledgers": {f"0:{new}": "done"}}
     finally:
         reader.stop()
+        _evict_cached_client(uri)
+
+
+def _evict_cached_client(uri: str) -> None:
+    """The stream reader ran in this process: close the client it cached before the module's cluster stops."""
+    from bkspark.datasource.clients import client_conf, evict_client
+
+    evict_client(uri, client_conf((), batch_read_enabled=True))
