@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average {os.getloadavg()[0]:.2f}; {args.rows} rows per batch; CPU ms per batch (best of {args.rounds})")
     for size in (int(s) for s in args.sizes.split(",")):
         payloads = [os.urandom(size) for _ in range(args.rows)]
-        new = cpu_ms(lambda: entry_batch(0, 7, 0, payloads, 1_700_000_000_000, CUSTOM), args.rounds, args.loops)
+        new = cpu_ms(lambda: entry_batch(0, 7, 0, payloads, 1_700_000_000_000, CUSTOM, include_custom_metadata=True), args.rounds, args.loops)
         old = cpu_ms(lambda: reference_batch(0, 7, 0, payloads, 1_700_000_000_000, CUSTOM), args.rounds, args.loops)
         print(f"{size:>6} B: entry_batch {new:7.3f} ms ({args.rows / new * 1000:,.0f} rows/s), "
               f"row by row {old:7.3f} ms ({args.rows / old * 1000:,.0f} rows/s): {old / new:.1f}x less CPU")

@@ -454,9 +454,9 @@ def run(args: argparse.Namespace) -> Report:
         "before each side's timed Spark jobs of every round (Spark stops a Python worker idle for a minute; the "
         "first job after that starts new ones: BENCHMARKS.md, \"Spark's idle Python workers\")." % (args.warmup_rows, WARM_ROWS),
         "Spark rows: Kafka's source yields key, value, topic, partition, offset, timestamp, timestampType (headers "
-        "only with includeHeaders); the bookkeeper scans yield scope_id, ledger_id, entry_id, payload, ledger_ctime "
-        "(includeCustomMetadata=false), the same shape. 'with custom_metadata' is the connector's default schema, "
-        "whose map column repeats the ledger's custom metadata (8 pairs, about 460 bytes, for a ledger the "
+        "only with includeHeaders); the bookkeeper scans yield scope_id, ledger_id, entry_id, payload, ledger_ctime, "
+        "key (the default schema, includeCustomMetadata=false), the same shape. 'with custom_metadata' is the schema "
+        "with includeCustomMetadata=true (the default before 2026-11-29), whose map column repeats the ledger's custom metadata (8 pairs, about 460 bytes, for a ledger the "
         "connector wrote) in every row (docs/connector.md, 'Schema').",
     ]
     report.machine_after = machine_facts()

@@ -60,8 +60,9 @@ events = spark.range(ROWS, numPartitions=4).select(
 # ## Read
 #
 # `format("bookkeeper")` needs no registration call: PySpark finds the `pyspark_bookkeeper` module that
-# bkspark installs. The schema is fixed: `scope_id, ledger_id, entry_id, payload, ledger_ctime,
-# custom_metadata`; decode payloads yourself (here with `from_json`).
+# bkspark installs. The schema is fixed: `scope_id, ledger_id, entry_id, payload, ledger_ctime, key`
+# (`includeHeaders` adds `headers`, `includeCustomMetadata` the ledger's `custom_metadata`); decode payloads
+# yourself (here with `from_json`).
 
 # %%
 df = (spark.read.format("bookkeeper")
@@ -104,10 +105,13 @@ one_ledger.select("ledger_id", "entry_id", F.col("payload").cast("string").alias
 #
 # Every ledger the connector writes carries custom metadata: the dataset, the write job, the Spark
 # partition and task attempt, and a create and close context (`bkspark.ctx.*`). The Java shell's
-# `ledgermetadata` shows the same keys.
+# `ledgermetadata` shows the same keys. The `custom_metadata` column holds them with
+# `includeCustomMetadata=true` (off by default, as Kafka's `includeHeaders`).
 
 # %%
-meta = df.where(F.col("entry_id") == 0).select("ledger_id", "custom_metadata").orderBy("ledger_id").first()
+with_meta = (spark.read.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", DATASET)
+             .option("includeCustomMetadata", "true").load())
+meta = with_meta.where(F.col("entry_id") == 0).select("ledger_id", "custom_metadata").orderBy("ledger_id").first()
 print(meta.ledger_id, {k: bytes(v)[:60] for k, v in meta.custom_metadata.items()})
 
 # %% [markdown]

@@ -46,21 +46,124 @@ MAX_ENTRY_MAX_BYTES = 1 << 30
 _CLIENT_PREFIX = "bookkeeper."
 _DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
-_READ_KEYS = {
-    "metadataserviceuri", "ledgers", "scopeid", "dataset", "startentry", "endentry",
-    "includeopenledgers", "maxentriesperpartition", "maxbytesperpartition", "minpartitions", "maxpartitions", "batchreadenabled", "batchmaxcount",
-    "batchmaxsize", "digesttype", "password", "passwordfile", "passwordenv", "failondataloss", "path",
-    "includecustommetadata",
-}
-_WRITE_KEYS = {
-    "metadataserviceuri", "dataset", "scopeid", "ensemblesize", "writequorumsize",
-    "ackquorumsize", "digesttype", "password", "passwordfile", "passwordenv", "path", "applicationid",
-    "rowsperentry", "entrymaxbytes",
-}
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option of the data source, as docs/connector.md and docs/streaming.md document it.
+
+    ``side`` is ``"read"`` (``spark.read`` / ``spark.readStream``) or ``"write"`` (``df.write`` /
+    ``df.writeStream``); ``batch`` and ``stream`` say which of the two kinds accepts it; ``default`` is the
+    documented default as the docs' tables write it (``required``, ``none``, or the value a user would type).
+    ``tests/unit/test_connector_option_docs.py`` checks the docs' tables against this table.
+    """
+
+    name: str
+    side: str
+    default: str
+    batch: bool = True
+    stream: bool = True
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """The name as Spark hands it over (lower-cased)."""
+        return self.name.lower()
 
 
-def _lower(options: Mapping[str, str | None]) -> dict[str, str]:
-    return {str(k).lower(): v for k, v in options.items() if v is not None}
+def _read(name: str, default: str, *, batch: bool = True, stream: bool = True, aliases: tuple[str, ...] = ()) -> OptionSpec:
+    return OptionSpec(name, "read", default, batch, stream, aliases)
+
+
+def _write(name: str, default: str, *, batch: bool = True, stream: bool = True) -> OptionSpec:
+    return OptionSpec(name, "write", default, batch, stream)
+
+
+#: Every option of the data source: the one home of their names, kinds and documented defaults.
+OPTIONS: tuple[OptionSpec, ...] = (
+    _read("metadataServiceUri", "required"),
+    _read("ledgers", "none"),
+    _read("dataset", "none"),
+    _read("path", "none"),
+    _read("scopeId", "0"),
+    _read("startEntry", "0"),
+    _read("endEntry", "-1", stream=False),
+    _read("startingOffsets", "earliest"),
+    _read("endingOffsets", "latest", stream=False),
+    _read("startingTimestamp", "none"),
+    _read("endingTimestamp", "none", stream=False),
+    _read("includeOpenLedgers", "false"),
+    _read("maxEntriesPerPartition", "100000"),
+    _read("maxBytesPerPartition", str(DEFAULT_MAX_BYTES_PER_PARTITION)),
+    _read("minPartitions", "none"),
+    _read("maxPartitions", "none"),
+    _read("batchReadEnabled", "true"),
+    _read("batchMaxCount", "1000"),
+    _read("batchMaxSize", "4194304"),
+    _read("digestType", "none"),
+    _read("password", '""'),
+    _read("passwordFile", "none"),
+    _read("passwordEnv", "none"),
+    _read("failOnDataLoss", "true"),
+    _read("includeCustomMetadata", "false"),
+    _read("includeHeaders", "false"),
+    _read("maxEntriesPerTrigger", "none", batch=False, aliases=("maxOffsetsPerTrigger",)),
+    _read("maxBytesPerTrigger", "none", batch=False),
+    _read("minEntriesPerTrigger", "none", batch=False, aliases=("minOffsetsPerTrigger",)),
+    _read("maxTriggerDelay", "15m", batch=False),
+    _read("longPollTimeoutMs", "2000", batch=False, aliases=("longPollTimeout",)),
+    _write("metadataServiceUri", "required"),
+    _write("dataset", "required"),
+    _write("path", "none"),
+    _write("scopeId", "0"),
+    _write("ensembleSize", "3"),
+    _write("writeQuorumSize", "2"),
+    _write("ackQuorumSize", "2"),
+    _write("digestType", "CRC32C"),
+    _write("password", '""'),
+    _write("passwordFile", "none"),
+    _write("passwordEnv", "none"),
+    _write("applicationId", "none"),
+    _write("rowsPerEntry", "1"),
+    _write("entryMaxBytes", str(DEFAULT_ENTRY_MAX_BYTES)),
+    _write("checkpointLocation", "required", batch=False),
+    _write("queryName", "none", batch=False),
+)
+
+
+def option_keys(side: str, *, stream: bool) -> frozenset[str]:
+    """The lower-cased names (aliases included) that a ``side`` of the given kind accepts."""
+    return frozenset(
+        key for spec in OPTIONS if spec.side == side and (spec.stream if stream else spec.batch)
+        for key in (spec.key, *(a.lower() for a in spec.aliases))
+    )
+
+
+def option_named(side: str, key: str) -> OptionSpec | None:
+    """The option of ``side`` whose name or alias is ``key`` (any case)."""
+    key = key.lower()
+    for spec in OPTIONS:
+        if spec.side == side and key in (spec.key, *(a.lower() for a in spec.aliases)):
+            return spec
+    return None
+
+
+_READ_KEYS = option_keys("read", stream=False)
+_WRITE_KEYS = option_keys("write", stream=False)
+
+
+def _lower(options: Mapping[str, str | None], side: str = "read") -> dict[str, str]:
+    """The options with lower-cased keys and every alias under its option's own name (both given: an error)."""
+    out: dict[str, str] = {}
+    for raw_key, value in options.items():
+        if value is None:
+            continue
+        key = str(raw_key).lower()
+        spec = option_named(side, key)
+        name = spec.key if spec is not None else key
+        if name in out and out[name] != value:
+            raise _bad(str(raw_key), value, f"it is another name of option '{spec.name if spec else name}', "
+                       "which is set to another value; give one of them")
+        out[name] = value
+    return out
 
 
 def _bad(option: str, value: object, fix: str) -> InvalidOptionError:
@@ -139,11 +242,21 @@ def _looks_secret(key: str) -> bool:
     return any(word in key.lower() for word in ("pass", "pasw", "pwd", "secret", "token", "credential"))
 
 
-def _check_unknown(opts: Mapping[str, str], known: set[str], kind: str) -> None:
+def _check_unknown(opts: Mapping[str, str], side: str, *, stream: bool) -> None:
+    """Refuse an option this kind of query does not take: unknown ones, and those of the other kind (a
+    ``readStream`` option on ``spark.read``, a batch-only one on ``readStream``), each named with the fix."""
+    known = option_keys(side, stream=stream)
+    this = ("spark.readStream" if stream else "spark.read") if side == "read" else ("df.writeStream" if stream else "df.write")
+    other = ("spark.read" if stream else "spark.readStream") if side == "read" else ("df.write" if stream else "df.writeStream")
     for key in opts:
-        if key not in known and not key.startswith(_CLIENT_PREFIX):
-            raise _bad(key, MASK if _looks_secret(key) else opts[key], f"not a {kind} option of the bookkeeper data source (see docs/connector.md); "
-                       "client settings go in 'bookkeeper.<key>'")
+        if key in known or key.startswith(_CLIENT_PREFIX):
+            continue
+        spec = option_named(side, key)
+        if spec is not None:
+            raise _bad(spec.name, opts[key], f"it is an option of {other} only, not of {this} (docs/connector.md, "
+                       "docs/streaming.md)")
+        raise _bad(key, MASK if _looks_secret(key) else opts[key], f"not a {side} option of the bookkeeper data source "
+                   "(see docs/connector.md); client settings go in 'bookkeeper.<key>'")
 
 
 def _dataset(opts: Mapping[str, str], required: bool) -> str | None:
@@ -201,13 +314,16 @@ def single_ids(ranges: Iterable[tuple[int, int]]) -> set[int]:
     return {first for first, last in ranges if first == last}
 
 
-def selected_ledgers(ranges: tuple[tuple[int, int], ...], list_ledgers: Callable[[], Iterable[int]]) -> list[int]:
+def selected_ledgers(
+    ranges: tuple[tuple[int, int], ...], list_between: Callable[[int, int], Iterable[int]]
+) -> list[int]:
     """The ledger ids of the ``ledgers`` option, sorted, each once: every single id (it must exist: the caller
-    checks), and the ids ``list_ledgers()`` gives within each range (called once, only when there is a range)."""
+    checks), and the ids ``list_between(first, last)`` gives for each range (the ledgers that exist in it: the
+    metadata store lists only the znodes under the range, docs/connector.md "Partitions")."""
     wanted = single_ids(ranges)
-    spans = [(first, last) for first, last in ranges if first != last]
-    if spans:
-        wanted.update(lid for lid in list_ledgers() if any(first <= lid <= last for first, last in spans))
+    for first, last in ranges:
+        if first != last:
+            wanted.update(lid for lid in list_between(first, last) if first <= lid <= last)
     return sorted(wanted)
 
 
@@ -237,10 +353,19 @@ class ReadOptions:
     password: bytes = field(default=b"", repr=False)
     fail_on_data_loss: bool = True
     client_conf: tuple[tuple[str, str], ...] = field(default_factory=tuple)
-    #: The ``custom_metadata`` column is in the schema (Kafka's ``includeHeaders``, but on by default: the
-    #: column has always been there); false leaves it out, which Spark's JVM and the Arrow transfer pay for in
-    #: every row (docs/connector.md, "Schema").
-    include_custom_metadata: bool = True
+    #: The ledger-level ``custom_metadata`` column is in the schema; off by default, as Kafka's ``includeHeaders``
+    #: (Spark's JVM and the Arrow transfer pay for the map in every row; docs/connector.md, "Schema").
+    include_custom_metadata: bool = False
+    #: The per-row ``headers`` column (Kafka's ``includeHeaders``): the headers a write kept (docs/connector.md).
+    include_headers: bool = False
+    #: Batch reads: ``((scope, ledger), first entry)`` from JSON ``startingOffsets``; other ledgers start at
+    #: ``start_entry``.
+    starting_offsets: tuple[tuple[tuple[int, int], int], ...] = ()
+    #: Batch reads: ``((scope, ledger), end)`` from JSON ``endingOffsets``, the end exclusive as Kafka's.
+    ending_offsets: tuple[tuple[tuple[int, int], int], ...] = ()
+    #: Only ledgers created at or after / before these times (ms since the epoch; Kafka's ``startingTimestamp``).
+    starting_timestamp_ms: int | None = None
+    ending_timestamp_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -264,22 +389,50 @@ class WriteOptions:
     entry_max_bytes: int = DEFAULT_ENTRY_MAX_BYTES
 
 
-#: ``readStream``'s own options (docs/streaming.md), which a batch read refuses.
-_STREAM_KEYS = frozenset({
-    "startingoffsets", "maxentriespertrigger", "maxbytespertrigger", "minentriespertrigger",
-    "maxtriggerdelay", "longpolltimeoutms",
-})
+def stream_only_keys() -> frozenset[str]:
+    """The lower-cased names of ``readStream``'s own options (docs/streaming.md), aliases included."""
+    return option_keys("read", stream=True) - option_keys("read", stream=False)
 
 
-def without_stream_options(options: Mapping[str, str | None]) -> dict[str, str]:
-    """The options minus the streaming-only ones (what a batch read would accept)."""
-    return {str(k).lower(): v for k, v in options.items() if v is not None and str(k).lower() not in _STREAM_KEYS}
+def _timestamp(opts: Mapping[str, str], option: str) -> int | None:
+    """A ledger creation time bound: milliseconds since the epoch (as Kafka's ``startingTimestamp``)."""
+    value = _int(opts, option, -1, minimum=0)
+    return None if value == -1 else value
 
 
-def parse_read_options(options: Mapping[str, str | None]) -> ReadOptions:
-    """Validate read options; raises :class:`InvalidOptionError` naming the option and the fix."""
+def _batch_offsets(
+    opts: Mapping[str, str], option: str, scope_id: int, word: str, markers: Mapping[int, str]
+) -> tuple[tuple[tuple[int, int], int], ...]:
+    """A batch read's ``startingOffsets``/``endingOffsets``: ``word`` (``earliest``/``latest``, the default, the
+    same for every ledger) or JSON per ledger; Kafka's ``-2`` (earliest) and ``-1`` (latest) where ``markers``
+    allow them.  Returns ``((scope, ledger), value)`` pairs, sorted."""
+    from bkspark.datasource.stream_offsets import parse_offsets_json
+
+    raw = (opts.get(option.lower()) or "").strip()
+    if not raw or raw.lower() == word:
+        return ()
+    fix = (f"a batch read takes '{word}' or JSON such as {{\"7\": 10, \"0:9\": 120}} (ledger id or 'scope:ledger' "
+           f"-> entry id; {', '.join(f'{k} {v}' for k, v in markers.items())})")
+    if not raw.startswith("{"):
+        raise _bad(option, raw, fix)
+    parsed = parse_offsets_json(raw, option, scope_id, markers=markers, fix=fix)
+    return tuple(sorted(parsed.items()))
+
+
+def parse_read_options(options: Mapping[str, str | None], *, stream: bool | None = False) -> ReadOptions:
+    """Validate read options; raises :class:`InvalidOptionError` naming the option and the fix.
+
+    ``stream``: False for ``spark.read``, True for ``spark.readStream`` (each refuses the other's own options),
+    None for ``schema()`` at ``load()``, which PySpark runs alike for both (it checks every value, not the kind).
+    """
+    from bkspark.datasource.stream_offsets import KAFKA_EARLIEST, KAFKA_LATEST
+
     opts = _lower(options)
-    _check_unknown(opts, _READ_KEYS, "read")
+    if stream is None:
+        _check_unknown({k: v for k, v in opts.items() if k not in stream_only_keys()}, "read", stream=False)
+        opts = {k: v for k, v in opts.items() if k not in stream_only_keys()}
+    else:
+        _check_unknown(opts, "read", stream=stream)
     uri = _uri(opts)
     dataset = _dataset(opts, required=False)
     ledgers_text = opts.get("ledgers")
@@ -302,11 +455,26 @@ def parse_read_options(options: Mapping[str, str | None]) -> ReadOptions:
     max_partitions = _int(opts, "maxPartitions", 0, minimum=1, maximum=MAX_PARTITIONS) or None
     if min_partitions is not None and max_partitions is not None and min_partitions > max_partitions:
         raise _bad("minPartitions", min_partitions, f"must be <= maxPartitions ({max_partitions})")
+    scope_id = _int(opts, "scopeId", 0, minimum=INT64_MIN)
+    starting: tuple[tuple[tuple[int, int], int], ...] = ()
+    if stream is False:  # a stream's startingOffsets is its own (stream_offsets.parse_starting_offsets)
+        starting = tuple(
+            (ref, 0 if value == KAFKA_EARLIEST else value)
+            for ref, value in _batch_offsets(opts, "startingOffsets", scope_id, "earliest", {KAFKA_EARLIEST: "earliest"})
+        )
+    ending = tuple(
+        (ref, value) for ref, value in _batch_offsets(opts, "endingOffsets", scope_id, "latest", {KAFKA_LATEST: "latest"})
+        if value != KAFKA_LATEST
+    )
+    starting_ts = _timestamp(opts, "startingTimestamp")
+    ending_ts = _timestamp(opts, "endingTimestamp")
+    if starting_ts is not None and ending_ts is not None and ending_ts <= starting_ts:
+        raise _bad("endingTimestamp", ending_ts, f"must be > startingTimestamp ({starting_ts})")
     return ReadOptions(
         metadata_service_uri=uri,
         ledger_ranges=parse_ledger_list(ledgers_text) if ledgers_text else None,
         dataset=dataset,
-        scope_id=_int(opts, "scopeId", 0, minimum=INT64_MIN),
+        scope_id=scope_id,
         start_entry=start_entry,
         end_entry=None if end_entry == -1 else end_entry,
         include_open_ledgers=_bool(opts, "includeOpenLedgers", False),
@@ -321,14 +489,20 @@ def parse_read_options(options: Mapping[str, str | None]) -> ReadOptions:
         password=_password(opts),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         client_conf=_client_conf(opts),
-        include_custom_metadata=_bool(opts, "includeCustomMetadata", True),
+        include_custom_metadata=_bool(opts, "includeCustomMetadata", False),
+        include_headers=_bool(opts, "includeHeaders", False),
+        starting_offsets=starting,
+        ending_offsets=ending,
+        starting_timestamp_ms=starting_ts,
+        ending_timestamp_ms=ending_ts,
     )
 
 
-def parse_write_options(options: Mapping[str, str | None]) -> WriteOptions:
-    """Validate write options; raises :class:`InvalidOptionError` naming the option and the fix."""
-    opts = _lower(options)
-    _check_unknown(opts, _WRITE_KEYS, "write")
+def parse_write_options(options: Mapping[str, str | None], *, stream: bool = False) -> WriteOptions:
+    """Validate write options (``stream``: of ``df.writeStream``); raises :class:`InvalidOptionError` naming the
+    option and the fix."""
+    opts = _lower(options, "write")
+    _check_unknown(opts, "write", stream=stream)
     uri = _uri(opts)
     dataset = _dataset(opts, required=True)
     assert dataset is not None

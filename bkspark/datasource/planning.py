@@ -26,12 +26,15 @@ __all__ = [
     "plan_partitions",
     "partition_slices",
     "PUSHABLE_COLUMNS",
+    "ctime_admitted",
+    "timestamp_micros",
     "SLICE_OPEN_COST_ENTRIES",
 ]
 
-PUSHABLE_COLUMNS = ("scope_id", "ledger_id", "entry_id")
-#: The smallest value of each pushable column: scope ids are signed 64-bit, ledger and entry ids never negative.
-_LOWEST = {"scope_id": INT64_MIN, "ledger_id": 0, "entry_id": 0}
+PUSHABLE_COLUMNS = ("scope_id", "ledger_id", "entry_id", "ledger_ctime")
+#: The smallest value of each pushable column: scope ids are signed 64-bit, ledger and entry ids never negative;
+#: ``ledger_ctime`` is held as microseconds since the epoch (Spark's own timestamp unit), any sign.
+_LOWEST = {"scope_id": INT64_MIN, "ledger_id": 0, "entry_id": 0, "ledger_ctime": INT64_MIN}
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,11 @@ class Bounds:
     high: dict[str, int] = field(default_factory=lambda: {c: INT64_MAX for c in PUSHABLE_COLUMNS})
     values: dict[str, frozenset[int]] = field(default_factory=dict)
 
-    def admits(self, column: str, value: int) -> bool:
+    def admits(self, column: str, value: int | None) -> bool:
+        """Whether ``value`` passes the bounds; a null (a ledger without a creation time) passes no filter on
+        its column, as in SQL."""
+        if value is None:
+            return self.low[column] == _LOWEST[column] and self.high[column] == INT64_MAX and column not in self.values
         if not self.low[column] <= value <= self.high[column]:
             return False
         allowed = self.values.get(column)
@@ -144,6 +151,36 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def timestamp_micros(value: Any) -> int | None:
+    """A pushed timestamp literal (PySpark hands a time-zone-aware ``datetime``) as microseconds since the
+    epoch, exactly; None for anything else (the filter is then left to Spark)."""
+    from datetime import datetime, timedelta, timezone
+
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        return None
+    return (value - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
+
+
+def _literal(column: str, value: Any) -> Any:
+    """The filter's value in the unit :class:`Bounds` keeps for ``column`` (None: not one we apply)."""
+    if column == "ledger_ctime":
+        if isinstance(value, (list, tuple)):
+            converted = [timestamp_micros(v) for v in value]
+            return None if any(v is None for v in converted) else converted
+        return timestamp_micros(value)
+    return value
+
+
+def ctime_admitted(ctime_ms: int | None, starting_ms: int | None, ending_ms: int | None) -> bool:
+    """Whether a ledger created at ``ctime_ms`` is within ``startingTimestamp`` (inclusive) and
+    ``endingTimestamp`` (exclusive), as Kafka's bounds are; a ledger with no creation time is within no bound."""
+    if starting_ms is None and ending_ms is None:
+        return True
+    if ctime_ms is None:
+        return False
+    return (starting_ms is None or ctime_ms >= starting_ms) and (ending_ms is None or ctime_ms < ending_ms)
+
+
 def push_filters(filters: Iterable[Any], bounds: Bounds) -> list[Any]:
     """Fold the filters we can apply exactly into ``bounds``; return the others (by identity)."""
     from pyspark.sql.datasource import (
@@ -158,7 +195,7 @@ def push_filters(filters: Iterable[Any], bounds: Bounds) -> list[Any]:
     rejected: list[Any] = []
     for f in filters:
         column = _column(f)
-        value = getattr(f, "value", None)
+        value = _literal(column, getattr(f, "value", None)) if column else None
         if column is None:
             rejected.append(f)
         elif isinstance(f, EqualTo) and _is_int(value):

@@ -16,7 +16,8 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from bkspark.client.arrow import DEFAULT_ROWS_PER_BATCH
 from bkspark.datasource.options import ReadOptions, selected_ledgers, single_ids
 from bkspark.datasource.planning import (
-    Bounds, LedgerSlice, mean_entry_bytes, partition_slices, plan_partitions, push_filters, split_ledger,
+    Bounds, LedgerSlice, ctime_admitted, mean_entry_bytes, partition_slices, plan_partitions, push_filters,
+    split_ledger,
 )
 
 __all__ = ["BookKeeperReader", "BookKeeperPushdownReader", "ROWS_PER_BATCH"]
@@ -73,7 +74,9 @@ class BookKeeperReader(DataSourceReader):
                 )
             return [pair for pair in manifest.ledgers]
         assert opts.ledger_ranges is not None
-        listed = selected_ledgers(opts.ledger_ranges, lambda: bk.list_ledgers(scope_id=opts.scope_id))
+        listed = selected_ledgers(
+            opts.ledger_ranges, lambda first, last: bk.store.list_ledgers_between(first, last, opts.scope_id)
+        )
         return [(opts.scope_id, lid) for lid in listed]
 
     def partitions(self) -> list[InputPartition]:
@@ -92,6 +95,7 @@ class BookKeeperReader(DataSourceReader):
         # excludes is looked up too, so that pushdown on and off fail alike (docs/connector.md, "Filter pushdown").
         named = single_ids(opts.ledger_ranges) if opts.dataset is None and opts.ledger_ranges else set()
         excluded = set(listed) - set(wanted)
+        starting, ending = dict(opts.starting_offsets), dict(opts.ending_offsets)
         for scope_id, ledger_id, md in _metadata_windows(bk, [p for p in listed if p in excluded and p[1] in named]):
             if md is None:
                 raise self._ledger_not_found(scope_id, ledger_id)
@@ -106,18 +110,24 @@ class BookKeeperReader(DataSourceReader):
                         "exists; set .option('failOnDataLoss', 'false') to skip missing ledgers"
                     ) from None
                 continue
+            ctime_ms = md.ctime if md.ctime else None
+            if not self._created_within(ctime_ms):
+                continue
             last = self._last_readable_entry(bk, md, scope_id, ledger_id)
             if last is None:
                 continue
             if opts.end_entry is not None:
                 last = min(last, opts.end_entry)
+            if (scope_id, ledger_id) in ending:
+                last = min(last, ending[(scope_id, ledger_id)] - 1)  # endingOffsets: exclusive, as Kafka's
+            first = starting.get((scope_id, ledger_id), opts.start_entry)
             custom = tuple(sorted((k, bytes(v)) for k, v in (md.custom_metadata or {}).items()))
             entry_bytes = mean_entry_bytes(md)
-            for first_run, last_run in self.bounds.entry_runs(opts.start_entry, last):
+            for first_run, last_run in self.bounds.entry_runs(first, last):
                 slices.extend(
                     split_ledger(
                         scope_id, ledger_id, first_run, last_run, opts.max_entries_per_partition,
-                        ctime_ms=md.ctime if md.ctime else None, custom_metadata=custom,
+                        ctime_ms=ctime_ms, custom_metadata=custom,
                         ledger_open=md.state.name != "CLOSED", entry_bytes=entry_bytes,
                         max_bytes_per_partition=opts.max_bytes_per_partition,
                     )
@@ -126,6 +136,15 @@ class BookKeeperReader(DataSourceReader):
             slices, opts.max_entries_per_partition,
             min_partitions=opts.min_partitions, max_partitions=opts.max_partitions,
             max_bytes_per_partition=opts.max_bytes_per_partition,
+        )
+
+    def _created_within(self, ctime_ms: int | None) -> bool:
+        """Whether a ledger's creation time passes ``startingTimestamp``/``endingTimestamp`` and the pushed
+        ``ledger_ctime`` filters (every row of a ledger has its ledger's time, so this is exact)."""
+        opts = self.options
+        micros = None if ctime_ms is None else ctime_ms * 1000
+        return ctime_admitted(ctime_ms, opts.starting_timestamp_ms, opts.ending_timestamp_ms) and self.bounds.admits(
+            "ledger_ctime", micros
         )
 
     def _ledger_not_found(self, scope_id: int, ledger_id: int) -> Exception:
@@ -206,19 +225,19 @@ class BookKeeperReader(DataSourceReader):
         """Arrow batches of the slice, from the client's pipelined ``read_batches`` (several batch requests in
         flight over the ledger's bookies; pipelined single reads where batches cannot be used): the payload
         column is taken as the client built it and the ledger-level columns added (:func:`entry_batch`)."""
-        from bkspark.datasource.packing import packed_ledger, unpack_entries
+        from bkspark.datasource.packing import entry_format, unpack_rows
         from bkspark.datasource.schema import MAX_BATCH_PAYLOAD_BYTES, entry_batch
         from bkspark.errors import NoSuchEntryError
 
         opts = self.options
         next_entry = part.first_entry
-        packed = packed_ledger(part.custom_metadata)
-        with_custom = opts.include_custom_metadata
+        fmt = entry_format(part.custom_metadata)
+        columns = dict(include_custom_metadata=opts.include_custom_metadata, include_headers=opts.include_headers)
         for batch in handle.read_batches(
             part.first_entry, part.last_entry,
             batch_size=max(1, opts.batch_max_count), max_size=opts.batch_max_size, batch=opts.batch_read_enabled,
             rows_per_group=ROWS_PER_BATCH,
-            bytes_per_group=PACKED_BYTES_PER_GROUP if packed else MAX_BATCH_PAYLOAD_BYTES,
+            bytes_per_group=PACKED_BYTES_PER_GROUP if fmt else MAX_BATCH_PAYLOAD_BYTES,
         ):
             ids = batch.column(0)
             if batch.num_rows and (ids[0].as_py() != next_entry or ids[-1].as_py() != next_entry + batch.num_rows - 1):
@@ -229,18 +248,18 @@ class BookKeeperReader(DataSourceReader):
                     f"{next_entry}..{next_entry + batch.num_rows - 1} were next (slice {part.first_entry}.."
                     f"{part.last_entry})"
                 )
-            if packed:  # several rows per entry (docs/connector.md, "Rows per entry")
-                entry_ids, payloads = unpack_entries(batch.column(0), batch.column(1))
-                for start in range(0, len(payloads), ROWS_PER_BATCH):
+            if fmt:  # several rows per entry, maybe with keys and headers (docs/connector.md, "Rows per entry")
+                rows = unpack_rows(batch.column(0), batch.column(1), fmt)
+                for start in range(0, len(rows.payloads), ROWS_PER_BATCH):
+                    piece = rows.slice(start, ROWS_PER_BATCH)
                     yield entry_batch(
-                        part.scope_id, part.ledger_id, next_entry, payloads.slice(start, ROWS_PER_BATCH),
-                        part.ctime_ms, part.custom_metadata, entry_ids=entry_ids[start : start + ROWS_PER_BATCH],
-                        include_custom_metadata=with_custom,
+                        part.scope_id, part.ledger_id, next_entry, piece.payloads, part.ctime_ms, part.custom_metadata,
+                        entry_ids=piece.entry_ids, keys=piece.keys, headers=piece.headers, **columns,
                     )
             else:
                 yield entry_batch(
                     part.scope_id, part.ledger_id, next_entry, batch.column(1), part.ctime_ms, part.custom_metadata,
-                    include_custom_metadata=with_custom,
+                    **columns,
                 )
             next_entry += batch.num_rows
         if next_entry != part.last_entry + 1:

@@ -26,26 +26,36 @@ __all__ = [
 #: Payload bytes one Arrow batch may hold (the client's default, whose comment says why).
 MAX_BATCH_PAYLOAD_BYTES = DEFAULT_BYTES_PER_BATCH
 
-#: Column names, in order.
-COLUMNS = ("scope_id", "ledger_id", "entry_id", "payload", "ledger_ctime", "custom_metadata")
+#: Column names, in order (``headers`` only with ``includeHeaders``, ``custom_metadata`` only with
+#: ``includeCustomMetadata``).
+COLUMNS = ("scope_id", "ledger_id", "entry_id", "payload", "ledger_ctime", "key", "headers", "custom_metadata")
 
-#: The schema as DDL (what ``DataSource.schema()`` returns), without and with the last column.
-_DDL_WITHOUT_CUSTOM_METADATA = (
+_DDL_BASE = (
     "scope_id BIGINT NOT NULL, ledger_id BIGINT NOT NULL, entry_id BIGINT NOT NULL, "
-    "payload BINARY, ledger_ctime TIMESTAMP"
+    "payload BINARY, ledger_ctime TIMESTAMP, key BINARY"
 )
-SCHEMA_DDL = _DDL_WITHOUT_CUSTOM_METADATA + ", custom_metadata MAP<STRING, BINARY>"
+_DDL_HEADERS = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+_DDL_CUSTOM_METADATA = "custom_metadata MAP<STRING, BINARY>"
+#: The schema with every column.
+SCHEMA_DDL = f"{_DDL_BASE}, {_DDL_HEADERS}, {_DDL_CUSTOM_METADATA}"
 
 
-def schema_ddl(include_custom_metadata: bool = True) -> str:
-    """The DDL of the rows read: ``custom_metadata`` is left out when the ``includeCustomMetadata`` read option
-    is false (docs/connector.md, "Schema"), as Kafka's source leaves ``headers`` out."""
-    return SCHEMA_DDL if include_custom_metadata else _DDL_WITHOUT_CUSTOM_METADATA
+def schema_ddl(include_custom_metadata: bool = False, include_headers: bool = False) -> str:
+    """The DDL of the rows read: ``headers`` only with the ``includeHeaders`` read option and
+    ``custom_metadata`` only with ``includeCustomMetadata`` (docs/connector.md, "Schema"), as Kafka's source
+    has ``headers`` only with ``includeHeaders``."""
+    parts = [_DDL_BASE]
+    if include_headers:
+        parts.append(_DDL_HEADERS)
+    if include_custom_metadata:
+        parts.append(_DDL_CUSTOM_METADATA)
+    return ", ".join(parts)
 
 
-def spark_schema(include_custom_metadata: bool = True) -> "StructType":
+def spark_schema(include_custom_metadata: bool = False, include_headers: bool = False) -> "StructType":
     """The Spark ``StructType`` of every row this source reads (:func:`schema_ddl`)."""
     from pyspark.sql.types import (
+        ArrayType,
         BinaryType,
         LongType,
         MapType,
@@ -61,7 +71,11 @@ def spark_schema(include_custom_metadata: bool = True) -> "StructType":
         StructField("entry_id", LongType(), nullable=False),
         StructField("payload", BinaryType(), nullable=True),
         StructField("ledger_ctime", TimestampType(), nullable=True),
+        StructField("key", BinaryType(), nullable=True),
     ]
+    if include_headers:
+        header = StructType([StructField("key", StringType(), True), StructField("value", BinaryType(), True)])
+        fields.append(StructField("headers", ArrayType(header, containsNull=True), nullable=True))
     if include_custom_metadata:
         fields.append(
             StructField("custom_metadata", MapType(StringType(), BinaryType(), valueContainsNull=True), nullable=True)
@@ -69,12 +83,12 @@ def spark_schema(include_custom_metadata: bool = True) -> "StructType":
     return StructType(fields)
 
 
-@lru_cache(maxsize=2)
-def arrow_schema(include_custom_metadata: bool = True) -> "pa.Schema":
+@lru_cache(maxsize=4)
+def arrow_schema(include_custom_metadata: bool = False, include_headers: bool = False) -> "pa.Schema":
     """The Arrow schema Spark checks yielded record batches against (``to_arrow_schema(..., "UTC")``)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(spark_schema(include_custom_metadata), timezone="UTC")
+    return to_arrow_schema(spark_schema(include_custom_metadata, include_headers), timezone="UTC")
 
 
 def entry_batch(
@@ -85,7 +99,11 @@ def entry_batch(
     ctime_ms: int | None = None,
     custom_metadata: Sequence[tuple[str, bytes]] = (),
     entry_ids: Any = None,
-    include_custom_metadata: bool = True,
+    include_custom_metadata: bool = False,
+    *,
+    include_headers: bool = False,
+    keys: "pa.Array | None" = None,
+    headers: "pa.Array | None" = None,
 ) -> "pa.RecordBatch":
     """Consecutive entries ``first_entry_id ..`` of one ledger as one Arrow batch of :func:`arrow_schema`
     (or rows with the given ``entry_ids``, a numpy int64 array: the rows of packed entries,
@@ -94,16 +112,16 @@ def entry_batch(
     Built column-wise from buffers, with no Python object per row: ``payloads`` is either the ``payload``
     column of the client's ``ReadHandle.read_batches`` (used as it is) or a list gathered into one buffer by
     :func:`bkspark.client.arrow.binary_array`; entry ids are a numpy ``arange``, and the ledger-level
-    columns are repeated scalars.  Shared by every reader of the data source (batch and streaming), so all
-    of them yield the same rows.  Without ``include_custom_metadata`` the batch has no ``custom_metadata``
-    column (:func:`schema_ddl`).
+    columns are repeated scalars.  ``keys`` and ``headers`` are the rows' own (entries of the ``rows-v2``
+    format); without them every row's are null.  Shared by every reader of the data source (batch and
+    streaming), so all of them yield the same rows.
     """
     import numpy as np
     import pyarrow as pa
 
     from bkspark.client.arrow import binary_array
 
-    schema = arrow_schema(include_custom_metadata)
+    schema = arrow_schema(include_custom_metadata, include_headers)
     n = len(payloads)
     if n == 0:  # pa.repeat of a map scalar cannot make an empty array
         return pa.RecordBatch.from_pylist([], schema=schema)
@@ -114,7 +132,11 @@ def entry_batch(
         pa.array(np.arange(first_entry_id, first_entry_id + n, dtype=np.int64) if entry_ids is None else entry_ids),
         payload_col,
         _repeated_ctime(schema.field("ledger_ctime").type, ctime_ms, n),
+        pa.nulls(n, pa.binary()) if keys is None else keys,
     ]
+    if include_headers:
+        header_type = schema.field("headers").type
+        columns.append(pa.nulls(n, header_type) if headers is None else headers.cast(header_type))
     if include_custom_metadata:
         columns.append(_repeated_map(schema.field("custom_metadata").type, custom_metadata, n))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
@@ -155,14 +177,14 @@ def _tiled(value_type: "pa.DataType", values: list[bytes], n: int) -> "pa.Array"
     return pa.Array.from_buffers(value_type, len(values) * n, [None, pa.py_buffer(offsets.astype(np.int32)), data])
 
 
-def check_user_schema(schema: "StructType", include_custom_metadata: bool = True) -> None:
+def check_user_schema(schema: "StructType", include_custom_metadata: bool = False, include_headers: bool = False) -> None:
     """Reject a user-specified schema that is not ours, as Kafka does (the schema is fixed by the options)."""
     from bkspark.errors import InvalidOptionError
 
-    expected = spark_schema(include_custom_metadata)
+    expected = spark_schema(include_custom_metadata, include_headers)
     if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in expected.fields]:
         raise InvalidOptionError(
             "[BOOKKEEPER_FIXED_SCHEMA] the bookkeeper source has a fixed schema and cannot be read with a custom one; "
-            f"drop .schema(...) (with these options the schema is: {schema_ddl(include_custom_metadata)}; "
-            "option includeCustomMetadata adds or removes the last column)"
+            f"drop .schema(...) (with these options the schema is: {schema_ddl(include_custom_metadata, include_headers)}; "
+            "options includeHeaders and includeCustomMetadata add the headers and custom_metadata columns)"
         )

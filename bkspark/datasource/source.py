@@ -7,7 +7,7 @@ the query before any task runs, with the option's name and the fix.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -17,7 +17,10 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
 )
 
-__all__ = ["BookKeeperDataSource"]
+__all__ = ["BookKeeperDataSource", "WRITE_COLUMNS", "row_columns"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bkspark.datasource.writer import RowColumnIndexes
 
 #: The PySpark worker module that plans a read with filter pushdown; Spark runs it only when
 #: ``spark.sql.python.filterPushdown.enabled`` is true.
@@ -59,8 +62,10 @@ class BookKeeperDataSource(DataSource):
             .option("dataset", "events").mode("append").save()
 
     The schema is fixed: ``scope_id, ledger_id, entry_id, payload,
-    ledger_ctime, custom_metadata`` (the last one left out with
-    ``includeCustomMetadata=false``).  See docs/connector.md for every option.
+    ledger_ctime, key``, then ``headers`` with ``includeHeaders`` and
+    ``custom_metadata`` with ``includeCustomMetadata``.  A write keeps
+    ``payload``, ``key`` and ``headers`` and refuses any other column.  See
+    docs/connector.md for every option.
     """
 
     @classmethod
@@ -74,11 +79,16 @@ class BookKeeperDataSource(DataSource):
             from bkspark.datasource.pulsar_reader import pulsar_schema
 
             return pulsar_schema(self.options)
-        from bkspark.datasource.options import parse_read_options, without_stream_options
+        from bkspark.datasource.options import parse_read_options
         from bkspark.datasource.schema import schema_ddl
+        from bkspark.datasource.stream_reader import parse_stream_options
 
-        # Fail at load(), before any task runs (readStream's own options are checked by streamReader()).
-        return schema_ddl(parse_read_options(without_stream_options(self.options)).include_custom_metadata)
+        # Fail at load(), before any task runs: every value is checked here.  PySpark runs this step alike for
+        # spark.read and spark.readStream (it is not told which), so an option of the other kind is refused
+        # when the query is planned or started (reader() / streamReader()), docs/connector.md "Read options".
+        options = parse_read_options(self.options, stream=None)
+        parse_stream_options(self.options, options.scope_id)
+        return schema_ddl(options.include_custom_metadata, options.include_headers)
 
     def reader(self, schema: Any) -> DataSourceReader:
         from bkspark.datasource.pulsar_options import is_pulsar_read
@@ -92,7 +102,7 @@ class BookKeeperDataSource(DataSource):
         from bkspark.datasource.schema import check_user_schema
 
         options = parse_read_options(self.options)
-        check_user_schema(schema, options.include_custom_metadata)
+        check_user_schema(schema, options.include_custom_metadata, options.include_headers)
         # Spark fails a query whose reader defines pushFilters while its pushdown conf is
         # off; only the pushdown planner gets a reader that defines it, so users never see that.
         if running_in_pushdown_planner():
@@ -111,7 +121,7 @@ class BookKeeperDataSource(DataSource):
         from bkspark.datasource.stream_reader import BookKeeperStreamReader, parse_stream_read_options
 
         options, stream_options = parse_stream_read_options(self.options)
-        check_user_schema(schema, options.include_custom_metadata)
+        check_user_schema(schema, options.include_custom_metadata, options.include_headers)
         return BookKeeperStreamReader(options, stream_options)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
@@ -119,7 +129,8 @@ class BookKeeperDataSource(DataSource):
         from bkspark.datasource.writer import BookKeeperWriter
 
         options = parse_write_options(self.options)
-        writer = BookKeeperWriter(options, *_payload_column(schema), overwrite)
+        # Before any ledger id is reserved: a column the writer would not keep fails the save() here.
+        writer = BookKeeperWriter(options, *_payload_column(schema), overwrite, row_columns=row_columns(schema))
         writer.reserve_parent()  # here, on the driver: the tasks get the id with the pickled writer
         return writer
 
@@ -132,7 +143,9 @@ class BookKeeperDataSource(DataSource):
         from bkspark.datasource.stream_writer import BookKeeperStreamWriter, parse_stream_write_options
 
         options, checkpoint = parse_stream_write_options(self.options)
-        return BookKeeperStreamWriter(options, *_payload_column(schema), checkpoint, complete=overwrite)
+        return BookKeeperStreamWriter(
+            options, *_payload_column(schema), checkpoint, complete=overwrite, row_columns=row_columns(schema)
+        )
 
 
 def _payload_column(schema: Any) -> tuple[int, bool]:
@@ -155,3 +168,50 @@ def _payload_column(schema: Any) -> tuple[int, bool]:
             "cast it, e.g. df.withColumn('payload', col('payload').cast('binary'))"
         )
     return index, isinstance(field_type, StringType)
+
+
+#: The columns a write keeps, and what each must be (docs/connector.md, "Write").
+WRITE_COLUMNS = ("payload", "key", "headers")
+
+
+def row_columns(schema: Any) -> "RowColumnIndexes":
+    """Where the ``key`` and ``headers`` columns of a DataFrame to write are (each optional), checked; any column
+    the writer would not keep is an error naming it (nothing is dropped silently)."""
+    from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType
+
+    from bkspark.datasource.writer import RowColumnIndexes
+    from bkspark.errors import InvalidOptionError
+
+    names = [f.name.lower() for f in schema.fields]
+    unknown = [f.name for f in schema.fields if f.name.lower() not in WRITE_COLUMNS]
+    if unknown:
+        raise InvalidOptionError(
+            f"[BOOKKEEPER_UNKNOWN_COLUMNS] the bookkeeper writer keeps only the columns payload, key and headers; "
+            f"the DataFrame also has {', '.join(repr(n) for n in unknown)}, which would be lost: drop them, or fold "
+            "them into payload (e.g. to_json(struct(...))), key or headers (docs/connector.md, \"Write\")"
+        )
+    key_index = names.index("key") if "key" in names else None
+    key_is_string = False
+    if key_index is not None:
+        key_type = schema.fields[key_index].dataType
+        if not isinstance(key_type, (BinaryType, StringType)):
+            raise InvalidOptionError(
+                f"[BOOKKEEPER_COLUMN_TYPE] column 'key' must be binary or string, not {key_type.simpleString()}"
+            )
+        key_is_string = isinstance(key_type, StringType)
+    headers_index = names.index("headers") if "headers" in names else None
+    if headers_index is not None:
+        headers_type = schema.fields[headers_index].dataType
+        element = headers_type.elementType if isinstance(headers_type, ArrayType) else None
+        fields = (
+            [(f.name.lower(), f.dataType) for f in element.fields] if isinstance(element, StructType) else []
+        )
+        if (
+            len(fields) != 2 or fields[0][0] != "key" or not isinstance(fields[0][1], StringType)
+            or fields[1][0] != "value" or not isinstance(fields[1][1], (BinaryType, StringType))
+        ):
+            raise InvalidOptionError(
+                f"[BOOKKEEPER_COLUMN_TYPE] column 'headers' must be Kafka's array<struct<key: string, value: binary>> "
+                f"(value may be a string), not {headers_type.simpleString()}; a map becomes one with map_entries(...)"
+            )
+    return RowColumnIndexes(key_index, key_is_string, headers_index)

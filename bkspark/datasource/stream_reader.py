@@ -41,15 +41,17 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from bkspark.datasource.options import ReadOptions, parse_read_options, selected_ledgers, without_stream_options
+from bkspark.datasource.options import ReadOptions, parse_read_options, selected_ledgers
 from bkspark.datasource.planning import mean_entry_bytes
 from bkspark.datasource.reader import BookKeeperReader
 from bkspark.datasource.stream_offsets import (
     DONE,
+    LATEST_ENTRY,
     Admission,
     LedgerPosition,
     canonical,
     lag,
+    lag_per_ledger,
     ledger_key,
     next_offset,
     parse_key,
@@ -112,24 +114,34 @@ def _duration_ms(opts: Mapping[str, str], name: str, default: int) -> int:
     return int(match.group(1)) * _UNIT_MS[(match.group(2) or "ms").lower()]
 
 
-def parse_stream_read_options(options: Mapping[str, str | None]) -> tuple[ReadOptions, StreamOptions]:
-    """Validate the options of ``readStream``: the batch read options plus the streaming ones."""
-    opts = {str(k).lower(): v for k, v in options.items() if v is not None}
-    if "endentry" in opts:
-        raise InvalidOptionError(
-            "[BOOKKEEPER_INVALID_OPTION] option 'endEntry' is not a streaming option: a stream follows its ledgers "
-            "to their end; use spark.read for a bounded range"
-        )
-    batch = parse_read_options(without_stream_options(opts))
-    stream = StreamOptions(
-        starting_offsets=parse_starting_offsets(opts.get("startingoffsets"), batch.scope_id),
+def parse_stream_options(options: Mapping[str, str | None], scope_id: int) -> StreamOptions:
+    """The streaming-only options (docs/streaming.md), aliases under their own names; each value checked."""
+    from bkspark.datasource.options import _lower
+
+    opts = _lower(options)
+    return StreamOptions(
+        starting_offsets=parse_starting_offsets(opts.get("startingoffsets"), scope_id),
         max_entries_per_trigger=_positive(opts, "maxEntriesPerTrigger"),
         max_bytes_per_trigger=_positive(opts, "maxBytesPerTrigger"),
         min_entries_per_trigger=_positive(opts, "minEntriesPerTrigger"),
         max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
         long_poll_timeout_ms=_duration_ms(opts, "longPollTimeoutMs", DEFAULT_LONG_POLL_TIMEOUT_MS),
     )
-    return batch, stream
+
+
+def parse_stream_read_options(options: Mapping[str, str | None]) -> tuple[ReadOptions, StreamOptions]:
+    """Validate the options of ``readStream``: the read options that apply to streams, plus the streaming ones.
+
+    ``includeOpenLedgers=false`` is refused: a stream always follows open ledgers up to their LAC (that is what
+    it is for), so the option cannot apply; ``true`` is accepted and changes nothing."""
+    batch = parse_read_options(options, stream=True)
+    raw_open = {str(k).lower(): v for k, v in options.items()}.get("includeopenledgers")
+    if raw_open is not None and str(raw_open).strip() != "" and not batch.include_open_ledgers:
+        raise InvalidOptionError(
+            f"[BOOKKEEPER_INVALID_OPTION] option 'includeOpenLedgers'={raw_open!r} is invalid: a stream always reads "
+            "open ledgers up to their last-add-confirmed, as they grow; leave the option out"
+        )
+    return batch, parse_stream_options(options, batch.scope_id)
 
 
 @dataclass(frozen=True)
@@ -206,6 +218,8 @@ class _Driver:
         self.stream = stream
         self.bk = get_client(options.metadata_service_uri, _client_settings(options))
         self.facts: dict[str, _LedgerFacts] = {}
+        #: Ledger creation times seen (``startingTimestamp``), by offset key.
+        self.ctimes: dict[str, int | None] = {}
         self.tails: dict[str, Any] = {}
         #: AvailableNow: the positions frozen at the start of the query.
         self.target: dict[str, int] | None = None
@@ -222,10 +236,32 @@ class _Driver:
         opts = self.options
         if opts.dataset is not None:
             manifest = self._registry().manifest(opts.dataset)
-            return [] if manifest is None else [ledger_key(s, l) for s, l in manifest.ledgers]
+            return [] if manifest is None else self._created_within([ledger_key(s, l) for s, l in manifest.ledgers])
         assert opts.ledger_ranges is not None
-        listed = selected_ledgers(opts.ledger_ranges, lambda: self.bk.list_ledgers(scope_id=opts.scope_id))
-        return [ledger_key(opts.scope_id, lid) for lid in listed]
+        listed = selected_ledgers(
+            opts.ledger_ranges, lambda first, last: self.bk.store.list_ledgers_between(first, last, opts.scope_id)
+        )
+        return self._created_within([ledger_key(opts.scope_id, lid) for lid in listed])
+
+    def _created_within(self, keys: list[str]) -> list[str]:
+        """``keys`` minus the ledgers created before ``startingTimestamp`` (a creation time never changes, so each
+        ledger is looked at once; a ledger already gone stays, and :meth:`positions` reports it)."""
+        from bkspark.datasource.planning import ctime_admitted
+
+        since = self.options.starting_timestamp_ms
+        if since is None:
+            return keys
+        out = []
+        for key in keys:
+            if key not in self.ctimes:
+                facts = self.ledger_facts(key)
+                if facts is None:
+                    out.append(key)
+                    continue
+                self.ctimes[key] = facts.ctime_ms
+            if ctime_admitted(self.ctimes[key], since, None):
+                out.append(key)
+        return out
 
     def _registry(self) -> Any:
         from bkspark.datasource.clients import client_root, client_zk
@@ -341,11 +377,11 @@ def _count_new(start: Mapping[str, Any], end: Mapping[str, Any], positions: list
     total = 0
     for key, stop in positions_of(end).items():
         first = begin.get(key, start_entry)
-        if first == DONE:
+        if first == DONE or first == LATEST_ENTRY:
             continue
         if stop == DONE:
             stop = available.get(key, first)
-        total += max(0, stop - first)
+        total += max(0, int(stop) - int(first))
     return total
 
 
@@ -467,7 +503,8 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         latest = {p.key: (DONE if p.closed else p.available) for p in d.last_positions if not p.missing}
         entries, size = lag(d.last_end, d.last_positions, self.options.start_entry)
         report = canonical(latest)
-        report["lag"] = {"bytes": size, "entries": entries}
+        report["lag"] = {"bytes": size, "entries": entries,
+                         **lag_per_ledger(d.last_end, d.last_positions, self.options.start_entry)}
         return report
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
@@ -488,8 +525,8 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         lost: list[str] = []
         for key, stop in positions_of(end).items():
             first = begin.get(key, self.options.start_entry)
-            if first == DONE:
-                continue
+            if first == DONE or first == LATEST_ENTRY:
+                continue  # LATEST_ENTRY: batch 0 only fixes where that ledger's latest is
             facts = d.ledger_facts(key)
             if facts is None:
                 if stop == DONE and first != DONE:

@@ -36,7 +36,7 @@ from typing import Any, Iterator
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
 from bkspark.datasource.options import WriteOptions, parse_write_options
-from bkspark.datasource.writer import NO_LEDGER, BookKeeperWriter, LedgerCommitMessage
+from bkspark.datasource.writer import NO_LEDGER, BookKeeperWriter, LedgerCommitMessage, RowColumnIndexes
 from bkspark.errors import InvalidOptionError
 
 __all__ = [
@@ -55,7 +55,6 @@ log = logging.getLogger(__name__)
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 #: Spark's task local property holding the job group, which a streaming query sets to its run id.
 RUN_ID_PROPERTY = "spark.jobGroup.id"
-_SINK_ONLY_KEYS = {"checkpointlocation", "queryname"}
 
 
 def parse_stream_write_options(options: Any) -> tuple[WriteOptions, str]:
@@ -67,7 +66,7 @@ def parse_stream_write_options(options: Any) -> tuple[WriteOptions, str]:
             "[BOOKKEEPER_MISSING_OPTION] the bookkeeper sink needs a checkpoint location (it is the query's identity "
             "for exactly-once commits): .option('checkpointLocation', '/path/to/checkpoint')"
         )
-    return parse_write_options({k: v for k, v in opts.items() if k not in _SINK_ONLY_KEYS}), checkpoint
+    return parse_write_options(opts, stream=True), checkpoint
 
 
 def query_writer(checkpoint_location: str) -> str:
@@ -103,9 +102,10 @@ class _TaskWriter(BookKeeperWriter):
     """The batch writer's task side, under a job id the task derives from Spark's local properties."""
 
     def __init__(
-        self, options: WriteOptions, payload_index: int, payload_is_string: bool, writer: str, complete: bool = False
+        self, options: WriteOptions, payload_index: int, payload_is_string: bool, writer: str, complete: bool = False,
+        row_columns: RowColumnIndexes = RowColumnIndexes(),
     ) -> None:
-        super().__init__(options, payload_index, payload_is_string, overwrite=complete)
+        super().__init__(options, payload_index, payload_is_string, overwrite=complete, row_columns=row_columns)
         self.writer = writer
 
     def write(self, iterator: Iterator[Any]) -> StreamCommitMessage:
@@ -167,13 +167,13 @@ class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(
         self, options: WriteOptions, payload_index: int, payload_is_string: bool, checkpoint: str,
-        complete: bool = False,
+        complete: bool = False, row_columns: RowColumnIndexes = RowColumnIndexes(),
     ) -> None:
         self.options = options
         self.writer = query_writer(checkpoint)
         #: Output mode complete: each batch replaces the dataset's rows (else: appends to them).
         self.complete = complete
-        self._tasks = _TaskWriter(options, payload_index, payload_is_string, self.writer, complete)
+        self._tasks = _TaskWriter(options, payload_index, payload_is_string, self.writer, complete, row_columns)
 
     def write(self, iterator: Iterator[Any]) -> StreamCommitMessage:
         return self._tasks.write(iterator)

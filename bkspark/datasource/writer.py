@@ -34,7 +34,17 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from bkspark.client.payloads import PackedPayloads
 from bkspark.datasource.faults import fault_point
-from bkspark.datasource.packing import ENTRY_FORMAT_KEY, HEADER_BYTES, ROW_OVERHEAD_BYTES, ROWS_V1, pack_rows
+from bkspark.datasource.packing import (
+    ENTRY_FORMAT_KEY,
+    HEADER_BYTES,
+    ROW_OVERHEAD_BYTES,
+    ROWS_V1,
+    ROWS_V2,
+    BinaryColumn,
+    RowColumns,
+    pack_row_columns,
+    pack_rows,
+)
 from bkspark.datasource.options import WriteOptions
 from bkspark.protocol.values import INT64_MAX
 from bkspark.retry import RetryPolicy
@@ -138,6 +148,45 @@ def _packed_entries(batch: Any, index: int, is_string: bool, options: WriteOptio
     return entries, cuts, len(data)
 
 
+@dataclass(frozen=True)
+class RowColumnIndexes:
+    """Where a write's ``key`` and ``headers`` columns are (None: the DataFrame has none), checked on the driver
+    (:func:`bkspark.datasource.source.row_columns`)."""
+
+    key_index: int | None = None
+    key_is_string: bool = False
+    headers_index: int | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.key_index is not None or self.headers_index is not None
+
+
+def _row_columns(batch: Any, payload_index: int, is_string: bool, columns: RowColumnIndexes) -> RowColumns:
+    """An Arrow batch's payload, key and headers as buffers (:class:`RowColumns`), with no Python object per row."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    offsets, data = _payload_buffers(batch, payload_index, is_string)
+    keys = header_offsets = headers_valid = header_keys = header_values = None
+    if columns.key_index is not None:
+        keys = BinaryColumn.of(batch.column(columns.key_index))
+    if columns.headers_index is not None:
+        headers = batch.column(columns.headers_index)
+        if isinstance(headers, pa.ChunkedArray):
+            headers = headers.combine_chunks()
+        counts = pc.list_value_length(headers).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        header_offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=header_offsets[1:])
+        headers_valid = headers.is_valid().to_numpy(zero_copy_only=False) if headers.null_count else None
+        items = headers.flatten()
+        key_field = items.field(0)
+        header_keys = BinaryColumn.of(key_field.fill_null("") if key_field.null_count else key_field)
+        header_values = BinaryColumn.of(items.field(1))
+    return RowColumns(BinaryColumn(offsets, data), keys, header_offsets, headers_valid, header_keys, header_values)
+
+
 #: The connector option that raises the frame limit (a ``bookkeeper.``-prefixed client option).
 FRAME_LIMIT_OPTION = "bookkeeper.nettyMaxFrameSizeBytes"
 
@@ -191,10 +240,13 @@ class BookKeeperWriter(DataSourceArrowWriter):
         payload_is_string: bool,
         overwrite: bool,
         parent_ledger_id: int | None = None,
+        row_columns: RowColumnIndexes = RowColumnIndexes(),
     ) -> None:
         self.options = options
         self.payload_index = payload_index
         self.payload_is_string = payload_is_string
+        #: The key and headers columns the write keeps (then every entry is ``rows-v2``, docs/connector.md).
+        self.row_columns = row_columns
         self.overwrite = overwrite
         self.job_id = uuid.uuid4().hex
         #: The job's parent ledger id (in the job's scope), reserved on the driver; None: no job parent.
@@ -258,7 +310,9 @@ class BookKeeperWriter(DataSourceArrowWriter):
             TAG_ATTEMPT: str(attempt).encode(),
             TAG_APPLICATION: f"bkspark-spark-writer@{host}".encode(),
         }
-        if opts.rows_per_entry > 1:
+        if self.row_columns.any:
+            tags[ENTRY_FORMAT_KEY] = ROWS_V2  # rows with their keys and headers (docs/connector.md)
+        elif opts.rows_per_entry > 1:
             tags[ENTRY_FORMAT_KEY] = ROWS_V1  # every reader unpacks this ledger's entries (docs/connector.md)
         settings = dict(
             custom_metadata=tags,
@@ -351,6 +405,10 @@ class BookKeeperWriter(DataSourceArrowWriter):
     def _entries(self, batch: Any) -> tuple["list[bytes] | PackedPayloads", list[int] | None, int]:
         """One Arrow batch as entries: ``(entries, first row of each entry and the row count, or None when each
         row is its own entry, the rows' bytes)``."""
+        if self.row_columns.any:  # rows-v2: the rows' keys and headers go with them, whatever rowsPerEntry
+            rows = _row_columns(batch, self.payload_index, self.payload_is_string, self.row_columns)
+            entries, cuts = pack_row_columns(rows, self.options.rows_per_entry, self.options.entry_max_bytes)
+            return entries, cuts, len(rows.payloads.data)
         if self.options.rows_per_entry > 1:
             return _packed_entries(batch, self.payload_index, self.payload_is_string, self.options)
         payloads, size = _payloads(batch, self.payload_index, self.payload_is_string)

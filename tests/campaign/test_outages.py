@@ -261,7 +261,7 @@ def test_a_spark_write_job_survives_a_zookeeper_outage(cluster: Cluster, spark) 
 
     rows = 60_000
     df = spark.range(0, rows, 1, 4).select(
-        F.col("id"), F.concat(F.lit("z-"), F.col("id").cast("string")).cast("binary").alias("payload")
+        F.concat(F.lit("z-"), F.col("id").cast("string")).cast("binary").alias("payload")
     )
 
     def write() -> None:
@@ -300,7 +300,7 @@ def test_a_spark_job_failed_by_an_outage_longer_than_zk_timeout_leaves_nothing_u
 
     dataset = "long-outage"
     df = spark.range(0, 200_000, 1, 4).select(
-        F.col("id"), F.concat(F.lit("l-"), F.col("id").cast("string")).cast("binary").alias("payload")
+        F.concat(F.lit("l-"), F.col("id").cast("string")).cast("binary").alias("payload")
     )
 
     def write() -> None:

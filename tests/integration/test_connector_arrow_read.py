@@ -53,14 +53,15 @@ def reader_table(uri: str, ledger: int | str, **options: str) -> tuple[pa.Table,
 
 def planned_read(uri: str, ledgers: str, **options: str) -> tuple[pa.Table, list[pa.RecordBatch], list]:
     """Plan ``ledgers`` and read every partition, in plan order: the rows, the batches and the partitions."""
-    opts = parse_read_options({"metadataServiceUri": uri, "ledgers": ledgers, **options})
+    # with the custom_metadata column (off by default), to compare every column with the reference
+    opts = parse_read_options({"metadataServiceUri": uri, "ledgers": ledgers, "includeCustomMetadata": "true", **options})
     reader = BookKeeperReader(opts)
     parts = reader.partitions()
     batches = [b for part in parts for b in reader.read(part)]
     for b in batches:
-        assert b.schema == schema_module.arrow_schema()
+        assert b.schema == schema_module.arrow_schema(True)
         b.validate(full=True)
-    return pa.Table.from_batches(batches, schema=schema_module.arrow_schema()), batches, parts
+    return pa.Table.from_batches(batches, schema=schema_module.arrow_schema(True)), batches, parts
 
 
 def reference_table(uri: str, ledger: int, password: bytes = b"", digest_type: str | None = None) -> pa.Table:
@@ -143,7 +144,8 @@ def test_a_packed_partition_opens_its_ledgers_from_one_multi_read_not_a_read_per
     with BookKeeper(uri) as bk:
         lids = [write_bkspark_ledger(bk, random_payloads(40 + i, 2), ensemble_size=2, write_quorum_size=2,
                                      ack_quorum_size=2) for i in range(12)]
-    reader = BookKeeperReader(parse_read_options({"metadataServiceUri": uri, "ledgers": ",".join(map(str, lids))}))
+    reader = BookKeeperReader(parse_read_options({"metadataServiceUri": uri, "ledgers": ",".join(map(str, lids)),
+                                                      "includeCustomMetadata": "true"}))
     (group,) = reader.partitions()
     assert isinstance(group, SliceGroup) and len(group.slices) == 12
     calls: list[str] = []
@@ -285,7 +287,8 @@ def test_a_ledger_of_a_packed_partition_deleted_after_planning(py_cluster: Pytho
         plans = {}
         for lose in ("true", "false"):
             reader = BookKeeperReader(parse_read_options(
-                {"metadataServiceUri": uri, "ledgers": ",".join(map(str, lids)), "failOnDataLoss": lose}))
+                {"metadataServiceUri": uri, "ledgers": ",".join(map(str, lids)), "failOnDataLoss": lose,
+                 "includeCustomMetadata": "true"}))
             plans[lose] = (reader, reader.partitions())
             assert len(plans[lose][1]) == 1 and isinstance(plans[lose][1][0], SliceGroup)
         bk.delete_ledger(lids[1])
@@ -293,7 +296,7 @@ def test_a_ledger_of_a_packed_partition_deleted_after_planning(py_cluster: Pytho
     with pytest.raises(NoSuchLedgerMetadataError, match=f"BOOKKEEPER_DATA_LOSS.*ledger {lids[1]}"):
         [b for b in reader.read(parts[0])]
     reader, parts = plans["false"]
-    got = pa.Table.from_batches([b for b in reader.read(parts[0])], schema=schema_module.arrow_schema())
+    got = pa.Table.from_batches([b for b in reader.read(parts[0])], schema=schema_module.arrow_schema(True))
     assert_same_rows(got, want)
 
 
@@ -308,7 +311,8 @@ def test_a_ledger_deleted_while_its_packed_partition_reads_another_is_read_from_
         lids = [write_bkspark_ledger(bk, random_payloads(60 + i, 5), ensemble_size=2, write_quorum_size=2,
                                      ack_quorum_size=2) for i in range(3)]
         want = reference_tables(uri, lids)
-        reader = BookKeeperReader(parse_read_options({"metadataServiceUri": uri, "ledgers": ",".join(map(str, lids))}))
+        reader = BookKeeperReader(parse_read_options({"metadataServiceUri": uri, "ledgers": ",".join(map(str, lids)),
+                                                      "includeCustomMetadata": "true"}))
         (group,) = reader.partitions()
         assert isinstance(group, SliceGroup)
         batches = reader.read(group)
@@ -316,7 +320,7 @@ def test_a_ledger_deleted_while_its_packed_partition_reads_another_is_read_from_
         assert got[0].column("ledger_id").to_pylist() == [lids[0]] * 5
         bk.delete_ledger(lids[2])
         got.extend(batches)
-    assert_same_rows(pa.Table.from_batches(got, schema=schema_module.arrow_schema()), want)
+    assert_same_rows(pa.Table.from_batches(got, schema=schema_module.arrow_schema(True)), want)
 
 
 def test_batches_are_cut_by_rows_and_by_bytes(py_cluster: PythonBookieCluster, monkeypatch) -> None:
@@ -389,10 +393,10 @@ def test_a_ledger_of_a_dataset_deleted_before_planning(py_cluster: PythonBookieC
     uri = py_cluster.metadata_service_uri
     lids = ledgers_one_deleted(uri, 5, deleted=3, seed=60, dataset="loses-one")
     want = reference_tables(uri, [lid for lid in lids if lid != lids[3]])
-    options = {"metadataServiceUri": uri, "dataset": "loses-one"}
+    options = {"metadataServiceUri": uri, "dataset": "loses-one", "includeCustomMetadata": "true"}
     with pytest.raises(NoSuchLedgerMetadataError, match=f"BOOKKEEPER_DATA_LOSS.*ledger {lids[3]}"):
         BookKeeperReader(parse_read_options(options)).partitions()
     reader = BookKeeperReader(parse_read_options({**options, "failOnDataLoss": "false"}))
     got = pa.Table.from_batches([b for part in reader.partitions() for b in reader.read(part)],
-                                schema=schema_module.arrow_schema())
+                                schema=schema_module.arrow_schema(True))
     assert_same_rows(got, want)

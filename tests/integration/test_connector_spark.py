@@ -179,7 +179,7 @@ def test_reads_ledgers_the_bkspark_client_wrote(spark, bk, py_cluster) -> None:
     second = [os.urandom(64) for _ in range(40)]
     lid_a = write_bkspark_ledger(bk, first, custom_metadata={"owner": b"tests"})
     lid_b = write_bkspark_ledger(bk, second, digest_type="CRC32", password=b"pw")
-    df = read_ledgers(spark, uri, f"{lid_a}", maxEntriesPerPartition="100")
+    df = read_ledgers(spark, uri, f"{lid_a}", maxEntriesPerPartition="100", includeCustomMetadata="true")
     assert df.rdd.getNumPartitions() == 3  # 250 entries in slices of 100
     assert entries_of(df) == {lid_a: list(enumerate(first))}
     row = df.where("entry_id = 0").collect()[0]
@@ -195,10 +195,10 @@ def test_reads_ledgers_the_bkspark_client_wrote(spark, bk, py_cluster) -> None:
     }
 
 
-def test_include_custom_metadata_false_leaves_the_column_out_and_keeps_every_row(spark, bk, py_cluster) -> None:
-    """Kafka's source has ``headers`` only with ``includeHeaders``; ours has ``custom_metadata`` unless
-    ``includeCustomMetadata`` is false (docs/connector.md, "Schema"): then the rows are the same, without it, for
-    plain and packed ledgers, and a user schema must match what the options give."""
+def test_custom_metadata_is_left_out_unless_asked_for_and_keeps_every_row(spark, bk, py_cluster) -> None:
+    """Kafka's source has ``headers`` only with ``includeHeaders``; ours has ``custom_metadata`` only with
+    ``includeCustomMetadata=true`` (docs/connector.md, "Schema"): without it the rows are the same, less that
+    column, for plain and packed ledgers, and a user schema must match what the options give."""
     import numpy as np
 
     from bkspark.datasource.packing import ENTRY_FORMAT_KEY, ROWS_V1, pack_rows
@@ -210,14 +210,14 @@ def test_include_custom_metadata_false_leaves_the_column_out_and_keeps_every_row
     offsets = np.concatenate([[0], np.cumsum([len(r) for r in packed_rows])])
     packed_entries, _cuts = pack_rows(offsets, b"".join(packed_rows), 20)
     packed = write_bkspark_ledger(bk, packed_entries, custom_metadata={ENTRY_FORMAT_KEY: ROWS_V1})
-    full = read_ledgers(spark, uri, f"{lid},{packed}", maxEntriesPerPartition="64")
-    lean = read_ledgers(spark, uri, f"{lid},{packed}", maxEntriesPerPartition="64", includeCustomMetadata="false")
-    assert full.columns == ["scope_id", "ledger_id", "entry_id", "payload", "ledger_ctime", "custom_metadata"]
+    full = read_ledgers(spark, uri, f"{lid},{packed}", maxEntriesPerPartition="64", includeCustomMetadata="true")
+    lean = read_ledgers(spark, uri, f"{lid},{packed}", maxEntriesPerPartition="64")
+    assert full.columns == ["scope_id", "ledger_id", "entry_id", "payload", "ledger_ctime", "key", "custom_metadata"]
     assert lean.columns == full.columns[:-1]
     assert sorted(lean.collect()) == sorted(tuple(r)[:-1] for r in full.collect())
     assert entries_of(lean)[lid] == list(enumerate(plain))
     assert sorted(p for _, p in entries_of(lean)[packed]) == sorted(packed_rows)
-    assert read_ledgers(spark, uri, str(lid), includeCustomMetadata="true").columns == full.columns
+    assert read_ledgers(spark, uri, str(lid), includeCustomMetadata="false").columns == lean.columns
     stream = (
         spark.readStream.format("bookkeeper").option("metadataServiceUri", uri).option("ledgers", str(lid))
         .option("includeCustomMetadata", "false").load()
@@ -239,9 +239,9 @@ def test_include_custom_metadata_false_leaves_the_column_out_and_keeps_every_row
         reader = spark.read.format("bookkeeper").schema(StructType(lean_schema)).options(**options)
         return reader.option("metadataServiceUri", uri).option("ledgers", str(lid)).load()
 
-    assert with_user_schema(includeCustomMetadata="false").count() == len(plain)
+    assert with_user_schema().count() == len(plain)
     with pytest.raises(Exception, match="BOOKKEEPER_FIXED_SCHEMA"):
-        with_user_schema().count()
+        with_user_schema(includeCustomMetadata="true").count()
     with pytest.raises(Exception, match="includeCustomMetadata"):
         read_ledgers(spark, uri, str(lid), includeCustomMetadata="sometimes")
 
@@ -345,7 +345,7 @@ def payload_frame(spark, rows: int, partitions: int, prefix: str):
     from pyspark.sql import functions as F
 
     return spark.range(0, rows, 1, partitions).select(
-        F.col("id"), F.concat(F.lit(prefix), F.col("id").cast("string")).cast("binary").alias("payload")
+        F.concat(F.lit(prefix), F.col("id").cast("string")).cast("binary").alias("payload")
     )
 
 
@@ -645,7 +645,7 @@ def varied_frame(spark, rows: int, partitions: int):
     payload = F.when(F.col("id") % 97 == 5, F.lit(None).cast("binary")).otherwise(
         F.concat(F.lit("v-"), F.col("id").cast("string"), F.lit("-"), F.expr("repeat('x', cast(id % 300 as int))"))
         .cast("binary"))
-    return spark.range(0, rows, 1, partitions).select(F.col("id"), payload.alias("payload"))
+    return spark.range(0, rows, 1, partitions).select(payload.alias("payload"))
 
 
 def expected_payload(i: int) -> bytes:

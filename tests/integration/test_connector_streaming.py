@@ -185,13 +185,14 @@ def test_max_entries_per_trigger_and_available_now(spark, bk, py_cluster, tmp_pa
     assert sink.sizes() == [30, 30, 30, 10]
     assert_exactly_once_in_order(sink.rows(), {first: [b"a%d" % i for i in range(50)], second: [b"b%d" % i for i in range(50)]})
     # docs/streaming.md, "Offsets": {"ledgers": {"<scope>:<ledger>": nextEntryId}}, keys in (scope, ledger) order,
-    # -1 for a ledger closed and read to its end; ledgers filled in key order.
+    # "done" for a ledger closed and read to its end; "Admission control": the limit shared in proportion to what
+    # each ledger has waiting, as Kafka shares maxOffsetsPerTrigger across partitions.
     import json
 
     a, b = f"0:{first}", f"0:{second}"
     assert first < second and [(n, json.loads(text)) for n, text in source_offsets(str(tmp_path / "cp"))] == [
-        (0, {"ledgers": {a: 30, b: 0}}), (1, {"ledgers": {a: -1, b: 10}}),
-        (2, {"ledgers": {a: -1, b: 40}}), (3, {"ledgers": {a: -1, b: -1}}),
+        (0, {"ledgers": {a: 15, b: 15}}), (1, {"ledgers": {a: 30, b: 30}}),
+        (2, {"ledgers": {a: 45, b: 45}}), (3, {"ledgers": {a: "done", b: "done"}}),
     ]
     assert all(list(json.loads(text)["ledgers"]) == [a, b] for _, text in source_offsets(str(tmp_path / "cp")))
 
@@ -319,8 +320,10 @@ def test_max_bytes_per_trigger_and_lag_in_progress(spark, bk, py_cluster, tmp_pa
     import json
 
     report = json.loads(first_latest)
-    assert report["ledgers"] == {f"0:{lid}": -1}
-    assert report["lag"]["entries"] == 75 and report["lag"]["bytes"] == 7500
+    assert report["ledgers"] == {f"0:{lid}": "done"}
+    # docs/streaming.md, "Progress": the lag in all, and Kafka's three lag figures over the ledgers being read
+    assert report["lag"] == {"entries": 75, "bytes": 7500, "minOffsetsBehindLatest": 75, "maxOffsetsBehindLatest": 75,
+                             "avgOffsetsBehindLatest": 75.0}
 
 
 def test_min_entries_per_trigger_waits_then_max_trigger_delay_lets_a_small_batch_through(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
@@ -354,7 +357,7 @@ def test_min_entries_per_trigger_waits_then_max_trigger_delay_lets_a_small_batch
 def test_fail_on_data_loss_both_ways(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
     """docs/streaming.md, `failOnDataLoss`: a ledger deleted before the stream read it to its end fails the query
     (`[BOOKKEEPER_DATA_LOSS]`, naming it) or, with `false`, is skipped while the others are read on; a ledger
-    already read to its end (-1 in the offset) loses nothing when deleted, so neither run names it."""
+    already read to its end ("done" in the offset) loses nothing when deleted, so neither run names it."""
     import re
 
     uri = py_cluster.metadata_service_uri

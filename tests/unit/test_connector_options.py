@@ -111,14 +111,16 @@ def test_ledger_lists_merge_overlapping_ranges_and_keep_single_ids() -> None:
 
 
 def test_selected_ledgers_are_the_single_ids_and_the_listed_ids_in_ranges_once_each() -> None:
-    listings: list[int] = []
+    """Each range is listed by itself (the store walks only the znodes under it), never the whole cluster."""
+    listings: list[tuple[int, int]] = []
 
-    def list_ledgers() -> list[int]:
-        listings.append(1)
-        return [1, 4, 6, 7, 12, 40]
+    def list_between(first: int, last: int) -> list[int]:
+        listings.append((first, last))
+        return [lid for lid in (1, 4, 6, 7, 12, 40) if first <= lid <= last]
 
-    assert selected_ledgers(parse_ledger_list("3,7"), list_ledgers) == [3, 7] and listings == []  # no range: no listing
-    assert selected_ledgers(parse_ledger_list("3,5-7,7,10-20"), list_ledgers) == [3, 6, 7, 12] and listings == [1]
+    assert selected_ledgers(parse_ledger_list("3,7"), list_between) == [3, 7] and listings == []  # no range: no listing
+    assert selected_ledgers(parse_ledger_list("3,5-7,7,10-20"), list_between) == [3, 6, 7, 12]
+    assert listings == [(5, 7), (10, 20)]
 
 
 def test_pushed_filters_become_exact_bounds_and_the_rest_come_back_by_identity() -> None:
@@ -164,8 +166,13 @@ def test_split_ledger_cuts_exact_slices() -> None:
 
 
 def test_schema_is_fixed_and_arrow_form_matches() -> None:
-    assert tuple(spark_schema().fieldNames()) == COLUMNS
-    arrow = arrow_schema()
+    """docs/connector.md, "Schema": six columns by default; includeHeaders adds ``headers``, includeCustomMetadata
+    ``custom_metadata`` (in that order), in every form."""
+    assert tuple(spark_schema(True, True).fieldNames()) == COLUMNS
+    assert tuple(spark_schema().fieldNames()) == COLUMNS[:6]
+    assert tuple(spark_schema(include_headers=True).fieldNames()) == COLUMNS[:7]
+    assert tuple(spark_schema(include_custom_metadata=True).fieldNames()) == COLUMNS[:6] + ("custom_metadata",)
+    arrow = arrow_schema(True, True)
     assert [f.name for f in arrow] == list(COLUMNS)
     assert not arrow.field("ledger_id").nullable
     check_user_schema(spark_schema())
@@ -173,20 +180,19 @@ def test_schema_is_fixed_and_arrow_form_matches() -> None:
 
     with pytest.raises(InvalidOptionError, match="fixed schema"):
         check_user_schema(StructType([StructField("ledger_id", LongType())]))
-    # includeCustomMetadata=false: the same schema without its last column, in every form.
-    lean = StructType(spark_schema().fields[:-1])
-    assert spark_schema(False) == lean and arrow_schema(False).names == list(COLUMNS[:-1])
-    assert schema_ddl(False) + ", custom_metadata MAP<STRING, BINARY>" == schema_ddl() == SCHEMA_DDL
-    check_user_schema(lean, include_custom_metadata=False)
+    assert schema_ddl(True, True) == SCHEMA_DDL
+    assert schema_ddl() + ", custom_metadata MAP<STRING, BINARY>" == schema_ddl(True)
     with pytest.raises(InvalidOptionError, match="includeCustomMetadata"):
-        check_user_schema(lean)
+        check_user_schema(spark_schema(True))
+    check_user_schema(spark_schema(True), include_custom_metadata=True)
     with pytest.raises(InvalidOptionError, match="fixed schema"):
-        check_user_schema(spark_schema(), include_custom_metadata=False)
+        check_user_schema(spark_schema(), include_custom_metadata=True)
 
 
-def test_include_custom_metadata_is_on_unless_turned_off() -> None:
+def test_include_custom_metadata_is_off_unless_turned_on() -> None:
+    """Off by default, as Kafka's ``includeHeaders`` (docs/connector.md, "Schema")."""
     base = {"metadataserviceuri": URI, "ledgers": "1"}
-    assert parse_read_options(base).include_custom_metadata is True
+    assert parse_read_options(base).include_custom_metadata is False
     assert parse_read_options({**base, "includecustommetadata": "false"}).include_custom_metadata is False
     assert parse_read_options({**base, "includeCustomMetadata": "TRUE"}).include_custom_metadata is True
     with pytest.raises(InvalidOptionError, match="'includeCustomMetadata'"):
@@ -224,7 +230,9 @@ def test_read_options_defaults_are_the_documented_ones() -> None:
     assert (opts.batch_max_count, opts.batch_max_size) == (1000, 4_194_304)
     assert (opts.digest_type, opts.password) == (None, b"")  # None: the digest comes from the metadata
     assert opts.fail_on_data_loss is True
-    assert opts.include_custom_metadata is True
+    assert opts.include_custom_metadata is False and opts.include_headers is False
+    assert (opts.starting_offsets, opts.ending_offsets) == ((), ())
+    assert (opts.starting_timestamp_ms, opts.ending_timestamp_ms) == (None, None)
     assert opts.client_conf == ()
     # endEntry -1 says "the last entry" as leaving it out does
     assert parse_read_options({"metadataserviceuri": URI, "ledgers": "1", "endentry": "-1"}).end_entry is None
@@ -313,25 +321,51 @@ def test_the_documented_schema_table_is_the_sources_schema() -> None:
     declares, in order; a column or type changed on either side fails here."""
     import re
 
-    documented = re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", _doc_section("Schema (fixed by the options)"), re.M)
-    declared = [(f.name, f.dataType.simpleString().upper().replace(",", ", ") + ("" if f.nullable else " NOT NULL"))
-                for f in spark_schema().fields]
+    documented = [(name, kind.upper().replace(" ", "")) for name, kind in
+                  re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", _doc_section("Schema (fixed by the options)"), re.M)]
+    declared = [(f.name, f.dataType.simpleString().upper() + ("" if f.nullable else "NOTNULL"))
+                for f in spark_schema(True, True).fields]
     assert documented == declared
 
 
-def test_the_documented_read_and_write_options_are_exactly_the_accepted_ones() -> None:
-    """docs/connector.md, "Read options" table and "Write"'s list of options: every documented name is one the
-    parsers accept (any other is refused as unknown), and every accepted name is documented (``path`` is
-    load("name") / save("name"); ``bookkeeper.<key>`` is any client key)."""
-    import re
+def test_batch_starting_and_ending_offsets_take_kafkas_json_and_markers() -> None:
+    """docs/connector.md, "Read options": per-ledger JSON, -2 earliest in startingOffsets, -1 latest in
+    endingOffsets (exclusive ends), and the words a batch read refuses, as Kafka's does."""
+    base = {"metadataserviceuri": URI, "ledgers": "7,9", "scopeid": "0"}
+    opts = parse_read_options({**base, "startingoffsets": '{"7": 10, "0:9": -2}', "endingoffsets": '{"7": 20, "9": -1}'})
+    assert opts.starting_offsets == (((0, 7), 10), ((0, 9), 0))
+    assert opts.ending_offsets == (((0, 7), 20),)  # -1: the ledger's latest, as without the option
+    assert parse_read_options({**base, "startingoffsets": "earliest", "endingoffsets": "LATEST"}).starting_offsets == ()
+    for option, value in (("startingoffsets", "latest"), ("startingoffsets", '{"7": -1}'), ("endingoffsets", "earliest"),
+                          ("endingoffsets", '{"7": -2}'), ("startingoffsets", '{"7": "x"}'), ("endingoffsets", "[7]")):
+        with pytest.raises(InvalidOptionError, match=r"^\[BOOKKEEPER_INVALID_OPTION\] option '(starting|ending)Offsets'"):
+            parse_read_options({**base, option: value})
 
-    from bkspark.datasource import options as options_module
 
-    table = _doc_section("Read options").split("\n\n")[1]
-    read_names = {name for row in re.findall(r"^\| (.+?) \|", table, re.M) for name in re.findall(r"`([^`]+)`", row)}
-    write_text = _doc_section("Write")
-    write_list = write_text[write_text.index("Options: "):write_text.index("Spark's Python sources accept")]
-    write_names = set(re.findall(r"`([A-Za-z.<>]+)`", write_list)) - {"createdBy"}  # BP-44's field, not an option
-    for names, keys in ((read_names, options_module._READ_KEYS), (write_names, options_module._WRITE_KEYS)):
-        assert "bookkeeper.<key>" in names
-        assert {n.lower() for n in names - {"bookkeeper.<key>"}} == keys - {"path"}
+def test_timestamps_select_ledgers_by_creation_time() -> None:
+    from bkspark.datasource.planning import ctime_admitted
+
+    opts = parse_read_options({"metadataserviceuri": URI, "ledgers": "1", "startingtimestamp": "1000",
+                               "endingtimestamp": "2000"})
+    assert (opts.starting_timestamp_ms, opts.ending_timestamp_ms) == (1000, 2000)
+    assert [ctime_admitted(t, 1000, 2000) for t in (999, 1000, 1999, 2000, None)] == [False, True, True, False, False]
+    assert ctime_admitted(None, None, None)  # no bound: a ledger without a time is read
+    with pytest.raises(InvalidOptionError, match="'endingTimestamp'"):
+        parse_read_options({"metadataserviceuri": URI, "ledgers": "1", "startingtimestamp": "5", "endingtimestamp": "5"})
+
+
+def test_ledger_ctime_filters_are_pushed_exactly_and_a_null_time_passes_none() -> None:
+    from datetime import datetime, timezone
+
+    from pyspark.sql.datasource import GreaterThanOrEqual, LessThan
+
+    bounds = Bounds()
+    t = datetime(2026, 11, 29, 1, 2, 3, 4000, tzinfo=timezone.utc)
+    micros = int(t.timestamp()) * 1_000_000 + 4000
+    naive = GreaterThanOrEqual(("ledger_ctime",), datetime(2026, 1, 1))  # no time zone: left to Spark
+    assert push_filters([GreaterThanOrEqual(("ledger_ctime",), t), LessThan(("ledger_ctime",), t.replace(year=2027)),
+                         naive], bounds) == [naive]
+    assert bounds.admits("ledger_ctime", micros) and not bounds.admits("ledger_ctime", micros - 1)
+    assert not bounds.admits("ledger_ctime", None)
+    assert Bounds().admits("ledger_ctime", None)
+    assert In(("ledger_ctime",), (t,)) not in push_filters([In(("ledger_ctime",), (t,))], Bounds())

@@ -105,8 +105,10 @@ def test_the_ledger_tag_decides_and_an_unknown_format_is_refused() -> None:
     assert packing.packed_ledger(((packing.ENTRY_FORMAT_KEY, packing.ROWS_V1),))
     assert not packing.packed_ledger({"bkspark.dataset": b"x"})
     assert not packing.packed_ledger(())
-    with pytest.raises(CorruptEntryError, match="rows-v2"):
-        packing.packed_ledger({packing.ENTRY_FORMAT_KEY: b"rows-v2"})
+    assert packing.packed_ledger({packing.ENTRY_FORMAT_KEY: packing.ROWS_V2})
+    assert packing.entry_format({packing.ENTRY_FORMAT_KEY: b"rows-v2"}) == packing.ROWS_V2
+    with pytest.raises(CorruptEntryError, match="rows-v3"):
+        packing.packed_ledger({packing.ENTRY_FORMAT_KEY: b"rows-v3"})
 
 
 def test_write_options_rows_per_entry_and_entry_max_bytes() -> None:
@@ -121,3 +123,59 @@ def test_write_options_rows_per_entry_and_entry_max_bytes() -> None:
             parse_write_options({**base, key: value})
     with pytest.raises(ValueError):
         packing.pack_rows(offsets_of([b"a"]), b"a", 0)
+
+
+def _rows_v2_columns(n: int, seed: int) -> tuple[pa.Table, list]:
+    """A batch with payload, key and headers columns (nulls, empty values, several headers) and its rows."""
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        key = None if i % 5 == 0 else rng.randbytes(rng.choice([0, 3, 40]))
+        headers = None if i % 7 == 3 else [
+            {"key": f"h{j}-ключ", "value": None if j == 1 else rng.randbytes(rng.choice([0, 9]))}
+            for j in range(rng.choice([0, 1, 3]))
+        ]
+        rows.append((rng.randbytes(rng.choice([0, 1, 100])), key, headers))
+    header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    table = pa.table({
+        "payload": pa.array([r[0] for r in rows], pa.binary()),
+        "key": pa.array([r[1] for r in rows], pa.binary()),
+        "headers": pa.array([r[2] for r in rows], header_type),
+    })
+    return table, rows
+
+
+@pytest.mark.parametrize(("rows_per_entry", "entry_max_bytes", "seed"), [(1, 131072, 0), (10, 131072, 1), (1000, 1024, 2)])
+def test_rows_v2_keep_each_rows_key_and_headers(rows_per_entry: int, entry_max_bytes: int, seed: int) -> None:
+    """docs/connector.md, "Rows per entry": rows-v2 entries give back every row's payload, key and headers,
+    nulls as nulls, whatever the packing."""
+    from bkspark.datasource.writer import RowColumnIndexes, _row_columns
+
+    table, rows = _rows_v2_columns(300, seed)
+    batch = table.to_batches()[0]
+    columns = _row_columns(batch, 0, False, RowColumnIndexes(key_index=1, headers_index=2))
+    entries, cuts = packing.pack_row_columns(columns, rows_per_entry, entry_max_bytes)
+    assert cuts[-1] == len(rows) and all(b - a <= rows_per_entry for a, b in zip(cuts, cuts[1:]))
+    assert all(len(e) <= entry_max_bytes for e, (a, b) in zip(entries, zip(cuts, cuts[1:])) if b - a > 1)
+    got = packing.unpack_rows(np.arange(len(entries)), pa.array(entries, pa.binary()), packing.ROWS_V2)
+    assert got.payloads.to_pylist() == [r[0] for r in rows]
+    assert got.keys.to_pylist() == [r[1] for r in rows]
+    want_headers = [None if r[2] is None else [(h["key"], h["value"]) for h in r[2]] for r in rows]
+    assert [None if h is None else [(x["key"], x["value"]) for x in h] for h in got.headers.to_pylist()] == want_headers
+    assert list(got.entry_ids) == [i for i, (a, b) in enumerate(zip(cuts, cuts[1:])) for _ in range(b - a)]
+
+
+def test_rows_v2_without_headers_and_corrupt_entries() -> None:
+    from bkspark.datasource.writer import RowColumnIndexes, _row_columns
+
+    table = pa.table({"payload": pa.array([b"a", b"bc"]), "key": pa.array(["k1", None])})
+    columns = _row_columns(table.to_batches()[0], 0, False, RowColumnIndexes(key_index=1, key_is_string=True))
+    entries, _ = packing.pack_row_columns(columns, 5)
+    got = packing.unpack_rows(np.array([0]), pa.array(entries, pa.binary()), packing.ROWS_V2)
+    assert (got.payloads.to_pylist(), got.keys.to_pylist(), got.headers) == ([b"a", b"bc"], [b"k1", None], None)
+    for bad, what in ((entries[0][:-1], "do not add up"), (b"BKR\x01" + entries[0][4:], "no rows-v2 header"),
+                      (entries[0][:8] + b"\x00\x00\x00\x08" + entries[0][12:], "bad row count or flags")):
+        with pytest.raises(CorruptEntryError, match=what):
+            packing.unpack_rows(np.array([0]), pa.array([bad], pa.binary()), packing.ROWS_V2)

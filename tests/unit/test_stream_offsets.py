@@ -34,19 +34,70 @@ def test_starting_offsets() -> None:
     assert parse_starting_offsets("LATEST", 0) == LATEST
     assert parse_starting_offsets('{"7": 3, "2:9": 0}', 5) == {"ledgers": {"2:9": 0, "5:7": 3}}
     assert parse_starting_offsets('{"ledgers": {"0:7": 3}}', 0) == {"ledgers": {"0:7": 3}}
-    for bad in ("yesterday", '{"x": 1}', '{"7": -5}', '{"7": "3"}', "[1]"):
+    for bad in ("yesterday", '{"x": 1}', '{"7": -5}', '{"7": -3}', '{"7": "3"}', "[1]"):
         with pytest.raises(InvalidOptionError, match="startingOffsets|offset key"):
             parse_starting_offsets(bad, 0)
 
 
-def test_admission_fills_ledgers_in_order_and_marks_closed_ones_done() -> None:
+def test_admission_is_proportional_across_ledgers_and_marks_closed_ones_done() -> None:
+    """docs/streaming.md, "Admission control": as Kafka splits maxOffsetsPerTrigger across partitions, each ledger
+    gets its share of the limit in proportion to what it has waiting; the total is exactly the limit."""
     positions = [LedgerPosition("0:2", 50, True, 10.0), LedgerPosition("0:1", 50, False, 10.0)]
     end, lost = next_offset({"ledgers": {}}, positions, start_entry=0, admission=Admission(max_rows=70))
-    assert end == {"ledgers": {"0:1": 50, "0:2": 20}} and lost == []
+    assert end == {"ledgers": {"0:1": 35, "0:2": 35}} and lost == []
     end2, _ = next_offset(end, positions, start_entry=0, admission=Admission(max_rows=70))
     assert end2 == {"ledgers": {"0:1": 50, "0:2": DONE}}
     assert next_offset(end2, positions, start_entry=0)[0] == end2  # nothing new: the same offset
     assert lag(end, positions, 0) == (30, 300)
+    # 90 waiting against 10: 9 and 1 of a limit of 10; one entry each of 3 ledgers with a limit of 2: the
+    # largest remainders, ties in key order
+    uneven = [LedgerPosition("0:1", 90, False, 1.0), LedgerPosition("0:2", 10, False, 1.0)]
+    assert next_offset({"ledgers": {}}, uneven, start_entry=0, admission=Admission(max_rows=10))[0] == {
+        "ledgers": {"0:1": 9, "0:2": 1}}
+    three = [LedgerPosition(f"0:{i}", 1, False, 1.0) for i in (1, 2, 3)]
+    assert next_offset({"ledgers": {}}, three, start_entry=0, admission=Admission(max_rows=2))[0] == {
+        "ledgers": {"0:1": 1, "0:2": 1, "0:3": 0}}
+    # bytes: shares of the byte limit by bytes waiting
+    sized = [LedgerPosition("0:1", 100, False, 100.0), LedgerPosition("0:2", 100, False, 300.0)]
+    assert next_offset({"ledgers": {}}, sized, start_entry=0, admission=Admission(max_bytes=8000))[0] == {
+        "ledgers": {"0:1": 20, "0:2": 20}}
+
+
+def test_done_is_renamed_and_old_checkpoints_still_read() -> None:
+    """The "read to its end" marker is "done" now; a checkpoint written before holds -1 there, read as "done"."""
+    from bkspark.datasource.stream_offsets import positions_of
+
+    assert DONE == "done"
+    old = {"ledgers": {"0:1": -1, "0:2": 7}}
+    assert positions_of(old) == {"0:1": DONE, "0:2": 7}
+    positions = [LedgerPosition("0:1", 5, True, 1.0), LedgerPosition("0:2", 9, False, 1.0)]
+    end, lost = next_offset(old, positions, start_entry=0)
+    assert end == {"ledgers": {"0:1": DONE, "0:2": 9}} and lost == []
+    assert json.loads(json.dumps(end)) == end
+
+
+def test_kafka_markers_in_json_starting_offsets() -> None:
+    """-2 is the ledger's earliest entry, -1 its latest: batch 0 resolves it to the ledger's end and reads none."""
+    from bkspark.datasource.stream_offsets import LATEST_ENTRY
+
+    start = parse_starting_offsets('{"7": -1, "8": -2, "9": 4}', 0)
+    assert start == {"ledgers": {"0:7": LATEST_ENTRY, "0:8": 0, "0:9": 4}}
+    positions = [LedgerPosition("0:7", 30, False, 1.0), LedgerPosition("0:8", 5, True, 1.0),
+                 LedgerPosition("0:9", 6, False, 1.0), LedgerPosition("0:10", 2, True, 1.0)]
+    end, _ = next_offset(start, positions, start_entry=0)
+    assert end == {"ledgers": {"0:7": 30, "0:8": DONE, "0:9": 6, "0:10": DONE}}
+    # a progress report's offset copied in: "done" is the ledger's latest
+    assert parse_starting_offsets('{"ledgers": {"0:7": "done"}}', 0) == {"ledgers": {"0:7": LATEST_ENTRY}}
+
+
+def test_lag_per_ledger_in_kafkas_terms() -> None:
+    from bkspark.datasource.stream_offsets import lag_per_ledger
+
+    positions = [LedgerPosition("0:1", 10, False), LedgerPosition("0:2", 4, False), LedgerPosition("0:3", 9, True)]
+    end = {"ledgers": {"0:1": 4, "0:2": 4, "0:3": DONE}}
+    assert lag_per_ledger(end, positions, 0) == {
+        "minOffsetsBehindLatest": 0, "maxOffsetsBehindLatest": 6, "avgOffsetsBehindLatest": 3.0}
+    assert lag_per_ledger({"ledgers": {}}, [], 0)["maxOffsetsBehindLatest"] == 0
 
 
 def test_bytes_limit_admits_at_least_one_entry_and_latest_reads_nothing() -> None:
