@@ -73,8 +73,6 @@ class ClientConf:
         "zkTimeoutMs": "zkTimeout",
         "zk_timeout_ms": "zkTimeout",
     }
-    #: The former name of :attr:`ALIASES`, kept while bkspark/datasource/clients.py reads it (arch-client's file).
-    _ALIASES: ClassVar[dict[str, str]] = ALIASES
 
     @classmethod
     def from_mapping(cls, conf: Mapping[str, Any] | None = None, **kwargs: Any) -> "ClientConf":

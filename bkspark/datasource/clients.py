@@ -47,7 +47,7 @@ def _client_key_names() -> dict[str, str]:
     from bkspark.client.conf import ClientConf
 
     names = {f.name.lower(): f.name for f in fields(ClientConf) if f.name != "extra"}
-    for alias in ClientConf._ALIASES:
+    for alias in ClientConf.ALIASES:
         names.setdefault(alias.lower(), alias)
     return names
 
