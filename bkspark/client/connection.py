@@ -485,7 +485,13 @@ class BookieConnection(asyncio.Protocol):
             self.connection_lost(None)
 
     def close(self) -> None:
-        """Close gracefully (queued frames are flushed first)."""
+        """Close gracefully (queued frames are flushed first); requests still waiting fail as closed by this client."""
+        if self.lost_error is None:
+            # connection_lost(None) follows a close of either side: without this, our own close would be reported as
+            # the bookie's ("closed by peer"), as it was when a ZooKeeper blip dropped every connection.
+            self.lost_error = BookieUnavailableError(
+                "connection to bookie closed by this client", bookie_id=self.bookie_id
+            )
         self._flush()
         if self.transport is not None and not self.closed:
             self.transport.close()

@@ -255,3 +255,22 @@ def test_acks_and_answers_cut_across_reads_of_the_socket_reach_their_run() -> No
                 assert conn.pending == 0
 
     asyncio.run(run())
+
+
+def test_a_close_of_our_own_is_not_reported_as_the_bookies() -> None:
+    """Requests waiting on a connection this client closes fail as closed by the client, and one the bookie closes
+    as closed by the peer: the 'closed by peer' of a ZooKeeper blip was our own close (docs/reliability.md)."""
+
+    async def run() -> None:
+        errors: list[BaseException | None] = []
+        ours, _ = _conn(V2)
+        ours.send_v2(read_key(1, 1), b"r", 5.0, lambda r, e, _a: errors.append(e))
+        ours.close()
+        theirs, t = _conn(V2)
+        theirs.send_v2(read_key(1, 1), b"r", 5.0, lambda r, e, _a: errors.append(e))
+        t.close()  # the bookie hung up
+        assert [type(e) for e in errors] == [BookieUnavailableError, BookieUnavailableError]
+        assert "closed by this client" in str(errors[0]) and "peer" not in str(errors[0])
+        assert "closed by peer" in str(errors[1])
+
+    asyncio.run(run())
