@@ -12,6 +12,7 @@ what they brought into the cache (``remember*``).  A batch read's range rules ha
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 
 import lmdb
@@ -30,6 +31,8 @@ from bookie_server.entry_logs import (
     key_ledger,
     record_at,
 )
+
+log = logging.getLogger("bookie_server.storage")
 
 __all__ = ["RANGE_BIT", "RUN_WALK_RECORDS", "CachedRange", "StorageReads", "cached_size"]
 
@@ -182,6 +185,8 @@ class StorageReads:
             return directory.read_record(location, key, chunk)
         except OSError as exc:
             _, ledger_id, entry_id = key_address(key)
+            # A failing disk is the operator's to see (the client only gets EIO, and heals from another replica).
+            log.error("entry log read of ledger %s entry %s in %s failed: %s", ledger_id, entry_id, directory.root, exc)
             raise BookieIOError(
                 "entry log read failed", ledger_id=ledger_id, entry_id=entry_id, error=str(exc)
             ) from exc

@@ -185,6 +185,9 @@ def test_a_read_the_kernel_fails_with_eio_is_healed_from_the_other_replica(
         with RawBookieConnection(broken.port) as conn:
             assert conn.call_v2(v2.encode_read_request(lid, victim)).rc == v2.EIO  # the kernel's EIO, passed on
         assert broken.is_alive
+        # The operator sees which entry and which directory failed (the client only gets EIO).
+        wait_until(lambda: "entry log read of ledger %d entry %d" % (lid, victim) in broken.log_tail(200), GENEROUS,
+                   "the broken bookie to log the failed read")
         with BookKeeper(zk_root.metadata_service_uri) as bk:
             rh = bk.open_ledger(lid)
             entries = {e.entry_id: bytes(e.payload) for e in rh.read(0, rh.last_add_confirmed)}
