@@ -10,9 +10,8 @@ the configuration key ``java.security.auth.login.config`` (or the environment va
 * ``Client``: kazoo's credentials for a ZooKeeper that requires SASL (ZooKeeper's own section name).
 
 DIGEST-MD5 credentials come from ``org.apache.zookeeper.server.auth.DigestLoginModule`` sections;
-a ``com.sun.security.auth.module.Krb5LoginModule`` section of a bookie connection (``BookKeeper``,
-``Auditor``, ``Bookie``) is read by :func:`kerberos_login` (SASL GSSAPI, docs/security.md "Kerberos").
-ZooKeeper's ``Client`` section with Kerberos is refused with a clear error: not implemented.
+a ``com.sun.security.auth.module.Krb5LoginModule`` section (``BookKeeper``, ``Auditor``, ``Bookie``, and
+ZooKeeper's ``Client``) is read by :func:`kerberos_login` (SASL GSSAPI, docs/security.md "Kerberos").
 """
 
 from __future__ import annotations
@@ -150,15 +149,13 @@ def _entries(path: str, name: str) -> list[JaasEntry]:
 
 
 def _section(path: str, name: str) -> list[JaasEntry]:
-    """A DIGEST-MD5 section's entries; a Kerberos one here is an error (the caller has no GSSAPI)."""
+    """A DIGEST-MD5 section's entries; a Kerberos one is an error here (:func:`kerberos_login` reads those)."""
     entries = _entries(path, name)
     for entry in entries:
         if _is_kerberos(entry):
             raise InvalidOptionError(
-                f"a Kerberos (GSSAPI) JAAS section is not supported for '{name}': bkspark speaks GSSAPI to "
-                "bookies (the BookKeeper, Auditor and Bookie sections), not yet to ZooKeeper; give this section "
-                "org.apache.zookeeper.server.auth.DigestLoginModule credentials (DIGEST-MD5), or use "
-                "zkDigestAuthPath with zookeeper.sasl.client=false (docs/security.md, Kerberos)",
+                f"JAAS section '{name}' is a Kerberos (GSSAPI) one, where DIGEST-MD5 credentials "
+                "(org.apache.zookeeper.server.auth.DigestLoginModule: username and password) are read",
                 section=name,
                 module=entry.module,
             )

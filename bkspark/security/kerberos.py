@@ -44,6 +44,8 @@ __all__ = [
     "GssapiClient",
     "GssapiServer",
     "gssapi_module",
+    "ZK_SASL_MECHANISM",
+    "zookeeper_sasl_mechanism",
 ]
 
 KRB5_LOGIN_MODULE = "com.sun.security.auth.module.Krb5LoginModule"
@@ -316,3 +318,59 @@ class GssapiServer:
         self.complete = True
         self.user = principal
         return None
+
+
+#: The name under which :func:`zookeeper_sasl_mechanism` registers bkspark's GSSAPI with pure-sasl (kazoo's SASL
+#: library). ZooKeeper's SASL has no mechanism negotiation (the server's JAAS ``Server`` section decides), so the
+#: name only chooses the client side; a name of our own leaves pure-sasl's ``GSSAPI`` (pykerberos) alone.
+ZK_SASL_MECHANISM = "GSSAPI-BKSPARK"
+
+
+def zookeeper_sasl_mechanism() -> str:
+    """Register (once) pure-sasl's mechanism for ZooKeeper GSSAPI over :class:`GssapiClient`; its name for kazoo.
+
+    kazoo runs ``puresasl.client.SASLClient(host=<the server's host>, mechanism=..., service=..., **props)`` and
+    steps it until it is complete; the ``credentials`` and ``canonicalize`` props come through kazoo's
+    ``sasl_options``. ZooKeeper's server answers the last token with an empty one, which ends kazoo's loop.
+    """
+    import puresasl.mechanisms as mechanisms
+
+    if ZK_SASL_MECHANISM not in mechanisms.mechanisms:
+
+        class _ZooKeeperGssapi(mechanisms.Mechanism):  # type: ignore[misc]
+            name = ZK_SASL_MECHANISM
+            score = 0  # never chosen by negotiation, only by name
+            allows_anonymous = False
+            uses_plaintext = False
+            active_safe = True
+
+            def __init__(self, sasl: Any, credentials: Any = None, canonicalize: bool = True, **_props: Any) -> None:
+                super().__init__(sasl)
+                host = str(sasl.host)
+                if canonicalize:
+                    # Java's ZooKeeper client names the server zookeeper/<canonical host name> by default
+                    # (zookeeper.sasl.client.canonicalize.hostname=true): its reverse look-up.
+                    import socket
+
+                    try:
+                        host = socket.getfqdn(host)
+                    except OSError:
+                        pass
+                self._client: GssapiClient | None = GssapiClient(credentials, str(sasl.service), host)
+                self._started = False
+                self.complete = False
+
+            def process(self, challenge: bytes | None = None) -> bytes | None:
+                assert self._client is not None
+                if not self._started:
+                    self._started = True
+                    return self._client.initial()
+                answer = self._client.evaluate(bytes(challenge or b""))
+                self.complete = self._client.complete
+                return answer
+
+            def dispose(self) -> None:
+                self._client = None
+
+        mechanisms.mechanisms[ZK_SASL_MECHANISM] = _ZooKeeperGssapi
+    return ZK_SASL_MECHANISM

@@ -11,6 +11,8 @@ is served in plain text, so each bookie covers "with TLS" and "without".
 * Java client -> bkspark bookie, with and without TLS (writes over v2, reads over v3);
 * a Spark job writes and reads a dataset on the Kerberized bookie, its executors given the keytab by a path
   every node has and the Kerberos configuration by ``bookkeeper.java.security.krb5.conf``;
+* ZooKeeper with Kerberos (a ``Client`` section): ``sasl`` ACLs of the creator's principal with zkEnableSecurity,
+  and a cluster formatted, a bookie registered and a ledger written through it;
 * refusals, each a typed error and nothing written: a principal that ``saslJaasClientAllowedIds``
   refuses, a keytab whose key the KDC no longer has, an expired ticket cache, a KDC that is down.
 """
@@ -303,3 +305,116 @@ def test_krb5_conf_key_is_checked(kdc, tmp_path) -> None:  # type: ignore[no-unt
     with pytest.raises(InvalidOptionError, match="another Kerberos configuration"):
         use_krb5_conf(str(other))  # this process already uses the test realm's
     use_krb5_conf(str(kdc.krb5_conf))  # the same one again: fine
+
+
+# -- ZooKeeper with Kerberos (its Client section) and sasl ACLs -------------------------------------------------------
+
+ZK_SERVICE = "zookeeper/localhost"  # Java's client (and bkspark's) canonicalises 127.0.0.1 to its reverse name
+
+
+@pytest.fixture(scope="module")
+def kerberized_zookeeper(kdc, keytabs, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """A ZooKeeper that takes SASL with Kerberos (its JAAS Server section, the SASL auth provider)."""
+    from tests.harness.zookeeper import ZooKeeperServer
+
+    base = tmp_path_factory.mktemp("krb-zk")
+    keytab = kdc.principal(ZK_SERVICE)
+    server_jaas = base / "server-jaas.conf"
+    server_jaas.write_text(_krb5_section("Server", ZK_SERVICE, keytab))
+    zk = ZooKeeperServer(
+        base / "zk",
+        extra_config=["authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"],
+        jvm_args=[f"-Djava.security.auth.login.config={server_jaas}", *kdc.jvm_args],
+    )
+    zk.start()
+    try:
+        yield zk
+    finally:
+        zk.stop()
+
+
+def _zk_conf(jaas_file: Path, kdc: Kdc) -> dict[str, object]:
+    return {"java.security.auth.login.config": str(jaas_file), "java.security.krb5.conf": str(kdc.krb5_conf),
+            "zkEnableSecurity": "true"}
+
+
+def _kazoo(zk, conf):  # type: ignore[no-untyped-def]
+    from kazoo.client import KazooClient
+
+    from bkspark.security.zk import ZkSecurity
+
+    client = KazooClient(hosts=zk.connect_string, timeout=30, **ZkSecurity.from_conf(conf).kazoo_kwargs())
+    client.start(timeout=60)
+    return client
+
+
+def test_zookeeper_kerberos_login_and_sasl_acls(kerberized_zookeeper, kdc, keytabs, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A client's Kerberos Client section logs it in to ZooKeeper; with zkEnableSecurity its znodes carry the sasl
+    ACL of its principal, which another principal cannot change and a client without SASL cannot read."""
+    from kazoo.exceptions import NoAuthError
+    from kazoo.security import Permissions
+
+    owner_jaas = tmp_path / "owner.conf"
+    owner_jaas.write_text(_krb5_section("Client", CLIENT, keytabs[CLIENT]))
+    other_jaas = tmp_path / "other.conf"
+    other_jaas.write_text(_krb5_section("Client", INTRUDER, keytabs[INTRUDER]))
+    owner = _kazoo(kerberized_zookeeper, _zk_conf(owner_jaas, kdc))
+    try:
+        owner.create("/krb-owned", b"v1")
+        acls, _ = owner.get_acls("/krb-owned")
+        assert [(a.id.scheme, a.id.id, a.perms) for a in acls] == [("sasl", f"{CLIENT}@{REALM}", Permissions.ALL)]
+        other = _kazoo(kerberized_zookeeper, _zk_conf(other_jaas, kdc))
+        try:
+            with pytest.raises(NoAuthError):
+                other.set("/krb-owned", b"v2")
+        finally:
+            other.stop()
+            other.close()
+        anonymous = _kazoo(kerberized_zookeeper, {})
+        try:
+            with pytest.raises(NoAuthError):
+                anonymous.get("/krb-owned")
+        finally:
+            anonymous.stop()
+            anonymous.close()
+        assert owner.get("/krb-owned")[0] == b"v1"
+    finally:
+        owner.stop()
+        owner.close()
+
+
+def test_bookies_and_client_through_a_kerberized_zookeeper(kerberized_zookeeper, kdc, keytabs, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The whole path through a Kerberized ZooKeeper: the cluster formatted, bkspark bookies registering
+    and a client writing and reading a ledger, every znode with the sasl ACL (zkEnableSecurity), as Apache
+    BookKeeper expects its parts to share one principal."""
+    from bkspark.shell.admin import init_new_cluster
+    from tests.harness.python_bookie import PythonBookieCluster
+
+    jaas_file = tmp_path / "client.conf"
+    jaas_file.write_text(_krb5_section("Client", CLIENT, keytabs[CLIENT]))
+    conf = _zk_conf(jaas_file, kdc)
+    admin = _kazoo(kerberized_zookeeper, conf)
+    try:
+        init_new_cluster(admin, "/krb-ledgers")
+    finally:
+        admin.stop()
+        admin.close()
+    uri = f"zk+hierarchical://{kerberized_zookeeper.connect_string}/krb-ledgers"
+    with PythonBookieCluster(uri, tmp_path / "bookies", bookies=1, journal_sync_data=False, conf_overrides=conf) as c:
+        c.start_all()
+        with BookKeeper(uri, conf) as bk:
+            lh = bk.create_ledger(1, 1, 1, password=b"pw")
+            for i in range(5):
+                lh.append(b"zk-krb-%d" % i)
+            lh.close()
+            rh = bk.open_ledger(lh.ledger_id, password=b"pw")
+            assert [e.payload for e in rh.read(0, 4)] == [b"zk-krb-%d" % i for i in range(5)]
+    checker = _kazoo(kerberized_zookeeper, conf)
+    try:
+        ledgers = [p for p in checker.get_children("/krb-ledgers") if p.isdigit() or p.startswith("L")]
+        assert ledgers
+        acls, _ = checker.get_acls(f"/krb-ledgers/{ledgers[0]}")
+        assert {a.id.scheme for a in acls} == {"sasl"}
+    finally:
+        checker.stop()
+        checker.close()
