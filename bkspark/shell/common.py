@@ -250,7 +250,8 @@ def open_zookeeper(args: argparse.Namespace, uri: str | None = None) -> Iterator
 
     parsed = parse_metadata_service_uri(uri or metadata_service_uri(args))
     timeout = float(getattr(args, "zk_timeout", 10.0))
-    zk = KazooClient(hosts=parsed.connect_string, timeout=timeout)
+    # The same credentials and ACL policy as every other client of the cluster (docs/security.md).
+    zk = KazooClient(hosts=parsed.connect_string, timeout=timeout, **ZkSecurity.from_conf(client_conf(args)).kazoo_kwargs())
     try:
         zk.start(timeout=timeout)
     except Exception:  # kazoo raises a bare timeout

@@ -12,7 +12,7 @@ is served in plain text, so each bookie covers "with TLS" and "without".
 * a Spark job writes and reads a dataset on the Kerberized bookie, its executors given the keytab by a path
   every node has and the Kerberos configuration by ``bookkeeper.java.security.krb5.conf``;
 * ZooKeeper with Kerberos (a ``Client`` section): ``sasl`` ACLs of the creator's principal with zkEnableSecurity,
-  and a cluster formatted, a bookie registered and a ledger written through it;
+  and a cluster formatted by the shell, a bookie registered and a ledger written through it;
 * refusals, each a typed error and nothing written: a principal that ``saslJaasClientAllowedIds``
   refuses, a keytab whose key the KDC no longer has, an expired ticket cache, a KDC that is down.
 """
@@ -20,6 +20,8 @@ is served in plain text, so each bookie covers "with TLS" and "without".
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -384,22 +386,21 @@ def test_zookeeper_kerberos_login_and_sasl_acls(kerberized_zookeeper, kdc, keyta
 
 
 def test_bookies_and_client_through_a_kerberized_zookeeper(kerberized_zookeeper, kdc, keytabs, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """The whole path through a Kerberized ZooKeeper: the cluster formatted, bkspark bookies registering
+    """The whole path through a Kerberized ZooKeeper: the cluster formatted by the shell, bkspark bookies registering
     and a client writing and reading a ledger, every znode with the sasl ACL (zkEnableSecurity), as Apache
     BookKeeper expects its parts to share one principal."""
-    from bkspark.shell.admin import init_new_cluster
     from tests.harness.python_bookie import PythonBookieCluster
 
     jaas_file = tmp_path / "client.conf"
     jaas_file.write_text(_krb5_section("Client", CLIENT, keytabs[CLIENT]))
     conf = _zk_conf(jaas_file, kdc)
-    admin = _kazoo(kerberized_zookeeper, conf)
-    try:
-        init_new_cluster(admin, "/krb-ledgers")
-    finally:
-        admin.stop()
-        admin.close()
     uri = f"zk+hierarchical://{kerberized_zookeeper.connect_string}/krb-ledgers"
+    shell = subprocess.run(  # the shell formats the cluster with the same keys (--conf), as an operator would
+        [sys.executable, "-m", "bkspark.cli", "shell", "--metadata-service-uri", uri,
+         *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")), "initnewcluster"],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert shell.returncode == 0, shell.stdout + shell.stderr
     with PythonBookieCluster(uri, tmp_path / "bookies", bookies=1, journal_sync_data=False, conf_overrides=conf) as c:
         c.start_all()
         with BookKeeper(uri, conf) as bk:
@@ -413,8 +414,9 @@ def test_bookies_and_client_through_a_kerberized_zookeeper(kerberized_zookeeper,
     try:
         ledgers = [p for p in checker.get_children("/krb-ledgers") if p.isdigit() or p.startswith("L")]
         assert ledgers
-        acls, _ = checker.get_acls(f"/krb-ledgers/{ledgers[0]}")
-        assert {a.id.scheme for a in acls} == {"sasl"}
+        for path in ("/krb-ledgers", f"/krb-ledgers/{ledgers[0]}"):  # the shell's root, the client's ledger
+            acls, _ = checker.get_acls(path)
+            assert [(a.id.scheme, a.id.id) for a in acls] == [("sasl", f"{CLIENT}@{REALM}")], path
     finally:
         checker.stop()
         checker.close()
