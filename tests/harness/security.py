@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 
 from tests.harness.python_bookie import PythonBookieCluster
 
-__all__ = ["AuthenticatedBookies", "Pki", "JavaStores", "make_pki", "make_java_stores", "java_store_bookie_conf", "java_store_client_conf", "write_jaas", "SASL_USER", "SASL_PASSWORD", "tls_client_conf", "tls_bookie_conf", "sasl_client_conf", "sasl_bookie_conf", "run_java_client", "JAVA_CLIENT", "one_python_bookie"]
+__all__ = ["AuthenticatedBookies", "Pki", "JavaStores", "make_pki", "make_java_stores", "java_store_bookie_conf", "java_store_client_conf", "write_jaas", "SASL_USER", "SASL_PASSWORD", "tls_client_conf", "tls_bookie_conf", "sasl_client_conf", "sasl_bookie_conf", "run_java_client", "JAVA_CLIENT", "one_python_bookie", "round_trip"]
 
 TLS_FACTORY = "org.apache.bookkeeper.tls.TLSContextFactory"
 SASL_USER = "bookkeeperuser"
@@ -254,3 +254,21 @@ def one_python_bookie(uri: str, directory: Path, conf: Mapping[str, object]) -> 
     with PythonBookieCluster(uri, directory, bookies=1, journal_sync_data=False, conf_overrides=conf) as cluster:
         cluster.start_all()
         yield cluster
+
+
+def round_trip(uri: str, conf: Mapping[str, object], v2_protocol: bool, n: int = 30) -> None:
+    """Write ``n`` entries to a new ledger and read them back (and its LAC, over v3) through a secured cluster; every
+    bookie connection is TLS exactly when ``conf`` configures TLS."""
+    from bkspark.client import BookKeeper
+
+    data = [b"secured-%d" % i * 20 for i in range(n)]
+    with BookKeeper(uri, {**conf, "startTLSTimeoutSecs": 30}, useV2WireProtocol=v2_protocol) as bk:
+        lh = bk.create_ledger(1, 1, 1, password=b"pw")
+        futures = [lh.append_async(d) for d in data]
+        assert [f.result(60) for f in futures] == list(range(n))
+        lh.close()
+        rh = bk.open_ledger(lh.ledger_id, password=b"pw")
+        assert [e.payload for e in rh.read(0, n - 1)] == data
+        assert rh.read_last_add_confirmed() == n - 1  # v3 connection too
+        conns = bk.aio.pool._conns
+        assert conns and all(c.tls for c in conns.values()) == ("tlsProviderFactoryClass" in conf)

@@ -27,6 +27,7 @@ from tests.harness.security import (
     make_java_stores,
     make_pki,
     one_python_bookie,
+    round_trip,
     run_java_client,
     sasl_bookie_conf,
     sasl_client_conf,
@@ -52,19 +53,6 @@ def jaas(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
     return write_jaas(tmp_path_factory.mktemp("jaas") / "jaas.conf")
 
 
-def _write_read(uri: str, conf: dict[str, object], v2_protocol: bool, n: int = 30) -> None:
-    data = [b"tls-%d" % i * 30 for i in range(n)]
-    with BookKeeper(uri, {**conf, "startTLSTimeoutSecs": 30}, useV2WireProtocol=v2_protocol) as bk:
-        lh = bk.create_ledger(1, 1, 1, password=b"pw")
-        futures = [lh.append_async(d) for d in data]
-        assert [f.result(60) for f in futures] == list(range(n))
-        lh.close()
-        rh = bk.open_ledger(lh.ledger_id, password=b"pw")
-        assert [e.payload for e in rh.read(0, n - 1)] == data
-        assert rh.read_last_add_confirmed() == n - 1  # v3 connection too
-        assert bk.aio.pool._conns and all(c.tls for c in bk.aio.pool._conns.values()) == ("tlsProviderFactoryClass" in conf)
-
-
 @pytest.fixture(scope="module")
 def java_tls(module_java_cluster_factory, module_roots, pki, jaas):  # type: ignore[no-untyped-def]
     """One Java bookie with TLS (no client certificate required) and SASL."""
@@ -88,7 +76,7 @@ def java_mtls(module_java_cluster_factory, module_roots, pki):  # type: ignore[n
 
 @pytest.mark.parametrize("v2_protocol", [True, False], ids=["v2", "v3"])
 def test_python_client_to_java_tls_sasl_bookie(java_tls, pki, jaas, v2_protocol) -> None:  # type: ignore[no-untyped-def]
-    _write_read(java_tls.metadata_service_uri, {**tls_client_conf(pki), **sasl_client_conf(jaas)}, v2_protocol)
+    round_trip(java_tls.metadata_service_uri, {**tls_client_conf(pki), **sasl_client_conf(jaas)}, v2_protocol)
 
 
 def test_python_client_wrong_ca_refused_by_java_bookie(java_tls, pki, jaas) -> None:  # type: ignore[no-untyped-def]
@@ -100,7 +88,7 @@ def test_python_client_wrong_ca_refused_by_java_bookie(java_tls, pki, jaas) -> N
 
 @pytest.mark.parametrize("v2_protocol", [True, False], ids=["v2", "v3"])
 def test_python_client_mutual_tls_with_java_bookie(java_mtls, pki, v2_protocol) -> None:  # type: ignore[no-untyped-def]
-    _write_read(java_mtls.metadata_service_uri, tls_client_conf(pki, client_auth=True), v2_protocol)
+    round_trip(java_mtls.metadata_service_uri, tls_client_conf(pki, client_auth=True), v2_protocol)
 
 
 def test_java_bookie_requiring_client_certificate_refuses_client_without(java_mtls, pki) -> None:  # type: ignore[no-untyped-def]
@@ -206,7 +194,7 @@ def java_jks_bookie(module_java_cluster_factory, module_roots, java_stores):  # 
 @pytest.mark.parametrize("store_type,v2_protocol", [("PKCS12", True), ("JKS", False)], ids=["pkcs12-v2", "jks-v3"])
 def test_python_client_with_java_stores_to_java_jks_bookie(java_jks_bookie, java_stores, store_type, v2_protocol) -> None:  # type: ignore[no-untyped-def]
     conf = java_store_client_conf(java_stores[store_type], client_auth=True)
-    _write_read(java_jks_bookie.metadata_service_uri, conf, v2_protocol)
+    round_trip(java_jks_bookie.metadata_service_uri, conf, v2_protocol)
 
 
 @pytest.fixture(scope="module")

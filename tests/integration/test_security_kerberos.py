@@ -31,7 +31,7 @@ import pytest
 from bkspark.client import BookKeeper
 from bkspark.errors import AuthenticationError, BKError, UnauthorizedAccessError
 from tests.harness.kdc import REALM, Kdc, kdc_available, start_kdc
-from tests.harness.security import make_pki, one_python_bookie, run_java_client, tls_bookie_conf, tls_client_conf
+from tests.harness.security import make_pki, one_python_bookie, round_trip, run_java_client, tls_bookie_conf, tls_client_conf
 from tests.integration.test_connector_spark import spark  # noqa: F401 - the Spark fixture
 
 pytestmark = [pytest.mark.compat, pytest.mark.integration, pytest.mark.kerberos]
@@ -135,29 +135,17 @@ def _client_conf(jaas_file: Path, pki=None) -> dict[str, object]:  # type: ignor
     return conf
 
 
-def _write_read(uri: str, conf: dict[str, object], v2_protocol: bool, n: int = 20) -> None:
-    data = [b"krb-%d" % i * 20 for i in range(n)]
-    with BookKeeper(uri, conf, useV2WireProtocol=v2_protocol) as bk:
-        lh = bk.create_ledger(1, 1, 1, password=b"pw")
-        futures = [lh.append_async(d) for d in data]
-        assert [f.result(60) for f in futures] == list(range(n))
-        lh.close()
-        rh = bk.open_ledger(lh.ledger_id, password=b"pw")
-        assert [e.payload for e in rh.read(0, n - 1)] == data
-        assert rh.read_last_add_confirmed() == n - 1
-
-
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 @pytest.mark.parametrize("v2_protocol", [True, False], ids=["v2", "v3"])
 @pytest.mark.parametrize("version", VERSIONS)
 def test_bkspark_client_to_java_kerberos_bookie(java_krb, jaas, pki, version, v2_protocol, tls) -> None:  # type: ignore[no-untyped-def]
-    _write_read(java_krb[version].metadata_service_uri, _client_conf(jaas, pki if tls else None), v2_protocol)
+    round_trip(java_krb[version].metadata_service_uri, _client_conf(jaas, pki if tls else None), v2_protocol)
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 @pytest.mark.parametrize("v2_protocol", [True, False], ids=["v2", "v3"])
 def test_bkspark_client_to_bkspark_kerberos_bookie(python_krb, jaas, pki, v2_protocol, tls) -> None:  # type: ignore[no-untyped-def]
-    _write_read(python_krb.metadata_service_uri, _client_conf(jaas, pki if tls else None), v2_protocol)
+    round_trip(python_krb.metadata_service_uri, _client_conf(jaas, pki if tls else None), v2_protocol)
 
 
 def _java(java_tools, version: str, uri: str, conf: dict[str, object], jaas_file: Path, kdc: Kdc, *args: str):  # type: ignore[no-untyped-def]
