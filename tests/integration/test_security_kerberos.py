@@ -205,16 +205,17 @@ def test_principal_not_allowed_is_refused(java_krb, python_krb, jaas, keytabs, t
     _nothing_written(uri, jaas, ledger_id)
 
 
-def test_wrong_keytab_is_a_clear_error(python_krb, kdc, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """A keytab whose key the KDC has replaced: the client cannot get a ticket, and says so."""
+def test_wrong_keytab_is_a_clear_error(python_krb, kdc, jaas, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A keytab whose key the KDC has replaced: the client cannot get a ticket, says so, and writes nothing."""
     name = "stale-bookkeeper"
     keytab = kdc.principal(name)
     kdc.rekey(name)
     conf = _client_conf(_client_jaas(tmp_path / "stale.conf", name, keytab))
-    _refused(python_krb.metadata_service_uri, conf, AuthenticationError, "Kerberos")
+    ledger_id = _refused(python_krb.metadata_service_uri, conf, AuthenticationError, "Kerberos")
+    _nothing_written(python_krb.metadata_service_uri, jaas, ledger_id)
 
 
-def test_expired_ticket_cache_is_a_clear_error(python_krb, kdc, keytabs, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_expired_ticket_cache_is_a_clear_error(python_krb, kdc, keytabs, jaas, tmp_path) -> None:  # type: ignore[no-untyped-def]
     ccache = tmp_path / "ccache"
     kdc.kinit(CLIENT, keytabs[CLIENT], ccache, lifetime="3s")
     jaas_file = tmp_path / "cache.conf"
@@ -237,6 +238,7 @@ def test_expired_ticket_cache_is_a_clear_error(python_krb, kdc, keytabs, tmp_pat
         with BookKeeper(python_krb.metadata_service_uri, _client_conf(jaas_file)) as bk:
             lh = bk.create_ledger(1, 1, 1, password=b"pw")
             lh.append(b"never")
+    _nothing_written(python_krb.metadata_service_uri, jaas, lh.ledger_id)
 
 
 def test_kdc_down_is_a_clear_error(python_krb, kdc, jaas, tmp_path) -> None:  # type: ignore[no-untyped-def]
