@@ -235,3 +235,39 @@ def raw_ledger_entries(metadata_service_uri: str, topic: str) -> list[dict[str, 
         return out
     finally:
         bk.close()
+
+
+def wait_until_readable_from_bookies(metadata_service_uri: str, messages: list[dict[str, Any]],
+                                     timeout: float = 60.0) -> None:
+    """Wait for the event a scan of the bookies needs (docs/pulsar.md, "The LAC caveat"): every ledger the oracle's
+    messages came from has a last add confirmed (the broker's explicit LAC, or the entry's own close) at or past
+    their last entry. Read-only: a non-recovery open, nothing written to Pulsar's ZooKeeper."""
+    import time
+
+    from bkspark.client import BookKeeper
+
+    need: dict[int, int] = {}
+    for message in messages:
+        need[message["ledger"]] = max(need.get(message["ledger"], -1), message["entry"])
+    if not need:
+        return
+    bk = BookKeeper(metadata_service_uri=metadata_service_uri, conf={"metadataReadOnly": True})
+    try:
+        deadline = time.monotonic() + timeout
+        seen: dict[int, int] = {}
+        while True:
+            for ledger_id, last in need.items():
+                if seen.get(ledger_id, -1) >= last:
+                    continue
+                handle = bk.open_ledger(ledger_id, recovery=False, digest_type="CRC32C")
+                try:
+                    seen[ledger_id] = handle.last_add_confirmed if handle.is_closed else handle.read_last_add_confirmed()
+                finally:
+                    handle.close()
+            if all(seen.get(lid, -1) >= last for lid, last in need.items()):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the bookies' LAC never reached the last messages: need {need}, saw {seen}")
+            time.sleep(0.2)
+    finally:
+        bk.close()

@@ -16,11 +16,23 @@ from typing import Any
 
 import pytest
 
-from tests.harness.pulsar import PulsarStandalone, reader_messages
+from tests.harness.pulsar import PulsarStandalone, reader_messages as _reader_messages, wait_until_readable_from_bookies
 
 pytestmark = [pytest.mark.integration]
 
 CODECS = ("NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY")
+
+
+def reader_messages(service_url: str, topic: str, metadata_service_uri: str | None = None) -> list[dict[str, Any]]:
+    """Pulsar's Reader's messages (the oracle), returned once the bookies' LAC covers them (the event a scan of the
+    open ledger needs: docs/pulsar.md)."""
+    messages = _reader_messages(service_url, topic)
+    wait_until_readable_from_bookies(metadata_service_uri or _URI[service_url], messages)
+    return messages
+
+
+#: The bookies' URI of each broker of this module, by its service URL (set by the ``pulsar`` fixture).
+_URI: dict[str, str] = {}
 NS = "persistent://public/default"
 
 
@@ -29,6 +41,7 @@ def pulsar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulsarStandalon
     broker = PulsarStandalone(tmp_path_factory.mktemp("pulsar"), max_entries_per_ledger=20,
                               conf={"maxMessageSize": 65536})
     broker.start()
+    _URI[broker.service_url] = broker.metadata_service_uri
     try:
         yield broker
     finally:
