@@ -239,7 +239,7 @@ def raw_ledger_entries(metadata_service_uri: str, topic: str) -> list[dict[str, 
 
 def wait_until_readable_from_bookies(metadata_service_uri: str, messages: list[dict[str, Any]],
                                      timeout: float = 60.0) -> None:
-    """Wait for the event a scan of the bookies needs (docs/pulsar.md, "The LAC caveat"): every ledger the oracle's
+    """Wait for the event a scan of the bookies needs (docs/pulsar.md, "The newest messages and the LAC"): every ledger the oracle's
     messages came from has a last add confirmed (the broker's explicit LAC, or the entry's own close) at or past
     their last entry. Read-only: a non-recovery open, nothing written to Pulsar's ZooKeeper."""
     import time
