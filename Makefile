@@ -36,9 +36,9 @@ all: test
 setup: venv zookeeper jars kerberos pulsar-jars
 
 venv: $(VENV)/.ok
-# setup.py and the C sources: pip install -e builds bkspark/protocol/_speedups and bookie_server/_speedups
+# setup.py and the C sources: pip install -e builds bkspark/protocol/_speedups, bkspark/pulsar/_batch and bookie_server/_speedups
 # (the compiled fast paths) in place.
-$(VENV)/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c bkspark/protocol/_bytes.h bookie_server/_speedups.c
+$(VENV)/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c bkspark/protocol/_bytes.h bookie_server/_speedups.c bkspark/pulsar/_batch.c
 	@command -v cc >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq gcc >/dev/null; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -227,4 +227,4 @@ dist: venv
 	$(PY) -m build --outdir dist .
 
 clean:
-	rm -rf $(VENV) $(CACHE) .pytest_cache .hypothesis build bkspark/protocol/_speedups*.so bookie_server/_speedups*.so
+	rm -rf $(VENV) $(CACHE) .pytest_cache .hypothesis build bkspark/protocol/_speedups*.so bookie_server/_speedups*.so bkspark/pulsar/_batch*.so

@@ -1,4 +1,4 @@
-"""Only the compiled fast paths live here (the protocol's and the bookie's); every other setting is in pyproject.toml.
+"""Only the compiled fast paths live here (the protocol's, the Pulsar batch split's and the bookie's); every other setting is in pyproject.toml.
 
 ``optional=True``: a machine without a C compiler still installs bkspark, which then runs its pure-Python
 path (bkspark/protocol/speedups.py, bookie_server/storage.py; docs/architecture.md "Compiled fast path").
@@ -14,6 +14,7 @@ setup(
             depends=["bkspark/protocol/_bytes.h"],
             optional=True,
         ),
+        Extension("bkspark.pulsar._batch", ["bkspark/pulsar/_batch.c"], optional=True),
         Extension(
             "bookie_server._speedups",
             ["bookie_server/_speedups.c"],

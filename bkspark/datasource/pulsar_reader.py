@@ -252,7 +252,7 @@ class PulsarReader(DataSourceReader):
                         if done is not None and part.keeps(entry_id, -1):
                             message, first = done
                             columns.add(message, part.topic, part.partition, part.ledger_id, entry_id, first)
-                    else:
+                    elif not _added_whole_batch(entry, part, entry_id, columns):
                         for message in entry_messages(entry):
                             if part.keeps(entry_id, message.batch_index):
                                 columns.add(message, part.topic, part.partition, part.ledger_id, entry_id)
@@ -325,6 +325,17 @@ def _publish_time_lower_bound(filter_: Any) -> int | None:
     ):
         return None
     return math.floor(min(v.timestamp() for v in values) * 1000)  # floor: never above the filter's bound
+
+
+def _added_whole_batch(entry: Any, part: PulsarSlice, entry_id: int, columns: Any) -> bool:
+    """Every message of a batch entry the slice keeps whole, added by the compiled split in one step; False when
+    the entry is not such a batch or the split hands it back (the caller then goes message by message)."""
+    if not entry.is_batch or entry.is_marker or entry.is_encrypted:
+        return False
+    last_index = entry.metadata.num_messages_in_batch - 1
+    if not (part.keeps(entry_id, 0) and part.keeps(entry_id, last_index)):
+        return False
+    return bool(columns.add_batch(entry, part.topic, part.partition, part.ledger_id, entry_id))
 
 
 def _outside(ledger_id: int, start: tuple[int, int, int] | None, end: tuple[int, int, int] | None) -> bool:

@@ -37,6 +37,7 @@ __all__ = [
     "PulsarMessage",
     "parse_entry",
     "entry_messages",
+    "batch_payload",
     "ChunkAssembler",
 ]
 
@@ -179,6 +180,12 @@ def _uncompressed(entry: PulsarEntry, payload: bytes | memoryview | None = None)
     if md.compression == NONE:
         return data
     return decompress(md.compression, data, md.uncompressed_size)
+
+
+def batch_payload(entry: PulsarEntry) -> bytes | memoryview:
+    """A batch entry's records, decompressed: what :func:`entry_messages` splits, and what the compiled split
+    (bkspark/pulsar/_batch.c, used by :class:`bkspark.pulsar.columns.MessageColumns`) takes."""
+    return _uncompressed(entry)
 
 
 def entry_messages(entry: PulsarEntry) -> list[PulsarMessage]:

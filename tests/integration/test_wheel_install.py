@@ -157,10 +157,12 @@ def test_the_wheel_is_what_it_says(installed: Installed) -> None:
         import bkspark, bookie_server, pyspark_bookkeeper
         from bkspark.protocol.speedups import speedups
         import bookie_server._speedups
+        from bkspark.pulsar import columns
         print(json.dumps({
             "version": bkspark.__version__, "metadata": importlib.metadata.version("bkspark"),
             "files": [bkspark.__file__, bookie_server.__file__, pyspark_bookkeeper.__file__],
-            "compiled": speedups is not None and speedups.__file__.endswith(".so"),
+            "compiled": speedups is not None and speedups.__file__.endswith(".so")
+                        and columns._batch is not None and columns._batch.__file__.endswith(".so"),
             "typed": [(pathlib.Path(m.__file__).parent / "py.typed").is_file() for m in (bkspark, bookie_server)],
         }))
     """)

@@ -1,0 +1,209 @@
+"""The compiled split of Pulsar batches (bkspark/pulsar/_batch.c, behind ``MessageColumns.add_batch``) against
+the pure-Python reference (``entry_messages`` then ``MessageColumns.add`` per message): the same Arrow batch for
+every batch Pulsar wrote in the golden vectors and for generated ones (keys, properties, null values and keys,
+``compacted_out``, event times, sequence ids, fields the split skips), and every batch it does not take (a base64
+key, malformed bytes) handed back to the reference, which raises the precise error (docs/pulsar.md, "Speed")."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from typing import Any
+
+import crc32c
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bkspark.pulsar import columns as columns_module
+from bkspark.pulsar.columns import MessageColumns, batch_message_ids, message_id_bytes
+from bkspark.pulsar.entry import entry_messages, parse_entry
+from bkspark.pulsar.errors import PulsarEntryError
+from bkspark.protocol.speedups import DISABLE_ENV
+from bkspark.pulsar.proto.PulsarApi_pb2 import MessageMetadata, SingleMessageMetadata
+from tests.unit.test_pulsar_entry import ALL
+
+TOPIC = "persistent://public/default/split"
+
+
+def test_the_split_is_built_and_on() -> None:
+    """make builds it (pip install runs the C compiler); CI must run the compiled split, not only the reference."""
+    assert columns_module._batch is not None, "bkspark.pulsar._batch was not built: run `make venv`"
+
+
+def test_the_switch_turns_it_off_in_a_new_process() -> None:
+    code = "from bkspark.pulsar import columns; print(columns._batch)"
+    for value, off in (("1", True), ("0", False)):
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, DISABLE_ENV: value},
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert (out == "None") is off
+
+
+def _both_ways(data: bytes, partition: int = -1, ledger: int = 7, entry: int = 3) -> tuple[Any, Any, bool]:
+    """(the reference's batch, the split's batch or None, whether the split took the entry)."""
+    parsed = parse_entry(data)
+    reference = MessageColumns()
+    for message in entry_messages(parsed):
+        reference.add(message, TOPIC, partition, ledger, entry)
+    fast = MessageColumns()
+    taken = fast.add_batch(parsed, TOPIC, partition, ledger, entry)
+    return reference.batch(), fast.batch() if taken else None, taken
+
+
+@pytest.mark.parametrize("topic", sorted(t for t in ALL if "batch" in t))
+def test_split_equals_the_reference_on_bytes_pulsar_wrote(topic: str) -> None:
+    batches = 0
+    for e in ALL[topic]["entries"]:
+        parsed = parse_entry(e["data"])
+        if not parsed.is_batch:
+            continue
+        reference, fast, taken = _both_ways(e["data"], partition=2, ledger=e["ledger"], entry=e["entry"])
+        assert taken, "a batch Pulsar wrote must take the compiled split"
+        assert fast.equals(reference), (fast.to_pydict(), reference.to_pydict())
+        batches += 1
+    assert batches > 0
+
+
+def _record(smm: SingleMessageMetadata, value: bytes, extra: bytes = b"") -> bytes:
+    body = smm.SerializeToString() + extra
+    return struct.pack(">i", len(body)) + body + value
+
+
+def _entry(records: list[bytes], count: int | None = None, **metadata: Any) -> bytes:
+    payload = b"".join(records)
+    md = MessageMetadata(producer_name="producer-1", sequence_id=100, publish_time=1_700_000_000_123,
+                         num_messages_in_batch=len(records) if count is None else count, **metadata)
+    header = md.SerializeToString()
+    rest = struct.pack(">i", len(header)) + header + payload
+    return struct.pack(">HI", 0x0E01, crc32c.crc32c(rest)) + rest
+
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
+_message = st.fixed_dictionaries({
+    "value": st.binary(max_size=40),
+    "key": st.one_of(st.none(), _text, st.just("")),
+    "null_key": st.booleans(),
+    "properties": st.lists(st.tuples(_text, _text), max_size=3),
+    "null_value": st.booleans(),
+    "compacted_out": st.booleans(),
+    "event_time": st.one_of(st.none(), st.integers(0, 2**62 // 1000)),  # ms since the epoch
+    "sequence_id": st.one_of(st.none(), st.integers(0, 2**63 - 1)),  # a Java long
+    "ordering_key": st.one_of(st.none(), st.binary(max_size=5)),
+    "unknown_field": st.booleans(),
+})
+
+
+def _smm(m: dict[str, Any]) -> tuple[SingleMessageMetadata, bytes]:
+    smm = SingleMessageMetadata(payload_size=0 if m["null_value"] else len(m["value"]))
+    if m["key"] is not None:
+        smm.partition_key = m["key"]
+    if m["null_key"]:
+        smm.null_partition_key = True
+    for k, v in m["properties"]:
+        smm.properties.add(key=k, value=v)
+    if m["null_value"]:
+        smm.null_value = True
+    if m["compacted_out"]:
+        smm.compacted_out = True
+    if m["event_time"] is not None:
+        smm.event_time = m["event_time"]
+    if m["sequence_id"] is not None:
+        smm.sequence_id = m["sequence_id"]
+    if m["ordering_key"] is not None:
+        smm.ordering_key = m["ordering_key"]
+    # field 99, a varint and a length-delimited field: a newer producer's field the split must skip
+    extra = b"\x98\x06\x05\x9a\x06\x02ab" if m["unknown_field"] else b""
+    return smm, extra
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_message, min_size=1, max_size=12), st.integers(-1, 3), st.integers(0, 1_000))
+def test_split_equals_the_reference_on_generated_batches(messages: list[dict[str, Any]], partition: int,
+                                                         event_time: int) -> None:
+    records = []
+    for m in messages:
+        smm, extra = _smm(m)
+        records.append(_record(smm, b"" if m["null_value"] else m["value"], extra))
+    reference, fast, taken = _both_ways(_entry(records, event_time=event_time), partition=partition)
+    assert taken
+    assert fast.equals(reference), (fast.to_pydict(), reference.to_pydict())
+
+
+def test_batches_the_split_hands_back() -> None:
+    smm = SingleMessageMetadata(payload_size=1, partition_key="a2V5", partition_key_b64_encoded=True)
+    reference, fast, taken = _both_ways(_entry([_record(smm, b"x")]))
+    assert not taken and fast is None
+    assert reference.column("__key").to_pylist() == [b"key"]
+    bad_utf8 = b"\x0a\x06\x0a\x01\xff\x12\x01v"  # a property whose key is not UTF-8
+    assert columns_module._batch.split_batch(_record(SingleMessageMetadata(payload_size=0), b"", bad_utf8), 1) is None
+
+
+@pytest.mark.parametrize("case", ["truncated", "trailing", "no-payload-size", "count-too-large", "negative-size",
+                                  "group-wire-type", "key-value-incomplete"])
+def test_malformed_batches_go_to_the_reference_which_raises(case: str) -> None:
+    good = _record(SingleMessageMetadata(payload_size=3), b"abc")
+    records, count = [good], None
+    if case == "truncated":
+        records = [good[:-1]]
+    elif case == "trailing":
+        records = [good, b"\x00"]
+        count = 1
+    elif case == "no-payload-size":
+        records = [struct.pack(">i", 2) + b"\x40\x01"]  # field 8 (sequence_id) only
+    elif case == "count-too-large":
+        count = 2
+    elif case == "negative-size":
+        records = [struct.pack(">i", -5) + b"abc"]
+    elif case == "group-wire-type":
+        body = SingleMessageMetadata(payload_size=3).SerializeToString() + b"\x9b\x06\x9c\x06"  # field 99 group
+        records = [struct.pack(">i", len(body)) + body + b"abc"]
+    elif case == "key-value-incomplete":
+        body = SingleMessageMetadata(payload_size=3).SerializeToString() + b"\x0a\x03\x0a\x01k"  # no value
+        records = [struct.pack(">i", len(body)) + body + b"abc"]
+    data = _entry(records, count=count)
+    parsed = parse_entry(data)
+    columns = MessageColumns()
+    if case == "group-wire-type":
+        # protobuf's parser takes a group as an unknown field: only the split refuses it, and the reference
+        # decodes the batch
+        assert not columns.add_batch(parsed, TOPIC, -1, 1, 1)
+        assert [bytes(m.value) for m in entry_messages(parsed)] == [b"abc"]
+        return
+    assert not columns.add_batch(parsed, TOPIC, -1, 1, 1)
+    assert len(columns) == 0
+    with pytest.raises(PulsarEntryError):
+        entry_messages(parsed)
+
+
+def test_split_not_built_leaves_every_batch_to_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(columns_module, "_batch", None)
+    data = _entry([_record(SingleMessageMetadata(payload_size=1), b"x")])
+    assert not MessageColumns().add_batch(parse_entry(data), TOPIC, -1, 1, 1)
+
+
+def test_messages_added_both_ways_keep_their_order() -> None:
+    batch = _entry([_record(SingleMessageMetadata(payload_size=1, sequence_id=i), bytes([65 + i])) for i in range(3)])
+    single = MessageMetadata(producer_name="p", sequence_id=9, publish_time=5)
+    header = single.SerializeToString()
+    plain = struct.pack(">i", len(header)) + header + b"z"
+    columns = MessageColumns()
+    columns.add(entry_messages(parse_entry(plain))[0], TOPIC, -1, 1, 0)
+    assert columns.add_batch(parse_entry(batch), TOPIC, -1, 1, 1)
+    columns.add(entry_messages(parse_entry(plain))[0], TOPIC, -1, 1, 2)
+    assert len(columns) == 5
+    out = columns.batch()
+    assert out.column("value").to_pylist() == [b"z", b"A", b"B", b"C", b"z"]
+    assert out.column("__entryId").to_pylist() == [0, 1, 1, 1, 2]
+    assert out.column("__batchIndex").to_pylist() == [-1, 0, 1, 2, -1]
+
+
+@pytest.mark.parametrize("partition", [-1, 0, 7])
+@pytest.mark.parametrize("batch_size", [1, 127, 128, 300])
+def test_batch_message_ids_equal_protobufs(partition: int, batch_size: int) -> None:
+    ledger, entry = 2**40 + 3, 129
+    want = [message_id_bytes(ledger, entry, partition, i, batch_size) for i in range(batch_size)]
+    assert batch_message_ids(ledger, entry, partition, range(batch_size), batch_size) == want
+    some = [0, batch_size - 1]
+    assert batch_message_ids(ledger, entry, partition, some, batch_size) == [want[i] for i in some]
