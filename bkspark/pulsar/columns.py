@@ -12,6 +12,7 @@ Arrow batch.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -130,18 +131,140 @@ def _empty_maps(count: int, map_type: "pa.DataType") -> "pa.Array":
     return pa.MapArray.from_arrays(pa.array(np.zeros(count + 1, np.int32)), empty, empty).cast(map_type)
 
 
+@dataclass
+class _Split:
+    """One batch entry as the compiled split gave it, with what its messages share (built into arrays later,
+    together with the entries around it, by :class:`_SplitRun`)."""
+
+    kept: int
+    count: int
+    data: bytes
+    offsets: bytes
+    validity: bytes | None
+    keys: list[bytes | None] | None
+    properties: list[list[tuple[str, str]]] | None
+    event_times: list[int | None] | None
+    sequence_ids: list[int | None] | None
+    indexes: list[int] | None
+    topic: str
+    partition: int
+    ledger_id: int
+    entry_id: int
+    publish_time: int
+    producer: str
+    event_time: int
+    sequence_id: int
+
+
+def _sequence_ids(split: _Split, positions: Any) -> Any:
+    """The entry's messages' sequence ids: each one's own where it has one (Pulsar's producers write one for every
+    message), else the entry's plus the message's batch index (what Pulsar's consumer gives)."""
+    import numpy as np
+
+    if split.sequence_ids is None:
+        return positions + split.sequence_id
+    if None not in split.sequence_ids:
+        return np.array(split.sequence_ids, np.int64)
+    return np.array([split.sequence_id + i if q is None else q for i, q in zip(positions.tolist(), split.sequence_ids)],
+                    np.int64)
+
+
+class _SplitRun:
+    """Consecutive batch entries of the compiled split, turned into one set of Arrow arrays with a few calls per
+    column for the whole run (not per entry): values joined with their offsets, shared fields repeated by numpy,
+    strings taken from the run's distinct ones."""
+
+    def __init__(self) -> None:
+        self.splits: list[_Split] = []
+        self.rows = 0
+
+    def arrays(self, types: list["pa.DataType"]) -> list["pa.Array"]:
+        import numpy as np
+        import pyarrow as pa
+
+        splits, rows = self.splits, self.rows
+        counts = np.fromiter((s.kept for s in splits), np.int64, len(splits))
+        offsets = [np.frombuffer(s.offsets, np.int32)[1:] for s in splits]
+        sizes = np.fromiter((len(s.data) for s in splits), np.int64, len(splits))
+        bases = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int32)
+        value_offsets = np.concatenate([np.zeros(1, np.int32), *(o + b for o, b in zip(offsets, bases))])
+        mask = None
+        if any(s.validity is not None for s in splits):
+            valid = np.concatenate([np.frombuffer(s.validity, np.uint8) if s.validity is not None
+                                    else np.ones(s.kept, np.uint8) for s in splits])
+            mask = pa.py_buffer(np.packbits(valid, bitorder="little").tobytes())
+        values = pa.Array.from_buffers(types[0], rows, [mask, pa.py_buffer(value_offsets.tobytes()),
+                                                        pa.py_buffer(b"".join(s.data for s in splits))])
+        if all(s.keys is None for s in splits):
+            keys = pa.nulls(rows, types[1])
+        else:
+            key_list: list[bytes | None] = []
+            for s in splits:
+                key_list.extend(s.keys if s.keys is not None else [None] * s.kept)
+            keys = pa.array(key_list, types[1])
+        ids: list[bytes] = []
+        for s in splits:
+            ids.extend(batch_message_ids(s.ledger_id, s.entry_id, s.partition,
+                                         range(s.count) if s.indexes is None else s.indexes, s.count))
+        events: list[int | None] = []
+        for s in splits:
+            default = s.event_time * 1000 if s.event_time > 0 else None
+            if s.event_times is None:
+                events.extend([default] * s.kept)
+            else:
+                events.extend(default if e is None else (e * 1000 if e > 0 else None) for e in s.event_times)
+        if all(s.properties is None for s in splits):
+            properties = _empty_maps(rows, types[6])
+        else:
+            property_list: list[list[tuple[str, str]]] = []
+            for s in splits:
+                property_list.extend(s.properties if s.properties is not None else [[]] * s.kept)
+            properties = pa.array(property_list, types[6])
+        positions = [np.arange(s.count, dtype=np.int64) if s.indexes is None else np.asarray(s.indexes, np.int64)
+                     for s in splits]
+        sequences = np.concatenate([_sequence_ids(s, p) for s, p in zip(splits, positions)])
+
+        def repeated(values: list[Any], kind: Any) -> Any:
+            return np.repeat(np.asarray(values, kind), counts)
+
+        def strings(values: list[str], arrow_type: "pa.DataType") -> "pa.Array":
+            distinct = sorted(set(values))
+            index = {v: i for i, v in enumerate(distinct)}
+            return pa.array(distinct, arrow_type).take(pa.array(repeated([index[v] for v in values], np.int32)))
+
+        return [
+            values,
+            keys,
+            strings([s.topic for s in splits], types[2]),
+            pa.array(ids, types[3]),
+            pa.array(repeated([s.publish_time * 1000 for s in splits], np.int64)).cast(types[4]),
+            pa.array(events, pa.int64()).cast(types[5]),
+            properties,
+            strings([s.producer for s in splits], types[7]),
+            pa.array(sequences, types[8]),
+            pa.array(repeated([s.ledger_id for s in splits], np.int64), types[9]),
+            pa.array(repeated([s.entry_id for s in splits], np.int64), types[10]),
+            pa.array(np.concatenate(positions).astype(np.int32), types[11]),
+            pa.array(repeated([s.partition for s in splits], np.int32), types[12]),
+            pa.array(np.zeros(rows, np.bool_), types[13]),
+        ]
+
+
 class MessageColumns:
     """Rows gathered column by column; :meth:`batch` turns them into one ``pyarrow.RecordBatch``.
 
-    Messages added one at a time (:meth:`add`) go to Python lists; a batch entry the compiled split takes
-    (:meth:`add_batch`) becomes Arrow arrays at once.  Both are kept in the order added."""
+    Messages added one at a time (:meth:`add`) go to Python lists; batch entries the compiled split takes
+    (:meth:`add_batch`) are kept as it gave them and built into arrays a run of entries at a time.  Rows keep the
+    order they were added in."""
 
     def __init__(self) -> None:
         self.clear()
 
     def clear(self) -> None:
-        self._chunks: list[list["pa.Array"]] = []
-        self._chunk_rows = 0
+        #: Arrays of the parts already closed, in order: runs of split entries and runs of single messages.
+        self._done: list[list["pa.Array"]] = []
+        self._done_rows = 0
+        self._run: _SplitRun | None = None
         self._clear_lists()
         self.value_bytes = 0
 
@@ -162,12 +285,13 @@ class MessageColumns:
         self.encrypted: list[bool] = []
 
     def __len__(self) -> int:
-        return self._chunk_rows + len(self.value)
+        return self._done_rows + (self._run.rows if self._run is not None else 0) + len(self.value)
 
     def add(
         self, message: PulsarMessage, topic: str, partition: int, ledger_id: int, entry_id: int,
         first_chunk: tuple[int, int] | None = None,
     ) -> None:
+        self._close_run()
         value = message.value
         self.value.append(None if value is None else bytes(value))
         self.value_bytes += 0 if value is None else len(value)
@@ -191,9 +315,6 @@ class MessageColumns:
         """Every message of the batch entry ``entry`` (not a marker, chunk or encrypted entry), if the compiled
         split takes it; False, with nothing added, when it does not (the caller then adds the reference's
         :func:`~bkspark.pulsar.entry.entry_messages` one by one, which raises the precise error of a bad batch)."""
-        import numpy as np
-        import pyarrow as pa
-
         if _batch is None:
             return False
         md = entry.metadata
@@ -205,43 +326,14 @@ class MessageColumns:
         kept = count if indexes is None else len(indexes)
         if kept == 0:
             return True
-        self._flush_lists()
-        types = [f.type for f in arrow_schema()]
-        mask = None if validity is None else pa.py_buffer(np.packbits(np.frombuffer(validity, np.uint8),
-                                                                      bitorder="little").tobytes())
-        positions: "range | list[int]" = range(count) if indexes is None else indexes
-        publish_time = md.publish_time * 1000
-        event_default = md.event_time * 1000 if md.event_time > 0 else None
-        if event_times is None:
-            events = pa.repeat(pa.scalar(event_default, pa.int64()), kept)
-        else:
-            events = pa.array([event_default if e is None else (e * 1000 if e > 0 else None) for e in event_times],
-                              pa.int64())
-        if sequence_ids is None:
-            sequences = pa.array(np.asarray(positions, np.int64) + md.sequence_id, pa.int64())
-        elif None not in sequence_ids:  # what Pulsar's producers write: each message's own sequence id
-            sequences = pa.array(sequence_ids, pa.int64())
-        else:
-            sequences = pa.array([md.sequence_id + i if s is None else s for i, s in zip(positions, sequence_ids)],
-                                 pa.int64())
-        self._chunks.append([
-            pa.Array.from_buffers(types[0], kept, [mask, pa.py_buffer(offsets), pa.py_buffer(data)]),
-            pa.nulls(kept, types[1]) if keys is None else pa.array(keys, types[1]),
-            pa.repeat(pa.scalar(topic, types[2]), kept),
-            pa.array(batch_message_ids(ledger_id, entry_id, partition, positions, count), types[3]),
-            pa.repeat(pa.scalar(publish_time, pa.int64()), kept).cast(types[4]),
-            events.cast(types[5]),
-            _empty_maps(kept, types[6]) if props is None else pa.array(props, types[6]),
-            pa.repeat(pa.scalar(md.producer_name, types[7]), kept),
-            sequences,
-            pa.repeat(pa.scalar(ledger_id, types[9]), kept),
-            pa.repeat(pa.scalar(entry_id, types[10]), kept),
-            pa.array(np.arange(count, dtype=np.int32) if indexes is None else np.asarray(indexes, np.int32),
-                     types[11]),
-            pa.repeat(pa.scalar(partition, types[12]), kept),
-            pa.repeat(pa.scalar(False, types[13]), kept),
-        ])
-        self._chunk_rows += kept
+        self._close_lists()
+        if self._run is None:
+            self._run = _SplitRun()
+        self._run.splits.append(_Split(
+            kept, count, data, offsets, validity, keys, props, event_times, sequence_ids, indexes, topic, partition,
+            ledger_id, entry_id, md.publish_time, md.producer_name, md.event_time, md.sequence_id,
+        ))
+        self._run.rows += kept
         self.value_bytes += len(data)
         return True
 
@@ -266,22 +358,28 @@ class MessageColumns:
             pa.array(self.encrypted, type=types[13]),
         ]
 
-    def _flush_lists(self) -> None:
+    def _close_lists(self) -> None:
         if self.value:
-            rows = len(self.value)
-            self._chunks.append(self._list_arrays())
-            self._chunk_rows += rows
+            self._done.append(self._list_arrays())
+            self._done_rows += len(self.value)
             self._clear_lists()
+
+    def _close_run(self) -> None:
+        if self._run is not None:
+            self._done.append(self._run.arrays([f.type for f in arrow_schema()]))
+            self._done_rows += self._run.rows
+            self._run = None
 
     def batch(self) -> "pa.RecordBatch":
         import pyarrow as pa
 
         schema = arrow_schema()
-        if not self._chunks:
+        self._close_run()
+        if not self._done:
             return pa.RecordBatch.from_arrays(self._list_arrays(), schema=schema)
-        self._flush_lists()
-        if len(self._chunks) == 1:
-            arrays = self._chunks[0]
+        self._close_lists()
+        if len(self._done) == 1:
+            arrays = self._done[0]
         else:
-            arrays = [pa.concat_arrays([chunk[i] for chunk in self._chunks]) for i in range(len(schema))]
+            arrays = [pa.concat_arrays([part[i] for part in self._done]) for i in range(len(schema))]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -66,6 +66,26 @@ def test_split_equals_the_reference_on_bytes_pulsar_wrote(topic: str) -> None:
     assert batches > 0
 
 
+def test_a_run_of_entries_of_several_topics_equals_the_reference() -> None:
+    """Entries of every vector topic (batches, single messages, a null partition) into one set of columns: the
+    split's runs are built together, between the single messages, in the order added."""
+    reference, fast = MessageColumns(), MessageColumns()
+    taken = 0
+    for number, topic in enumerate(sorted(t for t in ALL if "chunked" not in t)):
+        for e in ALL[topic]["entries"]:
+            parsed = parse_entry(e["data"])
+            partition = number % 3 - 1
+            for message in entry_messages(parsed):
+                reference.add(message, topic, partition, e["ledger"], e["entry"])
+            if parsed.is_batch and fast.add_batch(parsed, topic, partition, e["ledger"], e["entry"]):
+                taken += 1
+                continue
+            for message in entry_messages(parsed):
+                fast.add(message, topic, partition, e["ledger"], e["entry"])
+    assert taken > 5 and len(fast) == len(reference)
+    assert fast.batch().equals(reference.batch())
+
+
 def _record(smm: SingleMessageMetadata, value: bytes, extra: bytes = b"") -> bytes:
     body = smm.SerializeToString() + extra
     return struct.pack(">i", len(body)) + body + value
