@@ -50,7 +50,6 @@ from bookie_server.config import BookieConfig
 
 __all__ = [
     "Registration",
-    "EXTENSIONS_PROPERTY",
     "EXTENSIONS",
     "check_local_cookies",
     "dirs_for_cookies",
