@@ -277,11 +277,10 @@ class BookKeeperCluster:
                         self.image_set.zookeeper_command(f"{DATA_DIR}/zoo.cfg"), f"{DATA_DIR}/zoo.cfg")
         self._wait(self.zookeeper, lambda: four_letter_word(port, "ruok") == "imok"
                    and "Zookeeper version" in four_letter_word(port, "srvr"), f"ZooKeeper on 127.0.0.1:{port}")
-        from kazoo.client import KazooClient
-
+        from bkspark.metadata.znodes import ZkClient
         from bkspark.shell.admin import init_new_cluster
 
-        self._zk = KazooClient(hosts=self.zookeeper_connect_string, timeout=10.0)
+        self._zk = ZkClient(hosts=self.zookeeper_connect_string, timeout=10.0)
         self._zk.start(timeout=30)
         init_new_cluster(self._zk, self.root)
 
