@@ -30,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 
+from bkspark.config.bookie import BookieConfig
 from bkspark.errors import BadMetadataError, CookieMismatchError, InvalidOptionError, MetadataError
 from bkspark.metadata.retry import ZK_AUTH_FAILURES, reconnect_forever, zk_error
 from bkspark.metadata.znodes import Outcome, ZkClient, Znodes, on_session_lost
@@ -41,8 +42,6 @@ from bkspark.protocol.layout import LedgerLayout, parse_metadata_service_uri
 from bkspark.protocol.service_info import BATCH_READ_V3_EXTENSION, EXTENSIONS_PROPERTY, SCOPE_IDS_EXTENSION
 from bkspark.security.tls import tls_enabled
 from bkspark.security.zk import ZkSecurity
-
-from bookie_server.config import BookieConfig
 
 __all__ = [
     "Registration",

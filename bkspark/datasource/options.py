@@ -17,7 +17,7 @@ from bkspark.confkeys import refuse_misspelled_security_keys
 from bkspark.datasource.packing import DEFAULT_ENTRY_MAX_BYTES
 from bkspark.errors import InvalidOptionError
 from bkspark.protocol.values import INT64_MAX, INT64_MIN, parse_bool
-from bkspark.security.secrets import MASK, secret_from
+from bkspark.config.secrets import MASK, secret_from
 
 __all__ = [
     "ReadOptions",

@@ -27,7 +27,7 @@ from bkspark.errors import (
     WriteOnReadOnlyBookieError,
 )
 from bookie_server.bookie import Bookie, ReadLacResult
-from bookie_server.config import BookieConfig, load_conf, parse_conf_text
+from bkspark.config.bookie import BookieConfig, load_conf, parse_conf_text
 from bookie_server.journal import (
     Journal,
     JournalPosition,
