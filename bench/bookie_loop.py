@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bkspark.protocol import framing as framing_module
-from bkspark.protocol import v2
+from bkspark.protocol import v2, v2_bulk
 from bkspark.protocol.digest import Digester, DigestType, master_key
 from bookie_server import app as app_module
 from bookie_server import entry_logs as entry_logs_module
@@ -58,7 +58,7 @@ BATCH = 100
 #: What an entry stores besides its payload: the V1 header (32 bytes) and the CRC32C digest (4).
 ENTRY_OVERHEAD = 36
 #: Every module that reads a compiled module at call time (the "reference" variant sets them to None).
-COMPILED_USERS = (v2, framing_module, journal_module, entry_logs_module, v2_handlers_module)
+COMPILED_USERS = (v2, v2_bulk, framing_module, journal_module, entry_logs_module, v2_handlers_module)
 
 
 class CountingTransport(asyncio.Transport):

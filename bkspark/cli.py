@@ -21,8 +21,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from kazoo.exceptions import KazooException
-
 from bkspark import __version__
 from bkspark.errors import BKError, InvalidOptionError, one_line
 
@@ -177,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         return 0
     except Exception as exc:
+        from bkspark.metadata.znodes import ZK_FAILURES
         from bkspark.shell.common import ShellError
 
         if isinstance(exc, ShellError):
@@ -185,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, BKError):
             print(f"{_prog(args)}: error: {one_line(exc)}", file=sys.stderr)
             return 2 if isinstance(exc, InvalidOptionError) else 1
-        if isinstance(exc, KazooException):
+        if isinstance(exc, ZK_FAILURES):
             print(f"{_prog(args)}: error: ZooKeeper: {type(exc).__name__} {one_line(exc)}".rstrip(), file=sys.stderr)
             return 1
         if isinstance(exc, (OSError, TimeoutError)):

@@ -75,7 +75,7 @@ COMMON_KEYS: frozenset[str] = frozenset(
 )
 #: Keys the client reads besides :class:`~bkspark.client.conf.ClientConf`'s own fields.
 CLIENT_KEYS: frozenset[str] = COMMON_KEYS | frozenset(_PLACEMENT_KEYS)
-#: Keys the bookie reads besides :class:`~bookie_server.config.BookieConfig`'s own fields.
+#: Keys the bookie reads besides :class:`~bkspark.config.bookie.BookieConfig`'s own fields.
 BOOKIE_KEYS: frozenset[str] = COMMON_KEYS | frozenset(("httpServerTlsEnable", "httpAdminWriteEnabled", "httpAdminTokenPath"))
 
 #: Apache BookKeeper keys that tune what bkspark does not have (JVM threads, Netty, RocksDB, stats...).

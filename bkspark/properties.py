@@ -1,7 +1,7 @@
 """Java ``.properties`` text, as BookKeeper's configuration files use it (``bk_server.conf``, ``client.conf``).
 
 The one parser of the project: the bookie reads its configuration with it
-(``bookie_server.config``), the shell its ``--client-conf`` file
+(``bkspark.config.bookie``), the shell its ``--client-conf`` file
 (``bkspark.shell.common``).  BookKeeper reads these files with Apache Commons
 Configuration's ``PropertiesConfiguration``; the rules kept here are the ones
 configuration files use:

@@ -22,10 +22,10 @@ import sys
 import time
 from collections.abc import Sequence
 
+from bkspark.config.bookie import load_conf
 from bkspark.errors import BKError, one_line
 
 from bookie_server.app import run
-from bookie_server.config import load_conf
 
 __all__ = ["main", "JsonFormatter"]
 

@@ -25,6 +25,7 @@ import socket
 import time
 from typing import Any
 
+from bkspark.config.bookie import BookieConfig
 from bkspark.config.secrets import read_password_file
 from bkspark.config.typed import lookup
 from bkspark.confkeys import BOOKIE_KEYS, check_keys, check_unsupported
@@ -33,7 +34,6 @@ from bkspark.placement.base import conf_bool
 from bkspark.protocol.cookie import Cookie
 
 from bookie_server.bookie import Bookie
-from bookie_server.config import BookieConfig
 from bookie_server.gc import GarbageCollector
 from bookie_server.http_admin import AdminHttpServer, json_body
 from bookie_server.metrics import BookieMetrics

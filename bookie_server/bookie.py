@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
+from bkspark.config.bookie import BookieConfig
 from bkspark.errors import (
     BookieError,
     BookieIOError,
@@ -28,7 +29,6 @@ from bkspark.errors import (
 )
 
 from bookie_server.checkpoints import Checkpoints
-from bookie_server.config import BookieConfig
 from bookie_server.journal import (
     Journal,
     JournalFaults,

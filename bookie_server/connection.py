@@ -39,7 +39,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bkspark.errors import BookieError, BookieIOError, FrameTooLargeError, ProtocolError, UnauthorizedAccessError
-from bkspark.protocol import v2, v3
+from bkspark.protocol import v2, v2_bulk, v3
 from bkspark.protocol.detect import ProtocolDetector
 from bkspark.protocol.framing import FrameSplitter
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
@@ -180,7 +180,7 @@ class Connection(Admission, V2Handlers, V3Handlers, asyncio.Protocol):
                 # A v2 connection's adds and plain single reads are decoded in two passes over the chunk, and each
                 # run of them waits as one list or tuple (admitted and handled as a run); the rest are parsed in
                 # their turn.
-                self._backlog.extend(runs(v2.decode_plain_reads(v2.decode_add_requests(bodies))))
+                self._backlog.extend(runs(v2_bulk.decode_plain_reads(v2_bulk.decode_add_requests(bodies))))
             else:
                 self._backlog.extend(bodies)
             self._drain()

@@ -20,11 +20,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-
-from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from typing import Any
 
 from bkspark.errors import BKError
+from bkspark.metadata.znodes import ZK_FAILURES, Znodes
 from bkspark.protocol import zk_paths
 from bkspark.protocol.layout import LedgerLayout
 
@@ -38,15 +37,20 @@ log = logging.getLogger("bookie_server.gc")
 LedgerKey = tuple[int, int]
 
 
-def find_orphans(zk: KazooClient, root: str, ledgers: list[LedgerKey]) -> list[LedgerKey] | None:
-    """Local ledgers whose metadata znode does not exist (None: not safe to decide now)."""
+def find_orphans(zk: Any, root: str, ledgers: list[LedgerKey]) -> list[LedgerKey] | None:
+    """Local ledgers whose metadata znode does not exist (None: not safe to decide now); ``zk`` is the bookie's
+    started kazoo client."""
+    nodes = Znodes(zk)
     try:
-        if zk.exists(root) is None:
+        if nodes.stat(root) is None:
             log.warning("gc: ledgers root %s does not exist; skipping", root)
             return None
-        data, _ = zk.get(zk_paths.layout_path(root))
-        scheme = LedgerLayout.parse(data).scheme
-    except (KazooException, BKError) as exc:
+        layout = nodes.get(zk_paths.layout_path(root))
+        if layout is None:
+            log.warning("gc: no LAYOUT under %s; skipping", root)
+            return None
+        scheme = LedgerLayout.parse(layout[0]).scheme
+    except (*ZK_FAILURES, BKError) as exc:
         log.warning("gc: cannot read the layout under %s (%s); skipping", root, exc)
         return None
     if scheme == "ms":
@@ -59,9 +63,9 @@ def find_orphans(zk: KazooClient, root: str, ledgers: list[LedgerKey]) -> list[L
                 path = zk_paths.ledger_path(root, ledger_id, scheme, scope_id)
             except BKError:
                 continue  # an id this layout cannot name: never ours to judge
-            if zk.exists(path) is None:
+            if nodes.stat(path) is None:
                 orphans.append((scope_id, ledger_id))
-    except KazooException as exc:
+    except ZK_FAILURES as exc:
         log.warning("gc: ZooKeeper error while checking ledgers (%s); skipping", exc)
         return None
     return orphans
@@ -70,7 +74,7 @@ def find_orphans(zk: KazooClient, root: str, ledgers: list[LedgerKey]) -> list[L
 class GarbageCollector:
     """Periodic scan-and-compare against ZooKeeper, then local deletion."""
 
-    def __init__(self, bookie: Bookie, zk: KazooClient, root: str, *, confirm_delay: float = 1.0) -> None:
+    def __init__(self, bookie: Bookie, zk: Any, root: str, *, confirm_delay: float = 1.0) -> None:
         self.bookie = bookie
         self.zk = zk
         self.root = root

@@ -20,10 +20,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from bkspark.config.bookie import BookieConfig
 from bkspark.errors import BookieError, BookieIOError
 from bkspark.protocol import v2
 
-from bookie_server.config import BookieConfig
 from bookie_server.storage import LedgerStorage
 
 __all__ = ["READ_AHEAD_GROWTH", "SEQUENTIAL_LEDGERS", "BookieReads", "ReadAheadWait"]

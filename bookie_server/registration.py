@@ -30,13 +30,10 @@ import threading
 import time
 from pathlib import Path
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import AuthFailedError, NodeExistsError, NoAuthError, NoNodeError, SessionClosedRequireSaslError
-from kazoo.protocol.states import KazooState
-from kazoo.retry import KazooRetry
-
+from bkspark.config.bookie import BookieConfig
 from bkspark.errors import BadMetadataError, CookieMismatchError, InvalidOptionError, MetadataError
-from bkspark.metadata.retry import zk_error
+from bkspark.metadata.retry import ZK_AUTH_FAILURES, reconnect_forever, zk_error
+from bkspark.metadata.znodes import Outcome, ZkClient, Znodes, on_session_lost
 from bkspark.protocol import service_info as si
 from bkspark.protocol import zk_paths
 from bkspark.protocol.bookie_id import BookieId
@@ -46,11 +43,8 @@ from bkspark.protocol.service_info import BATCH_READ_V3_EXTENSION, EXTENSIONS_PR
 from bkspark.security.tls import tls_enabled
 from bkspark.security.zk import ZkSecurity
 
-from bookie_server.config import BookieConfig
-
 __all__ = [
     "Registration",
-    "EXTENSIONS_PROPERTY",
     "EXTENSIONS",
     "check_local_cookies",
     "dirs_for_cookies",
@@ -143,28 +137,28 @@ class Registration:
         self.uri_scheme = uri.scheme
         self.bookie_id = str(BookieId.parse(conf.bookie_id()))
         # Reconnect forever, at most 5 s apart: a bookie outlives ZooKeeper outages.
-        self.zk = KazooClient(
+        self.zk = ZkClient(
             hosts=uri.connect_string,
             timeout=max(conf.zkTimeout, 1000) / 1000.0,
-            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=5),
+            connection_retry=reconnect_forever(max_delay=5.0),
             **ZkSecurity.from_conf(conf.extra).kazoo_kwargs(),  # credentials and ACLs: docs/security.md
         )
+        self.nodes = Znodes(self.zk)
         self._lock = threading.RLock()
         self._registered = False
         self._readonly = False
         self._service_info = b""
         self._closing = False
-        self._lost = False
 
     # -- session ------------------------------------------------------------------------
     def start(self, timeout: float | None = None) -> None:
         """Connect and check that the cluster is initialised.  The connection gets ``timeout`` seconds, by default
         ``zkTimeout``: Apache BookKeeper's bookie waits its session timeout for ZooKeeper, then fails the start."""
-        self.zk.add_listener(self._on_state)
+        on_session_lost(self.zk, self._on_session_lost, self._on_session_renewed)
         try:
             self.zk.start(timeout=max(self.conf.zkTimeout, 1000) / 1000.0 if timeout is None else timeout)
-            initialised = self.zk.exists(zk_paths.instance_id_path(self.root))
-        except (AuthFailedError, NoAuthError, SessionClosedRequireSaslError) as exc:
+            initialised = self.nodes.stat(zk_paths.instance_id_path(self.root))
+        except ZK_AUTH_FAILURES as exc:
             raise zk_error(exc, uri=self.conf.metadataServiceUri) from None
         if not initialised:
             raise MetadataError(
@@ -181,13 +175,11 @@ class Registration:
             self.zk.stop()
             self.zk.close()
 
-    def _on_state(self, state: KazooState) -> None:
-        if state == KazooState.LOST:
-            self._lost = True
-            log.warning("ZooKeeper session lost; will register again when connected")
-        elif state == KazooState.CONNECTED and self._lost and not self._closing:
-            self._lost = False
-            # Never block kazoo's event thread.
+    def _on_session_lost(self) -> None:  # kazoo's event thread
+        log.warning("ZooKeeper session lost; will register again when connected")
+
+    def _on_session_renewed(self) -> None:  # kazoo's event thread: never block it
+        if not self._closing:
             threading.Thread(target=self._reregister, name="bookie-reregister", daemon=True).start()
 
     def _reregister(self) -> None:
@@ -202,16 +194,17 @@ class Registration:
     # -- cluster facts ------------------------------------------------------------------
     def instance_id(self) -> str:
         """The cluster's INSTANCEID."""
-        data, _ = self.zk.get(zk_paths.instance_id_path(self.root))
-        return data.decode("utf-8")
+        found = self.nodes.get(zk_paths.instance_id_path(self.root))
+        if found is None:
+            raise MetadataError(f"no INSTANCEID under {self.root}")
+        return found[0].decode("utf-8")
 
     def layout(self) -> LedgerLayout:
         """The cluster's LAYOUT (raises :class:`MetadataError` when absent)."""
-        try:
-            data, _ = self.zk.get(zk_paths.layout_path(self.root))
-        except NoNodeError as exc:
-            raise MetadataError(f"no LAYOUT under {self.root}") from exc
-        return LedgerLayout.parse(data)
+        found = self.nodes.get(zk_paths.layout_path(self.root))
+        if found is None:
+            raise MetadataError(f"no LAYOUT under {self.root}")
+        return LedgerLayout.parse(found[0])
 
     # -- cookies ------------------------------------------------------------------------
     def check_cookies(self) -> Cookie:
@@ -220,11 +213,8 @@ class Registration:
             self.bookie_id, self.conf.journalDirectories, self.conf.ledgerDirectories, self.instance_id()
         )
         path = zk_paths.cookie_path(self.root, self.bookie_id)
-        try:
-            data, _stat = self.zk.get(path)
-            zk_cookie: Cookie | None = Cookie.parse(data)
-        except NoNodeError:
-            zk_cookie = None
+        found = self.nodes.get(path)
+        zk_cookie = None if found is None else Cookie.parse(found[0])
         if zk_cookie is not None:
             try:
                 master.verify(zk_cookie)
@@ -248,11 +238,9 @@ class Registration:
                 )
             for directory in missing:
                 write_dir_cookie(directory, master)
-            self.zk.ensure_path(zk_paths.cookies_path(self.root))
-            try:
-                self.zk.create(path, master.serialize())
-            except NodeExistsError as exc:
-                raise CookieMismatchError(f"another bookie stamped {path} concurrently") from exc
+            self.nodes.ensure_path(zk_paths.cookies_path(self.root))
+            if self.nodes.create(path, master.serialize()) is Outcome.NODE_EXISTS:
+                raise CookieMismatchError(f"another bookie stamped {path} concurrently")
             log.info("stamped new cookies for %s", self.bookie_id)
         elif zk_cookie is None:
             raise CookieMismatchError(
@@ -287,36 +275,29 @@ class Registration:
 
     def _create_ephemeral(self, path: str) -> None:
         deadline = time.monotonic() + max(self.conf.zkTimeout, 1000) / 1000.0 * 2
-        while True:
-            try:
-                self.zk.create(path, self._service_info, ephemeral=True, makepath=True)
-                return
-            except NodeExistsError:
-                try:
-                    _data, stat = self.zk.get(path)
-                except NoNodeError:
-                    continue
-                if stat.ephemeralOwner == self.zk.client_id[0]:
-                    self.zk.set(path, self._service_info)
+        while self.nodes.create(path, self._service_info, makepath=True, ephemeral=True) is not Outcome.OK:
+            stat = self.nodes.stat(path)
+            if stat is None:
+                continue  # gone meanwhile: create it again
+            if self.nodes.owns(stat):
+                if self.nodes.set(path, self._service_info) is not None:
                     return
-                if time.monotonic() >= deadline:
-                    raise MetadataError(
-                        f"{path} is held by another ZooKeeper session: is bookie {self.bookie_id} already running?"
-                    ) from None
-                # Left by our previous incarnation: wait for its session to expire (as Java does).
-                time.sleep(0.5)
+                continue  # gone meanwhile: create it again
+            if time.monotonic() >= deadline:
+                raise MetadataError(
+                    f"{path} is held by another ZooKeeper session: is bookie {self.bookie_id} already running?"
+                ) from None
+            # Left by our previous incarnation: wait for its session to expire (as Java does).
+            time.sleep(0.5)
 
     def _delete(self, path: str) -> None:
-        try:
-            _data, stat = self.zk.get(path)
-            if stat.ephemeralOwner == self.zk.client_id[0]:
-                self.zk.delete(path)
-        except NoNodeError:
-            pass
+        stat = self.nodes.stat(path)
+        if stat is not None and self.nodes.owns(stat):
+            self.nodes.delete(path)
 
     def _create_registration(self, readonly: bool) -> None:
         if readonly:
-            self.zk.ensure_path(zk_paths.readonly_path(self.root))
+            self.nodes.ensure_path(zk_paths.readonly_path(self.root))
             self._create_ephemeral(self._path(True))
             self._delete(self._path(False))
         else:

@@ -17,8 +17,9 @@ import logging
 import socket
 import time
 
+from bkspark.config.bookie import BookieConfig
+
 from bookie_server.bookie import Bookie
-from bookie_server.config import BookieConfig
 from bookie_server.connection import Connection
 from bookie_server.limits import InFlightGate, LimitLog
 from bookie_server.metrics import BookieMetrics

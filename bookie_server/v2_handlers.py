@@ -3,8 +3,8 @@
 
 v2 is the protocol of BookKeeper's own client in its default (``useV2WireProtocol``) mode and of bkspark's
 client, so it carries most of a bookie's load: a v2 connection's received chunk is decoded in two passes
-(``v2.decode_add_requests``, ``v2.decode_plain_reads``) into runs (:func:`runs`); a run of adds is stored and
-journalled as one group and answered with one write once durable (docs/bookie.md, "Adds"); a run of single reads
+(``v2_bulk.decode_add_requests``, ``v2_bulk.decode_plain_reads``) into runs (:func:`runs`); a run of adds is stored
+and journalled as one group and answered with one write once durable (docs/bookie.md, "Adds"); a run of single reads
 is answered from memory at once, or handed to a read thread as one job (docs/bookie.md, "Runs of single reads").
 The compiled loop of ``bookie_server/_speedups.c`` takes a group's adds when it is built, and
 :func:`add_rows_reference` is its tested pure-Python reference.
@@ -17,7 +17,7 @@ import logging
 from itertools import groupby
 
 from bkspark.errors import BookieError, BookieIOError, MalformedFrameError, rc_for_error
-from bkspark.protocol import v2
+from bkspark.protocol import v2, v2_bulk
 from bkspark.protocol.digest import entry_header
 from bkspark.protocol.speedups import load_compiled
 
@@ -89,8 +89,8 @@ def add_rows_reference(group: list[v2.AddRequest]) -> tuple[list[AddRow], list[t
 
 def runs(requests: list[object]) -> list[object]:
     """``requests`` with each run of consecutive :class:`v2.AddRequest` objects as one list and each run of plain
-    reads' ``(ledger id, entry id, version)`` (:func:`v2.decode_plain_reads`) as one tuple: what a v2 connection's
-    backlog holds (:meth:`Connection._drain_requests` admits and handles a run at once)."""
+    reads' ``(ledger id, entry id, version)`` (:func:`v2_bulk.decode_plain_reads`) as one tuple: what a v2
+    connection's backlog holds (:meth:`Connection._drain_requests` admits and handles a run at once)."""
     kinds = list(map(type, requests))
     if kinds.count(v2.AddRequest) == len(kinds):
         return [requests]  # the usual chunk of a writer: adds only
@@ -135,7 +135,7 @@ class V2Handlers:
         def reply(error: BaseException | None) -> None:
             rc = v2.EOK if error is None else v2.EIO
             self._release_adds(durable_bytes[0], len(durable))
-            self.send(v2.encode_add_responses(rc, durable))
+            self.send(v2_bulk.encode_add_responses(rc, durable))
             self.flush()  # the group's answers leave now, not one loop iteration later: its adds wait for them
             metrics.observe_request("ADD_ENTRY", _now_ms() - start, rc == v2.EOK, len(durable))
 
@@ -304,14 +304,14 @@ class V2Handlers:
                 nbytes += len(item)
             else:
                 if ids:
-                    frames.append(v2.encode_read_responses(ids, entries))
+                    frames.append(v2_bulk.encode_read_responses(ids, entries))
                     ids, entries = [], []
                 rc = rc_for_error(item) if isinstance(item, BookieError) else v2.EIO
                 frames.append(v2.encode_read_response(rc, read[0], read[1], b"", read[2]))
                 failed += 1
             answered += 1
         if ids:
-            frames.append(v2.encode_read_responses(ids, entries))
+            frames.append(v2_bulk.encode_read_responses(ids, entries))
         rest = stretch[answered:]
         if rest and not self.closed:
             self._backlog.appendleft(rest)
@@ -329,7 +329,7 @@ class V2Handlers:
         """Answer reads whose ``entries`` (``size`` bytes) memory held, and give their permits back."""
         count = len(ids)
         self._release_reads(count)
-        self.send(v2.encode_read_responses(ids, entries))
+        self.send(v2_bulk.encode_read_responses(ids, entries))
         metrics = self.metrics
         metrics.read_bytes.inc(size)
         metrics.observe_request("READ_ENTRY", _now_ms() - start, True, count)

@@ -24,16 +24,16 @@ from __future__ import annotations
 import enum
 import functools
 import json
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from bkspark.config.typed import is_finite_number
 from bkspark.errors import BadMetadataError, InvalidOptionError, MetadataError, MetadataVersionError
 from bkspark.metadata.retry import ZkRetry
 from bkspark.metadata.znodes import Outcome, Znodes, zk_errors_as
 from bkspark.protocol.ledger_name import parse_qualified_name, qualified_name
 from bkspark.protocol import zk_paths
-from bkspark.protocol.values import INT64_MAX, INT64_MIN
+from bkspark.protocol.values import is_int64
 from bkspark.retry import METADATA_CAS_RETRY
 
 __all__ = [
@@ -89,7 +89,7 @@ class OrphanReason(str, enum.Enum):
 
 def _int(obj: dict[str, Any], key: str, default: int | None = None) -> int:
     value = obj.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not INT64_MIN <= value <= INT64_MAX:
+    if not is_int64(value):
         raise ValueError(f"{key} must be an int64, got {value!r}")
     return value
 
@@ -223,7 +223,7 @@ class AuditConfig:
     def __post_init__(self) -> None:
         for name, minimum in (("audit_period", 0.1), ("grace_period", 0.0), ("parent_grace_period", 0.0)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if not is_finite_number(value):
                 raise InvalidOptionError(f"{name} must be a number of seconds, not {value!r}")
             if value < minimum or value > 10 * 365 * 86400:
                 raise InvalidOptionError(f"{name} {value} out of range [{minimum}, 10 years]")
@@ -401,7 +401,7 @@ def _stored_values(data: bytes) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in CONFIG_KEYS:
         value = obj.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        if is_finite_number(value):
             out[key] = float(value)
     return out
 

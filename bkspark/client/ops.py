@@ -25,7 +25,7 @@ from bkspark.client.connection import V2, V3, BookieConnection, Callback, ManyCa
 from bkspark.client.payloads import PackedPayloads
 from bkspark.client.pool import BookiePool
 from bkspark.errors import BadRequestError, BookieTimeoutError, BookieUnavailableError
-from bkspark.protocol import v2, v3
+from bkspark.protocol import v2, v2_bulk, v3
 from bkspark.protocol.correlation import add_key, add_keys, batch_read_key, read_key, read_keys
 from bkspark.protocol.digest import Digester, DigestType
 from bkspark.protocol.service_info import BATCH_READ_V3_EXTENSION
@@ -162,7 +162,7 @@ class BookieOps:
         except that ``many(pairs)``, when given, takes the ``(arg, stored entry)`` of successful answers that came
         together (:meth:`BookieConnection.send_v2_many`)."""
         keys = read_keys(ledger_id, entry_ids)
-        frames = [v2.encode_read_requests(ledger_id, entry_ids)]  # one buffer: the connection only queues them
+        frames = [v2_bulk.encode_read_requests(ledger_id, entry_ids)]  # one buffer: the connection only queues them
         self._send_v2_many(bookie_id, keys, frames, args, callback, self.read_timeout, many)
 
     def _send_v2_many(

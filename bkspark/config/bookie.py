@@ -10,7 +10,7 @@ is the Java ``PropertiesConfiguration`` subset bookie configs use: ``key=value``
 values are read by the shared rules of :mod:`bkspark.config.typed` (any case, one boolean rule set).
 
 It lives under ``bkspark`` (not ``bookie_server``) so that ``bkspark shell bookieformat`` reads a bookie's
-directories without importing the server; ``bookie_server.config`` re-exports it.
+directories without importing the server; the bookie imports it from here too.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ Bottom layer: imports :mod:`bkspark.errors` only (docs/architecture.md, "Layers"
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "DEFAULT_ACK_QUORUM_SIZE",
     "parse_bool",
     "is_int",
+    "is_finite_number",
     "lookup",
     "flag",
     "snake_case",
@@ -56,6 +58,11 @@ DEFAULT_ACK_QUORUM_SIZE = 2
 def is_int(value: object) -> bool:
     """Whether ``value`` is an ``int`` and not a ``bool`` (``True`` is an ``int`` to Python, never to a setting)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_finite_number(value: object) -> bool:
+    """Whether ``value`` is a finite ``int`` or ``float`` and not a ``bool`` (seconds, a standard deviation)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def parse_bool(value: Any, key: str = "value") -> bool:

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import enum
 import json
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from bkspark.config.typed import is_finite_number, is_int
 from bkspark.protocol.values import INT64_MAX, is_int64
 from bkspark.errors import BadLedgerContextError, InvalidOptionError
 from bkspark.protocol.ledger_metadata import LedgerMetadata, LedgerState
@@ -93,7 +93,7 @@ def _check_name(value: object, what: str, max_bytes: int = MAX_NAME_BYTES) -> st
 
 
 def _check_count(value: object, what: str, minimum: int = 0) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
+    if not is_int(value):
         raise InvalidOptionError(f"{what} must be an integer, not {type(value).__name__}")
     if not minimum <= value <= INT64_MAX:
         raise InvalidOptionError(f"{what} {value} out of range [{minimum}, {INT64_MAX}]")
@@ -174,7 +174,7 @@ class EntrySizeHint:
     def __post_init__(self) -> None:
         _check_count(self.size_in_bytes, "expected average entry size")
         sd = self.standard_deviation
-        if isinstance(sd, bool) or not isinstance(sd, (int, float)) or not math.isfinite(sd) or sd < 0:
+        if not is_finite_number(sd) or sd < 0:
             raise InvalidOptionError(f"standard deviation must be a finite number >= 0, not {sd!r}")
         object.__setattr__(self, "standard_deviation", float(sd))
 
@@ -607,7 +607,7 @@ def _load(data: object, key: str) -> dict[str, Any]:
     if not isinstance(obj, dict):
         raise BadLedgerContextError(f"{key} must hold a JSON object, not {type(obj).__name__}")
     version = obj.get("v")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+    if not is_int(version) or version < 1:
         raise BadLedgerContextError(f"{key} has no valid encoding version 'v' (got {version!r})")
     return obj
 
@@ -616,7 +616,7 @@ def _opt(obj: Mapping[str, Any], key: str, kind: type) -> Any:
     value = obj.get(key)
     if value is None:
         return None
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+    if kind is int and not is_int(value):
         raise InvalidOptionError(f"{key} must be an integer")
     if kind is not int and not isinstance(value, kind):
         raise InvalidOptionError(f"{key} must be a {kind.__name__}")

@@ -12,11 +12,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
+from bkspark.config.typed import DEFAULT_ACK_QUORUM_SIZE, DEFAULT_ENSEMBLE_SIZE, DEFAULT_WRITE_QUORUM_SIZE
 from bkspark.confkeys import refuse_misspelled_security_keys
 from bkspark.datasource.packing import DEFAULT_ENTRY_MAX_BYTES
 from bkspark.errors import InvalidOptionError
 from bkspark.protocol.values import INT64_MAX, INT64_MIN, parse_bool
-from bkspark.security.secrets import MASK, secret_from
+from bkspark.config.secrets import MASK, secret_from
 
 __all__ = [
     "ReadOptions",
@@ -114,9 +115,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     _write("dataset", "required"),
     _write("path", "none"),
     _write("scopeId", "0"),
-    _write("ensembleSize", "3"),
-    _write("writeQuorumSize", "2"),
-    _write("ackQuorumSize", "2"),
+    _write("ensembleSize", str(DEFAULT_ENSEMBLE_SIZE)),
+    _write("writeQuorumSize", str(DEFAULT_WRITE_QUORUM_SIZE)),
+    _write("ackQuorumSize", str(DEFAULT_ACK_QUORUM_SIZE)),
     _write("digestType", "CRC32C"),
     _write("password", '""'),
     _write("passwordFile", "none"),
@@ -375,9 +376,9 @@ class WriteOptions:
     metadata_service_uri: str
     dataset: str
     scope_id: int = 0
-    ensemble_size: int = 3
-    write_quorum_size: int = 2
-    ack_quorum_size: int = 2
+    ensemble_size: int = DEFAULT_ENSEMBLE_SIZE
+    write_quorum_size: int = DEFAULT_WRITE_QUORUM_SIZE
+    ack_quorum_size: int = DEFAULT_ACK_QUORUM_SIZE
     digest_type: str = "CRC32C"
     password: bytes = field(default=b"", repr=False)
     client_conf: tuple[tuple[str, str], ...] = field(default_factory=tuple)
@@ -506,9 +507,9 @@ def parse_write_options(options: Mapping[str, str | None], *, stream: bool = Fal
     uri = _uri(opts)
     dataset = _dataset(opts, required=True)
     assert dataset is not None
-    ensemble = _int(opts, "ensembleSize", 3, minimum=1, maximum=1024)
-    write_quorum = _int(opts, "writeQuorumSize", min(2, ensemble), minimum=1, maximum=1024)
-    ack_quorum = _int(opts, "ackQuorumSize", min(2, write_quorum), minimum=1, maximum=1024)
+    ensemble = _int(opts, "ensembleSize", DEFAULT_ENSEMBLE_SIZE, minimum=1, maximum=1024)
+    write_quorum = _int(opts, "writeQuorumSize", min(DEFAULT_WRITE_QUORUM_SIZE, ensemble), minimum=1, maximum=1024)
+    ack_quorum = _int(opts, "ackQuorumSize", min(DEFAULT_ACK_QUORUM_SIZE, write_quorum), minimum=1, maximum=1024)
     if write_quorum > ensemble:
         raise _bad("writeQuorumSize", write_quorum, f"must be <= ensembleSize ({ensemble})")
     if ack_quorum > write_quorum:

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 
 from pyspark.sql.datasource import InputPartition
 
+from bkspark.config.typed import is_int
 from bkspark.protocol.values import INT64_MAX, INT64_MIN
 
 __all__ = [
@@ -147,10 +148,6 @@ def _column(filter_: Any) -> str | None:
     return None
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def timestamp_micros(value: Any) -> int | None:
     """A pushed timestamp literal (PySpark hands a time-zone-aware ``datetime``) as microseconds since the
     epoch, exactly; None for anything else (the filter is then left to Spark)."""
@@ -198,18 +195,18 @@ def push_filters(filters: Iterable[Any], bounds: Bounds) -> list[Any]:
         value = _literal(column, getattr(f, "value", None)) if column else None
         if column is None:
             rejected.append(f)
-        elif isinstance(f, EqualTo) and _is_int(value):
+        elif isinstance(f, EqualTo) and is_int(value):
             bounds.low[column] = max(bounds.low[column], value)
             bounds.high[column] = min(bounds.high[column], value)
-        elif isinstance(f, GreaterThan) and _is_int(value):
+        elif isinstance(f, GreaterThan) and is_int(value):
             bounds.low[column] = max(bounds.low[column], value + 1)
-        elif isinstance(f, GreaterThanOrEqual) and _is_int(value):
+        elif isinstance(f, GreaterThanOrEqual) and is_int(value):
             bounds.low[column] = max(bounds.low[column], value)
-        elif isinstance(f, LessThan) and _is_int(value):
+        elif isinstance(f, LessThan) and is_int(value):
             bounds.high[column] = min(bounds.high[column], value - 1)
-        elif isinstance(f, LessThanOrEqual) and _is_int(value):
+        elif isinstance(f, LessThanOrEqual) and is_int(value):
             bounds.high[column] = min(bounds.high[column], value)
-        elif isinstance(f, In) and isinstance(value, (list, tuple)) and all(_is_int(v) for v in value):
+        elif isinstance(f, In) and isinstance(value, (list, tuple)) and all(is_int(v) for v in value):
             chosen = frozenset(value)
             previous = bounds.values.get(column)
             bounds.values[column] = chosen if previous is None else previous & chosen

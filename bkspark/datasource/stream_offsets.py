@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Union
 
+from bkspark.config.typed import is_int
 from bkspark.errors import InvalidOptionError
 
 __all__ = [
@@ -118,7 +119,7 @@ def parse_offsets_json(
         ref = parse_key(key, default_scope, option)
         if value == DONE:
             value = KAFKA_LATEST  # a closed ledger read to its end: its latest position
-        if not isinstance(value, int) or isinstance(value, bool) or (value < 0 and value not in markers):
+        if not is_int(value) or (value < 0 and value not in markers):
             raise bad()
         out[ref] = value
     return out

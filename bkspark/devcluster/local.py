@@ -27,6 +27,7 @@ from bkspark.devcluster.ports import free_port, port_is_free, port_is_open
 from bkspark.devcluster.process import ManagedProcess
 from bkspark.devcluster.zookeeper import ZooKeeperServer, init_new_cluster
 from bkspark.errors import LocalClusterError
+from bkspark.protocol.zk_paths import bookie_registration_path
 
 __all__ = ["LocalCluster", "stop_cluster", "running_state", "STATE_FILE", "LAYOUT_FILE"]
 
@@ -146,7 +147,7 @@ class LocalCluster:
                 self._bookies.append(self._start_bookie(index))
             deadline = time.monotonic() + timeout
             for process, port in zip(self._bookies, self.bookie_ports):
-                registered = f"{self.root}/available/127.0.0.1:{port}"
+                registered = bookie_registration_path(self.root, f"127.0.0.1:{port}")
                 try:
                     process.wait_until(
                         lambda: port_is_open(port) and zk.exists(registered) is not None,

@@ -8,11 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kazoo.client import KazooClient
-
 from bkspark.devcluster.java import JVM_OPTS, java_executable
 from bkspark.devcluster.ports import free_port
 from bkspark.devcluster.process import LocalClusterError, ManagedProcess
+from bkspark.metadata.znodes import ZkClient
 from bkspark.shell.admin import HIERARCHICAL_LAYOUT, init_new_cluster  # one home: `bkspark shell initnewcluster`
 
 __all__ = [
@@ -173,9 +172,9 @@ class ZooKeeperServer:
         """True while the server process runs."""
         return self._process is not None and self._process.is_alive
 
-    def client(self, timeout: float = 15.0) -> KazooClient:
+    def client(self, timeout: float = 15.0) -> ZkClient:
         """A started kazoo client connected to this server (the caller stops and closes it)."""
-        zk = KazooClient(hosts=self.connect_string, timeout=10.0)
+        zk = ZkClient(hosts=self.connect_string, timeout=10.0)
         try:
             zk.start(timeout=timeout)
         except Exception as exc:
@@ -193,7 +192,7 @@ class ZkRoot:
 
     path: str
     server: ZooKeeperServer
-    zk_client: KazooClient
+    zk_client: ZkClient
     instance_id: str
     ledger_manager: str = "hierarchical"
 

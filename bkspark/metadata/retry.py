@@ -19,6 +19,7 @@ from kazoo.exceptions import (
     ConnectionLoss,
     NoAuthError,
     OperationTimeoutError,
+    SessionClosedRequireSaslError,
     SessionExpiredError,
     ZookeeperError,
 )
@@ -27,12 +28,18 @@ from kazoo.retry import KazooRetry, RetryFailedError
 from bkspark import retry as bk_retry
 from bkspark.errors import MetadataError
 
-__all__ = ["RECONNECT_RETRY", "ZkRetry", "TRANSIENT_ZK_ERRORS", "wait_connected", "zk_error"]
+__all__ = [
+    "RECONNECT_RETRY", "ZkRetry", "TRANSIENT_ZK_ERRORS", "ZK_AUTH_FAILURES", "reconnect_forever", "wait_connected",
+    "zk_error",
+]
 
 T = TypeVar("T")
 
 #: ZooKeeper errors after which the request may or may not have been applied.
 TRANSIENT_ZK_ERRORS: tuple[type[BaseException], ...] = (ConnectionLoss, OperationTimeoutError)
+
+#: ZooKeeper refused this client's credentials, or wants some it was not given (SASL): no retry helps.
+ZK_AUTH_FAILURES: tuple[type[BaseException], ...] = (AuthFailedError, NoAuthError, SessionClosedRequireSaslError)
 
 #: Reaching ZooKeeper again: every 0.1 s doubling to 1 s, whatever the failure, for as long as the caller's own
 #: deadline allows (zkTimeout): kazoo's reconnection (:func:`bkspark.metadata.store.connection_retry`) and a Spark
@@ -68,10 +75,17 @@ def wait_connected(zk: Any, timeout: float) -> bool:
     return bool(zk.connected)
 
 
+def reconnect_forever(max_delay: float = 5.0) -> KazooRetry:
+    """kazoo's ``connection_retry`` for a server that outlives any ZooKeeper outage (the bookie): it never gives
+    up, every 0.1 s doubling to ``max_delay``.  A client gives up after zkTimeout instead
+    (:func:`bkspark.metadata.store.connection_retry`)."""
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=max_delay)
+
+
 def zk_error(exc: BaseException, **context: object) -> MetadataError:
     """A :class:`MetadataError` for a ZooKeeper error; authentication failures say what to do (docs/security.md)."""
     name = type(exc).__name__
-    if isinstance(exc, (AuthFailedError, NoAuthError)) or "RequireSasl" in name:
+    if isinstance(exc, ZK_AUTH_FAILURES):
         return MetadataError(
             f"ZooKeeper error: {name}: ZooKeeper requires authentication or refused these credentials "
             "(give them with a JAAS 'Client' section or zkDigestAuthPath; znodes created with "

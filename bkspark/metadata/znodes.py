@@ -1,8 +1,10 @@
-"""bkspark's own znodes (datasets, write jobs, the orphan audit) through kazoo: the one door to ZooKeeper for them.
+"""Znodes outside the ledger metadata, through kazoo: the one door to ZooKeeper above ``bkspark/metadata``.
 
-BookKeeper's own metadata (LAYOUT, ledger ids, ledger znodes) is :mod:`bkspark.metadata.store`; everything else
-bkspark keeps in ZooKeeper goes through a :class:`Znodes`, so that no layer above ``bkspark/metadata`` imports
-kazoo or reads its private fields (docs/architecture.md, "ZooKeeper"):
+BookKeeper's ledger metadata (LAYOUT, ledger ids, ledger znodes) is :mod:`bkspark.metadata.store`; every other
+ZooKeeper call -- bkspark's datasets, write jobs and orphan audit, the shell's cluster formatting, the bookie's
+registration, cookies and garbage collection -- goes through a :class:`Znodes` (and the recipes below), so that no
+module outside ``bkspark/metadata`` imports kazoo or reads its private fields (docs/architecture.md, "ZooKeeper:
+one door"; ``tests/unit/test_layering.py``):
 
 * An absent znode, a lost compare-and-set or a create that found the znode there are values (``None``,
   ``False``, ``[]``), not exceptions: what callers branch on.
@@ -240,11 +242,11 @@ class Znodes:
         """Create ``path`` and its parents where missing."""
         self.zk.ensure_path(path)
 
-    def create(self, path: str, data: bytes = b"", *, makepath: bool = False) -> Outcome:
+    def create(self, path: str, data: bytes = b"", *, makepath: bool = False, ephemeral: bool = False) -> Outcome:
         """Create ``path``: OK, NODE_EXISTS when it is there, NO_NODE when its parent is missing (without
-        ``makepath``)."""
+        ``makepath``).  An ``ephemeral`` znode goes with this client's session."""
         try:
-            self.zk.create(path, data, makepath=makepath)
+            self.zk.create(path, data, makepath=makepath, ephemeral=ephemeral)
         except NodeExistsError:
             return Outcome.NODE_EXISTS
         except NoNodeError:
@@ -258,6 +260,10 @@ class Znodes:
             return self.zk.set(path, data, version=version)
         except (BadVersionError, NoNodeError):
             return None
+
+    def owns(self, stat: ZnodeStat) -> bool:
+        """Whether the znode of ``stat`` is an ephemeral one of this client's current session."""
+        return bool(stat.ephemeralOwner == self.zk.client_id[0])
 
     def delete(self, path: str, *, recursive: bool = False) -> bool:
         """Delete ``path`` (with its children when ``recursive``); False when it was already gone."""
@@ -329,13 +335,23 @@ def watch_data(zk: Any, path: str, callback: Callable[[bytes | None, Any], bool 
     return DataWatch(zk, path, callback)
 
 
-def on_session_lost(zk: Any, callback: Callable[[], None]) -> Callable[[], None]:
-    """Call ``callback()`` (kazoo's event thread) whenever ``zk``'s session is lost (its ephemeral znodes are gone);
-    returns the function that stops this."""
+def on_session_lost(
+    zk: Any, callback: Callable[[], None], renewed: Callable[[], None] | None = None
+) -> Callable[[], None]:
+    """Call ``callback()`` whenever ``zk``'s session is lost (its ephemeral znodes are gone), and ``renewed()``
+    when the client is connected again after such a loss, with a new session (the time to make its ephemeral znodes
+    again); both on kazoo's event thread, which they must not block.  Returns the function that stops this."""
+    lost = False
 
     def listener(state: str) -> None:
+        nonlocal lost
         if state == KazooState.LOST:
+            lost = True
             callback()
+        elif state == KazooState.CONNECTED and lost:
+            lost = False
+            if renewed is not None:
+                renewed()
 
     zk.add_listener(listener)
 

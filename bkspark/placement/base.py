@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from bkspark.errors import InvalidOptionError, NotEnoughBookiesError
 from bkspark.protocol.ledger_metadata import check_custom_metadata
+from bkspark.config.typed import is_int
 from bkspark.protocol.values import parse_bool
 
 __all__ = [
@@ -129,7 +130,7 @@ def check_quorums(ensemble_size: int, write_quorum_size: int, ack_quorum_size: i
     for name, value in (
         ("ensemble_size", ensemble_size), ("write_quorum_size", write_quorum_size), ("ack_quorum_size", ack_quorum_size)
     ):
-        if not isinstance(value, int) or isinstance(value, bool):
+        if not is_int(value):
             raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if not (ensemble_size >= write_quorum_size >= ack_quorum_size >= 1):
         raise InvalidOptionError(

@@ -4,7 +4,7 @@
  * (V1) entries, gathering payloads into the buffers of an Arrow binary array, packaging payloads as the v2
  * ADDENTRY frames of a bulk append, cutting a received chunk into its length-prefixed frames, and decoding a
  * bookie's received ADDENTRY and plain READENTRY requests.  Each function does only the common case and hands anything
- * else back to the pure-Python code in bkspark/protocol/v2.py and digest.py, which stays the tested reference
+ * else back to the pure-Python code in bkspark/protocol/v2.py, v2_bulk.py and digest.py, which stays the tested reference
  * and raises the precise errors (docs/architecture.md, "Compiled fast path").  BKSPARK_NO_EXTENSIONS=1 turns
  * this module off (bkspark/protocol/speedups.py).
  */
@@ -513,7 +513,7 @@ PyDoc_STRVAR(decode_adds_doc,
 "decode_add_requests(bodies, add_type, min_size) -> list\n\n"
 "bodies (a list of request frame bodies, bytes or memoryviews) with each ADDENTRY body of at least min_size\n"
 "bytes replaced by add_type(flags, master key bytes, entry view, version), add_type being v2.AddRequest (a\n"
-"tuple subclass); every other body left as it is (bkspark/protocol/v2.py, decode_add_requests_reference).");
+"tuple subclass); every other body left as it is (bkspark/protocol/v2_bulk.py, decode_add_requests_reference).");
 
 static PyObject *add_request(PyTypeObject *add_type, PyObject *body, const unsigned char *p, Py_ssize_t len,
                              long version, long flags)
@@ -625,7 +625,7 @@ PyDoc_STRVAR(decode_plain_reads_doc,
 "decode_plain_reads(items, read_opcode, fencing_flag, min_size) -> list\n\n"
 "items (a list of request frame bodies, or what decode_add_requests made of them) with each bytes body of at least\n"
 "min_size bytes whose header says read_opcode without fencing_flag replaced by (ledger id, entry id, version);\n"
-"every other item left as it is (bkspark/protocol/v2.py, decode_plain_reads_reference).");
+"every other item left as it is (bkspark/protocol/v2_bulk.py, decode_plain_reads_reference).");
 
 typedef struct {
     long read_opcode;
@@ -749,7 +749,7 @@ static PyObject *speedups_ok_answers(PyObject *self, PyObject *args)
 PyDoc_STRVAR(add_responses_doc,
 "v2_add_responses(rc, ids, add_opcode) -> bytes | None\n\n"
 "The ADDENTRY response frames of rc for each (ledger id, entry id, protocol version) of the list ids, joined (what\n"
-"bkspark/protocol/v2.py's encode_add_responses_reference makes).  None for anything that code would raise on or\n"
+"bkspark/protocol/v2_bulk.py's encode_add_responses_reference makes).  None for anything that code would raise on or\n"
 "that this one does not expect (an id past int64, a version outside 0..127, rc past int32): the reference then\n"
 "encodes them.");
 

@@ -19,13 +19,13 @@ import re
 from dataclasses import dataclass
 
 from bkspark.errors import InvalidBookieIdError
+from bkspark.protocol.values import INT32_MAX, INT32_MIN
+from bkspark.protocol.zk_paths import READONLY
 
 __all__ = ["BookieId", "validate_bookie_id", "java_split", "java_parse_int"]
 
 _BOOKIE_ID_RE = re.compile(r"[a-zA-Z0-9:-_.\-]+")
-_READONLY = "readonly"
 _JAVA_INT_RE = re.compile(r"[+-]?[0-9]+")
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
 def java_split(text: str, sep: str) -> list[str]:
@@ -36,7 +36,7 @@ def java_split(text: str, sep: str) -> list[str]:
     return parts if parts else ([""] if text == "" else [])
 
 
-def java_parse_int(text: str, lo: int = _INT32_MIN, hi: int = _INT32_MAX) -> int | None:
+def java_parse_int(text: str, lo: int = INT32_MIN, hi: int = INT32_MAX) -> int | None:
     """Java's ``Integer.parseInt`` / ``Long.parseLong`` over ASCII digits; ``None`` if Java would throw."""
     if not _JAVA_INT_RE.fullmatch(text):
         return None
@@ -60,7 +60,7 @@ def validate_bookie_id(text: object) -> str:
         bad = sorted({c for c in text if not _BOOKIE_ID_RE.fullmatch(c)})
         reason = "is empty" if not text else f"has characters outside [a-zA-Z0-9:-_.-]: {''.join(bad)!r}"
         raise InvalidBookieIdError(f"BookieId {text!r} is not valid: it {reason}")
-    if text.lower() == _READONLY:
+    if text.lower() == READONLY:  # the znode read-only bookies register under
         raise InvalidBookieIdError(
             f"BookieId {text!r} is not valid: 'readonly' is reserved (it would collide with <root>/available/readonly)"
         )

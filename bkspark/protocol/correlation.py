@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Hashable, Iterable
 
 from bkspark.errors import BKError, error_for_rc, error_for_status
-from bkspark.protocol import v2, v3
+from bkspark.protocol import v2, v2_bulk, v3
 from bkspark.protocol.speedups import speedups as _speedups
 
 __all__ = [
@@ -143,7 +143,7 @@ def v2_ok_answers(bodies: list[Any]) -> list[Any]:
 def v2_ok_answers_reference(bodies: list[Any]) -> list[Any]:
     """The pure-Python :func:`v2_ok_answers`: the tested reference of the compiled one."""
     out: list[Any] = []
-    ids_of, read_of = v2.add_ack_ids, v2.read_answer
+    ids_of, read_of = v2_bulk.add_ack_ids, v2_bulk.read_answer
     for body in bodies:
         ids = ids_of(body)
         if ids is not None:

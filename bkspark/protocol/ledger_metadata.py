@@ -30,6 +30,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bkspark.config.typed import is_int
 from bkspark.protocol.values import INT32_MAX, INT64_RANGE, encode_varint
 from bkspark.errors import BadMetadataError, InvalidBookieIdError, LocalProtocolError
 from bkspark.protocol._textformat import parse_text, print_java
@@ -74,7 +75,7 @@ class LedgerState(enum.IntEnum):
 
 
 def _int_in(value: object, bounds: tuple[int, int]) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and bounds[0] <= value <= bounds[1]
+    return is_int(value) and bounds[0] <= value <= bounds[1]  # type: ignore[operator]
 
 
 def write_set(entry_id: int, ensemble_size: int, write_quorum_size: int) -> list[int]:

@@ -20,6 +20,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
+from bkspark.config.typed import is_int
 from bkspark.protocol.values import INT64_MAX, INT64_MIN
 from bkspark.errors import InvalidOptionError
 
@@ -32,7 +33,7 @@ _UUID_FORM = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-
 
 
 def _check_int(value: object, what: str, lo: int, hi: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+    if not is_int(value) or not lo <= value <= hi:  # type: ignore[operator]
         raise InvalidOptionError(f"{what} {value!r} out of range [{lo}, {hi}]")
     return value
 

@@ -19,6 +19,7 @@ from typing import Final, Union
 
 from google.protobuf.message import DecodeError, EncodeError, Message
 
+from bkspark.config.typed import is_int
 from bkspark.protocol.values import INT64_MAX
 from bkspark.errors import LocalProtocolError, MalformedFrameError
 from bkspark.protocol.framing import encode_frame
@@ -736,7 +737,7 @@ class AvailabilityOfEntriesOfLedger:
         groups: list[SequenceGroup] = []
         start = prev = -1
         for e in entry_ids:
-            if not isinstance(e, int) or isinstance(e, bool):
+            if not is_int(e):
                 raise LocalProtocolError("entry ids must be ints", entry_id=e)
             if e <= prev or e > INT64_MAX:
                 raise LocalProtocolError("entry ids must be strictly increasing int64 >= 0", entry_id=e, previous=prev)

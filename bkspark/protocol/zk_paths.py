@@ -154,7 +154,7 @@ def check_root(root: str) -> str:
 
 
 def _check_ledger_id(ledger_id: int) -> int:
-    if not isinstance(ledger_id, int) or isinstance(ledger_id, bool) or not 0 <= ledger_id <= INT64_MAX:
+    if not is_int64(ledger_id) or ledger_id < 0:
         raise InvalidOptionError(f"ledger id {ledger_id!r} is not a non-negative int64")
     return ledger_id
 

@@ -1,7 +1,8 @@
 """Cluster and bookie formatting with Apache BookKeeper's semantics: ``initnewcluster``, ``metaformat``,
 ``nukeexistingcluster``, ``bookieformat`` (what ``bin/bookkeeper shell`` does, for Python-only users).
 
-Each function works on a started kazoo client and a ledgers root and says
+Each function works on a started kazoo client and a ledgers root (through
+:class:`bkspark.metadata.znodes.Znodes`: this module imports no kazoo) and says
 what it did; the shell commands (bkspark/shell/commands.py) add prompts,
 flags and output.  Java's steps, mirrored here (docs/shell.md has the user's
 view):
@@ -33,9 +34,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError, NodeExistsError
+from typing import Any
 
+from bkspark.metadata.znodes import Outcome, Znodes
 from bkspark.protocol import zk_paths
 from bkspark.protocol.layout import LedgerLayout
 from bkspark.shell.common import ShellError
@@ -60,7 +61,7 @@ BKSPARK_ZNODES = (zk_paths.SCOPES, "bkspark")
 HIERARCHICAL_LAYOUT = LedgerLayout.for_scheme("hierarchical").serialize()
 
 
-def init_new_cluster(zk: KazooClient, root: str, layout: bytes = HIERARCHICAL_LAYOUT) -> str:
+def init_new_cluster(zk: Any, root: str, layout: bytes = HIERARCHICAL_LAYOUT) -> str:
     """Format a new cluster at ``root`` as ``BookKeeperAdmin.initNewCluster``; returns its instance id.
 
     The parent of ``root`` must exist, as in Java.  Refusals (an existing
@@ -69,114 +70,103 @@ def init_new_cluster(zk: KazooClient, root: str, layout: bytes = HIERARCHICAL_LA
     zk_paths.check_root(root)
     if not root:
         raise ShellError("the ledgers root must not be the ZooKeeper root itself")
-    if zk.exists(root) is not None:
+    nodes = Znodes(zk)
+    if nodes.stat(root) is not None:
         raise ShellError(
             f"ledgers root {root} already exists: it holds a cluster (nukeexistingcluster removes it, "
             "metaformat formats it in place)"
         )
     instance_id = str(uuid.uuid4())
-    txn = zk.transaction()
-    txn.create(root, b"")
-    txn.create(zk_paths.available_path(root), b"")
-    txn.create(zk_paths.readonly_path(root), b"")
-    txn.create(zk_paths.instance_id_path(root), instance_id.encode("utf-8"))
-    failures = [r for r in txn.commit() if isinstance(r, Exception)]
-    if failures:
-        cause = next((f for f in failures if not type(f).__name__.startswith("Rolled")), failures[0])
-        if isinstance(cause, NoNodeError):
+    multi = nodes.multi().create(root).create(zk_paths.available_path(root)).create(zk_paths.readonly_path(root))
+    outcomes = multi.create(zk_paths.instance_id_path(root), instance_id.encode("utf-8")).commit()
+    if outcomes is None:
+        raise ShellError(f"lost the connection to ZooKeeper while creating the cluster root {root}: it may or may "
+                         "not exist now (metaformat completes a root that initnewcluster refuses)")
+    failed = [(o, e) for o, e in zip(outcomes, multi.errors) if o is not Outcome.OK]
+    if failed:
+        cause, error = next(((o, e) for o, e in failed if o is not Outcome.ROLLED_BACK), failed[0])
+        if cause is Outcome.NO_NODE:
             raise ShellError(f"the parent of ledgers root {root} does not exist in ZooKeeper")
-        if isinstance(cause, NodeExistsError):
+        if cause is Outcome.NODE_EXISTS:
             raise ShellError(f"ledgers root {root} was created by someone else meanwhile")
-        raise ShellError(f"cannot create the cluster root {root}: {type(cause).__name__}")
-    zk.create(zk_paths.layout_path(root), layout)
+        raise ShellError(f"cannot create the cluster root {root}: {type(error).__name__}")
+    _create(nodes, zk_paths.layout_path(root), layout)
     return instance_id
 
 
-def prepare_format(zk: KazooClient, root: str) -> bool:
+def _create(nodes: Znodes, path: str, data: bytes) -> None:
+    outcome = nodes.create(path, data)
+    if outcome is not Outcome.OK:
+        raise ShellError(f"cannot create {path}: {outcome.value}")
+
+
+def prepare_format(zk: Any, root: str) -> bool:
     """``ZKRegistrationManager.prepareFormat``: create what is missing of root/available/readonly.
 
     Returns whether the root existed before (then the data in it is at stake).
     """
-    existed = zk.exists(root) is not None
+    nodes = Znodes(zk)
+    existed = nodes.stat(root) is not None
     if not existed:
-        zk.ensure_path(root)
+        nodes.ensure_path(root)
     for path in (zk_paths.available_path(root), zk_paths.readonly_path(root)):
-        if zk.exists(path) is None:
-            try:
-                zk.create(path, b"")
-            except NodeExistsError:
-                pass
+        if nodes.stat(path) is None:
+            nodes.create(path)  # NODE_EXISTS: created meanwhile, as wanted
     return existed
 
 
-def _delete_tree(zk: KazooClient, path: str) -> None:
-    try:
-        zk.delete(path, recursive=True)
-    except NoNodeError:
-        pass
-
-
-def _delete_ledgers(zk: KazooClient, root: str, scheme: str) -> None:
+def _delete_ledgers(nodes: Znodes, root: str, scheme: str) -> None:
     """``AbstractZkLedgerManagerFactory.format``'s first half: ledger trees and id generators, plus ours."""
-    for child in zk.get_children(root):
+    for child in nodes.children(root):
         ledger_tree = not zk_paths.is_special_znode(child) and zk_paths.is_ledger_parent_node(child, scheme)
         if ledger_tree or zk_paths.is_ledger_id_generator_znode(child) or child in BKSPARK_ZNODES:
-            _delete_tree(zk, f"{root}/{child}")
+            nodes.delete(f"{root}/{child}", recursive=True)
 
 
-def format_metadata(zk: KazooClient, root: str, scheme: str = "hierarchical") -> str:
+def format_metadata(zk: Any, root: str, scheme: str = "hierarchical") -> str:
     """Format the metadata under ``root`` (after :func:`prepare_format`); returns the new instance id.
 
     Every ledger is gone afterwards and every bookie's cookie too, so bookies
     must be formatted (``bookieformat``) before they can join again.
     """
-    _delete_ledgers(zk, root, scheme)
+    nodes = Znodes(zk)
+    _delete_ledgers(nodes, root, scheme)
     # Rewritten in place, never deleted: a crash must not leave a cluster whose next format guesses its scheme,
     # nor a window in which a starting Java client writes a default LAYOUT of its own.
     layout = LedgerLayout.for_scheme(scheme).serialize()
-    try:
-        zk.set(zk_paths.layout_path(root), layout)
-    except NoNodeError:
-        zk.create(zk_paths.layout_path(root), layout)
+    if nodes.set(zk_paths.layout_path(root), layout) is None:  # absent (any version is taken)
+        _create(nodes, zk_paths.layout_path(root), layout)
     underreplication = zk_paths.underreplication_path(root)
-    _delete_tree(zk, f"{underreplication}/ledgers")
-    _delete_tree(zk, f"{underreplication}/locks")
-    _delete_tree(zk, zk_paths.cookies_path(root))
-    _delete_tree(zk, zk_paths.instance_id_path(root))
+    for path in (f"{underreplication}/ledgers", f"{underreplication}/locks", zk_paths.cookies_path(root),
+                 zk_paths.instance_id_path(root)):
+        nodes.delete(path, recursive=True)
     instance_id = str(uuid.uuid4())
-    zk.create(zk_paths.instance_id_path(root), instance_id.encode("utf-8"))
+    _create(nodes, zk_paths.instance_id_path(root), instance_id.encode("utf-8"))
     return instance_id
 
 
-def registered_bookies(zk: KazooClient, root: str) -> tuple[list[str], list[str]]:
+def registered_bookies(zk: Any, root: str) -> tuple[list[str], list[str]]:
     """``(writable, read-only)`` BookieIds registered under ``root``."""
-    writable: list[str] = []
-    readonly: list[str] = []
-    try:
-        writable = [c for c in zk.get_children(zk_paths.available_path(root)) if c != zk_paths.READONLY]
-        readonly = list(zk.get_children(zk_paths.readonly_path(root)))
-    except NoNodeError:
-        pass
-    return sorted(writable), sorted(readonly)
+    nodes = Znodes(zk)
+    writable = [c for c in nodes.children(zk_paths.available_path(root)) if c != zk_paths.READONLY]
+    return sorted(writable), sorted(nodes.children(zk_paths.readonly_path(root)))
 
 
-def read_instance_id(zk: KazooClient, root: str) -> str | None:
+def read_instance_id(zk: Any, root: str) -> str | None:
     """The cluster's ``INSTANCEID``, or None when it has none."""
-    try:
-        data, _ = zk.get(zk_paths.instance_id_path(root))
-    except NoNodeError:
-        return None
-    return data.decode("utf-8", "replace")
+    found = Znodes(zk).get(zk_paths.instance_id_path(root))
+    return None if found is None else found[0].decode("utf-8", "replace")
 
 
-def nuke_existing_cluster(zk: KazooClient, root: str, scheme: str = "hierarchical") -> bool:
+def nuke_existing_cluster(zk: Any, root: str, scheme: str = "hierarchical") -> bool:
     """Delete the cluster at ``root`` as ``nukeExistingCluster`` does; False when there was none.
 
     Raises :class:`ShellError` while bookies are registered or when ``root``
     holds a znode that belongs to neither BookKeeper nor bkspark (Java's
     "Found unexpected znode under ledgersRootPath").
     """
-    if zk.exists(root) is None:
+    nodes = Znodes(zk)
+    if nodes.stat(root) is None:
         return False
     writable, readonly = registered_bookies(zk, root)
     if writable or readonly:
@@ -184,12 +174,12 @@ def nuke_existing_cluster(zk: KazooClient, root: str, scheme: str = "hierarchica
             f"bookies are still up and registered in {root} ({', '.join(writable + readonly)}): "
             "stop all bookies before nuking the cluster"
         )
-    for child in zk.get_children(root):
+    for child in nodes.children(root):
         known = zk_paths.is_special_znode(child) or zk_paths.is_ledger_parent_node(child, scheme)
         if not known and child not in BKSPARK_ZNODES:
             raise ShellError(f"found unexpected znode {root}/{child} under the ledgers root; not nuking")
-    _delete_ledgers(zk, root, scheme)
-    zk.delete(root, recursive=True)
+    _delete_ledgers(nodes, root, scheme)
+    nodes.delete(root, recursive=True)
     return True
 
 

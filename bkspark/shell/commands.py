@@ -17,8 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.exceptions import NoNodeError
-
 from bkspark.audit.records import (
     CONFIG_KEYS,
     AuditConfig,
@@ -37,6 +35,7 @@ from bkspark.errors import (
     NoSuchLedgerMetadataError,
 )
 from bkspark.metadata.registry import BookieRegistry
+from bkspark.metadata.znodes import LeaderElection, Znodes
 from bkspark.placement import policy_from_conf
 from bkspark.placement.base import conf_bool
 from bkspark.placement.rackaware import (
@@ -553,10 +552,8 @@ def cmd_auditconfig(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_auditstatus(args: argparse.Namespace, out: Output) -> int:
     """The running auditors (leader first) and the leader's last pass."""
-    from kazoo.recipe.election import Election
-
     with open_store(args) as store:
-        contenders = list(Election(store.zk, election_path(store.root)).contenders())
+        contenders = LeaderElection(store.zk, election_path(store.root)).contenders()
         status = read_status(store.zk, store.root)
     if out.json:
         out.document({"auditors": contenders, "lastPass": None if status is None else status.to_json()})
@@ -582,11 +579,8 @@ def _ledger_scheme(zk: Any, uri: MetadataServiceUri) -> str:
     """The ledger path scheme: the URI's, else the cluster's LAYOUT, else Java's default."""
     if uri.scheme is not None:
         return uri.scheme
-    try:
-        data, _ = zk.get(zk_paths.layout_path(uri.root))
-    except NoNodeError:
-        return "hierarchical"
-    return LedgerLayout.parse(data).scheme
+    found = Znodes(zk).get(zk_paths.layout_path(uri.root))
+    return "hierarchical" if found is None else LedgerLayout.parse(found[0]).scheme
 
 
 def cmd_initnewcluster(args: argparse.Namespace, out: Output) -> int:
@@ -687,11 +681,7 @@ def cmd_bookieformat(args: argparse.Namespace, out: Output) -> int:
     cookie_deleted = False
     if args.delete_cookie:
         with open_zookeeper(args, uri) as (zk, parsed):
-            try:
-                zk.delete(zk_paths.cookie_path(parsed.root, bookie_id))
-                cookie_deleted = True
-            except NoNodeError:
-                pass
+            cookie_deleted = Znodes(zk).delete(zk_paths.cookie_path(parsed.root, bookie_id))
     if out.json:
         out.document({"bookieId": bookie_id, "formatted": [str(d) for d in dirs.all], "cookieDeleted": cookie_deleted})
     else:

@@ -246,12 +246,12 @@ def open_store(args: argparse.Namespace) -> Iterator[ZkMetadataStore]:
 def open_zookeeper(args: argparse.Namespace, uri: str | None = None) -> Iterator[tuple[Any, MetadataServiceUri]]:
     """A started kazoo client on the cluster's ZooKeeper and the parsed URI, for commands that create or delete
     the cluster itself (no LAYOUT needed, unlike :func:`open_store`)."""
-    from kazoo.client import KazooClient
+    from bkspark.metadata.znodes import ZkClient  # kazoo: only when a command runs
 
     parsed = parse_metadata_service_uri(uri or metadata_service_uri(args))
     timeout = float(getattr(args, "zk_timeout", 10.0))
     # The same credentials and ACL policy as every other client of the cluster (docs/security.md).
-    zk = KazooClient(hosts=parsed.connect_string, timeout=timeout, **ZkSecurity.from_conf(client_conf(args)).kazoo_kwargs())
+    zk = ZkClient(hosts=parsed.connect_string, timeout=timeout, **ZkSecurity.from_conf(client_conf(args)).kazoo_kwargs())
     try:
         zk.start(timeout=timeout)
     except Exception:  # kazoo raises a bare timeout

@@ -28,6 +28,7 @@ from bkspark.devcluster.pids import pid_alive
 from bkspark.devcluster.ports import free_port, port_is_open
 from bkspark.devcluster.zookeeper import four_letter_word
 from bkspark.errors import LocalClusterError
+from bkspark.protocol import zk_paths
 from bkspark.testing import images as images_mod
 
 __all__ = [
@@ -203,9 +204,9 @@ class BookKeeperCluster:
 
     def registered(self) -> list[str]:
         """BookieIds registered as available (writable) now."""
-        path = f"{self.root}/available"
+        path = zk_paths.available_path(self.root)
         children = self._zk.get_children(path) if self._zk is not None and self._zk.exists(path) else []
-        return sorted(c for c in children if c != "readonly")
+        return sorted(c for c in children if c != zk_paths.READONLY)
 
     def is_running(self, i: int) -> bool:
         """True while bookie i's container runs."""
@@ -276,11 +277,10 @@ class BookKeeperCluster:
                         self.image_set.zookeeper_command(f"{DATA_DIR}/zoo.cfg"), f"{DATA_DIR}/zoo.cfg")
         self._wait(self.zookeeper, lambda: four_letter_word(port, "ruok") == "imok"
                    and "Zookeeper version" in four_letter_word(port, "srvr"), f"ZooKeeper on 127.0.0.1:{port}")
-        from kazoo.client import KazooClient
-
+        from bkspark.metadata.znodes import ZkClient
         from bkspark.shell.admin import init_new_cluster
 
-        self._zk = KazooClient(hosts=self.zookeeper_connect_string, timeout=10.0)
+        self._zk = ZkClient(hosts=self.zookeeper_connect_string, timeout=10.0)
         self._zk.start(timeout=30)
         init_new_cluster(self._zk, self.root)
 
@@ -301,7 +301,7 @@ class BookKeeperCluster:
 
     def _wait_bookie(self, i: int) -> None:
         server = self.bookies[i]
-        registration = f"{self.root}/available/{self.bookie_ids[i]}"
+        registration = zk_paths.bookie_registration_path(self.root, self.bookie_ids[i])
 
         def ready() -> bool:
             if not port_is_open(server.port):
@@ -335,7 +335,7 @@ class BookKeeperCluster:
     def start_bookie(self, i: int) -> None:
         """Start stopped or killed bookie i again (same port, id and data); wait until it is registered anew."""
         server = self.bookies[i]
-        stat = self._zk.exists(f"{self.root}/available/{self.bookie_ids[i]}")
+        stat = self._zk.exists(zk_paths.bookie_registration_path(self.root, self.bookie_ids[i]))
         server.stale_czxid = None if stat is None else stat.czxid
         server.docker.start()
         self._wait_bookie(i)

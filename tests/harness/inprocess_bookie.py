@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from bookie_server.bookie import Bookie
-from bookie_server.config import BookieConfig
+from bkspark.config.bookie import BookieConfig
 from bookie_server.metrics import BookieMetrics
 from bookie_server.server import BookieServer
 

@@ -140,7 +140,7 @@ def test_readonly_mode_http_and_clean_shutdown(zk_root, tmp_path: Path) -> None:
 def test_registration_comes_back_after_session_expiry(zk_root, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from kazoo.client import KazooClient
 
-    from bookie_server.config import BookieConfig
+    from bkspark.config.bookie import BookieConfig
     from bookie_server.registration import Registration
 
     conf = BookieConfig.from_mapping(
@@ -257,7 +257,7 @@ def test_a_registration_left_by_another_session_is_waited_out_for_up_to_twice_zk
     from kazoo.client import KazooClient
 
     from bkspark.errors import MetadataError
-    from bookie_server.config import BookieConfig
+    from bkspark.config.bookie import BookieConfig
     from bookie_server.registration import Registration
 
     conf = BookieConfig.from_mapping(

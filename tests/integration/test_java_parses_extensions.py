@@ -24,7 +24,8 @@ from bkspark.protocol import ledger_metadata as lm
 from bkspark.protocol import service_info as si
 from bkspark.protocol import v3
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
-from bookie_server.registration import EXTENSIONS, EXTENSIONS_PROPERTY
+from bkspark.protocol.service_info import EXTENSIONS_PROPERTY
+from bookie_server.registration import EXTENSIONS
 from tests.harness.java_bookkeeper import BK_VERSIONS, JavaTools
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]

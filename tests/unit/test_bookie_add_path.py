@@ -116,7 +116,7 @@ async def test_a_group_checks_each_change_of_ledger_key_or_flags(bookie: Bookie,
 async def test_a_malformed_frame_among_decoded_adds_closes_the_connection_after_the_adds_before_it(
     bookie: Bookie, server: BookieServer
 ) -> None:
-    """On a v2 connection a received chunk's adds are decoded in one pass (v2.decode_add_requests); a frame that
+    """On a v2 connection a received chunk's adds are decoded in one pass (v2_bulk.decode_add_requests); a frame that
     pass leaves alone is parsed in its turn: the adds before a malformed one are taken (stored and journalled;
     their answers die with the connection, as the ones a Java bookie was writing when its decoder failed), the
     bookie closes the connection, and the add after it is never stored."""

@@ -16,7 +16,7 @@ from bkspark.errors import CookieMismatchError
 from bookie_server.__main__ import JsonFormatter, main
 from bookie_server import app as app_module
 from bookie_server.app import BookieApp
-from bookie_server.config import BookieConfig, load_conf
+from bkspark.config.bookie import BookieConfig, load_conf
 from tests.harness.inprocess_bookie import bookie_conf
 
 

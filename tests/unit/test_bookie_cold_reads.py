@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bkspark.protocol import v2, v3
+from bkspark.protocol import v2, v2_bulk, v3
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bookie_server.bookie import Bookie
 from bookie_server.server import BookieServer
@@ -30,7 +30,7 @@ def one_read_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """No runs: every read of a v2 connection is parsed and handled in its turn, as on a connection's first chunk
     (the per-read path, its read-ahead and its waits; a run's cold reads go to a read thread as one job
     instead: docs/bookie.md, "Runs of single reads")."""
-    monkeypatch.setattr(v2, "decode_plain_reads", lambda items: items)
+    monkeypatch.setattr(v2_bulk, "decode_plain_reads", lambda items: items)
 
 
 class GatedColdReads:

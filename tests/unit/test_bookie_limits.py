@@ -1,4 +1,4 @@
-"""InFlightGate, LimitLog and the limit settings (bookie_server.limits, bookie_server.config)."""
+"""InFlightGate, LimitLog and the limit settings (bookie_server.limits, bkspark.config.bookie)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import random
 import pytest
 
 from bkspark.errors import InvalidOptionError
-from bookie_server.config import BookieConfig
+from bkspark.config.bookie import BookieConfig
 from bookie_server.limits import InFlightGate, LimitLog
 
 

@@ -27,7 +27,7 @@ from bkspark.errors import (
     WriteOnReadOnlyBookieError,
 )
 from bookie_server.bookie import Bookie, ReadLacResult
-from bookie_server.config import BookieConfig, load_conf, parse_conf_text
+from bkspark.config.bookie import BookieConfig, load_conf, parse_conf_text
 from bookie_server.journal import (
     Journal,
     JournalPosition,
@@ -1118,7 +1118,7 @@ class _ScriptedZk:
         self.round_times: list[float] = []
         self._loss = ConnectionLoss
 
-    def exists(self, path: str) -> object:
+    def exists(self, path: str, watch: object = None) -> object:
         import time
 
         if path == "/ledgers":
@@ -1129,7 +1129,7 @@ class _ScriptedZk:
             raise self._loss()
         return object() if path in self.rounds[min(n, len(self.rounds) - 1)] else None
 
-    def get(self, path: str) -> tuple[bytes, object]:
+    def get(self, path: str, watch: object = None) -> tuple[bytes, object]:
         from bkspark.devcluster.zookeeper import HIERARCHICAL_LAYOUT
 
         assert path == "/ledgers/LAYOUT"

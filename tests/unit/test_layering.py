@@ -13,7 +13,9 @@ an own AST walk over ``bkspark/`` and ``bookie_server/`` (no import is executed)
   interfaces);
 * **the client's loop-only parts** -- ``.pool``, ``.ctx``, ``.services`` named outside ``bkspark.client``: other
   code uses the blocking client's public methods (``open_tail``, ``refresh_tails``, ``wait_for_tails``,
-  ``run_coroutine``).
+  ``run_coroutine``);
+* **one door to ZooKeeper** -- ``kazoo`` imported outside ``bkspark.metadata``: other code goes through its
+  ``Znodes``, ``ZkClient``, ``LeaderElection``, ``ZK_FAILURES`` (docs/architecture.md, "ZooKeeper: one door").
 
 Violations that other branches are removing right now are on :data:`ALLOWED`, each naming its owner and issue
 item; an entry that no longer matches anything fails the test, so the list only shrinks.
@@ -57,6 +59,9 @@ BESIDE_CLIENT = "bookie_server"
 #: wait_for_tails; any coroutine: run_coroutine).
 LOOP_ONLY = frozenset({"pool", "ctx", "services"})
 LOOP_OWNER = "bkspark.client"
+#: The one package that imports the ZooKeeper library; everywhere else it is a violation.
+ZK_LIBRARY = "kazoo"
+ZK_HOME = "bkspark.metadata"
 #: Underscore names that are public API by convention (namedtuple's methods).
 CONVENTIONAL = frozenset({"_make", "_asdict", "_replace", "_fields", "_field_defaults"})
 #: Generated code (protoc's output) is not checked.
@@ -68,6 +73,17 @@ ALLOWED: tuple[tuple[str, str, str], ...] = (
     # kazoo has no public call for a read-only multi (ZooKeeper's multiRead, op 22): bkspark/metadata, the one
     # home of ZooKeeper, sends it through the connection's request queue (docs/architecture.md).
     ("bkspark/metadata/multiread.py", "private name zk._call", "deliberate: kazoo has no public multiRead"),
+    # The fault injector of the connector's tests raises exactly what a ZooKeeper call raises when the link drops
+    # (kazoo's ConnectionLoss), so that the code under test meets the real exception (docs/architecture.md).
+    ("bkspark/datasource/faults.py", "kazoo.exceptions imported outside bkspark.metadata",
+     "deliberate: the fault is kazoo's own exception"),
+    # Layer 4, below bkspark.metadata: the ZooKeeper ACLs and SASL options every kazoo client is made with are
+    # kazoo's own types (docs/architecture.md).
+    ("bkspark/security/zk.py", "kazoo.security imported outside bkspark.metadata",
+     "deliberate: security sits below metadata and builds kazoo's ACL objects"),
+    # Layer 4, below bkspark.metadata: the topic resolver reads Pulsar's znodes with a client it is handed.
+    ("bkspark/pulsar/topics.py", "kazoo.exceptions imported outside bkspark.metadata",
+     "the Pulsar line of work (issue 45, item 1): pulsar sits below metadata"),
 )
 
 
@@ -153,6 +169,7 @@ def check_tree(
     layers: tuple[tuple[str, ...], ...] = LAYERS,
     beside: str = BESIDE_CLIENT,
     beside_below: str = "bkspark.client",
+    zk_home: str = ZK_HOME,
 ) -> list[Violation]:
     """Every back-arrow and cross-unit private name under ``root`` (see the module docstring)."""
     files = sorted(p for pkg in packages for p in (root / pkg).rglob("*.py") if not p.name.endswith(GENERATED_SUFFIX))
@@ -169,8 +186,11 @@ def check_tree(
         mine = layer_unit(module, layers)
         my_privacy = privacy_unit(module, beside, layers)
         in_beside = module == beside or module.startswith(beside + ".")
+        in_zk_home = module == zk_home or module.startswith(zk_home + ".")
         for line, target, name in _imports(tree, module, path.name == "__init__.py"):
             top = target.split(".")[0]
+            if top == ZK_LIBRARY and not in_zk_home:
+                out.append(Violation(rel, line, f"{target} imported outside {zk_home}"))
             if top not in packages:
                 continue
             target_in_beside = top == beside
@@ -270,6 +290,9 @@ def test_checker_passes_a_clean_tree(tmp_path: Path) -> None:
         ({"bkspark/datasource/s.py": "def go(bk):\n    return bk._run()\n"}, "private name bk._run"),
         ({"bkspark/datasource/s.py": "def go(bk):\n    return bk.aio.pool\n"}, "loop-only client part bk.aio.pool"),
         ({"bookie_server/security.py": "def hook(conn):\n    conn._send_v3()\n", "bookie_server/server.py": "class C:\n    def _send_v3(self):\n        pass\n"}, "private name conn._send_v3"),
+        ({"bkspark/shell/zk.py": "from kazoo.client import KazooClient\n"}, "kazoo.client imported outside bkspark.metadata"),
+        ({"bookie_server/gc.py": "def f():\n    import kazoo.exceptions\n"}, "kazoo.exceptions imported outside bkspark.metadata"),
+        ({"bkspark/metadata/zk.py": "from kazoo.client import KazooClient\n"}, None),  # the one home
     ],
 )
 def test_checker_finds_a_planted_violation(tmp_path: Path, planted: dict[str, str], expected: str | None) -> None:

@@ -1,6 +1,6 @@
 """bkspark/metadata/znodes.py with a fake kazoo client: waiting out an outage under the one retry policy, a multi
-whose answer a lost connection took, and the hand-written back-offs that became policies (the writer's clean-up,
-a Spark task's ZooKeeper probe)."""
+whose answer a lost connection took, the hand-written back-offs that became policies (the writer's clean-up,
+a Spark task's ZooKeeper probe), and the session and ownership rules the bookie's registration uses."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from kazoo.exceptions import ConnectionLoss, NoNodeError, OperationTimeoutError
 from bkspark.datasource import clients as ds_clients
 from bkspark.datasource import writer as ds_writer
 from bkspark.errors import MetadataError
-from bkspark.metadata.retry import RECONNECT_RETRY
-from bkspark.metadata.znodes import Outcome, Znodes, zk_errors_as
+from bkspark.metadata.retry import RECONNECT_RETRY, ZK_AUTH_FAILURES, reconnect_forever, zk_error
+from bkspark.metadata.znodes import Outcome, Znodes, on_session_lost, zk_errors_as
 
 
 class FlakyZk:
@@ -137,3 +137,65 @@ def test_a_spark_tasks_zookeeper_probe_pauses_as_the_reconnect_policy_says(monke
         ds_clients.wait_zookeeper_reachable("zk+hierarchical://127.0.0.1:1/ledgers", budget=3.0)
     assert slept == [0.1, 0.2, 0.4, 0.8, 1.0, 0.5]
     assert (RECONNECT_RETRY.delay, RECONNECT_RETRY.max_delay) == (0.1, 1.0)
+
+
+class ListenedZk:
+    """A kazoo stand-in that only keeps its state listeners (kazoo calls them with its ``KazooState`` strings)."""
+
+    client_id = (77, b"pw")
+
+    def __init__(self) -> None:
+        self.listeners: list[Any] = []
+
+    def add_listener(self, listener: Any) -> None:
+        self.listeners.append(listener)
+
+    def remove_listener(self, listener: Any) -> None:
+        self.listeners.remove(listener)
+
+    def tell(self, *states: str) -> None:
+        for state in states:
+            for listener in list(self.listeners):
+                listener(state)
+
+
+def test_a_renewed_session_is_told_once_after_each_loss_and_never_without_one() -> None:
+    """The bookie registers again when, and only when, its client is connected with a new session after the old one
+    was lost (docs/architecture.md, "ZooKeeper: one door"): a suspended connection that comes back keeps its session
+    and its ephemeral znodes."""
+    zk = ListenedZk()
+    told: list[str] = []
+    stop = on_session_lost(zk, lambda: told.append("lost"), lambda: told.append("renewed"))
+    zk.tell("CONNECTED", "SUSPENDED", "CONNECTED")
+    assert told == []
+    zk.tell("SUSPENDED", "LOST", "CONNECTED", "CONNECTED")
+    assert told == ["lost", "renewed"]
+    zk.tell("LOST", "LOST", "CONNECTED")
+    assert told == ["lost", "renewed", "lost", "lost", "renewed"]
+    stop()
+    zk.tell("LOST", "CONNECTED")
+    assert told == ["lost", "renewed", "lost", "lost", "renewed"] and zk.listeners == []
+    only_lost: list[str] = []
+    on_session_lost(zk, lambda: only_lost.append("lost"))  # without ``renewed``: the audit's use
+    zk.tell("LOST", "CONNECTED")
+    assert only_lost == ["lost"]
+
+
+def test_an_ephemeral_znode_is_owned_by_the_session_that_made_it() -> None:
+    class Stat:
+        def __init__(self, owner: int) -> None:
+            self.ephemeralOwner = owner
+
+    nodes = Znodes(ListenedZk())
+    assert nodes.owns(Stat(77)) and not nodes.owns(Stat(78)) and not nodes.owns(Stat(0))  # 0: not ephemeral
+
+
+def test_a_bookie_reconnects_for_ever_and_only_zookeepers_refusals_count_as_authentication_failures() -> None:
+    from kazoo.exceptions import AuthFailedError, NoAuthError, SessionClosedRequireSaslError
+
+    policy = reconnect_forever(max_delay=5.0)
+    assert (policy.max_tries, policy.delay, policy.max_delay) == (-1, 0.1, 5.0)
+    for refused in (AuthFailedError(), NoAuthError(), SessionClosedRequireSaslError()):
+        assert isinstance(refused, ZK_AUTH_FAILURES) and "requires authentication" in str(zk_error(refused))
+    assert not isinstance(NoNodeError(), ZK_AUTH_FAILURES)
+    assert str(zk_error(NoNodeError())).startswith("ZooKeeper error: NoNodeError")

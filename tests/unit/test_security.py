@@ -35,7 +35,7 @@ from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 from bkspark.protocol.sasl import PLUGIN_NAME, DigestMd5Client, DigestMd5Server, parse_directives
 from bkspark.security.auth import BookieSecurity, ClientSecurity
 from bkspark.security.jaas import bookie_credentials, client_credentials, parse_jaas
-from bkspark.security.secrets import Secret, read_password_file, secret_from
+from bkspark.config.secrets import Secret, read_password_file, secret_from
 from bkspark.security.tls import TlsContextProvider, TlsSettings
 from bkspark.security.zk import ZkSecurity
 from bookie_server.bookie import Bookie
@@ -458,7 +458,7 @@ def test_http_admin_endpoint_defaults() -> None:
     """docs/security.md, "The bookie's HTTP admin endpoint": off by default (as BookKeeper), port 8000 (not
     BookKeeper's 8080: the endpoint serves /metrics too), bound to 0.0.0.0 (httpAdminWriteEnabled's default, true, is
     tests/unit/test_bookie_app.py::test_http_admin_and_readonly_switch)."""
-    from bookie_server.config import BookieConfig
+    from bkspark.config.bookie import BookieConfig
 
     conf = BookieConfig.from_mapping({})
     assert (conf.httpServerEnabled, conf.httpServerPort, conf.httpServerHost) == (False, 8000, "0.0.0.0")

@@ -1,7 +1,7 @@
 """The compiled fast path (bkspark/protocol/_speedups.c) against the pure-Python reference it stands in for.
 
-Every case runs both ways, the compiled module on and off (``_speedups`` of ``digest`` and ``v2`` set to None,
-what ``BKSPARK_NO_EXTENSIONS=1`` does at import), and the results must be equal: the same payload bytes, the
+Every case runs both ways, the compiled module on and off (``_speedups`` of every module in :data:`USERS` set to
+None, what ``BKSPARK_NO_EXTENSIONS=1`` does at import), and the results must be equal: the same payload bytes, the
 same error type and message (docs/architecture.md, "Compiled fast path").
 """
 
@@ -31,7 +31,7 @@ from bkspark.errors import (
 from bkspark.protocol import correlation as correlation_module
 from bkspark.protocol import digest as digest_module
 from bkspark.protocol import framing as framing_module
-from bkspark.protocol import v2
+from bkspark.protocol import v2, v2_bulk
 from bkspark.protocol.digest import Digester, DigestType, master_key
 from bkspark.protocol.framing import FrameSplitter
 from bkspark.protocol.speedups import DISABLE_ENV, speedups
@@ -39,7 +39,7 @@ from bkspark.protocol.speedups import DISABLE_ENV, speedups
 LEDGER = 42
 
 #: Every module that takes the compiled path when it is on (each reads ``_speedups`` at call time).
-USERS = (digest_module, v2, framing_module, ops_module, arrow_module, correlation_module)
+USERS = (digest_module, v2, v2_bulk, framing_module, ops_module, arrow_module, correlation_module)
 
 
 def test_the_compiled_path_is_built_and_on() -> None:
@@ -50,10 +50,10 @@ def test_the_compiled_path_is_built_and_on() -> None:
 
 def test_the_switch_turns_it_off_in_a_new_process() -> None:
     """One switch for both compiled modules, the protocol's and the bookie's (bookie_server/_speedups.c)."""
-    code = ("from bkspark.protocol import correlation, digest, v2, framing, speedups; "
+    code = ("from bkspark.protocol import correlation, digest, v2, v2_bulk, framing, speedups; "
             "from bkspark.client import ops, arrow; from bookie_server import journal, v2_handlers, entry_logs; "
-            "print(speedups.speedups, *{m._speedups for m in (digest, v2, framing, ops, arrow, correlation, journal, "
-            "v2_handlers, entry_logs)})")
+            "print(speedups.speedups, *{m._speedups for m in (digest, v2, v2_bulk, framing, ops, arrow, correlation, "
+            "journal, v2_handlers, entry_logs)})")
     for value, want in (("1", "None None"), ("0", None)):
         out = subprocess.run([sys.executable, "-c", code], env={**os.environ, DISABLE_ENV: value},
                              capture_output=True, text=True, check=True).stdout.strip()
@@ -463,7 +463,7 @@ def test_received_adds_are_decoded_the_same_both_ways(monkeypatch: pytest.Monkey
         memoryview(b"x" * 80)[::2],  # not contiguous
     ]
     rng.shuffle(bodies)
-    fast, reference = both_ways(monkeypatch, lambda: v2.decode_add_requests(list(bodies)))
+    fast, reference = both_ways(monkeypatch, lambda: v2_bulk.decode_add_requests(list(bodies)))
     assert fast == reference
     for body, decoded in zip(bodies, fast):
         if type(decoded) is v2.AddRequest:
@@ -491,7 +491,7 @@ def test_received_plain_reads_are_decoded_the_same_both_ways(monkeypatch: pytest
         items.append(body + b"tail" if rng.random() < 0.1 else body)
     plain = v2.encode_read_request(LEDGER, 5)[4:]
     items += [
-        v2.decode_add_requests([v2.encode_add_request(0, key, b"e" * 16)[4:]])[0],  # an add, decoded
+        v2_bulk.decode_add_requests([v2.encode_add_request(0, key, b"e" * 16)[4:]])[0],  # an add, decoded
         v2.encode_batch_read_request(LEDGER, 0, 1, 10, 1000)[4:],  # another request
         plain[:-1],  # one byte short: decode_request's error
         memoryview(plain),  # not bytes: left for decode_request
@@ -500,7 +500,7 @@ def test_received_plain_reads_are_decoded_the_same_both_ways(monkeypatch: pytest
         b"",
     ]
     rng.shuffle(items)
-    fast, reference = both_ways(monkeypatch, lambda: v2.decode_plain_reads(list(items)))
+    fast, reference = both_ways(monkeypatch, lambda: v2_bulk.decode_plain_reads(list(items)))
     assert fast == reference
     decoded = 0
     for item, got in zip(items, fast):
@@ -529,10 +529,10 @@ def test_read_responses_of_a_run_are_the_single_responses_joined() -> None:
     entries = [rng.randbytes(rng.choice([0, 1, 100, 5000])) for _ in ids]
     want = b"".join(v2.encode_read_response(v2.EOK, ledger, entry, data, version)
                     for (ledger, entry, version), data in zip(ids, entries))
-    assert v2.encode_read_responses(ids, entries) == want
-    assert v2.encode_read_responses([], []) == b""
+    assert v2_bulk.encode_read_responses(ids, entries) == want
+    assert v2_bulk.encode_read_responses([], []) == b""
     with pytest.raises(LocalProtocolError):
-        v2.encode_read_responses([(2**63, 0, 2)], [b"x"])
+        v2_bulk.encode_read_responses([(2**63, 0, 2)], [b"x"])
 
 
 # -- a client's received acknowledgements -------------------------------------------------------------------------
@@ -600,12 +600,12 @@ def test_a_group_of_add_responses_is_encoded_the_same_both_ways(monkeypatch: pyt
         rc = rng.choice([v2.EOK, v2.EIO, v2.EFENCED, -1, 2**31 - 1])
         ids = [(rng.choice([0, LEDGER, 2**63 - 1, -5]), rng.choice([-1, 0, 7, 2**40, 2**63 - 1]),
                 rng.choice([0, 1, 2, 3, 127, 128, 255, -1, -128])) for _ in range(rng.randrange(0, 40))]
-        fast, reference = both_ways(monkeypatch, lambda: v2.encode_add_responses(rc, ids))
+        fast, reference = both_ways(monkeypatch, lambda: v2_bulk.encode_add_responses(rc, ids))
         assert fast == reference == b"".join(v2.encode_add_response(rc, *i) for i in ids)
     for bad in ([(2**63, 0, 2)], [(1, 0, 256)], [(1, 2, 3, 4)]):
-        fast, reference = both_ways(monkeypatch, lambda: v2.encode_add_responses(v2.EOK, bad))
+        fast, reference = both_ways(monkeypatch, lambda: v2_bulk.encode_add_responses(v2.EOK, bad))
         assert fast == reference and isinstance(fast, tuple) and issubclass(fast[0], Exception), bad
-    fast, reference = both_ways(monkeypatch, lambda: v2.encode_add_responses(v2.EOK, [[1, 2, 3]]))  # not a tuple
+    fast, reference = both_ways(monkeypatch, lambda: v2_bulk.encode_add_responses(v2.EOK, [[1, 2, 3]]))  # not a tuple
     assert fast == reference == v2.encode_add_response(v2.EOK, 1, 2, 3)
     if speedups is not None:  # handed to the reference
         assert speedups.v2_add_responses(v2.EOK, [(2**63, 0, 2)], v2.ADD_ENTRY) is None

@@ -17,7 +17,7 @@ from bkspark.client.connection import V2, V3
 from bkspark.client.pool import BookiePool
 from bkspark.errors import InvalidOptionError, NoSuchEntryError, NoSuchLedgerError, SecurityError, TlsHandshakeError
 from bkspark.security import stores
-from bkspark.security.secrets import Secret
+from bkspark.config.secrets import Secret
 from bkspark.security.tls import TlsContextProvider, TlsSettings
 from bookie_server.server import BookieServer
 from tests.harness.security import (

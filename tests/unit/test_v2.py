@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bkspark.errors import BKError, LocalProtocolError, MalformedFrameError, UnknownOpcodeError
-from bkspark.protocol import v2
+from bkspark.protocol import v2, v2_bulk
 from bkspark.protocol.digest import Digester, master_key
 from bkspark.protocol.framing import FrameSplitter
 from bkspark.protocol.v2 import (
@@ -81,14 +81,14 @@ def test_a_run_of_read_requests_is_the_frames_of_each_joined() -> None:
     an id past int64 is the same typed error."""
     ids = [0, 1, -1, 5, 2**40, 2**63 - 1, 7]
     for ledger in (1, 0, 2**63 - 1):
-        assert v2.encode_read_requests(ledger, ids) == b"".join(v2.encode_read_request(ledger, e) for e in ids)
-    assert v2.encode_read_requests(1, []) == b""
-    assert v2.encode_read_requests(1, [0]) == READ_REQUEST
+        assert v2_bulk.encode_read_requests(ledger, ids) == b"".join(v2.encode_read_request(ledger, e) for e in ids)
+    assert v2_bulk.encode_read_requests(1, []) == b""
+    assert v2_bulk.encode_read_requests(1, [0]) == READ_REQUEST
     for bad_ledger, bad_ids in ((2**63, [0]), (1, [3, 2**63])):
         with pytest.raises(LocalProtocolError):
             v2.encode_read_request(bad_ledger, bad_ids[-1])
         with pytest.raises(LocalProtocolError):
-            v2.encode_read_requests(bad_ledger, bad_ids)
+            v2_bulk.encode_read_requests(bad_ledger, bad_ids)
 
 
 def test_read_response_vectors() -> None:
