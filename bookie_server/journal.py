@@ -397,6 +397,11 @@ class CrashPoint(enum.Enum):
     CHECKPOINT_COMMITTED = "checkpoint-committed"
     #: A GC round's deletions are checkpointed; the entry logs they emptied are not yet removed.
     GC_CHECKPOINTED = "gc-checkpointed"
+    #: A compaction's copies of one entry log's live records are in the current log (synced); the index rows still
+    #: point at the old log.
+    COMPACTION_COPIED = "compaction-copied"
+    #: A compaction's index rows point at the copies (committed); the old entry log is not removed yet.
+    COMPACTION_INDEXED = "compaction-indexed"
     #: The journal rolled to a new file (header synced); the batch that made it roll is not written.
     JOURNAL_ROLLED = "journal-rolled"
 

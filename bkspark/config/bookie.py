@@ -64,6 +64,16 @@ class BookieConfig:
     diskCheckInterval: int = 10000
     gcWaitTime: int = 900000
     verifyMetadataOnGc: bool = False
+    # -- entry-log compaction in GC rounds (Apache BookKeeper's keys and defaults; docs/bookie.md, "Compaction") --
+    #: A log whose live share of bytes is under this is compacted by a minor compaction (0: no minor compaction).
+    minorCompactionThreshold: float = 0.2
+    #: Seconds between minor compactions (0: none).
+    minorCompactionInterval: int = 3600
+    #: The same for major compactions.
+    majorCompactionThreshold: float = 0.8
+    majorCompactionInterval: int = 86400
+    #: While the ledger disks are over ``diskUsageThreshold``, every GC round runs a major compaction.
+    isForceGCAllowWhenNoSpace: bool = False
     httpServerEnabled: bool = False
     httpServerPort: int = 8000
     httpServerHost: str = "0.0.0.0"
@@ -126,6 +136,13 @@ class BookieConfig:
                 serverWriteBufferLowWaterMark=self.serverWriteBufferLowWaterMark,
                 serverWriteBufferHighWaterMark=self.serverWriteBufferHighWaterMark,
             )
+        for key in ("minorCompactionThreshold", "majorCompactionThreshold"):
+            if not 0 <= getattr(self, key) <= 1:
+                # Java's GarbageCollectorThread refuses a threshold over 1 ("Invalid ... compaction threshold").
+                raise InvalidOptionError(f"{key} must be between 0 and 1", value=getattr(self, key))
+        for key in ("minorCompactionInterval", "majorCompactionInterval"):
+            if getattr(self, key) < 0:
+                raise InvalidOptionError(f"{key} must be >= 0 seconds (0 = off)", value=getattr(self, key))
         if self.forceReadOnlyBookie and not self.readOnlyModeEnabled:
             # Java's bookie starts, turns read-only and shuts down at once (readOnlyModeEnabled=false): say so here.
             raise InvalidOptionError("forceReadOnlyBookie=true needs readOnlyModeEnabled=true")
