@@ -115,6 +115,8 @@ class Connection(Admission, V2Handlers, V3Handlers, asyncio.Protocol):
         self._permits_held = 0
         self.last_activity = time.monotonic()
         self.partial_since: float | None = None
+        #: Bytes of an unfinished frame this connection's splitter holds, as counted in the server's total.
+        self._partial_bytes = 0
         security = server.security
         #: TLS and SASL state (bookie_server/security.py); None when the bookie has neither.
         self.sec = ConnectionSecurity(security) if security.tls is not None or security.sasl is not None else None
@@ -145,6 +147,8 @@ class Connection(Admission, V2Handlers, V3Handlers, asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._backlog.clear()
+        self.server.partial_frame_bytes -= self._partial_bytes  # its unfinished frame goes with it
+        self._partial_bytes = 0
         if self._rejected:
             return
         self.server.connections.discard(self)
@@ -171,7 +175,10 @@ class Connection(Admission, V2Handlers, V3Handlers, asyncio.Protocol):
         except FrameTooLargeError as exc:
             self._protocol_error(exc)
             return
-        if not self.splitter.buffered:
+        held = self.splitter.buffered
+        if held != self._partial_bytes and self._count_partial(held):
+            return
+        if not held:
             self.partial_since = None
         elif bodies or self.partial_since is None:
             self.partial_since = self.last_activity  # a new frame started (earlier ones completed)
@@ -184,6 +191,29 @@ class Connection(Admission, V2Handlers, V3Handlers, asyncio.Protocol):
             else:
                 self._backlog.extend(bodies)
             self._drain()
+
+    def _count_partial(self, held: int) -> bool:
+        """Count this connection's unfinished frame (``held`` bytes now) in the bookie-wide total; True when that
+        growth took the total past ``serverPartialFramesMaxBytes`` and the connection was closed for it
+        (docs/bookie.md, "Limits"): many clients each sending half of a large frame cannot make the bookie hold
+        more, and the others go on being served."""
+        grew = held > self._partial_bytes
+        self.server.partial_frame_bytes += held - self._partial_bytes
+        self._partial_bytes = held
+        budget = self.conf.serverPartialFramesMaxBytes
+        if not (grew and budget and self.server.partial_frame_bytes > budget):
+            return False
+        self.server.limit_log.hit(
+            "serverPartialFramesMaxBytes",
+            "closing %s: unfinished frames of all connections would hold %d bytes, over serverPartialFramesMaxBytes=%d",
+            self.peer, self.server.partial_frame_bytes, budget,
+        )
+        self._backlog.clear()
+        self.close()
+        self.splitter = FrameSplitter(self.conf.nettyMaxFrameSizeBytes)  # its bytes freed now
+        self.server.partial_frame_bytes -= held  # and uncounted now, not when the transport reports the loss
+        self._partial_bytes = 0
+        return True
 
     # -- dispatch with bounds -----------------------------------------------------------
     def _drain(self) -> None:

@@ -88,6 +88,9 @@ class BookieConfig:
     serverMaxConnections: int = 4096
     serverConnectionIdleTimeoutMs: int = 600000
     serverPartialFrameTimeoutMs: int = 30000
+    #: Bytes of unfinished frames (received in part) all connections together may hold (ours; docs/bookie.md,
+    #: "Limits"): the connection whose bytes take the total past it is closed.
+    serverPartialFramesMaxBytes: int = 64 * 1024 * 1024
     skipReplayJournalInvalidRecord: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -127,6 +130,7 @@ class BookieConfig:
             "serverMaxConnections",
             "serverConnectionIdleTimeoutMs",
             "serverPartialFrameTimeoutMs",
+            "serverPartialFramesMaxBytes",
         ):
             if getattr(self, key) < 0:
                 raise InvalidOptionError(f"{key} must be >= 0 (0 = no limit)", value=getattr(self, key))
