@@ -50,6 +50,9 @@ class BookieConfig:
     flushInterval: int = 60000
     dbStorage_writeCacheMaxSizeMb: int = 64
     dbStorage_readAheadCacheMaxSizeMb: int = 64
+    #: The longest an add waits for room in a full write cache before it is refused (Java's key and default;
+    #: docs/bookie.md, "Limits"; 0: it waits as long as the checkpoint takes).
+    dbStorage_maxThrottleTimeMs: int = 10000
     #: Entries a cold single read brings into the read cache, the one asked for included (BookKeeper's key and
     #: default; docs/bookie.md, "Reads").  1 turns the read-ahead off.
     dbStorage_readAheadCacheBatchSize: int = 100
@@ -131,6 +134,7 @@ class BookieConfig:
             "serverConnectionIdleTimeoutMs",
             "serverPartialFrameTimeoutMs",
             "serverPartialFramesMaxBytes",
+            "dbStorage_maxThrottleTimeMs",
         ):
             if getattr(self, key) < 0:
                 raise InvalidOptionError(f"{key} must be >= 0 (0 = no limit)", value=getattr(self, key))

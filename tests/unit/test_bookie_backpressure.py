@@ -118,8 +118,9 @@ async def _readable(conn: Conn, timeout: float) -> bool:
     return True
 
 
-@with_bookie(dbStorage_writeCacheMaxSizeMb=1, flushInterval=600000)
+@with_bookie(dbStorage_writeCacheMaxSizeMb=1, flushInterval=600000, dbStorage_maxThrottleTimeMs=0)
 async def test_full_write_cache_blocks_adds_while_a_checkpoint_runs(bookie: Bookie, server: BookieServer) -> None:
+    """With ``dbStorage_maxThrottleTimeMs=0`` the adds wait as long as the checkpoint takes."""
     release = threading.Event()
     write = bookie.storage.write_checkpoint
 
@@ -148,6 +149,46 @@ async def test_full_write_cache_blocks_adds_while_a_checkpoint_runs(bookie: Book
     for _ in range(total - acked):
         assert v2.decode_response(await c.body(timeout=10.0)).rc == v2.EOK
     c.close()
+
+
+@with_bookie(dbStorage_writeCacheMaxSizeMb=1, flushInterval=600000, dbStorage_maxThrottleTimeMs=300)
+async def test_adds_waiting_for_a_full_write_cache_are_refused_after_the_max_throttle_time(
+    bookie: Bookie, server: BookieServer
+) -> None:
+    """A checkpoint that does not end (a stuck disk) with the write cache full: each add waits at most
+    ``dbStorage_maxThrottleTimeMs``, then gets Java's refusal, v2 ETOOMANYREQUESTS and v3 EIO, while the checkpoint
+    still hangs; the old code kept them waiting for as long as it hung.  Once it ends, adds are taken again."""
+    release = threading.Event()
+    write = bookie.storage.write_checkpoint
+
+    def stuck_write(snapshot: object) -> None:
+        release.wait(60)
+        write(snapshot)  # type: ignore[arg-type]
+
+    bookie.storage.write_checkpoint = stuck_write  # type: ignore[method-assign]
+    try:
+        c = await Conn.open(server.port)
+        payload = b"p" * 64 * 1024
+        total = 48
+        c.send(b"".join(v2.encode_add_request(0, KEY, make_entry(1, i, payload)) for i in range(total)))
+        answers = [v2.decode_response(await c.body(timeout=30.0)) for _ in range(total)]
+        assert not release.is_set()
+        rcs = {a.rc for a in answers}
+        assert rcs <= {v2.EOK, v2.ETOOMANYREQUESTS} and v2.ETOOMANYREQUESTS in rcs
+        v3c = await Conn.open(server.port)
+        add = v3.add_request(7, 2, 0, KEY, make_entry(2, 0, payload))
+        v3c.send(v3.encode_request(add))
+        resp = v3.decode_response(await v3c.body(timeout=30.0))
+        assert (resp.header.txnId, resp.status) == (7, pb.EIO)
+        assert not release.is_set()
+        assert server.limit_log.hits.get("dbStorage_maxThrottleTimeMs", 0) >= 2
+    finally:
+        release.set()
+    while bookie.write_cache_full:
+        await asyncio.sleep(0.05)
+    assert (await c.v2(v2.encode_add_request(0, KEY, make_entry(3, 0, b"after")))).rc == v2.EOK
+    c.close()
+    v3c.close()
 
 
 @with_bookie(maxLongPollReadsInProgress=1, maxReadsInProgressLimit=1)
