@@ -88,6 +88,11 @@ class BookieConfig:
     maxLongPollReadsInProgress: int = 1000
     serverWriteBufferLowWaterMark: int = 384 * 1024
     serverWriteBufferHighWaterMark: int = 512 * 1024
+    #: How long a response may wait for a client that reads nothing (its connection's queued responses over the
+    #: high water mark) before it is given up (Java's key and default: -1 = never; docs/bookie.md, "Limits").
+    waitTimeoutOnResponseBackpressureMs: int = -1
+    #: What giving up means (Java's key and default): true closes the connection, false drops the responses.
+    closeChannelOnResponseTimeout: bool = False
     serverMaxConnections: int = 4096
     serverConnectionIdleTimeoutMs: int = 600000
     serverPartialFrameTimeoutMs: int = 30000

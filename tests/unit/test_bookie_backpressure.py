@@ -312,3 +312,74 @@ async def test_time_the_bookie_paused_reading_does_not_count_against_a_partial_f
     assert bytes(v2.decode_response(await c.body()).entry) == big
     assert server.limit_log.hits.get("serverPartialFrameTimeoutMs", 0) == 0
     c.close()
+
+
+async def _flood_until_writing_pauses(server: BookieServer, c: Conn, entry_bytes: int) -> object:
+    """``c`` asks for 64 KiB entries and reads none of them: its connection's responses back up until the bookie
+    stops writing to it (its write buffer over the high water mark).  Returns the server side of ``c``."""
+    c.send(b"".join(v3.encode_request(v3.read_request(100 + i, 1, 0)) for i in range(400)))
+    for _ in range(600):
+        blocked = [conn for conn in server.connections if conn._write_blocked]
+        if blocked:
+            return blocked[0]
+        await asyncio.sleep(0.05)
+    raise AssertionError("the connection's responses never backed up")
+
+
+@with_bookie(serverWriteBufferHighWaterMark=65536, serverWriteBufferLowWaterMark=32768,
+             waitTimeoutOnResponseBackpressureMs=300, closeChannelOnResponseTimeout=True)
+async def test_a_client_that_reads_no_response_is_closed_after_the_response_timeout(
+    bookie: Bookie, server: BookieServer
+) -> None:
+    """``closeChannelOnResponseTimeout=true`` (Java's server setting): a connection whose responses wait longer than
+    ``waitTimeoutOnResponseBackpressureMs`` for a client that reads nothing is dropped, its queued responses with it;
+    another client is served throughout.  The old code kept such a connection, paused, for as long as it lived."""
+    writer = await Conn.open(server.port)
+    assert (await writer.v2(v2.encode_add_request(0, KEY, make_entry(1, 0, b"e" * 65536)))).rc == v2.EOK
+    hog = await Conn.open(server.port)
+    stuck = await _flood_until_writing_pauses(server, hog, 65536)
+    for _ in range(600):
+        if stuck not in server.connections:
+            break
+        await asyncio.sleep(0.05)
+    assert stuck not in server.connections
+    assert server.limit_log.hits.get("waitTimeoutOnResponseBackpressureMs", 0) == 1
+    assert (await writer.v2(v2.encode_read_request(1, 0))).rc == v2.EOK
+    writer.close()
+    hog.close()
+
+
+@with_bookie(serverWriteBufferHighWaterMark=65536, serverWriteBufferLowWaterMark=32768,
+             waitTimeoutOnResponseBackpressureMs=300, closeChannelOnResponseTimeout=False)
+async def test_without_close_a_timed_out_clients_responses_are_dropped_until_it_reads_again(
+    bookie: Bookie, server: BookieServer
+) -> None:
+    """``closeChannelOnResponseTimeout=false``: the connection stays; a response made after the timeout while its
+    client still reads nothing (a long poll answered by another client's add) is dropped, not queued; once the client
+    reads again, it is answered as before."""
+    writer = await Conn.open(server.port)
+    assert (await writer.v2(v2.encode_add_request(0, KEY, make_entry(1, 0, b"e" * 65536)))).rc == v2.EOK
+    hog = await Conn.open(server.port)
+    hog.send(v3.encode_request(v3.read_request(1, 1, 1, previous_lac=-1, timeout_ms=60_000)))  # waits for the LAC
+    stuck = await _flood_until_writing_pauses(server, hog, 65536)
+    for _ in range(600):
+        if stuck._dropping_responses:
+            break
+        await asyncio.sleep(0.05)
+    assert stuck._dropping_responses and stuck in server.connections
+    assert (await writer.v2(v2.encode_add_request(0, KEY, make_entry(1, 1, b"f", lac=0)))).rc == v2.EOK
+    for _ in range(600):
+        if stuck.responses_dropped:
+            break
+        await asyncio.sleep(0.05)
+    assert stuck.responses_dropped >= 1  # the long poll's answer
+    # The client reads again: what was queued arrives, and a new request is answered.
+    hog.send(v3.encode_request(v3.read_request(999, 1, 1)))
+    txns = []
+    while not txns or txns[-1] != 999:
+        resp = v3.decode_response(await hog.body(timeout=10.0))
+        txns.append(resp.header.txnId)
+    assert resp.status == pb.EOK and not stuck._dropping_responses
+    assert 1 not in txns  # the long poll's answer was dropped
+    writer.close()
+    hog.close()
