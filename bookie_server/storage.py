@@ -203,10 +203,13 @@ class LedgerStorage(StorageReads):
         #: Held by whoever appends to the entry logs or moves their rows: a checkpoint's write, one log's compaction
         #: (two threads; each pins the log it began in, ``LedgerDirectory.checkpoint_first_log``).
         self._append_lock = threading.Lock()
+        #: Set by :meth:`close`: a compaction on another thread stops before its next log.
+        self._closing = False
 
     # -- life cycle ---------------------------------------------------------------------
     def open(self) -> None:
         """Open every directory's index and load all ledger states."""
+        self._closing = False
         marks: list[JournalPosition] = []
         for root in self.ledger_dirs:
             directory = LedgerDirectory(root, map_size=self._map_size, entry_log_size_limit=self._entry_log_size_limit)
@@ -231,10 +234,13 @@ class LedgerStorage(StorageReads):
         self.checkpoint_mark = min(marks)
 
     def close(self) -> None:
-        """Close indexes and files (run a checkpoint first to keep the write cache)."""
-        for directory in self._dirs:
-            directory.close()
-        self._dirs.clear()
+        """Close indexes and files (run a checkpoint first to keep the write cache).  A compaction running on
+        another thread (a GC round's, which a stop does not wait for) ends with the log it is copying."""
+        self._closing = True  # a compaction stops before its next log, whoever takes the lock first
+        with self._append_lock:
+            for directory in self._dirs:
+                directory.close()
+            self._dirs.clear()
 
     def _dir_for(self, scope_id: int, ledger_id: int) -> LedgerDirectory:
         return self._dirs[(scope_id * 31 + ledger_id) % len(self._dirs)]
@@ -625,13 +631,18 @@ class LedgerStorage(StorageReads):
             return compacted
         for directory in list(self._dirs):
             try:
-                usage = directory.log_usage()
+                with self._append_lock:
+                    if self._closing:
+                        return compacted
+                    usage = directory.log_usage()
             except (OSError, lmdb.Error) as exc:
                 raise BookieIOError("entry log usage scan failed", error=str(exc)) from exc
             candidates = [log_id for log_id, (live, size) in usage.items() if live and size and live / size < threshold]
             candidates.sort(key=lambda log_id: usage[log_id][0] - usage[log_id][1])  # most unused bytes first
             for log_id in candidates:
                 with self._append_lock:
+                    if self._closing:
+                        return compacted  # the storage is closing (a stop)
                     done = self._compact_log(directory, log_id, usage[log_id][1])
                 if done is not None:
                     compacted.append(done)

@@ -5,6 +5,7 @@ between the steps leaves every entry readable; when a GC round compacts (:class:
 from __future__ import annotations
 
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -205,3 +206,45 @@ def test_a_read_whose_log_a_compaction_removed_after_its_lookup_reads_the_copy(
     assert storage._read_from_disk(cache_key(0, LIVE, 3), own_transaction=True) == kept[3]
     assert len(calls) == 2
     storage.close()
+
+
+def test_a_compaction_running_when_the_storage_closes_ends_instead_of_touching_a_closed_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop does not wait for a GC round's compaction on its executor thread: the storage's close waits for the
+    log being copied, and the compaction then stops before its next log."""
+    storage = LedgerStorage([tmp_path], entry_log_size_limit=64 * 1024)
+    storage.open()
+    for ledger in (LIVE, DOOMED):
+        for i in range(60):
+            storage.put_entry(0, ledger, i, i - 1, entry(ledger, i, (b"%d" % ledger) * 2048))
+    storage.checkpoint(JournalPosition(1, 16))  # several logs, each holding both ledgers
+    storage.close()
+    storage = LedgerStorage([tmp_path], entry_log_size_limit=64 * 1024)
+    storage.open()
+    storage.delete_ledger(0, DOOMED)
+    storage.checkpoint(JournalPosition(1, 32))
+    real = storage._compact_log
+    compacted: list[int] = []
+
+    def then_close(directory: Any, log_id: int, log_bytes: int) -> Any:
+        done = real(directory, log_id, log_bytes)
+        compacted.append(log_id)
+        if len(compacted) == 1:
+            closer = threading.Thread(target=storage.close)
+            closer.start()
+            while not storage._closing:  # the stop has begun; it waits for the lock this compaction holds
+                closer.join(0.01)
+            assert storage._dirs  # not closed under the copy
+            waiting.append(closer)
+        return done
+
+    waiting: list[threading.Thread] = []
+    monkeypatch.setattr(storage, "_compact_log", then_close)
+    result = storage.compact_entry_logs(0.9)
+    waiting[0].join(10)
+    assert len(result) == 1 and compacted == [result[0].log_id]
+    reopened = LedgerStorage([tmp_path], entry_log_size_limit=64 * 1024)
+    reopened.open()
+    assert [reopened.get_entry(0, LIVE, i) for i in range(60)] == [entry(LIVE, i, b"1" * 2048) for i in range(60)]
+    reopened.close()
