@@ -248,3 +248,45 @@ def test_a_compaction_running_when_the_storage_closes_ends_instead_of_touching_a
     reopened.open()
     assert [reopened.get_entry(0, LIVE, i) for i in range(60)] == [entry(LIVE, i, b"1" * 2048) for i in range(60)]
     reopened.close()
+
+
+def test_a_gc_round_on_full_disks_compacts_only_with_is_force_gc_allow_when_no_space(tmp_path: Path) -> None:
+    """``isForceGCAllowWhenNoSpace``: while the ledger disks are over ``diskUsageThreshold`` (the bookie read-only
+    for it), a GC round runs a major compaction whatever its interval; without the key it waits for the interval."""
+    import asyncio
+
+    from bookie_server.bookie import Bookie
+    from bookie_server.gc import GarbageCollector
+    from tests.unit.test_bookie_storage import KEY, _ScriptedZk, make_conf
+
+    live_path = "/ledgers/00/0000/L0001"
+
+    async def fill() -> None:
+        bookie = Bookie(make_conf(tmp_path, journalSyncData="false"))
+        await bookie.start()
+        for i in range(5):
+            await bookie.add_entry(0, LIVE, i, i - 1, entry(LIVE, i, b"live"), KEY)
+        for i in range(100):
+            await bookie.add_entry(0, DOOMED, i, i - 1, entry(DOOMED, i, b"d" * 2048), KEY)
+        await bookie.stop()  # its checkpoint puts both in one log, closed at the next start
+
+    async def rounds() -> None:
+        bookie = Bookie(make_conf(tmp_path, journalSyncData="false"))
+        await bookie.start()
+        try:
+            plain = GarbageCollector(bookie, _ScriptedZk([{live_path}]), "/ledgers")  # type: ignore[arg-type]
+            assert await plain.run_once() == [(0, DOOMED)]
+            bookie._disk_readonly = True  # what check_disks sets over diskUsageThreshold
+            assert bookie.disk_full
+            await plain.run_once()
+            assert plain.compacted_total == 0  # the key is off: the interval (an hour) rules
+            bookie.conf.isForceGCAllowWhenNoSpace = True
+            forced = GarbageCollector(bookie, _ScriptedZk([{live_path}]), "/ledgers")  # type: ignore[arg-type]
+            await forced.run_once()
+            assert forced.compacted_total == 1
+            assert [bookie.read_entry(0, LIVE, i) for i in range(5)] == [entry(LIVE, i, b"live") for i in range(5)]
+        finally:
+            await bookie.stop()
+
+    asyncio.run(fill())
+    asyncio.run(rounds())
