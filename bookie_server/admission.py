@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bkspark.protocol import v2
+from bkspark.errors import ProtocolError
+from bkspark.protocol import v2, v3
 from bkspark.protocol.proto import BookkeeperProtocol_pb2 as pb
 
 from bookie_server.limits import InFlightGate
@@ -35,6 +36,14 @@ COLD_READS_PER_CONNECTION = 4
 #: (a waiter holds no entry while it waits): as many as its own cold reads' read-aheads could answer
 #: (docs/bookie.md, "Reads").
 WAITING_READS_PER_CONNECTION = COLD_READS_PER_CONNECTION
+
+#: The v3 requests that wait for room in the write cache (they hold a permit of the adds gate), and how each is
+#: refused once ``dbStorage_maxThrottleTimeMs`` has passed: its response builder and its metric's name.
+_V3_THROTTLED = {
+    pb.ADD_ENTRY: (v3.add_response, "ADD_ENTRY"),
+    pb.WRITE_LAC: (v3.write_lac_response, "WRITE_LAC"),
+    pb.FORCE_LEDGER: (v3.force_ledger_response, "FORCE_LEDGER"),
+}
 
 #: Configuration key of each gate, for the limit log.
 _GATE_KEYS = {
@@ -69,7 +78,7 @@ class Admission:
         if gate is None:
             return True
         if gate is server.adds_gate and self.bookie.write_cache_full:
-            self._park(self.bookie.wait_write_cache, "dbStorage_writeCacheMaxSizeMb")
+            self._park_on_write_cache()
             return False
         if not gate.try_acquire(nbytes):
             self._park(gate.wait, _GATE_KEYS[gate.name])
@@ -83,7 +92,7 @@ class Admission:
         """How many adds at the head of ``run`` get a permit of the adds gate (each of its entry's bytes), as
         :meth:`_admit` one at a time would give them; the connection is parked when none does."""
         if self.bookie.write_cache_full:
-            self._park(self.bookie.wait_write_cache, "dbStorage_writeCacheMaxSizeMb")
+            self._park_on_write_cache()
             return 0
         gate = self.server.adds_gate
         admitted = gate.try_acquire_many([len(add[2]) for add in run])
@@ -135,15 +144,68 @@ class Admission:
             return self.server.adds_gate, 0
         return None, 0
 
-    def _park(self, register: Callable[[Callable[[], None]], None], limit: str) -> None:
+    def _park(self, register: Callable[[Callable[[], None]], None], limit: str) -> Callable[[], bool]:
+        """Stop dispatching until ``register``'s gate wakes the connection; returns a call that ends the wait early
+        (False when the wake came first): the wake it then makes later does nothing."""
         self._parked = True
         self.server.limit_log.hit(limit, "%s reached: stopped reading requests from %s until it frees", limit, self.peer)
+        waiting = [True]
 
         def wake() -> None:
+            if waiting[0]:
+                waiting[0] = False
+                self._parked = False
+                self._loop.call_soon(self._drain)
+
+        def give_up() -> bool:
+            if not waiting[0]:
+                return False
+            waiting[0] = False
             self._parked = False
-            self._loop.call_soon(self._drain)
+            return True
 
         register(wake)
+        return give_up
+
+    def _park_on_write_cache(self) -> None:
+        """Wait for the running checkpoint to make room in the write cache, at most ``dbStorage_maxThrottleTimeMs``
+        (Java's DbLedgerStorage): then the adds at the head of the backlog are refused, as Java rejects them
+        (v2 ETOOMANYREQUESTS, v3 EIO), and dispatching goes on (docs/bookie.md, "Limits")."""
+        give_up = self._park(self.bookie.wait_write_cache, "dbStorage_writeCacheMaxSizeMb")
+        throttle_ms = self.conf.dbStorage_maxThrottleTimeMs
+        if throttle_ms > 0:
+            self._loop.call_later(throttle_ms / 1000.0, self._throttle_expired, give_up)
+
+    def _throttle_expired(self, give_up: Callable[[], bool]) -> None:
+        """``dbStorage_maxThrottleTimeMs`` passed while the head of the backlog waited for the write cache."""
+        if self.closed or not give_up():
+            return
+        head = self._backlog.popleft() if self._backlog else None
+        self.server.limit_log.hit(
+            "dbStorage_maxThrottleTimeMs",
+            "write cache still full after dbStorage_maxThrottleTimeMs=%d: adds from %s refused",
+            self.conf.dbStorage_maxThrottleTimeMs, self.peer,
+        )
+        if type(head) is list:  # a run of v2 adds
+            refused = []
+            for add in head:
+                try:
+                    refused.append(v2.encode_add_response(v2.ETOOMANYREQUESTS, add.ledger_id, add.entry_id, add.version))
+                except ProtocolError:
+                    refused.append(v2.encode_add_response(v2.EBADREQ, 0, 0, add.version))
+                self.metrics.observe_request("ADD_ENTRY", float(self.conf.dbStorage_maxThrottleTimeMs), False)
+            self.send(b"".join(refused))
+        elif type(head) is _PB_REQUEST:
+            op = head.header.operation  # type: ignore[attr-defined]
+            build, name = _V3_THROTTLED.get(op, (None, ""))
+            if build is None:
+                self._backlog.appendleft(head)  # not a request that waits for the write cache: wait again
+            else:
+                self.send(v3.encode_response(build(head, pb.EIO)))
+                self.metrics.observe_request(name, float(self.conf.dbStorage_maxThrottleTimeMs), False)
+        elif head is not None:
+            self._backlog.appendleft(head)
+        self._loop.call_soon(self._drain)
 
     def _take_permit(self) -> tuple[InFlightGate, int] | None:
         """The permit of the request being dispatched; its handler passes it to :meth:`_release` once, on reply."""

@@ -207,11 +207,26 @@ class BookieApp:
         async def get_readonly(_body: bytes) -> tuple[int, str, bytes]:
             return json_body({"readOnly": self.bookie.readonly})
 
-        async def gc(_body: bytes) -> tuple[int, str, bytes]:
+        async def gc(body: bytes) -> tuple[int, str, bytes]:
             if self.gc is None:
                 return 400, "text/plain", b"no metadata service: garbage collection is off\n"
-            deleted = await self.gc.run_once()
-            return json_body({"deleted": [{"scope": s, "ledger": lg} for s, lg in deleted]})
+            # Java's TriggerGCService body: {"forceMajor": bool, "forceMinor": bool}, both optional.
+            try:
+                flags = json.loads(body or b"{}")
+            except ValueError:
+                flags = None
+            if not isinstance(flags, dict) or any(
+                not isinstance(flags.get(k, False), bool) for k in ("forceMajor", "forceMinor")
+            ):
+                return 400, "text/plain", b'expected {"forceMajor": true|false, "forceMinor": true|false}\n'
+            compacted_before = self.gc.compacted_total
+            deleted = await self.gc.run_once(
+                force_major=flags.get("forceMajor", False), force_minor=flags.get("forceMinor", False)
+            )
+            return json_body({
+                "deleted": [{"scope": s, "ledger": lg} for s, lg in deleted],
+                "compactedEntryLogs": self.gc.compacted_total - compacted_before,
+            })
 
         http.route("GET", "/heartbeat", heartbeat)
         http.route("GET", "/metrics", metrics)

@@ -166,6 +166,11 @@ class Checkpoints:
         return self._forced_readonly or self._disk_readonly or self._journal_failed or self._checkpoint_failed
 
     @property
+    def disk_full(self) -> bool:
+        """True while the ledger disks are over ``diskUsageThreshold`` (until back under the low mark)."""
+        return self._disk_readonly
+
+    @property
     def high_priority_writable(self) -> bool:
         """True when recovery (high-priority) adds are taken even if :attr:`readonly`: only an admin's read-only
         switch lets them through; a full disk, a failed journal or a failed checkpoint cannot store them."""

@@ -115,6 +115,13 @@ class Connection(Admission, V2Handlers, V3Handlers, asyncio.Protocol):
         self._permits_held = 0
         self.last_activity = time.monotonic()
         self.partial_since: float | None = None
+        #: Bytes of an unfinished frame this connection's splitter holds, as counted in the server's total.
+        self._partial_bytes = 0
+        #: ``waitTimeoutOnResponseBackpressureMs``: the timer started when writing paused, and whether it ran out
+        #: (responses are dropped until the client reads again); responses dropped so far.
+        self._response_timer: asyncio.TimerHandle | None = None
+        self._dropping_responses = False
+        self.responses_dropped = 0
         security = server.security
         #: TLS and SASL state (bookie_server/security.py); None when the bookie has neither.
         self.sec = ConnectionSecurity(security) if security.tls is not None or security.sasl is not None else None
@@ -144,7 +151,12 @@ class Connection(Admission, V2Handlers, V3Handlers, asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._response_timer is not None:
+            self._response_timer.cancel()
+            self._response_timer = None
         self._backlog.clear()
+        self.server.partial_frame_bytes -= self._partial_bytes  # its unfinished frame goes with it
+        self._partial_bytes = 0
         if self._rejected:
             return
         self.server.connections.discard(self)
@@ -155,11 +167,41 @@ class Connection(Admission, V2Handlers, V3Handlers, asyncio.Protocol):
     def pause_writing(self) -> None:
         # A client that does not read its responses stops being read from (Netty's water marks).
         self._write_blocked = True
+        wait_ms = self.conf.waitTimeoutOnResponseBackpressureMs
+        if wait_ms >= 0 and self._response_timer is None:
+            self._response_timer = self._loop.call_later(wait_ms / 1000.0, self._response_timed_out)
         self._update_reading()
 
     def resume_writing(self) -> None:
         self._write_blocked = False
+        self._dropping_responses = False
+        if self._response_timer is not None:
+            self._response_timer.cancel()
+            self._response_timer = None
         self._drain()
+
+    def _response_timed_out(self) -> None:
+        """The client read nothing for ``waitTimeoutOnResponseBackpressureMs`` while its responses waited (Java's
+        response back-pressure, docs/bookie.md, "Limits"): with ``closeChannelOnResponseTimeout`` the connection is
+        dropped at once, its queued responses with it; without, the responses made from now until the client reads
+        again are dropped, and the connection stays."""
+        self._response_timer = None
+        if self.closed or not self._write_blocked:
+            return
+        close = self.conf.closeChannelOnResponseTimeout
+        self.server.limit_log.hit(
+            "waitTimeoutOnResponseBackpressureMs",
+            "%s read no response for waitTimeoutOnResponseBackpressureMs=%d: %s",
+            self.peer, self.conf.waitTimeoutOnResponseBackpressureMs,
+            "closing it (closeChannelOnResponseTimeout=true)" if close else "dropping its responses until it reads",
+        )
+        if close:
+            self.closed = True
+            self._backlog.clear()
+            if self.transport is not None:
+                self.transport.abort()  # close() would wait for the queued responses to leave, which they do not
+        else:
+            self._dropping_responses = True
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
@@ -171,7 +213,10 @@ class Connection(Admission, V2Handlers, V3Handlers, asyncio.Protocol):
         except FrameTooLargeError as exc:
             self._protocol_error(exc)
             return
-        if not self.splitter.buffered:
+        held = self.splitter.buffered
+        if held != self._partial_bytes and self._count_partial(held):
+            return
+        if not held:
             self.partial_since = None
         elif bodies or self.partial_since is None:
             self.partial_since = self.last_activity  # a new frame started (earlier ones completed)
@@ -184,6 +229,29 @@ class Connection(Admission, V2Handlers, V3Handlers, asyncio.Protocol):
             else:
                 self._backlog.extend(bodies)
             self._drain()
+
+    def _count_partial(self, held: int) -> bool:
+        """Count this connection's unfinished frame (``held`` bytes now) in the bookie-wide total; True when that
+        growth took the total past ``serverPartialFramesMaxBytes`` and the connection was closed for it
+        (docs/bookie.md, "Limits"): many clients each sending half of a large frame cannot make the bookie hold
+        more, and the others go on being served."""
+        grew = held > self._partial_bytes
+        self.server.partial_frame_bytes += held - self._partial_bytes
+        self._partial_bytes = held
+        budget = self.conf.serverPartialFramesMaxBytes
+        if not (grew and budget and self.server.partial_frame_bytes > budget):
+            return False
+        self.server.limit_log.hit(
+            "serverPartialFramesMaxBytes",
+            "closing %s: unfinished frames of all connections would hold %d bytes, over serverPartialFramesMaxBytes=%d",
+            self.peer, self.server.partial_frame_bytes, budget,
+        )
+        self._backlog.clear()
+        self.close()
+        self.splitter = FrameSplitter(self.conf.nettyMaxFrameSizeBytes)  # its bytes freed now
+        self.server.partial_frame_bytes -= held  # and uncounted now, not when the transport reports the loss
+        self._partial_bytes = 0
+        return True
 
     # -- dispatch with bounds -----------------------------------------------------------
     def _drain(self) -> None:
@@ -312,6 +380,9 @@ class Connection(Admission, V2Handlers, V3Handlers, asyncio.Protocol):
         # unless they pass the high water mark: then they go to the transport now, which calls
         # pause_writing if they cannot leave.
         if self.closed:
+            return
+        if self._dropping_responses:
+            self.responses_dropped += 1
             return
         if not self._out:
             self._loop.call_soon(self.flush)

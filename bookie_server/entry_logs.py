@@ -186,7 +186,7 @@ class LedgerDirectory:
         self._roll_next = False
         #: Set when an append failed: bytes of it may follow the end this directory counts (``_write_size``).
         self._end_unknown = False
-        #: While a checkpoint writes here: the log it began in.  It and every later log may hold its records, whose
+        #: While a checkpoint (or a compaction, bookie_server/storage.py) writes here: the log it began in.  It and every later log may hold its records, whose
         #: index rows are not committed yet, so :meth:`unused_logs` leaves them alone.
         self.checkpoint_first_log: int | None = None
 
@@ -309,19 +309,55 @@ class LedgerDirectory:
         The log being appended to is never reported, nor any log a running checkpoint has
         written (it may roll past one before its index rows are committed).
         """
-        # Both read *before* the index snapshot, the log id first: a checkpoint pins its first log before it appends
-        # or rolls, and unpins it only once its rows are committed, so every older log got its last append in a
-        # checkpoint whose rows this snapshot holds.
-        current = self.log_id
-        pinned = self.checkpoint_first_log
-        if pinned is not None:
-            current = min(current, pinned)
+        # Read *before* the index snapshot, the log id first: a checkpoint (or a compaction) pins its first log
+        # before it appends or rolls, and unpins it only once its rows are committed, so every older log got its
+        # last append in a checkpoint whose rows this snapshot holds.
+        current = self.first_open_log()
         referenced: set[int] = set()
         with self.env.begin(db=self.index_db) as txn:
             for value in txn.cursor().iternext(keys=False, values=True):
                 if len(value) == LOCATION.size:
                     referenced.add(LOCATION.unpack(value)[0])
         return [log_id for log_id in self.log_ids() if log_id < current and log_id not in referenced]
+
+    def first_open_log(self) -> int:
+        """The first log id :meth:`unused_logs` and :meth:`log_usage` leave alone: the log being appended to, or the
+        one a running checkpoint or compaction began in when older (its records may not be in the index yet)."""
+        current = self.log_id
+        pinned = self.checkpoint_first_log
+        return current if pinned is None else min(current, pinned)
+
+    def log_usage(self) -> dict[int, tuple[int, int]]:
+        """For each entry log before :meth:`first_open_log`, ``(live bytes, record bytes)``: the bytes of the records
+        index rows point at, and of all its records (the file less its header), whose ratio is Apache BookKeeper's
+        ``EntryLogMetadata.getUsage`` (docs/bookie.md, "Compaction").  Any thread: its own read transaction."""
+        first_open = self.first_open_log()
+        live: dict[int, int] = {}
+        with self.env.begin(db=self.index_db) as txn:
+            for value in txn.cursor().iternext(keys=False, values=True):
+                if len(value) == LOCATION.size:
+                    log_id, _, length = LOCATION.unpack(value)
+                    live[log_id] = live.get(log_id, 0) + LOG_RECORD.size + length
+        usage = {}
+        for log_id in self.log_ids():
+            if log_id >= first_open:
+                continue
+            try:
+                size = self.log_path(log_id).stat().st_size - LOG_HEADER.size
+            except FileNotFoundError:
+                continue
+            usage[log_id] = (live.get(log_id, 0), max(size, 0))
+        return usage
+
+    def rows_in_log(self, log_id: int) -> list[IndexRow]:
+        """The index rows that point into one entry log, in the order of their records in it (any thread)."""
+        rows = []
+        with self.env.begin(db=self.index_db) as txn:
+            for key, value in txn.cursor().iternext(keys=True, values=True):
+                if len(value) == LOCATION.size and LOCATION.unpack(value)[0] == log_id:
+                    rows.append((key, value))
+        rows.sort(key=lambda row: LOCATION.unpack(row[1])[1])
+        return rows
 
     def remove_log(self, log_id: int) -> None:
         """Delete an entry log file (after :meth:`unused_logs` said nothing refers to it)."""

@@ -1,4 +1,4 @@
-"""Garbage collection of ledgers whose metadata is gone.
+"""Garbage collection of ledgers whose metadata is gone, and entry-log compaction.
 
 A bookie only learns that a ledger was deleted by noticing that its metadata
 znode disappeared.  Looking in the wrong place would delete live data, so the
@@ -13,6 +13,9 @@ collector is deliberately conservative:
   at least ``confirm_delay`` apart (the path is built by
   :func:`bkspark.protocol.zk_paths.ledger_path`, the single home of the scheme);
 * any ZooKeeper error aborts the whole round.
+
+After the deletions, a round may compact entry logs (:class:`CompactionSchedule`: Apache BookKeeper's minor and
+major compactions, their thresholds and intervals), then removes the entry logs no index row points into.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from bkspark.errors import BKError
@@ -28,9 +32,10 @@ from bkspark.protocol import zk_paths
 from bkspark.protocol.layout import LedgerLayout
 
 from bookie_server.bookie import Bookie
+from bookie_server.config import BookieConfig
 from bookie_server.journal import CrashPoint, crash_point
 
-__all__ = ["GarbageCollector", "find_orphans"]
+__all__ = ["CompactionSchedule", "GarbageCollector", "find_orphans"]
 
 log = logging.getLogger("bookie_server.gc")
 
@@ -71,11 +76,65 @@ def find_orphans(zk: Any, root: str, ledgers: list[LedgerKey]) -> list[LedgerKey
     return orphans
 
 
+@dataclass
+class CompactionSchedule:
+    """When a GC round compacts, and with which threshold: Apache BookKeeper's ``GarbageCollectorThread`` rules
+    (docs/bookie.md, "Compaction").  A major compaction is due ``majorCompactionInterval`` seconds after the last
+    one and counts as a minor one too; else a minor one ``minorCompactionInterval`` seconds after the last of
+    either.  A threshold or an interval of 0 turns that kind off; an admin's ``forceMajor``/``forceMinor``, or a
+    full disk with ``isForceGCAllowWhenNoSpace``, runs one now whatever its interval."""
+
+    minor_threshold: float
+    minor_interval_s: float
+    major_threshold: float
+    major_interval_s: float
+    force_when_no_space: bool = False
+    #: Monotonic times of the last compactions: the bookie's start counts as one, as in Java.
+    last_minor: float = field(default_factory=time.monotonic)
+    last_major: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def from_conf(cls, conf: BookieConfig) -> "CompactionSchedule":
+        return cls(
+            conf.minorCompactionThreshold,
+            conf.minorCompactionInterval,
+            conf.majorCompactionThreshold,
+            conf.majorCompactionInterval,
+            conf.isForceGCAllowWhenNoSpace,
+        )
+
+    def due(
+        self, now: float, *, force_major: bool = False, force_minor: bool = False, disk_full: bool = False
+    ) -> tuple[str, float] | None:
+        """``("major" | "minor", threshold)`` of the compaction this round runs, or None; marks it as run."""
+        force_major = force_major or (disk_full and self.force_when_no_space)
+        major_on = self.major_threshold > 0 and self.major_interval_s > 0
+        minor_on = self.minor_threshold > 0 and self.minor_interval_s > 0
+        if (force_major and self.major_threshold > 0) or (major_on and now - self.last_major > self.major_interval_s):
+            self.last_major = self.last_minor = now
+            return "major", self.major_threshold
+        if (force_minor and self.minor_threshold > 0) or (minor_on and now - self.last_minor > self.minor_interval_s):
+            self.last_minor = now
+            return "minor", self.minor_threshold
+        return None
+
+
 class GarbageCollector:
     """Periodic scan-and-compare against ZooKeeper, then local deletion."""
 
-    def __init__(self, bookie: Bookie, zk: Any, root: str, *, confirm_delay: float = 1.0) -> None:
+    def __init__(
+        self,
+        bookie: Bookie,
+        zk: Any,
+        root: str,
+        *,
+        confirm_delay: float = 1.0,
+        compaction: CompactionSchedule | None = None,
+    ) -> None:
         self.bookie = bookie
+        self.compaction = compaction or CompactionSchedule.from_conf(bookie.conf)
+        #: Entry logs compacted since start (each then removed by the reclaim of its round).
+        self.compacted_total = 0
         self.zk = zk
         self.root = root
         self.confirm_delay = confirm_delay
@@ -85,8 +144,8 @@ class GarbageCollector:
         #: a round's checkpoint and its removal leaves such logs, and the ledgers they held are no longer found.
         self._reclaim_due = True
 
-    async def run_once(self) -> list[LedgerKey]:
-        """One collection round; returns the ledgers deleted."""
+    async def run_once(self, *, force_major: bool = False, force_minor: bool = False) -> list[LedgerKey]:
+        """One collection round (with a compaction when one is due or forced); returns the ledgers deleted."""
         async with self._lock:
             loop = asyncio.get_running_loop()
             started = time.monotonic()
@@ -99,6 +158,19 @@ class GarbageCollector:
                 await self.bookie.checkpoint_after_now()  # index rows and states of the deleted ledgers go
                 crash_point(CrashPoint.GC_CHECKPOINTED)
                 self._reclaim_due = True
+            kind = self.compaction.due(
+                time.monotonic(), force_major=force_major, force_minor=force_minor,
+                disk_full=self.bookie.disk_full,
+            )
+            if kind is not None:
+                compacted = await loop.run_in_executor(None, self.bookie.storage.compact_entry_logs, kind[1])
+                log.info("gc: %s compaction (threshold %.2f) compacted %d entry log(s)", kind[0], kind[1], len(compacted))
+                self.compacted_total += len(compacted)
+                if compacted:
+                    # The loop's reused index snapshot may still point into the compacted logs: dropped before
+                    # they go.
+                    self.bookie.storage.refresh_indexes()
+                    self._reclaim_due = True
             if self._reclaim_due:
                 removed = await loop.run_in_executor(None, self.bookie.storage.reclaim_entry_logs)
                 self._reclaim_due = False

@@ -7,7 +7,8 @@ Routes, shaped like Apache BookKeeper's HTTP service:
 * ``GET /api/v1/bookie/info`` -> ``{"freeSpace": .., "totalSpace": ..}``;
 * ``GET /api/v1/bookie/state`` -> ``{"running", "readOnly", "shuttingDown", "availableForHighPriorityWrites"}``;
 * ``PUT /api/v1/bookie/state/readonly`` with ``{"readOnly": true|false}`` -> admin read-only switch;
-* ``PUT /api/v1/bookie/gc`` -> run one garbage-collection round now.
+* ``PUT /api/v1/bookie/gc`` (optional ``{"forceMajor": .., "forceMinor": ..}``) -> run one garbage-collection
+  round now, with a compaction when forced or due.
 
 The state-changing routes (every route but a GET) need ``Authorization: Bearer <token>`` when a token is set
 (``httpAdminTokenPath``), and, on a bookie with any authentication configured (``token_required``: SASL, TLS

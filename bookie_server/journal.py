@@ -41,6 +41,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import BinaryIO
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -219,10 +220,89 @@ class JournalDamage:
     torn: bool
 
 
+#: The most replay asks of a journal file in one read: what it holds besides the record it decodes, whatever the
+#: file's size (docs/bookie.md, "Journal replay").  A record larger than this is read in several such reads.
+REPLAY_READ_BYTES = 1024 * 1024
+
+
+class _ForwardReader:
+    """A journal file read forward in reads of at most :data:`REPLAY_READ_BYTES`, keeping only the bytes not yet
+    consumed: ``buf[pos:]`` holds the file from offset :attr:`offset` on."""
+
+    def __init__(self, fh: BinaryIO, size: int) -> None:
+        self.fh = fh
+        self.size = size
+        self.buf = bytearray()
+        self.pos = 0
+        #: File offset of ``buf[pos]``.
+        self.offset = 0
+        #: A view of ``buf`` while its size stays (:meth:`current_view`), released before it changes.
+        self.view: memoryview | None = None
+
+    def current_view(self) -> memoryview:
+        """A view of ``buf`` as it is now (one per read, not one per record)."""
+        if self.view is None:
+            self.view = memoryview(self.buf)
+        return self.view
+
+    def close(self) -> None:
+        if self.view is not None:
+            self.view.release()
+            self.view = None
+
+    def skip_to(self, offset: int) -> None:
+        """Move forward to ``offset`` (at or after the current one), reading nothing before it."""
+        ahead = offset - self.offset
+        if ahead <= len(self.buf) - self.pos:
+            self.pos += ahead
+        else:
+            self.fh.seek(offset)
+            if self.view is not None:
+                self.view.release()
+                self.view = None
+            self.buf.clear()
+            self.pos = 0
+        self.offset = offset
+
+    def fill(self, n: int) -> bool:
+        """Make ``buf[pos:pos + n]`` hold the file's next ``n`` bytes; False when the file ends before them."""
+        if self.offset + n > self.size:
+            return False
+        if len(self.buf) - self.pos >= n:
+            return True
+        if self.view is not None:
+            self.view.release()  # the buffer cannot change size while a view of it is out
+            self.view = None
+        del self.buf[: self.pos]  # the consumed bytes go before more are read: one memmove per read, not per record
+        self.pos = 0
+        while len(self.buf) < n:
+            chunk = self.fh.read(min(REPLAY_READ_BYTES, self.size - self.offset - len(self.buf)))
+            if not chunk:
+                return False
+            self.buf += chunk
+        return True
+
+    def consume(self, n: int) -> None:
+        self.pos += n
+        self.offset += n
+
+    def rest_is_zero(self) -> bool:
+        """Whether every byte from here to the end of the file is zero (read on in bounded reads)."""
+        if any(memoryview(self.buf)[self.pos :]):
+            return False
+        while True:
+            chunk = self.fh.read(REPLAY_READ_BYTES)
+            if not chunk:
+                return True
+            if any(chunk):
+                return False
+
+
 class JournalFileScan:
     """Iterate ``(end offset, record)`` over one journal file; :attr:`damage` says why it stopped early.
 
-    The file is read whole (journal files roll at checkpoints, so they stay small).
+    The file is streamed (:class:`_ForwardReader`): replay holds one read's bytes and the record it decodes, not
+    the whole file, which reached ``journalMaxSizeMB`` (2 GiB by default) between two checkpoints.
     """
 
     def __init__(self, path: Path, start_offset: int = 0) -> None:
@@ -234,47 +314,53 @@ class JournalFileScan:
         self.damage = JournalDamage(self.path, offset, reason, torn)
 
     def __iter__(self) -> Iterator[tuple[int, JournalRecord]]:
-        with open(self.path, "rb") as fh:
-            data = fh.read()
-        size = len(data)
-        if size == 0:
-            return  # created, crashed before its header: nothing was ever written to it
-        if size < _FILE_HEADER.size:
+        with open(self.path, "rb", buffering=0) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                return  # created, crashed before its header: nothing was ever written to it
+            reader = _ForwardReader(fh, size)
+            try:
+                yield from self._scan(reader, size)
+            finally:
+                reader.close()
+
+    def _scan(self, reader: _ForwardReader, size: int) -> Iterator[tuple[int, JournalRecord]]:
+        if not reader.fill(_FILE_HEADER.size):
             self._damaged(0, f"file header truncated ({size} bytes)", torn=True)
             return
-        magic, version, _file_id = _FILE_HEADER.unpack_from(data, 0)
+        magic, version, _file_id = _FILE_HEADER.unpack_from(reader.buf, reader.pos)
         if magic != _FILE_MAGIC or version != _FILE_VERSION:
             self._damaged(0, "bad file header", torn=False)
             return
-        offset = max(self.start_offset, _FILE_HEADER.size)
-        view = memoryview(data)
-        while offset < size:
-            if size - offset < _RECORD_PREFIX.size:
+        reader.skip_to(max(self.start_offset, _FILE_HEADER.size))
+        while reader.offset < size:
+            offset = reader.offset
+            if not reader.fill(_RECORD_PREFIX.size):
                 self._damaged(offset, "truncated record prefix", torn=True)
                 return
-            length, crc = _RECORD_PREFIX.unpack_from(data, offset)
-            start = offset + _RECORD_PREFIX.size
-            end = start + length
+            length, crc = _RECORD_PREFIX.unpack_from(reader.buf, reader.pos)
+            end = offset + _RECORD_PREFIX.size + length
             if length < _BODY_HEADER.size or length > MAX_RECORD_BODY:
-                zero_fill = not any(view[offset:])
-                self._damaged(offset, f"bad record length {length}", torn=zero_fill)
+                self._damaged(offset, f"bad record length {length}", torn=reader.rest_is_zero())
                 return
-            if end > size:
+            if end > size or not reader.fill(_RECORD_PREFIX.size + length):
                 self._damaged(offset, "record runs past the end of the file", torn=True)
                 return
-            body = view[start:end]
-            if crc32c.crc32c(body) != crc:
+            start = reader.pos + _RECORD_PREFIX.size
+            view = reader.current_view()
+            if crc32c.crc32c(view[start : start + length]) != crc:
                 # The very last record of the file may be half-written; one followed by more data is not.
                 self._damaged(offset, "checksum mismatch", torn=end == size)
                 return
-            rtype, scope_id, ledger_id = _BODY_HEADER.unpack_from(body, 0)
+            rtype, scope_id, ledger_id = _BODY_HEADER.unpack_from(view, start)
+            payload = bytes(view[start + _BODY_HEADER.size : start + length])
             try:
                 kind = RecordType(rtype)
             except ValueError:
                 self._damaged(offset, f"unknown record type {rtype}", torn=False)
                 return
-            yield end, JournalRecord(kind, scope_id, ledger_id, bytes(body[_BODY_HEADER.size :]))
-            offset = end
+            reader.consume(_RECORD_PREFIX.size + length)
+            yield end, JournalRecord(kind, scope_id, ledger_id, payload)
 
 
 def iter_records(path: Path, start_offset: int = 0) -> Iterator[tuple[int, JournalRecord]]:
@@ -397,6 +483,11 @@ class CrashPoint(enum.Enum):
     CHECKPOINT_COMMITTED = "checkpoint-committed"
     #: A GC round's deletions are checkpointed; the entry logs they emptied are not yet removed.
     GC_CHECKPOINTED = "gc-checkpointed"
+    #: A compaction's copies of one entry log's live records are in the current log (synced); the index rows still
+    #: point at the old log.
+    COMPACTION_COPIED = "compaction-copied"
+    #: A compaction's index rows point at the copies (committed); the old entry log is not removed yet.
+    COMPACTION_INDEXED = "compaction-indexed"
     #: The journal rolled to a new file (header synced); the batch that made it roll is not written.
     JOURNAL_ROLLED = "journal-rolled"
 

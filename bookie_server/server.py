@@ -46,6 +46,8 @@ class BookieServer:
         self.security = security if security is not None else BookieSecurity.from_conf(conf.extra)
         self._server: asyncio.base_events.Server | None = None
         self.connections: set[Connection] = set()
+        #: Bytes of unfinished frames every connection's splitter holds together (``serverPartialFramesMaxBytes``).
+        self.partial_frame_bytes = 0
         self.port = conf.bookiePort
         self.adds_gate = InFlightGate("adds", conf.maxAddsInProgressLimit, conf.maxAddsInProgressBytes)
         self.reads_gate = InFlightGate("reads", conf.maxReadsInProgressLimit)

@@ -37,6 +37,7 @@ import logging
 import os
 import shutil
 import struct
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -65,7 +66,7 @@ from bookie_server.entry_logs import (
 from bookie_server.journal import CrashPoint, JournalPosition, JournalRecord, RecordType, crash_point, decode_add_payload
 from bookie_server.storage_reads import CachedRange, StorageReads, cached_size
 
-__all__ = ["CHECKPOINT_PIECE_ENTRIES", "LedgerInfo", "LedgerStorage", "Snapshot"]
+__all__ = ["CHECKPOINT_PIECE_ENTRIES", "COMPACTION_BATCH_BYTES", "CompactedLog", "LedgerInfo", "LedgerStorage", "Snapshot"]
 
 log = logging.getLogger("bookie_server.storage")
 
@@ -79,7 +80,20 @@ _FLAG_HAS_LAC = 4
 #: holds the GIL while it sorts the keys and makes their index rows, 0.25-0.37 us per entry, so a piece keeps the
 #: event loop from waiting more than a few ms; a whole 64 MiB write cache of 100 B entries held it 125-185 ms.
 CHECKPOINT_PIECE_ENTRIES = 16384
+#: Bytes of live records a compaction reads from the old log before it appends their copies: what it holds in memory
+#: at once, whatever the size of the log (docs/bookie.md, "Compaction").
+COMPACTION_BATCH_BYTES = 8 * 1024 * 1024
 
+
+@dataclass(frozen=True, slots=True)
+class CompactedLog:
+    """One entry log a compaction emptied: its id, the live entries and bytes copied out of it, and its size."""
+
+    directory: Path
+    log_id: int
+    entries: int
+    live_bytes: int
+    log_bytes: int
 
 
 
@@ -186,10 +200,16 @@ class LedgerStorage(StorageReads):
         self._read_cache_bytes = 0
         self._pending_deletes: set[LedgerKey] = set()
         self.checkpoint_mark = JournalPosition(0, 0)
+        #: Held by whoever appends to the entry logs or moves their rows: a checkpoint's write, one log's compaction
+        #: (two threads; each pins the log it began in, ``LedgerDirectory.checkpoint_first_log``).
+        self._append_lock = threading.Lock()
+        #: Set by :meth:`close`: a compaction on another thread stops before its next log.
+        self._closing = False
 
     # -- life cycle ---------------------------------------------------------------------
     def open(self) -> None:
         """Open every directory's index and load all ledger states."""
+        self._closing = False
         marks: list[JournalPosition] = []
         for root in self.ledger_dirs:
             directory = LedgerDirectory(root, map_size=self._map_size, entry_log_size_limit=self._entry_log_size_limit)
@@ -214,10 +234,13 @@ class LedgerStorage(StorageReads):
         self.checkpoint_mark = min(marks)
 
     def close(self) -> None:
-        """Close indexes and files (run a checkpoint first to keep the write cache)."""
-        for directory in self._dirs:
-            directory.close()
-        self._dirs.clear()
+        """Close indexes and files (run a checkpoint first to keep the write cache).  A compaction running on
+        another thread (a GC round's, which a stop does not wait for) ends with the log it is copying."""
+        self._closing = True  # a compaction stops before its next log, whoever takes the lock first
+        with self._append_lock:
+            for directory in self._dirs:
+                directory.close()
+            self._dirs.clear()
 
     def _dir_for(self, scope_id: int, ledger_id: int) -> LedgerDirectory:
         return self._dirs[(scope_id * 31 + ledger_id) % len(self._dirs)]
@@ -481,7 +504,11 @@ class LedgerStorage(StorageReads):
         return Snapshot(mark=mark, entries=entries, states=states, deletes=deletes)
 
     def write_checkpoint(self, snapshot: Snapshot) -> None:
-        """Write a snapshot to entry logs and the index (any thread; the slow part)."""
+        """Write a snapshot to entry logs and the index (any thread; the slow part), never beside a compaction."""
+        with self._append_lock:
+            self._write_checkpoint(snapshot)
+
+    def _write_checkpoint(self, snapshot: Snapshot) -> None:
         per_dir: dict[int, list[CacheKey]] = {}
         n = len(self._dirs)
         if n == 1:
@@ -587,6 +614,109 @@ class LedgerStorage(StorageReads):
             except (OSError, lmdb.Error) as exc:
                 raise BookieIOError("entry log reclaim failed", error=str(exc)) from exc
         return removed
+
+    def compact_entry_logs(self, threshold: float) -> list[CompactedLog]:
+        """Compact every closed entry log whose live share of bytes is above 0 and under ``threshold`` (any
+        thread): its live records are copied to the current log and their index rows moved to the copies, the
+        emptiest logs first, as Apache BookKeeper's ``GarbageCollectorThread`` does (docs/bookie.md, "Compaction").
+        The emptied logs are not removed here: :meth:`reclaim_entry_logs` removes them, once the loop thread has
+        dropped its reused index snapshot (``LedgerDirectory.refresh``), which may still point into them.
+
+        Each log is one step under the append lock, so checkpoints wait at most one log's copy.  A crash after the
+        copy and before the index commit leaves copies no row points at (dead bytes of the current log); after the
+        commit and before the removal, a log no row points at, which the next reclaim removes.
+        """
+        compacted: list[CompactedLog] = []
+        if threshold <= 0:
+            return compacted
+        for directory in list(self._dirs):
+            try:
+                with self._append_lock:
+                    if self._closing:
+                        return compacted
+                    usage = directory.log_usage()
+            except (OSError, lmdb.Error) as exc:
+                raise BookieIOError("entry log usage scan failed", error=str(exc)) from exc
+            candidates = [log_id for log_id, (live, size) in usage.items() if live and size and live / size < threshold]
+            candidates.sort(key=lambda log_id: usage[log_id][0] - usage[log_id][1])  # most unused bytes first
+            for log_id in candidates:
+                with self._append_lock:
+                    if self._closing:
+                        return compacted  # the storage is closing (a stop)
+                    done = self._compact_log(directory, log_id, usage[log_id][1])
+                if done is not None:
+                    compacted.append(done)
+                    log.info(
+                        "compacted entry log %d of %s: %d live entries (%d of %d bytes) copied to the current log",
+                        log_id, directory.root, done.entries, done.live_bytes, done.log_bytes,
+                        extra={"log_id": log_id, "live_bytes": done.live_bytes, "log_bytes": done.log_bytes},
+                    )
+        return compacted
+
+    def _compact_log(self, directory: LedgerDirectory, log_id: int, log_bytes: int) -> CompactedLog | None:
+        """Copy one log's live records to the current log, sync, then move their rows in one LMDB commit (a row
+        only while it still points at the old record: a ledger deleted or an entry written again meanwhile keeps
+        what it has).  Under the append lock; the log a copy began in stays pinned until the commit."""
+        directory.checkpoint_first_log = directory.log_id
+        try:
+            rows = directory.rows_in_log(log_id)
+            if not rows:
+                return None
+            moves: list[tuple[bytes, bytes, bytes]] = []  # key, old location, new location
+            live_bytes = 0
+            at = 0
+            while at < len(rows):
+                batch: dict[CacheKey, bytes] = {}
+                old_of: dict[bytes, bytes] = {}
+                size = 0
+                chunk: list[object] = [None, 0, b""]
+                while at < len(rows) and (not batch or size < COMPACTION_BATCH_BYTES):
+                    key_bytes, location = rows[at]
+                    at += 1
+                    key = int.from_bytes(key_bytes, "big")
+                    data = directory.read_record(location, key, chunk)
+                    batch[key] = data
+                    old_of[key_bytes] = location
+                    size += len(data)
+                live_bytes += size
+                placed: list[tuple[int, int]] = []
+
+                def place(n: int) -> tuple[int, int]:
+                    placed.append(directory.place(n))
+                    return placed[-1]
+
+                blob, new_rows = log_records(list(batch), batch, place)
+                if directory.append(blob) != placed[-1]:
+                    raise BookieIOError("an entry log moved between placing and appending a compaction")
+                moves.extend((key_bytes, old_of[key_bytes], new) for key_bytes, new in new_rows)
+            directory.sync()
+            crash_point(CrashPoint.COMPACTION_COPIED)
+            with directory.env.begin(write=True, db=directory.index_db) as txn:
+                for key_bytes, old, new in moves:
+                    if txn.get(key_bytes) == old:
+                        txn.put(key_bytes, new)
+            crash_point(CrashPoint.COMPACTION_INDEXED)
+            return CompactedLog(directory.root, log_id, len(moves), live_bytes, log_bytes)
+        except (OSError, lmdb.Error) as exc:
+            raise BookieIOError("entry log compaction failed", log_id=log_id, error=str(exc)) from exc
+        finally:
+            directory.checkpoint_first_log = None
+
+    def refresh_indexes(self) -> None:
+        """Loop thread: drop the reused index snapshots (a compaction moved rows; the next lookup sees them)."""
+        for directory in self._dirs:
+            directory.refresh()
+
+    def entry_log_bytes(self) -> int:
+        """Bytes of every entry log file of every ledger directory (what compaction and reclaim bring down)."""
+        total = 0
+        for directory in self._dirs:
+            for log_id in directory.log_ids():
+                try:
+                    total += directory.log_path(log_id).stat().st_size
+                except FileNotFoundError:
+                    pass
+        return total
 
     def disk_usage(self) -> tuple[int, int]:
         """``(total, free)`` bytes summed over the ledger directories' file systems."""

@@ -160,7 +160,15 @@ class StorageReads:
         """Index lookup, then the entry-log record: through the loop thread's reused read transaction, or
         (``own_transaction``, any thread) through a new one.  Raises ENOENTRY, or EIO for index or log errors."""
         directory, location = self._index_location(key, own_transaction)
-        return self._read_logged(directory, location, key, None)
+        try:
+            return self._read_logged(directory, location, key, None)
+        except BookieIOError:
+            # A compaction may have moved the entry and removed its old log between the lookup and the read
+            # (docs/bookie.md, "Compaction"): once more from a fresh lookup, when it points elsewhere now.
+            _, moved = self._index_location(key, True)
+            if moved == location:
+                raise
+            return self._read_logged(directory, moved, key, None)
 
     def _index_location(self, key: CacheKey, own_transaction: bool) -> tuple[LedgerDirectory, bytes]:
         """The entry's directory and index value (see :meth:`_read_from_disk`); ENOENTRY, or EIO."""

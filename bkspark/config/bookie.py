@@ -50,6 +50,9 @@ class BookieConfig:
     flushInterval: int = 60000
     dbStorage_writeCacheMaxSizeMb: int = 64
     dbStorage_readAheadCacheMaxSizeMb: int = 64
+    #: The longest an add waits for room in a full write cache before it is refused (Java's key and default;
+    #: docs/bookie.md, "Limits"; 0: it waits as long as the checkpoint takes).
+    dbStorage_maxThrottleTimeMs: int = 10000
     #: Entries a cold single read brings into the read cache, the one asked for included (BookKeeper's key and
     #: default; docs/bookie.md, "Reads").  1 turns the read-ahead off.
     dbStorage_readAheadCacheBatchSize: int = 100
@@ -64,6 +67,16 @@ class BookieConfig:
     diskCheckInterval: int = 10000
     gcWaitTime: int = 900000
     verifyMetadataOnGc: bool = False
+    # -- entry-log compaction in GC rounds (Apache BookKeeper's keys and defaults; docs/bookie.md, "Compaction") --
+    #: A log whose live share of bytes is under this is compacted by a minor compaction (0: no minor compaction).
+    minorCompactionThreshold: float = 0.2
+    #: Seconds between minor compactions (0: none).
+    minorCompactionInterval: int = 3600
+    #: The same for major compactions.
+    majorCompactionThreshold: float = 0.8
+    majorCompactionInterval: int = 86400
+    #: While the ledger disks are over ``diskUsageThreshold``, every GC round runs a major compaction.
+    isForceGCAllowWhenNoSpace: bool = False
     httpServerEnabled: bool = False
     httpServerPort: int = 8000
     httpServerHost: str = "0.0.0.0"
@@ -75,9 +88,17 @@ class BookieConfig:
     maxLongPollReadsInProgress: int = 1000
     serverWriteBufferLowWaterMark: int = 384 * 1024
     serverWriteBufferHighWaterMark: int = 512 * 1024
+    #: How long a response may wait for a client that reads nothing (its connection's queued responses over the
+    #: high water mark) before it is given up (Java's key and default: -1 = never; docs/bookie.md, "Limits").
+    waitTimeoutOnResponseBackpressureMs: int = -1
+    #: What giving up means (Java's key and default): true closes the connection, false drops the responses.
+    closeChannelOnResponseTimeout: bool = False
     serverMaxConnections: int = 4096
     serverConnectionIdleTimeoutMs: int = 600000
     serverPartialFrameTimeoutMs: int = 30000
+    #: Bytes of unfinished frames (received in part) all connections together may hold (ours; docs/bookie.md,
+    #: "Limits"): the connection whose bytes take the total past it is closed.
+    serverPartialFramesMaxBytes: int = 64 * 1024 * 1024
     skipReplayJournalInvalidRecord: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -117,6 +138,8 @@ class BookieConfig:
             "serverMaxConnections",
             "serverConnectionIdleTimeoutMs",
             "serverPartialFrameTimeoutMs",
+            "serverPartialFramesMaxBytes",
+            "dbStorage_maxThrottleTimeMs",
         ):
             if getattr(self, key) < 0:
                 raise InvalidOptionError(f"{key} must be >= 0 (0 = no limit)", value=getattr(self, key))
@@ -126,6 +149,13 @@ class BookieConfig:
                 serverWriteBufferLowWaterMark=self.serverWriteBufferLowWaterMark,
                 serverWriteBufferHighWaterMark=self.serverWriteBufferHighWaterMark,
             )
+        for key in ("minorCompactionThreshold", "majorCompactionThreshold"):
+            if not 0 <= getattr(self, key) <= 1:
+                # Java's GarbageCollectorThread refuses a threshold over 1 ("Invalid ... compaction threshold").
+                raise InvalidOptionError(f"{key} must be between 0 and 1", value=getattr(self, key))
+        for key in ("minorCompactionInterval", "majorCompactionInterval"):
+            if getattr(self, key) < 0:
+                raise InvalidOptionError(f"{key} must be >= 0 seconds (0 = off)", value=getattr(self, key))
         if self.forceReadOnlyBookie and not self.readOnlyModeEnabled:
             # Java's bookie starts, turns read-only and shuts down at once (readOnlyModeEnabled=false): say so here.
             raise InvalidOptionError("forceReadOnlyBookie=true needs readOnlyModeEnabled=true")

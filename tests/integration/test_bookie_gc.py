@@ -87,7 +87,7 @@ def test_gc_hierarchical_layout_exact_paths(zk_root, tmp_path: Path) -> None:  #
         # No LAYOUT (unreadable metadata): nothing is deleted, even ledgers without metadata.
         add_ledgers(port, [77])
         zk.delete(root + "/LAYOUT")
-        assert cluster.http(0, "PUT", "/api/v1/bookie/gc") == {"deleted": []}
+        assert cluster.http(0, "PUT", "/api/v1/bookie/gc") == {"deleted": [], "compactedEntryLogs": 0}
         assert present(port, 77)
 
 
@@ -103,7 +103,7 @@ def test_gc_long_hierarchical_layout(zookeeper, tmp_path: Path) -> None:  # type
             zk.create(root + "/000/0000/0000/0000/L0005", b"metadata", makepath=True)
             zk.create(root + "/00/0000/L0006", b"decoy: the short form is not used by this layout", makepath=True)
             result = cluster.http(0, "PUT", "/api/v1/bookie/gc")
-            assert result == {"deleted": [{"scope": 0, "ledger": 6}]}
+            assert result == {"deleted": [{"scope": 0, "ledger": 6}], "compactedEntryLogs": 0}
             assert present(port, 5) and not present(port, 6)
     finally:
         zk.delete(root, recursive=True)

@@ -228,7 +228,7 @@ def test_a_java_bookies_conf_file_works_as_is(tmp_path: Path, caplog: pytest.Log
     values.pop("metadataServiceUri")  # no ZooKeeper in a unit test
     values.update(bindAddress="127.0.0.1", bookieId="java-file-bookie")
     # Keys of Apache BookKeeper's shipped bk_server.conf that bkspark does not know at all.
-    values.update(minorCompactionInterval=3600, majorCompactionThreshold=0.8, prometheusStatsHttpPort=8000)
+    values.update(compactionRateByEntries=1000, majorCompactionMaxTimeMillis=0, prometheusStatsHttpPort=8000)
     path = write_properties(tmp_path / "bk_server.conf", values)
     conf = load_conf(path)
     assert (conf.dbStorage_writeCacheMaxSizeMb, conf.logSizeLimit, conf.diskUsageThreshold) == (16, 64 << 20, 0.99)
@@ -246,7 +246,7 @@ def test_a_java_bookies_conf_file_works_as_is(tmp_path: Path, caplog: pytest.Log
     with caplog.at_level(logging.INFO, logger="bkspark"):
         asyncio.run(body())
     assert "ledgerStorageClass" in caplog.text  # told, not refused
-    assert "unknown bookie configuration key 'minorCompactionInterval' is ignored" in caplog.text
+    assert "unknown bookie configuration key 'compactionRateByEntries' is ignored" in caplog.text
 
 
 def test_the_disks_are_checked_every_disk_check_interval(tmp_path: Path) -> None:

@@ -118,8 +118,9 @@ async def _readable(conn: Conn, timeout: float) -> bool:
     return True
 
 
-@with_bookie(dbStorage_writeCacheMaxSizeMb=1, flushInterval=600000)
+@with_bookie(dbStorage_writeCacheMaxSizeMb=1, flushInterval=600000, dbStorage_maxThrottleTimeMs=0)
 async def test_full_write_cache_blocks_adds_while_a_checkpoint_runs(bookie: Bookie, server: BookieServer) -> None:
+    """With ``dbStorage_maxThrottleTimeMs=0`` the adds wait as long as the checkpoint takes."""
     release = threading.Event()
     write = bookie.storage.write_checkpoint
 
@@ -148,6 +149,46 @@ async def test_full_write_cache_blocks_adds_while_a_checkpoint_runs(bookie: Book
     for _ in range(total - acked):
         assert v2.decode_response(await c.body(timeout=10.0)).rc == v2.EOK
     c.close()
+
+
+@with_bookie(dbStorage_writeCacheMaxSizeMb=1, flushInterval=600000, dbStorage_maxThrottleTimeMs=300)
+async def test_adds_waiting_for_a_full_write_cache_are_refused_after_the_max_throttle_time(
+    bookie: Bookie, server: BookieServer
+) -> None:
+    """A checkpoint that does not end (a stuck disk) with the write cache full: each add waits at most
+    ``dbStorage_maxThrottleTimeMs``, then gets Java's refusal, v2 ETOOMANYREQUESTS and v3 EIO, while the checkpoint
+    still hangs; the old code kept them waiting for as long as it hung.  Once it ends, adds are taken again."""
+    release = threading.Event()
+    write = bookie.storage.write_checkpoint
+
+    def stuck_write(snapshot: object) -> None:
+        release.wait(60)
+        write(snapshot)  # type: ignore[arg-type]
+
+    bookie.storage.write_checkpoint = stuck_write  # type: ignore[method-assign]
+    try:
+        c = await Conn.open(server.port)
+        payload = b"p" * 64 * 1024
+        total = 48
+        c.send(b"".join(v2.encode_add_request(0, KEY, make_entry(1, i, payload)) for i in range(total)))
+        answers = [v2.decode_response(await c.body(timeout=30.0)) for _ in range(total)]
+        assert not release.is_set()
+        rcs = {a.rc for a in answers}
+        assert rcs <= {v2.EOK, v2.ETOOMANYREQUESTS} and v2.ETOOMANYREQUESTS in rcs
+        v3c = await Conn.open(server.port)
+        add = v3.add_request(7, 2, 0, KEY, make_entry(2, 0, payload))
+        v3c.send(v3.encode_request(add))
+        resp = v3.decode_response(await v3c.body(timeout=30.0))
+        assert (resp.header.txnId, resp.status) == (7, pb.EIO)
+        assert not release.is_set()
+        assert server.limit_log.hits.get("dbStorage_maxThrottleTimeMs", 0) >= 2
+    finally:
+        release.set()
+    while bookie.write_cache_full:
+        await asyncio.sleep(0.05)
+    assert (await c.v2(v2.encode_add_request(0, KEY, make_entry(3, 0, b"after")))).rc == v2.EOK
+    c.close()
+    v3c.close()
 
 
 @with_bookie(maxLongPollReadsInProgress=1, maxReadsInProgressLimit=1)
@@ -271,3 +312,74 @@ async def test_time_the_bookie_paused_reading_does_not_count_against_a_partial_f
     assert bytes(v2.decode_response(await c.body()).entry) == big
     assert server.limit_log.hits.get("serverPartialFrameTimeoutMs", 0) == 0
     c.close()
+
+
+async def _flood_until_writing_pauses(server: BookieServer, c: Conn, entry_bytes: int) -> object:
+    """``c`` asks for 64 KiB entries and reads none of them: its connection's responses back up until the bookie
+    stops writing to it (its write buffer over the high water mark).  Returns the server side of ``c``."""
+    c.send(b"".join(v3.encode_request(v3.read_request(100 + i, 1, 0)) for i in range(400)))
+    for _ in range(600):
+        blocked = [conn for conn in server.connections if conn._write_blocked]
+        if blocked:
+            return blocked[0]
+        await asyncio.sleep(0.05)
+    raise AssertionError("the connection's responses never backed up")
+
+
+@with_bookie(serverWriteBufferHighWaterMark=65536, serverWriteBufferLowWaterMark=32768,
+             waitTimeoutOnResponseBackpressureMs=300, closeChannelOnResponseTimeout=True)
+async def test_a_client_that_reads_no_response_is_closed_after_the_response_timeout(
+    bookie: Bookie, server: BookieServer
+) -> None:
+    """``closeChannelOnResponseTimeout=true`` (Java's server setting): a connection whose responses wait longer than
+    ``waitTimeoutOnResponseBackpressureMs`` for a client that reads nothing is dropped, its queued responses with it;
+    another client is served throughout.  The old code kept such a connection, paused, for as long as it lived."""
+    writer = await Conn.open(server.port)
+    assert (await writer.v2(v2.encode_add_request(0, KEY, make_entry(1, 0, b"e" * 65536)))).rc == v2.EOK
+    hog = await Conn.open(server.port)
+    stuck = await _flood_until_writing_pauses(server, hog, 65536)
+    for _ in range(600):
+        if stuck not in server.connections:
+            break
+        await asyncio.sleep(0.05)
+    assert stuck not in server.connections
+    assert server.limit_log.hits.get("waitTimeoutOnResponseBackpressureMs", 0) == 1
+    assert (await writer.v2(v2.encode_read_request(1, 0))).rc == v2.EOK
+    writer.close()
+    hog.close()
+
+
+@with_bookie(serverWriteBufferHighWaterMark=65536, serverWriteBufferLowWaterMark=32768,
+             waitTimeoutOnResponseBackpressureMs=300, closeChannelOnResponseTimeout=False)
+async def test_without_close_a_timed_out_clients_responses_are_dropped_until_it_reads_again(
+    bookie: Bookie, server: BookieServer
+) -> None:
+    """``closeChannelOnResponseTimeout=false``: the connection stays; a response made after the timeout while its
+    client still reads nothing (a long poll answered by another client's add) is dropped, not queued; once the client
+    reads again, it is answered as before."""
+    writer = await Conn.open(server.port)
+    assert (await writer.v2(v2.encode_add_request(0, KEY, make_entry(1, 0, b"e" * 65536)))).rc == v2.EOK
+    hog = await Conn.open(server.port)
+    hog.send(v3.encode_request(v3.read_request(1, 1, 1, previous_lac=-1, timeout_ms=60_000)))  # waits for the LAC
+    stuck = await _flood_until_writing_pauses(server, hog, 65536)
+    for _ in range(600):
+        if stuck._dropping_responses:
+            break
+        await asyncio.sleep(0.05)
+    assert stuck._dropping_responses and stuck in server.connections
+    assert (await writer.v2(v2.encode_add_request(0, KEY, make_entry(1, 1, b"f", lac=0)))).rc == v2.EOK
+    for _ in range(600):
+        if stuck.responses_dropped:
+            break
+        await asyncio.sleep(0.05)
+    assert stuck.responses_dropped >= 1  # the long poll's answer
+    # The client reads again: what was queued arrives, and a new request is answered.
+    hog.send(v3.encode_request(v3.read_request(999, 1, 1)))
+    txns = []
+    while not txns or txns[-1] != 999:
+        resp = v3.decode_response(await hog.body(timeout=10.0))
+        txns.append(resp.header.txnId)
+    assert resp.status == pb.EOK and not stuck._dropping_responses
+    assert 1 not in txns  # the long poll's answer was dropped
+    writer.close()
+    hog.close()

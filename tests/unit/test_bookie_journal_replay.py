@@ -1,13 +1,17 @@
-"""Strict journal replay (bookie_server.journal.replay_journals): one case per kind of damage, every directory."""
+"""Strict journal replay (bookie_server.journal.replay_journals): one case per kind of damage, every directory;
+each case with the default read size and with reads of 7 bytes, which split every record across reads (the bounded
+reads themselves: tests/unit/test_bookie_journal_stream.py)."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from bkspark.errors import CorruptJournalError
+from bookie_server import journal as journal_module
 from bookie_server.journal import (
     Journal,
     JournalPosition,
@@ -19,6 +23,13 @@ from bookie_server.journal import (
 )
 
 START = JournalPosition(0, 0)
+
+
+@pytest.fixture(autouse=True, params=[journal_module.REPLAY_READ_BYTES, 7], ids=["default-reads", "7-byte-reads"])
+def read_size(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    """Every case runs with the default read size and with reads of 7 bytes (records split across reads)."""
+    monkeypatch.setattr(journal_module, "REPLAY_READ_BYTES", request.param)
+    yield request.param
 
 
 def write_files(dirs: list[Path], files: int, per_file: int = 3) -> list[tuple[int, Path]]:

@@ -1075,7 +1075,7 @@ def _doc_value(text: str) -> object:
         return text == "true"
     if text.startswith("`/"):
         return [text.strip("`")]
-    if re.fullmatch(r"\d+", text):
+    if re.fullmatch(r"-?\d+", text):
         return int(text)
     return float(text) if re.fullmatch(r"\d+\.\d+", text) else text
 
