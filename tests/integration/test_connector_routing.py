@@ -4,7 +4,7 @@ ZooKeeper and Python bookies: one job, several datasets, one commit point.
 The driver's side is driven in this process as Spark drives it (test_connector_commit.py's helpers), so that a
 fault can be placed after every step: after each, every dataset of the job reads its old rows or every one its
 new rows (never a mixture across datasets), no committed ledger is gone, the orphan audit reports what is left
-in each dataset, and ``bkspark shell recoverjobs`` removes it.  test_connector_routing_spark.py runs routed
+in each dataset, and ``bkspark shell recoverjobs`` removes it.  test_connector_kafka_options.py runs routed
 jobs through real Spark.
 """
 
