@@ -545,14 +545,10 @@ class DatasetRegistry:
         ledgers: Iterable[Ledger],
         *,
         replace_all: bool,
-        job_id: str,
-        key: CommitKey,
-        parents: Iterable[Ledger] = (),
-        extra_creates: Sequence[tuple[str, bytes]] = (),
-        before_multi: Callable[[], None] | None = None,
-        ledger_path: Callable[[int, int], str] | None = None,
+        **commit: Any,
     ) -> PublishResult:
-        """Make ``ledgers`` part of dataset ``name`` in one ``multi`` (the commit point).
+        """Make ``ledgers`` part of dataset ``name`` in one ``multi`` (the commit point); ``commit`` holds
+        :meth:`publish_many`'s keywords (``job_id`` and ``key`` required).
 
         With ``replace_all`` (overwrite) the root names exactly ``ledgers`` and the previous shards become
         ``retired``; otherwise the ledgers are appended.  The ``multi`` also moves the job's record from
@@ -566,10 +562,7 @@ class DatasetRegistry:
         checks), and the others are looked up before the shards are written; a ledger that is gone fails the
         commit with :func:`ledgers_gone_error` and nothing is published.
         """
-        return self.publish_many(
-            [PublishTarget(name, tuple(ledgers), replace_all)], job_id=job_id, key=key, parents=parents,
-            extra_creates=extra_creates, before_multi=before_multi, ledger_path=ledger_path,
-        )[0]
+        return self.publish_many([PublishTarget(name, tuple(ledgers), replace_all)], **commit)[0]
 
     def publish_many(
         self,

@@ -23,7 +23,6 @@ import pyarrow as pa
 import pytest
 
 from bkspark.client import BookKeeper
-from bkspark.datasource.clients import client_conf, evict_client
 from bkspark.datasource.datasets import DatasetRegistry, JobState
 from bkspark.datasource.faults import ENV_FAULTS, injected
 from bkspark.datasource.source import BookKeeperDataSource
@@ -31,22 +30,25 @@ from bkspark.datasource.writer import TAG_DATASETS, BookKeeperWriter, RoutedComm
 from bkspark.errors import InvalidOptionError, InvalidRowError
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.zookeeper import ZooKeeperServer
-from tests.integration.test_connector_commit import (
+from tests.integration.test_connector_commit import (  # noqa: F401 - uri, bk, registry: fixtures on this module's cluster
     KILLED_DRIVER,
     REPO,
     assert_clean,
     audit,
+    bk,
     ledgers_of,
     leftovers_of,
     new_writer,
     parents_of,
     read_rows,
     recoverjobs,
+    registry,
     rows,
     run_job,
     spark_commit,
     spark_commit_abort,
     two_bookies,
+    uri,
 )
 
 pytestmark = [pytest.mark.integration]
@@ -57,24 +59,6 @@ ROOT = "/bk-connector-routing"
 @pytest.fixture(scope="module")
 def py_cluster(zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PythonBookieCluster]:
     yield from two_bookies(zookeeper, tmp_path_factory, ROOT)
-
-
-@pytest.fixture(scope="module")
-def uri(py_cluster: PythonBookieCluster) -> Iterator[str]:
-    yield py_cluster.metadata_service_uri
-    evict_client(py_cluster.metadata_service_uri, client_conf(()))
-    evict_client(py_cluster.metadata_service_uri, client_conf((), batch_read_enabled=True))
-
-
-@pytest.fixture(scope="module")
-def bk(py_cluster: PythonBookieCluster) -> Iterator[BookKeeper]:
-    with BookKeeper(py_cluster.metadata_service_uri) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def registry(bk: BookKeeper) -> DatasetRegistry:
-    return DatasetRegistry(bk.store.zk, bk.store.root)
 
 
 # -- a routed job, driven as Spark drives it -------------------------------------------------------------------------
