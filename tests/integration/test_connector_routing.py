@@ -28,6 +28,7 @@ from bkspark.datasource.faults import ENV_FAULTS, injected
 from bkspark.datasource.source import BookKeeperDataSource
 from bkspark.datasource.writer import TAG_DATASETS, BookKeeperWriter, RoutedCommitMessage
 from bkspark.errors import InvalidOptionError, InvalidRowError
+from bkspark.shell.datasets import show_dataset
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.zookeeper import ZooKeeperServer
 from tests.integration.test_connector_commit import (  # noqa: F401 - uri, bk, registry: fixtures on this module's cluster
@@ -355,12 +356,16 @@ def test_the_driver_killed_before_or_after_the_commit_point_and_the_rerun_publis
 def test_a_routed_job_still_writing_is_found_by_recoverjobs_with_either_dataset(
     uri: str, bk: BookKeeper, registry: DatasetRegistry, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A routed job's record names no dataset until it commits: its registrations do, so ``recoverjobs
-    --dataset`` with any of its datasets aborts it once stale, and the audit reports its ledgers meanwhile."""
+    """A routed job's record names no dataset until it commits: its registrations do, so ``showdataset`` lists
+    it under each, ``recoverjobs --dataset`` with any of its datasets aborts it once stale, and the audit
+    reports its ledgers meanwhile."""
     names = ["rw-a", "rw-b"]
     writer = routed_writer(uri, overwrite=False)
     routed_task(writer, spread(names, "w", 1))
     assert registry.job_datasets(writer.job_id, registry.job(writer.job_id)) == tuple(names)
+    for name in names:  # `bkspark shell showdataset` lists the job under each of its datasets
+        summary = show_dataset(uri, name)
+        assert summary is not None and [j.job for j in summary.jobs] == [writer.job_id]
     mine = ledgers_of(bk, "rw-a") | ledgers_of(bk, "rw-b")
     assert mine and mine <= set(audit(uri, bk))
     out = recoverjobs(uri, capsys, ("--dataset", "rw-b", "--stale-after", "0"))
