@@ -598,20 +598,22 @@ class BookKeeperWriter(DataSourceArrowWriter):
         cleaner.finish_commit(self.job_id, names, extra_ledgers=committed)
 
     def _parent_znode(
-        self, bk: Any, ledgers: list[tuple[int, int]], parent: tuple[int, int], datasets: list[str]
+        self, bk: Any, ledgers: list[tuple[int, int]], parent: tuple[int, int], datasets: list[str] | None = None
     ) -> tuple[str, bytes]:
         """The metadata znode of the job's parent ledger (path, bytes), created by the publishing ``multi``.
 
         The parent is an empty closed ledger (the job's commit marker) on the ensemble of the first of the job's
         ``ledgers``; when that one is gone, the commit fails naming every one that is gone (:func:`ledgers_gone_error`).  Created in the same ``multi`` as the manifest, it exists exactly when the job is committed: the
         ledgers of a job that never committed always name a missing parent, which the orphan audit reports.
-        A routed job's parent is the parent of its ledgers in every dataset, which ``bkspark.datasets`` lists.
+        A routed job's parent is the parent of its ledgers in every one of ``datasets`` (default: the option's),
+        which ``bkspark.datasets`` lists.
         """
         from bkspark.context import CLOSE_KEY, SEAL_TIME_KEY, LedgerCloseContext, LedgerCreateContext
         from bkspark.datasource.datasets import ledgers_gone_error
         from bkspark.errors import NoSuchLedgerMetadataError
 
         opts = self.options
+        datasets = datasets or [opts.dataset]
         host = socket.gethostname()[:256]
         context = (
             LedgerCreateContext.builder()

@@ -37,6 +37,7 @@ from tests.integration.test_connector_commit import (  # noqa: F401 - uri, bk, r
     assert_clean,
     audit,
     bk,
+    commit_at_once,
     ledgers_of,
     leftovers_of,
     new_writer,
@@ -171,6 +172,27 @@ def test_a_shared_parent_stays_until_no_dataset_names_it(uri: str, bk: BookKeepe
         assert (parent in ledgers_of(bk)) is remaining
         assert audit(uri, bk) == {}, name
     assert read_rows(uri, "share-a") == rows("after-share-a", 1)
+
+
+def test_routed_jobs_and_single_appends_committing_at_once_all_publish_once(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry
+) -> None:
+    """Two routed jobs over overlapping datasets and a single-dataset append, committed at once: a lost
+    compare-and-set on any one root re-plans the whole multi, so every job publishes all its rows exactly once."""
+    names = ["race-a", "race-b", "race-c"]
+    jobs = []
+    for i, routed_to in enumerate((names[:2], names[1:])):
+        writer = routed_writer(uri, overwrite=False)
+        jobs.append((writer, [routed_task(writer, spread(routed_to, f"job{i}", 2))]))
+    single = new_writer(uri, "race-b", overwrite=False)
+    jobs.append((single, run_job(single, [rows("single", 2)])))
+    assert commit_at_once(jobs) == ["committed"] * 3
+    job0, job1 = expected(names[:2], "job0", 2), expected(names[1:], "job1", 2)
+    assert read_rows(uri, "race-a") == job0["race-a"]
+    assert read_rows(uri, "race-b") == sorted(job0["race-b"] + job1["race-b"] + rows("single", 2))
+    assert read_rows(uri, "race-c") == job1["race-c"]
+    for name in names:
+        assert_clean(bk, registry, name)
 
 
 def test_a_job_with_no_rows_publishes_nothing_and_leaves_nothing(uri: str, registry: DatasetRegistry) -> None:
