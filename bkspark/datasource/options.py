@@ -267,7 +267,7 @@ def _dataset(opts: Mapping[str, str], required: bool) -> str | None:
         if required:
             raise InvalidOptionError(
                 "[BOOKKEEPER_MISSING_OPTION] option 'dataset' is required for writes: it names the set of "
-                "ledgers the job writes, e.g. .option('dataset', 'events'); a batch write may instead route "
+                "ledgers the job writes, e.g. .option('dataset', 'events'); a write may instead route "
                 "each row by a string column 'dataset' (docs/connector.md, \"Routing rows by a dataset column\")"
             )
         return None

@@ -144,9 +144,10 @@ class BookKeeperDataSource(DataSource):
         """
         from bkspark.datasource.stream_writer import BookKeeperStreamWriter, parse_stream_write_options
 
-        options, checkpoint = parse_stream_write_options(self.options)
+        columns = row_columns(schema)
+        options, checkpoint = parse_stream_write_options(self.options, routed=columns.dataset_index is not None)
         return BookKeeperStreamWriter(
-            options, *_payload_column(schema), checkpoint, complete=overwrite, row_columns=row_columns(schema, stream=True)
+            options, *_payload_column(schema), checkpoint, complete=overwrite, row_columns=columns
         )
 
 
@@ -176,26 +177,20 @@ def _payload_column(schema: Any) -> tuple[int, bool]:
 WRITE_COLUMNS = ("payload", "key", "headers", "dataset")
 
 
-def row_columns(schema: Any, *, stream: bool = False) -> "RowColumnIndexes":
+def row_columns(schema: Any) -> "RowColumnIndexes":
     """Where the ``key``, ``headers`` and ``dataset`` columns of a DataFrame to write are (each optional),
-    checked; any column the writer would not keep is an error naming it (nothing is dropped silently).  A
-    stream write (``stream``) refuses a ``dataset`` column: its sink publishes one dataset."""
+    checked; any column the writer would not keep is an error naming it (nothing is dropped silently)."""
     from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType
 
     from bkspark.datasource.writer import DATASET_COLUMN, RowColumnIndexes
     from bkspark.errors import InvalidOptionError
 
     names = [f.name.lower() for f in schema.fields]
-    kept = WRITE_COLUMNS if not stream else tuple(c for c in WRITE_COLUMNS if c != DATASET_COLUMN)
-    unknown = [f.name for f in schema.fields if f.name.lower() not in kept]
+    unknown = [f.name for f in schema.fields if f.name.lower() not in WRITE_COLUMNS]
     if unknown:
-        routing = (
-            "; a stream write publishes one dataset, so it takes no 'dataset' column"
-            if stream and DATASET_COLUMN in [n.lower() for n in unknown]
-            else ", and a batch write routes rows by a 'dataset' column"
-        )
         raise InvalidOptionError(
-            f"[BOOKKEEPER_UNKNOWN_COLUMNS] the bookkeeper writer keeps only the columns payload, key and headers{routing}; "
+            "[BOOKKEEPER_UNKNOWN_COLUMNS] the bookkeeper writer keeps only the columns payload, key and headers, "
+            "and routes rows by a 'dataset' column; "
             f"the DataFrame also has {', '.join(repr(n) for n in unknown)}, which would be lost: drop them, or fold "
             "them into payload (e.g. to_json(struct(...))), key or headers (docs/connector.md, \"Write\")"
         )

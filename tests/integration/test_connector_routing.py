@@ -249,16 +249,106 @@ def test_a_dataset_column_of_another_type_fails_save_naming_it(uri: str, registr
     assert set(registry.jobs()) == jobs  # failed before the job began
 
 
-def test_a_stream_write_refuses_a_dataset_column(uri: str, tmp_path: Path) -> None:
-    """The streaming sink publishes one dataset per query: a dataset column is refused as any unknown column."""
+def stream_sink(uri: str, checkpoint: Path, complete: bool = False) -> Any:
+    """``df.writeStream`` of a DataFrame (payload binary, dataset string) without the ``dataset`` option."""
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
     source = BookKeeperDataSource({
-        "metadataserviceuri": uri, "dataset": "s", "checkpointlocation": str(tmp_path),
+        "metadataserviceuri": uri, "checkpointlocation": str(checkpoint), "ensemblesize": "2",
+        "writequorumsize": "2", "ackquorumsize": "2",
     })
     schema = StructType([StructField("payload", BinaryType()), StructField("dataset", StringType())])
-    with pytest.raises(InvalidOptionError, match=r"\[BOOKKEEPER_UNKNOWN_COLUMNS\].*stream write publishes one dataset"):
-        source.streamWriter(schema, False)
+    return pickle.loads(pickle.dumps(source.streamWriter(schema, complete)))
+
+
+def stream_task(sink: Any, batch_id: int, run: str, routed: list[tuple[str | None, bytes]]) -> Any:
+    """One Spark task of micro-batch ``batch_id`` of run ``run`` (its ids given, not read from local properties)."""
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([p for _, p in routed], pa.binary()), pa.array([d for d, _ in routed], pa.string())],
+        names=["payload", "dataset"],
+    )
+    return sink._tasks.write_batch(iter([batch] if routed else []), batch_id, run)
+
+
+def test_the_stream_sink_routes_each_micro_batch_exactly_once(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``writeStream`` routes as a batch write does: each micro-batch publishes every dataset its rows name in
+    one multi with the query's key (batch id) in every root; a replayed batch (a restarted query) publishes
+    nothing and its duplicate ledgers go; an aborted batch leaves nothing in any dataset."""
+    names = ["sroute-a", "sroute-b", "sroute-c"]
+    sink = stream_sink(uri, tmp_path / "cp")
+    first = stream_task(sink, 0, "runA", spread(names[:2], "b0", 2))
+    sink.commit([first], 0)
+    replay = stream_task(sink, 0, "runB", spread(names[:2], "b0", 2))
+    sink.commit([replay], 0)
+    assert not {lid for _, part in replay.ledgers for lid in [part.ledger_id]} & ledgers_of(bk)
+    failed = stream_task(sink, 1, "runB", spread(names, "lost", 1))
+    sink.abort([failed], 1)
+    assert not {part.ledger_id for _, part in failed.ledgers} & ledgers_of(bk)
+    second = stream_task(sink, 1, "runC", spread(names[1:], "b1", 1))
+    sink.commit([second, stream_task(sink, 1, "runC", [])], 1)
+    b0, b1 = expected(names[:2], "b0", 2), expected(names[1:], "b1", 1)
+    assert read_rows(uri, "sroute-a") == b0["sroute-a"]
+    assert read_rows(uri, "sroute-b") == sorted(b0["sroute-b"] + b1["sroute-b"])
+    assert read_rows(uri, "sroute-c") == b1["sroute-c"]
+    for name in names:
+        assert registry.root(name).token(sink.writer) == (0 if name == "sroute-a" else 1)  # type: ignore[union-attr]
+        assert_clean(bk, registry, name)
+    assert audit(uri, bk) == {}
+
+
+def test_a_routed_complete_mode_batch_replaces_the_datasets_it_names_and_an_empty_one_none(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, tmp_path: Path
+) -> None:
+    names = ["scomp-a", "scomp-b"]
+    sink = stream_sink(uri, tmp_path / "cp", complete=True)
+    sink.commit([stream_task(sink, 0, "run", spread(names, "b0", 2))], 0)
+    sink.commit([stream_task(sink, 1, "run", spread(names[:1], "b1", 1))], 1)
+    sink.commit([stream_task(sink, 2, "run", [])], 2)
+    assert read_rows(uri, "scomp-a") == expected(names[:1], "b1", 1)["scomp-a"]
+    assert read_rows(uri, "scomp-b") == expected(names, "b0", 2)["scomp-b"]
+    for name in names:
+        assert_clean(bk, registry, name)
+    assert audit(uri, bk) == {}
+
+
+def test_a_routed_stream_batch_killed_after_its_commit_point_is_not_published_again(
+    uri: str, bk: BookKeeper, registry: DatasetRegistry, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The driver dies right after a routed micro-batch's multi: both datasets hold the batch; the restarted
+    query's commit of the replayed batch publishes nothing, and its clean-up removes what the dead run left."""
+    names = ["skill-a", "skill-b"]
+    sink = stream_sink(uri, tmp_path / "cp")
+    messages = [stream_task(sink, 0, "runA", spread(names, "b0", 2))]
+    state = tmp_path / "driver.pickle"
+    state.write_bytes(pickle.dumps((sink, messages)))
+    script = tmp_path / "driver.py"
+    script.write_text(STREAM_DRIVER)
+    env = dict(os.environ, **{ENV_FAULTS: "commit.published=kill"})
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    proc = subprocess.run([sys.executable, str(script), str(state)], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=120, start_new_session=True)
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr[-3000:])
+    b0 = expected(names, "b0", 2)
+    assert {name: read_rows(uri, name) for name in names} == b0
+    replay = stream_task(sink, 0, "runB", spread(names, "b0", 2))
+    sink.commit([replay], 0)
+    assert {name: read_rows(uri, name) for name in names} == b0
+    for name in names:
+        assert_clean(bk, registry, name)
+    assert audit(uri, bk) == {}
+
+
+STREAM_DRIVER = """
+import pickle, sys
+sink, messages = pickle.load(open(sys.argv[1], "rb"))
+try:
+    sink.commit(messages, 0)
+except Exception:
+    sink.abort(messages, 0)
+print("survived", flush=True)
+"""
 
 
 # -- crash safety across the datasets of one job -------------------------------------------------------------------
