@@ -42,7 +42,7 @@ from bkspark.datasource.writer import (
     LedgerCommitMessage,
     RoutedCommitMessage,
     RowColumnIndexes,
-    _ledgers_by_dataset,
+    ledgers_by_dataset,
 )
 from bkspark.errors import InvalidOptionError
 
@@ -226,7 +226,7 @@ class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
         bk, registry = self._registry()
         cleaner = CommitCleaner(bk, registry)
         if jobs:
-            self._publish(bk, registry, cleaner, jobs[0], _ledgers_by_dataset(messages, self.options.dataset), batch)
+            self._publish(bk, registry, cleaner, jobs[0], ledgers_by_dataset(messages, self.options.dataset), batch)
         elif self.complete and not self._tasks.routed:  # a routed batch without rows names no dataset to empty
             runs = sorted({m.job_id for m in messages if isinstance(m, StreamCommitMessage) and m.job_id})
             self._publish_nothing(registry, cleaner, runs[0] if runs else batch_job_id(self.writer, batch, "driver"), batch)
@@ -301,7 +301,7 @@ class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
         from bkspark.datasource.writer import CommitCleaner
 
         bk, registry = self._registry()
-        by_dataset = _ledgers_by_dataset(messages, self.options.dataset)
+        by_dataset = ledgers_by_dataset(messages, self.options.dataset)
         ledgers = [ledger for found in by_dataset.values() for ledger in found]
         cleaner = CommitCleaner(bk, registry)
         for job_id in registry.jobs():

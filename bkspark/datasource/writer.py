@@ -566,7 +566,7 @@ class BookKeeperWriter(DataSourceArrowWriter):
         bk = self._client()
         registry = self._registry(bk)
         opts = self.options
-        by_dataset = _ledgers_by_dataset(messages, opts.dataset)
+        by_dataset = ledgers_by_dataset(messages, opts.dataset)
         if not self.routed:
             by_dataset.setdefault(opts.dataset, [])  # a job with no rows still publishes (an overwrite empties)
         names = sorted(by_dataset)
@@ -652,14 +652,14 @@ class BookKeeperWriter(DataSourceArrowWriter):
         commit's clean-up instead: committed work is never aborted.
         """
         bk = self._client()
-        by_dataset = _ledgers_by_dataset(messages, self.options.dataset)
+        by_dataset = ledgers_by_dataset(messages, self.options.dataset)
         datasets = sorted(by_dataset) if self.routed else [self.options.dataset]
         CommitCleaner(bk, self._registry(bk)).abort_job(
             self.job_id, datasets, extra_ledgers=[ledger for ledgers in by_dataset.values() for ledger in ledgers]
         )
 
 
-def _ledgers_by_dataset(messages: list[Any], dataset: str) -> dict[str, list[tuple[int, int]]]:
+def ledgers_by_dataset(messages: list[Any], dataset: str) -> dict[str, list[tuple[int, int]]]:
     """The ledgers of the tasks' commit messages per dataset (``dataset`` for a job of one dataset's messages;
     None for failed tasks; NO_LEDGER for empty partitions)."""
     out: dict[str, list[tuple[int, int]]] = {}
@@ -674,7 +674,7 @@ def _ledgers_by_dataset(messages: list[Any], dataset: str) -> dict[str, list[tup
 
 def _committed_ledgers(messages: list[Any]) -> list[tuple[int, int]]:
     """The ledgers of the tasks' commit messages (None for failed tasks; NO_LEDGER for empty partitions)."""
-    return [ledger for ledgers in _ledgers_by_dataset(messages, "").values() for ledger in ledgers]
+    return [ledger for ledgers in ledgers_by_dataset(messages, "").values() for ledger in ledgers]
 
 
 def _delete_ledgers(bk: Any, ledgers: Iterable[tuple[int, int]]) -> None:

@@ -174,6 +174,27 @@ def test_a_dataset_column_routes_rows_to_several_datasets_in_one_spark_job(spark
     assert rows_of("routed-option") == [(b"opt", None)] and rows_of("routed-c") == want["routed-c"]
 
 
+def test_a_streaming_query_routes_each_micro_batch_by_its_dataset_column(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """``writeStream`` without the ``dataset`` option: each row of each micro-batch goes to the dataset its
+    ``dataset`` column names, once (docs/connector.md, "Routing rows by a dataset column")."""
+    from pyspark.sql import functions as F
+
+    uri = py_cluster.metadata_service_uri
+    payloads = [b"s-%d" % i for i in range(60)]
+    lid = write_bkspark_ledger(bk, payloads)
+    query = (
+        spark.readStream.format("bookkeeper").option("metadataServiceUri", uri).option("ledgers", str(lid))
+        .option("maxEntriesPerTrigger", "25").load()
+        .select("payload", F.when(F.col("entry_id") % 2 == 0, "sroute-even").otherwise("sroute-odd").alias("dataset"))
+        .writeStream.format("bookkeeper").option("metadataServiceUri", uri)
+        .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start()
+    )
+    assert query.awaitTermination(180)
+    for name, parity in (("sroute-even", 0), ("sroute-odd", 1)):
+        got = sorted(bytes(r.payload) for r in _read(spark, uri, dataset=name).collect())
+        assert got == sorted(p for i, p in enumerate(payloads) if i % 2 == parity)
+
+
 def test_a_null_dataset_in_a_row_fails_the_spark_job_and_publishes_nothing(spark, bk, py_cluster) -> None:  # noqa: F811
     """A row whose dataset is null fails its task naming the column; the job aborts: no dataset changed, no
     ledger or job record left.  Spark's Python sources take only append and overwrite, routed or not."""
