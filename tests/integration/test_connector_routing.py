@@ -32,6 +32,7 @@ from bkspark.shell.datasets import show_dataset
 from tests.harness.python_bookie import PythonBookieCluster
 from tests.harness.zookeeper import ZooKeeperServer
 from tests.integration.test_connector_commit import (  # noqa: F401 - uri, bk, registry: fixtures on this module's cluster
+    COMMIT_FAULTS,
     KILLED_DRIVER,
     REPO,
     assert_clean,
@@ -374,18 +375,9 @@ def test_a_ledger_of_one_dataset_gone_before_the_commit_publishes_no_dataset(
         assert_clean(bk, registry, name)
 
 
-#: (fault point, error, whether the job is committed when the fault hits there).
-ROUTED_FAULTS = [
-    ("task.registered", "connection-loss", False),
-    ("commit.shards-written", "connection-loss", False),
-    ("commit.published", "connection-loss", True),
-    ("commit.attempts-deleted", "connection-loss", True),
-    ("commit.retired-deleted", "connection-loss", True),
-    ("ledger.delete", "delete-refused", True),
-]
 
 
-@pytest.mark.parametrize("point,error,committed", ROUTED_FAULTS, ids=[p for p, _, _ in ROUTED_FAULTS])
+@pytest.mark.parametrize("point,error,committed", COMMIT_FAULTS, ids=[p for p, _, _ in COMMIT_FAULTS])
 def test_an_error_after_each_step_leaves_every_dataset_old_or_every_one_new(
     uri: str, bk: BookKeeper, registry: DatasetRegistry, capsys: pytest.CaptureFixture[str],
     point: str, error: str, committed: bool,
