@@ -64,6 +64,7 @@ __all__ = [
     "CookieMismatchError",
     "CorruptJournalError",
     "InvalidOptionError",
+    "InvalidRowError",
     "MisspelledSecurityKeyError",
     "InvalidTopologyError",
     "ClientClosedError",
@@ -351,6 +352,13 @@ class CookieMismatchError(BKError):
 
 class InvalidOptionError(BKError, ValueError):
     """A configuration or data source option has a bad value."""
+
+    code = -999
+
+
+class InvalidRowError(BKError, ValueError):
+    """A row of a DataFrame to write has a value the writer cannot take (e.g. a ``dataset`` column naming no
+    valid dataset); ``context`` names the column, the row and the value."""
 
     code = -999
 

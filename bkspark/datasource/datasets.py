@@ -55,6 +55,7 @@ __all__ = [
     "JobState",
     "ManifestRoot",
     "PublishResult",
+    "PublishTarget",
     "ShardRef",
 ]
 
@@ -129,12 +130,27 @@ class JobRecord:
     parent: Ledger | None = None
     created_ms: int = 0
     version: int = -1
+    #: A job routed by a ``dataset`` column (docs/connector.md, "Routing rows by a dataset column"): ``dataset`` is
+    #: empty, its ledgers' datasets are in their registrations until the commit's ``multi`` sets ``datasets``.
+    routed: bool = False
+    #: Every dataset a routed job published (set, with state ``committed``, by the commit's ``multi``).
+    datasets: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The datasets the job publishes (or published): its one ``dataset``, or a routed job's ``datasets``."""
+        if self.routed:
+            return self.datasets
+        return (self.dataset,) if self.dataset else ()
 
     def to_bytes(self) -> bytes:
-        body = {
+        body: dict[str, Any] = {
             "state": self.state.value, "dataset": self.dataset, "overwrite": self.overwrite,
             "parent": list(self.parent) if self.parent else None, "created_ms": self.created_ms,
         }
+        if self.routed:
+            body["routed"] = True
+            body["datasets"] = list(self.datasets)
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -148,7 +164,8 @@ class JobRecord:
             return cls(
                 state=JobState(body["state"]), dataset=str(body["dataset"]), overwrite=bool(body.get("overwrite")),
                 parent=(int(parent[0]), int(parent[1])) if parent else None, created_ms=int(body.get("created_ms", 0)),
-                version=version,
+                version=version, routed=bool(body.get("routed", False)),
+                datasets=tuple(str(name) for name in body.get("datasets") or ()),
             )
         except (ValueError, KeyError, TypeError, IndexError, AttributeError, UnicodeDecodeError) as exc:
             raise BadMetadataError(f"job record cannot be parsed: {exc}") from None
@@ -237,12 +254,17 @@ class Shard:
 
     ledgers: tuple[Ledger, ...]
     parents: tuple[Ledger, ...] | None = ()  # None: unknown (migrated from a format-1 manifest)
+    #: Parents of routed jobs that published to other datasets too: their children there may outlive this
+    #: shard, so its clean-up deletes them only once no other dataset's live shard names them.
+    shared: tuple[Ledger, ...] = ()
 
     def to_bytes(self) -> bytes:
-        body = {
+        body: dict[str, Any] = {
             "format": FORMAT_SHARDED, "ledgers": [list(p) for p in self.ledgers],
             "parents": None if self.parents is None else [list(p) for p in self.parents],
         }
+        if self.shared:
+            body["shared"] = [list(p) for p in self.shared]
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -253,6 +275,7 @@ class Shard:
             return cls(
                 ledgers=tuple((int(s), int(lid)) for s, lid in body["ledgers"]),
                 parents=None if parents is None else tuple((int(s), int(lid)) for s, lid in parents),
+                shared=tuple((int(s), int(lid)) for s, lid in body.get("shared") or ()),
             )
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
             raise BadMetadataError(f"manifest shard cannot be parsed: {exc}") from None
@@ -291,6 +314,15 @@ class PublishResult:
     already: bool
     #: Shards this publish retired (an overwrite): their ledgers await deletion, see :meth:`DatasetRegistry.retired`.
     retired: tuple[ShardRef, ...] = ()
+
+
+@dataclass(frozen=True)
+class PublishTarget:
+    """One dataset of a publish: the ledgers to add, and whether they replace the dataset's (an overwrite)."""
+
+    name: str
+    ledgers: tuple[Ledger, ...]
+    replace_all: bool = False
 
 
 @dataclass
@@ -421,14 +453,15 @@ class DatasetRegistry:
         stat = self._znodes.stat(self.job_path(job_id))
         return None if stat is None else max(0.0, time.time() - stat.ctime / 1000)
 
-    def register(self, job_id: str, scope_id: int, ledger_id: int) -> None:
-        """Record that a task of ``job_id`` created this ledger (before it writes any entry).
+    def register(self, job_id: str, scope_id: int, ledger_id: int, dataset: str = "") -> None:
+        """Record that a task of ``job_id`` created this ledger (before it writes any entry); a routed job's
+        registration holds the ledger's ``dataset`` (its abort checks each ledger against that manifest).
 
         The job's record must exist: an aborted job's straggling task fails here (:class:`JobGoneError`) instead
         of re-creating it.  A ZooKeeper outage shorter than the session is waited out (the task would fail
         otherwise, its ledger left to the job's abort).
         """
-        if not self._create_if_absent(self._registration_path(job_id, (scope_id, ledger_id)), b""):
+        if not self._create_if_absent(self._registration_path(job_id, (scope_id, ledger_id)), dataset.encode()):
             raise JobGoneError(f"write job {job_id} has no record (aborted or finished): cannot register a ledger") from None
 
     def _registration_path(self, job_id: str, ledger: Ledger) -> str:
@@ -459,6 +492,26 @@ class DatasetRegistry:
             if scope.removeprefix("-").isdigit() and ledger.isdigit():
                 pairs.append((int(scope), int(ledger)))
         return sorted(pairs)
+
+    def job_ledger_datasets(self, job_id: str) -> dict[Ledger, str]:
+        """The datasets a routed job's registrations name, per ledger (pipelined reads; a registration gone
+        meanwhile, or one without a dataset, is left out)."""
+        ledgers = self.job_ledgers(job_id)
+        found = self._znodes.get_each([self._registration_path(job_id, ledger) for ledger in ledgers], timeout=60)
+        out: dict[Ledger, str] = {}
+        for ledger, result in zip(ledgers, found):
+            if result is not None and result[0]:
+                out[ledger] = result[0].decode("utf-8", "replace")
+        return out
+
+    def job_datasets(self, job_id: str, record: JobRecord | None) -> tuple[str, ...]:
+        """The datasets job ``job_id`` (whose ``record`` this is) publishes to: its record's, or, for a routed job
+        not yet committed, those its ledgers' registrations name."""
+        if record is None:
+            return ()
+        if record.routed and not record.datasets:
+            return tuple(sorted(set(self.job_ledger_datasets(job_id).values())))
+        return record.names
 
     def fence_job(self, job_id: str) -> JobRecord | None:
         """Move a ``writing`` job to ``aborting`` (compare-and-set), so that it can never publish.
@@ -492,14 +545,10 @@ class DatasetRegistry:
         ledgers: Iterable[Ledger],
         *,
         replace_all: bool,
-        job_id: str,
-        key: CommitKey,
-        parents: Iterable[Ledger] = (),
-        extra_creates: Sequence[tuple[str, bytes]] = (),
-        before_multi: Callable[[], None] | None = None,
-        ledger_path: Callable[[int, int], str] | None = None,
+        **commit: Any,
     ) -> PublishResult:
-        """Make ``ledgers`` part of dataset ``name`` in one ``multi`` (the commit point).
+        """Make ``ledgers`` part of dataset ``name`` in one ``multi`` (the commit point); ``commit`` holds
+        :meth:`publish_many`'s keywords (``job_id`` and ``key`` required).
 
         With ``replace_all`` (overwrite) the root names exactly ``ledgers`` and the previous shards become
         ``retired``; otherwise the ledgers are appended.  The ``multi`` also moves the job's record from
@@ -513,45 +562,85 @@ class DatasetRegistry:
         checks), and the others are looked up before the shards are written; a ledger that is gone fails the
         commit with :func:`ledgers_gone_error` and nothing is published.
         """
+        return self.publish_many([PublishTarget(name, tuple(ledgers), replace_all)], **commit)[0]
+
+    def publish_many(
+        self,
+        targets: Sequence["PublishTarget"],
+        *,
+        job_id: str,
+        key: CommitKey,
+        parents: Iterable[Ledger] = (),
+        extra_creates: Sequence[tuple[str, bytes]] = (),
+        before_multi: Callable[[], None] | None = None,
+        ledger_path: Callable[[int, int], str] | None = None,
+    ) -> list[PublishResult]:
+        """:meth:`publish` of several datasets at once (a routed job): one ``multi`` sets every target's root
+        (each compare-and-set on its version), the job's record (``committed``, and for a routed job the
+        datasets it published) and ``key`` in every root, so all of them change or none does.  One result per
+        target, in order."""
         from bkspark.errors import MetadataVersionError
 
-        new = tuple(ledgers)
+        targets = list(targets)
+        names = [t.name for t in targets]
+        if not targets or len(set(names)) != len(names):
+            raise ValueError(f"publish needs distinct datasets, got {names}")
+        label = ", ".join(repr(name) for name in names)
         parent_list = tuple(dict.fromkeys(parents))
-        znodes = {ledger: ledger_path(ledger[1], ledger[0]) for ledger in new} if ledger_path is not None else {}
+        # A parent whose children go to several datasets: each dataset's shards mark it shared (see Shard.shared).
+        shared = parent_list if len(targets) > 1 else ()
+        znodes = (
+            {ledger: ledger_path(ledger[1], ledger[0]) for t in targets for ledger in t.ledgers}
+            if ledger_path is not None else {}
+        )
         checked = checks_in_multi(list(znodes.values()))
         in_multi = dict(list(znodes.items())[: len(checked)])
         beyond = dict(list(znodes.items())[len(checked) :])  # checked only before the multi
         # Every step before the multi reads or creates what only this publish names (a shard id is new to each
         # plan): a ZooKeeper outage shorter than the session is waited out (_outlast_outage) instead of failing
         # the job's commit.
-        self._outlast_outage(lambda: self._znodes.ensure_path(self.dataset_path(name)))
+        for name in names:
+            self._outlast_outage(lambda: self._znodes.ensure_path(self.dataset_path(name)))
         attempts = PUBLISH_CAS_RETRY.start()
         lost: MetadataVersionError | None = None
         while True:
             if lost is not None:
                 attempts.backoff(lost)  # re-raises once the policy gives up
-            lost = MetadataVersionError(f"could not commit dataset {name!r}: too many concurrent commits")
-            job = self._outlast_outage(lambda: self.job(job_id))  # re-read the job and the root on every try
-            root = self._outlast_outage(lambda: self.root(name))
-            assert root is not None  # ensured above, and a root is never deleted
-            if job is not None and job.state is JobState.COMMITTED or self._has_key(root, key):
-                return PublishResult(root, True)
+            lost = MetadataVersionError(f"could not commit dataset {label}: too many concurrent commits")
+            job = self._outlast_outage(lambda: self.job(job_id))  # re-read the job and the roots on every try
+            roots: dict[str, ManifestRoot] = {}
+            for name in names:
+                found = self._outlast_outage(lambda: self.root(name))
+                assert found is not None  # ensured above, and a root is never deleted
+                roots[name] = found
+            if job is not None and job.state is JobState.COMMITTED or any(self._has_key(r, key) for r in roots.values()):
+                return [PublishResult(roots[name], True) for name in names]
             if job is None or job.state is not JobState.WRITING:
                 raise JobGoneError(f"write job {job_id} was aborted (or forgotten) before its commit: nothing published")
             gone = self._outlast_outage(lambda: self.missing_ledgers(beyond))
             if gone:
-                raise ledgers_gone_error(name, gone)
-            plan = self._outlast_outage(
-                lambda: self._plan(name, root, new, parent_list, replace_all=replace_all, job_id=job_id, key=key)
-            )
-            if plan is None:
-                continue  # a shard of the root vanished under us: a newer root exists
-            written = self._write_shards(name, plan.new_shards)
+                raise ledgers_gone_error(" + ".join(names), gone)
+            plans: dict[str, _Plan] = {}
+            for t in targets:
+                plan = self._outlast_outage(
+                    lambda: self._plan(t.name, roots[t.name], t.ledgers, parent_list, replace_all=t.replace_all,
+                                       job_id=job_id, key=key, shared=shared)
+                )
+                if plan is None:
+                    break  # a shard of the root vanished under us: a newer root exists
+                plans[t.name] = plan
+            if len(plans) != len(targets):
+                continue
+            written: dict[str, list[str]] = {}
+            for name in names:
+                written[name] = self._write_shards(name, plans[name].new_shards)
             if before_multi is not None:
                 before_multi()
+            committed = replace(job, state=JobState.COMMITTED, datasets=tuple(names) if job.routed else job.datasets)
             tx = self._znodes.multi()
-            tx.set(self.job_path(job_id), replace(job, state=JobState.COMMITTED).to_bytes(), version=job.version)
-            tx.set(self.dataset_path(name), plan.root.to_bytes(), version=root.version)
+            tx.set(self.job_path(job_id), committed.to_bytes(), version=job.version)
+            for name in names:
+                tx.set(self.dataset_path(name), plans[name].root.to_bytes(), version=roots[name].version)
             for path, data in extra_creates:
                 tx.create(path, data)
             for path in checked:
@@ -562,30 +651,51 @@ class DatasetRegistry:
                 # never sent again as it was: a lost one is re-planned under the CAS policy once the record says no.
                 after = self._outlast_outage(lambda: self.job(job_id))
                 if after is not None and after.state is JobState.COMMITTED:
-                    return PublishResult(self._outlast_outage(lambda: self.root(name)) or plan.root, False, plan.retired)
-                self._delete_shards(name, written)
+                    return [
+                        PublishResult(self._outlast_outage(lambda: self.root(name)) or plans[name].root, False,
+                                      plans[name].retired)
+                        for name in names
+                    ]
+                self._delete_written(written)
                 continue
             if all(outcome is Outcome.OK for outcome in results):
-                stored = replace(plan.root, version=root.version + 1)
-                return PublishResult(stored, False, plan.retired)
-            self._delete_shards(name, written)
-            job_outcome, root_outcome = results[0], results[1]
-            if root_outcome is Outcome.BAD_VERSION or job_outcome in (Outcome.BAD_VERSION, Outcome.NO_NODE):
+                return [
+                    PublishResult(replace(plans[name].root, version=roots[name].version + 1), False, plans[name].retired)
+                    for name in names
+                ]
+            self._delete_written(written)
+            job_outcome, root_outcomes = results[0], results[1 : 1 + len(names)]
+            if Outcome.BAD_VERSION in root_outcomes or job_outcome in (Outcome.BAD_VERSION, Outcome.NO_NODE):
                 continue  # another commit won (or our record changed): look again
-            create_outcomes = results[2 : 2 + len(extra_creates)]
-            if Outcome.NO_NODE in results[2 + len(extra_creates) :]:
+            first_create = 1 + len(names)
+            create_outcomes = results[first_create : first_create + len(extra_creates)]
+            if Outcome.NO_NODE in results[first_create + len(extra_creates) :]:
                 # A ledger of the job deleted before the multi: name every one that is gone now.
                 gone = self._outlast_outage(lambda: self.missing_ledgers(in_multi)) or list(in_multi)
-                raise ledgers_gone_error(name, gone)
+                raise ledgers_gone_error(" + ".join(names), gone)
             for (path, _), outcome in zip(extra_creates, create_outcomes):
                 if outcome is Outcome.NO_NODE:
                     self._outlast_outage(lambda: self._znodes.ensure_path(path.rsplit("/", 1)[0]))
                 elif outcome is Outcome.NODE_EXISTS:
-                    raise MetadataError(f"cannot commit dataset {name!r}: {path} already exists")
+                    raise MetadataError(f"cannot commit dataset {label}: {path} already exists")
             if Outcome.NO_NODE in create_outcomes:
                 continue
             failed = [type(e).__name__ for e in tx.errors if e is not None]
-            raise MetadataError(f"cannot commit dataset {name!r}: {failed}")
+            raise MetadataError(f"cannot commit dataset {label}: {failed}")
+
+    def _delete_written(self, written: dict[str, list[str]]) -> None:
+        for name, shard_ids in written.items():
+            self._delete_shards(name, shard_ids)
+
+    def parent_named_elsewhere(self, parent: Ledger, datasets: Iterable[str], but: str) -> str | None:
+        """The first of ``datasets`` other than ``but`` whose live shards name ``parent`` (None: none does)."""
+        for name in datasets:
+            if name == but:
+                continue
+            snap = self.snapshot(name)
+            if snap is not None and any(parent in (shard.parents or ()) for shard in snap[1]):
+                return name
+        return None
 
     def missing_ledgers(self, znodes: dict[Ledger, str]) -> list[Ledger]:
         """The ledgers whose metadata znode (``znodes``: ledger -> path) does not exist, read with ZooKeeper's
@@ -601,7 +711,7 @@ class DatasetRegistry:
 
     def _plan(
         self, name: str, root: ManifestRoot, new: tuple[Ledger, ...], parents: tuple[Ledger, ...], *,
-        replace_all: bool, job_id: str, key: CommitKey,
+        replace_all: bool, job_id: str, key: CommitKey, shared: tuple[Ledger, ...] = (),
     ) -> _Plan | None:
         """The root to publish and the shards to write first; None if a shard we must read is gone."""
         tag = uuid.uuid4().hex[:12]
@@ -624,6 +734,7 @@ class DatasetRegistry:
             current = legacy_refs
         else:
             current = list(root.shards)
+        tail_shared: list[Ledger] = []
         if replace_all:
             retired += current
             tail: list[Ledger] = []
@@ -646,6 +757,7 @@ class DatasetRegistry:
             for ref in take:
                 shard = fresh.get(ref.shard_id) or by_id[ref.shard_id]
                 tail.extend(shard.ledgers)
+                tail_shared.extend(shard.shared)
                 if shard.parents is None:
                     unknown_parents = True
                 else:
@@ -660,11 +772,12 @@ class DatasetRegistry:
                 tail, tail_parents = [], []
         ledgers = tail + list(new)
         all_parents = tuple(dict.fromkeys(tail_parents + list(parents)))
+        all_shared = tuple(dict.fromkeys(tail_shared + list(shared)))
         refs: list[ShardRef] = []
         if ledgers:
             for chunk in _chunks(ledgers, SHARD_MAX_LEDGERS):
                 sid = shard_id()
-                new_shards.append((sid, Shard(chunk, all_parents)))
+                new_shards.append((sid, Shard(chunk, all_parents, all_shared)))
                 refs.append(ShardRef(sid, len(chunk)))
         keys = [(w, t) for w, t in root.keys if w != key.writer] + [(key.writer, key.token)]
         new_root = ManifestRoot(
@@ -794,9 +907,10 @@ class DatasetRegistry:
 
         found: dict[Ledger, Ledger | None] = {}
         for job_id, record in records.items():
-            committed = names(record.dataset)
-            if committed is None:
+            manifests = [names(dataset) for dataset in record.names]
+            if any(m is None for m in manifests):
                 continue
+            committed = set().union(*(m for m in manifests if m is not None))
             for pair in self.job_ledgers(job_id):
                 if pair not in committed:
                     found[pair] = record.parent

@@ -25,6 +25,7 @@ __all__ = [
     "parse_read_options",
     "parse_write_options",
     "parse_ledger_list",
+    "DATASET_NAME",
     "check_dataset_name",
     "selected_ledgers",
     "DIGEST_TYPES",
@@ -45,7 +46,8 @@ MAX_ROWS_PER_ENTRY = 1_000_000
 MAX_ENTRY_MAX_BYTES = 1 << 30
 
 _CLIENT_PREFIX = "bookkeeper."
-_DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+#: What may name a dataset (its znode's name); match with ``fullmatch`` (``$`` alone lets a trailing newline in).
+DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 @dataclass(frozen=True)
 class OptionSpec:
@@ -266,7 +268,8 @@ def _dataset(opts: Mapping[str, str], required: bool) -> str | None:
         if required:
             raise InvalidOptionError(
                 "[BOOKKEEPER_MISSING_OPTION] option 'dataset' is required for writes: it names the set of "
-                "ledgers the job writes, e.g. .option('dataset', 'events')"
+                "ledgers the job writes, e.g. .option('dataset', 'events'); a write may instead route "
+                "each row by a string column 'dataset' (docs/connector.md, \"Routing rows by a dataset column\")"
             )
         return None
     return check_dataset_name(name)
@@ -274,7 +277,7 @@ def _dataset(opts: Mapping[str, str], required: bool) -> str | None:
 
 def check_dataset_name(name: str, option: str = "dataset") -> str:
     """``name`` if it can name a dataset (its znode's name), else :class:`InvalidOptionError` naming ``option``."""
-    if not _DATASET_NAME.match(name):
+    if not DATASET_NAME.fullmatch(name):
         raise _bad(option, name, "use 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit")
     return name
 
@@ -374,6 +377,7 @@ class WriteOptions:
     """What ``df.write.format("bookkeeper")`` was asked to write."""
 
     metadata_service_uri: str
+    #: The dataset of every row; empty when each row names its own (the DataFrame's ``dataset`` column).
     dataset: str
     scope_id: int = 0
     ensemble_size: int = DEFAULT_ENSEMBLE_SIZE
@@ -499,14 +503,16 @@ def parse_read_options(options: Mapping[str, str | None], *, stream: bool | None
     )
 
 
-def parse_write_options(options: Mapping[str, str | None], *, stream: bool = False) -> WriteOptions:
-    """Validate write options (``stream``: of ``df.writeStream``); raises :class:`InvalidOptionError` naming the
-    option and the fix."""
+def parse_write_options(
+    options: Mapping[str, str | None], *, stream: bool = False, routed: bool = False
+) -> WriteOptions:
+    """Validate write options (``stream``: of ``df.writeStream``; ``routed``: the DataFrame has a ``dataset``
+    column, so the ``dataset`` option may be absent); raises :class:`InvalidOptionError` naming the option and
+    the fix."""
     opts = _lower(options, "write")
     _check_unknown(opts, "write", stream=stream)
     uri = _uri(opts)
-    dataset = _dataset(opts, required=True)
-    assert dataset is not None
+    dataset = _dataset(opts, required=not routed) or ""
     ensemble = _int(opts, "ensembleSize", DEFAULT_ENSEMBLE_SIZE, minimum=1, maximum=1024)
     write_quorum = _int(opts, "writeQuorumSize", min(DEFAULT_WRITE_QUORUM_SIZE, ensemble), minimum=1, maximum=1024)
     ack_quorum = _int(opts, "ackQuorumSize", min(DEFAULT_ACK_QUORUM_SIZE, write_quorum), minimum=1, maximum=1024)

@@ -128,9 +128,11 @@ class BookKeeperDataSource(DataSource):
         from bkspark.datasource.options import parse_write_options
         from bkspark.datasource.writer import BookKeeperWriter
 
-        options = parse_write_options(self.options)
         # Before any ledger id is reserved: a column the writer would not keep fails the save() here.
-        writer = BookKeeperWriter(options, *_payload_column(schema), overwrite, row_columns=row_columns(schema))
+        columns = row_columns(schema)
+        # A dataset column routes the rows only without the dataset option, which wins as Kafka's topic option does.
+        options = parse_write_options(self.options, routed=columns.dataset_index is not None)
+        writer = BookKeeperWriter(options, *_payload_column(schema), overwrite, row_columns=columns)
         writer.reserve_parent()  # here, on the driver: the tasks get the id with the pickled writer
         return writer
 
@@ -142,9 +144,10 @@ class BookKeeperDataSource(DataSource):
         """
         from bkspark.datasource.stream_writer import BookKeeperStreamWriter, parse_stream_write_options
 
-        options, checkpoint = parse_stream_write_options(self.options)
+        columns = row_columns(schema)
+        options, checkpoint = parse_stream_write_options(self.options, routed=columns.dataset_index is not None)
         return BookKeeperStreamWriter(
-            options, *_payload_column(schema), checkpoint, complete=overwrite, row_columns=row_columns(schema)
+            options, *_payload_column(schema), checkpoint, complete=overwrite, row_columns=columns
         )
 
 
@@ -170,25 +173,32 @@ def _payload_column(schema: Any) -> tuple[int, bool]:
     return index, isinstance(field_type, StringType)
 
 
-#: The columns a write keeps, and what each must be (docs/connector.md, "Write").
-WRITE_COLUMNS = ("payload", "key", "headers")
+#: The columns a write keeps or routes by, and what each must be (docs/connector.md, "Write").
+WRITE_COLUMNS = ("payload", "key", "headers", "dataset")
 
 
 def row_columns(schema: Any) -> "RowColumnIndexes":
-    """Where the ``key`` and ``headers`` columns of a DataFrame to write are (each optional), checked; any column
-    the writer would not keep is an error naming it (nothing is dropped silently)."""
+    """Where the ``key``, ``headers`` and ``dataset`` columns of a DataFrame to write are (each optional),
+    checked; any column the writer would not keep is an error naming it (nothing is dropped silently)."""
     from pyspark.sql.types import ArrayType, BinaryType, StringType, StructType
 
-    from bkspark.datasource.writer import RowColumnIndexes
+    from bkspark.datasource.writer import DATASET_COLUMN, RowColumnIndexes
     from bkspark.errors import InvalidOptionError
 
     names = [f.name.lower() for f in schema.fields]
     unknown = [f.name for f in schema.fields if f.name.lower() not in WRITE_COLUMNS]
     if unknown:
         raise InvalidOptionError(
-            f"[BOOKKEEPER_UNKNOWN_COLUMNS] the bookkeeper writer keeps only the columns payload, key and headers; "
+            "[BOOKKEEPER_UNKNOWN_COLUMNS] the bookkeeper writer keeps only the columns payload, key and headers, "
+            "and routes rows by a 'dataset' column; "
             f"the DataFrame also has {', '.join(repr(n) for n in unknown)}, which would be lost: drop them, or fold "
             "them into payload (e.g. to_json(struct(...))), key or headers (docs/connector.md, \"Write\")"
+        )
+    dataset_index = names.index(DATASET_COLUMN) if DATASET_COLUMN in names else None
+    if dataset_index is not None and not isinstance(schema.fields[dataset_index].dataType, StringType):
+        raise InvalidOptionError(
+            f"[BOOKKEEPER_COLUMN_TYPE] column 'dataset' must be a string naming the dataset each row goes to, not "
+            f"{schema.fields[dataset_index].dataType.simpleString()}; cast it, e.g. col('dataset').cast('string')"
         )
     key_index = names.index("key") if "key" in names else None
     key_is_string = False
@@ -214,4 +224,4 @@ def row_columns(schema: Any) -> "RowColumnIndexes":
                 f"[BOOKKEEPER_COLUMN_TYPE] column 'headers' must be Kafka's array<struct<key: string, value: binary>> "
                 f"(value may be a string), not {headers_type.simpleString()}; a map becomes one with map_entries(...)"
             )
-    return RowColumnIndexes(key_index, key_is_string, headers_index)
+    return RowColumnIndexes(key_index, key_is_string, headers_index, dataset_index)

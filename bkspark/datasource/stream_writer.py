@@ -36,7 +36,14 @@ from typing import Any, Iterator
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
 from bkspark.datasource.options import WriteOptions, parse_write_options
-from bkspark.datasource.writer import NO_LEDGER, BookKeeperWriter, LedgerCommitMessage, RowColumnIndexes
+from bkspark.datasource.writer import (
+    NO_LEDGER,
+    BookKeeperWriter,
+    LedgerCommitMessage,
+    RoutedCommitMessage,
+    RowColumnIndexes,
+    ledgers_by_dataset,
+)
 from bkspark.errors import InvalidOptionError
 
 __all__ = [
@@ -57,8 +64,9 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 RUN_ID_PROPERTY = "spark.jobGroup.id"
 
 
-def parse_stream_write_options(options: Any) -> tuple[WriteOptions, str]:
-    """The write options and the checkpoint location (the query's identity)."""
+def parse_stream_write_options(options: Any, *, routed: bool = False) -> tuple[WriteOptions, str]:
+    """The write options and the checkpoint location (the query's identity); ``routed``: the DataFrame has a
+    ``dataset`` column, so the ``dataset`` option may be absent."""
     opts = {str(k).lower(): v for k, v in options.items() if v is not None}
     checkpoint = (opts.get("checkpointlocation") or "").strip()
     if not checkpoint:
@@ -66,7 +74,7 @@ def parse_stream_write_options(options: Any) -> tuple[WriteOptions, str]:
             "[BOOKKEEPER_MISSING_OPTION] the bookkeeper sink needs a checkpoint location (it is the query's identity "
             "for exactly-once commits): .option('checkpointLocation', '/path/to/checkpoint')"
         )
-    return parse_write_options(opts, stream=True), checkpoint
+    return parse_write_options(opts, stream=True, routed=routed), checkpoint
 
 
 def query_writer(checkpoint_location: str) -> str:
@@ -98,6 +106,22 @@ class StreamCommitMessage(LedgerCommitMessage):
     job_id: str = ""
 
 
+@dataclass
+class StreamRoutedCommitMessage(RoutedCommitMessage):
+    """A routed task's ledgers (one per dataset its rows named), with the micro-batch job they belong to."""
+
+    job_id: str = ""
+
+
+def _job_of(message: Any) -> str | None:
+    """The micro-batch job of a task's message that holds ledgers (None: an empty task's, or a failed one)."""
+    if isinstance(message, StreamCommitMessage) and message.ledger_id != NO_LEDGER:
+        return message.job_id
+    if isinstance(message, StreamRoutedCommitMessage) and message.ledgers:
+        return message.job_id
+    return None
+
+
 class _TaskWriter(BookKeeperWriter):
     """The batch writer's task side, under a job id the task derives from Spark's local properties."""
 
@@ -108,7 +132,7 @@ class _TaskWriter(BookKeeperWriter):
         super().__init__(options, payload_index, payload_is_string, overwrite=complete, row_columns=row_columns)
         self.writer = writer
 
-    def write(self, iterator: Iterator[Any]) -> StreamCommitMessage:
+    def write(self, iterator: Iterator[Any]) -> "StreamCommitMessage | StreamRoutedCommitMessage":
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -118,7 +142,9 @@ class _TaskWriter(BookKeeperWriter):
             raise InvalidOptionError("[BOOKKEEPER_NOT_STREAMING] the bookkeeper stream writer runs only in a streaming query")
         return self.write_batch(iterator, int(batch_id), run_id)
 
-    def write_batch(self, iterator: Iterator[Any], batch_id: int, run_id: str) -> StreamCommitMessage:
+    def write_batch(
+        self, iterator: Iterator[Any], batch_id: int, run_id: str
+    ) -> "StreamCommitMessage | StreamRoutedCommitMessage":
         """One task of micro-batch ``batch_id`` of run ``run_id``: join (or begin) the batch's job, write a ledger."""
         self.job_id = batch_job_id(self.writer, batch_id, run_id)
         batches = iter(iterator)
@@ -127,6 +153,8 @@ class _TaskWriter(BookKeeperWriter):
             self.parent_ledger_id = self._join_job()
         chained = iter(()) if first is None else _prepend(first, batches)
         message = super().write(chained)
+        if isinstance(message, RoutedCommitMessage):
+            return StreamRoutedCommitMessage(message.partition_id, message.attempt, message.ledgers, self.job_id)
         return StreamCommitMessage(
             message.scope_id, message.ledger_id, message.entry_count, message.byte_count,
             message.partition_id, message.attempt, self.job_id,
@@ -148,6 +176,7 @@ class _TaskWriter(BookKeeperWriter):
             fresh = JobRecord(
                 state=JobState.WRITING, dataset=self.options.dataset, overwrite=self.overwrite,
                 parent=(scope_id, reserve_parent_id(bk, scope_id)), created_ms=int(time.time() * 1000),
+                routed=self.routed,
             )
             registry.begin_job(self.job_id, fresh)  # a no-op when another task of the batch won the race
             fault_point("job.begun")
@@ -175,7 +204,7 @@ class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
         self.complete = complete
         self._tasks = _TaskWriter(options, payload_index, payload_is_string, self.writer, complete, row_columns)
 
-    def write(self, iterator: Iterator[Any]) -> StreamCommitMessage:
+    def write(self, iterator: Iterator[Any]) -> "StreamCommitMessage | StreamRoutedCommitMessage":
         return self._tasks.write(iterator)
 
     def _registry(self) -> tuple[Any, Any]:
@@ -191,47 +220,49 @@ class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
         from bkspark.datasource.writer import CommitCleaner
 
         batch = int(batchId)
-        written = [m for m in messages if isinstance(m, StreamCommitMessage) and m.ledger_id != NO_LEDGER]
-        ledgers = [(m.scope_id, m.ledger_id) for m in written]
-        jobs = sorted({m.job_id for m in written})
+        jobs = sorted({job for job in map(_job_of, messages) if job is not None})
         if len(jobs) > 1:
             raise InvalidOptionError(f"[BOOKKEEPER_SINK] batch {batch} was written by several runs {jobs}: not committing")
         bk, registry = self._registry()
         cleaner = CommitCleaner(bk, registry)
         if jobs:
-            self._publish(bk, registry, cleaner, jobs[0], ledgers, batch)
-        elif self.complete:
+            self._publish(bk, registry, cleaner, jobs[0], ledgers_by_dataset(messages, self.options.dataset), batch)
+        elif self.complete and not self._tasks.routed:  # a routed batch without rows names no dataset to empty
             runs = sorted({m.job_id for m in messages if isinstance(m, StreamCommitMessage) and m.job_id})
             self._publish_nothing(registry, cleaner, runs[0] if runs else batch_job_id(self.writer, batch, "driver"), batch)
         # An empty append batch publishes nothing: Spark records the batch itself.
         self._remove_dead_runs(registry, cleaner, batch, keep=set(jobs))
 
-    def _publish(self, bk: Any, registry: Any, cleaner: Any, job_id: str, ledgers: list[tuple[int, int]], batch: int) -> None:
-        """The commit point of a batch with rows: ledgers, key and the job's parent in one ``multi``."""
+    def _publish(
+        self, bk: Any, registry: Any, cleaner: Any, job_id: str, by_dataset: dict[str, list[tuple[int, int]]], batch: int
+    ) -> None:
+        """The commit point of a batch with rows: ledgers (of every dataset a routed batch names), key and the job's
+        parent in one ``multi``."""
         import copy
 
-        from bkspark.datasource.datasets import CommitKey, JobState
+        from bkspark.datasource.datasets import CommitKey, JobState, PublishTarget
         from bkspark.datasource.faults import fault_point
 
-        dataset = self.options.dataset
+        names = sorted(by_dataset)
+        ledgers = [ledger for name in names for ledger in by_dataset[name]]
         record = registry.job(job_id)
         parent = record.parent if record is not None else None
         extra = []
         if parent is not None and record is not None and record.state is JobState.WRITING:
             marker = copy.copy(self._tasks)  # the parent's tags and create context name this batch's job
             marker.job_id = job_id
-            extra.append(marker._parent_znode(bk, ledgers, parent))
-        result = registry.publish(
-            dataset, ledgers, replace_all=self.complete, job_id=job_id, key=CommitKey(self.writer, batch),
-            parents=[parent] if parent else [], extra_creates=extra,
+            extra.append(marker._parent_znode(bk, ledgers, parent, names))
+        results = registry.publish_many(
+            [PublishTarget(name, tuple(by_dataset[name]), self.complete) for name in names],
+            job_id=job_id, key=CommitKey(self.writer, batch), parents=[parent] if parent else [], extra_creates=extra,
             before_multi=lambda: fault_point("commit.shards-written"), ledger_path=bk.store.ledger_path,
         )
-        if result.already:
+        if results[0].already:
             log.info("batch %s of %s was committed before: its replayed ledgers %s are duplicates, deleting them",
                      batch, self.writer, ledgers)
-            cleaner.abort_job(job_id, dataset, extra_ledgers=ledgers)
+            cleaner.abort_job(job_id, names, extra_ledgers=ledgers)
         else:
-            cleaner.finish_commit(job_id, dataset, extra_ledgers=ledgers)
+            cleaner.finish_commit(job_id, names, extra_ledgers=ledgers)
 
     def _publish_nothing(self, registry: Any, cleaner: Any, job_id: str, batch: int) -> None:
         """Output mode complete, a batch without rows: the dataset becomes empty (atomically, exactly once)."""
@@ -260,7 +291,7 @@ class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
                 continue
             try:
                 record = registry.job(job_id)
-                cleaner.abort_job(job_id, record.dataset if record is not None else self.options.dataset)
+                cleaner.abort_job(job_id, registry.job_datasets(job_id, record) or self.options.dataset)
                 log.info("removed job %s that a dead run of %s left", job_id, self.writer)
             except Exception as exc:  # noqa: BLE001 - after the commit point nothing may fail the batch
                 log.warning("could not remove job %s that a dead run left (recoverjobs will): %s", job_id, exc)
@@ -270,9 +301,11 @@ class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
         from bkspark.datasource.writer import CommitCleaner
 
         bk, registry = self._registry()
-        ledgers = [(m.scope_id, m.ledger_id) for m in messages if isinstance(m, StreamCommitMessage) and m.ledger_id != NO_LEDGER]
+        by_dataset = ledgers_by_dataset(messages, self.options.dataset)
+        ledgers = [ledger for found in by_dataset.values() for ledger in found]
         cleaner = CommitCleaner(bk, registry)
         for job_id in registry.jobs():
             parsed = parse_batch_job_id(self.writer, job_id)
             if parsed is not None and parsed[0] == int(batchId):
-                cleaner.abort_job(job_id, self.options.dataset, extra_ledgers=ledgers)
+                names = set(by_dataset) | set(registry.job_datasets(job_id, registry.job(job_id)))
+                cleaner.abort_job(job_id, sorted(names) or self.options.dataset, extra_ledgers=ledgers)

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
@@ -52,7 +52,9 @@ from bkspark.retry import RetryPolicy
 __all__ = [
     "BookKeeperWriter",
     "LedgerCommitMessage",
+    "RoutedCommitMessage",
     "TAG_DATASET",
+    "TAG_DATASETS",
     "TAG_JOB",
     "TAG_PARTITION",
     "TAG_ATTEMPT",
@@ -70,6 +72,8 @@ TAG_JOB = "bkspark.job"
 TAG_PARTITION = "bkspark.partition"
 TAG_ATTEMPT = "bkspark.attempt"
 TAG_APPLICATION = "application"
+#: Custom metadata key of a routed job's parent ledger: the datasets its children went to, comma-separated.
+TAG_DATASETS = "bkspark.datasets"
 #: Custom metadata key of the job's parent ledger, whose value is ``JOB_PARENT_ROLE``.
 TAG_ROLE = "bkspark.role"
 JOB_PARENT_ROLE = b"job-commit-marker"
@@ -156,6 +160,9 @@ class RowColumnIndexes:
     key_index: int | None = None
     key_is_string: bool = False
     headers_index: int | None = None
+    #: The ``dataset`` column that routes each row (used only without the ``dataset`` option, as Kafka's sink
+    #: ignores its ``topic`` column when the ``topic`` option is set).
+    dataset_index: int | None = None
 
     @property
     def any(self) -> bool:
@@ -230,6 +237,126 @@ def reserve_parent_id(bk: Any, scope_id: int) -> int:
     return uuid.uuid4().int & INT64_MAX
 
 
+@dataclass
+class RoutedCommitMessage(WriterCommitMessage):
+    """What one successful task of a routed job wrote: a ledger per dataset its rows named."""
+
+    partition_id: int
+    attempt: int
+    ledgers: tuple[tuple[str, LedgerCommitMessage], ...]
+
+
+#: The column that routes each row to a dataset when the ``dataset`` option is absent (docs/connector.md,
+#: "Routing rows by a dataset column").
+DATASET_COLUMN = "dataset"
+
+
+def _split_by_dataset(batch: Any, index: int) -> list[tuple[str, Any]]:
+    """An Arrow batch's rows grouped by the dataset their ``dataset`` column names, in the order each name first
+    appears (rows keep their order within a group); a null, empty or invalid name is :class:`InvalidRowError`
+    naming the column, the row (within the batch) and the value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from bkspark.datasource.options import DATASET_NAME
+    from bkspark.errors import InvalidRowError
+
+    column = batch.column(index)
+    if column.null_count:
+        row = int(pc.index(column.is_null(), True).as_py())
+        raise InvalidRowError(
+            f"[BOOKKEEPER_INVALID_DATASET] column {DATASET_COLUMN!r} is null in row {row} of a batch: every row "
+            "must name the dataset it goes to (or set the option 'dataset' for all rows)",
+            column=DATASET_COLUMN, row=row,
+        )
+    names = pc.unique(column).to_pylist()
+    for name in names:
+        if not DATASET_NAME.fullmatch(name):
+            row = int(pc.index(column, pa.scalar(name, column.type)).as_py())
+            raise InvalidRowError(
+                f"[BOOKKEEPER_INVALID_DATASET] column {DATASET_COLUMN!r} names the dataset {name!r} in row {row} of "
+                "a batch, which is not a dataset name: use 1-200 letters, digits, '.', '_' or '-', starting with a "
+                "letter or digit",
+                column=DATASET_COLUMN, row=row, value=name,
+            )
+    if len(names) == 1:
+        return [(names[0], batch)]
+    return [(name, batch.filter(pc.equal(column, pa.scalar(name, column.type)))) for name in names]
+
+
+class _LedgerWrite:
+    """A task's ledger of one dataset while it is written: its bulk appends in flight, and its rows so far."""
+
+    def __init__(
+        self, writer: "BookKeeperWriter", bk: Any, dataset: str, partition_id: int, attempt: int,
+        first: "list[bytes] | PackedPayloads",
+    ) -> None:
+        self.writer = writer
+        self.bk = bk
+        self.partition_id = partition_id
+        self.attempt = attempt
+        self.handle = writer._create_ledger(bk, partition_id, attempt, first, dataset)
+        self.entries = 0
+        self.rows = 0
+        self.size = 0
+        #: Bulk appends not yet waited for, with their entry counts (at most the client's maxPendingAdds entries;
+        #: its maxPendingAddBytes is kept by append_many itself, which waits for room).
+        self.pending: deque[tuple[Any, int]] = deque()
+        self.in_flight = 0
+
+    def append(self, payloads: "list[bytes] | PackedPayloads", cuts: list[int] | None, batch_size: int) -> None:
+        """Hand one batch's entries to the client in runs of :data:`BULK_APPEND_ENTRIES`."""
+        from bkspark.errors import EntryTooLargeError
+
+        opts = self.writer.options
+        max_pending = self.bk.conf.maxPendingAdds
+        for lo in range(0, len(payloads), BULK_APPEND_ENTRIES):
+            chunk = payloads[lo : lo + BULK_APPEND_ENTRIES]
+            try:
+                self.pending.append((self.handle.append_many(chunk), len(chunk)))
+            except EntryTooLargeError as exc:
+                index = lo + int(exc.context["index"])  # type: ignore[call-overload]
+                if cuts is not None and cuts[index + 1] - cuts[index] > 1:
+                    raise _packed_entry_too_large(exc, opts.entry_max_bytes) from exc
+                row = index if cuts is None else cuts[index]
+                size = len(payloads[index]) - (0 if cuts is None else HEADER_BYTES + ROW_OVERHEAD_BYTES)
+                raise _row_too_large(exc, self.partition_id, self.rows + row, size) from exc
+            self.in_flight += len(chunk)
+            while self.in_flight > max_pending:
+                future, count = self.pending.popleft()
+                future.result()
+                self.in_flight -= count
+        self.entries += len(payloads)
+        self.rows += len(payloads) if cuts is None else cuts[-1]
+        self.size += batch_size
+
+    def finish(self) -> LedgerCommitMessage:
+        """Wait for every add, close the ledger "no more data": the task's commit message for it."""
+        from bkspark.context import LedgerCloseContext, close_with_context
+
+        for future, _count in self.pending:
+            future.result()
+        self.pending.clear()
+        close_with_context(self.bk, self.handle, LedgerCloseContext.builder().because_no_more_data().build())
+        opts = self.writer.options
+        return LedgerCommitMessage(
+            opts.scope_id, self.handle.ledger_id, self.entries, self.size, self.partition_id, self.attempt
+        )
+
+    def fail(self, exc: BaseException) -> None:
+        """The task failed: close the ledger abnormally (the job's commit or abort deletes it), drop a stale client."""
+        from bkspark.datasource.clients import client_conf, evict_if_stale
+
+        log.warning(
+            "task %s attempt %s failed writing ledger %s; the job's commit or abort deletes it",
+            self.partition_id, self.attempt, self.handle.ledger_id,
+        )
+        self.writer._close_abnormally(self.bk, self.handle, exc)
+        opts = self.writer.options
+        # The error's invalidates_client flag decides: the next task starts with a clean client.
+        evict_if_stale(opts.metadata_service_uri, client_conf(opts.client_conf), exc)
+
+
 class BookKeeperWriter(DataSourceArrowWriter):
     """Writes the ``payload`` column (binary or string) of every row as one entry."""
 
@@ -266,6 +393,7 @@ class BookKeeperWriter(DataSourceArrowWriter):
         record = JobRecord(
             state=JobState.WRITING, dataset=self.options.dataset, overwrite=self.overwrite,
             parent=(self.options.scope_id, self.parent_ledger_id), created_ms=int(time.time() * 1000),
+            routed=self.routed,
         )
         self._registry(bk).begin_job(self.job_id, record)
         fault_point("job.begun")
@@ -288,7 +416,9 @@ class BookKeeperWriter(DataSourceArrowWriter):
         return f"{app}/job-{self.job_id}" if app else f"job-{self.job_id}"
 
     # -- executor -------------------------------------------------------------
-    def _create_ledger(self, bk: Any, partition_id: int, attempt: int, first: "list[bytes] | PackedPayloads") -> Any:
+    def _create_ledger(
+        self, bk: Any, partition_id: int, attempt: int, first: "list[bytes] | PackedPayloads", dataset: str
+    ) -> Any:
         from bkspark.context import LedgerCreateContext, create_ledger_with_context
 
         opts = self.options
@@ -297,14 +427,14 @@ class BookKeeperWriter(DataSourceArrowWriter):
         context = (
             LedgerCreateContext.builder()
             .created_by(CREATOR_ENTERPRISE, CREATOR_SYSTEM, self.creator_application(), host[:256])
-            .part_of_data_set(opts.dataset)
+            .part_of_data_set(dataset)
             .expected_average_entry_size(int(statistics.fmean(sizes)), statistics.pstdev(sizes))
         )
         if self.parent_ledger_id is not None:
             context = context.child_of_ledger(self.parent_ledger_id, opts.scope_id)
         context = context.build()
         tags = {
-            TAG_DATASET: opts.dataset.encode(),
+            TAG_DATASET: dataset.encode(),
             TAG_JOB: self.job_id.encode(),
             TAG_PARTITION: str(partition_id).encode(),
             TAG_ATTEMPT: str(attempt).encode(),
@@ -327,7 +457,8 @@ class BookKeeperWriter(DataSourceArrowWriter):
         # by the client itself.
         handle = create_ledger_with_context(bk, context, **settings)
         try:
-            self._registry(bk).register(self.job_id, opts.scope_id, handle.ledger_id)
+            # A routed job's registration names the ledger's dataset (its abort checks that dataset's manifest).
+            self._registry(bk).register(self.job_id, opts.scope_id, handle.ledger_id, dataset if self.routed else "")
             fault_point("task.registered")
         except BaseException:
             # Not registered: nobody could find it later, so it goes now.
@@ -335,72 +466,55 @@ class BookKeeperWriter(DataSourceArrowWriter):
             raise
         return handle
 
-    def write(self, iterator: Iterator[Any]) -> LedgerCommitMessage:
+    def write(self, iterator: Iterator[Any]) -> "LedgerCommitMessage | RoutedCommitMessage":
         from pyspark import TaskContext
-
-        from bkspark.context import LedgerCloseContext, close_with_context
-        from bkspark.errors import EntryTooLargeError
 
         context = TaskContext.get()
         partition_id = context.partitionId() if context else 0
         attempt = context.attemptNumber() if context else 0
         opts = self.options
         batches = (b for b in iterator if b.num_rows)
+        if self.routed:
+            return self._write_routed(batches, partition_id, attempt)
         first_batch = next(batches, None)
         if first_batch is None:
             return LedgerCommitMessage(opts.scope_id, NO_LEDGER, 0, 0, partition_id, attempt)
-        entries_of = self._entries
-        first, first_cuts, first_size = entries_of(first_batch)
         bk = self._client()
-        handle = self._create_ledger(bk, partition_id, attempt, first)
-        entries = 0
-        rows = 0
-        size = 0
-        #: Bulk appends not yet waited for, with their entry counts (at most the client's maxPendingAdds entries;
-        #: its maxPendingAddBytes is kept by append_many itself, which waits for room).
-        pending: deque[tuple[Any, int]] = deque()
-        in_flight = 0
-        max_pending = bk.conf.maxPendingAdds
+        first = self._entries(first_batch)
+        ledger = _LedgerWrite(self, bk, opts.dataset, partition_id, attempt, first[0])
         try:
-            payloads: list[bytes] | PackedPayloads | None = first
-            cuts, batch_size = first_cuts, first_size
-            while payloads is not None:
-                for lo in range(0, len(payloads), BULK_APPEND_ENTRIES):
-                    chunk = payloads[lo : lo + BULK_APPEND_ENTRIES]
-                    try:
-                        pending.append((handle.append_many(chunk), len(chunk)))
-                    except EntryTooLargeError as exc:
-                        index = lo + int(exc.context["index"])  # type: ignore[call-overload]
-                        if cuts is not None and cuts[index + 1] - cuts[index] > 1:
-                            raise _packed_entry_too_large(exc, opts.entry_max_bytes) from exc
-                        row = index if cuts is None else cuts[index]
-                        size = len(payloads[index]) - (0 if cuts is None else HEADER_BYTES + ROW_OVERHEAD_BYTES)
-                        raise _row_too_large(exc, partition_id, rows + row, size) from exc
-                    in_flight += len(chunk)
-                    while in_flight > max_pending:
-                        future, count = pending.popleft()
-                        future.result()
-                        in_flight -= count
-                entries += len(payloads)
-                rows += len(payloads) if cuts is None else cuts[-1]
-                size += batch_size
-                batch = next(batches, None)
-                payloads, cuts, batch_size = (None, None, 0) if batch is None else entries_of(batch)
-            for future, _count in pending:
-                future.result()
-            close_with_context(bk, handle, LedgerCloseContext.builder().because_no_more_data().build())
+            ledger.append(*first)
+            for batch in batches:
+                ledger.append(*self._entries(batch))
+            return ledger.finish()
         except BaseException as exc:
-            log.warning(
-                "task %s attempt %s failed writing ledger %s; the job's commit or abort deletes it",
-                partition_id, attempt, handle.ledger_id,
-            )
-            self._close_abnormally(bk, handle, exc)
-            from bkspark.datasource.clients import client_conf, evict_if_stale
-
-            # The error's invalidates_client flag decides: the next task starts with a clean client.
-            evict_if_stale(opts.metadata_service_uri, client_conf(opts.client_conf), exc)
+            ledger.fail(exc)
             raise
-        return LedgerCommitMessage(opts.scope_id, handle.ledger_id, entries, size, partition_id, attempt)
+
+    @property
+    def routed(self) -> bool:
+        """Whether each row names its dataset (a ``dataset`` column and no ``dataset`` option)."""
+        return not self.options.dataset and self.row_columns.dataset_index is not None
+
+    def _write_routed(self, batches: Iterator[Any], partition_id: int, attempt: int) -> "RoutedCommitMessage":
+        """A task of a routed job: one ledger per dataset its rows name, each written as a job of one dataset's."""
+        assert self.row_columns.dataset_index is not None
+        bk: Any = None
+        ledgers: dict[str, _LedgerWrite] = {}
+        try:
+            for batch in batches:
+                for dataset, rows in _split_by_dataset(batch, self.row_columns.dataset_index):
+                    entries = self._entries(rows)
+                    if dataset not in ledgers:
+                        bk = bk or self._client()
+                        ledgers[dataset] = _LedgerWrite(self, bk, dataset, partition_id, attempt, entries[0])
+                    ledgers[dataset].append(*entries)
+            done = tuple((dataset, ledger.finish()) for dataset, ledger in ledgers.items())
+        except BaseException as exc:
+            for ledger in ledgers.values():
+                ledger.fail(exc)
+            raise
+        return RoutedCommitMessage(partition_id, attempt, done)
 
     def _entries(self, batch: Any) -> tuple["list[bytes] | PackedPayloads", list[int] | None, int]:
         """One Arrow batch as entries: ``(entries, first row of each entry and the row count, or None when each
@@ -444,63 +558,79 @@ class BookKeeperWriter(DataSourceArrowWriter):
         Before the commit point an error propagates (Spark then calls ``abort``).  After it the job is committed
         whatever happens: each clean-up step is retried a bounded number of times, then logged and left for the
         next job of the dataset or ``bkspark shell recoverjobs``.  Called again (a retried commit RPC), it
-        publishes nothing and finishes the clean-up.
+        publishes nothing and finishes the clean-up.  A routed job publishes every dataset its rows named in the
+        same ``multi`` (docs/connector.md, "Routing rows by a dataset column").
         """
-        from bkspark.datasource.datasets import CommitKey, JobGoneError, JobState
+        from bkspark.datasource.datasets import CommitKey, JobGoneError, JobState, PublishTarget
 
         bk = self._client()
         registry = self._registry(bk)
         opts = self.options
-        committed = _committed_ledgers(messages)
+        by_dataset = ledgers_by_dataset(messages, opts.dataset)
+        if not self.routed:
+            by_dataset.setdefault(opts.dataset, [])  # a job with no rows still publishes (an overwrite empties)
+        names = sorted(by_dataset)
+        committed = [ledger for name in names for ledger in by_dataset[name]]
         record = registry.job(self.job_id)
         if record is None:
-            root = registry.root(opts.dataset)
-            if root is not None and root.token(self.job_id) is not None:
+            roots = [registry.root(name) for name in names]
+            if names and all(root is not None and root.token(self.job_id) is not None for root in roots):
                 log.info("write job %s was committed and cleaned up before: nothing to do", self.job_id)
                 return
             raise JobGoneError(f"write job {self.job_id} has no record (aborted, or never begun): cannot commit")
         if record.state is JobState.ABORTING:
             raise JobGoneError(f"write job {self.job_id} is being aborted: it can no longer commit")
+        cleaner = CommitCleaner(bk, registry)
+        if not names:  # a routed job without rows: nothing to publish, its record goes as an abort's would
+            cleaner.abort_job(self.job_id, (), extra_ledgers=committed)
+            return
         parent = (opts.scope_id, self.parent_ledger_id) if committed and self.parent_ledger_id is not None else None
         extra = []
         if parent is not None and record.state is JobState.WRITING:
-            extra.append(self._parent_znode(bk, committed, parent))
-        result = registry.publish(
-            opts.dataset, committed, replace_all=self.overwrite, job_id=self.job_id, key=CommitKey(self.job_id, 0),
-            parents=[parent] if parent else [], extra_creates=extra,
+            extra.append(self._parent_znode(bk, committed, parent, names))
+        results = registry.publish_many(
+            [PublishTarget(name, tuple(by_dataset[name]), self.overwrite) for name in names],
+            job_id=self.job_id, key=CommitKey(self.job_id, 0), parents=[parent] if parent else [], extra_creates=extra,
             before_multi=lambda: fault_point("commit.shards-written"), ledger_path=bk.store.ledger_path,
         )
-        if result.already:
-            log.info("write job %s had already published dataset %r: finishing its clean-up", self.job_id, opts.dataset)
-        CommitCleaner(bk, registry).finish_commit(self.job_id, opts.dataset, extra_ledgers=committed)
+        if results[0].already:
+            log.info("write job %s had already published dataset(s) %s: finishing its clean-up", self.job_id, names)
+        cleaner.finish_commit(self.job_id, names, extra_ledgers=committed)
 
-    def _parent_znode(self, bk: Any, ledgers: list[tuple[int, int]], parent: tuple[int, int]) -> tuple[str, bytes]:
+    def _parent_znode(
+        self, bk: Any, ledgers: list[tuple[int, int]], parent: tuple[int, int], datasets: list[str] | None = None
+    ) -> tuple[str, bytes]:
         """The metadata znode of the job's parent ledger (path, bytes), created by the publishing ``multi``.
 
         The parent is an empty closed ledger (the job's commit marker) on the ensemble of the first of the job's
         ``ledgers``; when that one is gone, the commit fails naming every one that is gone (:func:`ledgers_gone_error`).  Created in the same ``multi`` as the manifest, it exists exactly when the job is committed: the
         ledgers of a job that never committed always name a missing parent, which the orphan audit reports.
+        A routed job's parent is the parent of its ledgers in every one of ``datasets`` (default: the option's),
+        which ``bkspark.datasets`` lists.
         """
         from bkspark.context import CLOSE_KEY, SEAL_TIME_KEY, LedgerCloseContext, LedgerCreateContext
         from bkspark.datasource.datasets import ledgers_gone_error
         from bkspark.errors import NoSuchLedgerMetadataError
 
         opts = self.options
+        datasets = datasets or [opts.dataset]
         host = socket.gethostname()[:256]
         context = (
             LedgerCreateContext.builder()
             .created_by(CREATOR_ENTERPRISE, CREATOR_SYSTEM, f"{self.creator_application()}/commit-marker", host)
-            .part_of_data_set(opts.dataset)
+            .part_of_data_set(",".join(datasets))
             .expected_max_entries(0)
             .expected_max_length(0)
             .build()
         )
         tags = {
-            TAG_DATASET: opts.dataset.encode(),
+            TAG_DATASET: ",".join(datasets).encode(),
             TAG_JOB: self.job_id.encode(),
             TAG_ROLE: JOB_PARENT_ROLE,
             TAG_APPLICATION: f"bkspark-spark-writer@{socket.gethostname()}".encode(),
         }
+        if self.routed:
+            tags[TAG_DATASETS] = ",".join(datasets).encode()
         now_ms = int(time.time() * 1000)
         custom = context.to_custom_metadata(tags)
         custom[CLOSE_KEY] = LedgerCloseContext.builder().because_no_more_data().build().to_bytes()
@@ -510,7 +640,8 @@ class BookKeeperWriter(DataSourceArrowWriter):
             md = bk.get_ledger_metadata(model[1], scope_id=model[0])
         except NoSuchLedgerMetadataError:
             znodes = {ledger: bk.store.ledger_path(ledger[1], ledger[0]) for ledger in ledgers}
-            raise ledgers_gone_error(opts.dataset, self._registry(bk).missing_ledgers(znodes) or [model]) from None
+            gone = self._registry(bk).missing_ledgers(znodes) or [model]
+            raise ledgers_gone_error(" + ".join(datasets), gone) from None
         parent_md = md.empty_closed_sibling(now_ms, custom)
         return bk.store.ledger_znode_to_create(parent[1], parent_md, scope_id=parent[0])
 
@@ -521,18 +652,29 @@ class BookKeeperWriter(DataSourceArrowWriter):
         commit's clean-up instead: committed work is never aborted.
         """
         bk = self._client()
+        by_dataset = ledgers_by_dataset(messages, self.options.dataset)
+        datasets = sorted(by_dataset) if self.routed else [self.options.dataset]
         CommitCleaner(bk, self._registry(bk)).abort_job(
-            self.job_id, self.options.dataset, extra_ledgers=_committed_ledgers(messages)
+            self.job_id, datasets, extra_ledgers=[ledger for ledgers in by_dataset.values() for ledger in ledgers]
         )
+
+
+def ledgers_by_dataset(messages: list[Any], dataset: str) -> dict[str, list[tuple[int, int]]]:
+    """The ledgers of the tasks' commit messages per dataset (``dataset`` for a job of one dataset's messages;
+    None for failed tasks; NO_LEDGER for empty partitions)."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for message in messages:
+        if isinstance(message, RoutedCommitMessage):
+            for name, part in message.ledgers:
+                out.setdefault(name, []).append((part.scope_id, part.ledger_id))
+        elif isinstance(message, LedgerCommitMessage) and message.ledger_id != NO_LEDGER:
+            out.setdefault(dataset, []).append((message.scope_id, message.ledger_id))
+    return out
 
 
 def _committed_ledgers(messages: list[Any]) -> list[tuple[int, int]]:
     """The ledgers of the tasks' commit messages (None for failed tasks; NO_LEDGER for empty partitions)."""
-    return [
-        (m.scope_id, m.ledger_id)
-        for m in messages
-        if isinstance(m, LedgerCommitMessage) and m.ledger_id != NO_LEDGER
-    ]
+    return [ledger for ledgers in ledgers_by_dataset(messages, "").values() for ledger in ledgers]
 
 
 def _delete_ledgers(bk: Any, ledgers: Iterable[tuple[int, int]]) -> None:
@@ -569,31 +711,35 @@ class CommitCleaner:
 
     # -- committed jobs -------------------------------------------------------
     def finish_commit(
-        self, job_id: str, dataset: str, extra_ledgers: Iterable[tuple[int, int]] = (), *, recover_others: bool = True
+        self, job_id: str, dataset: "str | Sequence[str]", extra_ledgers: Iterable[tuple[int, int]] = (), *,
+        recover_others: bool = True,
     ) -> bool:
         """Delete what a committed job leaves (other attempts' ledgers, what it replaced), then forget it.
 
-        Errors are retried, then logged: never raised (the job is committed).  True when everything was done;
-        False leaves the job's record (state committed) for the next job or ``bkspark shell recoverjobs``.
-        With ``recover_others``, then finishes the committed or aborting jobs of the dataset that crashes left.
+        ``dataset``: the job's dataset, or every dataset a routed job published.  Errors are retried, then logged:
+        never raised (the job is committed).  True when everything was done; False leaves the job's record (state
+        committed) for the next job or ``bkspark shell recoverjobs``.  With ``recover_others``, then finishes the
+        committed or aborting jobs of those datasets that crashes left.
         """
+        names = _dataset_names(dataset)
         extra = list(extra_ledgers)
         steps = [
             ("commit.published", "delete the ledgers of attempts that did not commit",
-             lambda: self._delete_uncommitted(job_id, dataset, extra)),
-            ("commit.attempts-deleted", "delete the ledgers an overwrite replaced", lambda: self.clean_dataset(dataset)),
+             lambda: self._delete_uncommitted(job_id, names, extra)),
+            ("commit.attempts-deleted", "delete the ledgers an overwrite replaced",
+             lambda: [self.clean_dataset(name) for name in names]),
         ]
         done = all([self._retrying(point, what, job_id, fn) for point, what, fn in steps])
         if not done:
             log.warning(
                 "write job %s is committed, but its clean-up is unfinished: its record stays under "
-                "<root>/bkspark/jobs for the next write of dataset %r or `bkspark shell recoverjobs`", job_id, dataset,
+                "<root>/bkspark/jobs for the next write of dataset(s) %s or `bkspark shell recoverjobs`", job_id, names,
             )
             return False
-        forgotten = self._retrying("commit.retired-deleted", "forget the job", job_id, lambda: self._forget(job_id, dataset))
+        forgotten = self._retrying("commit.retired-deleted", "forget the job", job_id, lambda: self._forget(job_id, names))
         if forgotten and recover_others:
             self._retrying("commit.forgotten", "finish other jobs' clean-up", job_id,
-                           lambda: recover_jobs(self.bk, self.registry, dataset=dataset, stale_after=None))
+                           lambda: [recover_jobs(self.bk, self.registry, dataset=name, stale_after=None) for name in names])
         return forgotten
 
     def _retrying(self, point: str, what: str, job_id: str, step: Callable[[], Any]) -> bool:
@@ -611,62 +757,100 @@ class CommitCleaner:
                 except Exception:  # noqa: BLE001 - the step stays unfinished, for the next job or recoverjobs
                     return False
 
-    def _named(self, dataset: str) -> set[tuple[int, int]]:
-        manifest = self.registry.manifest(dataset)
-        return set(manifest.ledgers) if manifest is not None else set()
+    def _named(self, datasets: "str | Sequence[str]") -> set[tuple[int, int]]:
+        """Every ledger the manifests of ``datasets`` name."""
+        named: set[tuple[int, int]] = set()
+        for name in _dataset_names(datasets):
+            manifest = self.registry.manifest(name)
+            if manifest is not None:
+                named.update(manifest.ledgers)
+        return named
 
-    def _delete_uncommitted(self, job_id: str, dataset: str, extra: list[tuple[int, int]]) -> None:
-        """The job's registered ledgers that the manifest does not name (read after the commit point)."""
-        named = self._named(dataset)
+    def _delete_uncommitted(self, job_id: str, datasets: tuple[str, ...], extra: list[tuple[int, int]]) -> None:
+        """The job's registered ledgers that the manifests do not name (read after the commit point)."""
+        named = self._named(datasets)
         candidates = set(self.registry.job_ledgers(job_id)) | set(extra)
         _delete_ledgers(self.bk, sorted(candidates - named))
 
-    def _forget(self, job_id: str, dataset: str) -> None:
+    def _forget(self, job_id: str, datasets: "str | Sequence[str]") -> None:
         self.registry.forget_job(job_id)
-        self.registry.sweep_shards(dataset)
+        for name in _dataset_names(datasets):
+            self.registry.sweep_shards(name)
 
     def clean_dataset(self, dataset: str) -> None:
-        """Delete the ledgers of the dataset's retired shards (parents first), drop the shards; sweep the rest."""
+        """Delete the ledgers of the dataset's retired shards (parents first), drop the shards; sweep the rest.
+
+        A parent a routed job shared with other datasets (``Shard.shared``) stays while another dataset's live
+        shard names it: its children there are still committed.
+        """
         for ref, shard in self.registry.retired(dataset):
             named = self._named(dataset)
             ledgers = [p for p in shard.ledgers if p not in named]
             parents = shard.parents if shard.parents is not None else _parents_of(self.bk, ledgers)
+            parents = [p for p in parents if p not in named and not (p in shard.shared and self._kept_elsewhere(p, dataset))]
             # Parents first: a crash in between leaves children naming a missing parent, which the audit reports
             # and the next clean-up (the shard is still retired) deletes.
-            _delete_ledgers(self.bk, [p for p in parents if p not in named])
+            _delete_ledgers(self.bk, parents)
             _delete_ledgers(self.bk, ledgers)
             self.registry.drop_retired(dataset, [ref])
         self.registry.sweep_shards(dataset)
 
+    def _kept_elsewhere(self, parent: tuple[int, int], dataset: str) -> bool:
+        """Whether another dataset of the routed job whose parent this is still names it (``bkspark.datasets``)."""
+        from bkspark.errors import NoSuchLedgerMetadataError
+
+        try:
+            custom = self.bk.get_ledger_metadata(parent[1], scope_id=parent[0]).custom_metadata
+        except NoSuchLedgerMetadataError:
+            return False
+        others = custom.get(TAG_DATASETS, b"").decode("utf-8", "replace").split(",")
+        holder = self.registry.parent_named_elsewhere(parent, [name for name in others if name], dataset)
+        if holder is not None:
+            log.info("job parent %s stays: dataset %r still names it", parent, holder)
+        return holder is not None
+
     # -- aborted jobs ----------------------------------------------------------
-    def abort_job(self, job_id: str, dataset: str, extra_ledgers: Iterable[tuple[int, int]] = ()) -> bool:
+    def abort_job(
+        self, job_id: str, dataset: "str | Sequence[str]", extra_ledgers: Iterable[tuple[int, int]] = ()
+    ) -> bool:
         """Fence, delete the job's ledgers that no manifest names, forget the job (errors propagate).
 
-        False when the job turned out committed (its commit won the fence; then its clean-up ran instead, and its
-        record says whether that finished), so that no caller reports a committed job as aborted.
+        ``dataset``: the job's dataset, or the datasets a routed job's messages named (its registrations name
+        the rest).  False when the job turned out committed (its commit won the fence; then its clean-up ran
+        instead, and its record says whether that finished), so that no caller reports a committed job as aborted.
         """
         from bkspark.datasource.datasets import JobState
 
+        names = _dataset_names(dataset)
         record = self.registry.fence_job(job_id)
         fault_point("abort.fenced")
         if record is not None and record.state is JobState.COMMITTED:
             log.warning("write job %s: abort after its commit point; finishing the commit's clean-up instead", job_id)
-            self.finish_commit(job_id, record.dataset, extra_ledgers)
+            self.finish_commit(job_id, record.names or names, extra_ledgers)
             return False
         if record is None:
-            root = self.registry.root(dataset)
-            if root is not None and root.token(job_id) is not None:
+            roots = [self.registry.root(name) for name in names]
+            if names and all(root is not None and root.token(job_id) is not None for root in roots):
                 return False  # committed and cleaned up: nothing of it is garbage
-        named = self._named(dataset)
+        if record is not None and record.routed:
+            names = tuple(dict.fromkeys(names + tuple(self.registry.job_ledger_datasets(job_id).values())))
+        named = self._named(names)
         created = set(self.registry.job_ledgers(job_id)) | set(extra_ledgers)
         if created & named:  # cannot happen while the fence holds; never delete committed data
-            log.error("write job %s: ledgers %s are committed in dataset %r: not deleting them",
-                      job_id, sorted(created & named), dataset)
+            log.error("write job %s: ledgers %s are committed in dataset(s) %s: not deleting them",
+                      job_id, sorted(created & named), names)
         _delete_ledgers(self.bk, sorted(created - named))
         fault_point("abort.ledgers-deleted")
-        self._forget(job_id, dataset)
+        self._forget(job_id, names)
         fault_point("abort.forgotten")
         return True
+
+
+def _dataset_names(dataset: "str | Sequence[str]") -> tuple[str, ...]:
+    """One dataset's name, or several, as a tuple (an empty name: a routed job's, before it names any)."""
+    if isinstance(dataset, str):
+        return (dataset,) if dataset else ()
+    return tuple(dataset)
 
 
 #: What :func:`recover_jobs` says of a committed job whose clean-up failed again (its record stays for a re-run).
@@ -695,22 +879,24 @@ def recover_jobs(
     touched: set[str] = set() if dataset is None else {dataset}
     for job_id in registry.jobs():
         record = registry.job(job_id)
-        if record is not None and (dataset is None or record.dataset == dataset):
-            touched.add(record.dataset)
+        names = registry.job_datasets(job_id, record)
+        if record is not None and (dataset is None or dataset in names):
+            touched.update(names)
     for name in sorted(touched):
         registry.root(name)
     for job_id in registry.jobs():
         record = registry.job(job_id)
-        if record is None or (dataset is not None and record.dataset != dataset):
+        names = registry.job_datasets(job_id, record)
+        if record is None or (dataset is not None and dataset not in names):
             continue
-        touched.add(record.dataset)
+        touched.update(names)
         if record.state is JobState.COMMITTED:
-            finished = cleaner.finish_commit(job_id, record.dataset, recover_others=False)
+            finished = cleaner.finish_commit(job_id, names, recover_others=False)
         elif record.state is JobState.WRITING and (
             stale_after is None or (registry.job_age_seconds(job_id) or 0.0) < stale_after
         ):
             continue
-        elif cleaner.abort_job(job_id, record.dataset):
+        elif cleaner.abort_job(job_id, names):
             done.append((job_id, "aborted" if record.state is JobState.ABORTING else "stale writing job aborted"))
             continue
         else:  # its commit won the fence: committed after all, and forgotten once its clean-up finished

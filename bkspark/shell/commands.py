@@ -704,7 +704,7 @@ def cmd_recoverjobs(args: argparse.Namespace, out: Output) -> int:
     with open_client(args) as bk:
         registry = DatasetRegistry(bk.store.zk, bk.store.root)
         if args.dataset is not None and registry.root(args.dataset) is None and not any(
-            (record := registry.job(job)) is not None and record.dataset == args.dataset for job in registry.jobs()
+            args.dataset in registry.job_datasets(job, registry.job(job)) for job in registry.jobs()
         ):  # a typo must not read as "nothing to recover"
             raise ShellError(f"no dataset or write job named {args.dataset!r} in this cluster")
         done = recover_jobs(bk, registry, dataset=args.dataset, stale_after=args.stale_after)

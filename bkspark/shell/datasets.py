@@ -90,9 +90,10 @@ def _jobs_by_dataset(registry: DatasetRegistry) -> dict[str, list[JobSummary]]:
             continue  # unreadable record: `bkspark shell recoverjobs` reports it, a listing must not fail on it
         if record is None:
             continue
-        jobs.setdefault(record.dataset, []).append(
-            JobSummary(job=job, state=record.state.value, overwrite=record.overwrite, created_ms=record.created_ms)
-        )
+        for name in registry.job_datasets(job, record):  # a routed job under every dataset it writes
+            jobs.setdefault(name, []).append(
+                JobSummary(job=job, state=record.state.value, overwrite=record.overwrite, created_ms=record.created_ms)
+            )
     return jobs
 
 

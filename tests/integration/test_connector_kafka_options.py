@@ -141,6 +141,75 @@ def test_columns_the_writer_would_drop_fail_save_before_any_ledger(spark, bk, py
     assert [(h.key, bytes(h.value)) for h in got[0].headers] == [("a", b"b")]
 
 
+def test_a_dataset_column_routes_rows_to_several_datasets_in_one_spark_job(spark, bk, py_cluster) -> None:  # noqa: F811
+    """docs/connector.md, "Routing rows by a dataset column": as Kafka's sink routes by ``topic``, each row goes to
+    the dataset its ``dataset`` column names (one created on first use), with its key; one job record, committed
+    in one multi; rows packed per dataset (``rowsPerEntry``); mode overwrite replaces only the datasets the rows
+    name; the ``dataset`` option wins."""
+    from bkspark.datasource.datasets import DatasetRegistry
+
+    uri = py_cluster.metadata_service_uri
+    registry = DatasetRegistry(bk.store.zk, bk.store.root)
+    _write(spark.createDataFrame([(b"old",)], "payload binary"), uri, "routed-b")
+    data = [(b"r-%d" % i, f"k{i}", ["routed-a", "routed-b", "routed-c"][i % 3]) for i in range(30)]
+    df = spark.createDataFrame(data, "payload binary, key string, dataset string").repartition(3)
+    jobs_before = _job_records(bk)
+    (df.write.format("bookkeeper").option("metadataServiceUri", uri).option("ensembleSize", "3")
+     .option("writeQuorumSize", "2").option("ackQuorumSize", "2").option("rowsPerEntry", "4").mode("append").save())
+    assert _job_records(bk) == jobs_before
+
+    def rows_of(name: str) -> list[tuple[bytes, bytes | None]]:
+        got = _read(spark, uri, dataset=name).collect()
+        return sorted((bytes(r.payload), None if r.key is None else bytes(r.key)) for r in got)
+
+    want = {n: sorted((p, k.encode()) for p, k, d in data if d == n) for n in ("routed-a", "routed-b", "routed-c")}
+    assert rows_of("routed-a") == want["routed-a"] and rows_of("routed-c") == want["routed-c"]
+    assert rows_of("routed-b") == sorted(want["routed-b"] + [(b"old", None)])
+    # overwrite: only the datasets the rows name
+    over = spark.createDataFrame([(b"new-a", "routed-a")], "payload binary, dataset string")
+    over.write.format("bookkeeper").option("metadataServiceUri", uri).mode("overwrite").save()
+    assert rows_of("routed-a") == [(b"new-a", None)] and rows_of("routed-c") == want["routed-c"]
+    # the dataset option wins over the column (Kafka's topic option over its topic column)
+    _write(spark.createDataFrame([(b"opt", "routed-c")], "payload binary, dataset string"), uri, "routed-option")
+    assert rows_of("routed-option") == [(b"opt", None)] and rows_of("routed-c") == want["routed-c"]
+
+
+def test_a_streaming_query_routes_each_micro_batch_by_its_dataset_column(spark, bk, py_cluster, tmp_path) -> None:  # noqa: F811
+    """``writeStream`` without the ``dataset`` option: each row of each micro-batch goes to the dataset its
+    ``dataset`` column names, once (docs/connector.md, "Routing rows by a dataset column")."""
+    from pyspark.sql import functions as F
+
+    uri = py_cluster.metadata_service_uri
+    payloads = [b"s-%d" % i for i in range(60)]
+    lid = write_bkspark_ledger(bk, payloads)
+    query = (
+        spark.readStream.format("bookkeeper").option("metadataServiceUri", uri).option("ledgers", str(lid))
+        .option("maxEntriesPerTrigger", "25").load()
+        .select("payload", F.when(F.col("entry_id") % 2 == 0, "sroute-even").otherwise("sroute-odd").alias("dataset"))
+        .writeStream.format("bookkeeper").option("metadataServiceUri", uri)
+        .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start()
+    )
+    assert query.awaitTermination(180)
+    for name, parity in (("sroute-even", 0), ("sroute-odd", 1)):
+        got = sorted(bytes(r.payload) for r in _read(spark, uri, dataset=name).collect())
+        assert got == sorted(p for i, p in enumerate(payloads) if i % 2 == parity)
+
+
+def test_a_null_dataset_in_a_row_fails_the_spark_job_and_publishes_nothing(spark, bk, py_cluster) -> None:  # noqa: F811
+    """A row whose dataset is null fails its task naming the column; the job aborts: no dataset changed, no
+    ledger or job record left.  Spark's Python sources take only append and overwrite, routed or not."""
+    uri = py_cluster.metadata_service_uri
+    _write(spark.createDataFrame([(b"kept",)], "payload binary"), uri, "routed-null-a")
+    ledgers_before, jobs_before = bk.list_ledgers(), _job_records(bk)
+    df = spark.createDataFrame([(b"x", "routed-null-a"), (b"y", None)], "payload binary, dataset string").coalesce(1)
+    with pytest.raises(Exception, match=r"BOOKKEEPER_INVALID_DATASET\] column 'dataset' is null in row 1"):
+        df.write.format("bookkeeper").option("metadataServiceUri", uri).mode("append").save()
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        df.write.format("bookkeeper").option("metadataServiceUri", uri).mode("errorifexists").save()
+    assert bk.list_ledgers() == ledgers_before and _job_records(bk) == jobs_before
+    assert [bytes(r.payload) for r in _read(spark, uri, dataset="routed-null-a").collect()] == [b"kept"]
+
+
 def test_per_ledger_starting_and_ending_offsets_in_a_batch_read(spark, bk, py_cluster) -> None:  # noqa: F811
     """docs/connector.md, "Read options": JSON startingOffsets (first entry, -2 earliest) and endingOffsets (the
     entry to stop before, -1 latest) per ledger; ledgers not named use startEntry/endEntry."""

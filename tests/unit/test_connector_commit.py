@@ -5,6 +5,8 @@ The protocol itself runs against real ZooKeeper, bookies and Spark in tests/inte
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from kazoo.exceptions import ConnectionLoss
 
@@ -123,6 +125,35 @@ def test_shards_and_job_records_round_trip() -> None:
     assert JobRecord.from_bytes(b"", 0) is None  # a record of a writer older than the protocol
     with pytest.raises(BadMetadataError):
         JobRecord.from_bytes(b'{"state":"flying","dataset":"d"}', 0)
+
+
+def test_a_routed_jobs_record_and_shared_parents_round_trip_and_old_ones_read_as_before() -> None:
+    """docs/connector.md, "Routing rows by a dataset column": a routed record names its datasets once committed;
+    shards mark shared parents; a record or shard without those keys reads as a single-dataset one."""
+    writing = JobRecord(JobState.WRITING, "", parent=(0, 7), routed=True)
+    assert JobRecord.from_bytes(writing.to_bytes(), 1) == replace(writing, version=1)
+    assert writing.names == ()
+    done = replace(writing, state=JobState.COMMITTED, datasets=("a", "b"))
+    assert JobRecord.from_bytes(done.to_bytes(), 2).names == ("a", "b")  # type: ignore[union-attr]
+    single = JobRecord.from_bytes(b'{"state":"writing","dataset":"d"}', 0)
+    assert single is not None and not single.routed and single.names == ("d",)
+    shard = Shard(((0, 1),), ((0, 9),), ((0, 9),))
+    assert Shard.from_bytes(shard.to_bytes()) == shard
+    assert b"shared" not in Shard(((0, 1),), ((0, 9),)).to_bytes()
+
+
+def test_rows_split_by_their_dataset_column_keep_their_order() -> None:
+    import pyarrow as pa
+
+    from bkspark.datasource.writer import _split_by_dataset
+
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([b"1", b"2", b"3", b"4"]), pa.array(["b", "a", "b", "a"])], names=["payload", "dataset"]
+    )
+    split = {name: part.column(0).to_pylist() for name, part in _split_by_dataset(batch, 1)}
+    assert list(split) == ["b", "a"] and split == {"b": [b"1", b"3"], "a": [b"2", b"4"]}
+    (only,) = _split_by_dataset(batch.slice(1, 1), 1)
+    assert only[0] == "a" and only[1].num_rows == 1
 
 
 def test_fault_plans_raise_the_real_error_types_and_count_their_firings() -> None:
