@@ -32,7 +32,7 @@ from bkspark.protocol import zk_paths
 from bkspark.protocol.layout import LedgerLayout
 
 from bookie_server.bookie import Bookie
-from bookie_server.config import BookieConfig
+from bkspark.config.bookie import BookieConfig
 from bookie_server.journal import CrashPoint, crash_point
 
 __all__ = ["CompactionSchedule", "GarbageCollector", "find_orphans"]

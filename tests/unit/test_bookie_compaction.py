@@ -13,7 +13,7 @@ import pytest
 
 from bkspark.errors import BookieIOError, InvalidOptionError
 from bookie_server import storage as storage_module
-from bookie_server.config import BookieConfig
+from bkspark.config.bookie import BookieConfig
 from bookie_server.entry_logs import INDEX_KEY
 from bookie_server.gc import CompactionSchedule
 from bookie_server.journal import CrashPoint, JournalPosition
