@@ -50,23 +50,53 @@ class PulsarSlice(LedgerSlice):
         return (self.start is None or position >= self.start) and (self.end is None or position < self.end)
 
 
-def pulsar_schema(options: Mapping[str, str | None]) -> str:
-    """The DDL of a Pulsar read (options checked first, so a mistake fails at ``load()``)."""
+def pulsar_schema(options: Mapping[str, str | None]) -> Any:
+    """The columns of a Pulsar read (options checked first, so a mistake fails at ``load()``): the fixed ones, with
+    ``value`` typed by the topics' schema from Pulsar's registry unless ``schema`` is ``raw``."""
     from bkspark.datasource.pulsar_options import parse_pulsar_read_options
-    from bkspark.pulsar.columns import PULSAR_SCHEMA_DDL
+    from bkspark.pulsar.columns import spark_schema
 
-    parse_pulsar_read_options(options)
-    return PULSAR_SCHEMA_DDL
+    return spark_schema(value_decoder_of(parse_pulsar_read_options(options)))
 
 
-def _check_schema(schema: Any) -> None:
+def value_decoder_of(options: PulsarReadOptions) -> Any:
+    """The :class:`bkspark.pulsar.schemas.ValueDecoder` of the read's topics (their schema in Pulsar's registry),
+    None with ``schema=raw`` or when no topic has one.  Reads the locator znodes and the schema ledgers only."""
+    from bkspark.datasource.clients import client_root, client_zk, get_client
+    from bkspark.pulsar.errors import PulsarSchemaError
+    from bkspark.pulsar.schemas import load_topic_schema, schema_path, value_decoder
+    from bkspark.pulsar.topics import TopicResolver, pulsar_root_of
+
+    if options.schema == "raw":
+        return None
+    bk = get_client(options.metadata_service_uri, client_settings(options))
+    root = pulsar_root_of(client_root(bk))
+    resolver = TopicResolver(client_zk(bk), root)
+    found: dict[str, Any] = {}
+    for part in resolver.resolve(list(options.topics), options.topics_pattern):
+        path = schema_path(root, part.topic)
+        if path not in found:
+            found[path] = (part.topic, load_topic_schema(client_zk(bk), bk, root, part.topic,
+                                                         digest_type=options.digest_type, password=options.password))
+    with_schema = [schema for _, schema in found.values() if schema is not None]
+    without = [str(topic) for topic, schema in found.values() if schema is None]
+    if with_schema and without:
+        raise PulsarSchemaError(
+            f"[BOOKKEEPER_PULSAR_SCHEMA] topic {with_schema[0].topic} has a schema and {without[0]} has none: read "
+            "them apart, or all as bytes with .option('schema', 'raw')"
+        )
+    return value_decoder(with_schema)
+
+
+def _check_schema(schema: Any, decoder: Any) -> None:
     from bkspark.errors import InvalidOptionError
     from bkspark.pulsar.columns import spark_schema
 
-    if schema is not None and schema != spark_schema():
+    if schema is not None and schema != spark_schema(decoder):
         raise InvalidOptionError(
-            "[BOOKKEEPER_USER_SCHEMA] a Pulsar topic is read with its fixed columns (docs/pulsar.md, 'Columns'); "
-            "leave out .schema(...) and select or cast the columns afterwards"
+            "[BOOKKEEPER_USER_SCHEMA] a Pulsar topic is read with its own columns (docs/pulsar.md, 'Columns' and "
+            "'Schemas'; the topic's schema may have changed since the query was planned); leave out .schema(...) "
+            "and select or cast the columns afterwards"
         )
 
 
@@ -75,9 +105,12 @@ def pulsar_reader(options: Mapping[str, str | None], schema: Any, pushdown: bool
     ``pushFilters`` (``__publishTime`` pruning)."""
     from bkspark.datasource.pulsar_options import parse_pulsar_read_options
 
-    _check_schema(schema)
     parsed = parse_pulsar_read_options(options)
-    return PulsarPushdownReader(parsed) if pushdown else PulsarReader(parsed)
+    decoder = value_decoder_of(parsed)
+    _check_schema(schema, decoder)
+    reader = PulsarPushdownReader(parsed) if pushdown else PulsarReader(parsed)
+    reader.decoder = decoder
+    return reader
 
 
 def pulsar_stream_reader(options: Mapping[str, str | None], schema: Any) -> Any:
@@ -113,6 +146,8 @@ class PulsarReader(DataSourceReader):
 
     def __init__(self, options: PulsarReadOptions) -> None:
         self.options = options
+        #: Types ``value`` by the topics' schema (:func:`value_decoder_of`); None: ``value`` is bytes.
+        self.decoder: Any = None
         #: The least ``__publishTime`` (ms) a pushed filter lets through, for ledger pruning; None: no such filter.
         self.min_publish_ms: int | None = None
 
@@ -200,7 +235,7 @@ class PulsarReader(DataSourceReader):
         opts = self.options
         settings = client_settings(opts)
         bk = get_client(opts.metadata_service_uri, settings)
-        columns = MessageColumns()
+        columns = MessageColumns(self.decoder)
         try:
             assemblers: dict[str, ChunkAssembler] = {}
             for part in slices:

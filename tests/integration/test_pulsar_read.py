@@ -443,3 +443,146 @@ def test_the_readmes_pulsar_example_reads_a_topic(spark: Any, pulsar: PulsarStan
     exec(compile(code, "README.md Pulsar example", "exec"), namespace)  # noqa: S102 - the README's own example
     df = namespace["df"].selectExpr("*", "unix_millis(__publishTime) AS pt", "unix_millis(__eventTime) AS et")
     assert_rows_equal_reader([row.asDict() for row in df.collect()], reader_messages(pulsar.service_url, topic))
+
+
+def _schema_reader_values(pulsar: PulsarStandalone, topic: str, schema: Any) -> list[tuple[Any, tuple[int, int, int]]]:
+    """Pulsar's Reader with ``schema`` (the oracle of a schema'd topic): each message's decoded value and its
+    (ledger, entry, batch index); the bookies' LAC waited for as in :func:`reader_messages`."""
+    import pulsar as pulsar_client
+
+    client = pulsar_client.Client(pulsar.service_url)
+    out = []
+    try:
+        reader = client.create_reader(topic, pulsar_client.MessageId.earliest, schema=schema)
+        while reader.has_message_available():
+            msg = reader.read_next(10_000)
+            mid = msg.message_id()
+            out.append((msg.value(), (mid.ledger_id(), mid.entry_id(), mid.batch_index())))
+        reader.close()
+    finally:
+        client.close()
+    wait_until_readable_from_bookies(pulsar.metadata_service_uri,
+                                     [{"ledger": where[0], "entry": where[1]} for _, where in out])
+    return out
+
+
+def _typed_rows(spark: Any, pulsar: PulsarStandalone, topic: str, **options: str) -> tuple[Any, list[dict[str, Any]]]:
+    reader = spark.read.format("bookkeeper").option("metadataServiceUri", pulsar.metadata_service_uri)
+    for key, value in {"topic": topic, **options}.items():
+        reader = reader.option(key, value)
+    df = reader.load()
+    return df.schema, [row.asDict(recursive=True) for row in df.collect()]
+
+
+def test_avro_json_and_primitive_schemas_type_the_value(spark: Any, pulsar: PulsarStandalone) -> None:
+    """A topic with a schema in Pulsar's registry reads as typed columns equal to the Reader's decoded values: AVRO
+    over two versions (a message of the first read as the latest, Avro's resolution, as the Reader's default),
+    JSON, STRING and INT64; ``schema=raw`` gives the bytes; the ZooKeeper tree is unchanged by the reads."""
+    import struct
+
+    import _pulsar
+    import pulsar as pulsar_client
+    from pulsar.schema import Array, AvroSchema, Boolean, Double, Integer, JsonSchema, Map, Record, Schema, String
+    from pulsar.schema import StringSchema
+
+    def reading_v1() -> Any:
+        class Reading(Record):
+            name = String()
+            count = Integer()
+            score = Double()
+            ok = Boolean()
+            tags = Array(String())
+            attrs = Map(String())
+        return Reading
+
+    def reading_v2() -> Any:
+        class Reading(Record):
+            name = String()
+            count = Integer()
+            score = Double()
+            ok = Boolean()
+            tags = Array(String())
+            attrs = Map(String())
+            unit = String(required_default=True)  # "default": null: a FULL-compatible new field
+        return Reading
+
+    class Int64Schema(Schema):  # Pulsar's INT64 schema: 8 bytes big-endian (the Python client has no class for it)
+        def __init__(self) -> None:
+            super().__init__(int, _pulsar.SchemaType.INT64, None, "INT64")
+
+        def encode(self, obj: int) -> bytes:
+            return struct.pack(">q", obj)
+
+        def decode(self, data: bytes) -> int:
+            return struct.unpack(">q", data)[0]
+
+    v1, v2 = reading_v1(), reading_v2()
+    avro_topic, json_topic = f"{NS}/schema-avro", f"{NS}/schema-json"
+    string_topic, long_topic = f"{NS}/schema-string", f"{NS}/schema-int64"
+    # The Python client registers no INT64 schema itself: the broker's admin API does (a Java producer's
+    # Schema.INT64 would), and the producer's messages then carry no version (read with the latest).
+    pulsar.admin("POST", "/admin/v2/schemas/public/default/schema-int64/schema",
+                 {"type": "INT64", "schema": "", "properties": {}})
+    client = pulsar_client.Client(pulsar.service_url)
+    try:
+        for schema, topic, values, batching in (
+            (AvroSchema(v1), avro_topic,
+             [v1(name=f"n{i}", count=i, score=i / 4, ok=i % 2 == 0, tags=[f"t{i}", "x"], attrs={"k": str(i)})
+              for i in range(25)], True),
+            (AvroSchema(v2), avro_topic,
+             [v2(name=f"m{i}", count=-i, score=None, ok=None, tags=[], attrs={}, unit="C" if i % 2 else None)
+              for i in range(15)], False),
+            (JsonSchema(v1), json_topic,
+             [v1(name=f"j{i}", count=i * 3, score=1.5 * i, ok=bool(i % 3), tags=["a"] * (i % 3),
+                 attrs={"i": str(i)}) for i in range(30)], True),
+            (StringSchema(), string_topic, [f"héllo {i}" for i in range(20)], True),
+            (Int64Schema(), long_topic, [i * (1 << 40) - 7 for i in range(20)], False),
+        ):
+            producer = client.create_producer(topic, schema=schema, batching_enabled=batching,
+                                              batching_max_publish_delay_ms=20)
+            for value in values:
+                producer.send_async(value, lambda result, msg_id: None)
+            producer.flush()
+            producer.close()
+    finally:
+        client.close()
+
+    zk = pulsar.zookeeper.client()
+    try:
+        before = _tree(zk)
+        assert any(p.startswith("/schemas/public/default/schema-avro") for p in before)
+        results = {
+            avro_topic: (_schema_reader_values(pulsar, avro_topic, AvroSchema(v2)), _typed_rows(spark, pulsar, avro_topic)),
+            json_topic: (_schema_reader_values(pulsar, json_topic, JsonSchema(v1)), _typed_rows(spark, pulsar, json_topic)),
+            string_topic: (_schema_reader_values(pulsar, string_topic, StringSchema()),
+                           _typed_rows(spark, pulsar, string_topic)),
+            long_topic: (_schema_reader_values(pulsar, long_topic, Int64Schema()), _typed_rows(spark, pulsar, long_topic)),
+        }
+        raw_schema, raw_rows = _typed_rows(spark, pulsar, long_topic, schema="raw")
+        after = _tree(zk)
+    finally:
+        zk.stop()
+        zk.close()
+    assert sorted(after) == sorted(before) and [p for p in before if before[p] != after[p]] == []
+
+    fields = ["name", "count", "score", "ok", "tags", "attrs"]
+    (avro_oracle, (avro_schema, avro_rows)) = results[avro_topic]
+    assert avro_schema.fieldNames()[:8] == [*fields, "unit", "__key"]
+    assert dict((f.name, f.dataType.simpleString()) for f in avro_schema.fields[:7]) == {
+        "name": "string", "count": "int", "score": "double", "ok": "boolean", "tags": "array<string>",
+        "attrs": "map<string,string>", "unit": "string"}
+    assert len(avro_rows) == len(avro_oracle) == 40
+    for row, (value, where) in zip(avro_rows, avro_oracle):
+        assert (row["__ledgerId"], row["__entryId"], row["__batchIndex"]) == where
+        assert {f: row[f] for f in [*fields, "unit"]} == {f: getattr(value, f) for f in [*fields, "unit"]}
+    (json_oracle, (json_schema, json_rows)) = results[json_topic]
+    assert json_schema.fieldNames()[:7] == [*fields, "__key"] and len(json_rows) == len(json_oracle) == 30
+    for row, (value, where) in zip(json_rows, json_oracle):
+        assert (row["__ledgerId"], row["__entryId"], row["__batchIndex"]) == where
+        assert {f: row[f] for f in fields} == {f: getattr(value, f) for f in fields}
+    for topic, kind in ((string_topic, "string"), (long_topic, "bigint")):
+        oracle, (schema, rows) = results[topic]
+        assert schema.fields[0].name == "value" and schema.fields[0].dataType.simpleString() == kind
+        assert [(r["value"], (r["__ledgerId"], r["__entryId"], r["__batchIndex"])) for r in rows] == oracle
+    assert raw_schema.fields[0].dataType.simpleString() == "binary"
+    assert [struct.unpack(">q", r["value"])[0] for r in raw_rows] == [v for v, _ in results[long_topic][0]]
