@@ -29,6 +29,9 @@ _NUMBERS = {
     "batchMaxCount": (1000, 1, (1 << 31) - 1),
     "batchMaxSize": (4 * 1024 * 1024, 1024, INT64_MAX),
     "publishTimeSkewMs": (60_000, 0, INT64_MAX),
+    # -1: not set (a publish time in ms since the epoch otherwise)
+    "startingTime": (-1, 0, INT64_MAX),
+    "endingTime": (-1, 0, INT64_MAX),
 }
 _FLAGS = {"failOnDataLoss": True, "batchReadEnabled": True}
 _KNOWN = {k.lower() for k in (*_NUMBERS, *_FLAGS)} | {
@@ -71,6 +74,9 @@ class PulsarReadOptions:
     #: (ledger, entry, batch index) positions; a topic not named reads from its start / to its LAC.
     starting_offsets: tuple[tuple[str, tuple[int, int, int]], ...] = ()
     ending_offsets: tuple[tuple[str, tuple[int, int, int]], ...] = ()
+    #: ``startingTime`` (inclusive) and ``endingTime`` (exclusive): publish times in ms, None when not set.
+    starting_time: int | None = None
+    ending_time: int | None = None
     #: One of :data:`SCHEMA_MODES` (docs/pulsar.md, "Schemas").
     schema: str = "auto"
 
@@ -153,6 +159,8 @@ def parse_pulsar_read_options(options: Mapping[str, str | None]) -> PulsarReadOp
         starting_offsets=_offsets(opts, "startingOffsets", "earliest"),
         ending_offsets=_offsets(opts, "endingOffsets", "latest"),
         schema=schema,
+        starting_time=None if _number(opts, "startingTime") < 0 else _number(opts, "startingTime"),
+        ending_time=None if _number(opts, "endingTime") < 0 else _number(opts, "endingTime"),
         client_conf=tuple(sorted((k[len(_CLIENT_PREFIX):], v) for k, v in opts.items() if k.startswith(_CLIENT_PREFIX))),
     )
 

@@ -148,8 +148,17 @@ class PulsarReader(DataSourceReader):
         self.options = options
         #: Types ``value`` by the topics' schema (:func:`value_decoder_of`); None: ``value`` is bytes.
         self.decoder: Any = None
-        #: The least ``__publishTime`` (ms) a pushed filter lets through, for ledger pruning; None: no such filter.
-        self.min_publish_ms: int | None = None
+        #: The least ``__publishTime`` (ms) a row may have (``startingTime`` and pushed filters), for pruning ledgers
+        #: and entries; None: no lower bound.
+        self.min_publish_ms: int | None = options.starting_time
+        #: The ``__publishTime`` (ms) every row is below (``endingTime`` and pushed filters); None: no upper bound.
+        self.max_publish_ms: int | None = options.ending_time
+
+    def _in_time_range(self, publish_ms: int) -> bool:
+        """Whether a message with this publish time can be a row: within ``startingTime``/``endingTime`` and the
+        ``__publishTime`` bounds of pushed filters (a row outside them would be filtered out by Spark anyway)."""
+        return (self.min_publish_ms is None or publish_ms >= self.min_publish_ms) and (
+            self.max_publish_ms is None or publish_ms < self.max_publish_ms)
 
     def _pruned(self, ledger: Any) -> bool:
         """Whether none of a closed ledger's messages can pass a ``__publishTime >= X`` filter: it was closed
@@ -284,10 +293,12 @@ class PulsarReader(DataSourceReader):
                     entry = parse_entry(payload)
                     if entry.is_chunk:
                         done = assembler.add(entry, (part.ledger_id, entry_id), orphan_ok=part.first_entry > 0)
-                        if done is not None and part.keeps(entry_id, -1):
+                        if done is not None and part.keeps(entry_id, -1) and self._in_time_range(
+                                done[0].publish_time):
                             message, first = done
                             columns.add(message, part.topic, part.partition, part.ledger_id, entry_id, first)
-                    elif not _added_whole_batch(entry, part, entry_id, columns):
+                    elif self._in_time_range(entry.metadata.publish_time) and not _added_whole_batch(
+                            entry, part, entry_id, columns):  # a batch's messages share its publish time
                         for message in entry_messages(entry):
                             if part.keeps(entry_id, message.batch_index):
                                 columns.add(message, part.topic, part.partition, part.ledger_id, entry_id)
@@ -315,7 +326,8 @@ class PulsarReader(DataSourceReader):
                     md = entry.metadata
                     if entry.is_chunk and (md.producer_name, md.uuid) in wanted:
                         done = assembler.add(entry, (part.ledger_id, entry_id))
-                        if done is not None and part.keeps(entry_id, -1):
+                        if done is not None and part.keeps(entry_id, -1) and self._in_time_range(
+                                done[0].publish_time):
                             message, first = done
                             columns.add(message, part.topic, part.partition, part.ledger_id, entry_id, first)
             next_entry = last + 1
@@ -331,14 +343,18 @@ class PulsarReader(DataSourceReader):
 
 class PulsarPushdownReader(PulsarReader):
     """The reader with ``pushFilters``, used only when Spark's pushdown conf is on: a lower bound on
-    ``__publishTime`` (``>``, ``>=``, ``=``, ``IN``) prunes ledgers closed before it (:meth:`PulsarReader._pruned`).
-    Every filter is handed back, so Spark still applies it to the rows: pruning only skips ledgers."""
+    ``__publishTime`` (``>``, ``>=``, ``=``, ``IN``) prunes ledgers closed before it (:meth:`PulsarReader._pruned`),
+    and both bounds (also ``<``, ``<=``) skip the entries published outside them without decoding them. Every filter
+    is handed back, so Spark still applies it to the rows: pruning only skips what the filter would drop."""
 
     def pushFilters(self, filters: list[Any]) -> Iterator[Any]:  # noqa: N802 - Spark's name
         for filter_ in filters:
             bound = _publish_time_lower_bound(filter_)
             if bound is not None:
                 self.min_publish_ms = bound if self.min_publish_ms is None else max(self.min_publish_ms, bound)
+            upper = _publish_time_upper_bound(filter_)
+            if upper is not None:
+                self.max_publish_ms = upper if self.max_publish_ms is None else min(self.max_publish_ms, upper)
             yield filter_
 
 
@@ -371,6 +387,24 @@ def _added_whole_batch(entry: Any, part: PulsarSlice, entry_id: int, columns: An
     if not (part.keeps(entry_id, 0) and part.keeps(entry_id, last_index)):
         return False
     return bool(columns.add_batch(entry, part.topic, part.partition, part.ledger_id, entry_id))
+
+
+def _publish_time_upper_bound(filter_: Any) -> int | None:
+    """A publish time in ms that every message ``filter_`` lets through is below (``<``, ``<=``, ``=``, ``IN`` on
+    ``__publishTime``), else None; rounded so that it never drops a message the filter keeps."""
+    import datetime
+
+    from pyspark.sql.datasource import EqualTo, In, LessThan, LessThanOrEqual
+
+    if getattr(filter_, "attribute", None) != ("__publishTime",):
+        return None
+    if not isinstance(filter_, (EqualTo, LessThan, LessThanOrEqual, In)):
+        return None
+    values = filter_.value if isinstance(filter_, In) else [filter_.value]
+    if not values or not all(isinstance(v, datetime.datetime) and v.tzinfo is not None for v in values):
+        return None
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    return max((v - epoch) // datetime.timedelta(milliseconds=1) for v in values) + 1  # exact: no float rounding
 
 
 def _outside(ledger_id: int, start: tuple[int, int, int] | None, end: tuple[int, int, int] | None) -> bool:

@@ -586,3 +586,46 @@ def test_avro_json_and_primitive_schemas_type_the_value(spark: Any, pulsar: Puls
         assert [(r["value"], (r["__ledgerId"], r["__entryId"], r["__batchIndex"])) for r in rows] == oracle
     assert raw_schema.fields[0].dataType.simpleString() == "binary"
     assert [struct.unpack(">q", r["value"])[0] for r in raw_rows] == [v for v, _ in results[long_topic][0]]
+
+
+def test_starting_and_ending_time_and_publish_time_bounds(spark: Any, pulsar: PulsarStandalone) -> None:
+    """``startingTime`` (inclusive) and ``endingTime`` (exclusive), publish times in ms, give the Reader's messages
+    published in that range; ``startingTime`` prunes the ledgers closed more than publishTimeSkewMs before it, and
+    entries outside the range (also those outside a pushed ``__publishTime <`` bound) are skipped undecoded."""
+    import datetime
+
+    import pulsar as pulsar_client
+    from pyspark.sql.datasource import LessThan
+
+    from bkspark.datasource.planning import partition_slices
+    from bkspark.datasource.pulsar_options import parse_pulsar_read_options
+    from bkspark.datasource.pulsar_reader import PulsarPushdownReader, PulsarReader
+
+    topic = f"{NS}/by-time-options"
+    client = pulsar_client.Client(pulsar.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(50):  # one at a time: each is published after the one before is stored
+            producer.send(f"t{i}".encode())
+        producer.close()
+    finally:
+        client.close()
+    oracle = reader_messages(pulsar.service_url, topic)
+    ledgers = sorted({m["ledger"] for m in oracle})
+    assert len(ledgers) >= 3
+    since = next(m["publish_time"] for m in oracle if m["ledger"] == ledgers[2])
+    until = oracle[-5]["publish_time"]
+    wanted = [m for m in oracle if since <= m["publish_time"] < until]
+    assert 0 < len(wanted) < len(oracle)
+    base = {"metadataServiceUri": pulsar.metadata_service_uri, "topic": topic, "publishTimeSkewMs": "0"}
+    reader = PulsarReader(parse_pulsar_read_options({**base, "startingTime": str(since), "endingTime": str(until)}))
+    planned = {s.ledger_id for p in reader.partitions() for s in partition_slices(p)}
+    assert ledgers[0] not in planned and ledgers[2] in planned
+    assert_rows_equal_reader(read(spark, pulsar, topic=topic, startingTime=str(since), endingTime=str(until)), wanted)
+    # a pushed upper bound: rows past it are never built (Spark would drop them; here the reader alone). The bound is
+    # rounded up to the next whole ms (never dropping a row the filter keeps), so the message at `until` is built.
+    pushed = PulsarPushdownReader(parse_pulsar_read_options(base))
+    bound = datetime.datetime.fromtimestamp(until / 1000, datetime.UTC)
+    assert list(pushed.pushFilters([LessThan(("__publishTime",), bound)])) == [LessThan(("__publishTime",), bound)]
+    rows = [r for part in pushed.partitions() for batch in pushed.read(part) for r in batch.to_pylist()]
+    assert [r["value"] for r in rows] == [m["value"] for m in oracle if m["publish_time"] <= until]

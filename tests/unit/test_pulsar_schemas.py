@@ -218,3 +218,30 @@ def test_schema_option_and_the_docs_options_table() -> None:
     table = docs.split("## Options", 1)[1].split("\n## ", 1)[0]
     documented = {name.lower() for name in re.findall(r"`([A-Za-z]+)`", table)}
     assert sorted(_KNOWN - documented) == []
+
+
+def test_starting_and_ending_time_options_and_publish_time_bounds() -> None:
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In, LessThan, LessThanOrEqual
+
+    from bkspark.datasource.pulsar_reader import PulsarPushdownReader, PulsarReader
+
+    base = {"metadataServiceUri": "zk:127.0.0.1:2181", "topic": "t"}
+    options = parse_pulsar_read_options({**base, "startingTime": "1000", "endingTime": "2000"})
+    assert (options.starting_time, options.ending_time) == (1000, 2000)
+    assert parse_pulsar_read_options(base).starting_time is None
+    with pytest.raises(InvalidOptionError, match="'startingTime'"):
+        parse_pulsar_read_options({**base, "startingTime": "-5"})
+    reader = PulsarReader(options)
+    assert [reader._in_time_range(t) for t in (999, 1000, 1999, 2000)] == [False, True, True, False]
+    at = datetime.datetime(2023, 11, 14, 22, 13, 20, 123999, tzinfo=UTC)  # ms 1_700_000_000_123 and 999 µs
+    pushed = PulsarPushdownReader(parse_pulsar_read_options(base))
+    filters = [LessThanOrEqual(("__publishTime",), at), GreaterThan(("__publishTime",), at - datetime.timedelta(1)),
+               LessThan(("other",), at)]
+    assert list(pushed.pushFilters(filters)) == filters
+    assert pushed.max_publish_ms == 1_700_000_000_124  # the message at ...123 ms passes <= ...123.999
+    assert pushed._in_time_range(1_700_000_000_123) and not pushed._in_time_range(1_700_000_000_124)
+    assert not pushed._in_time_range(1_600_000_000_000)  # below the lower bound
+    for filter_ in (EqualTo(("__publishTime",), at), In(("__publishTime",), (at, at - datetime.timedelta(1)))):
+        one = PulsarPushdownReader(parse_pulsar_read_options(base))
+        list(one.pushFilters([filter_]))
+        assert one.max_publish_ms == 1_700_000_000_124
