@@ -629,3 +629,26 @@ def test_starting_and_ending_time_and_publish_time_bounds(spark: Any, pulsar: Pu
     assert list(pushed.pushFilters([LessThan(("__publishTime",), bound)])) == [LessThan(("__publishTime",), bound)]
     rows = [r for part in pushed.partitions() for batch in pushed.read(part) for r in batch.to_pylist()]
     assert [r["value"] for r in rows] == [m["value"] for m in oracle if m["publish_time"] <= until]
+
+
+def test_a_compacted_topic_reads_its_whole_history_not_the_compacted_ledger(spark: Any, pulsar: PulsarStandalone) -> None:
+    """Compaction (triggered by the broker's admin REST API) writes the latest message of each key into a ledger of
+    its own, kept by the ``__compaction`` cursor and not listed in the managed ledger: a scan leaves it out and reads
+    the topic's own ledgers, equal to Pulsar's Reader without ``readCompacted`` (docs/pulsar.md, "Compacted
+    topics"); the compacted ledger exists and is not among the rows' ledgers."""
+    topic = f"{NS}/compacted"
+    produce(pulsar, topic, 60)
+    produce(pulsar, topic, 30, start=60)  # the same keys again: older values are compacted away
+    path = "/admin/v2/persistent/public/default/compacted"
+    pulsar.admin("PUT", f"{path}/compaction")
+    deadline = time.monotonic() + 120
+    while (status := pulsar.admin("GET", f"{path}/compaction"))["status"] != "SUCCESS":
+        assert status["status"] in ("RUNNING", "NOT_RUN") and time.monotonic() < deadline, status
+        time.sleep(0.5)
+    compacted = pulsar.admin("GET", f"{path}/internalStats")["compactedLedger"]["ledgerId"]
+    assert compacted > 0
+    oracle = reader_messages(pulsar.service_url, topic)
+    assert len(oracle) == 90
+    rows = read(spark, pulsar, topic=topic)
+    assert_rows_equal_reader(rows, oracle)
+    assert compacted not in {r["__ledgerId"] for r in rows}
