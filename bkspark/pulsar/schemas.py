@@ -23,9 +23,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from google.protobuf.message import DecodeError
-
-from bkspark.pulsar.errors import PulsarMetadataError, PulsarSchemaError
+from bkspark.pulsar.errors import PulsarSchemaError
+from bkspark.pulsar.managed_ledger import parse_metadata_proto
 from bkspark.pulsar.proto.SchemaStorage_pb2 import SchemaEntry, SchemaInfo, SchemaLocator
 
 __all__ = [
@@ -53,27 +52,13 @@ def version_bytes(version: int) -> bytes:
 
 
 def parse_locator(data: bytes, *, path: str = "") -> SchemaLocator:
-    locator = SchemaLocator()
-    try:
-        locator.ParseFromString(data)
-    except DecodeError as exc:
-        raise PulsarMetadataError("schema locator does not parse", path=path, error=str(exc)) from None
-    if not locator.IsInitialized():
-        raise PulsarMetadataError("schema locator lacks required fields", path=path)
-    return locator
+    return parse_metadata_proto(SchemaLocator, data, "schema locator", path=path)
 
 
 def parse_schema_entry(data: bytes, *, where: str = "") -> SchemaInfo:
     """The ``SchemaInfo`` inside a schema ledger's entry."""
-    entry, info = SchemaEntry(), SchemaInfo()
-    try:
-        entry.ParseFromString(data)
-        info.ParseFromString(entry.schema_data)
-    except DecodeError as exc:
-        raise PulsarMetadataError("schema entry does not parse", path=where, error=str(exc)) from None
-    if not (entry.IsInitialized() and info.IsInitialized()):
-        raise PulsarMetadataError("schema entry lacks required fields", path=where)
-    return info
+    entry = parse_metadata_proto(SchemaEntry, data, "schema entry", path=where)
+    return parse_metadata_proto(SchemaInfo, entry.schema_data, "schema entry's SchemaInfo", path=where)
 
 
 @dataclass(frozen=True)
@@ -213,24 +198,28 @@ def _spark_simple(name: str) -> Any:
             "BINARY": t.BinaryType, "TIMESTAMP": t.TimestampType, "DATE": t.DateType}[name]()
 
 
-def _json_value(avro: Any, value: Any) -> Any:
-    """A JSON value as the Python value of its Avro type (what fastavro would give), for Arrow."""
+def _arrow_value(avro: Any, value: Any, from_json: bool) -> Any:
+    """A decoded value as Arrow takes it for its Avro type: maps as (key, value) pairs, records and arrays walked;
+    ``from_json``: a JSON value, whose logical types and base64 bytes (Jackson's ``byte[]``) are converted as
+    fastavro converts them from Avro."""
     if value is None:
         return None
     if isinstance(avro, list):
-        rest = [t for t in avro if t != "null"]
-        return _json_value(rest[0], value) if len(rest) == 1 else value
+        rest = [x for x in avro if x != "null"]
+        return _arrow_value(rest[0], value, from_json) if len(rest) == 1 else value
     if isinstance(avro, str):
         avro = {"type": avro}
     kind, logical = avro.get("type"), avro.get("logicalType")
     if isinstance(kind, (dict, list)):
-        return _json_value(kind, value)
+        return _arrow_value(kind, value, from_json)
     if kind == "record":
-        return {f["name"]: _json_value(f["type"], value.get(f["name"])) for f in avro["fields"]}
+        return {f["name"]: _arrow_value(f["type"], value.get(f["name"]), from_json) for f in avro["fields"]}
     if kind == "array":
-        return [_json_value(avro["items"], v) for v in value]
+        return [_arrow_value(avro["items"], v, from_json) for v in value]
     if kind == "map":
-        return [(k, _json_value(avro["values"], v)) for k, v in value.items()]
+        return [(k, _arrow_value(avro["values"], v, from_json)) for k, v in value.items()]
+    if not from_json:
+        return value
     if logical == "timestamp-millis":
         return _ms(value)
     if logical == "timestamp-micros":
@@ -238,28 +227,7 @@ def _json_value(avro: Any, value: Any) -> Any:
     if logical == "date":
         return _EPOCH_DAY + datetime.timedelta(days=value)
     if kind in ("bytes", "fixed") and isinstance(value, str):
-        return base64.b64decode(value)  # Jackson writes byte[] as base64
-    return value
-
-
-def _avro_value(avro: Any, value: Any) -> Any:
-    """fastavro's value as Arrow takes it: maps as (key, value) pairs, nested as the schema says."""
-    if value is None:
-        return None
-    if isinstance(avro, list):
-        rest = [t for t in avro if t != "null"]
-        return _avro_value(rest[0], value) if len(rest) == 1 else value
-    if isinstance(avro, str):
-        return value
-    kind = avro.get("type")
-    if isinstance(kind, (dict, list)):
-        return _avro_value(kind, value)
-    if kind == "record":
-        return {f["name"]: _avro_value(f["type"], value.get(f["name"])) for f in avro["fields"]}
-    if kind == "array":
-        return [_avro_value(avro["items"], v) for v in value]
-    if kind == "map":
-        return [(k, _avro_value(avro["values"], v)) for k, v in value.items()]
+        return base64.b64decode(value)
     return value
 
 
@@ -328,9 +296,9 @@ class ValueDecoder:
                 return (_PRIMITIVES[self.kind][1](bytes(value)),)
             if self.kind == "JSON":
                 self._version(schema_version, where)
-                record = _json_value(self._avro, json.loads(bytes(value)))
+                record = _arrow_value(self._avro, json.loads(bytes(value)), from_json=True)
                 return tuple(record[name] for name, _ in self.fields)
-            record = _avro_value(self._avro, self._read_avro(bytes(value), schema_version, where))
+            record = _arrow_value(self._avro, self._read_avro(bytes(value), schema_version, where), from_json=False)
             return tuple(record[name] for name, _ in self.fields)
         except PulsarSchemaError:
             raise

@@ -103,6 +103,20 @@ def produce(pulsar: PulsarStandalone, topic: str, count: int, *, batching: bool 
         client.close()
 
 
+def produce_one_at_a_time(pulsar: PulsarStandalone, topic: str, count: int) -> None:
+    """``count`` messages, unbatched, each sent after the one before is stored (publish times in order)."""
+    import pulsar as pulsar_client
+
+    client = pulsar_client.Client(pulsar.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(count):
+            producer.send(f"t{i}".encode())
+        producer.close()
+    finally:
+        client.close()
+
+
 def read(spark: Any, pulsar: PulsarStandalone, **options: str) -> list[dict[str, Any]]:
     reader = spark.read.format("bookkeeper").option("metadataServiceUri", pulsar.metadata_service_uri)
     for key, value in options.items():
@@ -362,7 +376,6 @@ def test_publish_time_filters_prune_ledgers_closed_before_them(spark: Any, pulsa
     X; the rows are those the Reader gives with that publish time, pushdown on or off."""
     import datetime
 
-    import pulsar as pulsar_client
     from pyspark.sql.datasource import GreaterThanOrEqual
 
     from bkspark.datasource.planning import partition_slices
@@ -370,14 +383,7 @@ def test_publish_time_filters_prune_ledgers_closed_before_them(spark: Any, pulsa
     from bkspark.datasource.pulsar_reader import PulsarPushdownReader
 
     topic = f"{NS}/by-time"
-    client = pulsar_client.Client(pulsar.service_url)
-    try:
-        producer = client.create_producer(topic, batching_enabled=False)
-        for i in range(50):  # one at a time: each is published after the one before is stored
-            producer.send(f"t{i}".encode())
-        producer.close()
-    finally:
-        client.close()
+    produce_one_at_a_time(pulsar, topic, 50)
     oracle = reader_messages(pulsar.service_url, topic)
     ledgers = sorted({m["ledger"] for m in oracle})
     assert len(ledgers) >= 3
@@ -479,32 +485,20 @@ def test_avro_json_and_primitive_schemas_type_the_value(spark: Any, pulsar: Puls
     over two versions (a message of the first read as the latest, Avro's resolution, as the Reader's default),
     JSON, STRING and INT64; ``schema=raw`` gives the bytes; the ZooKeeper tree is unchanged by the reads."""
     import struct
+    import types
 
     import _pulsar
     import pulsar as pulsar_client
     from pulsar.schema import Array, AvroSchema, Boolean, Double, Integer, JsonSchema, Map, Record, Schema, String
     from pulsar.schema import StringSchema
 
-    def reading_v1() -> Any:
-        class Reading(Record):
-            name = String()
-            count = Integer()
-            score = Double()
-            ok = Boolean()
-            tags = Array(String())
-            attrs = Map(String())
-        return Reading
-
-    def reading_v2() -> Any:
-        class Reading(Record):
-            name = String()
-            count = Integer()
-            score = Double()
-            ok = Boolean()
-            tags = Array(String())
-            attrs = Map(String())
-            unit = String(required_default=True)  # "default": null: a FULL-compatible new field
-        return Reading
+    def reading(with_unit: bool) -> Any:
+        """The record class ``Reading``; the second version adds ``unit`` with "default": null (FULL-compatible)."""
+        fields = {"name": String(), "count": Integer(), "score": Double(), "ok": Boolean(), "tags": Array(String()),
+                  "attrs": Map(String())}
+        if with_unit:
+            fields["unit"] = String(required_default=True)
+        return types.new_class("Reading", (Record,), exec_body=lambda namespace: namespace.update(fields))
 
     class Int64Schema(Schema):  # Pulsar's INT64 schema: 8 bytes big-endian (the Python client has no class for it)
         def __init__(self) -> None:
@@ -516,7 +510,7 @@ def test_avro_json_and_primitive_schemas_type_the_value(spark: Any, pulsar: Puls
         def decode(self, data: bytes) -> int:
             return struct.unpack(">q", data)[0]
 
-    v1, v2 = reading_v1(), reading_v2()
+    v1, v2 = reading(False), reading(True)
     avro_topic, json_topic = f"{NS}/schema-avro", f"{NS}/schema-json"
     string_topic, long_topic = f"{NS}/schema-string", f"{NS}/schema-int64"
     # The Python client registers no INT64 schema itself: the broker's admin API does (a Java producer's
@@ -594,7 +588,6 @@ def test_starting_and_ending_time_and_publish_time_bounds(spark: Any, pulsar: Pu
     entries outside the range (also those outside a pushed ``__publishTime <`` bound) are skipped undecoded."""
     import datetime
 
-    import pulsar as pulsar_client
     from pyspark.sql.datasource import LessThan
 
     from bkspark.datasource.planning import partition_slices
@@ -602,14 +595,7 @@ def test_starting_and_ending_time_and_publish_time_bounds(spark: Any, pulsar: Pu
     from bkspark.datasource.pulsar_reader import PulsarPushdownReader, PulsarReader
 
     topic = f"{NS}/by-time-options"
-    client = pulsar_client.Client(pulsar.service_url)
-    try:
-        producer = client.create_producer(topic, batching_enabled=False)
-        for i in range(50):  # one at a time: each is published after the one before is stored
-            producer.send(f"t{i}".encode())
-        producer.close()
-    finally:
-        client.close()
+    produce_one_at_a_time(pulsar, topic, 50)
     oracle = reader_messages(pulsar.service_url, topic)
     ledgers = sorted({m["ledger"] for m in oracle})
     assert len(ledgers) >= 3
