@@ -126,6 +126,12 @@ def test_typed_columns_replace_value_in_the_arrow_batch() -> None:
     rows = batch.to_pylist()
     assert [r["name"] for r in rows] == ["a", None] and rows[0]["attrs"] == [("k", 1)]
     assert [r["__entryId"] for r in rows] == [0, 1]
+    # a typed read takes batch entries message by message: the compiled split (untyped columns) hands them back
+    from bkspark.pulsar.entry import parse_entry
+    from tests.unit.test_pulsar_entry import PLAIN
+
+    batch_entry = parse_entry(PLAIN["persistent://public/default/batch-zstd"]["entries"][0]["data"])
+    assert batch_entry.is_batch and columns.add_batch(batch_entry, "t", -1, 7, 2) is False and len(columns) == 2
 
 
 def test_schemas_bkspark_cannot_type_are_clear_errors() -> None:
