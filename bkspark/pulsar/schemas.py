@@ -231,6 +231,25 @@ def _arrow_value(avro: Any, value: Any, from_json: bool) -> Any:
     return value
 
 
+def _needs_walk(avro: Any, from_json: bool) -> bool:
+    """Whether :func:`_arrow_value` changes values of this type (a map anywhere; from JSON also a logical type or
+    bytes): the other fields are taken as decoded, with no walk per message."""
+    if isinstance(avro, list):
+        return any(_needs_walk(x, from_json) for x in avro)
+    if isinstance(avro, str):
+        return from_json and avro in ("bytes", "fixed")
+    kind = avro.get("type")
+    if isinstance(kind, (dict, list)):
+        return _needs_walk(kind, from_json)
+    if kind == "map":
+        return True
+    if kind == "record":
+        return any(_needs_walk(f["type"], from_json) for f in avro["fields"])
+    if kind == "array":
+        return _needs_walk(avro["items"], from_json)
+    return from_json and ("logicalType" in avro or kind in ("bytes", "fixed"))
+
+
 class ValueDecoder:
     """Turns a message's ``value`` bytes into the typed columns that replace ``value``: a record's fields for AVRO
     and JSON (flattened, as StreamNative's connector does), one typed ``value`` for a primitive schema.
@@ -258,6 +277,10 @@ class ValueDecoder:
             raise PulsarSchemaError(f"[BOOKKEEPER_PULSAR_SCHEMA] {where} is not an Avro record; read with "
                                     ".option('schema', 'raw')")
         self.fields = tuple((f["name"], _spark_type(f["type"], where)) for f in self._avro["fields"])
+        from_json = self.kind == "JSON"
+        #: (position, Avro type) of the fields whose decoded values :func:`_arrow_value` must convert.
+        self._walked = tuple((i, f["type"]) for i, f in enumerate(self._avro["fields"])
+                             if _needs_walk(f["type"], from_json))
         from bkspark.pulsar.columns import PULSAR_COLUMNS
 
         clash = sorted({name for name, _ in self.fields} & {name for name, _ in PULSAR_COLUMNS[1:]})
@@ -296,10 +319,13 @@ class ValueDecoder:
                 return (_PRIMITIVES[self.kind][1](bytes(value)),)
             if self.kind == "JSON":
                 self._version(schema_version, where)
-                record = _arrow_value(self._avro, json.loads(bytes(value)), from_json=True)
-                return tuple(record[name] for name, _ in self.fields)
-            record = _arrow_value(self._avro, self._read_avro(bytes(value), schema_version, where), from_json=False)
-            return tuple(record[name] for name, _ in self.fields)
+                record = json.loads(bytes(value))
+            else:
+                record = self._read_avro(bytes(value), schema_version, where)
+            values = [record.get(name) for name, _ in self.fields]
+            for index, avro in self._walked:
+                values[index] = _arrow_value(avro, values[index], from_json=self.kind == "JSON")
+            return tuple(values)
         except PulsarSchemaError:
             raise
         except Exception as exc:  # noqa: BLE001 - any decoder's error, said with the message's place
