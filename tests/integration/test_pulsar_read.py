@@ -103,18 +103,23 @@ def produce(pulsar: PulsarStandalone, topic: str, count: int, *, batching: bool 
         client.close()
 
 
-def produce_one_at_a_time(pulsar: PulsarStandalone, topic: str, count: int) -> None:
-    """``count`` messages, unbatched, each sent after the one before is stored (publish times in order)."""
+def timed_topic(pulsar: PulsarStandalone, topic: str) -> tuple[list[dict[str, Any]], list[int], int]:
+    """50 messages, unbatched, each sent after the one before is stored (publish times in order), over 3 ledgers or
+    more: the Reader's messages, their ledgers in order, and the publish time of the third ledger's first message."""
     import pulsar as pulsar_client
 
     client = pulsar_client.Client(pulsar.service_url)
     try:
         producer = client.create_producer(topic, batching_enabled=False)
-        for i in range(count):
+        for i in range(50):
             producer.send(f"t{i}".encode())
         producer.close()
     finally:
         client.close()
+    oracle = reader_messages(pulsar.service_url, topic)
+    ledgers = sorted({m["ledger"] for m in oracle})
+    assert len(ledgers) >= 3
+    return oracle, ledgers, next(m["publish_time"] for m in oracle if m["ledger"] == ledgers[2])
 
 
 def read(spark: Any, pulsar: PulsarStandalone, **options: str) -> list[dict[str, Any]]:
@@ -219,6 +224,18 @@ def _tree(zk: Any, path: str = "/") -> dict[str, bytes]:
     for child in zk.get_children(path):
         out.update(_tree(zk, path.rstrip("/") + "/" + child))
     return out
+
+
+def _settled_tree(zk: Any, timeout: float = 60.0) -> dict[str, bytes]:
+    """The whole tree once two snapshots a second apart are equal (the broker has finished writing)."""
+    deadline = time.monotonic() + timeout
+    previous = _tree(zk)
+    while True:
+        time.sleep(1.0)
+        current = _tree(zk)
+        if current == previous or time.monotonic() > deadline:
+            return current
+        previous = current
 
 
 def test_a_scan_writes_nothing_to_pulsars_zookeeper(spark: Any, pulsar: PulsarStandalone) -> None:
@@ -383,11 +400,7 @@ def test_publish_time_filters_prune_ledgers_closed_before_them(spark: Any, pulsa
     from bkspark.datasource.pulsar_reader import PulsarPushdownReader
 
     topic = f"{NS}/by-time"
-    produce_one_at_a_time(pulsar, topic, 50)
-    oracle = reader_messages(pulsar.service_url, topic)
-    ledgers = sorted({m["ledger"] for m in oracle})
-    assert len(ledgers) >= 3
-    since = next(m["publish_time"] for m in oracle if m["ledger"] == ledgers[2])
+    oracle, ledgers, since = timed_topic(pulsar, topic)
     wanted = [m for m in oracle if m["publish_time"] >= since]
     reader = PulsarPushdownReader(parse_pulsar_read_options(
         {"metadataServiceUri": pulsar.metadata_service_uri, "topic": topic, "publishTimeSkewMs": "0"}))
@@ -541,17 +554,16 @@ def test_avro_json_and_primitive_schemas_type_the_value(spark: Any, pulsar: Puls
     finally:
         client.close()
 
+    # the oracle first: a Reader through the broker loads the topic, and the broker then writes its own metadata
+    oracles = {avro_topic: _schema_reader_values(pulsar, avro_topic, AvroSchema(v2)),
+               json_topic: _schema_reader_values(pulsar, json_topic, JsonSchema(v1)),
+               string_topic: _schema_reader_values(pulsar, string_topic, StringSchema()),
+               long_topic: _schema_reader_values(pulsar, long_topic, Int64Schema())}
     zk = pulsar.zookeeper.client()
     try:
-        before = _tree(zk)
+        before = _settled_tree(zk)  # the broker's own writes are over
         assert any(p.startswith("/schemas/public/default/schema-avro") for p in before)
-        results = {
-            avro_topic: (_schema_reader_values(pulsar, avro_topic, AvroSchema(v2)), _typed_rows(spark, pulsar, avro_topic)),
-            json_topic: (_schema_reader_values(pulsar, json_topic, JsonSchema(v1)), _typed_rows(spark, pulsar, json_topic)),
-            string_topic: (_schema_reader_values(pulsar, string_topic, StringSchema()),
-                           _typed_rows(spark, pulsar, string_topic)),
-            long_topic: (_schema_reader_values(pulsar, long_topic, Int64Schema()), _typed_rows(spark, pulsar, long_topic)),
-        }
+        results = {topic: (oracle, _typed_rows(spark, pulsar, topic)) for topic, oracle in oracles.items()}
         raw_schema, raw_rows = _typed_rows(spark, pulsar, long_topic, schema="raw")
         after = _tree(zk)
     finally:
@@ -595,11 +607,7 @@ def test_starting_and_ending_time_and_publish_time_bounds(spark: Any, pulsar: Pu
     from bkspark.datasource.pulsar_reader import PulsarPushdownReader, PulsarReader
 
     topic = f"{NS}/by-time-options"
-    produce_one_at_a_time(pulsar, topic, 50)
-    oracle = reader_messages(pulsar.service_url, topic)
-    ledgers = sorted({m["ledger"] for m in oracle})
-    assert len(ledgers) >= 3
-    since = next(m["publish_time"] for m in oracle if m["ledger"] == ledgers[2])
+    oracle, ledgers, since = timed_topic(pulsar, topic)
     until = oracle[-5]["publish_time"]
     wanted = [m for m in oracle if since <= m["publish_time"] < until]
     assert 0 < len(wanted) < len(oracle)
