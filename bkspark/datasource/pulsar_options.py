@@ -29,13 +29,18 @@ _NUMBERS = {
     "batchMaxCount": (1000, 1, (1 << 31) - 1),
     "batchMaxSize": (4 * 1024 * 1024, 1024, INT64_MAX),
     "publishTimeSkewMs": (60_000, 0, INT64_MAX),
+    # -1: not set (a publish time in ms since the epoch otherwise)
+    "startingTime": (-1, 0, INT64_MAX),
+    "endingTime": (-1, 0, INT64_MAX),
 }
 _FLAGS = {"failOnDataLoss": True, "batchReadEnabled": True}
 _KNOWN = {k.lower() for k in (*_NUMBERS, *_FLAGS)} | {
     "metadataserviceuri", "topic", "topics", "topicspattern", "managedledgerdigesttype", "startingoffsets",
     "endingoffsets",
-    "managedledgerpassword",
+    "managedledgerpassword", "schema",
 }
+#: ``schema``: ``auto`` types ``value`` by the topic's schema in Pulsar's registry, ``raw`` keeps the bytes.
+SCHEMA_MODES = ("auto", "raw")
 
 
 def is_pulsar_read(options: Mapping[str, str | None]) -> bool:
@@ -69,6 +74,11 @@ class PulsarReadOptions:
     #: (ledger, entry, batch index) positions; a topic not named reads from its start / to its LAC.
     starting_offsets: tuple[tuple[str, tuple[int, int, int]], ...] = ()
     ending_offsets: tuple[tuple[str, tuple[int, int, int]], ...] = ()
+    #: ``startingTime`` (inclusive) and ``endingTime`` (exclusive): publish times in ms, None when not set.
+    starting_time: int | None = None
+    ending_time: int | None = None
+    #: One of :data:`SCHEMA_MODES` (docs/pulsar.md, "Schemas").
+    schema: str = "auto"
 
 
 def _bad(option: str, value: object, fix: str) -> InvalidOptionError:
@@ -125,6 +135,9 @@ def parse_pulsar_read_options(options: Mapping[str, str | None]) -> PulsarReadOp
     digest = (opts.get("managedledgerdigesttype") or "CRC32C").strip().upper()
     if digest not in DIGEST_TYPES:
         raise _bad("managedLedgerDigestType", digest, f"expected one of {', '.join(DIGEST_TYPES)}")
+    schema = (opts.get("schema") or "auto").strip().lower()
+    if schema not in SCHEMA_MODES:
+        raise _bad("schema", schema, f"expected one of {', '.join(SCHEMA_MODES)}")
     least, most = _number(opts, "minPartitions") or None, _number(opts, "maxPartitions") or None
     if least is not None and most is not None and least > most:
         raise _bad("minPartitions", least, f"must be <= maxPartitions ({most})")
@@ -145,6 +158,9 @@ def parse_pulsar_read_options(options: Mapping[str, str | None]) -> PulsarReadOp
         publish_time_skew_ms=_number(opts, "publishTimeSkewMs"),
         starting_offsets=_offsets(opts, "startingOffsets", "earliest"),
         ending_offsets=_offsets(opts, "endingOffsets", "latest"),
+        schema=schema,
+        starting_time=None if _number(opts, "startingTime") < 0 else _number(opts, "startingTime"),
+        ending_time=None if _number(opts, "endingTime") < 0 else _number(opts, "endingTime"),
         client_conf=tuple(sorted((k[len(_CLIENT_PREFIX):], v) for k, v in opts.items() if k.startswith(_CLIENT_PREFIX))),
     )
 

@@ -50,23 +50,53 @@ class PulsarSlice(LedgerSlice):
         return (self.start is None or position >= self.start) and (self.end is None or position < self.end)
 
 
-def pulsar_schema(options: Mapping[str, str | None]) -> str:
-    """The DDL of a Pulsar read (options checked first, so a mistake fails at ``load()``)."""
+def pulsar_schema(options: Mapping[str, str | None]) -> Any:
+    """The columns of a Pulsar read (options checked first, so a mistake fails at ``load()``): the fixed ones, with
+    ``value`` typed by the topics' schema from Pulsar's registry unless ``schema`` is ``raw``."""
     from bkspark.datasource.pulsar_options import parse_pulsar_read_options
-    from bkspark.pulsar.columns import PULSAR_SCHEMA_DDL
+    from bkspark.pulsar.columns import spark_schema
 
-    parse_pulsar_read_options(options)
-    return PULSAR_SCHEMA_DDL
+    return spark_schema(value_decoder_of(parse_pulsar_read_options(options)))
 
 
-def _check_schema(schema: Any) -> None:
+def value_decoder_of(options: PulsarReadOptions) -> Any:
+    """The :class:`bkspark.pulsar.schemas.ValueDecoder` of the read's topics (their schema in Pulsar's registry),
+    None with ``schema=raw`` or when no topic has one.  Reads the locator znodes and the schema ledgers only."""
+    from bkspark.datasource.clients import client_root, client_zk, get_client
+    from bkspark.pulsar.errors import PulsarSchemaError
+    from bkspark.pulsar.schemas import load_topic_schema, schema_path, value_decoder
+    from bkspark.pulsar.topics import TopicResolver, pulsar_root_of
+
+    if options.schema == "raw":
+        return None
+    bk = get_client(options.metadata_service_uri, client_settings(options))
+    root = pulsar_root_of(client_root(bk))
+    resolver = TopicResolver(client_zk(bk), root)
+    found: dict[str, Any] = {}
+    for part in resolver.resolve(list(options.topics), options.topics_pattern):
+        path = schema_path(root, part.topic)
+        if path not in found:
+            found[path] = (part.topic, load_topic_schema(client_zk(bk), bk, root, part.topic,
+                                                         digest_type=options.digest_type, password=options.password))
+    with_schema = [schema for _, schema in found.values() if schema is not None]
+    without = [str(topic) for topic, schema in found.values() if schema is None]
+    if with_schema and without:
+        raise PulsarSchemaError(
+            f"[BOOKKEEPER_PULSAR_SCHEMA] topic {with_schema[0].topic} has a schema and {without[0]} has none: read "
+            "them apart, or all as bytes with .option('schema', 'raw')"
+        )
+    return value_decoder(with_schema)
+
+
+def _check_schema(schema: Any, decoder: Any) -> None:
     from bkspark.errors import InvalidOptionError
     from bkspark.pulsar.columns import spark_schema
 
-    if schema is not None and schema != spark_schema():
+    if schema is not None and schema != spark_schema(decoder):
         raise InvalidOptionError(
-            "[BOOKKEEPER_USER_SCHEMA] a Pulsar topic is read with its fixed columns (docs/pulsar.md, 'Columns'); "
-            "leave out .schema(...) and select or cast the columns afterwards"
+            "[BOOKKEEPER_USER_SCHEMA] a Pulsar topic is read with its own columns (docs/pulsar.md, 'Columns' and "
+            "'Schemas'; the topic's schema may have changed since the query was planned); leave out .schema(...) "
+            "and select or cast the columns afterwards"
         )
 
 
@@ -75,9 +105,12 @@ def pulsar_reader(options: Mapping[str, str | None], schema: Any, pushdown: bool
     ``pushFilters`` (``__publishTime`` pruning)."""
     from bkspark.datasource.pulsar_options import parse_pulsar_read_options
 
-    _check_schema(schema)
     parsed = parse_pulsar_read_options(options)
-    return PulsarPushdownReader(parsed) if pushdown else PulsarReader(parsed)
+    decoder = value_decoder_of(parsed)
+    _check_schema(schema, decoder)
+    reader = PulsarPushdownReader(parsed) if pushdown else PulsarReader(parsed)
+    reader.decoder = decoder
+    return reader
 
 
 def pulsar_stream_reader(options: Mapping[str, str | None], schema: Any) -> Any:
@@ -113,8 +146,19 @@ class PulsarReader(DataSourceReader):
 
     def __init__(self, options: PulsarReadOptions) -> None:
         self.options = options
-        #: The least ``__publishTime`` (ms) a pushed filter lets through, for ledger pruning; None: no such filter.
-        self.min_publish_ms: int | None = None
+        #: Types ``value`` by the topics' schema (:func:`value_decoder_of`); None: ``value`` is bytes.
+        self.decoder: Any = None
+        #: The least ``__publishTime`` (ms) a row may have (``startingTime`` and pushed filters), for pruning ledgers
+        #: and entries; None: no lower bound.
+        self.min_publish_ms: int | None = options.starting_time
+        #: The ``__publishTime`` (ms) every row is below (``endingTime`` and pushed filters); None: no upper bound.
+        self.max_publish_ms: int | None = options.ending_time
+
+    def _in_time_range(self, publish_ms: int) -> bool:
+        """Whether a message with this publish time can be a row: within ``startingTime``/``endingTime`` and the
+        ``__publishTime`` bounds of pushed filters (a row outside them would be filtered out by Spark anyway)."""
+        return (self.min_publish_ms is None or publish_ms >= self.min_publish_ms) and (
+            self.max_publish_ms is None or publish_ms < self.max_publish_ms)
 
     def _pruned(self, ledger: Any) -> bool:
         """Whether none of a closed ledger's messages can pass a ``__publishTime >= X`` filter: it was closed
@@ -200,7 +244,7 @@ class PulsarReader(DataSourceReader):
         opts = self.options
         settings = client_settings(opts)
         bk = get_client(opts.metadata_service_uri, settings)
-        columns = MessageColumns()
+        columns = MessageColumns(self.decoder)
         try:
             assemblers: dict[str, ChunkAssembler] = {}
             for part in slices:
@@ -249,10 +293,12 @@ class PulsarReader(DataSourceReader):
                     entry = parse_entry(payload)
                     if entry.is_chunk:
                         done = assembler.add(entry, (part.ledger_id, entry_id), orphan_ok=part.first_entry > 0)
-                        if done is not None and part.keeps(entry_id, -1):
+                        if done is not None and part.keeps(entry_id, -1) and self._in_time_range(
+                                done[0].publish_time):
                             message, first = done
                             columns.add(message, part.topic, part.partition, part.ledger_id, entry_id, first)
-                    elif not _added_whole_batch(entry, part, entry_id, columns):
+                    elif self._in_time_range(entry.metadata.publish_time) and not _added_whole_batch(
+                            entry, part, entry_id, columns):  # a batch's messages share its publish time
                         for message in entry_messages(entry):
                             if part.keeps(entry_id, message.batch_index):
                                 columns.add(message, part.topic, part.partition, part.ledger_id, entry_id)
@@ -280,7 +326,8 @@ class PulsarReader(DataSourceReader):
                     md = entry.metadata
                     if entry.is_chunk and (md.producer_name, md.uuid) in wanted:
                         done = assembler.add(entry, (part.ledger_id, entry_id))
-                        if done is not None and part.keeps(entry_id, -1):
+                        if done is not None and part.keeps(entry_id, -1) and self._in_time_range(
+                                done[0].publish_time):
                             message, first = done
                             columns.add(message, part.topic, part.partition, part.ledger_id, entry_id, first)
             next_entry = last + 1
@@ -296,14 +343,18 @@ class PulsarReader(DataSourceReader):
 
 class PulsarPushdownReader(PulsarReader):
     """The reader with ``pushFilters``, used only when Spark's pushdown conf is on: a lower bound on
-    ``__publishTime`` (``>``, ``>=``, ``=``, ``IN``) prunes ledgers closed before it (:meth:`PulsarReader._pruned`).
-    Every filter is handed back, so Spark still applies it to the rows: pruning only skips ledgers."""
+    ``__publishTime`` (``>``, ``>=``, ``=``, ``IN``) prunes ledgers closed before it (:meth:`PulsarReader._pruned`),
+    and both bounds (also ``<``, ``<=``) skip the entries published outside them without decoding them. Every filter
+    is handed back, so Spark still applies it to the rows: pruning only skips what the filter would drop."""
 
     def pushFilters(self, filters: list[Any]) -> Iterator[Any]:  # noqa: N802 - Spark's name
         for filter_ in filters:
             bound = _publish_time_lower_bound(filter_)
             if bound is not None:
                 self.min_publish_ms = bound if self.min_publish_ms is None else max(self.min_publish_ms, bound)
+            upper = _publish_time_upper_bound(filter_)
+            if upper is not None:
+                self.max_publish_ms = upper if self.max_publish_ms is None else min(self.max_publish_ms, upper)
             yield filter_
 
 
@@ -336,6 +387,24 @@ def _added_whole_batch(entry: Any, part: PulsarSlice, entry_id: int, columns: An
     if not (part.keeps(entry_id, 0) and part.keeps(entry_id, last_index)):
         return False
     return bool(columns.add_batch(entry, part.topic, part.partition, part.ledger_id, entry_id))
+
+
+def _publish_time_upper_bound(filter_: Any) -> int | None:
+    """A publish time in ms that every message ``filter_`` lets through is below (``<``, ``<=``, ``=``, ``IN`` on
+    ``__publishTime``), else None; rounded so that it never drops a message the filter keeps."""
+    import datetime
+
+    from pyspark.sql.datasource import EqualTo, In, LessThan, LessThanOrEqual
+
+    if getattr(filter_, "attribute", None) != ("__publishTime",):
+        return None
+    if not isinstance(filter_, (EqualTo, LessThan, LessThanOrEqual, In)):
+        return None
+    values = filter_.value if isinstance(filter_, In) else [filter_.value]
+    if not values or not all(isinstance(v, datetime.datetime) and v.tzinfo is not None for v in values):
+        return None
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    return max((v - epoch) // datetime.timedelta(milliseconds=1) for v in values) + 1  # exact: no float rounding
 
 
 def _outside(ledger_id: int, start: tuple[int, int, int] | None, end: tuple[int, int, int] | None) -> bool:

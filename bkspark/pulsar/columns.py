@@ -23,6 +23,8 @@ from bkspark.pulsar.proto.PulsarApi_pb2 import MessageIdData
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
 
+    from bkspark.pulsar.schemas import ValueDecoder
+
 __all__ = [
     "PULSAR_SCHEMA_DDL", "PULSAR_COLUMNS", "message_id_bytes", "batch_message_ids", "MessageColumns", "arrow_schema",
     "spark_schema",
@@ -102,24 +104,32 @@ def batch_message_ids(ledger_id: int, entry_id: int, partition: int, indexes: "l
     return [prefix + suffixes[index] for index in indexes]
 
 
-def spark_schema() -> Any:
-    """The Spark ``StructType`` of :data:`PULSAR_COLUMNS` (built without a session, unlike ``fromDDL``)."""
+def spark_schema(decoder: "ValueDecoder | None" = None) -> Any:
+    """The Spark ``StructType`` of :data:`PULSAR_COLUMNS` (built without a session, unlike ``fromDDL``); with a
+    schema's ``decoder``, its typed columns first in place of ``value`` (docs/pulsar.md, "Schemas")."""
     from pyspark.sql import types as t
 
     simple = {"BINARY": t.BinaryType, "STRING": t.StringType, "TIMESTAMP": t.TimestampType, "BIGINT": t.LongType,
               "INT": t.IntegerType, "BOOLEAN": t.BooleanType}
-    return t.StructType([
+    meta = [
         t.StructField(name, t.MapType(t.StringType(), t.StringType()) if kind.startswith("MAP") else simple[kind]())
         for name, kind in PULSAR_COLUMNS
-    ])
+    ]
+    if decoder is None:
+        return t.StructType(meta)
+    return t.StructType([t.StructField(name, kind) for name, kind in decoder.fields] + meta[1:])
 
 
 @lru_cache(maxsize=1)
 def arrow_schema() -> "pa.Schema":
     """The Arrow schema Spark checks the yielded batches against."""
+    return _arrow_schema(None)
+
+
+def _arrow_schema(decoder: "ValueDecoder | None") -> "pa.Schema":
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(spark_schema(), timezone="UTC")
+    return to_arrow_schema(spark_schema(decoder), timezone="UTC")
 
 
 def _empty_maps(count: int, map_type: "pa.DataType") -> "pa.Array":
@@ -255,9 +265,12 @@ class MessageColumns:
 
     Messages added one at a time (:meth:`add`) go to Python lists; batch entries the compiled split takes
     (:meth:`add_batch`) are kept as it gave them and built into arrays a run of entries at a time.  Rows keep the
-    order they were added in."""
+    order they were added in.  With a schema's ``decoder``, ``value`` is decoded into its typed columns
+    (docs/pulsar.md, "Schemas"), message by message."""
 
-    def __init__(self) -> None:
+    def __init__(self, decoder: "ValueDecoder | None" = None) -> None:
+        self.decoder = decoder
+        self.schema = arrow_schema() if decoder is None else _arrow_schema(decoder)
         self.clear()
 
     def clear(self) -> None:
@@ -270,6 +283,7 @@ class MessageColumns:
 
     def _clear_lists(self) -> None:
         self.value: list[Any] = []
+        self.typed: list[list[Any]] = [[] for _ in (self.decoder.fields if self.decoder else ())]
         self.key: list[bytes | None] = []
         self.topic: list[str] = []
         self.message_id: list[bytes] = []
@@ -293,6 +307,10 @@ class MessageColumns:
     ) -> None:
         self._close_run()
         value = message.value
+        if self.decoder is not None:
+            where = f"the message at ledger {ledger_id} entry {entry_id} batch index {message.batch_index} of {topic}"
+            for column, item in zip(self.typed, self.decoder.decode(value, message.schema_version, where)):
+                column.append(item)
         self.value.append(None if value is None else bytes(value))
         self.value_bytes += 0 if value is None else len(value)
         self.key.append(message.key)
@@ -315,7 +333,7 @@ class MessageColumns:
         """Every message of the batch entry ``entry`` (not a marker, chunk or encrypted entry), if the compiled
         split takes it; False, with nothing added, when it does not (the caller then adds the reference's
         :func:`~bkspark.pulsar.entry.entry_messages` one by one, which raises the precise error of a bad batch)."""
-        if _batch is None:
+        if _batch is None or self.decoder is not None:
             return False
         md = entry.metadata
         count = md.num_messages_in_batch
@@ -340,9 +358,10 @@ class MessageColumns:
     def _list_arrays(self) -> list["pa.Array"]:
         import pyarrow as pa
 
-        types = [f.type for f in arrow_schema()]
-        return [
-            pa.array(self.value, type=types[0]),
+        typed = len(self.typed)
+        types = [f.type for f in self.schema][max(typed - 1, 0):]
+        return [pa.array(values, type=f.type) for values, f in zip(self.typed, self.schema)] + (
+            [] if typed else [pa.array(self.value, type=types[0])]) + [
             pa.array(self.key, type=types[1]),
             pa.array(self.topic, type=types[2]),
             pa.array(self.message_id, type=types[3]),
@@ -373,7 +392,7 @@ class MessageColumns:
     def batch(self) -> "pa.RecordBatch":
         import pyarrow as pa
 
-        schema = arrow_schema()
+        schema = self.schema
         self._close_run()
         if not self._done:
             return pa.RecordBatch.from_arrays(self._list_arrays(), schema=schema)

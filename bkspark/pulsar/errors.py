@@ -12,6 +12,7 @@ __all__ = [
     "PulsarMetadataError",
     "PulsarTopicNotFoundError",
     "PulsarDataLossError",
+    "PulsarSchemaError",
 ]
 
 
@@ -40,3 +41,9 @@ class PulsarTopicNotFoundError(InvalidOptionError):
 class PulsarDataLossError(NoSuchLedgerMetadataError):
     """A ledger of a topic cannot be read from the bookies any more (deleted by retention, or offloaded to tiered
     storage): raised when ``failOnDataLoss`` is true (the default)."""
+
+
+class PulsarSchemaError(PulsarMetadataError):
+    """A topic's schema (Pulsar's schema registry) that cannot type its rows: a type bkspark does not decode, topics
+    of one read with different schemas, a message of a version the registry does not have, or a value that does not
+    decode (docs/pulsar.md, "Schemas"); ``.option('schema', 'raw')`` reads such topics as bytes."""

@@ -16,18 +16,23 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from google.protobuf.message import DecodeError
+from typing import TypeVar
+
+from google.protobuf.message import DecodeError, Message
 
 from bkspark.pulsar.compression import decompress
 from bkspark.pulsar.errors import PulsarEntryError, PulsarMetadataError
 from bkspark.pulsar.proto.MLDataFormats_pb2 import ManagedLedgerInfo, ManagedLedgerInfoMetadata
 
-__all__ = ["MAGIC_MANAGED_INFO_METADATA", "TopicLedger", "parse_managed_ledger_info", "topic_ledgers"]
+__all__ = [
+    "MAGIC_MANAGED_INFO_METADATA", "TopicLedger", "parse_managed_ledger_info", "parse_metadata_proto", "topic_ledgers",
+]
 
 #: Pulsar's ``MetaStoreImpl.MAGIC_MANAGED_INFO_METADATA``: a compressed info follows.
 MAGIC_MANAGED_INFO_METADATA = 0x4778
 
 _HEADER = struct.Struct(">Hi")
+M = TypeVar("M", bound=Message)
 
 
 @dataclass(frozen=True)
@@ -48,19 +53,25 @@ class TopicLedger:
 
 def parse_managed_ledger_info(data: bytes, *, path: str = "") -> ManagedLedgerInfo:
     """The ``ManagedLedgerInfo`` of a znode's bytes, plain or compressed; :class:`PulsarMetadataError` otherwise."""
-    info = ManagedLedgerInfo()
     if len(data) >= _HEADER.size and _HEADER.unpack_from(data)[0] == MAGIC_MANAGED_INFO_METADATA:
         try:
             return _parse_compressed(data)
         except (DecodeError, PulsarEntryError, PulsarMetadataError, struct.error):
             pass  # Pulsar falls back to the plain form too
+    return parse_metadata_proto(ManagedLedgerInfo, data, "managed-ledger info", path=path)
+
+
+def parse_metadata_proto(cls: type[M], data: bytes, what: str, *, path: str = "") -> M:
+    """A protobuf message Pulsar keeps as metadata (a znode, a schema entry), with every required field;
+    :class:`PulsarMetadataError` naming ``what`` and ``path`` otherwise."""
+    message = cls()
     try:
-        info.ParseFromString(data)
+        message.ParseFromString(data)
     except DecodeError as exc:
-        raise PulsarMetadataError("managed-ledger info does not parse", path=path, error=str(exc)) from None
-    if not info.IsInitialized():
-        raise PulsarMetadataError("managed-ledger info lacks required fields", path=path)
-    return info
+        raise PulsarMetadataError(f"{what} does not parse", path=path, error=str(exc)) from None
+    if not message.IsInitialized():
+        raise PulsarMetadataError(f"{what} lacks required fields", path=path)
+    return message
 
 
 def _parse_compressed(data: bytes) -> ManagedLedgerInfo:

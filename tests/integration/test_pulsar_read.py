@@ -103,6 +103,25 @@ def produce(pulsar: PulsarStandalone, topic: str, count: int, *, batching: bool 
         client.close()
 
 
+def timed_topic(pulsar: PulsarStandalone, topic: str) -> tuple[list[dict[str, Any]], list[int], int]:
+    """50 messages, unbatched, each sent after the one before is stored (publish times in order), over 3 ledgers or
+    more: the Reader's messages, their ledgers in order, and the publish time of the third ledger's first message."""
+    import pulsar as pulsar_client
+
+    client = pulsar_client.Client(pulsar.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(50):
+            producer.send(f"t{i}".encode())
+        producer.close()
+    finally:
+        client.close()
+    oracle = reader_messages(pulsar.service_url, topic)
+    ledgers = sorted({m["ledger"] for m in oracle})
+    assert len(ledgers) >= 3
+    return oracle, ledgers, next(m["publish_time"] for m in oracle if m["ledger"] == ledgers[2])
+
+
 def read(spark: Any, pulsar: PulsarStandalone, **options: str) -> list[dict[str, Any]]:
     reader = spark.read.format("bookkeeper").option("metadataServiceUri", pulsar.metadata_service_uri)
     for key, value in options.items():
@@ -205,6 +224,18 @@ def _tree(zk: Any, path: str = "/") -> dict[str, bytes]:
     for child in zk.get_children(path):
         out.update(_tree(zk, path.rstrip("/") + "/" + child))
     return out
+
+
+def _settled_tree(zk: Any, timeout: float = 60.0) -> dict[str, bytes]:
+    """The whole tree once two snapshots a second apart are equal (the broker has finished writing)."""
+    deadline = time.monotonic() + timeout
+    previous = _tree(zk)
+    while True:
+        time.sleep(1.0)
+        current = _tree(zk)
+        if current == previous or time.monotonic() > deadline:
+            return current
+        previous = current
 
 
 def test_a_scan_writes_nothing_to_pulsars_zookeeper(spark: Any, pulsar: PulsarStandalone) -> None:
@@ -362,7 +393,6 @@ def test_publish_time_filters_prune_ledgers_closed_before_them(spark: Any, pulsa
     X; the rows are those the Reader gives with that publish time, pushdown on or off."""
     import datetime
 
-    import pulsar as pulsar_client
     from pyspark.sql.datasource import GreaterThanOrEqual
 
     from bkspark.datasource.planning import partition_slices
@@ -370,18 +400,7 @@ def test_publish_time_filters_prune_ledgers_closed_before_them(spark: Any, pulsa
     from bkspark.datasource.pulsar_reader import PulsarPushdownReader
 
     topic = f"{NS}/by-time"
-    client = pulsar_client.Client(pulsar.service_url)
-    try:
-        producer = client.create_producer(topic, batching_enabled=False)
-        for i in range(50):  # one at a time: each is published after the one before is stored
-            producer.send(f"t{i}".encode())
-        producer.close()
-    finally:
-        client.close()
-    oracle = reader_messages(pulsar.service_url, topic)
-    ledgers = sorted({m["ledger"] for m in oracle})
-    assert len(ledgers) >= 3
-    since = next(m["publish_time"] for m in oracle if m["ledger"] == ledgers[2])
+    oracle, ledgers, since = timed_topic(pulsar, topic)
     wanted = [m for m in oracle if m["publish_time"] >= since]
     reader = PulsarPushdownReader(parse_pulsar_read_options(
         {"metadataServiceUri": pulsar.metadata_service_uri, "topic": topic, "publishTimeSkewMs": "0"}))
@@ -443,3 +462,187 @@ def test_the_readmes_pulsar_example_reads_a_topic(spark: Any, pulsar: PulsarStan
     exec(compile(code, "README.md Pulsar example", "exec"), namespace)  # noqa: S102 - the README's own example
     df = namespace["df"].selectExpr("*", "unix_millis(__publishTime) AS pt", "unix_millis(__eventTime) AS et")
     assert_rows_equal_reader([row.asDict() for row in df.collect()], reader_messages(pulsar.service_url, topic))
+
+
+def _schema_reader_values(pulsar: PulsarStandalone, topic: str, schema: Any) -> list[tuple[Any, tuple[int, int, int]]]:
+    """Pulsar's Reader with ``schema`` (the oracle of a schema'd topic): each message's decoded value and its
+    (ledger, entry, batch index); the bookies' LAC waited for as in :func:`reader_messages`."""
+    import pulsar as pulsar_client
+
+    client = pulsar_client.Client(pulsar.service_url)
+    out = []
+    try:
+        reader = client.create_reader(topic, pulsar_client.MessageId.earliest, schema=schema)
+        while reader.has_message_available():
+            msg = reader.read_next(10_000)
+            mid = msg.message_id()
+            out.append((msg.value(), (mid.ledger_id(), mid.entry_id(), mid.batch_index())))
+        reader.close()
+    finally:
+        client.close()
+    wait_until_readable_from_bookies(pulsar.metadata_service_uri,
+                                     [{"ledger": where[0], "entry": where[1]} for _, where in out])
+    return out
+
+
+def _typed_rows(spark: Any, pulsar: PulsarStandalone, topic: str, **options: str) -> tuple[Any, list[dict[str, Any]]]:
+    reader = spark.read.format("bookkeeper").option("metadataServiceUri", pulsar.metadata_service_uri)
+    for key, value in {"topic": topic, **options}.items():
+        reader = reader.option(key, value)
+    df = reader.load()
+    return df.schema, [row.asDict(recursive=True) for row in df.collect()]
+
+
+def test_avro_json_and_primitive_schemas_type_the_value(spark: Any, pulsar: PulsarStandalone) -> None:
+    """A topic with a schema in Pulsar's registry reads as typed columns equal to the Reader's decoded values: AVRO
+    over two versions (a message of the first read as the latest, Avro's resolution, as the Reader's default),
+    JSON, STRING and INT64; ``schema=raw`` gives the bytes; the ZooKeeper tree is unchanged by the reads."""
+    import struct
+    import types
+
+    import _pulsar
+    import pulsar as pulsar_client
+    from pulsar.schema import Array, AvroSchema, Boolean, Double, Integer, JsonSchema, Map, Record, Schema, String
+    from pulsar.schema import StringSchema
+
+    def reading(with_unit: bool) -> Any:
+        """The record class ``Reading``; the second version adds ``unit`` with "default": null (FULL-compatible)."""
+        fields = {"name": String(), "count": Integer(), "score": Double(), "ok": Boolean(), "tags": Array(String()),
+                  "attrs": Map(String())}
+        if with_unit:
+            fields["unit"] = String(required_default=True)
+        return types.new_class("Reading", (Record,), exec_body=lambda namespace: namespace.update(fields))
+
+    class Int64Schema(Schema):  # Pulsar's INT64 schema: 8 bytes big-endian (the Python client has no class for it)
+        def __init__(self) -> None:
+            super().__init__(int, _pulsar.SchemaType.INT64, None, "INT64")
+
+        def encode(self, obj: int) -> bytes:
+            return struct.pack(">q", obj)
+
+        def decode(self, data: bytes) -> int:
+            return struct.unpack(">q", data)[0]
+
+    v1, v2 = reading(False), reading(True)
+    avro_topic, json_topic = f"{NS}/schema-avro", f"{NS}/schema-json"
+    string_topic, long_topic = f"{NS}/schema-string", f"{NS}/schema-int64"
+    # The Python client registers no INT64 schema itself: the broker's admin API does (a Java producer's
+    # Schema.INT64 would), and the producer's messages then carry no version (read with the latest).
+    pulsar.admin("POST", "/admin/v2/schemas/public/default/schema-int64/schema",
+                 {"type": "INT64", "schema": "", "properties": {}})
+    client = pulsar_client.Client(pulsar.service_url)
+    try:
+        for schema, topic, values, batching in (
+            (AvroSchema(v1), avro_topic,
+             [v1(name=f"n{i}", count=i, score=i / 4, ok=i % 2 == 0, tags=[f"t{i}", "x"], attrs={"k": str(i)})
+              for i in range(25)], True),
+            (AvroSchema(v2), avro_topic,
+             [v2(name=f"m{i}", count=-i, score=None, ok=None, tags=[], attrs={}, unit="C" if i % 2 else None)
+              for i in range(15)], False),
+            (JsonSchema(v1), json_topic,
+             [v1(name=f"j{i}", count=i * 3, score=1.5 * i, ok=bool(i % 3), tags=["a"] * (i % 3),
+                 attrs={"i": str(i)}) for i in range(30)], True),
+            (StringSchema(), string_topic, [f"héllo {i}" for i in range(20)], True),
+            (Int64Schema(), long_topic, [i * (1 << 40) - 7 for i in range(20)], False),
+        ):
+            producer = client.create_producer(topic, schema=schema, batching_enabled=batching,
+                                              batching_max_publish_delay_ms=20)
+            for value in values:
+                producer.send_async(value, lambda result, msg_id: None)
+            producer.flush()
+            producer.close()
+    finally:
+        client.close()
+
+    # the oracle first: a Reader through the broker loads the topic, and the broker then writes its own metadata
+    oracles = {avro_topic: _schema_reader_values(pulsar, avro_topic, AvroSchema(v2)),
+               json_topic: _schema_reader_values(pulsar, json_topic, JsonSchema(v1)),
+               string_topic: _schema_reader_values(pulsar, string_topic, StringSchema()),
+               long_topic: _schema_reader_values(pulsar, long_topic, Int64Schema())}
+    zk = pulsar.zookeeper.client()
+    try:
+        before = _settled_tree(zk)  # the broker's own writes are over
+        assert any(p.startswith("/schemas/public/default/schema-avro") for p in before)
+        results = {topic: (oracle, _typed_rows(spark, pulsar, topic)) for topic, oracle in oracles.items()}
+        raw_schema, raw_rows = _typed_rows(spark, pulsar, long_topic, schema="raw")
+        after = _tree(zk)
+    finally:
+        zk.stop()
+        zk.close()
+    assert sorted(after) == sorted(before) and [p for p in before if before[p] != after[p]] == []
+
+    fields = ["name", "count", "score", "ok", "tags", "attrs"]
+    (avro_oracle, (avro_schema, avro_rows)) = results[avro_topic]
+    assert avro_schema.fieldNames()[:8] == [*fields, "unit", "__key"]
+    assert dict((f.name, f.dataType.simpleString()) for f in avro_schema.fields[:7]) == {
+        "name": "string", "count": "int", "score": "double", "ok": "boolean", "tags": "array<string>",
+        "attrs": "map<string,string>", "unit": "string"}
+    assert len(avro_rows) == len(avro_oracle) == 40
+    for row, (value, where) in zip(avro_rows, avro_oracle):
+        assert (row["__ledgerId"], row["__entryId"], row["__batchIndex"]) == where
+        assert {f: row[f] for f in [*fields, "unit"]} == {f: getattr(value, f) for f in [*fields, "unit"]}
+    (json_oracle, (json_schema, json_rows)) = results[json_topic]
+    assert json_schema.fieldNames()[:7] == [*fields, "__key"] and len(json_rows) == len(json_oracle) == 30
+    for row, (value, where) in zip(json_rows, json_oracle):
+        assert (row["__ledgerId"], row["__entryId"], row["__batchIndex"]) == where
+        assert {f: row[f] for f in fields} == {f: getattr(value, f) for f in fields}
+    for topic, kind in ((string_topic, "string"), (long_topic, "bigint")):
+        oracle, (schema, rows) = results[topic]
+        assert schema.fields[0].name == "value" and schema.fields[0].dataType.simpleString() == kind
+        assert [(r["value"], (r["__ledgerId"], r["__entryId"], r["__batchIndex"])) for r in rows] == oracle
+    assert raw_schema.fields[0].dataType.simpleString() == "binary"
+    assert [struct.unpack(">q", r["value"])[0] for r in raw_rows] == [v for v, _ in results[long_topic][0]]
+
+
+def test_starting_and_ending_time_and_publish_time_bounds(spark: Any, pulsar: PulsarStandalone) -> None:
+    """``startingTime`` (inclusive) and ``endingTime`` (exclusive), publish times in ms, give the Reader's messages
+    published in that range; ``startingTime`` prunes the ledgers closed more than publishTimeSkewMs before it, and
+    entries outside the range (also those outside a pushed ``__publishTime <`` bound) are skipped undecoded."""
+    import datetime
+
+    from pyspark.sql.datasource import LessThan
+
+    from bkspark.datasource.planning import partition_slices
+    from bkspark.datasource.pulsar_options import parse_pulsar_read_options
+    from bkspark.datasource.pulsar_reader import PulsarPushdownReader, PulsarReader
+
+    topic = f"{NS}/by-time-options"
+    oracle, ledgers, since = timed_topic(pulsar, topic)
+    until = oracle[-5]["publish_time"]
+    wanted = [m for m in oracle if since <= m["publish_time"] < until]
+    assert 0 < len(wanted) < len(oracle)
+    base = {"metadataServiceUri": pulsar.metadata_service_uri, "topic": topic, "publishTimeSkewMs": "0"}
+    reader = PulsarReader(parse_pulsar_read_options({**base, "startingTime": str(since), "endingTime": str(until)}))
+    planned = {s.ledger_id for p in reader.partitions() for s in partition_slices(p)}
+    assert ledgers[0] not in planned and ledgers[2] in planned
+    assert_rows_equal_reader(read(spark, pulsar, topic=topic, startingTime=str(since), endingTime=str(until)), wanted)
+    # a pushed upper bound: rows past it are never built (Spark would drop them; here the reader alone). The bound is
+    # rounded up to the next whole ms (never dropping a row the filter keeps), so the message at `until` is built.
+    pushed = PulsarPushdownReader(parse_pulsar_read_options(base))
+    bound = datetime.datetime.fromtimestamp(until / 1000, datetime.UTC)
+    assert list(pushed.pushFilters([LessThan(("__publishTime",), bound)])) == [LessThan(("__publishTime",), bound)]
+    rows = [r for part in pushed.partitions() for batch in pushed.read(part) for r in batch.to_pylist()]
+    assert [r["value"] for r in rows] == [m["value"] for m in oracle if m["publish_time"] <= until]
+
+
+def test_a_compacted_topic_reads_its_whole_history_not_the_compacted_ledger(spark: Any, pulsar: PulsarStandalone) -> None:
+    """Compaction (triggered by the broker's admin REST API) writes the latest message of each key into a ledger of
+    its own, kept by the ``__compaction`` cursor and not listed in the managed ledger: a scan leaves it out and reads
+    the topic's own ledgers, equal to Pulsar's Reader without ``readCompacted`` (docs/pulsar.md, "Compacted
+    topics"); the compacted ledger exists and is not among the rows' ledgers."""
+    topic = f"{NS}/compacted"
+    produce(pulsar, topic, 60)
+    produce(pulsar, topic, 30, start=60)  # the same keys again: older values are compacted away
+    path = "/admin/v2/persistent/public/default/compacted"
+    pulsar.admin("PUT", f"{path}/compaction")
+    deadline = time.monotonic() + 120
+    while (status := pulsar.admin("GET", f"{path}/compaction"))["status"] != "SUCCESS":
+        assert status["status"] in ("RUNNING", "NOT_RUN") and time.monotonic() < deadline, status
+        time.sleep(0.5)
+    compacted = pulsar.admin("GET", f"{path}/internalStats")["compactedLedger"]["ledgerId"]
+    assert compacted > 0
+    oracle = reader_messages(pulsar.service_url, topic)
+    assert len(oracle) == 90
+    rows = read(spark, pulsar, topic=topic)
+    assert_rows_equal_reader(rows, oracle)
+    assert compacted not in {r["__ledgerId"] for r in rows}
