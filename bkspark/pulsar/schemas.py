@@ -88,14 +88,12 @@ def load_topic_schema(zk: Any, bk: Any, root: str, topic: Any, *, digest_type: s
     """The schema of ``topic`` (None without one, or when its latest version is a deletion): a ZooKeeper ``get``
     and a non-recovery read of each version's ledger, nothing written.  A version whose ledger is gone is left
     out (its messages then have an unknown version)."""
-    from kazoo.exceptions import NoNodeError
-
     from bkspark.errors import NoSuchLedgerMetadataError
+    from bkspark.pulsar.topics import znode_data
 
     path = schema_path(root, topic)
-    try:
-        data, _ = zk.get(path)
-    except NoNodeError:
+    data = znode_data(zk, path)
+    if data is None:
         return None
     locator = parse_locator(data, path=path)
     versions: dict[bytes, SchemaVersion] = {}

@@ -25,6 +25,7 @@ from bkspark.pulsar.managed_ledger import TopicLedger, parse_managed_ledger_info
 
 __all__ = [
     "TopicName",
+    "znode_data",
     "TopicPartition",
     "parse_topic_name",
     "encode_local_name",
@@ -157,6 +158,18 @@ def bookkeeper_uri_of(uri: str) -> str:
     return text
 
 
+def znode_data(zk: Any, path: str) -> bytes | None:
+    """The data of the znode ``path`` of Pulsar's ZooKeeper (a plain ``get``: nothing written, no watch), None
+    when it does not exist: the one place the Pulsar package meets kazoo's errors."""
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        data, _ = zk.get(path)
+    except NoNodeError:
+        return None
+    return bytes(data)
+
+
 class TopicResolver:
     """Resolves topics to their managed ledgers with an already started kazoo client (``get``/``get_children``
     only), under Pulsar's metadata ``root``."""
@@ -166,13 +179,7 @@ class TopicResolver:
         self.root = root
 
     def _get(self, path: str) -> bytes | None:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            data, _ = self.zk.get(path)
-        except NoNodeError:
-            return None
-        return data
+        return znode_data(self.zk, path)
 
     def _children(self, path: str) -> list[str]:
         from kazoo.exceptions import NoNodeError
