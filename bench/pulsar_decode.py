@@ -3,9 +3,13 @@ message with its own sequence id, as Pulsar's producers write them) turned into 
 compiled split (bkspark/pulsar/_batch.c) and by the pure-Python reference, in turns, same run.
 
     python -m bench.pulsar_decode [--messages 200000] [--batch 1000] [--size 100] [--rounds 3] [--profile FILE]
+                                  [--spark CORES]
 
 Prints messages/s of each path per round, the medians and their ratio (compiled ÷ reference).  ``--profile``
-writes cProfile's top functions of one compiled round to FILE (docs/pulsar.md, "Speed").
+writes cProfile's top functions of one compiled round to FILE.  ``--spark CORES`` also times what Spark itself
+costs: a Python data source whose partitions yield the compiled path's Arrow batches of the same entries (decoded
+in the Python workers, from entries each worker makes once and keeps) into the ``noop`` sink on ``local[CORES]``,
+the ceiling of a Pulsar scan's rate on this machine whatever the bookies do (docs/pulsar.md, "Speed").
 """
 
 from __future__ import annotations
@@ -65,6 +69,73 @@ def decode(entries: list[bytes], compiled: bool) -> int:
     return rows + (columns.batch().num_rows if len(columns) else 0)
 
 
+def spark_ceiling(messages: int, batch: int, size: int, cores: int, rounds: int) -> list[float]:
+    """Rows/s of Spark taking the decoder's batches from a Python data source into ``noop`` (first round: the
+    workers' start and their entries; later rounds: the steady rate)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from bench.common import spark_session
+    from bkspark.pulsar.columns import PULSAR_SCHEMA_DDL
+
+    per_partition = messages // cores
+
+    class DecodedReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(cores)]
+
+        def read(self, partition: InputPartition):  # type: ignore[no-untyped-def]
+            import builtins
+
+            from bench.pulsar_decode import decoded_batches, make_entries
+
+            key = ("_bench_pulsar_entries", per_partition, batch, size)
+            entries = getattr(builtins, "_bench_pulsar_entries", {}).get(key)
+            if entries is None:
+                entries = make_entries(per_partition, batch, size)
+                builtins._bench_pulsar_entries = {key: entries}  # type: ignore[attr-defined]
+            yield from decoded_batches(entries)
+
+    class Decoded(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_pulsar_decoded"
+
+        def schema(self) -> str:
+            return PULSAR_SCHEMA_DDL
+
+        def reader(self, schema):  # type: ignore[no-untyped-def]
+            return DecodedReader()
+
+    spark = spark_session(cores, "bench-pulsar-decode")
+    spark.dataSource.register(Decoded)
+    rates = []
+    try:
+        for _ in range(rounds + 1):
+            t0 = time.perf_counter()
+            spark.read.format("bench_pulsar_decoded").load().write.format("noop").mode("overwrite").save()
+            rates.append(per_partition * cores / (time.perf_counter() - t0))
+    finally:
+        spark.stop()
+    return rates
+
+
+def decoded_batches(entries: list[bytes]):  # type: ignore[no-untyped-def]
+    """The compiled path's Arrow batches of ``entries``, as the reader yields them."""
+    from bkspark.datasource.pulsar_reader import ROWS_PER_BATCH
+    from bkspark.pulsar.columns import MessageColumns
+    from bkspark.pulsar.entry import parse_entry
+
+    columns = MessageColumns()
+    for entry_id, data in enumerate(entries):
+        if not columns.add_batch(parse_entry(data), TOPIC, -1, 1, entry_id):
+            raise RuntimeError("the compiled split handed a bench entry back")
+        if len(columns) >= ROWS_PER_BATCH:
+            yield columns.batch()
+            columns.clear()
+    if len(columns):
+        yield columns.batch()
+
+
 def main() -> None:
     from bkspark.pulsar import columns as columns_module
 
@@ -74,6 +145,7 @@ def main() -> None:
     p.add_argument("--size", type=int, default=100)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--profile", help="write the compiled path's profile (top 25 by own time) here")
+    p.add_argument("--spark", type=int, metavar="CORES", help="also time Spark taking the decoded batches")
     args = p.parse_args()
     if columns_module._batch is None:
         raise SystemExit("bkspark.pulsar._batch is not built (or BKSPARK_NO_EXTENSIONS is set): run `make venv`")
@@ -95,6 +167,11 @@ def main() -> None:
                       **{k: round(v) for k, v in med.items()},
                       "ratio_compiled_over_reference": round(med["compiled_msgs_per_sec"]
                                                              / med["reference_msgs_per_sec"], 2)}))
+    if args.spark:
+        rates = spark_ceiling(args.messages, args.batch, args.size, args.spark, args.rounds)
+        print(json.dumps({"spark_cores": args.spark, "spark_first_round_msgs_per_sec": round(rates[0]),
+                          "spark_msgs_per_sec": [round(r) for r in rates[1:]],
+                          "spark_median_msgs_per_sec": round(statistics.median(rates[1:]))}))
     if args.profile:
         profiler = cProfile.Profile()
         profiler.runcall(decode, entries, True)
