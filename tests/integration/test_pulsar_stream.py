@@ -139,9 +139,9 @@ def test_a_stream_follows_the_ledgers_the_broker_rolls_while_it_produces(
         query = (stream(spark, pulsar, topic=topic, longPollTimeoutMs="500").writeStream.foreachBatch(sink)
                  .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="200 milliseconds").start())
         producer.wait_for(150)
-        t0 = time.monotonic()
-        wait_until(lambda: len(sink.rows()) >= 100, 120, "the stream to catch up with the producer")
-        print("DEBUG caught up", time.monotonic() - t0, len(producer.sent), sink.sizes())
+        wait_until(lambda: len(sink.rows()) >= 100 or query.exception() is not None, 180,
+                   "the stream to catch up with the producer")
+        assert query.exception() is None
         producer.close()
         sent = len(producer.sent)
         wait_until(lambda: len(sink.rows()) >= sent or query.exception() is not None, 120, "the last messages")
@@ -159,52 +159,81 @@ def test_a_stream_follows_the_ledgers_the_broker_rolls_while_it_produces(
     assert len(sink.sizes()) > 1  # it streamed: the rows came in several micro-batches
 
 
+def drain(reader: Any, start: dict[str, Any]) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
+    """What Trigger.AvailableNow gives, as Spark's driver and tasks call the stream reader (without Spark): the
+    rows of each micro-batch, and the last end offset."""
+    reader.prepareForTriggerAvailableNow()
+    batches = []
+    while True:
+        end = json.loads(json.dumps(reader.latestOffset(start, reader.getDefaultReadLimit())))  # as Spark stores it
+        if end == start:
+            return batches, end
+        rows = [r for p in reader.partitions(start, end) for b in reader.read(p) for r in b.to_pylist()]
+        batches.append([{**r, "pt": round(r["__publishTime"].timestamp() * 1000),
+                         "et": round(r["__eventTime"].timestamp() * 1000) if r["__eventTime"] else None} for r in rows])
+        start = end
+
+
+def stream_reader(pulsar: PulsarStandalone, **options: str) -> Any:  # noqa: F811
+    from bkspark.datasource.pulsar_stream import pulsar_stream_reader
+
+    return pulsar_stream_reader({"metadataServiceUri": pulsar.metadata_service_uri, **options}, None)
+
+
 def test_a_partitioned_topic_under_admission_control_with_available_now(
     spark: Any, pulsar: PulsarStandalone, tmp_path: Path,  # noqa: F811
 ) -> None:
     """Trigger.AvailableNow reads what is readable when the query starts, in micro-batches no larger than each
-    budget: maxMessagesPerTrigger (cutting inside batches), maxEntriesPerTrigger (its Kafka alias) and
-    maxBytesPerTrigger; the offsets name each partition's (ledgerId, entryId, batchIndex)."""
+    budget: maxMessagesPerTrigger (cutting inside batches; through Spark), maxEntriesPerTrigger (by its Kafka alias)
+    and maxBytesPerTrigger (the reader's own driver and task code); the offsets name each partition's (ledgerId,
+    entryId, batchIndex), and such a position inside a batch is a valid startingOffsets."""
     topic = f"{NS}/stream-parted"
     pulsar.admin("PUT", "/admin/v2/persistent/public/default/stream-parted/partitions", 3)
     produce(pulsar, topic, 90, batching=True, codec="LZ4")
     oracle = reader_messages(pulsar.service_url, topic)
     assert {m["partition"] for m in oracle} == {0, 1, 2} and any(m["batch_index"] > 2 for m in oracle)
-    for name, options, most in (("messages", {"maxMessagesPerTrigger": "7"}, 7),
-                                ("entries", {"maxOffsetsPerTrigger": "4"}, None),
-                                ("bytes", {"maxBytesPerTrigger": "600"}, None)):
-        sink = IdempotentSink()
-        checkpoint = tmp_path / name
-        query = (stream(spark, pulsar, topic=topic, **options).writeStream.foreachBatch(sink)
-                 .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-        assert query.awaitTermination(180)
-        assert query.exception() is None
-        assert_rows_equal_reader(sink.rows(), oracle)
-        assert len(sink.sizes()) > 2, name
-        if most is not None:
-            assert max(sink.sizes()) <= most
-        last = json.loads((checkpoint / "offsets" / max((checkpoint / "offsets").iterdir(),
-                                                          key=lambda f: int(f.name)).name).read_text().splitlines()[-1])
-        assert sorted(last["topics"]) == [f"{topic}-partition-{i}" for i in range(3)]
-        assert all(set(p) == {"ledgerId", "entryId", "batchIndex"} for p in last["topics"].values())
-    # a batch index inside a batch in startingOffsets starts there (copied from an offset, or message id bytes)
+    sink = IdempotentSink()
+    checkpoint = tmp_path / "cp"
+    query = (stream(spark, pulsar, topic=topic, maxMessagesPerTrigger="7").writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    assert query.awaitTermination(300)
+    assert query.exception() is None
+    assert_rows_equal_reader(sink.rows(), oracle)
+    assert len(sink.sizes()) >= 90 // 7 and max(sink.sizes()) <= 7
+    offsets = checkpoint / "offsets"
+    last = json.loads((offsets / max((f.name for f in offsets.iterdir() if f.name.isdigit()), key=int))
+                      .read_text().splitlines()[-1])
+    assert sorted(last["topics"]) == [f"{topic}-partition-{i}" for i in range(3)]
+    assert all(set(p) == {"ledgerId", "entryId", "batchIndex"} for p in last["topics"].values())
+    entries = {(m["partition"], m["ledger"], m["entry"]) for m in oracle}
+    for options in ({"maxOffsetsPerTrigger": "1"}, {"maxBytesPerTrigger": "1"}):
+        reader = stream_reader(pulsar, topic=topic, **options)
+        try:
+            batches, _ = drain(reader, reader.initialOffset())
+        finally:
+            reader.stop()
+        assert_rows_equal_reader([r for b in batches for r in b], oracle)
+        assert len(batches) == len(entries), options  # one entry (a whole batch of messages) per micro-batch
+    # a position inside a batch starts there (as an offset shows it, or as message id bytes)
     inside = next(m for m in oracle if m["batch_index"] == 2)
     part = f"{topic}-partition-{inside['partition']}"
-    start = {part: {"ledgerId": inside["ledger"], "entryId": inside["entry"], "batchIndex": 2}}
-    sink = IdempotentSink()
-    query = (stream(spark, pulsar, topic=part, startingOffsets=json.dumps(start)).writeStream.foreachBatch(sink)
-             .option("checkpointLocation", str(tmp_path / "inside")).trigger(availableNow=True).start())
-    assert query.awaitTermination(120)
     mine = [m for m in oracle if m["topic"] == part]
-    assert_rows_equal_reader(sink.rows(), mine[mine.index(inside):])
+    for start in ({part: {"ledgerId": inside["ledger"], "entryId": inside["entry"], "batchIndex": 2}},
+                  {part: list(inside["message_id"])}):
+        reader = stream_reader(pulsar, topic=part, startingOffsets=json.dumps(start))
+        try:
+            batches, _ = drain(reader, reader.initialOffset())
+        finally:
+            reader.stop()
+        assert_rows_equal_reader([r for b in batches for r in b], mine[mine.index(inside):])
 
 
 def test_a_restart_from_the_checkpoint_gives_every_message_exactly_once(
     spark: Any, pulsar: PulsarStandalone, tmp_path: Path,  # noqa: F811
 ) -> None:
     """A query stopped in the middle of a topic and started again from its checkpoint (the driver's state gone:
-    a new reader) writes every message exactly once into the idempotent sink; startingOffsets=latest on another
-    checkpoint reads only what is sent after it started."""
+    a new reader) writes every message exactly once into the idempotent sink; a stream from startingOffsets=latest
+    reads only what is sent after its first batch."""
     topic = f"{NS}/stream-restart"
     produce(pulsar, topic, 60, batching=True, codec="ZSTD")
     sink = IdempotentSink()
@@ -217,28 +246,35 @@ def test_a_restart_from_the_checkpoint_gives_every_message_exactly_once(
 
     query = start_query()
     try:
-        wait_until(lambda: len(sink.rows()) >= 20, 120, "some batches before the stop")
+        wait_until(lambda: len(sink.rows()) >= 20 or query.exception() is not None, 180, "some batches before the stop")
+        assert query.exception() is None
     finally:
         query.stop()
     assert len(sink.rows()) < 60
     produce(pulsar, topic, 40, start=60)
-    latest_sink = IdempotentSink()
-    latest = (stream(spark, pulsar, topic=topic, startingOffsets="latest").writeStream.foreachBatch(latest_sink)
-              .option("checkpointLocation", str(tmp_path / "latest")).trigger(processingTime="100 milliseconds")
-              .start())
     query = start_query()
     try:
-        wait_until(lambda: latest.lastProgress is not None, 120, "the latest query's first batch")
-        produce(pulsar, topic, 10, start=100)
-        wait_until(lambda: len(sink.rows()) >= 110, 180, "the restarted query to read everything")
-        wait_until(lambda: len(latest_sink.rows()) >= 10, 120, "the latest query to read the new messages")
+        wait_until(lambda: len(sink.rows()) >= 100 or query.exception() is not None, 180,
+                   "the restarted query to read everything")
+        assert query.exception() is None
     finally:
         query.stop()
-        latest.stop()
     oracle = reader_messages(pulsar.service_url, topic)
-    assert len(oracle) == 110
+    assert len(oracle) == 100
     assert_rows_equal_reader(sink.rows(), oracle)
-    assert_rows_equal_reader(latest_sink.rows(), oracle[100:])
+    assert len(sink.batches) > 100 // 9  # at most 9 messages a batch
+    # startingOffsets=latest: only what is sent after the query's first batch
+    reader = stream_reader(pulsar, topic=topic, startingOffsets="latest")
+    try:
+        start = reader.initialOffset()
+        first = json.loads(json.dumps(reader.latestOffset(start, reader.getDefaultReadLimit())))
+        assert list(reader.partitions(start, first)) == []
+        produce(pulsar, topic, 10, start=100)
+        oracle = reader_messages(pulsar.service_url, topic)
+        batches, _ = drain(reader, first)
+    finally:
+        reader.stop()
+    assert_rows_equal_reader([r for b in batches for r in b], oracle[100:])
 
 
 def test_a_stream_writes_nothing_to_pulsars_zookeeper(
@@ -346,9 +382,11 @@ def test_a_broker_restart_in_the_middle_of_a_stream(
 
 
 def test_bad_stream_options_fail_clearly(spark: Any, pulsar: PulsarStandalone) -> None:  # noqa: F811
-    with pytest.raises(Exception, match="endingOffsets"):
-        stream(spark, pulsar, topic=f"{NS}/x", endingOffsets="latest").writeStream.format("console").start()
-    with pytest.raises(Exception, match="startingOffsets"):
-        stream(spark, pulsar, topic=f"{NS}/x", startingOffsets="soon").writeStream.format("console").start()
-    with pytest.raises(Exception, match="maxMessagesPerTrigger"):
-        stream(spark, pulsar, topic=f"{NS}/x", maxMessagesPerTrigger="0").writeStream.format("console").start()
+    """A mistake in a stream's options fails the query as it starts, naming the option (each option's checks:
+    tests/unit/test_pulsar_stream_offsets.py)."""
+    query = stream(spark, pulsar, topic=f"{NS}/x", endingOffsets="latest").writeStream.format("noop").start()
+    try:
+        with pytest.raises(Exception, match="endingOffsets"):
+            query.awaitTermination(300)
+    finally:
+        query.stop()
