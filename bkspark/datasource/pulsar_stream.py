@@ -277,28 +277,27 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._driver: _Driver | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_driver"] = None  # sockets and threads never travel to the executors
-        return state
+        """The options only: the driver's client, tails and watches stay in the process that made them."""
+        return {"options": self.options, "stream": self.stream, "_driver": None}
 
     def _state(self) -> _Driver:
-        if self._driver is None:
-            self._driver = _Driver(self.options)
-        return self._driver
+        driver = self._driver
+        if driver is None:
+            driver = self._driver = _Driver(self.options)
+        return driver
 
     # -- offsets (driver) ------------------------------------------------------------------
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's names
         return dict(self.stream.starting_offsets)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        """A limit when any budget is set (Spark hands it back to ``latestOffset``, which applies every budget the
+        options set: rows are messages here, not entries), else everything available."""
         s = self.stream
-        if s.max_messages_per_trigger is not None:
-            return ReadMaxRows(s.max_messages_per_trigger)
-        if s.max_bytes_per_trigger is not None:
-            return ReadMaxBytes(s.max_bytes_per_trigger)
-        if s.max_entries_per_trigger is not None:
-            return ReadMaxRows(s.max_entries_per_trigger)
-        return ReadAllAvailable()
+        rows = s.max_messages_per_trigger or s.max_entries_per_trigger
+        if rows:
+            return ReadMaxRows(rows)
+        return ReadMaxBytes(s.max_bytes_per_trigger) if s.max_bytes_per_trigger else ReadAllAvailable()
 
     def _starts(self, d: _Driver, start: Mapping[str, Any], views: list[PartitionView]) -> dict[str, Position]:
         """Each partition's start: the offset's, else its latest (``-1`` in JSON startingOffsets) or earliest;

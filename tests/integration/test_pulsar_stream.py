@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.harness.pulsar import PulsarStandalone
+from tests.harness.pulsar import PulsarStandalone, closed_ledger_entries
+from tests.integration.test_connector_streaming import wait_until
 from tests.integration.test_pulsar_read import (  # noqa: F401 - the module's broker and Spark fixtures
     NS,
     _tree,
@@ -61,14 +62,6 @@ def stream(spark: Any, pulsar: PulsarStandalone, **options: str) -> Any:  # noqa
     return reader.load()
 
 
-def wait_until(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 class Producer:
     """Sends messages one at a time from a thread until stopped; every send's result is kept (a fenced ledger
     would fail a send or close the ledger early)."""
@@ -111,17 +104,13 @@ class Producer:
         self.client.close()
 
 
-def closed_ledger_sizes(pulsar: PulsarStandalone, topic: str) -> list[int]:  # noqa: F811
-    from bkspark.pulsar.topics import TopicResolver, parse_topic_name, pulsar_root_of
-
-    zk = pulsar.zookeeper.client()
+def run_until(query: Any, enough: Any, what: str) -> None:
+    """Wait until ``enough()`` or the query fails (then its error is the test's), and stop the query."""
     try:
-        resolver = TopicResolver(zk, pulsar_root_of("/ledgers"))
-        ledgers = resolver.ledgers(resolver.partitions(parse_topic_name(topic))[0]) or []
+        wait_until(lambda: enough() or query.exception() is not None, 180, what)
+        assert query.exception() is None
     finally:
-        zk.stop()
-        zk.close()
-    return [ledger.entries for ledger in ledgers if ledger.entries is not None]
+        query.stop()
 
 
 def test_a_stream_follows_the_ledgers_the_broker_rolls_while_it_produces(
@@ -151,7 +140,7 @@ def test_a_stream_follows_the_ledgers_the_broker_rolls_while_it_produces(
             query.stop()
         producer.close()
     assert producer.errors == []
-    closed = closed_ledger_sizes(pulsar, topic)
+    closed = closed_ledger_entries(pulsar, topic)
     assert len(closed) >= 5 and set(closed) == {pulsar.max_entries_per_ledger}
     oracle = reader_messages(pulsar.service_url, topic)
     assert len(oracle) == len(producer.sent)
@@ -244,21 +233,10 @@ def test_a_restart_from_the_checkpoint_gives_every_message_exactly_once(
                 .foreachBatch(sink).option("checkpointLocation", checkpoint)
                 .trigger(processingTime="100 milliseconds").start())
 
-    query = start_query()
-    try:
-        wait_until(lambda: len(sink.rows()) >= 20 or query.exception() is not None, 180, "some batches before the stop")
-        assert query.exception() is None
-    finally:
-        query.stop()
+    run_until(start_query(), lambda: len(sink.rows()) >= 20, "some batches before the stop")
     assert len(sink.rows()) < 60
     produce(pulsar, topic, 40, start=60)
-    query = start_query()
-    try:
-        wait_until(lambda: len(sink.rows()) >= 100 or query.exception() is not None, 180,
-                   "the restarted query to read everything")
-        assert query.exception() is None
-    finally:
-        query.stop()
+    run_until(start_query(), lambda: len(sink.rows()) >= 100, "the restarted query to read everything")
     oracle = reader_messages(pulsar.service_url, topic)
     assert len(oracle) == 100
     assert_rows_equal_reader(sink.rows(), oracle)
@@ -365,17 +343,18 @@ def test_a_broker_restart_in_the_middle_of_a_stream(
     sink = IdempotentSink()
     query = (stream(spark, pulsar, topic=topic, longPollTimeoutMs="500").writeStream.foreachBatch(sink)
              .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="200 milliseconds").start())
-    try:
-        wait_until(lambda: len(sink.rows()) >= 30, 120, "the stream to read the first messages")
-        assert pulsar.process is not None
-        pulsar.process.terminate(timeout=60)
-        pulsar.start()
-        produce(pulsar, topic, 30, start=30)
-        wait_until(lambda: len(sink.rows()) >= 60 or query.exception() is not None, 180,
-                   "the stream to read the messages sent after the restart")
-        assert query.exception() is None
-    finally:
-        query.stop()
+    def restart_then_produce() -> bool:
+        """Once the first messages are in: the broker stopped and started again, then more messages."""
+        if len(sink.rows()) >= 30 and not restarted:
+            assert pulsar.process is not None
+            pulsar.process.terminate(timeout=60)
+            pulsar.start()
+            produce(pulsar, topic, 30, start=30)
+            restarted.append(True)
+        return len(sink.rows()) >= 60
+
+    restarted: list[bool] = []
+    run_until(query, restart_then_produce, "the stream to read the messages sent after the broker's restart")
     oracle = reader_messages(pulsar.service_url, topic)
     assert len(oracle) == 60
     assert_rows_equal_reader(sink.rows(), oracle)
