@@ -127,8 +127,8 @@ def test_a_stream_follows_the_ledgers_the_broker_rolls_while_it_produces(
         producer.wait_for(10)
         query = (stream(spark, pulsar, topic=topic, longPollTimeoutMs="500").writeStream.foreachBatch(sink)
                  .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="200 milliseconds").start())
-        producer.wait_for(150)
-        wait_until(lambda: len(sink.rows()) >= 100 or query.exception() is not None, 180,
+        producer.wait_for(115)
+        wait_until(lambda: len(sink.rows()) >= 60 or query.exception() is not None, 180,
                    "the stream to catch up with the producer")
         assert query.exception() is None
         producer.close()
