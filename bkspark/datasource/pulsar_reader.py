@@ -21,7 +21,7 @@ from bkspark.datasource.pulsar_options import PulsarReadOptions
 
 __all__ = [
     "PulsarReader", "PulsarSlice", "ROWS_PER_BATCH", "client_settings", "pulsar_schema", "pulsar_reader",
-    "pulsar_stream_reader", "PulsarPushdownReader",
+    "PulsarPushdownReader",
 ]
 
 #: Messages of one Arrow batch at most.
@@ -111,15 +111,6 @@ def pulsar_reader(options: Mapping[str, str | None], schema: Any, pushdown: bool
     reader = PulsarPushdownReader(parsed) if pushdown else PulsarReader(parsed)
     reader.decoder = decoder
     return reader
-
-
-def pulsar_stream_reader(options: Mapping[str, str | None], schema: Any) -> Any:
-    from bkspark.errors import InvalidOptionError
-
-    raise InvalidOptionError(
-        "[BOOKKEEPER_PULSAR_STREAM] spark.readStream on a Pulsar topic is not supported yet (docs/pulsar.md, "
-        "'Not done yet'); use spark.read, which reads a topic up to what is confirmed now"
-    )
 
 
 def client_settings(options: PulsarReadOptions) -> dict[str, Any]:

@@ -76,9 +76,9 @@ class BookKeeperDataSource(DataSource):
         from bkspark.datasource.pulsar_options import is_pulsar_read
 
         if is_pulsar_read(self.options):  # a Pulsar topic: docs/pulsar.md
-            from bkspark.datasource.pulsar_reader import pulsar_schema
+            from bkspark.datasource.pulsar_stream import pulsar_schema_of_any
 
-            return pulsar_schema(self.options)
+            return pulsar_schema_of_any(self.options)
         from bkspark.datasource.options import parse_read_options
         from bkspark.datasource.schema import schema_ddl
         from bkspark.datasource.stream_reader import parse_stream_options
@@ -114,7 +114,7 @@ class BookKeeperDataSource(DataSource):
         from bkspark.datasource.pulsar_options import is_pulsar_read
 
         if is_pulsar_read(self.options):  # a Pulsar topic: docs/pulsar.md
-            from bkspark.datasource.pulsar_reader import pulsar_stream_reader
+            from bkspark.datasource.pulsar_stream import pulsar_stream_reader
 
             return pulsar_stream_reader(self.options, schema)
         from bkspark.datasource.schema import check_user_schema

@@ -22,7 +22,8 @@ from tests.harness.ports import free_port, port_is_open
 from tests.harness.process import HarnessError, ManagedProcess
 from tests.harness.zookeeper import ZooKeeperServer
 
-__all__ = ["PULSAR_VERSION", "pulsar_lib", "PulsarStandalone", "BROKER_ENTRY_METADATA_INTERCEPTORS"]
+__all__ = ["PULSAR_VERSION", "pulsar_lib", "PulsarStandalone", "BROKER_ENTRY_METADATA_INTERCEPTORS",
+           "closed_ledger_entries"]
 
 PULSAR_VERSION = os.environ.get("BKSPARK_PULSAR_VERSION", "4.0.7")
 
@@ -271,3 +272,18 @@ def wait_until_readable_from_bookies(metadata_service_uri: str, messages: list[d
             time.sleep(0.2)
     finally:
         bk.close()
+
+
+def closed_ledger_entries(broker: PulsarStandalone, topic: str) -> list[int]:
+    """The entries of every closed ledger of a (non-partitioned) topic, from its managed-ledger znode: a ledger a
+    reader fenced would be closed early, so with one-at-a-time sends each holds ``max_entries_per_ledger``."""
+    from bkspark.pulsar.topics import TopicResolver, parse_topic_name, pulsar_root_of
+
+    zk = broker.zookeeper.client()
+    try:
+        resolver = TopicResolver(zk, pulsar_root_of("/ledgers"))
+        ledgers = resolver.ledgers(resolver.partitions(parse_topic_name(topic))[0]) or []
+    finally:
+        zk.stop()
+        zk.close()
+    return [ledger.entries for ledger in ledgers if ledger.entries is not None]

@@ -16,7 +16,12 @@ from typing import Any
 
 import pytest
 
-from tests.harness.pulsar import PulsarStandalone, reader_messages as _reader_messages, wait_until_readable_from_bookies
+from tests.harness.pulsar import (
+    PulsarStandalone,
+    closed_ledger_entries,
+    reader_messages as _reader_messages,
+    wait_until_readable_from_bookies,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -301,16 +306,7 @@ def test_a_topic_still_being_produced_to(spark: Any, pulsar: PulsarStandalone) -
     assert len(sent) >= at_scan_end + 50  # the producer kept going after the scan
     # and no ledger was fenced: a fenced ledger is closed early, and the broker rolls to a new one, so every closed
     # ledger holds exactly managedLedgerMaxEntriesPerLedger entries (the sends are one at a time)
-    from bkspark.pulsar.topics import TopicResolver, parse_topic_name, pulsar_root_of
-
-    zk = pulsar.zookeeper.client()
-    try:
-        resolver = TopicResolver(zk, pulsar_root_of("/ledgers"))
-        ledgers = resolver.ledgers(resolver.partitions(parse_topic_name(topic))[0]) or []
-    finally:
-        zk.stop()
-        zk.close()
-    closed = [ledger.entries for ledger in ledgers if ledger.entries is not None]
+    closed = closed_ledger_entries(pulsar, topic)
     assert len(closed) >= 5 and set(closed) == {pulsar.max_entries_per_ledger}
     assert 100 <= len(rows) <= at_scan_end
     oracle = reader_messages(pulsar.service_url, topic)

@@ -1,0 +1,371 @@
+"""``spark.readStream`` of Pulsar topics straight from the bookies, checked message for message against Pulsar's
+own Reader through a real Apache Pulsar 4.0.7 broker (tests/harness/pulsar.py, one per module): a topic the broker
+keeps producing to and rolls (the producer never fails: nothing fenced), a partitioned topic under admission
+control with Trigger.AvailableNow, a restart from the checkpoint into an idempotent sink (every message exactly
+once), a broker restart in the middle of a stream, and the whole ZooKeeper tree unchanged (docs/pulsar.md,
+"Streaming")."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.pulsar import PulsarStandalone, closed_ledger_entries
+from tests.integration.test_connector_streaming import wait_until
+from tests.integration.test_pulsar_read import (  # noqa: F401 - the module's broker and Spark fixtures
+    NS,
+    _tree,
+    assert_rows_equal_reader,
+    produce,
+    pulsar,
+    reader_messages,
+    spark,
+)
+
+pytestmark = [pytest.mark.integration]
+
+
+class IdempotentSink:
+    """A ``foreachBatch`` sink that keeps each batch's rows under its batch id (a replayed batch overwrites its
+    earlier write, as an idempotent sink does); rows in the shape ``assert_rows_equal_reader`` takes."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[dict[str, Any]]] = {}
+        self.writes = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = [r.asDict() for r in df.selectExpr(
+            "*", "unix_millis(__publishTime) AS pt", "unix_millis(__eventTime) AS et").collect()]
+        with self.lock:
+            self.batches[batch_id] = rows
+            self.writes += 1
+
+    def rows(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [row for batch in sorted(self.batches) for row in self.batches[batch]]
+
+    def sizes(self) -> list[int]:
+        with self.lock:
+            return [len(self.batches[b]) for b in sorted(self.batches) if self.batches[b]]
+
+
+def stream(spark: Any, pulsar: PulsarStandalone, **options: str) -> Any:  # noqa: F811
+    reader = spark.readStream.format("bookkeeper").option("metadataServiceUri", pulsar.metadata_service_uri)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+class Producer:
+    """Sends messages one at a time from a thread until stopped; every send's result is kept (a fenced ledger
+    would fail a send or close the ledger early)."""
+
+    def __init__(self, pulsar: PulsarStandalone, topic: str, prefix: str = "m") -> None:  # noqa: F811
+        import pulsar as pulsar_client
+
+        self.client = pulsar_client.Client(pulsar.service_url, operation_timeout_seconds=60)
+        self.producer = self.client.create_producer(topic, batching_enabled=False, send_timeout_millis=60_000)
+        self.prefix = prefix
+        self.sent: list[Any] = []
+        self.errors: list[BaseException] = []
+        self.paused = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="test-producer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self.paused.is_set():
+                time.sleep(0.02)
+                continue
+            try:
+                self.sent.append(self.producer.send(f"{self.prefix} {len(self.sent)}".encode(),
+                                                    properties={"i": str(len(self.sent))}))
+            except BaseException as exc:  # noqa: BLE001 - the test asserts there are none
+                self.errors.append(exc)
+                time.sleep(0.2)
+            time.sleep(0.01)
+
+    def wait_for(self, count: int, timeout: float = 90) -> None:
+        wait_until(lambda: len(self.sent) >= count or bool(self.errors), timeout, f"{count} sends")
+
+    def close(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(60)
+        self.producer.close()
+        self.client.close()
+
+
+def run_until(query: Any, enough: Any, what: str) -> None:
+    """Wait until ``enough()`` or the query fails (then its error is the test's), and stop the query."""
+    try:
+        wait_until(lambda: enough() or query.exception() is not None, 180, what)
+        assert query.exception() is None
+    finally:
+        query.stop()
+
+
+def test_a_stream_follows_the_ledgers_the_broker_rolls_while_it_produces(
+    spark: Any, pulsar: PulsarStandalone, tmp_path: Path,  # noqa: F811
+) -> None:
+    """The producer sends while the stream reads; the topic rolls over many ledgers; every message reaches the
+    sink once, in order, equal to the Reader's; every send succeeded and every closed ledger holds exactly
+    managedLedgerMaxEntriesPerLedger entries (a fenced ledger would be closed early)."""
+    topic = f"{NS}/stream-live"
+    producer = Producer(pulsar, topic)
+    sink = IdempotentSink()
+    query = None
+    try:
+        producer.wait_for(10)
+        query = (stream(spark, pulsar, topic=topic, longPollTimeoutMs="500").writeStream.foreachBatch(sink)
+                 .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="200 milliseconds").start())
+        producer.wait_for(115)
+        wait_until(lambda: len(sink.rows()) >= 60 or query.exception() is not None, 180,
+                   "the stream to catch up with the producer")
+        assert query.exception() is None
+        producer.close()
+        sent = len(producer.sent)
+        wait_until(lambda: len(sink.rows()) >= sent or query.exception() is not None, 120, "the last messages")
+        assert query.exception() is None
+    finally:
+        if query is not None:
+            query.stop()
+        producer.close()
+    assert producer.errors == []
+    closed = closed_ledger_entries(pulsar, topic)
+    assert len(closed) >= 5 and set(closed) == {pulsar.max_entries_per_ledger}
+    oracle = reader_messages(pulsar.service_url, topic)
+    assert len(oracle) == len(producer.sent)
+    assert_rows_equal_reader(sink.rows(), oracle)
+    assert len(sink.sizes()) > 1  # it streamed: the rows came in several micro-batches
+
+
+def drain(reader: Any, start: dict[str, Any]) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
+    """What Trigger.AvailableNow gives, as Spark's driver and tasks call the stream reader (without Spark): the
+    rows of each micro-batch, and the last end offset."""
+    reader.prepareForTriggerAvailableNow()
+    batches = []
+    while True:
+        end = json.loads(json.dumps(reader.latestOffset(start, reader.getDefaultReadLimit())))  # as Spark stores it
+        if end == start:
+            return batches, end
+        rows = [r for p in reader.partitions(start, end) for b in reader.read(p) for r in b.to_pylist()]
+        batches.append([{**r, "pt": round(r["__publishTime"].timestamp() * 1000),
+                         "et": round(r["__eventTime"].timestamp() * 1000) if r["__eventTime"] else None} for r in rows])
+        start = end
+
+
+def stream_reader(pulsar: PulsarStandalone, **options: str) -> Any:  # noqa: F811
+    from bkspark.datasource.pulsar_stream import pulsar_stream_reader
+
+    return pulsar_stream_reader({"metadataServiceUri": pulsar.metadata_service_uri, **options}, None)
+
+
+def test_a_partitioned_topic_under_admission_control_with_available_now(
+    spark: Any, pulsar: PulsarStandalone, tmp_path: Path,  # noqa: F811
+) -> None:
+    """Trigger.AvailableNow reads what is readable when the query starts, in micro-batches no larger than each
+    budget: maxMessagesPerTrigger (cutting inside batches; through Spark), maxEntriesPerTrigger (by its Kafka alias)
+    and maxBytesPerTrigger (the reader's own driver and task code); the offsets name each partition's (ledgerId,
+    entryId, batchIndex), and such a position inside a batch is a valid startingOffsets."""
+    topic = f"{NS}/stream-parted"
+    pulsar.admin("PUT", "/admin/v2/persistent/public/default/stream-parted/partitions", 3)
+    produce(pulsar, topic, 90, batching=True, codec="LZ4")
+    oracle = reader_messages(pulsar.service_url, topic)
+    assert {m["partition"] for m in oracle} == {0, 1, 2} and any(m["batch_index"] > 2 for m in oracle)
+    sink = IdempotentSink()
+    checkpoint = tmp_path / "cp"
+    query = (stream(spark, pulsar, topic=topic, maxMessagesPerTrigger="7").writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    assert query.awaitTermination(300)
+    assert query.exception() is None
+    assert_rows_equal_reader(sink.rows(), oracle)
+    assert len(sink.sizes()) >= 90 // 7 and max(sink.sizes()) <= 7
+    offsets = checkpoint / "offsets"
+    last = json.loads((offsets / max((f.name for f in offsets.iterdir() if f.name.isdigit()), key=int))
+                      .read_text().splitlines()[-1])
+    assert sorted(last["topics"]) == [f"{topic}-partition-{i}" for i in range(3)]
+    assert all(set(p) == {"ledgerId", "entryId", "batchIndex"} for p in last["topics"].values())
+    entries = {(m["partition"], m["ledger"], m["entry"]) for m in oracle}
+    for options in ({"maxOffsetsPerTrigger": "1"}, {"maxBytesPerTrigger": "1"}):
+        reader = stream_reader(pulsar, topic=topic, **options)
+        try:
+            batches, _ = drain(reader, reader.initialOffset())
+        finally:
+            reader.stop()
+        assert_rows_equal_reader([r for b in batches for r in b], oracle)
+        assert len(batches) == len(entries), options  # one entry (a whole batch of messages) per micro-batch
+    # a position inside a batch starts there (as an offset shows it, or as message id bytes)
+    inside = next(m for m in oracle if m["batch_index"] == 2)
+    part = f"{topic}-partition-{inside['partition']}"
+    mine = [m for m in oracle if m["topic"] == part]
+    for start in ({part: {"ledgerId": inside["ledger"], "entryId": inside["entry"], "batchIndex": 2}},
+                  {part: list(inside["message_id"])}):
+        reader = stream_reader(pulsar, topic=part, startingOffsets=json.dumps(start))
+        try:
+            batches, _ = drain(reader, reader.initialOffset())
+        finally:
+            reader.stop()
+        assert_rows_equal_reader([r for b in batches for r in b], mine[mine.index(inside):])
+
+
+def test_a_restart_from_the_checkpoint_gives_every_message_exactly_once(
+    spark: Any, pulsar: PulsarStandalone, tmp_path: Path,  # noqa: F811
+) -> None:
+    """A query stopped in the middle of a topic and started again from its checkpoint (the driver's state gone:
+    a new reader) writes every message exactly once into the idempotent sink; a stream from startingOffsets=latest
+    reads only what is sent after its first batch."""
+    topic = f"{NS}/stream-restart"
+    produce(pulsar, topic, 60, batching=True, codec="ZSTD")
+    sink = IdempotentSink()
+    checkpoint = str(tmp_path / "cp")
+
+    def start_query(**options: str) -> Any:
+        return (stream(spark, pulsar, topic=topic, maxMessagesPerTrigger="9", **options).writeStream
+                .foreachBatch(sink).option("checkpointLocation", checkpoint)
+                .trigger(processingTime="100 milliseconds").start())
+
+    run_until(start_query(), lambda: len(sink.rows()) >= 20, "some batches before the stop")
+    assert len(sink.rows()) < 60
+    produce(pulsar, topic, 40, start=60)
+    run_until(start_query(), lambda: len(sink.rows()) >= 100, "the restarted query to read everything")
+    oracle = reader_messages(pulsar.service_url, topic)
+    assert len(oracle) == 100
+    assert_rows_equal_reader(sink.rows(), oracle)
+    assert len(sink.batches) > 100 // 9  # at most 9 messages a batch
+    # startingOffsets=latest: only what is sent after the query's first batch
+    reader = stream_reader(pulsar, topic=topic, startingOffsets="latest")
+    try:
+        start = reader.initialOffset()
+        first = json.loads(json.dumps(reader.latestOffset(start, reader.getDefaultReadLimit())))
+        assert list(reader.partitions(start, first)) == []
+        produce(pulsar, topic, 10, start=100)
+        oracle = reader_messages(pulsar.service_url, topic)
+        batches, _ = drain(reader, first)
+    finally:
+        reader.stop()
+    assert_rows_equal_reader([r for b in batches for r in b], oracle[100:])
+
+
+def test_a_stream_writes_nothing_to_pulsars_zookeeper(
+    spark: Any, pulsar: PulsarStandalone, tmp_path: Path,  # noqa: F811
+) -> None:
+    """The whole tree (paths and data) is the same before and after a stream that follows a topic (its tails, its
+    watches, its metadata reads) on an idle broker."""
+    from tests.integration.test_pulsar_read import _drop_cached_client
+
+    topic = f"{NS}/stream-untouched"
+    produce(pulsar, topic, 45, batching=True, codec="SNAPPY")
+    oracle = reader_messages(pulsar.service_url, topic)
+    _drop_cached_client(pulsar)  # the stream opens a new client
+    zk = pulsar.zookeeper.client()
+    try:
+        before = _tree(zk)
+        sink = IdempotentSink()
+        query = (stream(spark, pulsar, topic=topic, maxEntriesPerTrigger="5").writeStream.foreachBatch(sink)
+                 .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+        assert query.awaitTermination(120)
+        after = _tree(zk)
+    finally:
+        zk.stop()
+        zk.close()
+    assert_rows_equal_reader(sink.rows(), oracle)
+    assert "/ledgers/LAYOUT" not in after
+    assert sorted(after) == sorted(before)
+    assert [p for p in before if before[p] != after[p]] == []
+
+
+def test_retention_deleting_a_ledger_the_stream_has_not_finished(pulsar: PulsarStandalone) -> None:  # noqa: F811
+    """A ledger retention deletes before the stream read it to its end: the next trigger fails with an error naming
+    the topic and the ledger (failOnDataLoss, the default), and a batch planned before the deletion fails reading
+    it the same way; with failOnDataLoss=false the stream goes on at the next ledger and reads what the Reader
+    still gives (the stream's own driver and executor code, without Spark between them)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+    from bkspark.datasource.pulsar_stream import pulsar_stream_reader
+    from bkspark.pulsar.errors import PulsarDataLossError
+
+    pulsar.admin("PUT", "/admin/v2/namespaces/public/short", {})
+    topic = "persistent://public/short/stream-trimmed"
+    produce(pulsar, topic, 70)
+    before = reader_messages(pulsar.service_url, topic)
+    first_ledger = before[0]["ledger"]
+    options = {"metadataServiceUri": pulsar.metadata_service_uri, "topic": topic, "maxEntriesPerTrigger": "5"}
+    strict, lenient = pulsar_stream_reader(options, None), pulsar_stream_reader({**options, "failOnDataLoss": "false"}, None)
+    try:
+        planned = []
+        for reader in (strict, lenient):
+            start = reader.initialOffset()
+            end = reader.latestOffset(start, ReadMaxRows(5))
+            assert end["topics"][topic] == {"ledgerId": first_ledger, "entryId": 5, "batchIndex": -1}
+            planned.append((start, end, reader.partitions(start, end)))
+        pulsar.admin("POST", "/admin/v2/namespaces/public/short/retention",
+                     {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0})
+        wait_until(lambda: pulsar.admin("POST", "/admin/v2/persistent/public/short/stream-trimmed/trim") is None
+                   and reader_messages(pulsar.service_url, topic)[0]["ledger"] != first_ledger, 60,
+                   "retention to delete the oldest ledger")
+        after = reader_messages(pulsar.service_url, topic)
+        start, end, plan = planned[0]
+        with pytest.raises(PulsarDataLossError, match=f"ledger {first_ledger} of topic {topic}"):
+            [batch for partition in plan for batch in strict.read(partition)]
+        with pytest.raises(PulsarDataLossError, match=f"ledger {first_ledger} of topic {topic}"):
+            strict.latestOffset(end, ReadAllAvailable())
+        start, end, _plan = planned[1]
+        rows = []
+        while True:
+            following = lenient.latestOffset(end, ReadAllAvailable())
+            if following == end:
+                break
+            rows += [r for p in lenient.partitions(end, following) for b in lenient.read(p) for r in b.to_pylist()]
+            end = following
+        assert [r["value"] for r in rows] == [m["value"] for m in after]
+    finally:
+        strict.stop()
+        lenient.stop()
+
+
+def test_a_broker_restart_in_the_middle_of_a_stream(
+    spark: Any, pulsar: PulsarStandalone, tmp_path: Path,  # noqa: F811
+) -> None:
+    """The broker (and its bookie) stops and starts again while a stream follows a topic: the broker recovers
+    its ledger and rolls to a new one; the stream goes on, and the sink holds every message the Reader gives,
+    once, in order."""
+    topic = f"{NS}/stream-broker-restart"
+    produce(pulsar, topic, 30)
+    sink = IdempotentSink()
+    query = (stream(spark, pulsar, topic=topic, longPollTimeoutMs="500").writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="200 milliseconds").start())
+    def restart_then_produce() -> bool:
+        """Once the first messages are in: the broker stopped and started again, then more messages."""
+        if len(sink.rows()) >= 30 and not restarted:
+            assert pulsar.process is not None
+            pulsar.process.terminate(timeout=60)
+            pulsar.start()
+            produce(pulsar, topic, 30, start=30)
+            restarted.append(True)
+        return len(sink.rows()) >= 60
+
+    restarted: list[bool] = []
+    run_until(query, restart_then_produce, "the stream to read the messages sent after the broker's restart")
+    oracle = reader_messages(pulsar.service_url, topic)
+    assert len(oracle) == 60
+    assert_rows_equal_reader(sink.rows(), oracle)
+
+
+def test_bad_stream_options_fail_clearly(spark: Any, pulsar: PulsarStandalone) -> None:  # noqa: F811
+    """A mistake in a stream's options fails the query as it starts, naming the option (each option's checks:
+    tests/unit/test_pulsar_stream_offsets.py)."""
+    query = stream(spark, pulsar, topic=f"{NS}/x", endingOffsets="latest").writeStream.format("noop").start()
+    try:
+        with pytest.raises(Exception, match="endingOffsets"):
+            query.awaitTermination(300)
+    finally:
+        query.stop()
