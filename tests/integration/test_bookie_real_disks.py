@@ -4,6 +4,9 @@
   but a file system with no room left, as the kernel reports it (ENOSPC, ``statvfs``). The bookie must turn
   read-only (its registration moves to ``available/readonly``), the writer move its ledger to other bookies, and
   every entry stay readable.
+* A bookie's journal directory on a small tmpfs: the journal's write fails with ENOSPC, the bookie says so in its
+  log, refuses every later add (EREADONLY: it turned read-only), the writer moves to other bookies, and every
+  acknowledged entry stays readable.
 * A bookie's ledger directory on btrfs on a loop device, one data block of its entry log then overwritten on the
   device: btrfs' data checksum fails and the kernel answers the bookie's read with EIO (the device-mapper ``error``
   and ``flakey`` targets do the same where the kernel has device-mapper; this one does not). The bookie answers
@@ -26,7 +29,7 @@ from tests.campaign.history import History, check
 from tests.harness.deadline import GENEROUS
 from tests.harness.netns import wait_until
 from bkspark.protocol import v2
-from tests.harness.python_bookie import PythonBookieCluster, RawBookieConnection
+from tests.harness.python_bookie import LedgerEntries, PythonBookieCluster, RawBookieConnection
 from tests.harness.zookeeper import ZkRoot
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
@@ -104,6 +107,69 @@ def test_a_bookie_whose_ledger_disk_fills_up_turns_read_only_and_the_writer_move
         history.log("reader", "ok", "read", lid, {"entries": entries, "last": rh.last_add_confirmed, "after_close": True})
         assert check(history) == []
         assert acked >= 1 and len(entries) == rh.last_add_confirmed + 1
+
+
+def test_a_bookie_whose_journal_disk_fills_up_refuses_adds_turns_read_only_and_the_writer_moves_on(
+    zk_root: ZkRoot, tmp_path: Path, small_disk: Path
+) -> None:
+    cluster = PythonBookieCluster(
+        zk_root.metadata_service_uri,
+        tmp_path / "bookies",
+        bookies=4,
+        # No checkpoint during the test: the journal is never trimmed, so its files fill the small disk.
+        conf_overrides={"flushInterval": 600000, "diskCheckInterval": 200},
+    )
+    full = cluster.bookies[0]
+    full.values["journalDirectories"] = str(small_disk / "journal")
+    full.write_conf()
+    history = History()
+    with cluster:
+        cluster.start_all()
+        with BookKeeper(zk_root.metadata_service_uri, addEntryTimeoutSec=5) as bk:
+            lh = bk.create_ledger(3, 3, 2)  # every entry goes to the small journal while it takes them
+            while full.bookie_id not in lh.metadata.last_ensemble:  # placement is random: until it is in
+                lh.close()
+                lh = bk.create_ledger(3, 3, 2)
+            lid = lh.ledger_id
+            for i in range(400):  # 13 MiB: four times the disk
+                payload = b"%06d" % i + os.urandom(ENTRY)
+                history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
+                try:
+                    entry = lh.append(payload)
+                except Exception:  # noqa: BLE001 - outcome unknown
+                    history.log(f"add-{i}", "info", "add", lid)
+                    break
+                history.log(f"add-{i}", "ok", "add", lid, entry)
+                if full.bookie_id not in lh.metadata.last_ensemble:
+                    break
+            # The bookie names the cause, turns read-only and the writer replaced it; writes go on without it.
+            wait_until(lambda: "journal write failed" in full.log_tail(200), GENEROUS,
+                       f"the full bookie to log its failed journal write\n{full.log_tail(20)}")
+            assert "No space left on device" in full.log_tail(200)
+            wait_until(lambda: full.bookie_id in cluster.registered(readonly=True), GENEROUS,
+                       f"the full bookie to register read-only\n{full.log_tail(20)}")
+            assert full.bookie_id not in lh.metadata.last_ensemble, lh.metadata.ensembles
+            for i in range(400, 420):
+                payload = b"%06d" % i + os.urandom(ENTRY)
+                history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
+                history.log(f"add-{i}", "ok", "add", lid, lh.append(payload))
+            lh.close()
+            md = bk.get_ledger_metadata(lid)
+            assert len(md.ensembles) >= 2 and full.bookie_id in md.ensembles[0]
+            acked = sum(1 for op in history.ops if op.f == "add" and op.type == "ok")
+            print(f"\njournal disk full: {acked} adds acknowledged, ensembles {md.ensembles}")
+        # Any further add gets a clear refusal, not a hang and not an acknowledgement it cannot keep.
+        entries_of = LedgerEntries(b"journal-full")
+        with RawBookieConnection(full.port) as conn:
+            assert conn.call_v2(entries_of.add_request(lid + 1000, 0)).rc == v2.EREADONLY
+        assert full.is_alive  # a full journal stops nothing
+        # Reads go on: every acknowledged entry, those whose other replica sits on the full bookie included.
+        with BookKeeper(zk_root.metadata_service_uri) as bk:
+            rh = bk.open_ledger(lid)
+            entries = {e.entry_id: bytes(e.payload) for e in rh.read(0, rh.last_add_confirmed)}
+        history.log("reader", "ok", "read", lid, {"entries": entries, "last": rh.last_add_confirmed, "after_close": True})
+        assert check(history) == []
+        assert len(entries) == rh.last_add_confirmed + 1 >= 20
 
 
 @pytest.fixture
