@@ -193,8 +193,9 @@ unit: venv
 compat: setup
 	$(PY) -m pytest -m compat $(PYTEST_ARGS)
 
+# NETNS_SPARK_RACK_LOSS=1: the rack-loss Spark writes on the namespace test bed (minutes each; not in `make test`).
 fault: setup
-	$(PY) -m pytest -m fault $(PYTEST_ARGS)
+	NETNS_SPARK_RACK_LOSS=1 $(PY) -m pytest -m fault $(PYTEST_ARGS)
 
 # The randomized fault-schedule campaign (tests/campaign, docs/reliability.md): SCHEDULES seeds from FIRST_SEED;
 # its totals go to campaign-stats.json. `make test` runs 50 of them.
