@@ -53,7 +53,8 @@ DATASET = "soak"
 WARM_UP = 0.2
 GROWTH_TOLERANCE = 0.10
 #: The least rise that counts as growth, per metric.
-FLOORS = {"rss_mib": 24.0, "fds": 16.0, "threads": 8.0, "connections": 8.0, "lag_entries": 3000.0}
+FLOORS = {"rss_mib": 24.0, "fds": 16.0, "threads": 8.0, "connections": 8.0, "lag_entries": 3000.0,
+          "behind_entries": 3000.0}
 CLIENT_CONF = {"addEntryTimeoutSec": 5, "readEntryTimeoutSec": 5, "explicitLacInterval": 500}
 METRICS = ("rss_mib", "fds", "threads", "connections")
 
@@ -75,6 +76,8 @@ class Writer:
         #: Rows whose add failed or was never answered: they may be in the sink (once) or not.
         self.unknown: set[str] = set()
         self.ledgers = 0
+        #: Ledger id -> rows acknowledged in it.
+        self.acked_in: Counter[int] = Counter()
         self.failures = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="soak-writer", daemon=True)
@@ -107,6 +110,7 @@ class Writer:
                         broken = True
                         break
                     self.acked.add(row)
+                    self.acked_in[lid] += 1
                     time.sleep(self.pause)
                 try:
                     if broken:
@@ -184,19 +188,23 @@ def _roles(bookies: Any) -> dict[str, list[psutil.Process]]:
     return roles
 
 
-def sample(bookies: Any) -> dict[str, dict[str, float]]:
-    """Each role's metrics summed over its processes (a role with no live process is left out)."""
+def sample(bookies: Any, detail: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Each role's metrics summed over its processes (a role with no live process is left out); ``detail`` gets
+    each Spark Python process's own [threads, fds, connections] by "<module> <pid>" (to tell which one grows)."""
     out: dict[str, dict[str, float]] = {}
     for role, procs in _roles(bookies).items():
         total = dict.fromkeys(METRICS, 0.0)
         seen = 0
         for proc in procs:
             try:
-                for key, value in _measure(proc).items():
-                    total[key] += value
-                seen += 1
+                measured = _measure(proc)
+                if role in ("python-workers", "stream-runners"):
+                    detail[f"{proc.cmdline()[-1]} {proc.pid}"] = [measured[k] for k in ("threads", "fds", "connections")]
             except psutil.Error:
                 continue
+            for key, value in measured.items():
+                total[key] += value
+            seen += 1
         if seen:
             out[role] = total | {"processes": float(seen)}
     return out
@@ -212,6 +220,23 @@ def stream_lag(query: Any) -> float | None:
         return float(latest["lag"]["entries"])
     except (KeyError, IndexError, TypeError, ValueError):
         return None
+
+
+def rows_behind(query: Any, writer: "Writer") -> float | None:
+    """Rows acknowledged to the writer and not yet in a finished micro-batch (each entry is one row): the stream's
+    lag from end to end, where ``stream_lag`` counts only what the last planned batch left behind."""
+    progress = query.lastProgress
+    if not progress:
+        return None
+    try:
+        ledgers = json.loads(progress["sources"][0]["endOffset"])["ledgers"]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    read = 0
+    for key, position in ledgers.items():
+        lid = int(key.split(":")[-1])
+        read += writer.acked_in.get(lid, 0) if position == "done" else int(position)
+    return float(len(writer.acked) - read)
 
 
 # -- the rule --------------------------------------------------------------------------------------------------------
@@ -242,10 +267,11 @@ def judge(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 ts, vs = series.setdefault((role, key), ([], []))
                 ts.append(s["t"])
                 vs.append(metrics[key])
-        if s.get("lag") is not None:
-            ts, vs = series.setdefault(("stream", "lag_entries"), ([], []))
-            ts.append(s["t"])
-            vs.append(s["lag"])
+        for name in ("lag", "behind"):
+            if s.get(name) is not None:
+                ts, vs = series.setdefault(("stream", f"{name}_entries"), ([], []))
+                ts.append(s["t"])
+                vs.append(s[name])
     verdicts = {}
     for (role, key), (ts, vs) in sorted(series.items()):
         grows, why = grows_without_bound(ts, vs, FLOORS[key])
@@ -264,14 +290,16 @@ def draw(samples: list[dict[str, Any]], faults: list[tuple[float, str]], png: Pa
 
     panels = [*METRICS, "lag_entries"]
     labels = {"rss_mib": "RSS (MiB)", "fds": "open fds", "threads": "threads", "connections": "TCP connections",
-              "lag_entries": "stream lag (entries)"}
+              "lag_entries": "stream lag (rows)"}
     fig, axes = plt.subplots(len(panels), 1, figsize=(10, 13), sharex=True)
     roles = sorted({r for s in samples for r in s["roles"]})
     for ax, key in zip(axes, panels):
         if key == "lag_entries":
-            pts = [(s["t"] / 60, s["lag"]) for s in samples if s.get("lag") is not None]
-            if pts:
-                ax.plot(*zip(*pts), label="stream", color="black")
+            for name, label in (("behind", "acknowledged, not yet in the sink"), ("lag", "left by the last planned batch")):
+                pts = [(s["t"] / 60, s[name]) for s in samples if s.get(name) is not None]
+                if pts:
+                    ax.plot(*zip(*pts), label=label, linewidth=1)
+            ax.legend(fontsize=7, loc="upper left")
         else:
             for role in roles:
                 pts = [(s["t"] / 60, s["roles"][role][key]) for s in samples if role in s["roles"]]
@@ -349,8 +377,10 @@ def run(args: argparse.Namespace) -> int:
                     fault_times.append((now, "fault"))
                     seen_faults = total
                 progress = query.lastProgress
-                samples.append({"t": round(now, 1), "roles": sample(bookies), "lag": stream_lag(query),
-                                "acked": len(writer.acked), "batch": progress["batchId"] if progress else None})
+                detail: dict[str, list[float]] = {}
+                samples.append({"t": round(now, 1), "roles": sample(bookies, detail), "lag": stream_lag(query),
+                                "behind": rows_behind(query, writer), "acked": len(writer.acked),
+                                "batch": progress["batchId"] if progress else None, "workers": detail})
                 if now >= next_batch:
                     try:
                         count: int | str = len(read_dataset(spark, uri))
@@ -404,6 +434,7 @@ def run(args: argparse.Namespace) -> int:
             "growing": growing,
             "verdicts": verdicts,
             "max_lag_entries": max((s["lag"] for s in samples if s.get("lag") is not None), default=None),
+            "max_rows_behind": max((s["behind"] for s in samples if s.get("behind") is not None), default=None),
             "samples": samples,
         }
         title = (f"bkspark soak, {args.minutes} min: {len(writer.acked)} rows acknowledged, {len(missing)} missing, "
