@@ -21,6 +21,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,6 +53,45 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
+def _ledger_on(bk: BookKeeper, bookie_id: str) -> Any:
+    """A ledger (E=3, Qw=3, Qa=2) whose ensemble holds ``bookie_id``: every entry goes to it while it takes them
+    (placement is random: ledgers are made until one has it)."""
+    lh = bk.create_ledger(3, 3, 2)
+    while bookie_id not in lh.metadata.last_ensemble:
+        lh.close()
+        lh = bk.create_ledger(3, 3, 2)
+    return lh
+
+
+def _append_until_replaced(lh: Any, bookie_id: str, history: History, count: int = 400) -> int:
+    """Append ``ENTRY``-sized entries until ``bookie_id`` leaves the ensemble (or an add fails, its outcome
+    unknown); each add logged in ``history``. The number acknowledged."""
+    lid = lh.ledger_id
+    acked = 0
+    for i in range(count):
+        payload = b"%06d" % i + os.urandom(ENTRY)
+        history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
+        try:
+            entry = lh.append(payload)
+        except Exception:  # noqa: BLE001 - outcome unknown
+            history.log(f"add-{i}", "info", "add", lid)
+            break
+        history.log(f"add-{i}", "ok", "add", lid, entry)
+        acked += 1
+        if bookie_id not in lh.metadata.last_ensemble:
+            break
+    return acked
+
+
+def _append_more(lh: Any, history: History, first: int = 400, count: int = 20) -> None:
+    """Entries ``first`` .. ``first + count - 1``, each acknowledged (the ensemble left has room for them)."""
+    lid = lh.ledger_id
+    for i in range(first, first + count):
+        payload = b"%06d" % i + os.urandom(ENTRY)
+        history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
+        history.log(f"add-{i}", "ok", "add", lid, lh.append(payload))
+
+
 def test_a_bookie_whose_ledger_disk_fills_up_turns_read_only_and_the_writer_moves_on(
     zk_root: ZkRoot, tmp_path: Path, small_disk: Path
 ) -> None:
@@ -70,32 +110,14 @@ def test_a_bookie_whose_ledger_disk_fills_up_turns_read_only_and_the_writer_move
     with cluster:
         cluster.start_all()
         with BookKeeper(zk_root.metadata_service_uri, addEntryTimeoutSec=5) as bk:
-            lh = bk.create_ledger(3, 3, 2)  # every entry goes to the small disk while it takes them
-            while full.bookie_id not in lh.metadata.last_ensemble:  # placement is random: until it is in
-                lh.close()
-                lh = bk.create_ledger(3, 3, 2)
+            lh = _ledger_on(bk, full.bookie_id)  # every entry goes to the small disk while it takes them
             lid = lh.ledger_id
-            acked = 0
-            for i in range(400):
-                payload = b"%06d" % i + os.urandom(ENTRY)
-                history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
-                try:
-                    entry = lh.append(payload)
-                except Exception:  # noqa: BLE001 - outcome unknown
-                    history.log(f"add-{i}", "info", "add", lid)
-                    break
-                history.log(f"add-{i}", "ok", "add", lid, entry)
-                acked += 1
-                if full.bookie_id not in lh.metadata.last_ensemble:
-                    break
+            acked = _append_until_replaced(lh, full.bookie_id, history)
             # The full bookie went read-only and the writer replaced it; writes go on without it.
             wait_until(lambda: full.bookie_id in cluster.registered(readonly=True), GENEROUS,
                        f"the full bookie to register read-only\n{full.log_tail(20)}")
             assert full.bookie_id not in lh.metadata.last_ensemble, lh.metadata.ensembles
-            for i in range(400, 420):
-                payload = b"%06d" % i + os.urandom(ENTRY)
-                history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
-                history.log(f"add-{i}", "ok", "add", lid, lh.append(payload))
+            _append_more(lh, history)
             lh.close()
             md = bk.get_ledger_metadata(lid)
             assert len(md.ensembles) >= 2 and full.bookie_id in md.ensembles[0]
@@ -126,22 +148,9 @@ def test_a_bookie_whose_journal_disk_fills_up_refuses_adds_turns_read_only_and_t
     with cluster:
         cluster.start_all()
         with BookKeeper(zk_root.metadata_service_uri, addEntryTimeoutSec=5) as bk:
-            lh = bk.create_ledger(3, 3, 2)  # every entry goes to the small journal while it takes them
-            while full.bookie_id not in lh.metadata.last_ensemble:  # placement is random: until it is in
-                lh.close()
-                lh = bk.create_ledger(3, 3, 2)
+            lh = _ledger_on(bk, full.bookie_id)  # every entry goes to the small journal while it takes them
             lid = lh.ledger_id
-            for i in range(400):  # 13 MiB: four times the disk
-                payload = b"%06d" % i + os.urandom(ENTRY)
-                history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
-                try:
-                    entry = lh.append(payload)
-                except Exception:  # noqa: BLE001 - outcome unknown
-                    history.log(f"add-{i}", "info", "add", lid)
-                    break
-                history.log(f"add-{i}", "ok", "add", lid, entry)
-                if full.bookie_id not in lh.metadata.last_ensemble:
-                    break
+            _append_until_replaced(lh, full.bookie_id, history)  # up to 13 MiB: four times the disk
             # The bookie names the cause, turns read-only and the writer replaced it; writes go on without it.
             wait_until(lambda: "journal write failed" in full.log_tail(200), GENEROUS,
                        f"the full bookie to log its failed journal write\n{full.log_tail(20)}")
@@ -149,10 +158,7 @@ def test_a_bookie_whose_journal_disk_fills_up_refuses_adds_turns_read_only_and_t
             wait_until(lambda: full.bookie_id in cluster.registered(readonly=True), GENEROUS,
                        f"the full bookie to register read-only\n{full.log_tail(20)}")
             assert full.bookie_id not in lh.metadata.last_ensemble, lh.metadata.ensembles
-            for i in range(400, 420):
-                payload = b"%06d" % i + os.urandom(ENTRY)
-                history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
-                history.log(f"add-{i}", "ok", "add", lid, lh.append(payload))
+            _append_more(lh, history)
             lh.close()
             md = bk.get_ledger_metadata(lid)
             assert len(md.ensembles) >= 2 and full.bookie_id in md.ensembles[0]
