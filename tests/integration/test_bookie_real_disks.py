@@ -92,6 +92,15 @@ def _append_more(lh: Any, history: History, first: int = 400, count: int = 20) -
         history.log(f"add-{i}", "ok", "add", lid, lh.append(payload))
 
 
+def _read_back(uri: str, lid: int, history: History) -> tuple[dict[int, bytes], int]:
+    """Every entry of the closed ledger, read by a new client and logged as the history's final read."""
+    with BookKeeper(uri) as bk:
+        rh = bk.open_ledger(lid)
+        entries = {e.entry_id: bytes(e.payload) for e in rh.read(0, rh.last_add_confirmed)}
+    history.log("reader", "ok", "read", lid, {"entries": entries, "last": rh.last_add_confirmed, "after_close": True})
+    return entries, rh.last_add_confirmed
+
+
 def test_a_bookie_whose_ledger_disk_fills_up_turns_read_only_and_the_writer_moves_on(
     zk_root: ZkRoot, tmp_path: Path, small_disk: Path
 ) -> None:
@@ -123,12 +132,9 @@ def test_a_bookie_whose_ledger_disk_fills_up_turns_read_only_and_the_writer_move
             assert len(md.ensembles) >= 2 and full.bookie_id in md.ensembles[0]
         assert full.is_alive  # a full disk stops nothing
         # Reads go on: every entry, those whose only other replica sits on the full bookie included.
-        with BookKeeper(zk_root.metadata_service_uri) as bk:
-            rh = bk.open_ledger(lid)
-            entries = {e.entry_id: bytes(e.payload) for e in rh.read(0, rh.last_add_confirmed)}
-        history.log("reader", "ok", "read", lid, {"entries": entries, "last": rh.last_add_confirmed, "after_close": True})
+        entries, last = _read_back(zk_root.metadata_service_uri, lid, history)
         assert check(history) == []
-        assert acked >= 1 and len(entries) == rh.last_add_confirmed + 1
+        assert acked >= 1 and len(entries) == last + 1
 
 
 def test_a_bookie_whose_journal_disk_fills_up_refuses_adds_turns_read_only_and_the_writer_moves_on(
@@ -170,12 +176,9 @@ def test_a_bookie_whose_journal_disk_fills_up_refuses_adds_turns_read_only_and_t
             assert conn.call_v2(entries_of.add_request(lid + 1000, 0)).rc == v2.EREADONLY
         assert full.is_alive  # a full journal stops nothing
         # Reads go on: every acknowledged entry, those whose other replica sits on the full bookie included.
-        with BookKeeper(zk_root.metadata_service_uri) as bk:
-            rh = bk.open_ledger(lid)
-            entries = {e.entry_id: bytes(e.payload) for e in rh.read(0, rh.last_add_confirmed)}
-        history.log("reader", "ok", "read", lid, {"entries": entries, "last": rh.last_add_confirmed, "after_close": True})
+        entries, last = _read_back(zk_root.metadata_service_uri, lid, history)
         assert check(history) == []
-        assert len(entries) == rh.last_add_confirmed + 1 >= 20
+        assert len(entries) == last + 1 >= 20
 
 
 @pytest.fixture
@@ -260,8 +263,5 @@ def test_a_read_the_kernel_fails_with_eio_is_healed_from_the_other_replica(
         # The operator sees which entry and which directory failed (the client only gets EIO).
         wait_until(lambda: "entry log read of ledger %d entry %d" % (lid, victim) in broken.log_tail(200), GENEROUS,
                    "the broken bookie to log the failed read")
-        with BookKeeper(zk_root.metadata_service_uri) as bk:
-            rh = bk.open_ledger(lid)
-            entries = {e.entry_id: bytes(e.payload) for e in rh.read(0, rh.last_add_confirmed)}
-        history.log("reader", "ok", "read", lid, {"entries": entries, "last": rh.last_add_confirmed, "after_close": True})
+        entries, last = _read_back(zk_root.metadata_service_uri, lid, history)
         assert entries[victim] == payloads[victim] and check(history) == []
