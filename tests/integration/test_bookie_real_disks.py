@@ -53,6 +53,20 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
+def _four_bookies_one_on(
+    zk_root: ZkRoot, tmp_path: Path, key: str, directory: Path, conf: dict[str, Any], journal_sync_data: bool = True
+) -> tuple[PythonBookieCluster, Any]:
+    """Four Python bookies (not started); the first one's ``key`` directories set to ``directory`` (the small disk)."""
+    cluster = PythonBookieCluster(
+        zk_root.metadata_service_uri, tmp_path / "bookies", bookies=4, journal_sync_data=journal_sync_data,
+        conf_overrides=conf,
+    )
+    full = cluster.bookies[0]
+    full.values[key] = str(directory)
+    full.write_conf()
+    return cluster, full
+
+
 def _ledger_on(bk: BookKeeper, bookie_id: str) -> Any:
     """A ledger (E=3, Qw=3, Qa=2) whose ensemble holds ``bookie_id``: every entry goes to it while it takes them
     (placement is random: ledgers are made until one has it)."""
@@ -104,17 +118,11 @@ def _read_back(uri: str, lid: int, history: History) -> tuple[dict[int, bytes], 
 def test_a_bookie_whose_ledger_disk_fills_up_turns_read_only_and_the_writer_moves_on(
     zk_root: ZkRoot, tmp_path: Path, small_disk: Path
 ) -> None:
-    cluster = PythonBookieCluster(
-        zk_root.metadata_service_uri,
-        tmp_path / "bookies",
-        bookies=4,
+    cluster, full = _four_bookies_one_on(
+        zk_root, tmp_path, "ledgerDirectories", small_disk / "ledgers",
+        {"diskCheckInterval": 200, "flushInterval": 200, "diskUsageThreshold": 0.9, "diskUsageLwmThreshold": 0.8},
         journal_sync_data=False,
-        conf_overrides={"diskCheckInterval": 200, "flushInterval": 200, "diskUsageThreshold": 0.9,
-                        "diskUsageLwmThreshold": 0.8},
     )
-    full = cluster.bookies[0]
-    full.values["ledgerDirectories"] = str(small_disk / "ledgers")
-    full.write_conf()
     history = History()
     with cluster:
         cluster.start_all()
@@ -140,16 +148,10 @@ def test_a_bookie_whose_ledger_disk_fills_up_turns_read_only_and_the_writer_move
 def test_a_bookie_whose_journal_disk_fills_up_refuses_adds_turns_read_only_and_the_writer_moves_on(
     zk_root: ZkRoot, tmp_path: Path, small_disk: Path
 ) -> None:
-    cluster = PythonBookieCluster(
-        zk_root.metadata_service_uri,
-        tmp_path / "bookies",
-        bookies=4,
-        # No checkpoint during the test: the journal is never trimmed, so its files fill the small disk.
-        conf_overrides={"flushInterval": 600000, "diskCheckInterval": 200},
+    # No checkpoint during the test: the journal is never trimmed, so its files fill the small disk.
+    cluster, full = _four_bookies_one_on(
+        zk_root, tmp_path, "journalDirectories", small_disk / "journal", {"flushInterval": 600000, "diskCheckInterval": 200}
     )
-    full = cluster.bookies[0]
-    full.values["journalDirectories"] = str(small_disk / "journal")
-    full.write_conf()
     history = History()
     with cluster:
         cluster.start_all()
