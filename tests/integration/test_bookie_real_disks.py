@@ -97,6 +97,19 @@ def _append_until_replaced(lh: Any, bookie_id: str, history: History, count: int
     return acked
 
 
+def _writes_go_on_without(cluster: PythonBookieCluster, full: Any, bk: BookKeeper, lh: Any, history: History) -> Any:
+    """The full bookie registers read-only, the writer has replaced it, more entries are acknowledged without it;
+    the closed ledger's metadata (its first ensemble held the full bookie)."""
+    wait_until(lambda: full.bookie_id in cluster.registered(readonly=True), GENEROUS,
+               f"the full bookie to register read-only\n{full.log_tail(20)}")
+    assert full.bookie_id not in lh.metadata.last_ensemble, lh.metadata.ensembles
+    _append_more(lh, history)
+    lh.close()
+    md = bk.get_ledger_metadata(lh.ledger_id)
+    assert len(md.ensembles) >= 2 and full.bookie_id in md.ensembles[0]
+    return md
+
+
 def _append_more(lh: Any, history: History, first: int = 400, count: int = 20) -> None:
     """Entries ``first`` .. ``first + count - 1``, each acknowledged (the ensemble left has room for them)."""
     lid = lh.ledger_id
@@ -131,13 +144,7 @@ def test_a_bookie_whose_ledger_disk_fills_up_turns_read_only_and_the_writer_move
             lid = lh.ledger_id
             acked = _append_until_replaced(lh, full.bookie_id, history)
             # The full bookie went read-only and the writer replaced it; writes go on without it.
-            wait_until(lambda: full.bookie_id in cluster.registered(readonly=True), GENEROUS,
-                       f"the full bookie to register read-only\n{full.log_tail(20)}")
-            assert full.bookie_id not in lh.metadata.last_ensemble, lh.metadata.ensembles
-            _append_more(lh, history)
-            lh.close()
-            md = bk.get_ledger_metadata(lid)
-            assert len(md.ensembles) >= 2 and full.bookie_id in md.ensembles[0]
+            md = _writes_go_on_without(cluster, full, bk, lh, history)
         assert full.is_alive  # a full disk stops nothing
         # Reads go on: every entry, those whose only other replica sits on the full bookie included.
         entries, last = _read_back(zk_root.metadata_service_uri, lid, history)
@@ -163,13 +170,7 @@ def test_a_bookie_whose_journal_disk_fills_up_refuses_adds_turns_read_only_and_t
             wait_until(lambda: "journal write failed" in full.log_tail(200), GENEROUS,
                        f"the full bookie to log its failed journal write\n{full.log_tail(20)}")
             assert "No space left on device" in full.log_tail(200)
-            wait_until(lambda: full.bookie_id in cluster.registered(readonly=True), GENEROUS,
-                       f"the full bookie to register read-only\n{full.log_tail(20)}")
-            assert full.bookie_id not in lh.metadata.last_ensemble, lh.metadata.ensembles
-            _append_more(lh, history)
-            lh.close()
-            md = bk.get_ledger_metadata(lid)
-            assert len(md.ensembles) >= 2 and full.bookie_id in md.ensembles[0]
+            md = _writes_go_on_without(cluster, full, bk, lh, history)
             acked = sum(1 for op in history.ops if op.f == "add" and op.type == "ok")
             print(f"\njournal disk full: {acked} adds acknowledged, ensembles {md.ensembles}")
         # Any further add gets a clear refusal, not a hang and not an acknowledgement it cannot keep.
