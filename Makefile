@@ -193,8 +193,9 @@ unit: venv
 compat: setup
 	$(PY) -m pytest -m compat $(PYTEST_ARGS)
 
+# NETNS_SPARK_RACK_LOSS=1: the rack-loss Spark writes on the namespace test bed (minutes each; not in `make test`).
 fault: setup
-	$(PY) -m pytest -m fault $(PYTEST_ARGS)
+	NETNS_SPARK_RACK_LOSS=1 $(PY) -m pytest -m fault $(PYTEST_ARGS)
 
 # The randomized fault-schedule campaign (tests/campaign, docs/reliability.md): SCHEDULES seeds from FIRST_SEED;
 # its totals go to campaign-stats.json. `make test` runs 50 of them.
@@ -218,6 +219,14 @@ demo: venv zookeeper
 BENCH_ARGS ?=
 bench: setup kafka-jars
 	$(PY) -m bench.run_all --update-md BENCHMARKS.md $(BENCH_ARGS)
+
+# The soak (bench/soak.py, docs/reliability.md "The soak"): a writer, a stream into the exactly-once sink and a
+# batch job every few minutes under bookie kills and pauses for MINUTES minutes; fails when a resource grows without
+# bound or an acknowledged row is missing or duplicated. Figures in bench/results/soak.json, picture soak.png.
+MINUTES ?= 30
+.PHONY: soak
+soak: setup
+	$(PY) -m bench.soak --minutes $(MINUTES) $(SOAK_ARGS)
 
 # An sdist and a wheel in dist/ (PEP 517, `python -m build`: the wheel is built from the sdist, so the sdist is
 # known to be complete); the wheel carries the compiled fast paths of the machine that builds it (setup.py).

@@ -8,10 +8,12 @@ Bookies reach ZooKeeper directly: ZooKeeper faults are aimed at clients.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bookie_server.journal import JournalFaults
 from tests.harness.java_bookkeeper import JavaBookieCluster, JavaClusterFactory
 from tests.harness.process import HarnessError
 from tests.harness.proxy import FaultProxy, proxied_bookie_id
@@ -23,9 +25,9 @@ __all__ = ["CampaignCluster", "BookieRef", "CLIENT_CONF", "JAVA_CLIENT_CONF", "J
 JAVA_VERSION = "4.17.3"
 #: Bookie session timeout: short, so that a bookie killed with -9 can register again within seconds.
 BOOKIE_ZK_TIMEOUT_MS = 2000
-#: No fsync of the journal: a kill -9 keeps the page cache, so syncing changes no outcome here, only the time a
-#: schedule takes (losing unsynced writes is not simulated; docs/reliability.md).
-JOURNAL_SYNC_DATA = False
+#: The journal is synced before an add is acknowledged, as in production: the power-cut fault (the journal's
+#: test-only fault point, ``arm_power_cut``) really loses what was written and not yet synced (docs/reliability.md).
+JOURNAL_SYNC_DATA = True
 #: Settings of every campaign client (bkspark's): through the proxies, short timeouts so that faults cost seconds.
 CLIENT_CONF = {
     "bookieAddressResolverEnabled": False,
@@ -81,6 +83,10 @@ class CampaignCluster:
         for proxy, address in zip(py_proxies, self.python.addresses):
             proxy.target = address
         self.java: JavaBookieCluster | None = None
+        #: Python bookies running with the journal's power-cut fault point armed (disarmed by ``heal``).
+        self.armed: set[int] = set()
+        #: One start at a time: a fault's restart thread and a power cut's may both find a bookie dead.
+        self._starting = threading.Lock()
         try:
             self.python.start_all()
             if java_bookies:
@@ -117,15 +123,39 @@ class CampaignCluster:
             self.java.kill(ref.index)
 
     def start(self, ref: BookieRef) -> None:
-        """Start a killed bookie again (same directories, port and id) and wait until it is registered."""
+        """Start a killed bookie again (same directories, port and id) and wait until it is registered; nothing if
+        it runs."""
+        with self._starting:
+            if not self.is_alive(ref):
+                self._start(ref)
+
+    def _start(self, ref: BookieRef) -> None:
         if ref.kind == "python":
             self.python.start(ref.index, timeout=60)
         else:
             assert self.java is not None
             self.java.start(ref.index)
 
+    def arm_power_cut(self, ref: BookieRef, at_batch: int) -> None:
+        """Restart Python bookie ``ref`` with the journal's power-cut fault point armed
+        (``bookie_server.journal.JournalFaults``): its ``at_batch``-th group commit is written to memory only and
+        the process SIGKILLs itself before the sync, so what it wrote after its last fsync is really lost."""
+        assert ref.kind == "python", "only Python bookies have the journal's fault point"
+        bookie = self.python.bookies[ref.index]
+        self.python.crash(ref.index)
+        bookie.fault_env = {JournalFaults.POWER_CUT_ENV: str(at_batch)}
+        try:
+            self.python.start(ref.index, timeout=60)
+        finally:
+            bookie.fault_env = {}  # read at launch only: every later start is unarmed
+        self.armed.add(ref.index)
+
     def heal(self) -> None:
-        """Lift every proxy fault and start every dead bookie: the state each schedule starts from."""
+        """Lift every proxy fault, disarm armed power cuts and start every dead bookie: the state each schedule
+        starts from."""
+        for index in sorted(self.armed):
+            self.python.crash(index)  # a kill -9 loses nothing synced; its restart below is unarmed
+        self.armed.clear()
         self.zk_proxy.restore()
         for ref in self.bookies:
             ref.proxy.restore()

@@ -26,7 +26,7 @@ from tests.campaign.spark_jobs import SparkRunner, plan_spark_job
 from tests.harness.java_bookkeeper import JavaTools
 from tests.harness.proxy import Direction
 
-__all__ = ["Plan", "Stats", "plan_schedule", "run_schedule", "JAVA_CLIENT", "java_payload"]
+__all__ = ["Plan", "Stats", "plan_schedule", "plan_power_cuts", "run_schedule", "JAVA_CLIENT", "java_payload"]
 
 JAVA_CLIENT = "bkspark.tools.JavaClient"
 #: Fraction of schedules whose writer is Apache BookKeeper's Java client (a JVM start costs seconds).
@@ -39,6 +39,9 @@ ADD_HANG_SECONDS = 30.0
 SPARK_SHARE = 0.1
 #: Fraction of schedules whose bookies' streams are cut into small pieces throughout (docs/reliability.md).
 FRAGMENT_SHARE = 0.25
+#: Fraction of schedules in which one or two Python bookies lose power at a group commit of their journal
+#: (docs/reliability.md, "Power cuts").
+POWER_CUT_SHARE = 0.25
 FAULT_KINDS = ("kill", "delay", "blackhole", "reset", "half_open", "rate", "zk_outage", "session_expiry", "fence")
 
 
@@ -58,6 +61,8 @@ class Stats:
     recovered: Counter[str] = field(default_factory=Counter)
     writers: Counter[str] = field(default_factory=Counter)
     writer_deaths: int = 0
+    #: Power cuts armed, and of them the ones that fired (the bookie reached the drawn group commit).
+    power_cuts_fired: int = 0
     #: Spark jobs: "committed", "failed", "failed, outcome unknown", "killed", "fault:<kind>".
     spark: Counter[str] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
@@ -72,6 +77,7 @@ class Stats:
             "ledgers_recovered_by": dict(self.recovered),
             "writers": dict(self.writers),
             "writers_killed_mid_ledger": self.writer_deaths,
+            "power_cuts_fired": self.power_cuts_fired,
             "spark_jobs": dict(sorted(self.spark.items())),
             "failures": self.failures,
             "seconds": round(self.seconds, 1),
@@ -96,6 +102,8 @@ class Plan:
     spark_job: dict[str, Any] | None = None
     #: Bookie id -> the largest piece its proxy cuts every chunk into, both ways, for the whole schedule.
     fragmented: dict[str, int] = field(default_factory=dict)
+    #: Python bookie id -> (the group commit of its journal at which it loses power, seconds it stays down).
+    power_cuts: dict[str, tuple[int, float]] = field(default_factory=dict)
 
 
 def plan_fragmenting(seed: int, bookies: list[BookieRef], share: float = FRAGMENT_SHARE) -> dict[str, int]:
@@ -106,6 +114,19 @@ def plan_fragmenting(seed: int, bookies: list[BookieRef], share: float = FRAGMEN
         return {}
     chosen = rng.sample(bookies, rng.randint(1, len(bookies)))
     return {b.bookie_id: rng.choice((16, 200, 1500)) for b in chosen}
+
+
+def plan_power_cuts(
+    seed: int, bookies: list[BookieRef], share: float = POWER_CUT_SHARE
+) -> dict[str, tuple[int, float]]:
+    """Which Python bookies of schedule ``seed`` lose power, at which group commit of their journal, and for how
+    long (a generator of its own, so the rest of the schedule stays what the seed always drew)."""
+    rng = random.Random(f"power-cut-{seed}")
+    pythons = [b for b in bookies if b.kind == "python"]
+    if rng.random() >= share or not pythons:
+        return {}
+    chosen = rng.sample(pythons, min(rng.randint(1, 2), len(pythons)))
+    return {b.bookie_id: (rng.randint(1, 25), rng.uniform(0.3, 1.5)) for b in chosen}
 
 
 def plan_schedule(seed: int, bookies: list[BookieRef], spark_share: float = SPARK_SHARE) -> Plan:
@@ -148,6 +169,7 @@ def plan_schedule(seed: int, bookies: list[BookieRef], spark_share: float = SPAR
         mid_reader=rng.random() < 0.4,
         spark_job=plan_spark_job(seed, spark_share),
         fragmented=plan_fragmenting(seed, bookies),
+        power_cuts=plan_power_cuts(seed, bookies),
     )
 
 
@@ -369,6 +391,28 @@ class _Run:
             return
         self._later(duration, proxy.restore)
 
+    def arm_power_cuts(self) -> None:
+        """Arm the plan's power cuts (before the writer starts); each bookie, once it has cut itself, stays down
+        for the drawn time and starts again unarmed."""
+        for bookie_id, (at_batch, down) in sorted(self.plan.power_cuts.items()):
+            ref = self.by_id[bookie_id]
+            self.stats.faults["power_cut"] += 1
+            self.cluster.arm_power_cut(ref, at_batch)
+
+            def restart_after_the_cut(ref: BookieRef = ref, down: float = down) -> None:
+                while self.cluster.is_alive(ref) and not self.writing_done.is_set():
+                    time.sleep(0.02)
+                if self.cluster.is_alive(ref):
+                    return  # never reached its group commit: heal() disarms it
+                self.stats.power_cuts_fired += 1
+                time.sleep(down)
+                if not self.cluster.is_alive(ref):
+                    self.cluster.start(ref)
+
+            thread = threading.Thread(target=restart_after_the_cut, daemon=True)
+            thread.start()
+            self.restarts.append(thread)
+
     def _later(self, delay: float, action: Any) -> None:
         def run() -> None:
             time.sleep(delay)
@@ -435,6 +479,7 @@ def run_schedule(
                 run.errors.append(f"the Spark job of seed {seed} crashed the schedule: {type(exc).__name__}: {exc}")
 
         spark_thread = threading.Thread(target=spark_job, daemon=True)
+    run.arm_power_cuts()
     for index, (bookie_id, max_piece) in enumerate(sorted(plan.fragmented.items())):
         run.by_id[bookie_id].proxy.fragment(max_piece, seed=seed + index)  # lifted by any restore, and by heal()
     writer = threading.Thread(target=run.java_writer if plan.writer == "java" else run.python_writer, daemon=True)

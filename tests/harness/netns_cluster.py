@@ -216,6 +216,13 @@ class NetnsCluster:
     def host_of(self, bookie_id: str) -> str:
         return self.hosts[self.index_of(bookie_id)]
 
+    def racks_of_write_quorums(self, ensemble: Sequence[str], write_quorum: int) -> list[set[str]]:
+        """The racks each write quorum of ``ensemble`` covers (quorum ``i``: positions ``i .. i+Qw-1``, round)."""
+        racks = {b.bookie_id: self.bed.hosts[h].rack_name for b, h in zip(self.bookies, self.hosts)}
+        return [
+            {racks[ensemble[(i + k) % len(ensemble)]] for k in range(write_quorum)} for i in range(len(ensemble))
+        ]
+
     def move_bookie(self, i: int, address: str) -> None:
         """Stop Python bookie ``i``, give its host ``address``, start it there under the same BookieId (BP-41)."""
         bookie = self.bookies[i]

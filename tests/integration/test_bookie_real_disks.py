@@ -4,6 +4,9 @@
   but a file system with no room left, as the kernel reports it (ENOSPC, ``statvfs``). The bookie must turn
   read-only (its registration moves to ``available/readonly``), the writer move its ledger to other bookies, and
   every entry stay readable.
+* A bookie's journal directory on a small tmpfs: the journal's write fails with ENOSPC, the bookie says so in its
+  log, refuses every later add (EREADONLY: it turned read-only), the writer moves to other bookies, and every
+  acknowledged entry stays readable.
 * A bookie's ledger directory on btrfs on a loop device, one data block of its entry log then overwritten on the
   device: btrfs' data checksum fails and the kernel answers the bookie's read with EIO (the device-mapper ``error``
   and ``flakey`` targets do the same where the kernel has device-mapper; this one does not). The bookie answers
@@ -18,6 +21,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +30,7 @@ from tests.campaign.history import History, check
 from tests.harness.deadline import GENEROUS
 from tests.harness.netns import wait_until
 from bkspark.protocol import v2
-from tests.harness.python_bookie import PythonBookieCluster, RawBookieConnection
+from tests.harness.python_bookie import LedgerEntries, PythonBookieCluster, RawBookieConnection
 from tests.harness.zookeeper import ZkRoot
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
@@ -49,61 +53,135 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
+def _four_bookies_one_on(
+    zk_root: ZkRoot, tmp_path: Path, key: str, directory: Path, conf: dict[str, Any], journal_sync_data: bool = True
+) -> tuple[PythonBookieCluster, Any]:
+    """Four Python bookies (not started); the first one's ``key`` directories set to ``directory`` (the small disk)."""
+    cluster = PythonBookieCluster(
+        zk_root.metadata_service_uri, tmp_path / "bookies", bookies=4, journal_sync_data=journal_sync_data,
+        conf_overrides=conf,
+    )
+    full = cluster.bookies[0]
+    full.values[key] = str(directory)
+    full.write_conf()
+    return cluster, full
+
+
+def _ledger_on(bk: BookKeeper, bookie_id: str) -> Any:
+    """A ledger (E=3, Qw=3, Qa=2) whose ensemble holds ``bookie_id``: every entry goes to it while it takes them
+    (placement is random: ledgers are made until one has it)."""
+    lh = bk.create_ledger(3, 3, 2)
+    while bookie_id not in lh.metadata.last_ensemble:
+        lh.close()
+        lh = bk.create_ledger(3, 3, 2)
+    return lh
+
+
+def _append_until_replaced(lh: Any, bookie_id: str, history: History, count: int = 400) -> int:
+    """Append ``ENTRY``-sized entries until ``bookie_id`` leaves the ensemble (or an add fails, its outcome
+    unknown); each add logged in ``history``. The number acknowledged."""
+    lid = lh.ledger_id
+    acked = 0
+    for i in range(count):
+        payload = b"%06d" % i + os.urandom(ENTRY)
+        history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
+        try:
+            entry = lh.append(payload)
+        except Exception:  # noqa: BLE001 - outcome unknown
+            history.log(f"add-{i}", "info", "add", lid)
+            break
+        history.log(f"add-{i}", "ok", "add", lid, entry)
+        acked += 1
+        if bookie_id not in lh.metadata.last_ensemble:
+            break
+    return acked
+
+
+def _writes_go_on_without(cluster: PythonBookieCluster, full: Any, bk: BookKeeper, lh: Any, history: History) -> Any:
+    """The full bookie registers read-only, the writer has replaced it, more entries are acknowledged without it;
+    the closed ledger's metadata (its first ensemble held the full bookie)."""
+    wait_until(lambda: full.bookie_id in cluster.registered(readonly=True), GENEROUS,
+               f"the full bookie to register read-only\n{full.log_tail(20)}")
+    assert full.bookie_id not in lh.metadata.last_ensemble, lh.metadata.ensembles
+    _append_more(lh, history)
+    lh.close()
+    md = bk.get_ledger_metadata(lh.ledger_id)
+    assert len(md.ensembles) >= 2 and full.bookie_id in md.ensembles[0]
+    return md
+
+
+def _append_more(lh: Any, history: History, first: int = 400, count: int = 20) -> None:
+    """Entries ``first`` .. ``first + count - 1``, each acknowledged (the ensemble left has room for them)."""
+    lid = lh.ledger_id
+    for i in range(first, first + count):
+        payload = b"%06d" % i + os.urandom(ENTRY)
+        history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
+        history.log(f"add-{i}", "ok", "add", lid, lh.append(payload))
+
+
+def _read_back(uri: str, lid: int, history: History) -> tuple[dict[int, bytes], int]:
+    """Every entry of the closed ledger, read by a new client and logged as the history's final read."""
+    with BookKeeper(uri) as bk:
+        rh = bk.open_ledger(lid)
+        entries = {e.entry_id: bytes(e.payload) for e in rh.read(0, rh.last_add_confirmed)}
+    history.log("reader", "ok", "read", lid, {"entries": entries, "last": rh.last_add_confirmed, "after_close": True})
+    return entries, rh.last_add_confirmed
+
+
 def test_a_bookie_whose_ledger_disk_fills_up_turns_read_only_and_the_writer_moves_on(
     zk_root: ZkRoot, tmp_path: Path, small_disk: Path
 ) -> None:
-    cluster = PythonBookieCluster(
-        zk_root.metadata_service_uri,
-        tmp_path / "bookies",
-        bookies=4,
+    cluster, full = _four_bookies_one_on(
+        zk_root, tmp_path, "ledgerDirectories", small_disk / "ledgers",
+        {"diskCheckInterval": 200, "flushInterval": 200, "diskUsageThreshold": 0.9, "diskUsageLwmThreshold": 0.8},
         journal_sync_data=False,
-        conf_overrides={"diskCheckInterval": 200, "flushInterval": 200, "diskUsageThreshold": 0.9,
-                        "diskUsageLwmThreshold": 0.8},
     )
-    full = cluster.bookies[0]
-    full.values["ledgerDirectories"] = str(small_disk / "ledgers")
-    full.write_conf()
     history = History()
     with cluster:
         cluster.start_all()
         with BookKeeper(zk_root.metadata_service_uri, addEntryTimeoutSec=5) as bk:
-            lh = bk.create_ledger(3, 3, 2)  # every entry goes to the small disk while it takes them
-            while full.bookie_id not in lh.metadata.last_ensemble:  # placement is random: until it is in
-                lh.close()
-                lh = bk.create_ledger(3, 3, 2)
+            lh = _ledger_on(bk, full.bookie_id)  # every entry goes to the small disk while it takes them
             lid = lh.ledger_id
-            acked = 0
-            for i in range(400):
-                payload = b"%06d" % i + os.urandom(ENTRY)
-                history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
-                try:
-                    entry = lh.append(payload)
-                except Exception:  # noqa: BLE001 - outcome unknown
-                    history.log(f"add-{i}", "info", "add", lid)
-                    break
-                history.log(f"add-{i}", "ok", "add", lid, entry)
-                acked += 1
-                if full.bookie_id not in lh.metadata.last_ensemble:
-                    break
+            acked = _append_until_replaced(lh, full.bookie_id, history)
             # The full bookie went read-only and the writer replaced it; writes go on without it.
-            wait_until(lambda: full.bookie_id in cluster.registered(readonly=True), GENEROUS,
-                       f"the full bookie to register read-only\n{full.log_tail(20)}")
-            assert full.bookie_id not in lh.metadata.last_ensemble, lh.metadata.ensembles
-            for i in range(400, 420):
-                payload = b"%06d" % i + os.urandom(ENTRY)
-                history.log(f"add-{i}", "invoke", "add", lid, (lid, payload))
-                history.log(f"add-{i}", "ok", "add", lid, lh.append(payload))
-            lh.close()
-            md = bk.get_ledger_metadata(lid)
-            assert len(md.ensembles) >= 2 and full.bookie_id in md.ensembles[0]
+            md = _writes_go_on_without(cluster, full, bk, lh, history)
         assert full.is_alive  # a full disk stops nothing
         # Reads go on: every entry, those whose only other replica sits on the full bookie included.
-        with BookKeeper(zk_root.metadata_service_uri) as bk:
-            rh = bk.open_ledger(lid)
-            entries = {e.entry_id: bytes(e.payload) for e in rh.read(0, rh.last_add_confirmed)}
-        history.log("reader", "ok", "read", lid, {"entries": entries, "last": rh.last_add_confirmed, "after_close": True})
+        entries, last = _read_back(zk_root.metadata_service_uri, lid, history)
         assert check(history) == []
-        assert acked >= 1 and len(entries) == rh.last_add_confirmed + 1
+        assert acked >= 1 and len(entries) == last + 1
+
+
+def test_a_bookie_whose_journal_disk_fills_up_refuses_adds_turns_read_only_and_the_writer_moves_on(
+    zk_root: ZkRoot, tmp_path: Path, small_disk: Path
+) -> None:
+    # No checkpoint during the test: the journal is never trimmed, so its files fill the small disk.
+    cluster, full = _four_bookies_one_on(
+        zk_root, tmp_path, "journalDirectories", small_disk / "journal", {"flushInterval": 600000, "diskCheckInterval": 200}
+    )
+    history = History()
+    with cluster:
+        cluster.start_all()
+        with BookKeeper(zk_root.metadata_service_uri, addEntryTimeoutSec=5) as bk:
+            lh = _ledger_on(bk, full.bookie_id)  # every entry goes to the small journal while it takes them
+            lid = lh.ledger_id
+            _append_until_replaced(lh, full.bookie_id, history)  # up to 13 MiB: four times the disk
+            # The bookie names the cause, turns read-only and the writer replaced it; writes go on without it.
+            wait_until(lambda: "journal write failed" in full.log_tail(200), GENEROUS,
+                       f"the full bookie to log its failed journal write\n{full.log_tail(20)}")
+            assert "No space left on device" in full.log_tail(200)
+            md = _writes_go_on_without(cluster, full, bk, lh, history)
+            acked = sum(1 for op in history.ops if op.f == "add" and op.type == "ok")
+            print(f"\njournal disk full: {acked} adds acknowledged, ensembles {md.ensembles}")
+        # Any further add gets a clear refusal, not a hang and not an acknowledgement it cannot keep.
+        entries_of = LedgerEntries(b"journal-full")
+        with RawBookieConnection(full.port) as conn:
+            assert conn.call_v2(entries_of.add_request(lid + 1000, 0)).rc == v2.EREADONLY
+        assert full.is_alive  # a full journal stops nothing
+        # Reads go on: every acknowledged entry, those whose other replica sits on the full bookie included.
+        entries, last = _read_back(zk_root.metadata_service_uri, lid, history)
+        assert check(history) == []
+        assert len(entries) == last + 1 >= 20
 
 
 @pytest.fixture
@@ -188,8 +266,5 @@ def test_a_read_the_kernel_fails_with_eio_is_healed_from_the_other_replica(
         # The operator sees which entry and which directory failed (the client only gets EIO).
         wait_until(lambda: "entry log read of ledger %d entry %d" % (lid, victim) in broken.log_tail(200), GENEROUS,
                    "the broken bookie to log the failed read")
-        with BookKeeper(zk_root.metadata_service_uri) as bk:
-            rh = bk.open_ledger(lid)
-            entries = {e.entry_id: bytes(e.payload) for e in rh.read(0, rh.last_add_confirmed)}
-        history.log("reader", "ok", "read", lid, {"entries": entries, "last": rh.last_add_confirmed, "after_close": True})
+        entries, last = _read_back(zk_root.metadata_service_uri, lid, history)
         assert entries[victim] == payloads[victim] and check(history) == []

@@ -140,11 +140,6 @@ def run_under_fault(
     return history, writer, ensemble
 
 
-def _racks_of_write_quorums(cluster: NetnsCluster, ensemble: list[str], qw: int) -> list[set[str]]:
-    racks = {b.bookie_id: cluster.bed.hosts[h].rack_name for b, h in zip(cluster.bookies, cluster.hosts)}
-    return [{racks[ensemble[(i + k) % len(ensemble)]] for k in range(qw)} for i in range(len(ensemble))]
-
-
 def test_a_bookies_link_down_changes_ensemble_and_loses_nothing(cluster: NetnsCluster) -> None:
     """A pulled cable (the bookie's port on its rack's bridge down): its TCP connections go silent, adds time out,
     the writer replaces it; after the heal a read of the closed ledger has every acknowledged entry."""
@@ -236,7 +231,7 @@ def test_a_rack_cut_off_moves_the_writes_to_the_other_racks_with_quorums_spannin
     assert len(md.ensembles) >= 2, md.ensembles
     assert all(cluster.bed.hosts[cluster.host_of(b)].rack != cut[0] for b in md.last_ensemble)
     for ens in md.ensembles.values():
-        assert all(len(racks) == 2 for racks in _racks_of_write_quorums(cluster, list(ens), 2)), ens
+        assert all(len(racks) == 2 for racks in cluster.racks_of_write_quorums(list(ens), 2)), ens
     assert writer.acked == writer.count
 
 
