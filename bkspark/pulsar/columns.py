@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from bkspark.protocol.speedups import load_compiled
+from bkspark.protocol.values import encode_varint
 from bkspark.pulsar.entry import PulsarEntry, PulsarMessage, batch_payload
 from bkspark.pulsar.proto.PulsarApi_pb2 import MessageIdData
 
@@ -74,22 +75,12 @@ def message_id_bytes(
     return data.SerializeToString()
 
 
-def _varint(value: int) -> bytes:
-    """Protobuf's varint of a non-negative int."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 @lru_cache(maxsize=64)
 def _batch_suffixes(batch_size: int) -> tuple[bytes, ...]:
     """The batch index and size fields of each message of a batch of ``batch_size`` (field 4 ``batch_index``, then
     field 6 ``batch_size``), the same for every entry of that size: producers send batches of a few sizes."""
-    size_field = b"\x30" + _varint(batch_size)
-    return tuple(b"\x20" + _varint(index) + size_field for index in range(batch_size))
+    size_field = b"\x30" + encode_varint(batch_size)
+    return tuple(b"\x20" + encode_varint(index) + size_field for index in range(batch_size))
 
 
 def batch_message_ids(ledger_id: int, entry_id: int, partition: int, indexes: "list[int] | range",
