@@ -78,9 +78,9 @@ def spark_schema() -> Any:
 @lru_cache(maxsize=1)
 def arrow_schema() -> "pa.Schema":
     """The Arrow schema Spark checks the yielded batches against."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from bkspark.datasource.spark_features import arrow_schema_utc
 
-    return to_arrow_schema(spark_schema(), timezone="UTC")
+    return arrow_schema_utc(spark_schema())
 
 
 class MessageColumns:
