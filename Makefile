@@ -55,7 +55,7 @@ SPARK_VENVS := $(foreach v,$(SPARK_MATRIX),.venv-spark$(v)/.ok)
 spark-venvs: $(SPARK_VENVS)
 .venv-spark%/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c bkspark/protocol/_bytes.h bookie_server/_speedups.c
 	@start=$$(date +%s); \
-	  $(PYTHON) -m venv .venv-spark$* && .venv-spark$*/bin/python -m pip install -q --upgrade pip && \
+	  $(PYTHON) -m venv .venv-spark$* && .venv-spark$*/bin/python -m pip install -q --upgrade pip setuptools wheel && \
 	  .venv-spark$*/bin/python -m pip install -q -e '.[test]' 'pyspark==$*' --config-settings editable_mode=compat \
 	  && echo "bkspark: .venv-spark$* (PySpark $*) installed in $$(( $$(date +%s) - start )) s"
 	touch $@

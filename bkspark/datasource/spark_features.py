@@ -7,10 +7,11 @@ addition where it exists and degrades where it does not (docs/connector.md, "Spa
   after the scan, so the results are the same and only the scan is larger.
 * ``DataSourceStreamArrowWriter`` (4.1): before it, PySpark 4.0's executors hand Arrow batches to any writer
   that is a ``DataSourceArrowWriter``, streaming or not, so the stream writer is made one of those.
-* ``to_arrow_schema(schema, timezone=...)`` (4.1; 4.0 has ``timestamp_utc``): the Arrow schema Spark checks
+* ``to_arrow_schema(schema, timezone=...)`` (4.2; 4.0 and 4.1 have ``timestamp_utc``): the Arrow schema Spark checks
   a reader's record batches against, with UTC timestamps either way (:func:`arrow_schema_utc`).
 * ``pyspark.sql.streaming.datasource`` (4.2): admission control (``getDefaultReadLimit``,
-  ``latestOffset(start, limit)``) and ``SupportsTriggerAvailableNow``.  Before it, Spark asks a stream for its
+  ``latestOffset(start, limit)``), ``SupportsTriggerAvailableNow`` and ``reportLatestOffset`` (the lag in a
+  query's progress).  Before it, Spark asks a stream for its
   latest offset with no start and no limit: every micro-batch reads all that is available, so the per-trigger
   limits are refused with :func:`require`'s error, and ``Trigger.AvailableNow`` runs as one batch to the
   offset Spark reads when the query starts.
@@ -44,7 +45,7 @@ FILTER_PUSHDOWN: bool = hasattr(_datasource.DataSourceReader, "pushFilters")
 STREAM_ARROW_WRITER: bool = hasattr(_datasource, "DataSourceStreamArrowWriter")
 #: Read limits, ``latestOffset(start, limit)`` and ``SupportsTriggerAvailableNow`` exist (PySpark 4.2).
 ADMISSION_CONTROL: bool = importlib.util.find_spec("pyspark.sql.streaming.datasource") is not None
-#: ``to_arrow_schema`` takes ``timezone=`` (PySpark 4.1); 4.0's takes ``timestamp_utc=``.
+#: ``to_arrow_schema`` takes ``timezone=`` (PySpark 4.2); 4.0's and 4.1's take ``timestamp_utc=``.
 _TIMEZONE_KEYWORD: bool = "timezone" in inspect.signature(_to_arrow_schema).parameters
 
 
