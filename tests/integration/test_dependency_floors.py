@@ -193,6 +193,18 @@ def test_pyspark_floor_is_the_oldest_release_the_spark_matrix_runs_and_every_old
     )
 
 
+def test_make_spark_matrix_collects_every_file_with_a_spark_matrix_test() -> None:
+    """The Makefile's ``SPARK_MATRIX_TESTS`` names the files it collects (others may import what an older PySpark
+    lacks): a test marked ``spark_matrix`` in any other file would never run on the older releases."""
+    match = re.search(r"^SPARK_MATRIX_TESTS := *(.+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    assert match, "Makefile: no 'SPARK_MATRIX_TESTS :=' line"
+    marked = sorted(
+        str(path.relative_to(REPO)) for path in (REPO / "tests").rglob("test_*.py")
+        if "mark.spark_matrix" in path.read_text() and path.name != Path(__file__).name
+    )
+    assert marked and sorted(match.group(1).split()) == marked
+
+
 def test_the_connector_passes_with_pyarrow_at_its_floor() -> None:
     """pyarrow at the spark extra's floor, over this env's PySpark."""
     floor = spark_floor(_pyproject()["project"], "pyarrow")
