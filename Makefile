@@ -29,6 +29,7 @@ export BKSPARK_CACHE := $(CACHE)
 PULSAR_VERSION ?= 4.0.7
 
 .PHONY: pulsar-jars pulsar-proto
+.PHONY: spark-venvs spark-matrix
 .PHONY: all setup venv kerberos zookeeper java jars jars-unlocked kafka-jars proto containers container-engine test unit compat fault campaign demo bench clean
 
 all: test
@@ -43,6 +44,20 @@ $(VENV)/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c bkspark/protoc
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,dev,testcontainers]' --config-settings editable_mode=compat
+	touch $@
+
+# The older PySpark releases the connector supports (docs/connector.md, "Spark versions"): the first of each minor
+# release before the newest, whose latest .venv has. The first is pyproject.toml's floor (pyspark>=X; checked by
+# tests/integration/test_dependency_floors.py). Each gets its own venv, .venv-spark<version>, with bkspark installed
+# from this checkout; built once and kept (pip's cache keeps the wheel it builds from PySpark's ~430 MB sdist).
+SPARK_MATRIX ?= 4.0.0 4.1.0 4.2.0
+SPARK_VENVS := $(foreach v,$(SPARK_MATRIX),.venv-spark$(v)/.ok)
+spark-venvs: $(SPARK_VENVS)
+.venv-spark%/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c bkspark/protocol/_bytes.h bookie_server/_speedups.c
+	@start=$$(date +%s); \
+	  $(PYTHON) -m venv .venv-spark$* && .venv-spark$*/bin/python -m pip install -q --upgrade pip setuptools wheel && \
+	  .venv-spark$*/bin/python -m pip install -q -e '.[test]' 'pyspark==$*' --config-settings editable_mode=compat \
+	  && echo "bkspark: .venv-spark$* (PySpark $*) installed in $$(( $$(date +%s) - start )) s"
 	touch $@
 
 # Kerberos (SASL GSSAPI, docs/security.md): MIT's KDC and tools for the tests' realm (tests/harness/kdc.py), and
@@ -186,6 +201,17 @@ container-engine:
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 test: setup $(if $(IS_ROOT),containers)
 	$(if $(IS_ROOT),BKSPARK_TESTCONTAINERS_REQUIRED=1) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory spark-matrix
+
+# The connector's fast subset (marker spark_matrix: a batch write and read, filter pushdown, a stream with
+# AvailableNow, autoregistration from an installed wheel) on each older PySpark release; the newest runs the whole
+# suite in `make test`. One release after the other: each starts its own Spark.
+# Only the files that hold such tests are collected: the others may import what an older PySpark lacks.
+SPARK_MATRIX_TESTS := tests/integration/test_connector_spark_versions.py tests/integration/test_connector_autoregister.py
+spark-matrix: setup spark-venvs
+	@for v in $(SPARK_MATRIX); do start=$$(date +%s); \
+	  .venv-spark$$v/bin/python -m pytest -m spark_matrix -q -p no:cacheprovider $(SPARK_MATRIX_TESTS) $(PYTEST_ARGS) || exit 1; \
+	  echo "bkspark: the spark_matrix tests on PySpark $$v ran in $$(( $$(date +%s) - start )) s"; done
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -236,4 +262,4 @@ dist: venv
 	$(PY) -m build --outdir dist .
 
 clean:
-	rm -rf $(VENV) $(CACHE) .pytest_cache .hypothesis build bkspark/protocol/_speedups*.so bookie_server/_speedups*.so bkspark/pulsar/_batch*.so
+	rm -rf $(VENV) .venv-spark* $(CACHE) .pytest_cache .hypothesis build bkspark/protocol/_speedups*.so bookie_server/_speedups*.so bkspark/pulsar/_batch*.so

@@ -85,10 +85,10 @@ def spark_schema(include_custom_metadata: bool = False, include_headers: bool = 
 
 @lru_cache(maxsize=4)
 def arrow_schema(include_custom_metadata: bool = False, include_headers: bool = False) -> "pa.Schema":
-    """The Arrow schema Spark checks yielded record batches against (``to_arrow_schema(..., "UTC")``)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    """The Arrow schema Spark checks yielded record batches against (``bkspark.spark_arrow.arrow_schema_utc``)."""
+    from bkspark.spark_arrow import arrow_schema_utc
 
-    return to_arrow_schema(spark_schema(include_custom_metadata, include_headers), timezone="UTC")
+    return arrow_schema_utc(spark_schema(include_custom_metadata, include_headers))
 
 
 def entry_batch(

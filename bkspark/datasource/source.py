@@ -38,7 +38,9 @@ def running_in_pushdown_planner() -> bool:
     rows), and the plain planner, which fails a query whose reader defines
     ``pushFilters`` while the conf is off, never gets the pushdown reader.
     tests/integration/test_connector_spark.py pins it on the PySpark version
-    installed (the plan must shrink with the conf on).
+    installed (the plan must shrink with the conf on).  PySpark 4.0 has no
+    pushdown planner (``spark_features.FILTER_PUSHDOWN``), so there the answer
+    is always no.
     """
     if PUSHDOWN_PLANNER_MODULE in sys.modules:
         return True

@@ -32,18 +32,11 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxBytes,
-    ReadMaxRows,
-    ReadMinRows,
-    SupportsTriggerAvailableNow,
-)
 
 from bkspark.datasource.options import ReadOptions, parse_read_options, selected_ledgers
 from bkspark.datasource.planning import mean_entry_bytes
 from bkspark.datasource.reader import BookKeeperReader
+from bkspark.datasource.spark_features import ADMISSION_CONTROL, require
 from bkspark.datasource.stream_offsets import (
     DONE,
     LATEST_ENTRY,
@@ -141,7 +134,15 @@ def parse_stream_read_options(options: Mapping[str, str | None]) -> tuple[ReadOp
             f"[BOOKKEEPER_INVALID_OPTION] option 'includeOpenLedgers'={raw_open!r} is invalid: a stream always reads "
             "open ledgers up to their last-add-confirmed, as they grow; leave the option out"
         )
-    return batch, parse_stream_options(options, batch.scope_id)
+    stream = parse_stream_options(options, batch.scope_id)
+    limits = [name for name, value in (
+        ("maxEntriesPerTrigger", stream.max_entries_per_trigger), ("maxBytesPerTrigger", stream.max_bytes_per_trigger),
+        ("minEntriesPerTrigger", stream.min_entries_per_trigger),
+    ) if value is not None]
+    if limits:
+        require(ADMISSION_CONTROL, f"option '{limits[0]}' (admission control of Python streaming sources)", "4.2",
+                "leave the per-trigger limits out; each micro-batch then reads every entry available")
+    return batch, stream
 
 
 @dataclass(frozen=True)
@@ -385,8 +386,9 @@ def _count_new(start: Mapping[str, Any], end: Mapping[str, Any], positions: list
     return total
 
 
-class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader of ledgers (``ledgers``) or of a dataset's ledgers (``dataset``), open ones included."""
+class _StreamReader(DataSourceStreamReader):
+    """Micro-batch reader of ledgers (``ledgers``) or of a dataset's ledgers (``dataset``), open ones included;
+    :class:`BookKeeperStreamReader` adds the ``latestOffset`` of the installed PySpark's API."""
 
     def __init__(self, options: ReadOptions, stream: StreamOptions) -> None:
         self.options = options
@@ -407,25 +409,6 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     # -- offsets (driver) ---------------------------------------------------------------------
     def initialOffset(self) -> dict:  # noqa: N802 - Spark's names
         return dict(self.stream.starting_offsets)
-
-    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
-        s = self.stream
-        if s.max_entries_per_trigger is not None:
-            return ReadMaxRows(s.max_entries_per_trigger)
-        if s.max_bytes_per_trigger is not None:
-            return ReadMaxBytes(s.max_bytes_per_trigger)
-        if s.min_entries_per_trigger is not None:
-            return ReadMinRows(s.min_entries_per_trigger)
-        return ReadAllAvailable()
-
-    def _admission(self, limit: ReadLimit) -> Admission:
-        """The engine's limit, plus the option limits it could not carry (unless it asked for everything)."""
-        if isinstance(limit, ReadAllAvailable):
-            return Admission()
-        s = self.stream
-        rows = limit.max_rows if isinstance(limit, ReadMaxRows) else s.max_entries_per_trigger
-        size = limit.max_bytes if isinstance(limit, ReadMaxBytes) else s.max_bytes_per_trigger
-        return Admission(rows, size)
 
     def _keys(self, d: _Driver, start: Mapping[str, Any]) -> list[str]:
         if d.target is not None:
@@ -467,14 +450,15 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             )
         log.warning("ledgers %s of %s were deleted before they were read to their end: skipped", lost, where)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
+    def _latest_offset(self, start: dict, admission: Admission, check_min: bool) -> dict:
+        """The end of the next micro-batch from ``start``: within ``admission``; with ``check_min``, waiting
+        (up to ``maxTriggerDelay``) for ``minEntriesPerTrigger`` new entries."""
         d = self._state()
-        admission = self._admission(limit)
         end, positions = self._end(d, start, admission)
         waited = False
         if d.target is None and not start.get("latest"):
             minimum = self.stream.min_entries_per_trigger
-            check_min = minimum is not None and not isinstance(limit, ReadAllAvailable)
+            check_min = check_min and minimum is not None
             new = _count_new(start, end, positions, self.options.start_entry)
             elapsed_ms = (time.monotonic() - d.last_batch_at) * 1000
             if new == 0 or (check_min and new < minimum and elapsed_ms < self.stream.max_trigger_delay_ms):  # type: ignore[operator]
@@ -506,12 +490,6 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         report["lag"] = {"bytes": size, "entries": entries,
                          **lag_per_ledger(d.last_end, d.last_positions, self.options.start_entry)}
         return report
-
-    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
-        """Freeze the target: what is confirmed now, in the ledgers the query follows now."""
-        d = self._state()
-        keys = list(dict.fromkeys(d.source_keys()))
-        d.target = {p.key: (DONE if p.closed or p.missing else p.available) for p in d.positions(keys)}
 
     # -- planning (driver) and reading (executors) ---------------------------------------------------
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
@@ -566,3 +544,60 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if self._driver is not None:
             self._driver.close()
             self._driver = None
+
+
+if ADMISSION_CONTROL:  # PySpark 4.2+: Spark hands latestOffset the start and a read limit
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxBytes,
+        ReadMaxRows,
+        ReadMinRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    class BookKeeperStreamReader(_StreamReader, SupportsTriggerAvailableNow):
+        """The stream reader with admission control and ``Trigger.AvailableNow`` (docs/streaming.md)."""
+
+        def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's names
+            s = self.stream
+            if s.max_entries_per_trigger is not None:
+                return ReadMaxRows(s.max_entries_per_trigger)
+            if s.max_bytes_per_trigger is not None:
+                return ReadMaxBytes(s.max_bytes_per_trigger)
+            if s.min_entries_per_trigger is not None:
+                return ReadMinRows(s.min_entries_per_trigger)
+            return ReadAllAvailable()
+
+        def _admission(self, limit: ReadLimit) -> Admission:
+            """The engine's limit, plus the option limits it could not carry (unless it asked for everything)."""
+            if isinstance(limit, ReadAllAvailable):
+                return Admission()
+            s = self.stream
+            rows = limit.max_rows if isinstance(limit, ReadMaxRows) else s.max_entries_per_trigger
+            size = limit.max_bytes if isinstance(limit, ReadMaxBytes) else s.max_bytes_per_trigger
+            return Admission(rows, size)
+
+        def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
+            return self._latest_offset(start, self._admission(limit), not isinstance(limit, ReadAllAvailable))
+
+        def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+            """Freeze the target: what is confirmed now, in the ledgers the query follows now."""
+            d = self._state()
+            keys = list(dict.fromkeys(d.source_keys()))
+            d.target = {p.key: (DONE if p.closed or p.missing else p.available) for p in d.positions(keys)}
+
+else:  # PySpark 4.0 and 4.1 (bkspark/datasource/spark_features.py)
+
+    class BookKeeperStreamReader(_StreamReader):  # type: ignore[no-redef]
+        """The stream reader for a Spark that asks ``latestOffset()`` with no start and no limit: every batch
+        reads all that is available from where the previous one ended (the per-trigger limits are refused by
+        :func:`parse_stream_read_options`), and ``Trigger.AvailableNow`` is Spark's one batch to the offset it
+        reads when the query starts."""
+
+        def latestOffset(self) -> dict:  # type: ignore[override]  # noqa: N802 - PySpark 4.0's signature
+            d = self._state()
+            # This process lives as long as the query; a restarted query starts from the initial offset, which
+            # reads everything available, never less than the checkpoint's end.
+            start = d.last_end if d.last_end is not None else self.initialOffset()
+            return self._latest_offset(start, Admission(), check_min=False)

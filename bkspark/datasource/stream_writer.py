@@ -33,9 +33,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from pyspark.sql.datasource import DataSourceStreamArrowWriter
-
 from bkspark.datasource.options import WriteOptions, parse_write_options
+from bkspark.datasource.spark_features import StreamArrowWriterBase
 from bkspark.datasource.writer import (
     NO_LEDGER,
     BookKeeperWriter,
@@ -191,7 +190,7 @@ def _prepend(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
     yield from rest
 
 
-class BookKeeperStreamWriter(DataSourceStreamArrowWriter):
+class BookKeeperStreamWriter(StreamArrowWriterBase):
     """Writes every micro-batch into a dataset exactly once (see the module's docstring)."""
 
     def __init__(

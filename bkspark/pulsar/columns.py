@@ -118,9 +118,9 @@ def arrow_schema() -> "pa.Schema":
 
 
 def _arrow_schema(decoder: "ValueDecoder | None") -> "pa.Schema":
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from bkspark.spark_arrow import arrow_schema_utc
 
-    return to_arrow_schema(spark_schema(decoder), timezone="UTC")
+    return arrow_schema_utc(spark_schema(decoder))
 
 
 def _empty_maps(count: int, map_type: "pa.DataType") -> "pa.Array":

@@ -125,6 +125,7 @@ def _run_elsewhere(python: Path, script: str, base: Path, *args: str) -> dict:  
     return json.loads(lines[0][len("RESULT "):])  # type: ignore[no-any-return]
 
 
+@pytest.mark.spark_matrix
 def test_a_fresh_session_finds_format_bookkeeper_without_register(zk_root: ZkRoot, tmp_path: Path) -> None:
     with PythonBookieCluster(zk_root.metadata_service_uri, tmp_path / "bookies", bookies=1) as cluster:
         ledger_id = _ledger_of_five(cluster)

@@ -8,9 +8,12 @@ codecs, storage and bookie, and a real ZooKeeper + Python bookie test);
 the connector's modules import without PySpark and say which extra is
 missing.  The env is built once per set of floors and kept in
 ``$BKSPARK_CACHE/floor-venv`` (the first build needs the package index);
-later runs only run the tests.  The connector's floor (pyarrow; PySpark's is
-what ``make venv`` installs) runs the connector's unit tests.  The newest set
-is what ``make venv`` resolves, and the whole suite runs on it.
+later runs only run the tests.  The connector's floor of pyarrow runs the
+connector's unit tests.  PySpark's floor is the oldest release ``make
+spark-matrix`` runs the connector's fast subset on (Makefile ``SPARK_MATRIX``,
+one release per minor line below the newest; docs/connector.md, "Spark
+versions"): checked here to stay so.  The newest set is what ``make venv``
+resolves, and the whole suite runs on it.
 """
 
 from __future__ import annotations
@@ -169,8 +172,41 @@ def spark_floor(project: dict, name: str) -> str:  # type: ignore[type-arg]
     raise AssertionError(f"pyproject.toml: no '{name}>=' floor in the spark extra")
 
 
+def spark_matrix() -> list[str]:
+    """The PySpark releases of the Makefile's ``SPARK_MATRIX`` (``make spark-matrix``), in its order."""
+    match = re.search(r"^SPARK_MATRIX \?= *(.+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    assert match, "Makefile: no 'SPARK_MATRIX ?=' line"
+    return match.group(1).split()
+
+
+def test_pyspark_floor_is_the_oldest_release_the_spark_matrix_runs_and_every_older_minor_line_is_in_it() -> None:
+    from importlib.metadata import version
+
+    floor = spark_floor(_pyproject()["project"], "pyspark")
+    matrix = spark_matrix()
+    assert matrix and matrix[0] == floor, f"pyproject.toml's pyspark>={floor}, but `make spark-matrix` runs {matrix}"
+    newest = tuple(int(p) for p in version("pyspark").split(".")[:2])  # the whole suite runs on it (`make venv`)
+    minors = [tuple(int(p) for p in release.split(".")[:2]) for release in matrix]
+    assert minors == [(newest[0], m) for m in range(minors[0][1], newest[1])], (
+        f"`make spark-matrix` runs {matrix}: one release of each minor line from {floor} up to, not including, the "
+        f"newest ({version('pyspark')}, `make test`'s own)"
+    )
+
+
+def test_make_spark_matrix_collects_every_file_with_a_spark_matrix_test() -> None:
+    """The Makefile's ``SPARK_MATRIX_TESTS`` names the files it collects (others may import what an older PySpark
+    lacks): a test marked ``spark_matrix`` in any other file would never run on the older releases."""
+    match = re.search(r"^SPARK_MATRIX_TESTS := *(.+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    assert match, "Makefile: no 'SPARK_MATRIX_TESTS :=' line"
+    marked = sorted(
+        str(path.relative_to(REPO)) for path in (REPO / "tests").rglob("test_*.py")
+        if "mark.spark_matrix" in path.read_text() and path.name != Path(__file__).name
+    )
+    assert marked and sorted(match.group(1).split()) == marked
+
+
 def test_the_connector_passes_with_pyarrow_at_its_floor() -> None:
-    """pyarrow at the spark extra's floor, over this env's PySpark (whose floor is what `make venv` installs)."""
+    """pyarrow at the spark extra's floor, over this env's PySpark."""
     floor = spark_floor(_pyproject()["project"], "pyarrow")
     base = cache_dir() / "floor-venv"
     target = base / f"pyarrow-{floor}"

@@ -35,7 +35,8 @@ REPO = Path(__file__).resolve().parents[2]
 #: The layers, bottom first.  A unit may import units of lower layers; units of one layer are independent.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("bkspark", "bkspark.errors"),  # the package itself (its version; the name alone, not a prefix); the exceptions
-    ("bkspark.properties", "bkspark.retry"),  # the properties-file parser; the retry policy of the errors' flags
+    ("bkspark.properties", "bkspark.retry", "bkspark.spark_arrow"),  # the properties-file parser; the retry policy
+    # of the errors' flags; Spark's Arrow schema on every PySpark release
     ("bkspark.config",),  # typed configuration, secrets, the bookie's settings
     ("bkspark.protocol",),  # sans-IO codecs
     ("bkspark.placement", "bkspark.security", "bkspark.pulsar"),  # pulsar: Pulsar's entry and topic formats
