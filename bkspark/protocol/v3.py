@@ -504,14 +504,20 @@ def read_response(
     return resp
 
 
+def _ledger_status_response(request: pb.Request, status: int, response: str, request_field: str) -> pb.Response:
+    """A response whose body is only a status and the request's ledger (and scope): WRITE_LAC, FORCE_LEDGER."""
+    resp = _response(request, status)
+    sub = getattr(resp, response)
+    asked = getattr(request, request_field)
+    sub.status = status
+    sub.ledgerId = asked.ledgerId
+    _echo_scope(sub, asked)
+    return resp
+
+
 def write_lac_response(request: pb.Request, status: int = pb.EOK) -> pb.Response:
     """WRITE_LAC response."""
-    resp = _response(request, status)
-    sub = resp.writeLacResponse
-    sub.status = status
-    sub.ledgerId = request.writeLacRequest.ledgerId
-    _echo_scope(sub, request.writeLacRequest)
-    return resp
+    return _ledger_status_response(request, status, "writeLacResponse", "writeLacRequest")
 
 
 def read_lac_response(
@@ -539,12 +545,7 @@ def read_lac_response(
 
 def force_ledger_response(request: pb.Request, status: int = pb.EOK) -> pb.Response:
     """FORCE_LEDGER response."""
-    resp = _response(request, status)
-    sub = resp.forceLedgerResponse
-    sub.status = status
-    sub.ledgerId = request.forceLedgerRequest.ledgerId
-    _echo_scope(sub, request.forceLedgerRequest)
-    return resp
+    return _ledger_status_response(request, status, "forceLedgerResponse", "forceLedgerRequest")
 
 
 def get_bookie_info_response(
