@@ -53,7 +53,7 @@ $(VENV)/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c bkspark/protoc
 SPARK_MATRIX ?= 4.0.0 4.1.0 4.2.0
 SPARK_VENVS := $(foreach v,$(SPARK_MATRIX),.venv-spark$(v)/.ok)
 spark-venvs: $(SPARK_VENVS)
-.venv-spark%/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c bkspark/protocol/_bytes.h bookie_server/_speedups.c
+.venv-spark%/.ok: pyproject.toml setup.py bkspark/protocol/_speedups.c bkspark/protocol/_bytes.h bookie_server/_speedups.c bkspark/pulsar/_batch.c
 	@start=$$(date +%s); \
 	  $(PYTHON) -m venv .venv-spark$* && .venv-spark$*/bin/python -m pip install -q --upgrade pip setuptools wheel && \
 	  .venv-spark$*/bin/python -m pip install -q -e '.[test]' 'pyspark==$*' --config-settings editable_mode=compat \
