@@ -851,7 +851,7 @@ def test_another_committer_publishes_with_an_idempotency_key_in_the_same_multi(
     """The API a streaming sink uses: a record per micro-batch, CommitKey(query, batchId); a replay is a no-op."""
     import uuid
 
-    from bkspark.datasource import datasets
+    from bkspark.datasource import publishing
     from bkspark.datasource.datasets import CommitKey, JobRecord
     from bkspark.datasource.writer import CommitCleaner
 
@@ -884,7 +884,7 @@ def test_another_committer_publishes_with_an_idempotency_key_in_the_same_multi(
     assert registry.root(dataset).token("stream-q1") == 1  # type: ignore[union-attr]
     assert jobs_of(registry, dataset) == []
     # The root remembers the most recently published writers only.
-    monkeypatch.setattr(datasets, "MAX_COMMIT_KEYS", 2)
+    monkeypatch.setattr(publishing, "MAX_COMMIT_KEYS", 2)
     for writer in ("other-a", "other-b"):
         job_id = uuid.uuid4().hex
         registry.begin_job(job_id, JobRecord(JobState.WRITING, dataset))
