@@ -216,7 +216,7 @@ class BookKeeperStreamWriter(StreamArrowWriterBase):
         Then the jobs that earlier, dead runs of the query left for this batch or an earlier one are finished or
         aborted (their ledgers deleted unless a manifest names them).
         """
-        from bkspark.datasource.writer import CommitCleaner
+        from bkspark.datasource.cleanup import CommitCleaner
 
         batch = int(batchId)
         jobs = sorted({job for job in map(_job_of, messages) if job is not None})
@@ -297,7 +297,7 @@ class BookKeeperStreamWriter(StreamArrowWriterBase):
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
         """Fence and delete every job of this batch (any run): none of it is committed."""
-        from bkspark.datasource.writer import CommitCleaner
+        from bkspark.datasource.cleanup import CommitCleaner
 
         bk, registry = self._registry()
         by_dataset = ledgers_by_dataset(messages, self.options.dataset)

@@ -692,10 +692,10 @@ def cmd_bookieformat(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_recoverjobs(args: argparse.Namespace, out: Output) -> int:
-    """Finish crashed Spark write jobs (bkspark.datasource.writer.recover_jobs): one line per job handled."""
+    """Finish crashed Spark write jobs (bkspark.datasource.cleanup.recover_jobs): one line per job handled."""
     from bkspark.datasource.datasets import DatasetRegistry
     from bkspark.datasource.options import check_dataset_name
-    from bkspark.datasource.writer import CLEANUP_UNFINISHED, recover_jobs
+    from bkspark.datasource.cleanup import CLEANUP_UNFINISHED, recover_jobs
 
     if args.dataset is not None:
         check_dataset_name(args.dataset, "--dataset")

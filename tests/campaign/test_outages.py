@@ -433,9 +433,9 @@ def test_a_commit_whose_steps_before_the_multi_meet_a_zookeeper_outage_waits_it_
     outage = _OutageOnce(cluster, lost)
 
     class CutOffAtShards(DatasetRegistry):
-        def _write_shards(self, name: str, shards: Any) -> list[str]:
+        def write_shards(self, name: str, shards: Any) -> list[str]:
             outage.start()
-            return super()._write_shards(name, shards)
+            return super().write_shards(name, shards)
 
     with BookKeeper(cluster.proxied_uri) as bk:
         registry = (CutOffAtShards if where == "shards" else DatasetRegistry)(bk.zk, bk.ledgers_root)

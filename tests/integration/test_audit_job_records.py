@@ -228,7 +228,7 @@ def test_recoverjobs_says_committed_when_a_stale_job_commits_before_its_fence(
     """The abort of a stale ``writing`` job loses to the job's own commit: its committed ledger stays, the other
     attempt's goes, and the operator is told the job committed, not that it was aborted."""
     from bkspark.client import BookKeeper
-    from bkspark.datasource.writer import recover_jobs
+    from bkspark.datasource.cleanup import recover_jobs
 
     registry = DatasetRegistry(store.zk, store.root)
     committed, attempt = (new_ledger(store, ledger({})) for _ in range(2))
@@ -355,7 +355,7 @@ def test_two_recoverjobs_at_once_both_succeed_and_finish_the_work_once(zk_root: 
     """Two operators (or an operator and a cron job) run ``recoverjobs`` at the same moment: each step is
     idempotent, so both succeed, the committed ledger stays, and everything else goes."""
     from bkspark.client import BookKeeper
-    from bkspark.datasource.writer import recover_jobs
+    from bkspark.datasource.cleanup import recover_jobs
 
     uri = zk_root.metadata_service_uri
     registry = DatasetRegistry(store.zk, store.root)

@@ -31,6 +31,7 @@ from bkspark import cli
 from bkspark.audit import Auditor, OrphanReason, list_orphans
 from bkspark.client import BookKeeper
 from bkspark.context import read_context, read_create_context
+from bkspark.datasource.cleanup import recover_jobs
 from bkspark.datasource.clients import client_conf, evict_client
 from bkspark.datasource.datasets import (
     DatasetManifest,
@@ -48,7 +49,6 @@ from bkspark.datasource.writer import (
     TAG_JOB,
     TAG_ROLE,
     BookKeeperWriter,
-    recover_jobs,
 )
 from bkspark.errors import NoSuchLedgerMetadataError
 from bkspark.protocol.ledger_metadata import LedgerState
@@ -851,9 +851,9 @@ def test_another_committer_publishes_with_an_idempotency_key_in_the_same_multi(
     """The API a streaming sink uses: a record per micro-batch, CommitKey(query, batchId); a replay is a no-op."""
     import uuid
 
-    from bkspark.datasource import datasets
+    from bkspark.datasource import publishing
+    from bkspark.datasource.cleanup import CommitCleaner
     from bkspark.datasource.datasets import CommitKey, JobRecord
-    from bkspark.datasource.writer import CommitCleaner
 
     dataset = "stream"
     cleaner = CommitCleaner(bk, registry)
@@ -884,7 +884,7 @@ def test_another_committer_publishes_with_an_idempotency_key_in_the_same_multi(
     assert registry.root(dataset).token("stream-q1") == 1  # type: ignore[union-attr]
     assert jobs_of(registry, dataset) == []
     # The root remembers the most recently published writers only.
-    monkeypatch.setattr(datasets, "MAX_COMMIT_KEYS", 2)
+    monkeypatch.setattr(publishing, "MAX_COMMIT_KEYS", 2)
     for writer in ("other-a", "other-b"):
         job_id = uuid.uuid4().hex
         registry.begin_job(job_id, JobRecord(JobState.WRITING, dataset))

@@ -17,7 +17,8 @@ import pytest
 
 from bkspark.client import BookKeeper
 from bkspark.datasource.clients import client_conf, evict_client
-from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, JobState, checks_in_multi
+from bkspark.datasource.datasets import CommitKey, DatasetRegistry, JobRecord, JobState
+from bkspark.datasource.publishing import checks_in_multi
 from bkspark.datasource.options import parse_read_options
 from bkspark.datasource.planning import SLICE_OPEN_COST_ENTRIES, SliceGroup, partition_slices
 from bkspark.datasource.reader import BookKeeperReader

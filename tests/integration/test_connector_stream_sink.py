@@ -34,7 +34,8 @@ from bkspark.datasource.datasets import DatasetRegistry, JobRecord, JobState
 from bkspark.datasource.options import parse_write_options
 from bkspark.datasource.stream_writer import BookKeeperStreamWriter, StreamCommitMessage, batch_job_id
 from bkspark.datasource import faults
-from bkspark.datasource.writer import JOB_PARENT_ROLE, TAG_DATASET, TAG_JOB, TAG_ROLE, recover_jobs, reserve_parent_id
+from bkspark.datasource.cleanup import recover_jobs
+from bkspark.datasource.writer import JOB_PARENT_ROLE, TAG_DATASET, TAG_JOB, TAG_ROLE, reserve_parent_id
 from bkspark.errors import NoSuchLedgerMetadataError
 from tests.harness.process import kill_group, wait_group_gone
 from tests.integration.test_connector_orphans import audit

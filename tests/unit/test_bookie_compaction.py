@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bkspark.errors import BookieIOError, InvalidOptionError
-from bookie_server import storage as storage_module
+from bookie_server import compaction as compaction_module
 from bkspark.config.bookie import BookieConfig
 from bookie_server.entry_logs import INDEX_KEY
 from bookie_server.gc import CompactionSchedule
@@ -88,7 +88,7 @@ def test_a_compaction_cut_off_between_its_steps_loses_nothing_and_the_next_one_f
         if step is point:
             raise OSError("cut off at " + step.value)
 
-    monkeypatch.setattr(storage_module, "crash_point", fail_at)
+    monkeypatch.setattr(compaction_module, "crash_point", fail_at)
     with pytest.raises(BookieIOError):
         storage.compact_entry_logs(0.2)
     storage.refresh_indexes()
@@ -123,7 +123,7 @@ def test_a_row_changed_between_the_copy_and_the_commit_keeps_its_new_value(
                 txn.put(rewritten_key, other)
                 rewritten.append(other)
 
-    monkeypatch.setattr(storage_module, "crash_point", meanwhile)
+    monkeypatch.setattr(compaction_module, "crash_point", meanwhile)
     storage.compact_entry_logs(0.2)
     with directory.env.begin(db=directory.index_db) as txn:
         assert txn.get(deleted_key) is None
@@ -135,15 +135,15 @@ def test_a_compaction_holds_one_batch_of_live_records_in_memory_not_the_whole_lo
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     storage, _ = mixed_log(tmp_path, live=40, doomed=400)
-    monkeypatch.setattr(storage_module, "COMPACTION_BATCH_BYTES", 64)
+    monkeypatch.setattr(compaction_module, "COMPACTION_BATCH_BYTES", 64)
     sizes: list[int] = []
-    real = storage_module.log_records
+    real = compaction_module.log_records
 
     def counting(keys: Any, entries: Any, place: Any) -> Any:
         sizes.append(len(entries))
         return real(keys, entries, place)
 
-    monkeypatch.setattr(storage_module, "log_records", counting)
+    monkeypatch.setattr(compaction_module, "log_records", counting)
     assert storage.compact_entry_logs(0.5)
     assert len(sizes) > 1 and max(sizes) <= 2
     storage.close()
@@ -224,7 +224,7 @@ def test_a_compaction_running_when_the_storage_closes_ends_instead_of_touching_a
     storage.open()
     storage.delete_ledger(0, DOOMED)
     storage.checkpoint(JournalPosition(1, 32))
-    real = storage._compact_log
+    real = compaction_module.compact_log
     compacted: list[int] = []
 
     def then_close(directory: Any, log_id: int, log_bytes: int) -> Any:
@@ -240,7 +240,7 @@ def test_a_compaction_running_when_the_storage_closes_ends_instead_of_touching_a
         return done
 
     waiting: list[threading.Thread] = []
-    monkeypatch.setattr(storage, "_compact_log", then_close)
+    monkeypatch.setattr(compaction_module, "compact_log", then_close)
     result = storage.compact_entry_logs(0.9)
     waiting[0].join(10)
     assert len(result) == 1 and compacted == [result[0].log_id]

@@ -71,7 +71,7 @@ def test_a_root_stays_small_whatever_the_datasets_size() -> None:
     the connector writes) add at most about 60 kB."""
     import uuid
 
-    from bkspark.datasource.datasets import MAX_COMMIT_KEYS
+    from bkspark.datasource.publishing import MAX_COMMIT_KEYS
 
     refs = tuple(ShardRef(f"{uuid.uuid4().hex}.{uuid.uuid4().hex[:12]}.{i}", 10_000) for i in range(20))
     assert len(ManifestRoot("events", 5, refs).to_bytes()) < 4_000
@@ -89,7 +89,7 @@ def test_a_commit_multi_with_the_most_existence_checks_fits_zookeepers_1_mb_limi
     from kazoo.protocol.serialization import CheckVersion, Create, SetData, Transaction
     from kazoo.security import OPEN_ACL_UNSAFE
 
-    from bkspark.datasource.datasets import CHECK_OP_OVERHEAD, MAX_COMMIT_KEYS, MULTI_CHECK_BYTES, checks_in_multi
+    from bkspark.datasource.publishing import CHECK_OP_OVERHEAD, MAX_COMMIT_KEYS, MULTI_CHECK_BYTES, checks_in_multi
     from bkspark.protocol import zk_paths
 
     scoped = [zk_paths.ledger_path("/ledgers", 2**63 - 1 - i, scope_id=-(2**63)) for i in range(20_000)]

@@ -11,7 +11,7 @@ import pytest
 from kazoo.exceptions import ConnectionLoss, NoNodeError, OperationTimeoutError
 
 from bkspark.datasource import clients as ds_clients
-from bkspark.datasource import writer as ds_writer
+from bkspark.datasource import cleanup as ds_cleanup
 from bkspark.errors import MetadataError
 from bkspark.metadata.retry import RECONNECT_RETRY, ZK_AUTH_FAILURES, reconnect_forever, zk_error
 from bkspark.metadata.znodes import Outcome, Znodes, on_session_lost, zk_errors_as
@@ -96,7 +96,7 @@ def test_a_cleanup_step_is_tried_three_times_under_its_policy_then_left_unfinish
     False (the job's record stays for the next write or recoverjobs)."""
     slept: list[float] = []
     monkeypatch.setattr(time, "sleep", slept.append)
-    cleaner = ds_writer.CommitCleaner.__new__(ds_writer.CommitCleaner)
+    cleaner = ds_cleanup.CommitCleaner.__new__(ds_cleanup.CommitCleaner)
     tries: list[int] = []
 
     def failing() -> None:
@@ -104,8 +104,8 @@ def test_a_cleanup_step_is_tried_three_times_under_its_policy_then_left_unfinish
         raise MetadataError("ZooKeeper away")
 
     assert cleaner._retrying("commit.published", "delete", "job-1", failing) is False
-    assert len(tries) == ds_writer.CLEANUP_ATTEMPTS == 3
-    assert slept == [ds_writer.CLEANUP_BACKOFF_SECONDS, 2 * ds_writer.CLEANUP_BACKOFF_SECONDS]
+    assert len(tries) == ds_cleanup.CLEANUP_ATTEMPTS == 3
+    assert slept == [ds_cleanup.CLEANUP_BACKOFF_SECONDS, 2 * ds_cleanup.CLEANUP_BACKOFF_SECONDS]
     tries.clear()
     outcomes = iter([MetadataError("once"), None])
 
