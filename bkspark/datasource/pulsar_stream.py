@@ -35,6 +35,8 @@ from pyspark.sql.streaming.datasource import (
 from bkspark.datasource.pulsar_options import PulsarReadOptions
 from bkspark.datasource.pulsar_stream_offsets import (
     ENTRY_START,
+    STREAM_ALIASES,
+    STREAM_OPTIONS,
     LATEST,
     PartitionView,
     Position,
@@ -50,15 +52,10 @@ from bkspark.datasource.pulsar_stream_offsets import (
 from bkspark.datasource.stream_offsets import Admission
 from bkspark.errors import InvalidOptionError
 
-__all__ = ["PulsarStreamOptions", "PulsarStreamReader", "STREAM_OPTIONS", "parse_pulsar_stream_options",
-           "pulsar_stream_reader", "pulsar_schema_of_any"]
+__all__ = ["PulsarStreamOptions", "PulsarStreamReader", "parse_pulsar_stream_options", "pulsar_stream_reader"]
 
 log = logging.getLogger(__name__)
 
-#: The options only a Pulsar stream takes (docs/pulsar.md, "Streaming"), by their names; aliases map to them.
-STREAM_OPTIONS = ("startingOffsets", "maxEntriesPerTrigger", "maxBytesPerTrigger", "maxMessagesPerTrigger",
-                  "longPollTimeoutMs")
-STREAM_ALIASES = {"maxOffsetsPerTrigger": "maxEntriesPerTrigger"}
 #: Entries read at a time on the driver to count messages for ``maxMessagesPerTrigger``.
 COUNT_READ_CHUNK = 256
 
@@ -114,23 +111,17 @@ def parse_pulsar_stream_options(options: Mapping[str, str | None]) -> tuple[Puls
     )
 
 
-def pulsar_schema_of_any(options: Mapping[str, str | None]) -> str:
-    """The DDL of a Pulsar read or stream (Spark asks the data source for it before it knows which): the read
-    options checked, the stream-only ones left to :func:`pulsar_stream_reader` (a batch read refuses them when
-    it is planned)."""
-    from bkspark.datasource.pulsar_reader import pulsar_schema
-
-    stream_only = {n.lower() for n in (*STREAM_OPTIONS, *STREAM_ALIASES)}
-    return pulsar_schema({k: v for k, v in options.items() if str(k).lower() not in stream_only})
-
-
 def pulsar_stream_reader(options: Mapping[str, str | None], schema: Any) -> "PulsarStreamReader":
-    """The stream reader of ``readStream`` on a Pulsar topic (options checked now, so a mistake fails at start)."""
-    from bkspark.datasource.pulsar_reader import _check_schema
+    """The stream reader of ``readStream`` on a Pulsar topic (options checked now, so a mistake fails at start);
+    ``value`` typed by the topics' schema as a batch read types it."""
+    from bkspark.datasource.pulsar_reader import _check_schema, value_decoder_of
 
-    _check_schema(schema)
     read, stream = parse_pulsar_stream_options(options)
-    return PulsarStreamReader(read, stream)
+    decoder = value_decoder_of(read)
+    _check_schema(schema, decoder)
+    reader = PulsarStreamReader(read, stream)
+    reader.decoder = decoder
+    return reader
 
 
 class _Driver:
@@ -274,11 +265,14 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: PulsarReadOptions, stream: PulsarStreamOptions) -> None:
         self.options = options
         self.stream = stream
+        #: Types ``value`` by the topics' schema (``pulsar_reader.value_decoder_of``); None: ``value`` is bytes.
+        self.decoder: Any = None
         self._driver: _Driver | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        """The options only: the driver's client, tails and watches stay in the process that made them."""
-        return {"options": self.options, "stream": self.stream, "_driver": None}
+        """The options and the value decoder only: the driver's client, tails and watches stay in the process
+        that made them."""
+        return {"options": self.options, "stream": self.stream, "decoder": self.decoder, "_driver": None}
 
     def _state(self) -> _Driver:
         driver = self._driver
@@ -442,7 +436,9 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         from bkspark.datasource.pulsar_reader import PulsarReader
 
-        return PulsarReader(self.options).read(partition)
+        reader = PulsarReader(self.options)
+        reader.decoder = self.decoder
+        return reader.read(partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the stream holds no subscription or cursor (Spark's checkpoint is the cursor)."""

@@ -23,9 +23,15 @@ from typing import Any, Iterable, Mapping
 from bkspark.datasource.stream_offsets import Admission, LedgerPosition, _shares
 from bkspark.errors import InvalidOptionError
 
+#: The options only a Pulsar stream takes (docs/pulsar.md, "Streaming"), by their names; aliases map to them.
+STREAM_OPTIONS = ("startingOffsets", "maxEntriesPerTrigger", "maxBytesPerTrigger", "maxMessagesPerTrigger",
+                  "longPollTimeoutMs")
+STREAM_ALIASES = {"maxOffsetsPerTrigger": "maxEntriesPerTrigger"}
+
 __all__ = [
     "LATEST", "ENTRY_START", "Position", "ReadableLedger", "PartitionView", "canonical", "positions_of",
     "parse_stream_starting_offsets", "readable_end", "entries_waiting", "grant_entries", "admit",
+    "STREAM_OPTIONS", "STREAM_ALIASES", "pulsar_schema_of_any",
 ]
 
 #: The initial offset of ``startingOffsets=latest``.
@@ -220,3 +226,14 @@ def admit(
         elif view.topic in starts:
             out[view.topic] = starts[view.topic]
     return out
+
+
+def pulsar_schema_of_any(options: Mapping[str, str | None]) -> Any:
+    """The columns of a Pulsar read or stream (Spark asks the data source for them before it knows which): the
+    read options checked, the stream-only ones left to ``pulsar_stream.pulsar_stream_reader`` (a batch read
+    refuses them when it is planned).  Here, not in ``pulsar_stream`` (which needs PySpark 4.2's streaming
+    classes), so that a batch read works on every PySpark release."""
+    from bkspark.datasource.pulsar_reader import pulsar_schema
+
+    stream_only = {n.lower() for n in (*STREAM_OPTIONS, *STREAM_ALIASES)}
+    return pulsar_schema({k: v for k, v in options.items() if str(k).lower() not in stream_only})

@@ -78,7 +78,7 @@ class BookKeeperDataSource(DataSource):
         from bkspark.datasource.pulsar_options import is_pulsar_read
 
         if is_pulsar_read(self.options):  # a Pulsar topic: docs/pulsar.md
-            from bkspark.datasource.pulsar_stream import pulsar_schema_of_any
+            from bkspark.datasource.pulsar_stream_offsets import pulsar_schema_of_any
 
             return pulsar_schema_of_any(self.options)
         from bkspark.datasource.options import parse_read_options
@@ -116,6 +116,10 @@ class BookKeeperDataSource(DataSource):
         from bkspark.datasource.pulsar_options import is_pulsar_read
 
         if is_pulsar_read(self.options):  # a Pulsar topic: docs/pulsar.md
+            from bkspark.datasource.spark_features import ADMISSION_CONTROL, require
+
+            require(ADMISSION_CONTROL, "readStream on a Pulsar topic", "4.2",
+                    "read the topic with spark.read, or run the stream on a newer Spark")
             from bkspark.datasource.pulsar_stream import pulsar_stream_reader
 
             return pulsar_stream_reader(self.options, schema)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bkspark.datasource.pulsar_stream import STREAM_ALIASES, STREAM_OPTIONS, parse_pulsar_stream_options
+from bkspark.datasource.pulsar_stream import parse_pulsar_stream_options
+from bkspark.datasource.pulsar_stream_offsets import STREAM_ALIASES, STREAM_OPTIONS
 from bkspark.datasource.pulsar_stream_offsets import (
     LATEST,
     PartitionView,
@@ -105,3 +106,26 @@ def test_docs_streaming_table_lists_exactly_the_stream_options() -> None:
     assert set(documented) == set(STREAM_OPTIONS)
     for alias, name in STREAM_ALIASES.items():
         assert f"`{alias}`" in documented[name]
+
+
+def test_a_pulsar_stream_needs_admission_control_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before PySpark 4.2 (no ``pyspark.sql.streaming.datasource``) readStream on a topic fails as it starts,
+    naming the release (docs/connector.md, "Spark versions"), before any client or ZooKeeper is touched."""
+    from bkspark.datasource import spark_features
+    from bkspark.datasource.source import BookKeeperDataSource
+
+    monkeypatch.setattr(spark_features, "ADMISSION_CONTROL", False)
+    source = BookKeeperDataSource({"metadataServiceUri": "zk://127.0.0.1:1/ledgers", "topic": "persistent://a/b/c"})
+    with pytest.raises(InvalidOptionError, match=r"\[BOOKKEEPER_SPARK_VERSION\] readStream on a Pulsar topic needs "
+                                                 r"PySpark 4\.2"):
+        source.streamReader(None)
+
+
+def test_a_pulsar_read_plans_without_the_stream_module() -> None:
+    """``schema()`` of a Pulsar read comes from a module that imports no PySpark 4.2 streaming class, so batch
+    reads of topics work on PySpark 4.0 and 4.1 (the stream module needs them)."""
+    import ast
+
+    source = Path(__file__).resolve().parents[2] / "bkspark" / "datasource" / "pulsar_stream_offsets.py"
+    imported = {node.module for node in ast.walk(ast.parse(source.read_text())) if isinstance(node, ast.ImportFrom)}
+    assert "pyspark.sql.streaming.datasource" not in imported and "bkspark.datasource.pulsar_stream" not in imported
