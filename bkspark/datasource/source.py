@@ -134,11 +134,13 @@ class BookKeeperDataSource(DataSource):
         from bkspark.datasource.options import parse_write_options
         from bkspark.datasource.writer import BookKeeperWriter
 
-        # Before any ledger id is reserved: a column the writer would not keep fails the save() here.
+        # Before any ledger id is reserved: a missing payload column, then a column the writer would not keep,
+        # fails the save() here.
+        payload = _payload_column(schema)
         columns = row_columns(schema)
         # A dataset column routes the rows only without the dataset option, which wins as Kafka's topic option does.
         options = parse_write_options(self.options, routed=columns.dataset_index is not None)
-        writer = BookKeeperWriter(options, *_payload_column(schema), overwrite, row_columns=columns)
+        writer = BookKeeperWriter(options, *payload, overwrite, row_columns=columns)
         writer.reserve_parent()  # here, on the driver: the tasks get the id with the pickled writer
         return writer
 
@@ -150,11 +152,10 @@ class BookKeeperDataSource(DataSource):
         """
         from bkspark.datasource.stream_writer import BookKeeperStreamWriter, parse_stream_write_options
 
+        payload = _payload_column(schema)  # the missing payload first, as for df.write
         columns = row_columns(schema)
         options, checkpoint = parse_stream_write_options(self.options, routed=columns.dataset_index is not None)
-        return BookKeeperStreamWriter(
-            options, *_payload_column(schema), checkpoint, complete=overwrite, row_columns=columns
-        )
+        return BookKeeperStreamWriter(options, *payload, checkpoint, complete=overwrite, row_columns=columns)
 
 
 def _payload_column(schema: Any) -> tuple[int, bool]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bkspark.client import BookKeeper
+from bkspark.errors import BKError
 from tests.campaign.cluster import CLIENT_CONF, JAVA_CLIENT_CONF, JAVA_VERSION, BookieRef, CampaignCluster
 from tests.campaign.history import History, check
 from tests.campaign.spark_jobs import SparkRunner, plan_spark_job
@@ -217,7 +218,7 @@ class _Run:
                 rh = bk.open_ledger(lid, recovery=True)
                 last = rh.last_add_confirmed
                 self.history.log(process, "ok", "recover", lid, last)
-                self._log_read(process, lid, rh.read(0, last) if last >= 0 else [], last)
+                self._log_read(process, lid, _read_when_back(rh, last) if last >= 0 else [], last)
         else:
             events = self._java("recover", "--ledger", str(lid), "--digest", "CRC32C", "--password", "")
             last = int(next(e for e in events if e["event"] == "recovered")["last_entry_id"])
@@ -445,6 +446,25 @@ SPARK_OPTIONS = {f"bookkeeper.{k}": str(v).lower() if isinstance(v, bool) else v
     "writeQuorumSize": 2,
     "ackQuorumSize": 2,
 }
+
+
+#: How long a read waits for a replica that a fault took away (a power-cut bookie is down for at most 1.5 s, then
+#: restarts and replays its journal; a reader of a real cluster would wait for it as well).
+READ_BACK_DEADLINE_S = 120.0
+
+
+def _read_when_back(rh: Any, last: int) -> list[Any]:
+    """Entries ``0..last``, read again while the error is retriable (every replica of some entry down at once: a
+    power cut on two bookies of a write quorum) until the bookies are back; an error that is not retriable, or
+    one past the deadline, is raised."""
+    deadline = time.monotonic() + READ_BACK_DEADLINE_S
+    while True:
+        try:
+            return list(rh.read(0, last))
+        except BKError as exc:
+            if not exc.retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def run_schedule(
