@@ -363,7 +363,8 @@ def test_a_broker_restart_in_the_middle_of_a_stream(
 def test_bad_stream_options_fail_clearly(spark: Any, pulsar: PulsarStandalone) -> None:  # noqa: F811
     """A mistake in a stream's options fails the query as it starts, naming the option (each option's checks:
     tests/unit/test_pulsar_stream_offsets.py)."""
-    query = stream(spark, pulsar, topic=f"{NS}/x", endingOffsets="latest").writeStream.format("noop").start()
+    produce(pulsar, f"{NS}/bad-options", 1)  # load() finds the topic and its schema in Pulsar's metadata
+    query = stream(spark, pulsar, topic=f"{NS}/bad-options", endingOffsets="latest").writeStream.format("noop").start()
     try:
         with pytest.raises(Exception, match="endingOffsets"):
             query.awaitTermination(300)
