@@ -123,6 +123,24 @@ def _arrow_schema(decoder: "ValueDecoder | None") -> "pa.Schema":
     return arrow_schema_utc(spark_schema(decoder))
 
 
+#: The largest time in ms whose µs fit the int64 of an Arrow timestamp, and the largest sequence id (a Java long):
+#: a message past either is malformed (its fields are uint64 in Pulsar's protobuf).
+MAX_TIME_MS = (2**63 - 1) // 1000
+MAX_SEQUENCE_ID = 2**63 - 1
+
+
+def _check_ranges(ledger_id: int, entry_id: int, times: "list[int]", sequence_id: int) -> None:
+    """A :class:`PulsarEntryError` naming the entry when a time or sequence id cannot be a column value (rather
+    than Arrow's untyped overflow when the batch is built)."""
+    from bkspark.pulsar.errors import PulsarEntryError
+
+    if max(times) > MAX_TIME_MS or sequence_id > MAX_SEQUENCE_ID:
+        raise PulsarEntryError(
+            f"a message of ledger {ledger_id} entry {entry_id} has a publish or event time past {MAX_TIME_MS} ms "
+            f"({max(times)}) or a sequence id past 2^63 - 1 ({sequence_id})"
+        )
+
+
 def _empty_maps(count: int, map_type: "pa.DataType") -> "pa.Array":
     """``count`` empty maps, built from their offsets (all 0) instead of ``count`` Python lists."""
     import numpy as np
@@ -297,6 +315,7 @@ class MessageColumns:
         first_chunk: tuple[int, int] | None = None,
     ) -> None:
         self._close_run()
+        _check_ranges(ledger_id, entry_id, [message.publish_time, message.event_time], message.sequence_id)
         value = message.value
         if self.decoder is not None:
             where = f"the message at ledger {ledger_id} entry {entry_id} batch index {message.batch_index} of {topic}"
@@ -335,6 +354,17 @@ class MessageColumns:
         kept = count if indexes is None else len(indexes)
         if kept == 0:
             return True
+        times = [md.publish_time, md.event_time]
+        if event_times is not None:
+            times.append(max((e for e in event_times if e is not None), default=0))
+        if sequence_ids is None:
+            largest_sequence = md.sequence_id + count - 1
+        elif None not in sequence_ids:
+            largest_sequence = max(sequence_ids)
+        else:  # the message's own, else the entry's plus its batch index: as _sequence_ids makes them
+            positions = range(count) if indexes is None else indexes
+            largest_sequence = max(md.sequence_id + i if q is None else q for i, q in zip(positions, sequence_ids))
+        _check_ranges(ledger_id, entry_id, times, largest_sequence)
         self._close_lists()
         if self._run is None:
             self._run = _SplitRun()

@@ -227,3 +227,16 @@ def test_batch_message_ids_equal_protobufs(partition: int, batch_size: int) -> N
     assert batch_message_ids(ledger, entry, partition, range(batch_size), batch_size) == want
     some = [0, batch_size - 1]
     assert batch_message_ids(ledger, entry, partition, some, batch_size) == [want[i] for i in some]
+
+
+@pytest.mark.parametrize("field", ["event_time", "sequence_id"])
+def test_a_time_or_sequence_id_past_the_columns_range_is_a_typed_error_both_ways(field: str) -> None:
+    """Pulsar's fields are uint64: a time whose µs do not fit Arrow's int64 timestamp, or a sequence id past a
+    Java long, names the entry on both paths instead of failing the batch's build with Arrow's overflow."""
+    big = {"event_time": 2**62, "sequence_id": 2**63 + 5}[field]
+    data = _entry([_record(SingleMessageMetadata(payload_size=1, **{field: big}), b"x")])
+    parsed = parse_entry(data)
+    with pytest.raises(PulsarEntryError, match="ledger 7 entry 3"):
+        MessageColumns().add_batch(parsed, TOPIC, -1, 7, 3)
+    with pytest.raises(PulsarEntryError, match="ledger 7 entry 3"):
+        MessageColumns().add(entry_messages(parsed)[0], TOPIC, -1, 7, 3)
