@@ -52,21 +52,8 @@ def make_entries(messages: int, batch: int, size: int) -> list[bytes]:
 
 
 def decode(entries: list[bytes], compiled: bool) -> int:
-    """The reader's loop (bkspark/datasource/pulsar_reader.py) without the client: rows decoded."""
-    from bkspark.datasource.pulsar_reader import ROWS_PER_BATCH
-    from bkspark.pulsar.columns import MessageColumns
-    from bkspark.pulsar.entry import entry_messages, parse_entry
-
-    columns, rows = MessageColumns(), 0
-    for entry_id, data in enumerate(entries):
-        entry = parse_entry(data)
-        if not (compiled and columns.add_batch(entry, TOPIC, -1, 1, entry_id)):
-            for message in entry_messages(entry):
-                columns.add(message, TOPIC, -1, 1, entry_id)
-        if len(columns) >= ROWS_PER_BATCH:
-            rows += columns.batch().num_rows
-            columns.clear()
-    return rows + (columns.batch().num_rows if len(columns) else 0)
+    """Rows decoded from ``entries`` by the reader's loop, without the client."""
+    return sum(batch.num_rows for batch in decoded_batches(entries, compiled))
 
 
 def spark_ceiling(messages: int, batch: int, size: int, cores: int, rounds: int) -> list[float]:
@@ -119,16 +106,21 @@ def spark_ceiling(messages: int, batch: int, size: int, cores: int, rounds: int)
     return rates
 
 
-def decoded_batches(entries: list[bytes]):  # type: ignore[no-untyped-def]
-    """The compiled path's Arrow batches of ``entries``, as the reader yields them."""
+def decoded_batches(entries: list[bytes], compiled: bool = True):  # type: ignore[no-untyped-def]
+    """The Arrow batches the reader's loop (bkspark/datasource/pulsar_reader.py) yields for ``entries``: by the
+    compiled split, or with ``compiled`` False by the pure-Python reference message by message."""
     from bkspark.datasource.pulsar_reader import ROWS_PER_BATCH
     from bkspark.pulsar.columns import MessageColumns
-    from bkspark.pulsar.entry import parse_entry
+    from bkspark.pulsar.entry import entry_messages, parse_entry
 
     columns = MessageColumns()
     for entry_id, data in enumerate(entries):
-        if not columns.add_batch(parse_entry(data), TOPIC, -1, 1, entry_id):
-            raise RuntimeError("the compiled split handed a bench entry back")
+        entry = parse_entry(data)
+        if not (compiled and columns.add_batch(entry, TOPIC, -1, 1, entry_id)):
+            if compiled:
+                raise RuntimeError("the compiled split handed a bench entry back")
+            for message in entry_messages(entry):
+                columns.add(message, TOPIC, -1, 1, entry_id)
         if len(columns) >= ROWS_PER_BATCH:
             yield columns.batch()
             columns.clear()

@@ -31,6 +31,9 @@ FAULT_KINDS = ("link_down", "drop_to_bookie", "drop_from_bookie", "zk_cut", "rac
 CLIENT_CONF = {"addEntryTimeoutSec": 2, "readEntryTimeoutSec": 2, "speculativeReadTimeout": 300, "zkTimeout": 60}
 #: ``CAMPAIGN_NETNS_LONG=1``: faults last 30 to 45 s (longer than every client timeout), not 0.5 to 3 s.
 LONG_FAULTS = os.environ.get("CAMPAIGN_NETNS_LONG", "") not in ("", "0")
+#: The range a fault's hold time is drawn from (seconds), long and short: the plan's own numbers.
+LONG_FAULT_HOLD_S = (30.0, 45.0)
+SHORT_FAULT_HOLD_S = (0.5, 3.0)
 #: Seconds after which an add that neither completed nor failed counts as hung (every fault is lifted by then).
 ADD_HANG_SECONDS = 120.0
 
@@ -67,7 +70,7 @@ def plan_netns_schedule(seed: int, bookies: int, racks: int, long_faults: bool =
     faults: list[tuple[float, str, dict[str, Any]]] = []
     for _ in range(rng.randint(1, 3)):
         kind = rng.choice(FAULT_KINDS)
-        duration = rng.uniform(30.0, 45.0) if long_faults else rng.uniform(0.5, 3.0)
+        duration = rng.uniform(*(LONG_FAULT_HOLD_S if long_faults else SHORT_FAULT_HOLD_S))
         params: dict[str, Any] = {"duration": duration, "bookie": rng.randrange(bookies)}
         if kind == "rack_cut":
             params["rack"] = params["bookie"] + 1
