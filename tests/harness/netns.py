@@ -473,6 +473,8 @@ class Testbed:
         """
         h = self.hosts[host]
         self._check_packet_fault(kind, probability, delay_ms, jitter_ms, direction)
+        if not (h.packet_rules or h.packet_handlers or h.netem_kind):
+            h.packet_report = {}  # the first fault since the last heal: a new report
         if direction == "out" and netem_unavailable_reason() is None:
             self._ns(h.namespace, "tc", "qdisc", "replace", "dev", "eth0", "root", "netem",
                      *_netem_spec(kind, probability, delay_ms, jitter_ms))
@@ -533,7 +535,7 @@ class Testbed:
         return handler
 
     def packet_report(self, host: str) -> dict[str, dict[str, float]]:
-        """What each packet fault of ``host`` lifted by the last :meth:`heal` did, by kind: ``lost``, ``duplicated``
+        """What each packet fault of ``host`` lifted by the last :meth:`heal` did (empty while one is on), by kind: ``lost``, ``duplicated``
         (iptables' rule counters), the queue handler's ``queued``/``held``/``reordered``/``corrupted``/
         ``median_hold_ms``, or netem's ``sent``/``dropped`` (``tc -s qdisc``)."""
         return self.hosts[host].packet_report

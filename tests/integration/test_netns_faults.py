@@ -316,7 +316,8 @@ def test_packet_faults_at_a_bookie_lose_nothing(packet_cluster: NetnsCluster, na
     grew = {k: after[k] - before[k] for k in ("Tcp.RetransSegs", "Tcp.InCsumErrors", "TcpExt.TCPOFOQueue", "TcpExt.TCPDSACKOldSent")}
     print(f"{name}: {report} tcp {grew} adds {len(writer.fault_span)} during the fault, median latency "
           f"{writer.median_latency_ms(writer.fault_span)} ms (after the heal "
-          f"{writer.median_latency_ms(range(writer.fault_span.stop, writer.count))} ms)")
+          f"{writer.median_latency_ms(range(writer.fault_span.stop, writer.count))} ms), "
+          f"{len(writer.lh.metadata.ensembles)} ensemble(s)")
     assert report[own] > 0, report
     assert after[tcp_counter] > before[tcp_counter], grew
     assert check(history) == []
