@@ -89,7 +89,7 @@ def flow_of(packet: bytes) -> tuple[int, ...]:
     header = (packet[0] & 0x0F) * 4
     key: tuple[int, ...] = (protocol, *packet[12:20])
     if protocol in (6, 17) and len(packet) >= header + 4:
-        key += (int.from_bytes(packet[header : header + 2], "big"), int.from_bytes(packet[header + 2 : header + 4], "big"))
+        key += tuple(int.from_bytes(packet[at : at + 2], "big") for at in (header, header + 2))
     return key
 
 
