@@ -120,6 +120,20 @@ def client_settings(options: PulsarReadOptions) -> dict[str, Any]:
     return client_conf(options.client_conf, batch_read_enabled=options.batch_read_enabled, metadataReadOnly=True)
 
 
+def _registry_refresh(bk: Any, options: PulsarReadOptions, topic: str) -> Any:
+    """The decoder's way to the registry from this process (``ValueDecoder.refresh``): a version registered
+    after the query was planned is found there (docs/pulsar.md, "Schemas")."""
+    from bkspark.datasource.clients import client_root, client_zk
+    from bkspark.pulsar.schemas import load_topic_schema
+    from bkspark.pulsar.topics import parse_topic_name, pulsar_root_of
+
+    def refresh() -> Any:
+        return load_topic_schema(client_zk(bk), bk, pulsar_root_of(client_root(bk)), parse_topic_name(topic),
+                                 digest_type=options.digest_type, password=options.password)
+
+    return refresh
+
+
 def data_loss(options: PulsarReadOptions, topic: str, ledger_id: int, why: str) -> Exception | None:
     """The error to raise for a ledger of ``topic`` the bookies cannot give (``failOnDataLoss`` true), else None."""
     from bkspark.pulsar.errors import PulsarDataLossError
@@ -235,6 +249,8 @@ class PulsarReader(DataSourceReader):
         opts = self.options
         settings = client_settings(opts)
         bk = get_client(opts.metadata_service_uri, settings)
+        if self.decoder is not None:
+            self.decoder.refresh = _registry_refresh(bk, opts, self.decoder.schema.topic)
         columns = MessageColumns(self.decoder)
         try:
             assemblers: dict[str, ChunkAssembler] = {}
