@@ -211,17 +211,38 @@ def test_bad_batches_and_codecs_fail_clearly() -> None:
         decompress(9, b"x", 1)
 
 
-def test_chunks_missing_their_start_are_an_error_or_skipped() -> None:
+def test_a_message_belongs_to_the_scan_of_its_last_chunk_which_reads_back_for_the_rest() -> None:
+    """A scan that starts after a message's first chunk asks ``earlier`` for the chunks before it when it reaches
+    the last one (the message is then whole, with chunk 0's position); without them it is an error; a scan that ends
+    before the last chunk leaves the message pending (the next scan gives it); chunks out of order are an error."""
     entries = PLAIN["persistent://public/default/chunked-lz4"]["entries"]
     chunks = [(parse_entry(e["data"]), (e["ledger"], e["entry"])) for e in entries if parse_entry(e["data"]).is_chunk]
     assert len(chunks) == 3
+    whole = ChunkAssembler()
+    assert whole.add(*chunks[0]) is None and whole.add(*chunks[1]) is None
+    message, first = whole.add(*chunks[2])
+    assert first == chunks[0][1]
     with pytest.raises(PulsarChunkError, match="without the chunks before it"):
-        ChunkAssembler().add(*chunks[1])
-    assembler = ChunkAssembler()
-    assert assembler.add(*chunks[1], orphan_ok=True) is None and assembler.add(*chunks[2], orphan_ok=True) is None
+        ChunkAssembler().add(*chunks[2])
+    asked: list[tuple[str, str, int]] = []
+
+    def earlier(producer: str, uuid: str, count: int) -> Any:
+        asked.append((producer, uuid, count))
+        return chunks[0][1], [bytes(chunks[0][0].payload)]
+
+    late = ChunkAssembler()
+    assert late.add(*chunks[1], earlier=earlier) is None and asked == []
+    again, again_first = late.add(*chunks[2], earlier=earlier)
+    md = chunks[0][0].metadata
+    assert asked == [(md.producer_name, md.uuid, 1)] and late.pending == []
+    assert (again.value, again_first) == (message.value, first)
+    with pytest.raises(PulsarChunkError, match="without the chunks before it"):
+        ChunkAssembler().add(*chunks[2], earlier=lambda *_: None)
     partial = ChunkAssembler()
     partial.add(*chunks[0])
-    assert [p[1] for p in partial.pending] == [chunks[0][0].metadata.uuid]
+    assert [p[1:] for p in partial.pending] == [(chunks[0][0].metadata.uuid, chunks[0][1])]
+    with pytest.raises(PulsarChunkError, match="out of order"):
+        partial.add(*chunks[2])
 
 
 def test_columns_build_one_arrow_batch() -> None:
