@@ -642,3 +642,64 @@ def test_a_compacted_topic_reads_its_whole_history_not_the_compacted_ledger(spar
     rows = read(spark, pulsar, topic=topic)
     assert_rows_equal_reader(rows, oracle)
     assert compacted not in {r["__ledgerId"] for r in rows}
+
+
+@pytest.mark.spark_matrix
+def test_a_scan_on_this_spark_release_and_the_stream_where_spark_has_admission_control(
+    spark: Any, pulsar: PulsarStandalone, tmp_path: Path,
+) -> None:
+    """On each PySpark release of `make spark-matrix` (4.0 on; docs/pulsar.md, "Spark versions"): a scan of a
+    partitioned topic of LZ4 batches equals Pulsar's Reader, and an AVRO topic reads as typed columns equal to the
+    Reader's values; readStream on a topic runs where PySpark has admission control (4.2 on) and elsewhere fails
+    as the query starts with [BOOKKEEPER_SPARK_VERSION] naming the release that has it."""
+    import pulsar as pulsar_client
+    from pulsar.schema import AvroSchema, Double, Integer, Record, String
+
+    from bkspark.datasource.spark_features import ADMISSION_CONTROL, PYSPARK_VERSION
+
+    assert spark.version == PYSPARK_VERSION
+    topic = f"{NS}/matrix-parted"
+    pulsar.admin("PUT", "/admin/v2/persistent/public/default/matrix-parted/partitions", 2)
+    produce(pulsar, topic, 40, batching=True, codec="LZ4")
+    assert_rows_equal_reader(read(spark, pulsar, topic=topic), reader_messages(pulsar.service_url, topic))
+
+    class Reading(Record):
+        name = String()
+        count = Integer()
+        score = Double()
+
+    avro_topic = f"{NS}/matrix-avro"
+    client = pulsar_client.Client(pulsar.service_url)
+    try:
+        producer = client.create_producer(avro_topic, schema=AvroSchema(Reading), batching_enabled=True,
+                                          batching_max_publish_delay_ms=20)
+        for i in range(12):
+            producer.send_async(Reading(name=f"r{i}", count=i, score=i / 8), lambda result, msg_id: None)
+        producer.flush()
+        producer.close()
+    finally:
+        client.close()
+    want = [((v.name, v.count, v.score), where)
+            for v, where in _schema_reader_values(pulsar, avro_topic, AvroSchema(Reading))]
+    schema, rows = _typed_rows(spark, pulsar, avro_topic)
+    assert schema.fieldNames()[:4] == ["name", "count", "score", "__key"]
+    assert [((r["name"], r["count"], r["score"]), (r["__ledgerId"], r["__entryId"], r["__batchIndex"]))
+            for r in rows] == want and len(want) == 12
+
+    got: list[Any] = []
+    query = (spark.readStream.format("bookkeeper").option("metadataServiceUri", pulsar.metadata_service_uri)
+             .option("topic", avro_topic).load().writeStream
+             .foreachBatch(lambda df, _batch: got.extend(df.select("name").collect()))
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    try:
+        if ADMISSION_CONTROL:
+            assert query.awaitTermination(300)
+            assert query.exception() is None and sorted(r.name for r in got) == sorted(v[0][0] for v in want)
+        else:
+            with pytest.raises(Exception) as refused:
+                query.awaitTermination(300)
+            message = str(refused.value)
+            assert "[BOOKKEEPER_SPARK_VERSION]" in message and "PySpark 4.2" in message
+            assert f"this is PySpark {PYSPARK_VERSION}" in message and got == []
+    finally:
+        query.stop()
