@@ -28,8 +28,9 @@ __all__ = [
 ROWS_PER_BATCH = 8192
 #: Value bytes of one Arrow batch at most (a batch's binary column has int32 offsets).
 BYTES_PER_BATCH = 64 * 1024 * 1024
-#: Entries read at a time, going back from a slice's start, for the chunks of a message whose last chunk it holds.
-CHUNK_READ_BACK = 64
+#: Entries read at a time, going back from a slice's start, for the chunks of a message whose last chunk it holds
+#: (a chunk is up to the broker's maxMessageSize, 5 MiB by default; a message's chunks are usually adjacent).
+CHUNK_READ_BACK = 8
 #: The earlier ledgers of its partition a slice reads back through for such chunks (a chunked message spans a few
 #: entries; a ledger holds thousands).
 CHUNK_LEDGERS_BACK = 16
