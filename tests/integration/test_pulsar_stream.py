@@ -25,6 +25,8 @@ from tests.integration.test_pulsar_read import (  # noqa: F401 - the module's br
     produce,
     pulsar,
     reader_messages,
+    send_chunked,
+    send_with_schema,
     spark,
 )
 
@@ -402,7 +404,6 @@ def test_a_typed_stream_across_a_schema_version_and_a_restart(
     topic the same way through the stream reader's own driver and task code, restarted from a mid offset."""
     import types
 
-    import pulsar as pulsar_client
     from pulsar.schema import AvroSchema, Double, Integer, JsonSchema, Record, String
 
     def reading(with_unit: bool) -> Any:
@@ -414,16 +415,7 @@ def test_a_typed_stream_across_a_schema_version_and_a_restart(
     v1, v2 = reading(False), reading(True)
 
     def send(topic: str, schema: Any, values: list[Any], batching: bool) -> None:
-        client = pulsar_client.Client(pulsar.service_url)
-        try:
-            producer = client.create_producer(topic, schema=schema, batching_enabled=batching,
-                                              batching_max_publish_delay_ms=20)
-            for value in values:
-                producer.send_async(value, lambda result, msg_id: None)
-            producer.flush()
-            producer.close()
-        finally:
-            client.close()
+        send_with_schema(pulsar, topic, schema, values, batching=batching)
 
     def oracle(topic: str, kind: Any, record: Any) -> list[tuple[dict[str, Any], tuple[int, int, int]]]:
         """The Reader's values decoded with ``kind(record)`` (each message's own version resolved into it)."""
@@ -501,24 +493,14 @@ def test_chunked_messages_in_a_stream_whole_once_across_ledgers_and_micro_batche
     restarted from any of those offsets (inside a chunked message too) gives exactly the messages after it."""
     import random
 
-    import pulsar as pulsar_client
-
     from bkspark.pulsar.proto.PulsarApi_pb2 import MessageIdData
 
     topic = f"{NS}/stream-chunked"
     rng = random.Random(2)
-    client = pulsar_client.Client(pulsar.service_url)
-    try:
-        producer = client.create_producer(topic, batching_enabled=False, chunking_enabled=True,
-                                          compression_type=pulsar_client.CompressionType.LZ4)
-        for i in range(19):  # entries 0..18 of the first ledger
-            producer.send(f"small {i}".encode())
-        for size in (150_000, 70_000, 200_000):  # chunks from entry 19 on: the first message crosses the roll
-            producer.send(rng.randbytes(size), properties={"size": str(size)})
-            producer.send(b"between")
-        producer.close()
-    finally:
-        client.close()
+    # entries 0..18 of the first ledger, then chunks from entry 19 on: the first big message crosses the roll
+    send_chunked(pulsar, topic, [(f"small {i}".encode(), {}) for i in range(19)] + [
+        message for size in (150_000, 70_000, 200_000)
+        for message in ((rng.randbytes(size), {"properties": {"size": str(size)}}), (b"between", {}))])
     oracle = reader_messages(pulsar.service_url, topic)
     assert [len(m["value"]) for m in oracle[19:]] == [150_000, 7, 70_000, 7, 200_000, 7]
     firsts = [MessageIdData.FromString(m["message_id"]) for m in oracle[19::2]]
