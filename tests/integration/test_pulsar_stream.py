@@ -546,6 +546,7 @@ def test_a_partition_added_to_a_running_stream_is_read_from_its_earliest(
     topic = f"{NS}/stream-grows"
     pulsar.admin("PUT", "/admin/v2/persistent/public/default/stream-grows/partitions", 2)
     produce(pulsar, topic, 20)
+    reader_messages(pulsar.service_url, topic)  # returns once the bookies' LAC covers them
     reader = stream_reader(pulsar, topic=topic, longPollTimeoutMs="200")
     try:
         batches, end = drain_all(reader, reader.initialOffset())
