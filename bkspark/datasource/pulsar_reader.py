@@ -28,18 +28,23 @@ __all__ = [
 ROWS_PER_BATCH = 8192
 #: Value bytes of one Arrow batch at most (a batch's binary column has int32 offsets).
 BYTES_PER_BATCH = 64 * 1024 * 1024
-#: Entries read past a slice's end at a time to complete a chunked message begun inside it.
-CHUNK_READ_AHEAD = 64
+#: Entries read at a time, going back from a slice's start, for the chunks of a message whose last chunk it holds
+#: (a chunk is up to the broker's maxMessageSize, 5 MiB by default; a message's chunks are usually adjacent).
+CHUNK_READ_BACK = 8
+#: The earlier ledgers of its partition a slice reads back through for such chunks (a chunked message spans a few
+#: entries; a ledger holds thousands).
+CHUNK_LEDGERS_BACK = 16
 
 
 @dataclass(frozen=True)
 class PulsarSlice(LedgerSlice):
     """Entries ``first_entry..last_entry`` of one ledger of a topic (a :class:`LedgerSlice` that knows its topic;
-    ``last_readable`` bounds the read past ``last_entry`` that completes a chunked message)."""
+    ``previous_ledgers``, nearest first, are where it reads back for the first chunks of a chunked message whose
+    last chunk it holds)."""
 
     topic: str = ""
     partition: int = -1
-    last_readable: int = -1
+    previous_ledgers: tuple[int, ...] = ()
     #: Rows at positions (ledger, entry, batch index) before ``start`` or from ``end`` on are left out
     #: (``startingOffsets``, ``endingOffsets``).
     start: tuple[int, int, int] | None = None
@@ -118,6 +123,20 @@ def client_settings(options: PulsarReadOptions) -> dict[str, Any]:
     from bkspark.datasource.clients import client_conf
 
     return client_conf(options.client_conf, batch_read_enabled=options.batch_read_enabled, metadataReadOnly=True)
+
+
+def _registry_refresh(bk: Any, options: PulsarReadOptions, topic: str) -> Any:
+    """The decoder's way to the registry from this process (``ValueDecoder.refresh``): a version registered
+    after the query was planned is found there (docs/pulsar.md, "Schemas")."""
+    from bkspark.datasource.clients import client_root, client_zk
+    from bkspark.pulsar.schemas import load_topic_schema
+    from bkspark.pulsar.topics import parse_topic_name, pulsar_root_of
+
+    def refresh() -> Any:
+        return load_topic_schema(client_zk(bk), bk, pulsar_root_of(client_root(bk)), parse_topic_name(topic),
+                                 digest_type=options.digest_type, password=options.password)
+
+    return refresh
 
 
 def data_loss(options: PulsarReadOptions, topic: str, ledger_id: int, why: str) -> Exception | None:
@@ -203,8 +222,8 @@ class PulsarReader(DataSourceReader):
                     max_bytes_per_partition=opts.max_bytes_per_partition,
                 ):
                     base = {f.name: getattr(piece, f.name) for f in fields(LedgerSlice)}
-                    slices.append(PulsarSlice(**base, topic=topic, partition=part.partition, last_readable=last,
-                                              start=start, end=end))
+                    slices.append(PulsarSlice(**base, topic=topic, partition=part.partition, start=start, end=end,
+                                              previous_ledgers=previous_ledgers(ledgers, ledger_id)))
         return plan_partitions(
             slices, opts.max_entries_per_partition, min_partitions=opts.min_partitions,
             max_partitions=opts.max_partitions, max_bytes_per_partition=opts.max_bytes_per_partition,
@@ -235,13 +254,14 @@ class PulsarReader(DataSourceReader):
         opts = self.options
         settings = client_settings(opts)
         bk = get_client(opts.metadata_service_uri, settings)
+        if self.decoder is not None:
+            self.decoder.refresh = _registry_refresh(bk, opts, self.decoder.schema.topic)
         columns = MessageColumns(self.decoder)
         try:
-            assemblers: dict[str, ChunkAssembler] = {}
             for part in slices:
                 assert isinstance(part, PulsarSlice)
-                assembler = assemblers.setdefault(part.topic, ChunkAssembler())
-                for _ in self._read_slice(bk, part, columns, assembler):
+                # one per slice: a slice gives the messages whose last chunk it holds, whatever else it is packed with
+                for _ in self._read_slice(bk, part, columns, ChunkAssembler()):
                     yield columns.batch()
                     columns.clear()
             if len(columns):
@@ -283,7 +303,9 @@ class PulsarReader(DataSourceReader):
                     next_entry += 1
                     entry = parse_entry(payload)
                     if entry.is_chunk:
-                        done = assembler.add(entry, (part.ledger_id, entry_id), orphan_ok=part.first_entry > 0)
+                        done = assembler.add(entry, (part.ledger_id, entry_id),
+                                             earlier=lambda producer, uuid, count: self._chunks_before(
+                                                 bk, part, producer, uuid, count))
                         if done is not None and part.keeps(entry_id, -1) and self._in_time_range(
                                 done[0].publish_time):
                             message, first = done
@@ -297,39 +319,44 @@ class PulsarReader(DataSourceReader):
                         yield None
             if next_entry != part.last_entry + 1:
                 raise _gap(part, next_entry, None)
-            yield from self._finish_chunks(handle, part, columns, assembler)
         finally:
             handle.close()
 
-    def _finish_chunks(self, handle: Any, part: PulsarSlice, columns: Any, assembler: Any) -> Iterator[None]:
-        """Read past the slice's end for the chunks of messages begun in it (only those chunks: the rest belongs to
-        the next slice); a message whose chunks run past the ledger's end is a :class:`PulsarChunkError`."""
+    def _chunks_before(self, bk: Any, part: PulsarSlice, producer: str, uuid: str,
+                       count: int) -> tuple[tuple[int, int], list[bytes]] | None:
+        """Chunks ``0..count-1`` of one message, read back from the slice's start through the earlier ledgers of
+        its partition: (chunk 0's position, their payloads), None when they are not there (deleted)."""
+        from bkspark.errors import NoSuchLedgerMetadataError
         from bkspark.pulsar.entry import parse_entry
-        from bkspark.pulsar.errors import PulsarChunkError
 
-        next_entry = part.last_entry + 1
-        while assembler.pending and next_entry <= part.last_readable:
-            wanted = {(producer, uuid) for producer, uuid, _ in assembler.pending}
-            last = min(part.last_readable, next_entry + CHUNK_READ_AHEAD - 1)
-            for batch in handle.read_batches(next_entry, last, batch_size=CHUNK_READ_AHEAD, batch=True):
-                for entry_id, payload in _entries(batch):
-                    entry = parse_entry(payload)
-                    md = entry.metadata
-                    if entry.is_chunk and (md.producer_name, md.uuid) in wanted:
-                        done = assembler.add(entry, (part.ledger_id, entry_id))
-                        if done is not None and part.keeps(entry_id, -1) and self._in_time_range(
-                                done[0].publish_time):
-                            message, first = done
-                            columns.add(message, part.topic, part.partition, part.ledger_id, entry_id, first)
-            next_entry = last + 1
-            yield None
-        if assembler.pending and part.last_entry == part.last_readable:
-            producer, uuid, (ledger_id, entry_id) = assembler.pending[0]
-            raise PulsarChunkError(
-                f"chunked message uuid={uuid!r} of producer {producer!r} in topic {part.topic} begins at ledger "
-                f"{ledger_id} entry {entry_id} but its last chunk is not in the ledger's readable entries (its "
-                "chunks run into the next ledger, or are not written yet); see docs/pulsar.md, 'Chunked messages'"
-            )
+        found: dict[int, tuple[tuple[int, int], bytes]] = {}
+        places = [(part.ledger_id, part.first_entry - 1)] + [(lid, None) for lid in part.previous_ledgers]
+        for ledger_id, last in places:
+            if last is not None and last < 0:
+                continue
+            try:
+                handle = bk.open_ledger(ledger_id, recovery=False, password=self.options.password,
+                                        digest_type=self.options.digest_type)
+            except NoSuchLedgerMetadataError:
+                return None
+            try:
+                top = handle.last_add_confirmed if last is None else last
+                while top >= 0:
+                    low = max(0, top - CHUNK_READ_BACK + 1)
+                    for entry in reversed(handle.read(low, top)):
+                        parsed = parse_entry(entry.payload)
+                        md = parsed.metadata
+                        if (parsed.is_chunk and (md.producer_name, md.uuid) == (producer, uuid)
+                                and md.chunk_id < count and md.chunk_id not in found):
+                            found[md.chunk_id] = ((ledger_id, entry.entry_id), bytes(parsed.payload))
+                            if md.chunk_id == 0:
+                                if len(found) < count:
+                                    return None
+                                return found[0][0], [found[i][1] for i in range(count)]
+                    top = low - 1
+            finally:
+                handle.close()
+        return None
 
 
 class PulsarPushdownReader(PulsarReader):
@@ -396,6 +423,14 @@ def _publish_time_upper_bound(filter_: Any) -> int | None:
         return None
     epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
     return max((v - epoch) // datetime.timedelta(milliseconds=1) for v in values) + 1  # exact: no float rounding
+
+
+def previous_ledgers(ledgers: Any, ledger_id: int) -> tuple[int, ...]:
+    """The ledgers of a partition listed before ``ledger_id`` (``TopicLedger``s in the topic's order), nearest
+    first and at most :data:`CHUNK_LEDGERS_BACK`, less those offloaded and deleted from the bookies."""
+    ids = [ledger.ledger_id for ledger in ledgers if not ledger.bookkeeper_deleted]
+    before = [lid for lid in ids if lid < ledger_id]
+    return tuple(reversed(before[-CHUNK_LEDGERS_BACK:]))
 
 
 def _outside(ledger_id: int, start: tuple[int, int, int] | None, end: tuple[int, int, int] | None) -> bool:

@@ -214,7 +214,8 @@ class _Driver:
 
     def message_counts(self, ledger_id: int, first: int, last: int) -> list[int]:
         """The messages of each entry ``first..last`` (read on the driver for ``maxMessagesPerTrigger``): a batch
-        its ``num_messages_in_batch``, a marker none, any other entry one."""
+        its ``num_messages_in_batch``, a marker none, a chunk one when it is its message's last (where the message
+        is read: docs/pulsar.md, "Chunked messages"), else none; any other entry one."""
         from bkspark.pulsar.entry import parse_entry
 
         handle = self.bk.open_ledger(ledger_id, recovery=False, password=self.options.password,
@@ -223,8 +224,10 @@ class _Driver:
             counts = []
             for entry in handle.read_unconfirmed(first, last):
                 parsed = parse_entry(entry.payload)
+                md = parsed.metadata
                 counts.append(0 if parsed.is_marker else
-                              parsed.metadata.num_messages_in_batch if parsed.is_batch else 1)
+                              int(md.chunk_id + 1 == md.num_chunks_from_msg) if parsed.is_chunk else
+                              md.num_messages_in_batch if parsed.is_batch else 1)
             return counts
         finally:
             handle.close()
@@ -386,7 +389,7 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- planning (driver) and reading (executors) -------------------------------------------------
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         from bkspark.datasource.planning import LedgerSlice, plan_partitions, split_ledger
-        from bkspark.datasource.pulsar_reader import PulsarSlice, data_loss
+        from bkspark.datasource.pulsar_reader import PulsarSlice, data_loss, previous_ledgers
 
         if start.get("latest"):
             return []  # batch 0 of startingOffsets=latest only fixes where to begin
@@ -429,7 +432,8 @@ class PulsarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ):
                     base = {f.name: getattr(piece, f.name) for f in fields(LedgerSlice)}
                     slices.append(PulsarSlice(**base, topic=topic, partition=part.partition if part else -1,
-                                              last_readable=last, start=first_pos, end=stop))
+                                              start=first_pos, end=stop,
+                                              previous_ledgers=previous_ledgers(listed, ledger_id)))
         return plan_partitions(slices, opts.max_entries_per_partition, min_partitions=opts.min_partitions,
                                max_partitions=opts.max_partitions, max_bytes_per_partition=opts.max_bytes_per_partition)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import struct
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import crc32c as _crc32c
 from google.protobuf.message import DecodeError
@@ -235,21 +235,32 @@ def _batch(entry: PulsarEntry, payload: memoryview) -> Iterator[PulsarMessage]:
 
 @dataclass
 class _PendingChunks:
-    first_position: tuple[int, int]
+    #: Where chunk 0 is; None while the chunks before ``first_chunk_id`` are before the scan.
+    first_position: tuple[int, int] | None
     parts: list[bytes]
+    first_chunk_id: int = 0
+
+
+#: How a scan fetches the chunks of a message that lie before it: ``(producer, uuid, count)`` -> (chunk 0's
+#: position, the payloads of chunks ``0..count-1``), or None when they are not there.
+EarlierChunks = Callable[[str, str, int], "tuple[tuple[int, int], list[bytes]] | None"]
 
 
 class ChunkAssembler:
     """Puts the chunks of large messages back together, in the order they are read (Pulsar's consumer does the
     same with ``ChunkedMessageCtx``): chunks of several producers may interleave; each message is keyed by its
-    producer and ``uuid``.  A chunk whose predecessors were not seen is an error unless the caller says the scan
-    began after that message's first chunk (then it is skipped: the scan before it owns the message)."""
+    producer and ``uuid``.
+
+    A message belongs to the scan that holds its *last* chunk, where Pulsar's message id puts it (docs/pulsar.md,
+    "Chunked messages"): its chunks before the scan's start are fetched through ``earlier`` (the caller reads back
+    for them), and a message whose last chunk is past the scan's end is left to the scan that holds it
+    (:attr:`pending` names those).  So a run of scans that cut a topic anywhere gives every message once."""
 
     def __init__(self) -> None:
         self._pending: dict[tuple[str, str], _PendingChunks] = {}
 
     def add(
-        self, entry: PulsarEntry, position: tuple[int, int], *, orphan_ok: bool = False
+        self, entry: PulsarEntry, position: tuple[int, int], *, earlier: EarlierChunks | None = None
     ) -> tuple[PulsarMessage, tuple[int, int]] | None:
         """Feed one chunk (at ``position`` = (ledger, entry)); the whole message and its first chunk's position
         when this was its last chunk, else None."""
@@ -258,23 +269,34 @@ class ChunkAssembler:
         pending = self._pending.get(key)
         if md.chunk_id == 0:
             pending = self._pending[key] = _PendingChunks(position, [])
-        elif pending is None or len(pending.parts) != md.chunk_id:
-            self._pending.pop(key, None)
-            if orphan_ok and pending is None:
-                return None
+        elif pending is None:
+            pending = self._pending[key] = _PendingChunks(None, [], md.chunk_id)
+        elif pending.first_chunk_id + len(pending.parts) != md.chunk_id:
+            self._pending.pop(key)
             raise PulsarChunkError(
                 f"chunk {md.chunk_id} of {md.num_chunks_from_msg} of message uuid={md.uuid!r} at ledger "
-                f"{position[0]} entry {position[1]} without the chunks before it (they are before the scan, "
-                "deleted, or out of order)"
+                f"{position[0]} entry {position[1]} follows chunk {pending.first_chunk_id + len(pending.parts) - 1} "
+                "(the chunks are out of order)"
             )
         pending.parts.append(bytes(entry.payload))
         if md.chunk_id + 1 < md.num_chunks_from_msg:
             return None
         del self._pending[key]
-        whole = _uncompressed(entry, b"".join(pending.parts))
-        return _single(entry, whole), pending.first_position
+        first_position, parts = pending.first_position, pending.parts
+        if first_position is None:
+            found = None if earlier is None else earlier(md.producer_name, md.uuid, pending.first_chunk_id)
+            if found is None:
+                raise PulsarChunkError(
+                    f"chunk {md.chunk_id} of {md.num_chunks_from_msg} of message uuid={md.uuid!r} at ledger "
+                    f"{position[0]} entry {position[1]} without the chunks before it (deleted by retention, or "
+                    "out of order)"
+                )
+            first_position, before = found
+            parts = [*before, *parts]
+        whole = _uncompressed(entry, b"".join(parts))
+        return _single(entry, whole), first_position
 
     @property
-    def pending(self) -> list[tuple[str, str, tuple[int, int]]]:
-        """(producer, uuid, first chunk's position) of every message still missing chunks."""
+    def pending(self) -> list[tuple[str, str, tuple[int, int] | None]]:
+        """(producer, uuid, first chunk's position or None) of every message whose last chunk was not seen."""
         return [(producer, uuid, p.first_position) for (producer, uuid), p in self._pending.items()]

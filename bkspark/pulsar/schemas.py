@@ -20,7 +20,7 @@ import io
 import json
 import posixpath
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from bkspark.pulsar.errors import PulsarSchemaError
@@ -254,7 +254,14 @@ class ValueDecoder:
 
     Rule for versions (docs/pulsar.md, "Schemas"): a message is decoded with the version its producer wrote
     (an older AVRO version resolved into the latest by Avro's rules); a message without a version with the latest;
-    a message whose version the registry does not have is a :class:`PulsarSchemaError` naming it."""
+    a message whose version the registry does not have is a :class:`PulsarSchemaError` naming it.  A version the
+    decoder was not built with (registered after the query was planned: a producer's schema evolved while a
+    stream runs) is looked up once in the registry through :attr:`refresh` and, when there, resolved into the
+    columns the query was planned with (Avro's rules for AVRO, the fields by name for JSON)."""
+
+    #: Re-reads the topic's schema from the registry (set by the reader on executors, never pickled); None: the
+    #: versions the decoder was built with are all it knows.
+    refresh: "Callable[[], TopicSchema | None] | None" = None
 
     def __init__(self, schema: TopicSchema) -> None:
         self.schema = schema
@@ -287,6 +294,12 @@ class ValueDecoder:
                                     "the message's own columns; read with .option('schema', 'raw')")
         self._writers: dict[bytes, Any] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("refresh", None)  # a client of the process that set it
+        state.pop("_looked_up", None)
+        return state
+
     @staticmethod
     def _definition(version: SchemaVersion, where: str) -> Any:
         try:
@@ -299,6 +312,8 @@ class ValueDecoder:
             return self.schema.latest
         found = dict(self.schema.versions).get(bytes(schema_version))
         if found is None:
+            found = self._look_up(bytes(schema_version))
+        if found is None:
             number = struct.unpack(">q", schema_version)[0] if len(schema_version) == 8 else schema_version.hex()
             raise PulsarSchemaError(
                 f"[BOOKKEEPER_PULSAR_SCHEMA] {where} has schema version {number}, which topic {self.schema.topic}'s "
@@ -306,6 +321,22 @@ class ValueDecoder:
                 ".option('schema', 'raw')"
             )
         return found
+
+    def _look_up(self, schema_version: bytes) -> SchemaVersion | None:
+        """A version the decoder was not built with, from the registry now (once per version): its versions are
+        added to the decoder's, whose latest (the query's columns) stays."""
+        looked_up: set[bytes] = self.__dict__.setdefault("_looked_up", set())
+        if self.refresh is None or schema_version in looked_up:
+            return None
+        looked_up.add(schema_version)
+        now = self.refresh()
+        if now is None:
+            return None
+        known = dict(self.schema.versions)
+        for key, version in now.versions:
+            known.setdefault(key, version)
+        self.schema = replace(self.schema, versions=tuple(sorted(known.items())))
+        return known.get(schema_version)
 
     def decode(self, value: bytes | memoryview | None, schema_version: bytes | None, where: str) -> tuple[Any, ...]:
         """One value per field of :attr:`fields`; all None for a null value."""

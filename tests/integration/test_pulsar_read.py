@@ -108,6 +108,22 @@ def produce(pulsar: PulsarStandalone, topic: str, count: int, *, batching: bool 
         client.close()
 
 
+def send_chunked(pulsar: PulsarStandalone, topic: str, messages: list[tuple[bytes, dict[str, Any]]]) -> None:
+    """``(value, send kwargs)`` sent one after the other by an unbatched LZ4 producer with chunking on: a value
+    above the broker's maxMessageSize is written as chunks, one entry each."""
+    import pulsar as pulsar_client
+
+    client = pulsar_client.Client(pulsar.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False, chunking_enabled=True,
+                                          compression_type=pulsar_client.CompressionType.LZ4)
+        for value, kwargs in messages:
+            producer.send(value, **kwargs)
+        producer.close()
+    finally:
+        client.close()
+
+
 def timed_topic(pulsar: PulsarStandalone, topic: str) -> tuple[list[dict[str, Any]], list[int], int]:
     """50 messages, unbatched, each sent after the one before is stored (publish times in order), over 3 ledgers or
     more: the Reader's messages, their ledgers in order, and the publish time of the third ledger's first message."""
@@ -360,24 +376,14 @@ def test_retention_deleting_the_oldest_ledgers(spark: Any, pulsar: PulsarStandal
 def test_chunked_messages_are_put_back_together(spark: Any, pulsar: PulsarStandalone) -> None:
     """A message larger than the broker's maxMessageSize (64 KiB here) is written as chunks, one entry each; the
     scan returns it whole with the Reader's message id, also when the plan cuts between its chunks (the slice
-    holding its first chunk reads on for the rest, the next slice skips them)."""
+    holding its last chunk reads back for the rest, the slice before leaves them)."""
     import random
-
-    import pulsar as pulsar_client
 
     topic = f"{NS}/chunked"
     rng = random.Random(43)
-    client = pulsar_client.Client(pulsar.service_url)
-    try:
-        producer = client.create_producer(topic, batching_enabled=False, chunking_enabled=True,
-                                          compression_type=pulsar_client.CompressionType.LZ4)
-        producer.send(b"before")
-        for size in (150_000, 70_000):
-            producer.send(rng.randbytes(size), properties={"size": str(size)}, partition_key=f"big-{size}")
-        producer.send(b"after")
-        producer.close()
-    finally:
-        client.close()
+    send_chunked(pulsar, topic, [(b"before", {})] + [
+        (rng.randbytes(size), {"properties": {"size": str(size)}, "partition_key": f"big-{size}"})
+        for size in (150_000, 70_000)] + [(b"after", {})])
     oracle = reader_messages(pulsar.service_url, topic)
     assert [len(m["value"]) for m in oracle] == [6, 150_000, 70_000, 5]
     for options in ({}, {"maxEntriesPerPartition": "2"}, {"maxEntriesPerPartition": "1"}):
@@ -481,6 +487,23 @@ def _schema_reader_values(pulsar: PulsarStandalone, topic: str, schema: Any) -> 
     return out
 
 
+def send_with_schema(pulsar: PulsarStandalone, topic: str, schema: Any, values: list[Any], *,
+                     batching: bool) -> None:
+    """``values`` sent by a producer with ``schema`` (which registers its version), all stored when it returns."""
+    import pulsar as pulsar_client
+
+    client = pulsar_client.Client(pulsar.service_url)
+    try:
+        producer = client.create_producer(topic, schema=schema, batching_enabled=batching,
+                                          batching_max_publish_delay_ms=20)
+        for value in values:
+            producer.send_async(value, lambda result, msg_id: None)
+        producer.flush()
+        producer.close()
+    finally:
+        client.close()
+
+
 def _typed_rows(spark: Any, pulsar: PulsarStandalone, topic: str, **options: str) -> tuple[Any, list[dict[str, Any]]]:
     reader = spark.read.format("bookkeeper").option("metadataServiceUri", pulsar.metadata_service_uri)
     for key, value in {"topic": topic, **options}.items():
@@ -526,29 +549,20 @@ def test_avro_json_and_primitive_schemas_type_the_value(spark: Any, pulsar: Puls
     # Schema.INT64 would), and the producer's messages then carry no version (read with the latest).
     pulsar.admin("POST", "/admin/v2/schemas/public/default/schema-int64/schema",
                  {"type": "INT64", "schema": "", "properties": {}})
-    client = pulsar_client.Client(pulsar.service_url)
-    try:
-        for schema, topic, values, batching in (
-            (AvroSchema(v1), avro_topic,
-             [v1(name=f"n{i}", count=i, score=i / 4, ok=i % 2 == 0, tags=[f"t{i}", "x"], attrs={"k": str(i)})
-              for i in range(25)], True),
-            (AvroSchema(v2), avro_topic,
-             [v2(name=f"m{i}", count=-i, score=None, ok=None, tags=[], attrs={}, unit="C" if i % 2 else None)
-              for i in range(15)], False),
-            (JsonSchema(v1), json_topic,
-             [v1(name=f"j{i}", count=i * 3, score=1.5 * i, ok=bool(i % 3), tags=["a"] * (i % 3),
-                 attrs={"i": str(i)}) for i in range(30)], True),
-            (StringSchema(), string_topic, [f"héllo {i}" for i in range(20)], True),
-            (Int64Schema(), long_topic, [i * (1 << 40) - 7 for i in range(20)], False),
-        ):
-            producer = client.create_producer(topic, schema=schema, batching_enabled=batching,
-                                              batching_max_publish_delay_ms=20)
-            for value in values:
-                producer.send_async(value, lambda result, msg_id: None)
-            producer.flush()
-            producer.close()
-    finally:
-        client.close()
+    for schema, topic, values, batching in (
+        (AvroSchema(v1), avro_topic,
+         [v1(name=f"n{i}", count=i, score=i / 4, ok=i % 2 == 0, tags=[f"t{i}", "x"], attrs={"k": str(i)})
+          for i in range(25)], True),
+        (AvroSchema(v2), avro_topic,
+         [v2(name=f"m{i}", count=-i, score=None, ok=None, tags=[], attrs={}, unit="C" if i % 2 else None)
+          for i in range(15)], False),
+        (JsonSchema(v1), json_topic,
+         [v1(name=f"j{i}", count=i * 3, score=1.5 * i, ok=bool(i % 3), tags=["a"] * (i % 3),
+             attrs={"i": str(i)}) for i in range(30)], True),
+        (StringSchema(), string_topic, [f"héllo {i}" for i in range(20)], True),
+        (Int64Schema(), long_topic, [i * (1 << 40) - 7 for i in range(20)], False),
+    ):
+        send_with_schema(pulsar, topic, schema, values, batching=batching)
 
     # the oracle first: a Reader through the broker loads the topic, and the broker then writes its own metadata
     oracles = {avro_topic: _schema_reader_values(pulsar, avro_topic, AvroSchema(v2)),
@@ -642,3 +656,55 @@ def test_a_compacted_topic_reads_its_whole_history_not_the_compacted_ledger(spar
     rows = read(spark, pulsar, topic=topic)
     assert_rows_equal_reader(rows, oracle)
     assert compacted not in {r["__ledgerId"] for r in rows}
+
+
+@pytest.mark.spark_matrix
+def test_a_scan_on_this_spark_release_and_the_stream_where_spark_has_admission_control(
+    spark: Any, pulsar: PulsarStandalone, tmp_path: Path,
+) -> None:
+    """On each PySpark release of `make spark-matrix` (4.0 on; docs/pulsar.md, "Spark versions"): a scan of a
+    partitioned topic of LZ4 batches equals Pulsar's Reader, and an AVRO topic reads as typed columns equal to the
+    Reader's values; readStream on a topic runs where PySpark has admission control (4.2 on) and elsewhere fails
+    as the query starts with [BOOKKEEPER_SPARK_VERSION] naming the release that has it."""
+    from pulsar.schema import AvroSchema, Double, Integer, Record, String
+
+    from bkspark.datasource.spark_features import ADMISSION_CONTROL, PYSPARK_VERSION
+
+    assert spark.version == PYSPARK_VERSION
+    topic = f"{NS}/matrix-parted"
+    pulsar.admin("PUT", "/admin/v2/persistent/public/default/matrix-parted/partitions", 2)
+    produce(pulsar, topic, 40, batching=True, codec="LZ4")
+    assert_rows_equal_reader(read(spark, pulsar, topic=topic), reader_messages(pulsar.service_url, topic))
+
+    class Reading(Record):
+        name = String()
+        count = Integer()
+        score = Double()
+
+    avro_topic = f"{NS}/matrix-avro"
+    send_with_schema(pulsar, avro_topic, AvroSchema(Reading),
+                     [Reading(name=f"r{i}", count=i, score=i / 8) for i in range(12)], batching=True)
+    want = [((v.name, v.count, v.score), where)
+            for v, where in _schema_reader_values(pulsar, avro_topic, AvroSchema(Reading))]
+    schema, rows = _typed_rows(spark, pulsar, avro_topic)
+    assert schema.fieldNames()[:4] == ["name", "count", "score", "__key"]
+    assert [((r["name"], r["count"], r["score"]), (r["__ledgerId"], r["__entryId"], r["__batchIndex"]))
+            for r in rows] == want and len(want) == 12
+
+    got: list[Any] = []
+    query = (spark.readStream.format("bookkeeper").option("metadataServiceUri", pulsar.metadata_service_uri)
+             .option("topic", avro_topic).load().writeStream
+             .foreachBatch(lambda df, _batch: got.extend(df.select("name").collect()))
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
+    try:
+        if ADMISSION_CONTROL:
+            assert query.awaitTermination(300)
+            assert query.exception() is None and sorted(r.name for r in got) == sorted(v[0][0] for v in want)
+        else:
+            with pytest.raises(Exception) as refused:
+                query.awaitTermination(300)
+            message = str(refused.value)
+            assert "[BOOKKEEPER_SPARK_VERSION]" in message and "PySpark 4.2" in message
+            assert f"this is PySpark {PYSPARK_VERSION}" in message and got == []
+    finally:
+        query.stop()

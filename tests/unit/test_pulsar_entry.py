@@ -211,17 +211,38 @@ def test_bad_batches_and_codecs_fail_clearly() -> None:
         decompress(9, b"x", 1)
 
 
-def test_chunks_missing_their_start_are_an_error_or_skipped() -> None:
+def test_a_message_belongs_to_the_scan_of_its_last_chunk_which_reads_back_for_the_rest() -> None:
+    """A scan that starts after a message's first chunk asks ``earlier`` for the chunks before it when it reaches
+    the last one (the message is then whole, with chunk 0's position); without them it is an error; a scan that ends
+    before the last chunk leaves the message pending (the next scan gives it); chunks out of order are an error."""
     entries = PLAIN["persistent://public/default/chunked-lz4"]["entries"]
     chunks = [(parse_entry(e["data"]), (e["ledger"], e["entry"])) for e in entries if parse_entry(e["data"]).is_chunk]
     assert len(chunks) == 3
+    whole = ChunkAssembler()
+    assert whole.add(*chunks[0]) is None and whole.add(*chunks[1]) is None
+    message, first = whole.add(*chunks[2])
+    assert first == chunks[0][1]
     with pytest.raises(PulsarChunkError, match="without the chunks before it"):
-        ChunkAssembler().add(*chunks[1])
-    assembler = ChunkAssembler()
-    assert assembler.add(*chunks[1], orphan_ok=True) is None and assembler.add(*chunks[2], orphan_ok=True) is None
+        ChunkAssembler().add(*chunks[2])
+    asked: list[tuple[str, str, int]] = []
+
+    def earlier(producer: str, uuid: str, count: int) -> Any:
+        asked.append((producer, uuid, count))
+        return chunks[0][1], [bytes(chunks[0][0].payload)]
+
+    late = ChunkAssembler()
+    assert late.add(*chunks[1], earlier=earlier) is None and asked == []
+    again, again_first = late.add(*chunks[2], earlier=earlier)
+    md = chunks[0][0].metadata
+    assert asked == [(md.producer_name, md.uuid, 1)] and late.pending == []
+    assert (again.value, again_first) == (message.value, first)
+    with pytest.raises(PulsarChunkError, match="without the chunks before it"):
+        ChunkAssembler().add(*chunks[2], earlier=lambda *_: None)
     partial = ChunkAssembler()
     partial.add(*chunks[0])
-    assert [p[1] for p in partial.pending] == [chunks[0][0].metadata.uuid]
+    assert [p[1:] for p in partial.pending] == [(chunks[0][0].metadata.uuid, chunks[0][1])]
+    with pytest.raises(PulsarChunkError, match="out of order"):
+        partial.add(*chunks[2])
 
 
 def test_columns_build_one_arrow_batch() -> None:
@@ -238,3 +259,50 @@ def test_columns_build_one_arrow_batch() -> None:
     assert [dict(r["__messageProperties"]) for r in rows] == [m["properties"] for m in want]
     assert [int(r["__publishTime"].timestamp() * 1000) for r in rows] == [m["publish_time"] for m in want]
     assert [r["__eventTime"] and int(r["__eventTime"].timestamp() * 1000) or 0 for r in rows] == [m["event_time"] for m in want]
+
+
+def test_a_slice_reads_back_through_earlier_ledgers_for_the_first_chunks() -> None:
+    """``PulsarReader._chunks_before`` (what a slice holding a message's last chunk calls): chunk 0 found behind
+    several read-back windows of the slice's own ledger and in an earlier ledger of the partition; a deleted ledger
+    or no earlier ledger at all gives None (the assembler's PulsarChunkError)."""
+    from types import SimpleNamespace
+
+    from bkspark.datasource.pulsar_options import parse_pulsar_read_options
+    from bkspark.datasource.pulsar_reader import CHUNK_READ_BACK, PulsarReader, PulsarSlice
+    from bkspark.errors import NoSuchLedgerMetadataError
+
+    chunk_entries = [e["data"] for e in PLAIN["persistent://public/default/chunked-lz4"]["entries"]
+                     if parse_entry(e["data"]).is_chunk]
+    filler = PLAIN["persistent://public/default/batch-zstd"]["entries"][0]["data"]
+    md = parse_entry(chunk_entries[0]).metadata
+    gap = CHUNK_READ_BACK + 3  # entries between chunk 0 and the slice: two windows back
+    ledgers = {4: [filler, chunk_entries[0]], 5: [filler] * gap + [chunk_entries[1], chunk_entries[2]],
+               6: [chunk_entries[0]] + [filler] * gap + [chunk_entries[1], chunk_entries[2]]}
+
+    class Handle:
+        def __init__(self, entries: list[bytes]) -> None:
+            self.entries, self.last_add_confirmed = entries, len(entries) - 1
+
+        def read(self, first: int, last: int) -> list[Any]:
+            return [SimpleNamespace(entry_id=i, payload=self.entries[i]) for i in range(first, last + 1)]
+
+        def close(self) -> None:
+            pass
+
+    class Bk:
+        def open_ledger(self, ledger_id: int, **_: Any) -> Handle:
+            if ledger_id not in ledgers:
+                raise NoSuchLedgerMetadataError("deleted")
+            return Handle(ledgers[ledger_id])
+
+    reader = PulsarReader(parse_pulsar_read_options({"metadataServiceUri": "zk:127.0.0.1:2181", "topic": "t"}))
+
+    def back(ledger_id: int, first: int, previous: tuple[int, ...], count: int = 2) -> Any:
+        part = PulsarSlice(0, ledger_id, first, first, topic="t", previous_ledgers=previous)
+        return reader._chunks_before(Bk(), part, md.producer_name, md.uuid, count)  # noqa: SLF001
+
+    payloads = [bytes(parse_entry(data).payload) for data in chunk_entries]
+    assert back(6, gap + 2, ()) == ((6, 0), payloads[:2])  # its own ledger, read back window by window
+    assert back(5, gap + 1, (4, 3), count=1) == ((4, 1), payloads[:1])  # into the ledger before
+    assert back(5, gap + 1, (3,), count=1) is None  # the ledger that held chunk 0 is deleted
+    assert back(5, gap + 1, (), count=1) is None  # no earlier ledger: the first chunks are gone

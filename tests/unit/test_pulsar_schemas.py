@@ -100,6 +100,38 @@ def test_avro_versions_resolve_into_the_latest_and_unknown_versions_fail() -> No
         decoder.decode(b"\xff", version_bytes(1), "m")
 
 
+def test_a_version_registered_after_planning_is_looked_up_once_and_resolved_into_the_planned_columns() -> None:
+    """A stream's producer moves to a new version while the query runs: the decoder (built with V1 only) asks the
+    registry once, decodes the new version's messages into V1's columns (Avro's resolution drops ``unit``), keeps
+    V1 as its latest, and a version the registry still lacks is the documented error; the lookup is not pickled."""
+    import pickle
+
+    calls: list[int] = []
+    registry = _topic("AVRO", V1, V2)
+
+    def refresh() -> TopicSchema:
+        calls.append(1)
+        return registry
+
+    decoder = ValueDecoder(_topic("AVRO", V1))
+    decoder.refresh = refresh
+    new = _avro(V2, {"name": "n", "count": 7, "at": 2_000, "attrs": {}, "inner": None, "unit": "C"})
+    at = datetime.datetime.fromtimestamp(2, UTC)
+    assert decoder.decode(new, version_bytes(1), "m") == ("n", 7, at, [], None)
+    assert decoder.decode(new, version_bytes(1), "m")[1] == 7 and len(calls) == 1
+    assert decoder.schema.latest.version == 0 and [n for n, _ in decoder.fields][-1] == "inner"
+    for _ in range(2):  # asked once; the error names the version each time
+        with pytest.raises(PulsarSchemaError, match=r"schema version 5, which topic .* does not have"):
+            decoder.decode(new, version_bytes(5), "m")
+    assert len(calls) == 2
+    copy = pickle.loads(pickle.dumps(decoder))
+    assert copy.refresh is None and copy.decode(new, version_bytes(1), "m")[1] == 7
+    json_decoder = ValueDecoder(_topic("JSON", V1))
+    json_decoder.refresh = lambda: _topic("JSON", V1, V2)
+    payload = json.dumps({"name": "j", "count": 3, "at": 1_000, "attrs": {}, "inner": None, "unit": "K"}).encode()
+    assert json_decoder.decode(payload, version_bytes(1), "m")[:2] == ("j", 3)
+
+
 def test_json_values_typed_by_their_avro_definition() -> None:
     decoder = ValueDecoder(_topic("JSON", V2))
     payload = json.dumps({"name": "j", "count": 3, "at": 1_500, "attrs": {"x": 1}, "inner": {"raw": "AAE="},
