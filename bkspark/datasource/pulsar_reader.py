@@ -125,15 +125,15 @@ def client_settings(options: PulsarReadOptions) -> dict[str, Any]:
     return client_conf(options.client_conf, batch_read_enabled=options.batch_read_enabled, metadataReadOnly=True)
 
 
-def _registry_refresh(bk: Any, options: PulsarReadOptions, topic: str) -> Any:
-    """The decoder's way to the registry from this process (``ValueDecoder.refresh``): a version registered
-    after the query was planned is found there (docs/pulsar.md, "Schemas")."""
+def _registry_refresh(bk: Any, options: PulsarReadOptions) -> Any:
+    """The decoder's way to the registries from this process (``ValueDecoder.refresh``, by a registry's topic): a
+    version registered after the query was planned is found there (docs/pulsar.md, "Schemas")."""
     from bkspark.datasource.clients import client_root, client_zk
     from bkspark.pulsar.schemas import load_topic_schema
     from bkspark.pulsar.topics import parse_topic_name, pulsar_root_of
 
-    def refresh() -> Any:
-        return load_topic_schema(client_zk(bk), bk, pulsar_root_of(client_root(bk)), parse_topic_name(topic),
+    def refresh(registry: str) -> Any:
+        return load_topic_schema(client_zk(bk), bk, pulsar_root_of(client_root(bk)), parse_topic_name(registry),
                                  digest_type=options.digest_type, password=options.password)
 
     return refresh
@@ -255,7 +255,7 @@ class PulsarReader(DataSourceReader):
         settings = client_settings(opts)
         bk = get_client(opts.metadata_service_uri, settings)
         if self.decoder is not None:
-            self.decoder.refresh = _registry_refresh(bk, opts, self.decoder.schema.topic)
+            self.decoder.refresh = _registry_refresh(bk, opts)
         columns = MessageColumns(self.decoder)
         try:
             for part in slices:

@@ -319,7 +319,7 @@ class MessageColumns:
         value = message.value
         if self.decoder is not None:
             where = f"the message at ledger {ledger_id} entry {entry_id} batch index {message.batch_index} of {topic}"
-            for column, item in zip(self.typed, self.decoder.decode(value, message.schema_version, where)):
+            for column, item in zip(self.typed, self.decoder.decode(value, message.schema_version, where, topic)):
                 column.append(item)
         self.value.append(None if value is None else bytes(value))
         self.value_bytes += 0 if value is None else len(value)

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import io
 import json
 import posixpath
 import struct
 from dataclasses import dataclass, replace
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from bkspark.pulsar.errors import PulsarSchemaError
@@ -39,11 +41,19 @@ _EPOCH_DAY = datetime.date(1970, 1, 1)
 def schema_path(root: str, topic: Any) -> str:
     """The locator znode of ``topic`` (a :class:`bkspark.pulsar.topics.TopicName`): Pulsar's
     ``TopicName.getSchemaName()``, the partitioned topic's encoded local name, under ``<root>/schemas``."""
-    from bkspark.pulsar.topics import _PARTITION, encode_local_name
+    from bkspark.pulsar.topics import encode_local_name
 
-    match = _PARTITION.match(topic.local)
-    local = match.group(1) if match else topic.local
-    return posixpath.join(root, "schemas", topic.tenant, topic.namespace, encode_local_name(local))
+    base = topic.partitioned_topic
+    return posixpath.join(root, "schemas", base.tenant, base.namespace, encode_local_name(base.local))
+
+
+@functools.lru_cache(maxsize=4096)
+def registry_name(topic: str) -> str:
+    """The name of the registry that holds the schema versions of ``topic``'s messages: a partition's versions
+    are its partitioned topic's, another topic's are its own (versions are numbered per registry)."""
+    from bkspark.pulsar.topics import parse_topic_name
+
+    return str(parse_topic_name(topic).partitioned_topic)
 
 
 def version_bytes(version: int) -> bytes:
@@ -259,12 +269,16 @@ class ValueDecoder:
     stream runs) is looked up once in the registry through :attr:`refresh` and, when there, resolved into the
     columns the query was planned with (Avro's rules for AVRO, the fields by name for JSON)."""
 
-    #: Re-reads the topic's schema from the registry (set by the reader on executors, never pickled); None: the
-    #: versions the decoder was built with are all it knows.
-    refresh: "Callable[[], TopicSchema | None] | None" = None
+    #: Re-reads a registry (by :func:`registry_name`) from ZooKeeper and the bookies (set by the reader on
+    #: executors, never pickled); None: the versions the decoder was built with are all it knows.
+    refresh: "Callable[[str], TopicSchema | None] | None" = None
 
-    def __init__(self, schema: TopicSchema) -> None:
+    def __init__(self, schema: TopicSchema, others: "Sequence[TopicSchema]" = ()) -> None:
+        #: The schema whose latest version types the columns (every other topic's latest is the same).
         self.schema = schema
+        #: Each read topic's versions by its registry: version numbers are per registry, so topic B's version 0
+        #: may be another schema than topic A's (a message is decoded by its own topic's table).
+        self.registries: dict[str, TopicSchema] = {registry_name(s.topic): s for s in (*others, schema)}
         latest = schema.latest
         self.kind = latest.type
         where = f"schema version {latest.version} of topic {schema.topic}"
@@ -292,7 +306,7 @@ class ValueDecoder:
         if clash:
             raise PulsarSchemaError(f"[BOOKKEEPER_PULSAR_SCHEMA] {where}: its fields {clash} have the names of "
                                     "the message's own columns; read with .option('schema', 'raw')")
-        self._writers: dict[bytes, Any] = {}
+        self._writers: dict[tuple[str, bytes], Any] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -307,50 +321,62 @@ class ValueDecoder:
         except ValueError:
             raise PulsarSchemaError(f"[BOOKKEEPER_PULSAR_SCHEMA] {where}: the definition is not JSON") from None
 
-    def _version(self, schema_version: bytes | None, where: str) -> SchemaVersion:
+    def _registry(self, topic: str | None) -> str:
+        return registry_name(topic) if topic is not None else registry_name(self.schema.topic)
+
+    def _version(self, schema_version: bytes | None, where: str, registry: str) -> SchemaVersion:
         if schema_version is None:
             return self.schema.latest
-        found = dict(self.schema.versions).get(bytes(schema_version))
+        table = self.registries.get(registry)
+        found = dict(table.versions).get(bytes(schema_version)) if table is not None else None
         if found is None:
-            found = self._look_up(bytes(schema_version))
+            found = self._look_up(bytes(schema_version), registry)
         if found is None:
             number = struct.unpack(">q", schema_version)[0] if len(schema_version) == 8 else schema_version.hex()
             raise PulsarSchemaError(
-                f"[BOOKKEEPER_PULSAR_SCHEMA] {where} has schema version {number}, which topic {self.schema.topic}'s "
+                f"[BOOKKEEPER_PULSAR_SCHEMA] {where} has schema version {number}, which topic {registry}'s "
                 "schema registry does not have (deleted, or its ledger is gone); read the topic with "
                 ".option('schema', 'raw')"
             )
         return found
 
-    def _look_up(self, schema_version: bytes) -> SchemaVersion | None:
-        """A version the decoder was not built with, from the registry now (once per version): its versions are
-        added to the decoder's, whose latest (the query's columns) stays."""
-        looked_up: set[bytes] = self.__dict__.setdefault("_looked_up", set())
-        if self.refresh is None or schema_version in looked_up:
+    def _look_up(self, schema_version: bytes, registry: str) -> SchemaVersion | None:
+        """A version the decoder was not built with, from the registry now (once per registry and version): its
+        versions are added to that registry's table; the query's columns (the first schema's latest) stay."""
+        looked_up: set[tuple[str, bytes]] = self.__dict__.setdefault("_looked_up", set())
+        if self.refresh is None or (registry, schema_version) in looked_up:
             return None
-        looked_up.add(schema_version)
-        now = self.refresh()
+        looked_up.add((registry, schema_version))
+        now = self.refresh(registry)
         if now is None:
             return None
-        known = dict(self.schema.versions)
+        table = self.registries.get(registry, now)
+        known = dict(table.versions)
         for key, version in now.versions:
             known.setdefault(key, version)
-        self.schema = replace(self.schema, versions=tuple(sorted(known.items())))
+        table = replace(table, versions=tuple(sorted(known.items())))
+        self.registries[registry] = table
+        if registry == registry_name(self.schema.topic):
+            self.schema = replace(self.schema, versions=table.versions)
         return known.get(schema_version)
 
-    def decode(self, value: bytes | memoryview | None, schema_version: bytes | None, where: str) -> tuple[Any, ...]:
-        """One value per field of :attr:`fields`; all None for a null value."""
+    def decode(
+        self, value: bytes | memoryview | None, schema_version: bytes | None, where: str, topic: str | None = None,
+    ) -> tuple[Any, ...]:
+        """One value per field of :attr:`fields`; all None for a null value.  ``topic``: the message's topic (or
+        partition), whose registry its ``schema_version`` is a version of; None: the first schema's."""
         if value is None:
             return (None,) * len(self.fields)
+        registry = self._registry(topic)
         try:
             if self.kind in _PRIMITIVES:
-                self._version(schema_version, where)
+                self._version(schema_version, where, registry)
                 return (_PRIMITIVES[self.kind][1](bytes(value)),)
             if self.kind == "JSON":
-                self._version(schema_version, where)
+                self._version(schema_version, where, registry)
                 record = json.loads(bytes(value))
             else:
-                record = self._read_avro(bytes(value), schema_version, where)
+                record = self._read_avro(bytes(value), schema_version, where, registry)
             values = [record.get(name) for name, _ in self.fields]
             for index, avro in self._walked:
                 values[index] = _arrow_value(avro, values[index], from_json=self.kind == "JSON")
@@ -363,14 +389,15 @@ class ValueDecoder:
                 f"({type(exc).__name__}: {exc}); read the topic with .option('schema', 'raw')"
             ) from None
 
-    def _read_avro(self, data: bytes, schema_version: bytes | None, where: str) -> Any:
+    def _read_avro(self, data: bytes, schema_version: bytes | None, where: str, registry: str) -> Any:
         import fastavro
 
-        key = bytes(schema_version) if schema_version is not None else b""
+        key = (registry, bytes(schema_version) if schema_version is not None else b"")
         if key not in self._writers:
-            version = self._version(schema_version, where)
+            version = self._version(schema_version, where, registry)
             writer = fastavro.parse_schema(self._definition(version, where))
-            reader = None if version == self.schema.latest else fastavro.parse_schema(self._avro)
+            same = version.definition == self.schema.latest.definition
+            reader = None if same else fastavro.parse_schema(self._avro)
             self._writers[key] = (writer, reader)
         writer, reader = self._writers[key]
         return fastavro.schemaless_reader(io.BytesIO(data), writer, reader)
@@ -388,4 +415,4 @@ def value_decoder(schemas: list[TopicSchema]) -> ValueDecoder | None:
                 f"[BOOKKEEPER_PULSAR_SCHEMA] topics {first.topic} and {other.topic} have different schemas "
                 f"({first.latest.type} and {other.latest.type}): read them apart, or with .option('schema', 'raw')"
             )
-    return ValueDecoder(first)
+    return ValueDecoder(first, schemas[1:])

@@ -63,6 +63,13 @@ class TopicName:
         match = _PARTITION.match(self.local)
         return int(match.group(2)) if match else -1
 
+    @property
+    def partitioned_topic(self) -> "TopicName":
+        """The partitioned topic a ``<topic>-partition-N`` belongs to, else this topic (Pulsar's
+        ``TopicName.getPartitionedTopicName``): the one whose schema registry its messages' versions refer to."""
+        match = _PARTITION.match(self.local)
+        return TopicName(self.tenant, self.namespace, match.group(1)) if match else self
+
 
 @dataclass(frozen=True)
 class TopicPartition:

@@ -45,10 +45,10 @@ def _avro(schema: Any, record: dict[str, Any]) -> bytes:
     return out.getvalue()
 
 
-def _topic(kind: str, *definitions: Any) -> TopicSchema:
+def _topic(kind: str, *definitions: Any, name: str = "persistent://t/ns/x") -> TopicSchema:
     versions = tuple((version_bytes(i), SchemaVersion(i, kind, json.dumps(d).encode() if d is not None else b""))
                      for i, d in enumerate(definitions))
-    return TopicSchema("persistent://t/ns/x", versions[-1][1], versions)
+    return TopicSchema(name, versions[-1][1], versions)
 
 
 def _message(value: bytes | None, version: int | None) -> PulsarMessage:
@@ -109,7 +109,8 @@ def test_a_version_registered_after_planning_is_looked_up_once_and_resolved_into
     calls: list[int] = []
     registry = _topic("AVRO", V1, V2)
 
-    def refresh() -> TopicSchema:
+    def refresh(name: str) -> TopicSchema:
+        assert name == "persistent://t/ns/x"
         calls.append(1)
         return registry
 
@@ -127,9 +128,28 @@ def test_a_version_registered_after_planning_is_looked_up_once_and_resolved_into
     copy = pickle.loads(pickle.dumps(decoder))
     assert copy.refresh is None and copy.decode(new, version_bytes(1), "m")[1] == 7
     json_decoder = ValueDecoder(_topic("JSON", V1))
-    json_decoder.refresh = lambda: _topic("JSON", V1, V2)
+    json_decoder.refresh = lambda name: _topic("JSON", V1, V2)
     payload = json.dumps({"name": "j", "count": 3, "at": 1_000, "attrs": {}, "inner": None, "unit": "K"}).encode()
     assert json_decoder.decode(payload, version_bytes(1), "m")[:2] == ("j", 3)
+
+
+def test_each_topic_s_versions_are_its_own_registry_s() -> None:
+    """Two topics whose latest schema is the same but whose registries number it differently (x: V1 then V2; y:
+    V2 only, as version 0): a message of y at version 0 is decoded by V2, one of x at version 0 by V1, and a
+    partition's versions are its partitioned topic's."""
+    x = _topic("AVRO", V1, V2, name="persistent://t/ns/x-partition-0")
+    y = _topic("AVRO", V2, name="persistent://t/ns/y")
+    decoder = value_decoder([x, y])
+    assert decoder is not None
+    record = {"name": "n", "count": 7, "at": 2_000, "attrs": {}, "inner": None, "unit": "C"}
+    at = datetime.datetime.fromtimestamp(2, UTC)
+    assert decoder.decode(_avro(V2, record), version_bytes(0), "m", "persistent://t/ns/y") == (
+        "n", 7, at, [], None, "C")
+    old = _avro(V1, {k: v for k, v in record.items() if k != "unit"})
+    assert decoder.decode(old, version_bytes(0), "m", "persistent://t/ns/x-partition-3") == (
+        "n", 7, at, [], None, None)
+    with pytest.raises(PulsarSchemaError, match=r"schema version 1, which topic persistent://t/ns/y's"):
+        decoder.decode(_avro(V2, record), version_bytes(1), "m", "persistent://t/ns/y")
 
 
 def test_json_values_typed_by_their_avro_definition() -> None:
@@ -151,8 +171,8 @@ def test_typed_columns_replace_value_in_the_arrow_batch() -> None:
         "string", "int", "timestamp", "map<string,bigint>", "struct<raw:binary>", "string"]
     columns = MessageColumns(decoder)
     columns.add(_message(_avro(V2, {"name": "a", "count": 1, "at": 5, "attrs": {"k": 1}, "inner": None,
-                                    "unit": "K"}), 0), "t", -1, 7, 0)
-    columns.add(_message(None, 0), "t", -1, 7, 1)
+                                    "unit": "K"}), 0), "persistent://t/ns/x", -1, 7, 0)
+    columns.add(_message(None, 0), "persistent://t/ns/x", -1, 7, 1)
     batch = columns.batch()
     assert batch.schema == _arrow_schema(decoder)
     rows = batch.to_pylist()
