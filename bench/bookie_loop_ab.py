@@ -1,16 +1,18 @@
 """The Python bookie's event loop, this checkout against another one: ``bench.bookie_loop`` of each, alternating.
 
-    python -m bench.bookie_loop_ab --tree PATH [--rounds 6] [--entries 100000] [--size 1024] [--batch-reads 1]
-                                   [--single-reads 1] [--json PATH]
+    python -m bench.bookie_loop_ab --tree PATH [--rounds 6] [--inner-rounds 1] [--entries 100000] [--size 1024]
+                                   [--batch-reads 1] [--single-reads 1] [--json PATH]
 
 ``PATH`` is another checkout of this repository with its C extensions built (e.g. ``git worktree add --detach
 /tmp/old COMMIT`` then ``python setup.py build_ext --inplace`` there).  Each round runs ``python -m
-bench.bookie_loop --rounds 1`` once in each tree (its own bookie, its own copy of the benchmark, ``PYTHONPATH``
-naming the tree), the order swapped every round so that a change of load on the machine hits both alike, and
-reads the ``bookie GC`` figures: the loop thread's CPU per add, per entry of batch reads and per single read.
-Then, per tree, the median and the range of the rounds, and this tree's median ÷ that tree's (below 1: this tree
-spends less CPU).  CPU time of one thread is what a loaded machine disturbs least; the load average is printed
-with every round.  Figures and commands of past runs: docs/benchmark-history.md.
+bench.bookie_loop --rounds INNER`` once in each tree (its own bookie, its own copy of the benchmark,
+``PYTHONPATH`` naming the tree; ``bench.bookie_loop`` reports the best of its INNER rounds), the order swapped
+every round so that a change of load on the machine hits both alike, and reads the ``bookie GC`` figures: the
+loop thread's CPU per add, per entry of batch reads and per single read.  Then, per tree, the median and the
+range of the rounds, this tree's median ÷ that tree's, and the median of the rounds' own ratios (a round's two
+runs are back to back, so its ratio sees the least change of load); below 1: this tree spends less CPU.  CPU
+time of one thread is what a loaded machine disturbs least; the load average is printed with every round.
+Figures and commands of past runs: docs/benchmark-history.md.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def parse(output: str) -> dict[str, float]:
 
 def one_run(tree: Path, args: argparse.Namespace) -> dict[str, float]:
     argv = [
-        sys.executable, "-m", "bench.bookie_loop", "--rounds", "1", "--entries", str(args.entries), "--size",
+        sys.executable, "-m", "bench.bookie_loop", "--rounds", str(args.inner_rounds), "--entries", str(args.entries), "--size",
         str(args.size), "--batch-reads", str(args.batch_reads), "--single-reads", str(args.single_reads),
     ]
     env = dict(os.environ, PYTHONPATH=str(tree))
@@ -64,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bookie_loop_ab", description=__doc__.splitlines()[0])
     p.add_argument("--tree", type=Path, required=True, help="the other checkout (its extensions built)")
     p.add_argument("--rounds", type=int, default=6, help="runs per tree, alternating (default 6)")
+    p.add_argument("--inner-rounds", type=int, default=1, help="bench.bookie_loop's own rounds, best taken (default 1)")
     p.add_argument("--entries", type=int, default=100_000)
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--batch-reads", type=int, default=1, help="passes of batch reads per run (default 1)")
@@ -87,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {rnd + 1}/{args.rounds} {name}: {shown} (load {load[0]:.1f})", flush=True)
     summary: dict[str, dict[str, dict[str, float]]] = {}
     print(f"\n{args.entries:,} adds of {args.size} B per run; loop-thread CPU, bookie GC; {args.rounds} runs per tree")
-    print(f"{'':14}{'this tree median (range)':>30}{'that tree median (range)':>30}{'this ÷ that':>13}")
+    print(f"{'':14}{'this tree median (range)':>30}{'that tree median (range)':>30}{'this ÷ that':>13}"
+          f"{'per round':>11}")
     for _heading, unit, key in SECTIONS:
         per_tree = {name: [r[key] for r in rs if key in r] for name, rs in runs.items()}
         if not all(per_tree.values()):
@@ -99,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f}) {unit}" for s in summary[key].values()
         ]
         ratio = summary[key]["this tree"]["median"] / summary[key]["that tree"]["median"]
-        print(f"{key:14}{cells[0]:>30}{cells[1]:>30}{ratio:>12.3f}x")
+        paired = statistics.median(a / b for a, b in zip(per_tree["this tree"], per_tree["that tree"]))
+        summary[key]["ratio"] = {"of medians": ratio, "median per round": paired}
+        print(f"{key:14}{cells[0]:>30}{cells[1]:>30}{ratio:>12.3f}x{paired:>10.3f}x")
     after = machine_facts()
     print(f"load average before {before['loadavg_1_5_15']}, after {after['loadavg_1_5_15']}; "
           f"1-minute load over the runs {min(x[0] for x in loads):.1f}-{max(x[0] for x in loads):.1f}")
