@@ -21,6 +21,7 @@ from bkspark.config.secrets import MASK, secret_from
 
 __all__ = [
     "ReadOptions",
+    "ScanLimits",
     "WriteOptions",
     "parse_read_options",
     "parse_write_options",
@@ -331,18 +332,11 @@ def selected_ledgers(
     return sorted(wanted)
 
 
-@dataclass(frozen=True)
-class ReadOptions:
-    """What ``spark.read.format("bookkeeper")`` was asked to read."""
+@dataclass(frozen=True, kw_only=True)
+class ScanLimits:
+    """How a batch scan is cut into partitions and read: the knobs a ledger read (:class:`ReadOptions`) and a
+    Pulsar topic read (``PulsarReadOptions``) share, under the same option names (docs/connector.md, "Partitions")."""
 
-    metadata_service_uri: str
-    ledger_ranges: tuple[tuple[int, int], ...] | None
-    dataset: str | None
-    scope_id: int = 0
-    start_entry: int = 0
-    end_entry: int | None = None
-    include_open_ledgers: bool = False
-    max_entries_per_partition: int = 100_000
     #: Slices of closed ledgers hold at most this many (estimated) bytes, and packing stops there: Spark's
     #: ``spark.sql.files.maxPartitionBytes`` default (docs/connector.md, "Partitions").
     max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
@@ -353,6 +347,20 @@ class ReadOptions:
     batch_read_enabled: bool = True
     batch_max_count: int = 1000
     batch_max_size: int = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ReadOptions(ScanLimits):
+    """What ``spark.read.format("bookkeeper")`` was asked to read."""
+
+    metadata_service_uri: str
+    ledger_ranges: tuple[tuple[int, int], ...] | None
+    dataset: str | None
+    scope_id: int = 0
+    start_entry: int = 0
+    end_entry: int | None = None
+    include_open_ledgers: bool = False
+    max_entries_per_partition: int = 100_000
     digest_type: str | None = None
     password: bytes = field(default=b"", repr=False)
     fail_on_data_loss: bool = True

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from bkspark.datasource.options import DEFAULT_MAX_BYTES_PER_PARTITION, DIGEST_TYPES, MAX_PARTITIONS
+from bkspark.datasource.options import DEFAULT_MAX_BYTES_PER_PARTITION, DIGEST_TYPES, MAX_PARTITIONS, ScanLimits
 from bkspark.errors import InvalidOptionError
 from bkspark.protocol.values import INT64_MAX, parse_bool
 
@@ -49,7 +49,7 @@ def is_pulsar_read(options: Mapping[str, str | None]) -> bool:
 
 
 @dataclass(frozen=True)
-class PulsarReadOptions:
+class PulsarReadOptions(ScanLimits):
     """What ``spark.read.format("bookkeeper").option("topic", ...)`` was asked to read."""
 
     #: The BookKeeper URI (``bkspark.pulsar.topics.bookkeeper_uri_of`` of what the user gave).
@@ -61,12 +61,6 @@ class PulsarReadOptions:
     password: bytes = field(default=b"", repr=False)
     fail_on_data_loss: bool = True
     max_entries_per_partition: int = 10_000
-    max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
-    min_partitions: int | None = None
-    max_partitions: int | None = None
-    batch_read_enabled: bool = True
-    batch_max_count: int = 1000
-    batch_max_size: int = 4 * 1024 * 1024
     client_conf: tuple[tuple[str, str], ...] = ()
     #: How far ahead of the broker's clock a producer's may be, for ``__publishTime`` pruning (docs/pulsar.md).
     publish_time_skew_ms: int = 60_000

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import abc
 import enum
-import functools
-import inspect
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from bkspark.errors import InvalidOptionError, NotEnoughBookiesError
@@ -27,6 +26,8 @@ from bkspark.protocol.values import parse_bool
 __all__ = [
     "EnsemblePlacementPolicy",
     "PlacementResult",
+    "EnsembleRequest",
+    "Replacement",
     "ReadCategory",
     "read_category",
     "order_for_read",
@@ -225,43 +226,46 @@ class PlacementResult(enum.Enum):
     MEETS_STRICT = 5
 
 
+@dataclass(frozen=True, slots=True)
+class EnsembleRequest:
+    """One :meth:`EnsemblePlacementPolicy.new_ensemble` call's arguments, checked, as its policy receives them."""
+
+    ensemble_size: int
+    write_quorum_size: int
+    ack_quorum_size: int
+    custom_metadata: Mapping[str, bytes] | None
+    exclude: frozenset[str]
+
+    @property
+    def quorum_sizes(self) -> tuple[int, int, int]:
+        """``(ensemble_size, write_quorum_size, ack_quorum_size)``."""
+        return self.ensemble_size, self.write_quorum_size, self.ack_quorum_size
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement(EnsembleRequest):
+    """One :meth:`EnsemblePlacementPolicy.replace_bookie` call's arguments, as its policy receives them."""
+
+    current_ensemble: tuple[str, ...]
+    bookie_to_replace: str
+
+    @property
+    def taken(self) -> set[str]:
+        """The bookies a replacement may not be: the excluded ones, the ensemble's and the replaced one."""
+        return set(self.exclude) | set(self.current_ensemble) | {self.bookie_to_replace}
+
+
 class EnsemblePlacementPolicy(abc.ABC):
     """Choose bookies for ensembles and order bookies for reads.
 
-    Subclasses implement :meth:`new_ensemble` and :meth:`replace_bookie`; the
+    Subclasses implement :meth:`_choose_ensemble` and :meth:`_choose_replacement` (the public
+    :meth:`new_ensemble` and :meth:`replace_bookie` check the arguments and hand them over as one request); the
     cluster view (writable / read-only sets) and read ordering live here, so
     every policy computes the dead set and the read order the same way.
     """
 
     #: The Java class a BookKeeper client would configure for the same behaviour.
     java_class_name: str = ""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Every policy's ``new_ensemble`` checks its arguments first, here, once for all policies.
-
-        A set or a list given as ``custom_metadata`` (say ``new_ensemble(3, 2, 2, {bookie})``) is a
-        ``TypeError``, not custom metadata; quorum sizes go through :func:`check_quorums`.
-        """
-        super().__init_subclass__(**kwargs)
-        impl = cls.__dict__.get("new_ensemble")
-        if impl is None or getattr(impl, "__isabstractmethod__", False) or getattr(impl, "_checks_arguments", False):
-            return
-
-        @functools.wraps(impl)
-        def new_ensemble(self: "EnsemblePlacementPolicy", *args: Any, **kwargs: Any) -> list[str]:
-            # Bound against the abstract method's signature: the one statement of the arguments.
-            bound = inspect.signature(EnsemblePlacementPolicy.new_ensemble).bind(self, *args, **kwargs)
-            bound.apply_defaults()
-            given = bound.arguments
-            check_quorums(given["ensemble_size"], given["write_quorum_size"], given["ack_quorum_size"])
-            check_custom_metadata(given["custom_metadata"])
-            exclude = given["exclude"]
-            if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Collection):
-                raise TypeError(f"exclude must be a collection of bookie ids, not {type(exclude).__name__}")
-            return impl(self, *args, **kwargs)  # type: ignore[no-any-return]
-
-        new_ensemble._checks_arguments = True  # type: ignore[attr-defined]
-        cls.new_ensemble = new_ensemble  # type: ignore[method-assign]
 
     def __init__(self) -> None:
         self.conf: Mapping[str, Any] = {}
@@ -328,7 +332,6 @@ class EnsemblePlacementPolicy(abc.ABC):
 
     # -- placement ---------------------------------------------------------
 
-    @abc.abstractmethod
     def new_ensemble(
         self,
         ensemble_size: int,
@@ -337,12 +340,23 @@ class EnsemblePlacementPolicy(abc.ABC):
         custom_metadata: Mapping[str, bytes] | None = None,
         exclude: Collection[str] = frozenset(),
     ) -> list[str]:
-        """Choose ``ensemble_size`` distinct writable bookies, none of them in ``exclude``.
+        """Choose ``ensemble_size`` distinct writable bookies, none of them in ``exclude`` (Java's ``newEnsemble``).
 
-        Raises :class:`NotEnoughBookiesError` when the cluster cannot supply them.
+        Raises :class:`NotEnoughBookiesError` when the cluster cannot supply them.  The arguments are checked here,
+        once for every policy: a set or a list given as ``custom_metadata`` (say ``new_ensemble(3, 2, 2, {bookie})``)
+        is a ``TypeError``, not custom metadata; quorum sizes go through :func:`check_quorums`.
         """
+        check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
+        check_custom_metadata(custom_metadata)
+        if isinstance(exclude, (str, bytes)) or not isinstance(exclude, Collection):
+            raise TypeError(f"exclude must be a collection of bookie ids, not {type(exclude).__name__}")
+        request = EnsembleRequest(ensemble_size, write_quorum_size, ack_quorum_size, custom_metadata, frozenset(exclude))
+        return self._choose_ensemble(request)
 
     @abc.abstractmethod
+    def _choose_ensemble(self, request: EnsembleRequest) -> list[str]:
+        """The policy's choice for :meth:`new_ensemble`; none of ``request.exclude``."""
+
     def replace_bookie(
         self,
         ensemble_size: int,
@@ -353,11 +367,21 @@ class EnsemblePlacementPolicy(abc.ABC):
         bookie_to_replace: str,
         exclude: Collection[str] = frozenset(),
     ) -> str:
-        """Choose one writable bookie to take ``bookie_to_replace``'s place.
+        """Choose one writable bookie to take ``bookie_to_replace``'s place (Java's ``replaceBookie``).
 
         Never returns a member of ``current_ensemble`` or ``exclude``; raises
-        :class:`NotEnoughBookiesError` when no such bookie exists.
+        :class:`NotEnoughBookiesError` when no such bookie exists.  The one
+        statement of the signature: policies implement :meth:`_choose_replacement`.
         """
+        request = Replacement(
+            ensemble_size, write_quorum_size, ack_quorum_size, custom_metadata, frozenset(exclude),
+            tuple(current_ensemble), bookie_to_replace,
+        )
+        return self._choose_replacement(request)
+
+    @abc.abstractmethod
+    def _choose_replacement(self, request: Replacement) -> str:
+        """The policy's choice for :meth:`replace_bookie`; never one of ``request.taken``."""
 
     def is_ensemble_adhering(
         self, ensemble: Sequence[str], write_quorum_size: int, ack_quorum_size: int

@@ -27,8 +27,9 @@ from bkspark.placement.arrange import Layout, LayoutProblem, find_layout, window
 from bkspark.placement.base import (
     Clock,
     EnsemblePlacementPolicy,
+    EnsembleRequest,
     PlacementResult,
-    check_quorums,
+    Replacement,
     conf_bool,
     conf_float,
     conf_int,
@@ -40,6 +41,7 @@ from bkspark.placement.topology import (
     NetworkTopology,
     StabilizeNetworkTopology,
     normalize_location,
+    region_of,
 )
 
 __all__ = [
@@ -205,6 +207,24 @@ class TopologyAwareEnsemblePlacementPolicy(EnsemblePlacementPolicy):
     def _min_racks(self, write_quorum_size: int) -> int:
         return max(1, min(write_quorum_size, self.min_racks_per_write_quorum))
 
+    def _ranked_replacements(self, request: Replacement, *, same_region_first: bool = False) -> list[str]:
+        """The candidates for ``request``, best first: (with ``same_region_first``, those in the replaced bookie's
+        region first, then) those in a rack the rest of the ensemble does not use, then those in the replaced
+        bookie's rack, ties in random order.  Raises :class:`NotEnoughBookiesError` when there is none."""
+        pool = self._pool(request.taken)
+        candidates = [b for bookies in pool.values() for b in bookies]
+        if not candidates:
+            raise self._not_enough(1, 0, replacing=request.bookie_to_replace)
+        old_rack = self.location_of(request.bookie_to_replace)
+        others = {self.location_of(b) for b in request.current_ensemble if b != request.bookie_to_replace}
+
+        def rank(bookie: str) -> tuple[bool | float, ...]:
+            rack = self._rack_of_writable(bookie)
+            prefer = (rack in others, rack != old_rack, self.rng.random())
+            return (region_of(rack) != region_of(old_rack), *prefer) if same_region_first else prefer
+
+        return sorted(candidates, key=rank)
+
     def _fill(self, layout: list[str], pool: Mapping[str, list[str]]) -> list[str]:
         """Draw bookies for a rack layout from the (shuffled) pool."""
         taken: dict[str, int] = {}
@@ -240,22 +260,15 @@ class RackawareEnsemblePlacementPolicy(TopologyAwareEnsemblePlacementPolicy):
 
     java_class_name = "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy"
 
-    def new_ensemble(
-        self,
-        ensemble_size: int,
-        write_quorum_size: int,
-        ack_quorum_size: int,
-        custom_metadata: Mapping[str, bytes] | None = None,
-        exclude: Collection[str] = frozenset(),
-    ) -> list[str]:
+    def _choose_ensemble(self, request: EnsembleRequest) -> list[str]:
         """An ensemble whose write quorums each cover ``min(Qw, minNumRacksPerWriteQuorum)`` racks.
 
         Enforced: raises :class:`NotEnoughBookiesError` when no such ensemble
         exists.  Not enforced: the requirement is lowered one rack at a time
         until an ensemble fits (one rack per quorum always fits).
         """
-        check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
-        pool = self._pool(exclude)
+        ensemble_size, write_quorum_size = request.ensemble_size, request.write_quorum_size
+        pool = self._pool(request.exclude)
         available = sum(len(v) for v in pool.values())
         if available < ensemble_size:
             raise self._not_enough(ensemble_size, available, racks=len(pool))
@@ -276,38 +289,17 @@ class RackawareEnsemblePlacementPolicy(TopologyAwareEnsemblePlacementPolicy):
                 )
         raise self._not_enough(ensemble_size, available)  # unreachable: one rack per quorum always fits
 
-    def replace_bookie(
-        self,
-        ensemble_size: int,
-        write_quorum_size: int,
-        ack_quorum_size: int,
-        custom_metadata: Mapping[str, bytes] | None,
-        current_ensemble: Sequence[str],
-        bookie_to_replace: str,
-        exclude: Collection[str] = frozenset(),
-    ) -> str:
+    def _choose_replacement(self, request: Replacement) -> str:
         """A replacement that keeps every write quorum through its position on enough racks.
 
         Among the bookies that do, one in a rack the rest of the ensemble does
         not use is preferred, then one in the replaced bookie's rack.
         """
-        pool = self._pool(set(exclude) | set(current_ensemble) | {bookie_to_replace})
-        candidates = [b for bookies in pool.values() for b in bookies]
-        if not candidates:
-            raise self._not_enough(1, 0, replacing=bookie_to_replace)
-        ensemble = list(current_ensemble)
-        old_rack = self.location_of(bookie_to_replace)
-        others = {self.location_of(b) for b in ensemble if b != bookie_to_replace}
-        index = ensemble.index(bookie_to_replace) if bookie_to_replace in ensemble else None
+        ranked = self._ranked_replacements(request)
+        ensemble, replaced = list(request.current_ensemble), request.bookie_to_replace
+        write_quorum_size = request.write_quorum_size
+        index = ensemble.index(replaced) if replaced in ensemble else None
         m = self._min_racks(write_quorum_size)
-        ranked = sorted(
-            candidates,
-            key=lambda b: (
-                self._rack_of_writable(b) in others,
-                self._rack_of_writable(b) != old_rack,
-                self.rng.random(),
-            ),
-        )
         if index is None or len(ensemble) < write_quorum_size:
             return ranked[0]
         best, best_score = ranked[0], -1
@@ -320,7 +312,7 @@ class RackawareEnsemblePlacementPolicy(TopologyAwareEnsemblePlacementPolicy):
         if self.enforce_min_racks and m > 1:
             raise NotEnoughBookiesError(
                 "no replacement keeps every write quorum on enough racks",
-                replacing=bookie_to_replace,
+                replacing=replaced,
                 min_racks=m,
             )
         return best

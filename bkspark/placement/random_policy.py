@@ -6,9 +6,7 @@ shuffle the writable bookies, skip exclusions, take the first ``E``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-
-from bkspark.placement.base import EnsemblePlacementPolicy, check_quorums
+from bkspark.placement.base import EnsemblePlacementPolicy, EnsembleRequest, Replacement
 
 __all__ = ["RandomEnsemblePlacementPolicy"]
 
@@ -18,33 +16,16 @@ class RandomEnsemblePlacementPolicy(EnsemblePlacementPolicy):
 
     java_class_name = "org.apache.bookkeeper.client.DefaultEnsemblePlacementPolicy"
 
-    def new_ensemble(
-        self,
-        ensemble_size: int,
-        write_quorum_size: int,
-        ack_quorum_size: int,
-        custom_metadata: Mapping[str, bytes] | None = None,
-        exclude: Collection[str] = frozenset(),
-    ) -> list[str]:
+    def _choose_ensemble(self, request: EnsembleRequest) -> list[str]:
         """``ensemble_size`` distinct random writable bookies outside ``exclude``."""
-        check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
-        pool = self._candidates(exclude)
-        if len(pool) < ensemble_size:
-            raise self._not_enough(ensemble_size, len(pool), excluded=len(set(exclude)))
-        return self.rng.sample(pool, ensemble_size)
+        pool = self._candidates(request.exclude)
+        if len(pool) < request.ensemble_size:
+            raise self._not_enough(request.ensemble_size, len(pool), excluded=len(request.exclude))
+        return self.rng.sample(pool, request.ensemble_size)
 
-    def replace_bookie(
-        self,
-        ensemble_size: int,
-        write_quorum_size: int,
-        ack_quorum_size: int,
-        custom_metadata: Mapping[str, bytes] | None,
-        current_ensemble: Sequence[str],
-        bookie_to_replace: str,
-        exclude: Collection[str] = frozenset(),
-    ) -> str:
+    def _choose_replacement(self, request: Replacement) -> str:
         """A random writable bookie that is neither in the ensemble nor excluded."""
-        pool = self._candidates(set(exclude) | set(current_ensemble) | {bookie_to_replace})
+        pool = self._candidates(request.taken)
         if not pool:
-            raise self._not_enough(1, 0, replacing=bookie_to_replace)
+            raise self._not_enough(1, 0, replacing=request.bookie_to_replace)
         return self.rng.choice(pool)

@@ -24,9 +24,10 @@ from bkspark.errors import InvalidOptionError, NotEnoughBookiesError
 from bkspark.placement.arrange import LayoutProblem, window_ok, windows
 from bkspark.placement.base import (
     Clock,
+    EnsembleRequest,
     PlacementResult,
     ReadCategory,
-    check_quorums,
+    Replacement,
     conf_bool,
     conf_int,
     conf_list,
@@ -158,23 +159,16 @@ class RegionAwareEnsemblePlacementPolicy(RackawareEnsemblePlacementPolicy):
             self._turn += 1
         return ([self.local_region] if self.local_region in regions else []) + others
 
-    def new_ensemble(
-        self,
-        ensemble_size: int,
-        write_quorum_size: int,
-        ack_quorum_size: int,
-        custom_metadata: Mapping[str, bytes] | None = None,
-        exclude: Collection[str] = frozenset(),
-    ) -> list[str]:
+    def _choose_ensemble(self, request: EnsembleRequest) -> list[str]:
         """An ensemble with equal region shares, racks and durability per write quorum.
 
         Raises :class:`NotEnoughBookiesError` when too few bookies remain, when
         durability (``reppMinimumRegionsForDurability``) cannot be met, or, with
         ``enforceMinNumRacksPerWriteQuorum``, when the rack rule cannot.
         """
-        check_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
+        ensemble_size, write_quorum_size, ack_quorum_size = request.quorum_sizes
         min_regions = self._check_durability_config(write_quorum_size, ack_quorum_size)
-        pool = self._pool(exclude)
+        pool = self._pool(request.exclude)
         available = sum(len(v) for v in pool.values())
         if available < ensemble_size:
             raise self._not_enough(ensemble_size, available, racks=len(pool))
@@ -229,39 +223,16 @@ class RegionAwareEnsemblePlacementPolicy(RackawareEnsemblePlacementPolicy):
             regions=region_capacity,
         )
 
-    def replace_bookie(
-        self,
-        ensemble_size: int,
-        write_quorum_size: int,
-        ack_quorum_size: int,
-        custom_metadata: Mapping[str, bytes] | None,
-        current_ensemble: Sequence[str],
-        bookie_to_replace: str,
-        exclude: Collection[str] = frozenset(),
-    ) -> str:
+    def _choose_replacement(self, request: Replacement) -> str:
         """A replacement from the same region if possible (keeping shares), else any region.
 
         Among the candidates that keep the rules (racks per quorum; durability
         when ``reppEnableDurabilityEnforcementInReplace``), prefer the replaced
         bookie's region, then racks the ensemble does not use, then its rack.
         """
-        pool = self._pool(set(exclude) | set(current_ensemble) | {bookie_to_replace})
-        candidates = [b for bookies in pool.values() for b in bookies]
-        if not candidates:
-            raise self._not_enough(1, 0, replacing=bookie_to_replace)
-        ensemble = list(current_ensemble)
-        old_rack = self.location_of(bookie_to_replace)
-        old_region = region_of(old_rack)
-        others = {self.location_of(b) for b in ensemble if b != bookie_to_replace}
-        ranked = sorted(
-            candidates,
-            key=lambda b: (
-                region_of(self._rack_of_writable(b)) != old_region,
-                self._rack_of_writable(b) in others,
-                self._rack_of_writable(b) != old_rack,
-                self.rng.random(),
-            ),
-        )
+        ranked = self._ranked_replacements(request, same_region_first=True)
+        ensemble, bookie_to_replace = list(request.current_ensemble), request.bookie_to_replace
+        write_quorum_size, ack_quorum_size = request.write_quorum_size, request.ack_quorum_size
         if bookie_to_replace not in ensemble:
             return ranked[0]
         index = ensemble.index(bookie_to_replace)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator
-from typing import Final, Union
+from typing import Final, TypeVar, Union
 
 from google.protobuf.message import DecodeError, EncodeError, Message
 
@@ -86,6 +86,8 @@ BKPacketHeader = pb.BKPacketHeader
 
 Buffer = Union[bytes, bytearray, memoryview]
 """A frame body or payload: anything bytes-like the codecs read without copying first."""
+#: A request or a response being built.
+_M = TypeVar("_M", pb.Request, pb.Response)
 
 #: ``PerChannelBookieClient.DEFAULT_HIGH_PRIORITY_VALUE``: the header priority of high-priority ops.
 HIGH_PRIORITY: Final = 100
@@ -233,6 +235,30 @@ def _bad_argument(what: str, e: Exception) -> LocalProtocolError:
     return LocalProtocolError(f"cannot build {what}", error=str(e))
 
 
+def _given(**fields: object) -> dict[str, object]:
+    """The optional fields a caller gave (not None)."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def _filled(what: str, message: _M, sub: Message, scope_id: int = 0, **fields: object) -> _M:
+    """``message`` once every one of ``fields`` is set on ``sub`` (its request or response part; a list extends a
+    repeated field) and the scope too (left absent when 0, as Java does); a value protobuf refuses is
+    :func:`_bad_argument` naming ``what``.
+
+    The builders off the hot path use it; the per-entry ones (add, read, batch read) set their fields inline.
+    """
+    try:
+        for name, value in fields.items():
+            if isinstance(value, list):
+                getattr(sub, name).extend(value)  # a repeated field
+            else:
+                setattr(sub, name, value)
+        _set_scope(sub, scope_id)
+    except (ValueError, TypeError) as e:
+        raise _bad_argument(what, e) from None
+    return message
+
+
 def add_request(
     txn_id: int,
     ledger_id: int,
@@ -325,62 +351,39 @@ def read_request(
 
 def read_lac_request(txn_id: int, ledger_id: int, *, scope_id: int = 0) -> pb.Request:
     """READ_LAC: asks for the explicit-LAC blob and the last stored entry."""
-    try:
-        req = _request(pb.READ_LAC, txn_id)
-        req.readLacRequest.ledgerId = ledger_id
-        _set_scope(req.readLacRequest, scope_id)
-    except (ValueError, TypeError) as e:
-        raise _bad_argument("READ_LAC request", e) from None
-    return req
+    req = _request(pb.READ_LAC, txn_id)
+    return _filled("READ_LAC request", req, req.readLacRequest, scope_id, ledgerId=ledger_id)
 
 
 def write_lac_request(
     txn_id: int, ledger_id: int, lac: int, master_key: bytes, body: bytes, *, scope_id: int = 0
 ) -> pb.Request:
     """WRITE_LAC: ``body`` is the digested explicit-LAC blob (the bookie reads the ids from it)."""
-    try:
-        req = _request(pb.WRITE_LAC, txn_id)
-        sub = req.writeLacRequest
-        sub.ledgerId = ledger_id
-        sub.lac = lac
-        sub.masterKey = master_key
-        sub.body = body
-        _set_scope(sub, scope_id)
-    except (ValueError, TypeError) as e:
-        raise _bad_argument("WRITE_LAC request", e) from None
-    return req
+    req = _request(pb.WRITE_LAC, txn_id)
+    return _filled(
+        "WRITE_LAC request", req, req.writeLacRequest, scope_id, ledgerId=ledger_id, lac=lac, masterKey=master_key,
+        body=body,
+    )
 
 
 def force_ledger_request(txn_id: int, ledger_id: int, *, scope_id: int = 0) -> pb.Request:
     """FORCE_LEDGER: fsync what was written with DEFERRED_SYNC."""
-    try:
-        req = _request(pb.FORCE_LEDGER, txn_id)
-        req.forceLedgerRequest.ledgerId = ledger_id
-        _set_scope(req.forceLedgerRequest, scope_id)
-    except (ValueError, TypeError) as e:
-        raise _bad_argument("FORCE_LEDGER request", e) from None
-    return req
+    req = _request(pb.FORCE_LEDGER, txn_id)
+    return _filled("FORCE_LEDGER request", req, req.forceLedgerRequest, scope_id, ledgerId=ledger_id)
 
 
 def get_bookie_info_request(txn_id: int, requested: int = TOTAL_DISK_CAPACITY | FREE_DISK_SPACE) -> pb.Request:
     """GET_BOOKIE_INFO; ``requested`` is a bit mask of TOTAL_DISK_CAPACITY / FREE_DISK_SPACE."""
-    try:
-        req = _request(pb.GET_BOOKIE_INFO, txn_id)
-        req.getBookieInfoRequest.requested = requested
-    except (ValueError, TypeError) as e:
-        raise _bad_argument("GET_BOOKIE_INFO request", e) from None
-    return req
+    req = _request(pb.GET_BOOKIE_INFO, txn_id)
+    return _filled("GET_BOOKIE_INFO request", req, req.getBookieInfoRequest, requested=requested)
 
 
 def get_list_of_entries_request(txn_id: int, ledger_id: int, *, scope_id: int = 0) -> pb.Request:
     """GET_LIST_OF_ENTRIES_OF_LEDGER: which entries the bookie stores."""
-    try:
-        req = _request(pb.GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id)
-        req.getListOfEntriesOfLedgerRequest.ledgerId = ledger_id
-        _set_scope(req.getListOfEntriesOfLedgerRequest, scope_id)
-    except (ValueError, TypeError) as e:
-        raise _bad_argument("GET_LIST_OF_ENTRIES_OF_LEDGER request", e) from None
-    return req
+    req = _request(pb.GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id)
+    return _filled(
+        "GET_LIST_OF_ENTRIES_OF_LEDGER request", req, req.getListOfEntriesOfLedgerRequest, scope_id, ledgerId=ledger_id
+    )
 
 
 def start_tls_request(txn_id: int) -> pb.Request:
@@ -392,13 +395,8 @@ def start_tls_request(txn_id: int) -> pb.Request:
 
 def auth_request(txn_id: int, auth_plugin_name: str, payload: bytes) -> pb.Request:
     """AUTH: one step of the auth plugin's handshake."""
-    try:
-        req = _request(pb.AUTH, txn_id)
-        req.authRequest.authPluginName = auth_plugin_name
-        req.authRequest.payload = payload
-    except (ValueError, TypeError) as e:
-        raise _bad_argument("AUTH request", e) from None
-    return req
+    req = _request(pb.AUTH, txn_id)
+    return _filled("AUTH request", req, req.authRequest, authPluginName=auth_plugin_name, payload=payload)
 
 
 def batch_read_request(
@@ -418,20 +416,12 @@ def batch_read_request(
     fencing = bool(flags & FLAG_DO_FENCING)
     if fencing and master_key is None:
         raise LocalProtocolError("a fencing batch read needs the master key", ledger_id=ledger_id)
-    try:
-        req = _request(pb.BATCH_READ_ENTRY, txn_id, _priority(flags, priority))
-        sub = req.batchReadRequest
-        sub.ledgerId = ledger_id
-        sub.startEntryId = start_entry_id
-        sub.maxCount = max_count
-        sub.maxSize = max_size
-        if fencing:
-            sub.flag = pb.BatchReadRequest.FENCE_LEDGER
-            sub.masterKey = master_key  # type: ignore[assignment]
-        _set_scope(sub, scope_id)
-    except (ValueError, TypeError) as e:
-        raise _bad_argument("BATCH_READ_ENTRY request", e) from None
-    return req
+    req = _request(pb.BATCH_READ_ENTRY, txn_id, _priority(flags, priority))
+    fence = {"flag": pb.BatchReadRequest.FENCE_LEDGER, "masterKey": master_key} if fencing else {}
+    return _filled(
+        "BATCH_READ_ENTRY request", req, req.batchReadRequest, scope_id, ledgerId=ledger_id,
+        startEntryId=start_entry_id, maxCount=max_count, maxSize=max_size, **fence,
+    )
 
 
 # --------------------------------------------------------------------------
@@ -504,20 +494,21 @@ def read_response(
     return resp
 
 
-def _ledger_status_response(request: pb.Request, status: int, response: str, request_field: str) -> pb.Response:
-    """A response whose body is only a status and the request's ledger (and scope): WRITE_LAC, FORCE_LEDGER."""
+def _ledger_response(
+    what: str, request: pb.Request, status: int, response: str, request_field: str, **fields: object
+) -> pb.Response:
+    """A response of ``status``, the request's ledger, its scope echoed and ``fields``: READ_LAC, WRITE_LAC,
+    FORCE_LEDGER, GET_LIST_OF_ENTRIES_OF_LEDGER, BATCH_READ_ENTRY."""
     resp = _response(request, status)
-    sub = getattr(resp, response)
     asked = getattr(request, request_field)
-    sub.status = status
-    sub.ledgerId = asked.ledgerId
-    _echo_scope(sub, asked)
-    return resp
+    return _filled(
+        what, resp, getattr(resp, response), scope_id_of(asked), status=status, ledgerId=asked.ledgerId, **fields
+    )
 
 
 def write_lac_response(request: pb.Request, status: int = pb.EOK) -> pb.Response:
     """WRITE_LAC response."""
-    return _ledger_status_response(request, status, "writeLacResponse", "writeLacRequest")
+    return _ledger_response("WRITE_LAC response", request, status, "writeLacResponse", "writeLacRequest")
 
 
 def read_lac_response(
@@ -528,24 +519,15 @@ def read_lac_response(
     last_entry_body: bytes | None = None,
 ) -> pb.Response:
     """READ_LAC response with the explicit-LAC blob and/or the last stored entry."""
-    resp = _response(request, status)
-    sub = resp.readLacResponse
-    try:
-        sub.status = status
-        sub.ledgerId = request.readLacRequest.ledgerId
-        if lac_body is not None:
-            sub.lacBody = lac_body
-        if last_entry_body is not None:
-            sub.lastEntryBody = last_entry_body
-    except (ValueError, TypeError) as e:
-        raise _bad_argument("READ_LAC response", e) from None
-    _echo_scope(sub, request.readLacRequest)
-    return resp
+    return _ledger_response(
+        "READ_LAC response", request, status, "readLacResponse", "readLacRequest",
+        **_given(lacBody=lac_body, lastEntryBody=last_entry_body),
+    )
 
 
 def force_ledger_response(request: pb.Request, status: int = pb.EOK) -> pb.Response:
     """FORCE_LEDGER response."""
-    return _ledger_status_response(request, status, "forceLedgerResponse", "forceLedgerRequest")
+    return _ledger_response("FORCE_LEDGER response", request, status, "forceLedgerResponse", "forceLedgerRequest")
 
 
 def get_bookie_info_response(
@@ -557,33 +539,20 @@ def get_bookie_info_response(
 ) -> pb.Response:
     """GET_BOOKIE_INFO response; pass only the values the request asked for."""
     resp = _response(request, status)
-    sub = resp.getBookieInfoResponse
-    try:
-        sub.status = status
-        if total_disk_capacity is not None:
-            sub.totalDiskCapacity = total_disk_capacity
-        if free_disk_space is not None:
-            sub.freeDiskSpace = free_disk_space
-    except (ValueError, TypeError) as e:
-        raise _bad_argument("GET_BOOKIE_INFO response", e) from None
-    return resp
+    return _filled(
+        "GET_BOOKIE_INFO response", resp, resp.getBookieInfoResponse, status=status,
+        **_given(totalDiskCapacity=total_disk_capacity, freeDiskSpace=free_disk_space),
+    )
 
 
 def get_list_of_entries_response(
     request: pb.Request, status: int = pb.EOK, *, availability: bytes | None = None
 ) -> pb.Response:
     """GET_LIST_OF_ENTRIES_OF_LEDGER response; ``availability`` from :func:`encode_availability`."""
-    resp = _response(request, status)
-    sub = resp.getListOfEntriesOfLedgerResponse
-    try:
-        sub.status = status
-        sub.ledgerId = request.getListOfEntriesOfLedgerRequest.ledgerId
-        if availability is not None:
-            sub.availabilityOfEntriesOfLedger = availability
-    except (ValueError, TypeError) as e:
-        raise _bad_argument("GET_LIST_OF_ENTRIES_OF_LEDGER response", e) from None
-    _echo_scope(sub, request.getListOfEntriesOfLedgerRequest)
-    return resp
+    return _ledger_response(
+        "GET_LIST_OF_ENTRIES_OF_LEDGER response", request, status, "getListOfEntriesOfLedgerResponse",
+        "getListOfEntriesOfLedgerRequest", **_given(availabilityOfEntriesOfLedger=availability),
+    )
 
 
 def start_tls_response(request: pb.Request, status: int = pb.EOK) -> pb.Response:
@@ -598,12 +567,7 @@ def start_tls_response(request: pb.Request, status: int = pb.EOK) -> pb.Response
 def auth_response(request: pb.Request, auth_plugin_name: str, payload: bytes) -> pb.Response:
     """AUTH response (EOK): the request header copied verbatim, as AuthHandler does."""
     resp = error_response(request, pb.EOK)
-    try:
-        resp.authResponse.authPluginName = auth_plugin_name
-        resp.authResponse.payload = payload
-    except (ValueError, TypeError) as e:
-        raise _bad_argument("AUTH response", e) from None
-    return resp
+    return _filled("AUTH response", resp, resp.authResponse, authPluginName=auth_plugin_name, payload=payload)
 
 
 def batch_read_response(
@@ -614,19 +578,10 @@ def batch_read_response(
     max_lac: int | None = None,
 ) -> pb.Response:
     """BATCH_READ_ENTRY response (our v3 extension): stored entries from startEntryId on."""
-    resp = _response(request, status)
-    batch, sub = request.batchReadRequest, resp.batchReadResponse
-    try:
-        sub.status = status
-        sub.ledgerId = batch.ledgerId
-        sub.startEntryId = batch.startEntryId
-        sub.entries.extend(entries)
-        if max_lac is not None:
-            sub.maxLAC = max_lac
-    except (ValueError, TypeError) as e:
-        raise _bad_argument("BATCH_READ_ENTRY response", e) from None
-    _echo_scope(sub, batch)
-    return resp
+    return _ledger_response(
+        "BATCH_READ_ENTRY response", request, status, "batchReadResponse", "batchReadRequest",
+        startEntryId=request.batchReadRequest.startEntryId, entries=list(entries), **_given(maxLAC=max_lac),
+    )
 
 
 # --------------------------------------------------------------------------

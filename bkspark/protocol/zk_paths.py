@@ -24,6 +24,7 @@ ledger-parent regexes, so Java never walks into it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from bkspark.protocol.values import INT64_MAX, INT64_MIN, is_int64
 from bkspark.errors import BadMetadataError, InvalidOptionError
@@ -183,9 +184,19 @@ def _long_path(ledger_id: int) -> str:
     return f"/{a}/{b}/{c}/{d}/{LEDGER_PREFIX}{e}"
 
 
-def scopes_root(root: str) -> str:
-    """``<root>/scopes``: where every scope != 0 ledger lives."""
-    return f"{check_root(root)}/{SCOPES}"
+def _cluster_znode(*names: str, doc: str) -> Callable[[str], str]:
+    """A path function ``root -> <root>/<names...>``, the root checked by :func:`check_root`: the one rule for the
+    cluster-wide znodes Java keeps beside the ledgers (each named below, with what it holds)."""
+    suffix = "".join(f"/{name}" for name in names)
+
+    def path(root: str) -> str:
+        return check_root(root) + suffix
+
+    path.__doc__ = doc
+    return path
+
+
+scopes_root = _cluster_znode(SCOPES, doc="``<root>/scopes``: where every scope != 0 ledger lives.")
 
 
 def scope_path(root: str, scope_id: int) -> str:
@@ -289,14 +300,10 @@ def ledger_id_from_path(root: str, path: str, scheme: str = "hierarchical") -> i
 # Bookies, cookies and cluster nodes
 
 
-def available_path(root: str) -> str:
-    """``<root>/available``: writable bookies register here."""
-    return f"{check_root(root)}/{AVAILABLE}"
-
-
-def readonly_path(root: str) -> str:
-    """``<root>/available/readonly``: read-only bookies register here."""
-    return f"{available_path(root)}/{READONLY}"
+available_path = _cluster_znode(AVAILABLE, doc="``<root>/available``: writable bookies register here.")
+readonly_path = _cluster_znode(
+    AVAILABLE, READONLY, doc="``<root>/available/readonly``: read-only bookies register here."
+)
 
 
 def bookie_registration_path(root: str, bookie_id: str, readonly: bool = False) -> str:
@@ -304,9 +311,9 @@ def bookie_registration_path(root: str, bookie_id: str, readonly: bool = False) 
     return f"{readonly_path(root) if readonly else available_path(root)}/{bookie_id}"
 
 
-def cookies_path(root: str) -> str:
-    """``<root>/cookies``: its children are all bookies ever formatted (the Auditor's 'all bookies')."""
-    return f"{check_root(root)}/{COOKIES}"
+cookies_path = _cluster_znode(
+    COOKIES, doc="``<root>/cookies``: its children are all bookies ever formatted (the Auditor's 'all bookies')."
+)
 
 
 def cookie_path(root: str, bookie_id: str) -> str:
@@ -314,24 +321,10 @@ def cookie_path(root: str, bookie_id: str) -> str:
     return f"{cookies_path(root)}/{bookie_id}"
 
 
-def layout_path(root: str) -> str:
-    """``<root>/LAYOUT``."""
-    return f"{check_root(root)}/{LAYOUT}"
-
-
-def instance_id_path(root: str) -> str:
-    """``<root>/INSTANCEID``."""
-    return f"{check_root(root)}/{INSTANCEID}"
-
-
-def disable_health_check_path(root: str) -> str:
-    """``<root>/disableHealthCheck``."""
-    return f"{check_root(root)}/{DISABLE_HEALTH_CHECK}"
-
-
-def underreplication_path(root: str) -> str:
-    """``<root>/underreplication``."""
-    return f"{check_root(root)}/{UNDER_REPLICATION}"
+layout_path = _cluster_znode(LAYOUT, doc="``<root>/LAYOUT``.")
+instance_id_path = _cluster_znode(INSTANCEID, doc="``<root>/INSTANCEID``.")
+disable_health_check_path = _cluster_znode(DISABLE_HEALTH_CHECK, doc="``<root>/disableHealthCheck``.")
+underreplication_path = _cluster_znode(UNDER_REPLICATION, doc="``<root>/underreplication``.")
 
 
 def underreplicated_ledger_path(root: str, ledger_id: int) -> str:
@@ -351,19 +344,13 @@ def underreplication_lock_path(root: str, ledger_id: int) -> str:
 # Ledger id generation (ZkLedgerIdGenerator / LongZkLedgerIdGenerator)
 
 
-def idgen_path(root: str) -> str:
-    """``<root>/idgen``: parent of the 31-bit generator's sequential nodes."""
-    return f"{check_root(root)}/{IDGEN}"
-
-
-def idgen_prefix(root: str) -> str:
-    """``<root>/idgen/ID-``: create this EPHEMERAL_SEQUENTIAL, parse the id, delete it."""
-    return f"{idgen_path(root)}/{ID_PREFIX}"
-
-
-def idgen_long_path(root: str) -> str:
-    """``<root>/idgen-long``: present once the cluster switched to 63-bit ids."""
-    return f"{check_root(root)}/{IDGEN_LONG}"
+idgen_path = _cluster_znode(IDGEN, doc="``<root>/idgen``: parent of the 31-bit generator's sequential nodes.")
+idgen_prefix = _cluster_znode(
+    IDGEN, ID_PREFIX, doc="``<root>/idgen/ID-``: create this EPHEMERAL_SEQUENTIAL, parse the id, delete it."
+)
+idgen_long_path = _cluster_znode(
+    IDGEN_LONG, doc="``<root>/idgen-long``: present once the cluster switched to 63-bit ids."
+)
 
 
 def hob_path(root: str, high_bits: int) -> str:

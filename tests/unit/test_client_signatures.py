@@ -1,4 +1,4 @@
-"""The blocking client's methods keep their async twins' signatures (issue 45 item 6).
+"""The blocking client's methods keep their async twins' signatures (issue 45 item 6); so does follow_ledger.
 
 ``bkspark/client/bookkeeper.py`` is a facade over ``bkspark/client/aio.py``: each public blocking method runs the
 async one of the same name.  The two are written by hand, so this test holds them together: the same parameters
@@ -14,6 +14,7 @@ import pytest
 
 from bkspark.client.aio import AsyncBookKeeper, AsyncLedgerHandle, AsyncReadHandle
 from bkspark.client.bookkeeper import BookKeeper, LedgerHandle, ReadHandle
+from bkspark.client.tail import follow_ledger, follow_ledger_async
 
 PAIRS = [(BookKeeper, AsyncBookKeeper), (LedgerHandle, AsyncLedgerHandle), (ReadHandle, AsyncReadHandle)]
 
@@ -84,3 +85,9 @@ def test_the_exceptions_listed_still_exist() -> None:
 def test_the_blocking_facade_keeps_loop_only_parts_private() -> None:
     """The connection pool and the shared services are loop-thread objects: reached through ``bk.aio`` only."""
     assert not hasattr(BookKeeper, "pool") and not hasattr(BookKeeper, "ctx") and not hasattr(BookKeeper, "_run")
+
+
+def test_follow_ledger_async_takes_follow_ledgers_parameters() -> None:
+    """The tail's two generators, blocking and async, are twins written by hand as the clients' methods are
+    (docs/architecture.md, "Repeated code"): the same parameters, in the same order, with the same defaults."""
+    assert _parameters(follow_ledger) == _parameters(follow_ledger_async)

@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 
 from bkspark.errors import InvalidOptionError, NotEnoughBookiesError
 from bkspark.placement import RandomEnsemblePlacementPolicy, policy_class, policy_from_conf
-from bkspark.placement.base import ReadCategory, order_for_read, order_for_read_lac, read_category
+from bkspark.placement.base import (
+    EnsemblePlacementPolicy,
+    EnsembleRequest,
+    ReadCategory,
+    Replacement,
+    order_for_read,
+    order_for_read_lac,
+    read_category,
+)
 from bkspark.placement.rackaware import RackawareEnsemblePlacementPolicy
 from bkspark.placement.regionaware import RegionAwareEnsemblePlacementPolicy
 
@@ -83,6 +91,42 @@ def test_random_policy_picks_distinct_writable_unexcluded_bookies(
             policy.replace_bookie(e, 1, 1, None, ensemble, victim, exclude)
     else:
         assert policy.replace_bookie(e, 1, 1, None, ensemble, victim, exclude) in rest
+
+
+class _FirstWritable(EnsemblePlacementPolicy):
+    """A user's policy: the first writable bookies in sorted order; it records the requests it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[EnsembleRequest] = []
+
+    def _choose_ensemble(self, request: EnsembleRequest) -> list[str]:
+        self.requests.append(request)
+        return self._candidates(request.exclude)[: request.ensemble_size]
+
+    def _choose_replacement(self, request: Replacement) -> str:
+        self.requests.append(request)
+        return self._candidates(request.taken)[0]
+
+
+def test_a_users_policy_implements_two_hooks_and_gets_the_argument_checks_and_one_request() -> None:
+    """docs/placement.md: a policy of one's own implements ``_choose_ensemble`` and ``_choose_replacement``;
+    ``new_ensemble`` and ``replace_bookie`` check the arguments for it and hand them over as one request."""
+    policy = _FirstWritable().initialize({})
+    policy.on_cluster_changed({"a:1", "b:1", "c:1", "d:1"}, set())
+    with pytest.raises(TypeError, match="custom_metadata"):
+        policy.new_ensemble(2, 2, 2, {"a:1"})  # type: ignore[arg-type]  # a set taken for custom metadata
+    with pytest.raises(InvalidOptionError):
+        policy.new_ensemble(2, 3, 2)  # Qw > E
+    with pytest.raises(TypeError, match="exclude"):
+        policy.new_ensemble(2, 2, 2, None, "a:1")  # type: ignore[arg-type]
+    assert policy.requests == []  # nothing reached the policy
+    assert policy.new_ensemble(2, 2, 1, {"app": b"x"}, exclude=["a:1"]) == ["b:1", "c:1"]
+    assert policy.replace_bookie(2, 2, 1, None, ["b:1", "c:1"], "b:1", {"d:1"}) == "a:1"
+    ensemble_request, replacement = policy.requests
+    assert ensemble_request == EnsembleRequest(2, 2, 1, {"app": b"x"}, frozenset({"a:1"}))
+    assert replacement.current_ensemble == ("b:1", "c:1") and replacement.bookie_to_replace == "b:1"
+    assert replacement.taken == {"b:1", "c:1", "d:1"}
 
 
 @pytest.mark.parametrize(
