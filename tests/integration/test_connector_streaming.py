@@ -89,9 +89,14 @@ def source_offsets(checkpoint: str) -> list[tuple[int, str]]:
     return [(n, (log / str(n)).read_text().splitlines()[-1]) for n in batches]
 
 
-def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def wait_until(predicate, timeout: float, what: str, query=None) -> None:  # type: ignore[no-untyped-def]
+    """Wait for ``predicate``; with ``query`` (a streaming query), a query that dies meanwhile ends the wait with
+    its own error (not a timeout that hides why)."""
     deadline = time.monotonic() + timeout
     while not predicate():
+        failure = query.exception() if query is not None and not query.isActive else None
+        if failure is not None:
+            raise AssertionError(f"the query failed while waiting for {what}: {failure}")
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
@@ -146,7 +151,7 @@ def test_stream_follows_a_dataset_while_a_writer_appends_and_commits(spark, bk, 
         try:
             expected: dict[int, list[bytes]] = {open_lh.ledger_id: [b"warm-up"]}
             open_lh.append(b"warm-up")  # the query's first batch starts Spark's workers: not part of the latency
-            wait_until(lambda: len(sink.rows()) == 1, 180, "the first entry")
+            wait_until(lambda: len(sink.rows()) == 1, 180, "the first entry", query=query)
             acked: dict[tuple[int, int], float] = {}
             for i in range(60):
                 payload = b"open-%d" % i
@@ -160,7 +165,7 @@ def test_stream_follows_a_dataset_while_a_writer_appends_and_commits(spark, bk, 
                     reg.commit(name, [(0, lid)], replace=False)
                 time.sleep(0.03)
             # The idle writer's last entry is visible through its explicit LAC, before any close.
-            wait_until(lambda: len(sink.rows()) == sum(map(len, expected.values())), 90, "every entry")
+            wait_until(lambda: len(sink.rows()) == sum(map(len, expected.values())), 90, "every entry", query=query)
             open_lh.close()
             time.sleep(1.5)  # the close itself adds no row
             assert_exactly_once_in_order(sink.rows(), expected)
@@ -206,10 +211,10 @@ def test_a_ledger_range_is_listed_again_at_every_trigger(spark, bk, py_cluster, 
     query = stream(spark, uri, ledgers=f"{first}-{first + 10_000}", longPollTimeoutMs="500") \
         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp")).start()
     try:
-        wait_until(lambda: len(sink.rows()) == 5, 120, "the ledger there at the start")
+        wait_until(lambda: len(sink.rows()) == 5, 120, "the ledger there at the start", query=query)
         later = write_bkspark_ledger(bk, [b"r1-%d" % i for i in range(5)])
         assert first < later <= first + 10_000
-        wait_until(lambda: len(sink.rows()) == 10, 60, "the ledger created in the range later")
+        wait_until(lambda: len(sink.rows()) == 10, 60, "the ledger created in the range later", query=query)
     finally:
         query.stop()
     assert_exactly_once_in_order(sink.rows(), {first: [b"r0-%d" % i for i in range(5)], later: [b"r1-%d" % i for i in range(5)]})
@@ -341,12 +346,12 @@ def test_min_entries_per_trigger_waits_then_max_trigger_delay_lets_a_small_batch
         try:
             for i in range(25):
                 lh.append(b"m%d" % i)
-            wait_until(lambda: sum(sink.sizes()) == 25, 60, "the first 25 entries")
+            wait_until(lambda: sum(sink.sizes()) == 25, 60, "the first 25 entries", query=query)
             assert min(sink.sizes()) >= 20  # never a batch below the minimum while the delay has not passed
             started = time.monotonic()
             for i in range(25, 28):
                 lh.append(b"m%d" % i)
-            wait_until(lambda: sum(sink.sizes()) == 28, 60, "the 3 entries after maxTriggerDelay")
+            wait_until(lambda: sum(sink.sizes()) == 28, 60, "the 3 entries after maxTriggerDelay", query=query)
             assert time.monotonic() - started >= 2.0  # held back until the delay ran out
             assert sink.sizes()[-1] == 3
         finally:
@@ -516,14 +521,16 @@ def test_a_new_entry_or_commit_wakes_a_waiting_query_long_before_the_long_poll_t
             .option("checkpointLocation", checkpoint).start()
         try:
             open_lh.append(b"warm-up")
-            wait_until(lambda: len(sink.rows()) == 1, 180, "the first entry")
+            wait_until(lambda: len(sink.rows()) == 1, 180, "the first entry", query=query)
             time.sleep(4)  # the batch is over: the query waits in latestOffset
             open_lh.append(b"entry")  # confirmed by the writer's explicit LAC 100 ms later
-            wait_until(lambda: len(sink.rows()) == 2, 45, "the new entry (the long poll should wake the query)")
+            wait_until(lambda: len(sink.rows()) == 2, 45, "the new entry (the long poll should wake the query)",
+                       query=query)
             time.sleep(4)
             closed = write_bkspark_ledger(writer_bk, [b"c0", b"c1"])
             reg.commit(name, [(0, closed)], replace=False)
-            wait_until(lambda: len(sink.rows()) == 4, 45, "the committed ledger (the manifest watch should wake the query)")
+            wait_until(lambda: len(sink.rows()) == 4, 45,
+                       "the committed ledger (the manifest watch should wake the query)", query=query)
             seen = sink.rows()
             _, last = source_offsets(checkpoint)[-1]
         finally:
@@ -560,7 +567,7 @@ def test_a_stream_follows_a_ledger_across_an_ensemble_change_that_replaced_every
         try:
             for i in range(5):
                 lh.append(b"e%d" % i)
-            wait_until(lambda: len(sink.rows()) == 5, 180, "the first segment's entries")
+            wait_until(lambda: len(sink.rows()) == 5, 180, "the first segment's entries", query=query)
             old = set(lh.metadata.last_ensemble)
             stopped.extend(i for i, bookie_id in enumerate(py_cluster.bookie_ids) if bookie_id in old)
             for i in stopped:
@@ -568,7 +575,7 @@ def test_a_stream_follows_a_ledger_across_an_ensemble_change_that_replaced_every
             for i in range(5, 10):
                 lh.append(b"e%d" % i)
             assert not old & set(lh.metadata.last_ensemble)
-            wait_until(lambda: len(sink.rows()) == 10, 60, "the entries of the new ensemble")
+            wait_until(lambda: len(sink.rows()) == 10, 60, "the entries of the new ensemble", query=query)
             lh.close()
         finally:
             query.stop()
