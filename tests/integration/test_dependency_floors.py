@@ -53,7 +53,7 @@ FLOOR_INTEGRATION_TESTS = [
 #: What `pip install` needs of the checkout to build the package.
 PACKAGE_FILES = ("pyproject.toml", "README.md", "bkspark", "bookie_server", "pyspark_bookkeeper")
 #: Test tools at their floors too (the ``test`` extra's own pins, without the Spark ones).
-TEST_TOOLS = ("pytest", "pytest-timeout", "hypothesis")
+TEST_TOOLS = ("pytest", "pytest-timeout", "pytest-rerunfailures", "hypothesis")
 
 
 def _pyproject() -> dict:  # type: ignore[type-arg]
@@ -194,15 +194,19 @@ def test_pyspark_floor_is_the_oldest_release_the_spark_matrix_runs_and_every_old
 
 
 def test_make_spark_matrix_collects_every_file_with_a_spark_matrix_test() -> None:
-    """The Makefile's ``SPARK_MATRIX_TESTS`` names the files it collects (others may import what an older PySpark
-    lacks): a test marked ``spark_matrix`` in any other file would never run on the older releases."""
-    match = re.search(r"^SPARK_MATRIX_TESTS := *(.+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    """The Makefile's ``SPARK_MATRIX_TESTS`` (every older release) and ``SPARK_MATRIX_FLOOR_TESTS`` (the floor
+    release only) name the files it collects (others may import what an older PySpark lacks): a test marked
+    ``spark_matrix`` in any other file would never run on the older releases."""
+    makefile = (REPO / "Makefile").read_text()
+    match = re.search(r"^SPARK_MATRIX_TESTS := *(.+)$", makefile, re.MULTILINE)
     assert match, "Makefile: no 'SPARK_MATRIX_TESTS :=' line"
+    floor_only = re.search(r"^SPARK_MATRIX_FLOOR_TESTS := *(.+)$", makefile, re.MULTILINE)
+    listed = match.group(1).split() + (floor_only.group(1).split() if floor_only else [])
     marked = sorted(
         str(path.relative_to(REPO)) for path in (REPO / "tests").rglob("test_*.py")
         if "mark.spark_matrix" in path.read_text() and path.name != Path(__file__).name
     )
-    assert marked and sorted(match.group(1).split()) == marked
+    assert marked and sorted(listed) == marked
 
 
 def test_the_connector_passes_with_pyarrow_at_its_floor() -> None:
