@@ -1,10 +1,11 @@
 """One schedule of the campaign on the namespace test bed: faults made by the kernel (docs/reliability.md,
 "The campaign on namespaces").
 
-The bookies, ZooKeeper and the client are hosts in network namespaces (tests/harness/netns_cluster.py). A seed
-draws the ledger's quorums, the number of entries and one to three faults from :data:`FAULT_KINDS`, each at a
-moment of the write and for a duration; the writer (bkspark's client, on the client host) keeps writing through
-them. Then the bed is healed, another client recovers the ledger (fencing it) and reads it all; every operation
+The bookies, ZooKeeper and the client are hosts in network namespaces (tests/harness/netns_cluster.py), each
+bookie's journal on a disk of its own (a loop device) and synced before every acknowledgement. A seed draws the
+ledger's quorums, the number of entries and one to three faults from :data:`FAULT_KINDS`, each at a moment of the
+write and for a duration (a power cut: armed before the writer starts, fired at a drawn group commit, down for the
+duration); the writer (bkspark's client, on the client host) keeps writing through them. Then the bed is healed, another client recovers the ledger (fencing it) and reads it all; every operation
 goes into the :class:`~tests.campaign.history.History` that the campaign's checker judges. Same seed, same
 schedule (:func:`plan_netns_schedule` is a pure function of it); the timing against the writer's progress varies
 with the machine's load, as it does for Jepsen.
@@ -16,17 +17,31 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from tests.campaign.history import History, check
 from tests.campaign.schedule import Stats
 from tests.harness.netns_cluster import NetnsCluster
+from tests.harness.python_bookie import PythonBookie
 
 __all__ = ["FAULT_KINDS", "NetnsPlan", "NetnsStats", "plan_netns_schedule", "run_netns_schedule"]
 
-#: Kernel-level faults a schedule draws from. ``loss`` is iptables' random drop (the kernel here may lack netem).
-FAULT_KINDS = ("link_down", "drop_to_bookie", "drop_from_bookie", "zk_cut", "rack_cut", "loss", "kill")
+#: Kernel-level network faults a schedule draws from. ``loss`` is iptables' random drop (the kernel here may lack
+#: netem).
+NETWORK_FAULT_KINDS = ("link_down", "drop_to_bookie", "drop_from_bookie", "zk_cut", "rack_cut", "loss")
+#: A bookie's process or its journal's disk: kill -9; a power cut (the journal's fault point that loses the unsynced
+#: batch, then SIGKILL); a slow fsync (the kernel's block throttle on the journal's loop device); the journal's disk
+#: full (ENOSPC from the kernel; the heal frees it and restarts the bookie, whose failed journal refuses writes).
+BOOKIE_FAULT_KINDS = ("kill", "power_cut", "slow_fsync", "journal_full")
+FAULT_KINDS = NETWORK_FAULT_KINDS + BOOKIE_FAULT_KINDS
+#: A power cut fires at the bookie's 1st to 25th group commit after it was armed.
+POWER_CUT_BATCHES = (1, 25)
+#: Writes per second the throttled journal disk takes: 1 makes one fdatasync outlast ``addEntryTimeoutSec``.
+SLOW_FSYNC_IOPS = (1, 3, 10, 30)
+#: A journal sync slower than this (ms; a bucket bound of the bookie's sync-latency histogram) counts as slowed.
+SLOW_SYNC_MS = 1000.0
 #: The client's settings: short per-request timeouts so that a silent bookie is given up on within a fault.
 CLIENT_CONF = {"addEntryTimeoutSec": 2, "readEntryTimeoutSec": 2, "speculativeReadTimeout": 300, "zkTimeout": 60}
 #: ``CAMPAIGN_NETNS_LONG=1``: faults last 30 to 45 s (longer than every client timeout), not 0.5 to 3 s.
@@ -52,14 +67,21 @@ class NetnsPlan:
 
 @dataclass
 class NetnsStats(Stats):
-    """The proxy campaign's totals that apply here, and the ensemble changes the faults caused."""
+    """The proxy campaign's totals that apply here (power cuts armed count as faults, ``power_cuts_fired`` those
+    that cut), and the ensemble changes the faults caused."""
 
     ensemble_changes: int = 0
+    #: What the disk faults did: journal syncs the throttle made slower than 1 s, bookies a full journal turned
+    #: read-only.
+    disk_effects: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
         totals = super().as_dict()
-        shared = ("schedules", "faults", "entries_acknowledged", "entries_verified", "failures")
-        return {key: totals[key] for key in shared} | {"ensemble_changes": self.ensemble_changes}
+        shared = ("schedules", "faults", "power_cuts_fired", "entries_acknowledged", "entries_verified", "failures")
+        return {key: totals[key] for key in shared} | {
+            "disk_effects": dict(sorted(self.disk_effects.items())),
+            "ensemble_changes": self.ensemble_changes,
+        }
 
 
 def plan_netns_schedule(seed: int, bookies: int, racks: int, long_faults: bool = LONG_FAULTS) -> NetnsPlan:
@@ -76,6 +98,10 @@ def plan_netns_schedule(seed: int, bookies: int, racks: int, long_faults: bool =
             params["rack"] = params["bookie"] + 1
         elif kind == "loss":
             params["probability"] = rng.choice((0.05, 0.2, 0.5))
+        elif kind == "power_cut":
+            params["at_batch"] = rng.randint(*POWER_CUT_BATCHES)
+        elif kind == "slow_fsync":
+            params["iops"] = rng.choice(SLOW_FSYNC_IOPS)
         faults.append((rng.uniform(0.0, 1.5), kind, params))
     faults.sort(key=lambda f: f[0])
     return NetnsPlan(seed, write_quorum, ack_quorum, rng.randint(40, 120), faults)
@@ -83,12 +109,51 @@ def plan_netns_schedule(seed: int, bookies: int, racks: int, long_faults: bool =
 
 class _Faults:
     """Applies a plan's faults on the bed; each standing fault is lifted after its duration (one fault at a time
-    holds the bed: the heal of one lifts every grudge, as Jepsen's does)."""
+    holds the bed: the heal of one lifts every grudge, as Jepsen's does). Power cuts are armed before the writer
+    starts and restarted by a watcher of their own (:meth:`arm_power_cut`)."""
 
-    def __init__(self, cluster: NetnsCluster) -> None:
+    def __init__(self, cluster: NetnsCluster, stats: NetnsStats) -> None:
         self.cluster = cluster
+        self.stats = stats
         self.lock = threading.Lock()
         self.killed: set[int] = set()
+        self.throttled: set[int] = set()
+        self.filled: set[int] = set()
+        #: Bookies armed with a power cut that has not fired (the final heal restarts them unarmed).
+        self.armed: set[int] = set()
+        self.watchers: list[threading.Thread] = []
+
+    def arm_power_cut(self, params: dict[str, Any], writing_done: threading.Event) -> None:
+        """Restart bookie ``params["bookie"]`` armed to cut its power at its ``at_batch``-th group commit; once it
+        has, it stays down for the drawn duration and starts again unarmed."""
+        i = params["bookie"]
+        bookie = self.cluster.bookies[i]
+        assert isinstance(bookie, PythonBookie), "only Python bookies have the journal's power-cut fault point"
+        with self.lock:
+            if bookie.process is not None and bookie.process.is_alive:
+                bookie.process.kill()
+            with bookie.power_cut_armed(params["at_batch"]):
+                bookie.launch()
+            self.cluster.wait_registered(i)
+            self.armed.add(i)
+
+        def restart_after_the_cut() -> None:
+            while bookie.is_alive and not writing_done.is_set():
+                time.sleep(0.02)
+            with self.lock:
+                if bookie.is_alive or i not in self.armed or i in self.killed:
+                    return  # never reached its group commit, or a kill fault took it first: the heal restarts it
+                self.armed.discard(i)
+                self.stats.power_cuts_fired += 1
+            time.sleep(params["duration"])
+            with self.lock:
+                if not bookie.is_alive:
+                    bookie.launch()
+                    self.cluster.wait_registered(i)
+
+        watcher = threading.Thread(target=restart_after_the_cut, name=f"power-cut-{i}", daemon=True)
+        watcher.start()
+        self.watchers.append(watcher)
 
     def apply(self, kind: str, params: dict[str, Any]) -> None:
         bed, i = self.cluster.bed, params["bookie"]
@@ -111,15 +176,51 @@ class _Faults:
                 if process is not None and process.is_alive:
                     process.kill()
                     self.killed.add(i)
+            elif kind == "slow_fsync":
+                self.cluster.journal_disks[i].throttle_writes(params["iops"])
+                self.throttled.add(i)
+            elif kind == "journal_full":
+                self.cluster.journal_disks[i].fill()
+                self.filled.add(i)
 
     def heal(self) -> None:
+        """Lift every standing fault: grudges, throttles, full disks (their bookies restarted: a failed journal
+        refuses writes until then), killed bookies started again."""
         with self.lock:
             self.cluster.bed.heal()
-            for i in sorted(self.killed):
+            for i in sorted(self.throttled):
+                try:
+                    slow = self.cluster.journal_syncs_slower_than(i, SLOW_SYNC_MS)
+                except OSError:  # not up (killed, cut its power, restarting): its count is gone with it
+                    slow = 0
+                self.stats.disk_effects["journal syncs over 1 s"] += slow
+                self.cluster.journal_disks[i].throttle_writes(0)
+            self.throttled.clear()
+            for i in sorted(self.filled):
+                if self.cluster.bookies[i].is_alive and self.cluster.is_read_only(i):
+                    self.stats.disk_effects["bookies read-only from a full journal"] += 1
+                self.cluster.journal_disks[i].unfill()
+            restart = self.killed | self.filled
+            self.armed -= restart  # restarted unarmed below
+            for i in sorted(restart):
+                process = self.cluster.bookies[i].process
+                if process is not None and process.is_alive:
+                    process.kill()
                 self.cluster.bookies[i].launch()
-            for i in sorted(self.killed):
+            for i in sorted(restart):
                 self.cluster.wait_registered(i)
             self.killed.clear()
+            self.filled.clear()
+
+    def disarm(self) -> None:
+        """After the writer: a bookie whose power cut never fired is restarted unarmed (a kill -9 loses nothing
+        synced); every watcher has finished."""
+        for watcher in self.watchers:
+            watcher.join()
+        with self.lock:
+            for i in sorted(self.armed):
+                self.cluster.restart(i)
+            self.armed.clear()
 
 
 def _drive(plan: NetnsPlan, faults: _Faults, stats: NetnsStats, t0: float, stop: threading.Event) -> None:
@@ -127,6 +228,8 @@ def _drive(plan: NetnsPlan, faults: _Faults, stats: NetnsStats, t0: float, stop:
     runs on a thread of its own, so that faults come and go on time whatever the writer is waiting for."""
     events: list[tuple[float, int, str, dict[str, Any]]] = []
     for at, kind, params in plan.faults:
+        if kind == "power_cut":
+            continue  # armed before the writer started
         events.append((at, 1, kind, params))
         events.append((at + params["duration"], 0, "heal", params))
     for due, _, kind, params in sorted(events, key=lambda e: (e[0], e[1])):
@@ -143,12 +246,17 @@ def run_netns_schedule(seed: int, cluster: NetnsCluster, stats: NetnsStats) -> t
     """Run schedule ``seed``; the checker's findings (empty when every promise held), the history and the plan."""
     plan = plan_netns_schedule(seed, len(cluster.bookies), len(cluster.bookies))
     history = History()
-    faults = _Faults(cluster)
+    faults = _Faults(cluster, stats)
     stats.schedules += 1
     lid: int | None = None
     stop = threading.Event()
+    writing_done = threading.Event()
     driver: threading.Thread | None = None
     try:
+        for _, kind, params in plan.faults:
+            if kind == "power_cut":
+                stats.faults[kind] += 1
+                faults.arm_power_cut(params, writing_done)
         with cluster.client(**CLIENT_CONF) as bk:
             lh = bk.create_ledger(3, plan.write_quorum, plan.ack_quorum)
             lid = lh.ledger_id
@@ -187,15 +295,18 @@ def run_netns_schedule(seed: int, cluster: NetnsCluster, stats: NetnsStats) -> t
                 time.sleep(rng.uniform(0, 0.03))
             for process, future in window:
                 settle(process, future)
+            writing_done.set()
             driver.join()  # every fault has come and gone
             if hung:
                 return [f"seed {seed}: adds neither completed nor failed within {ADD_HANG_SECONDS:g} s after "
                         f"every fault was lifted: {hung[:5]}"], history, plan
     finally:
         stop.set()
+        writing_done.set()
         if driver is not None:
             driver.join()
         faults.heal()
+        faults.disarm()
     if lid is None:
         return [f"seed {seed}: the writer never created its ledger"], history, plan
     # Another client recovers (fences) the ledger the writer left open, and reads it all.

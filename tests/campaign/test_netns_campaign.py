@@ -1,5 +1,6 @@
 """The campaign on the namespace test bed (docs/reliability.md, "The campaign on namespaces"): one test per seed
-over one shared cluster of hosts in network namespaces, kernel-level faults, the campaign's checker.
+over one shared cluster of hosts in network namespaces (each bookie's journal on a loop device of its own),
+kernel-level network and disk faults, power cuts, the campaign's checker.
 
 ``make test`` runs ``CAMPAIGN_NETNS_SCHEDULES`` (default 5) schedules from ``CAMPAIGN_NETNS_FIRST_SEED`` (default
 1); ``make campaign NETNS_SCHEDULES=200`` runs more; ``CAMPAIGN_NETNS_SEEDS=17,42`` runs exactly those seeds (a
@@ -17,13 +18,17 @@ from pathlib import Path
 import pytest
 
 from tests.campaign.netns_schedule import (
+    BOOKIE_FAULT_KINDS,
     CLIENT_CONF,
     FAULT_KINDS,
     LONG_FAULT_HOLD_S,
+    POWER_CUT_BATCHES,
+    SLOW_FSYNC_IOPS,
     NetnsStats,
     plan_netns_schedule,
     run_netns_schedule,
 )
+from tests.harness import loop_disk
 from tests.harness.netns import unavailable_reason
 from tests.harness.netns_cluster import NetnsCluster
 
@@ -58,10 +63,13 @@ def netns_stats() -> Iterator[NetnsStats]:
 
 @pytest.fixture(scope="module")
 def netns_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsCluster]:
-    reason = unavailable_reason()
+    reason = unavailable_reason() or loop_disk.unavailable_reason() or loop_disk.throttle_unavailable_reason()
     if reason:
         pytest.skip(reason)
-    with NetnsCluster(tmp_path_factory.mktemp("netns-campaign"), racks=RACKS, bookies_per_rack=1) as cluster:
+    with NetnsCluster(
+        tmp_path_factory.mktemp("netns-campaign"), racks=RACKS, bookies_per_rack=1, journal_sync_data=True,
+        journal_disks=True,
+    ) as cluster:
         yield cluster
 
 
@@ -71,6 +79,18 @@ def test_a_seed_reproduces_its_schedule_and_the_kinds_are_all_drawn() -> None:
     assert plan_netns_schedule(17, RACKS, RACKS) != plan_netns_schedule(18, RACKS, RACKS)
     drawn = {kind for seed in range(200) for _, kind, _ in plan_netns_schedule(seed, RACKS, RACKS).faults}
     assert drawn == set(FAULT_KINDS)
+    # The bookie and disk faults too: each one's own parameters (the power cut's group commit, the throttled disk's
+    # writes a second) come from the seed alone, and stay in their ranges.
+    for kind in BOOKIE_FAULT_KINDS:
+        seed = next(s for s in range(200) if kind in {k for _, k, _ in plan_netns_schedule(s, RACKS, RACKS).faults})
+        assert plan_netns_schedule(seed, RACKS, RACKS) == plan_netns_schedule(seed, RACKS, RACKS)
+    for seed in range(200):
+        for _, kind, params in plan_netns_schedule(seed, RACKS, RACKS).faults:
+            assert 0 <= params["bookie"] < RACKS
+            if kind == "power_cut":
+                assert POWER_CUT_BATCHES[0] <= params["at_batch"] <= POWER_CUT_BATCHES[1]
+            elif kind == "slow_fsync":
+                assert params["iops"] in SLOW_FSYNC_IOPS
     # The plan's own numbers (how long each drawn fault is to be held), nothing measured on this machine: a long
     # plan draws every hold from the long range, and every one outlasts the client's timeouts.
     long_plan = plan_netns_schedule(17, RACKS, RACKS, long_faults=True)

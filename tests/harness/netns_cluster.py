@@ -5,21 +5,27 @@ of its own; the last ``java_bookies`` of them are Apache BookKeeper's bookies (a
 placement learns each bookie's rack from a topology script (``networkTopologyScriptFileName``), as an operator's
 client would. Clients are built inside the client's namespace (:meth:`NetnsCluster.client`); everything the
 harness itself checks (ZooKeeper, registrations) it checks from the router, which reaches every host.
+
+With ``journal_disks=True`` each Python bookie's journal lives on a disk of its own (ext4 on a loop device,
+tests/harness/loop_disk.py), so that the kernel can slow its ``fdatasync`` or fill it up for that bookie alone.
 """
 
 from __future__ import annotations
 
 import shlex
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from bkspark.client import BookKeeper
 from bkspark.devcluster.zookeeper import ZooKeeperServer, four_letter_word
 from bkspark.shell.admin import init_new_cluster
 from tests.harness.java_bookkeeper import DEFAULT_BK_VERSION, JavaBookie, ensure_jars
+from tests.harness.loop_disk import LoopDisk
 from tests.harness.netns import Testbed, wait_until
 from tests.harness.python_bookie import REPO_ROOT, PythonBookie
 
@@ -70,11 +76,14 @@ class NetnsCluster:
         conf_overrides: Mapping[str, object] | None = None,
         journal_sync_data: bool = False,
         java_bookies: int = 0,
+        journal_disks: bool = False,
     ) -> None:
         self.base_dir = Path(base_dir)
         self.bed = Testbed()
         self.bookies: list[PythonBookie | JavaBookie] = []
         self.hosts: list[str] = []
+        #: Python bookie index -> the disk its journal lives on (``journal_disks=True``).
+        self.journal_disks: dict[int, LoopDisk] = {}
         self._control: KazooClient | None = None
         try:
             self.bed.add_host("zk", 0)
@@ -111,6 +120,11 @@ class NetnsCluster:
                         journal_sync_data=journal_sync_data,
                         conf_overrides=overrides,
                     )
+                    if journal_disks:
+                        disk = LoopDisk(self.base_dir / f"{host}-journal.img", self.base_dir / f"{host}-journal")
+                        self.journal_disks[n] = disk
+                        bookie.values["journalDirectories"] = str(disk.mount_point / "journal")
+                        bookie.write_conf()
                     bookie.process = self.bed.process(
                         host, f"pybookie-{host}", [], cwd=REPO_ROOT, log_dir=bookie.dir / "logs"
                     )
@@ -223,6 +237,34 @@ class NetnsCluster:
             {racks[ensemble[(i + k) % len(ensemble)]] for k in range(write_quorum)} for i in range(len(ensemble))
         ]
 
+    def journal_syncs_slower_than(self, i: int, milliseconds: float) -> int:
+        """How many of Python bookie ``i``'s journal syncs since its start took longer than ``milliseconds`` (one of
+        its ``bookie_journal_JOURNAL_SYNC`` histogram's bucket bounds), read from its ``/metrics`` over HTTP."""
+        url = f"http://{self.bed.address_of(self.hosts[i])}:{self.bookies[i].values['httpServerPort']}/metrics"
+        text = self.call_in_router(lambda: urllib.request.urlopen(url, timeout=10).read().decode())
+        samples = {
+            (family.name, sample.name, sample.labels.get("le")): sample.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "bookie_journal_JOURNAL_SYNC"
+            for sample in family.samples
+        }
+        total = samples[("bookie_journal_JOURNAL_SYNC", "bookie_journal_JOURNAL_SYNC_count", None)]
+        within = samples[("bookie_journal_JOURNAL_SYNC", "bookie_journal_JOURNAL_SYNC_bucket", f"{milliseconds:.1f}")]
+        return int(total - within)
+
+    def is_read_only(self, i: int) -> bool:
+        """Whether bookie ``i`` is registered read-only (``available/readonly``)."""
+        path = f"{ROOT}/available/readonly/{self.bookies[i].bookie_id}"
+        return self.call_in_router(lambda: self.control.exists(path)) is not None
+
+    def restart(self, i: int) -> None:
+        """Kill bookie ``i`` with -9 (if it runs), start it again and wait until it is registered (writable)."""
+        bookie = self.bookies[i]
+        if bookie.process is not None and bookie.process.is_alive:
+            bookie.process.kill()
+        bookie.launch()
+        self.wait_registered(i)
+
     def move_bookie(self, i: int, address: str) -> None:
         """Stop Python bookie ``i``, give its host ``address``, start it there under the same BookieId (BP-41)."""
         bookie = self.bookies[i]
@@ -250,6 +292,8 @@ class NetnsCluster:
         if getattr(self, "zookeeper", None) is not None:
             self.zookeeper.kill()
         self.bed.close()
+        for disk in self.journal_disks.values():
+            disk.close()
 
     def __enter__(self) -> "NetnsCluster":
         return self

@@ -24,7 +24,8 @@ import resource
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from kazoo.client import KazooClient
 
 from bkspark.protocol import v2
 from bkspark.protocol.digest import Digester, master_key
+from bookie_server.journal import JournalFaults
 from tests.harness.java_bookkeeper import parse_metadata_service_uri
 from tests.harness.ports import free_port, port_is_open
 from tests.harness.process import HarnessError, ManagedProcess, tail
@@ -114,6 +116,17 @@ class PythonBookie:
         self.process.argv = argv
         self.process.env = dict(os.environ, **self.fault_env) if self.fault_env else None
         self.process.start()
+
+    @contextmanager
+    def power_cut_armed(self, at_batch: int) -> Iterator[None]:
+        """Launches inside the block arm the journal's power-cut fault point (``bookie_server.journal.JournalFaults``):
+        the bookie's ``at_batch``-th group commit is written to memory only and the process SIGKILLs itself before
+        the sync, so what it wrote after its last fsync is really lost. Every launch after the block is unarmed."""
+        self.fault_env = {JournalFaults.POWER_CUT_ENV: str(at_batch)}
+        try:
+            yield
+        finally:
+            self.fault_env = {}  # read at launch only
 
     def wait_ready(self, zk: KazooClient, root: str, timeout: float = 60.0, readonly: bool = False) -> None:
         """Wait until the port answers and the registration znode exists."""
