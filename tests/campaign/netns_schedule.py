@@ -40,8 +40,9 @@ FAULT_KINDS = NETWORK_FAULT_KINDS + BOOKIE_FAULT_KINDS
 POWER_CUT_BATCHES = (1, 25)
 #: Writes per second the throttled journal disk takes: 1 makes one fdatasync outlast ``addEntryTimeoutSec``.
 SLOW_FSYNC_IOPS = (1, 3, 10, 30)
-#: A journal sync slower than this (ms; a bucket bound of the bookie's sync-latency histogram) counts as slowed.
-SLOW_SYNC_MS = 1000.0
+#: What a throttled bookie's journal syncs are counted against: bucket bounds (ms) of its sync-latency histogram
+#: (``bookie_journal_JOURNAL_SYNC``), read before the throttle is lifted.
+SLOW_SYNC_BOUNDS_MS = ((100.0, "journal syncs over 100 ms"), (1000.0, "journal syncs over 1 s"))
 #: The client's settings: short per-request timeouts so that a silent bookie is given up on within a fault.
 CLIENT_CONF = {"addEntryTimeoutSec": 2, "readEntryTimeoutSec": 2, "speculativeReadTimeout": 300, "zkTimeout": 60}
 #: ``CAMPAIGN_NETNS_LONG=1``: faults last 30 to 45 s (longer than every client timeout), not 0.5 to 3 s.
@@ -189,11 +190,11 @@ class _Faults:
         with self.lock:
             self.cluster.bed.heal()
             for i in sorted(self.throttled):
-                try:
-                    slow = self.cluster.journal_syncs_slower_than(i, SLOW_SYNC_MS)
-                except OSError:  # not up (killed, cut its power, restarting): its count is gone with it
-                    slow = 0
-                self.stats.disk_effects["journal syncs over 1 s"] += slow
+                for bound_ms, label in SLOW_SYNC_BOUNDS_MS:
+                    try:
+                        self.stats.disk_effects[label] += self.cluster.journal_syncs_slower_than(i, bound_ms)
+                    except OSError:  # not up (killed, cut its power, restarting): its counts are gone with it
+                        break
                 self.cluster.journal_disks[i].throttle_writes(0)
             self.throttled.clear()
             for i in sorted(self.filled):

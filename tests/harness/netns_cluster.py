@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
-from prometheus_client.parser import text_string_to_metric_families
 
 from bkspark.client import BookKeeper
 from bkspark.devcluster.zookeeper import ZooKeeperServer, four_letter_word
@@ -27,7 +26,7 @@ from bkspark.shell.admin import init_new_cluster
 from tests.harness.java_bookkeeper import DEFAULT_BK_VERSION, JavaBookie, ensure_jars
 from tests.harness.loop_disk import LoopDisk
 from tests.harness.netns import Testbed, wait_until
-from tests.harness.python_bookie import REPO_ROOT, PythonBookie
+from tests.harness.python_bookie import REPO_ROOT, PythonBookie, histogram_count_above
 
 __all__ = ["BOOKIE_PORT", "ZK_PORT", "NetnsCluster"]
 
@@ -242,15 +241,7 @@ class NetnsCluster:
         its ``bookie_journal_JOURNAL_SYNC`` histogram's bucket bounds), read from its ``/metrics`` over HTTP."""
         url = f"http://{self.bed.address_of(self.hosts[i])}:{self.bookies[i].values['httpServerPort']}/metrics"
         text = self.call_in_router(lambda: urllib.request.urlopen(url, timeout=10).read().decode())
-        samples = {
-            (family.name, sample.name, sample.labels.get("le")): sample.value
-            for family in text_string_to_metric_families(text)
-            if family.name == "bookie_journal_JOURNAL_SYNC"
-            for sample in family.samples
-        }
-        total = samples[("bookie_journal_JOURNAL_SYNC", "bookie_journal_JOURNAL_SYNC_count", None)]
-        within = samples[("bookie_journal_JOURNAL_SYNC", "bookie_journal_JOURNAL_SYNC_bucket", f"{milliseconds:.1f}")]
-        return int(total - within)
+        return histogram_count_above(text, "bookie_journal_JOURNAL_SYNC", milliseconds)
 
     def is_read_only(self, i: int) -> bool:
         """Whether bookie ``i`` is registered read-only (``available/readonly``)."""

@@ -38,7 +38,9 @@ from tests.harness.java_bookkeeper import parse_metadata_service_uri
 from tests.harness.ports import free_port, port_is_open
 from tests.harness.process import HarnessError, ManagedProcess, tail
 
-__all__ = ["LedgerEntries", "PythonBookie", "PythonBookieCluster", "RawBookieConnection", "REPO_ROOT"]
+__all__ = [
+    "LedgerEntries", "PythonBookie", "PythonBookieCluster", "RawBookieConnection", "REPO_ROOT", "histogram_count_above"
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -167,6 +169,26 @@ class PythonBookie:
         if self.process is None:
             return ""
         return tail(self.process.stderr_path, lines)
+
+
+def histogram_count_above(metrics_text: str, histogram: str, bound: float, **labels: str) -> int:
+    """How many observations of ``histogram`` (with ``labels``) in a bookie's ``/metrics`` text exceeded ``bound``,
+    one of its bucket bounds (e.g. the journal syncs slower than 1000 ms: ``bookie_journal_JOURNAL_SYNC``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = within = 0.0
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name != histogram:
+            continue
+        for sample in family.samples:
+            own = {k: v for k, v in sample.labels.items() if k != "le"}
+            if own != labels:
+                continue
+            if sample.name == f"{histogram}_count":
+                total = sample.value
+            elif sample.name == f"{histogram}_bucket" and float(sample.labels["le"]) == bound:
+                within = sample.value
+    return int(total - within)
 
 
 class PythonBookieCluster:
