@@ -11,7 +11,11 @@ is pulled, a switch drops one direction, a rack goes dark. :class:`Testbed` buil
 * servers run inside their host with ``ip netns exec``; code of the test process enters a namespace on one
   thread (setns(2) moves only the calling thread, and threads it starts inherit it): :meth:`Testbed.call_in`;
 * faults are Jepsen's "grudges": one call applies one (a link down, packets from some hosts dropped at a
-  host's input by iptables, a rack cut off, packet loss), :meth:`Testbed.heal` lifts every one.
+  host's input by iptables, a rack cut off), :meth:`Testbed.heal` lifts every one;
+* packet faults (:meth:`Testbed.packet_fault`: delay with jitter, reordering, duplication, corruption, loss) are
+  ``tc netem`` where the kernel has it and, where it has not, iptables' ``statistic``, ``TEE`` and ``NFQUEUE``
+  targets, the last with a queue handler in user space (tests/harness/packet_queue.py) that holds and changes
+  packets; what each did is counted (:meth:`Testbed.packet_report`).
 
 :meth:`Testbed.close` deletes every namespace (with it its interfaces, rules and processes' network) even after a
 failure, and :func:`clean_stale` deletes those a crashed earlier run left, recognised by their prefix and the
@@ -23,11 +27,15 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import json
 import os
 import re
+import select
 import shutil
 import socket
 import subprocess
+import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -36,14 +44,19 @@ from typing import TypeVar
 
 from bkspark.devcluster.pids import pid_alive
 from bkspark.devcluster.process import ManagedProcess
+from tests.harness.python_bookie import REPO_ROOT
 
 __all__ = [
     "PREFIX",
     "Host",
     "NetnsProcess",
+    "PACKET_FAULT_KINDS",
     "Testbed",
     "clean_stale",
     "netem_unavailable_reason",
+    "packet_faults_unavailable_reason",
+    "parse_rule_counters",
+    "parse_tcp_counters",
     "unavailable_reason",
 ]
 
@@ -56,6 +69,14 @@ NETWORK = "198.18.0.0/15"
 _NAME = re.compile(rf"^{PREFIX}-(\d+)-")
 _CLONE_NEWNET = 0x40000000
 _GRUDGE_CHAIN = "BKSPARK-GRUDGE"
+#: The packet faults :meth:`Testbed.packet_fault` makes, each also a method of its own.
+PACKET_FAULT_KINDS = ("delay", "reorder", "duplicate", "corrupt", "loss")
+#: Which of a host's packets a packet fault hits: those it sends, those it receives, or both.
+DIRECTIONS = ("out", "in", "both")
+#: Per direction: the iptables chain of a host's packet faults, the built-in chain that jumps to it, the interface flag.
+_PACKET_CHAINS = {"out": ("BKSPARK-PACKET-OUT", "OUTPUT", "-o"), "in": ("BKSPARK-PACKET-IN", "INPUT", "-i")}
+#: How long a queue handler may take to start (a Python interpreter on a loaded machine) or to stop.
+_HANDLER_WAIT_S = 60.0
 _beds = iter(range(1, 1 << 30))
 _beds_lock = threading.Lock()
 
@@ -98,6 +119,66 @@ def netem_unavailable_reason() -> str | None:
     if result.returncode != 0:
         return f"tc netem is not available in this kernel ({result.stderr.strip() or 'exit ' + str(result.returncode)})"
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def packet_faults_unavailable_reason() -> str | None:
+    """Why the packet faults cannot be made without netem here (iptables lacks ``NFQUEUE``, ``TEE`` or
+    ``statistic``, or the kernel lacks nfnetlink_queue), or None."""
+    probe = f"{PREFIX}-{os.getpid()}-packet"
+    _run(["ip", "netns", "add", probe], check=False)
+    try:
+        for rule in (
+            ["-j", "NFQUEUE", "--queue-num", "0", "--queue-bypass"],
+            ["-m", "statistic", "--mode", "random", "--probability", "0.5", "-j", "TEE", "--gateway", "198.18.0.1"],
+        ):
+            result = _run(["ip", "netns", "exec", probe, "iptables", "-A", "OUTPUT", *rule], check=False)
+            if result.returncode != 0:
+                return f"iptables cannot add `{' '.join(rule)}` here ({result.stderr.strip()})"
+        result = _run(["ip", "netns", "exec", probe, sys.executable, "-c", _BIND_PROBE % str(REPO_ROOT)], check=False)
+        if result.returncode != 0:
+            return f"no nfnetlink_queue in this kernel ({result.stderr.strip().splitlines()[-1:] or result.returncode})"
+    finally:
+        _run(["ip", "netns", "del", probe], check=False)
+    return None
+
+
+_BIND_PROBE = """
+import socket, sys
+sys.path.insert(0, %r)
+from tests.harness.nfqueue import NETLINK_NETFILTER, NetlinkAck, decode, encode_bind
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+s.bind((0, 0))
+s.send(encode_bind(0, sequence=1))
+ack = next(m for m in decode(s.recv(65536)) if isinstance(m, NetlinkAck))
+raise SystemExit(f"binding a queue: error {ack.error}" if ack.error else 0)
+"""
+
+
+def parse_rule_counters(listing: str) -> list[int]:
+    """The packet counts of a chain's rules, in order, from ``iptables -L <chain> -n -v -x``."""
+    counts = []
+    for line in listing.splitlines()[2:]:
+        fields = line.split()
+        if len(fields) >= 2 and fields[0].isdigit() and fields[1].isdigit():
+            counts.append(int(fields[0]))
+    return counts
+
+
+def parse_tcp_counters(text: str) -> dict[str, int]:
+    """The ``Tcp:`` and ``TcpExt:`` counters of /proc/net/snmp and /proc/net/netstat (a header line of names, then
+    a line of values, per group) as ``{"Tcp.RetransSegs": n, "TcpExt.TCPOFOQueue": n, ...}``."""
+    counters: dict[str, int] = {}
+    lines = text.splitlines()
+    for names, values in zip(lines, lines[1:]):
+        group, _, names_rest = names.partition(":")
+        group2, _, values_rest = values.partition(":")
+        if group != group2 or group not in ("Tcp", "TcpExt"):
+            continue
+        if not all(v.lstrip("-").isdigit() for v in values_rest.split()):
+            continue  # two header lines in a row
+        counters.update({f"{group}.{n}": int(v) for n, v in zip(names_rest.split(), values_rest.split())})
+    return counters
 
 
 def _namespaces() -> list[str]:
@@ -187,6 +268,14 @@ class Host:
     #: The veth end in the router namespace (``v<n>``): setting it down is pulling the host's cable.
     port: str
     grudges: list[list[str]] = field(default_factory=list)
+    #: The packet faults on now: per chain, the kind of each rule in order (their counters say what each did).
+    packet_rules: dict[str, list[str]] = field(default_factory=dict)
+    #: Queue handlers on now (tests/harness/packet_queue.py), by kind.
+    packet_handlers: list[tuple[str, subprocess.Popen[str]]] = field(default_factory=list)
+    #: The netem fault on now, if any (its kind).
+    netem_kind: str | None = None
+    #: What the packet faults lifted by the last heal did, by kind (:meth:`Testbed.packet_report`).
+    packet_report: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def rack_name(self) -> str:
@@ -260,6 +349,11 @@ class Testbed:
 
     def close(self) -> None:
         """Delete every namespace of the bed (what runs in them is killed first)."""
+        for host in self.hosts.values():
+            for _, handler in host.packet_handlers:
+                handler.kill()
+                handler.wait()
+            host.packet_handlers.clear()
         for name in reversed(self._namespaces):
             _delete_namespace(name)
         self._namespaces.clear()
@@ -332,17 +426,169 @@ class Testbed:
             else:
                 self._grudge(host, ["-s", subnet, "-j", "DROP"])
 
-    def loss(self, host: str, probability: float) -> None:
-        """Drop each packet arriving at ``host`` with ``probability`` (iptables' statistic match: the kernel's own
-        random drop, which needs no netem)."""
-        if not 0 < probability < 1:
-            raise ValueError("probability must be in (0, 1)")
-        self._grudge(self.hosts[host], ["-m", "statistic", "--mode", "random", "--probability", f"{probability:.4f}", "-j", "DROP"])
+    # -- packet faults ----------------------------------------------------------------------------------------------
+
+    def delay(self, host: str, delay_ms: float, jitter_ms: float = 0.0, direction: str = "out", seed: int | None = None) -> str:
+        """Hold each of ``host``'s packets ``delay_ms`` ± ``jitter_ms`` (uniform); jitter larger than the gap between
+        packets reorders them. Netem's ``delay D J`` (:meth:`packet_fault`)."""
+        return self.packet_fault(host, "delay", delay_ms=delay_ms, jitter_ms=jitter_ms, direction=direction, seed=seed)
+
+    def reorder(self, host: str, probability: float, delay_ms: float, direction: str = "out", seed: int | None = None) -> str:
+        """Hold a share ``probability`` of ``host``'s packets ``delay_ms`` and pass the others at once, so later
+        packets overtake the held ones (:meth:`packet_fault`)."""
+        return self.packet_fault(host, "reorder", probability=probability, delay_ms=delay_ms, direction=direction, seed=seed)
+
+    def duplicate(self, host: str, probability: float, direction: str = "out") -> str:
+        """Send a share ``probability`` of ``host``'s packets twice (:meth:`packet_fault`)."""
+        return self.packet_fault(host, "duplicate", probability=probability, direction=direction)
+
+    def corrupt(self, host: str, probability: float, direction: str = "out", seed: int | None = None) -> str:
+        """Change one byte after the IP header of a share ``probability`` of ``host``'s packets: the receiving TCP's
+        checksum rejects them and the sender retransmits (:meth:`packet_fault`)."""
+        return self.packet_fault(host, "corrupt", probability=probability, direction=direction, seed=seed)
+
+    def loss(self, host: str, probability: float, direction: str = "in") -> str:
+        """Drop a share ``probability`` of ``host``'s packets, by default those arriving (:meth:`packet_fault`)."""
+        return self.packet_fault(host, "loss", probability=probability, direction=direction)
+
+    def packet_fault(
+        self,
+        host: str,
+        kind: str,
+        *,
+        probability: float = 0.0,
+        delay_ms: float = 0.0,
+        jitter_ms: float = 0.0,
+        direction: str = "out",
+        seed: int | None = None,
+    ) -> str:
+        """Put packet fault ``kind`` (:data:`PACKET_FAULT_KINDS`) on ``host``'s packets of ``direction``
+        (:data:`DIRECTIONS`) until :meth:`heal`; the mechanism that makes it, ``"netem"`` or ``"iptables"``.
+
+        ``tc netem`` on ``eth0`` where the kernel has it and the fault is on what the host sends (netem is an egress
+        qdisc); otherwise iptables in the host's namespace: ``statistic`` + ``DROP`` (loss), ``statistic`` + ``TEE``
+        to the rack's gateway (duplicate: the clone goes the original's way), ``NFQUEUE`` to a queue handler that
+        holds or changes packets (delay, reorder, corrupt; ``seed`` seeds its draws). ``--queue-bypass`` and the
+        queue's fail-open flag let packets pass when no handler is bound or the queue is full.
+        """
+        h = self.hosts[host]
+        self._check_packet_fault(kind, probability, delay_ms, jitter_ms, direction)
+        if direction == "out" and netem_unavailable_reason() is None:
+            self._ns(h.namespace, "tc", "qdisc", "replace", "dev", "eth0", "root", "netem",
+                     *_netem_spec(kind, probability, delay_ms, jitter_ms))
+            h.netem_kind = kind
+            return "netem"
+        directions = ("out", "in") if direction == "both" else (direction,)
+        if kind == "loss":
+            target = ["-m", "statistic", "--mode", "random", "--probability", f"{probability:.4f}", "-j", "DROP"]
+        elif kind == "duplicate":
+            gateway = f"198.18.{h.rack}.1"
+            target = ["-m", "statistic", "--mode", "random", "--probability", f"{probability:.4f}", "-j", "TEE", "--gateway", gateway]
+        else:
+            queue = len(h.packet_handlers)
+            h.packet_handlers.append((kind, self._start_queue_handler(h, queue, kind, probability, delay_ms, jitter_ms, seed)))
+            target = ["-j", "NFQUEUE", "--queue-num", str(queue), "--queue-bypass"]
+        for d in directions:
+            self._packet_rule(h, d, kind, target)
+        return "iptables"
+
+    @staticmethod
+    def _check_packet_fault(kind: str, probability: float, delay_ms: float, jitter_ms: float, direction: str) -> None:
+        if kind not in PACKET_FAULT_KINDS:
+            raise ValueError(f"packet fault {kind!r} is not one of {PACKET_FAULT_KINDS}")
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction {direction!r} is not one of {DIRECTIONS}")
+        if kind in ("reorder", "duplicate", "corrupt", "loss") and not 0 < probability < 1:
+            raise ValueError(f"{kind}: probability must be in (0, 1)")
+        if kind in ("delay", "reorder") and not 0 <= jitter_ms <= delay_ms or kind in ("delay", "reorder") and delay_ms <= 0:
+            raise ValueError(f"{kind}: need delay_ms > 0 and 0 <= jitter_ms <= delay_ms")
+
+    def _packet_rule(self, h: Host, direction: str, kind: str, target: list[str]) -> None:
+        chain, parent, flag = _PACKET_CHAINS[direction]
+        if chain not in h.packet_rules:
+            if self._ns(h.namespace, "iptables", "-L", chain, "-n", check=False).returncode != 0:
+                self._ns(h.namespace, "iptables", "-N", chain)
+                self._ns(h.namespace, "iptables", "-A", parent, flag, "eth0", "-j", chain)
+            h.packet_rules[chain] = []
+        self._ns(h.namespace, "iptables", "-A", chain, *target)
+        h.packet_rules[chain].append(kind)
+
+    def _start_queue_handler(
+        self, h: Host, queue: int, kind: str, probability: float, delay_ms: float, jitter_ms: float, seed: int | None
+    ) -> subprocess.Popen[str]:
+        """tests/harness/packet_queue.py in ``h``'s namespace, bound to ``queue`` once this returns."""
+        argv = [
+            "ip", "netns", "exec", h.namespace, sys.executable, "-m", "tests.harness.packet_queue",
+            "--queue", str(queue), "--kind", kind, "--delay-ms", str(delay_ms), "--jitter-ms", str(jitter_ms),
+            "--share", str(probability), "--seed", str(seed if seed is not None else int.from_bytes(os.urandom(4), "big")),
+        ]  # fmt: skip
+        handler = subprocess.Popen(
+            argv, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        ready = _read_line(handler, _HANDLER_WAIT_S)
+        if ready != "ready":
+            handler.kill()
+            _, err = handler.communicate()
+            raise NetnsError(f"queue handler on {h.name} did not start ({ready!r}): {err.strip()[-2000:]}")
+        return handler
+
+    def packet_report(self, host: str) -> dict[str, dict[str, float]]:
+        """What each packet fault of ``host`` lifted by the last :meth:`heal` did, by kind: ``lost``, ``duplicated``
+        (iptables' rule counters), the queue handler's ``queued``/``held``/``reordered``/``corrupted``/
+        ``median_hold_ms``, or netem's ``sent``/``dropped`` (``tc -s qdisc``)."""
+        return self.hosts[host].packet_report
+
+    def tcp_counters(self, host: str) -> dict[str, int]:
+        """``host``'s TCP counters (its namespace's /proc/net/snmp and /proc/net/netstat): retransmissions
+        (``Tcp.RetransSegs``), checksum failures (``Tcp.InCsumErrors``), out-of-order segments
+        (``TcpExt.TCPOFOQueue``), duplicate segments (``TcpExt.TCPDSACKOldSent``)..."""
+        out = self._ns(self.hosts[host].namespace, "cat", "/proc/net/snmp", "/proc/net/netstat").stdout
+        return parse_tcp_counters(out)
 
     def netem(self, host: str, *spec: str) -> None:
         """``tc qdisc add dev eth0 root netem <spec>`` on ``host`` (e.g. ``"delay", "200ms", "50ms", "loss", "5%"``);
         see :func:`netem_unavailable_reason`."""
         self._ns(self.hosts[host].namespace, "tc", "qdisc", "replace", "dev", "eth0", "root", "netem", *spec)
+        self.hosts[host].netem_kind = "netem"
+
+    def _lift_packet_faults(self, h: Host) -> list[str]:
+        """Count, flush and stop ``h``'s packet faults into ``h.packet_report``; what went wrong (after lifting all)."""
+        report: dict[str, dict[str, float]] = {}
+        problems: list[str] = []
+
+        def add(kind: str, counters: dict[str, float]) -> None:
+            into = report.setdefault(kind, {})
+            for name, value in counters.items():
+                into[name] = value if name == "median_hold_ms" else into.get(name, 0) + value
+
+        for chain, kinds in h.packet_rules.items():
+            listing = self._ns(h.namespace, "iptables", "-L", chain, "-n", "-v", "-x", check=False).stdout
+            for kind, count in zip(kinds, parse_rule_counters(listing)):
+                if kind in ("loss", "duplicate"):
+                    add(kind, {"lost" if kind == "loss" else "duplicated": count})
+            self._ns(h.namespace, "iptables", "-F", chain)
+        h.packet_rules.clear()
+        for kind, handler in h.packet_handlers:  # after the flush: nothing new reaches the queues
+            handler.send_signal(signal.SIGTERM)
+            try:
+                out, err = handler.communicate(timeout=_HANDLER_WAIT_S)
+            except subprocess.TimeoutExpired:
+                handler.kill()
+                out, err = handler.communicate()
+            last = out.strip().splitlines()[-1:] if out else []
+            if handler.returncode == 0 and last and last[0].startswith("{"):
+                add(kind, json.loads(last[0]))
+            else:
+                problems.append(f"queue handler ({kind}) on {h.name} ended with {handler.returncode}: {err.strip()[-2000:]}")
+        h.packet_handlers.clear()
+        if h.netem_kind is not None:
+            stats = self._ns(h.namespace, "tc", "-s", "qdisc", "show", "dev", "eth0", check=False).stdout
+            if m := re.search(r"Sent \d+ bytes (\d+) pkt \(dropped (\d+)", stats):
+                add(h.netem_kind, {"sent": int(m.group(1)), "dropped": int(m.group(2))})
+            h.netem_kind = None
+        if report:
+            h.packet_report = report
+        return problems
 
     def move(self, host: str, address: str) -> None:
         """Give ``host`` another address on its rack (BP-41: a bookie that comes back elsewhere under its id)."""
@@ -355,8 +601,12 @@ class Testbed:
         h.address = address
 
     def heal(self) -> None:
-        """Lift every fault: links up, grudges flushed, netem removed."""
+        """Lift every fault: links up, grudges flushed, packet faults counted (:meth:`packet_report`) and removed
+        (queue handlers stopped, their held packets let go). Raises :class:`NetnsError` after lifting everything if a
+        queue handler had died."""
+        problems: list[str] = []
         for h in self.hosts.values():
+            problems += self._lift_packet_faults(h)
             self._ns(self.router, "ip", "link", "set", h.port, "up")
             if h.grudges:
                 self._ns(h.namespace, "iptables", "-F", _GRUDGE_CHAIN)
@@ -364,6 +614,26 @@ class Testbed:
             self._ns(h.namespace, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
             self._ns(h.namespace, "ip", "neigh", "flush", "all", check=False)  # no "no route to host" left over
         self._ns(self.router, "ip", "neigh", "flush", "all", check=False)
+        if problems:
+            raise NetnsError("; ".join(problems))
+
+
+def _netem_spec(kind: str, probability: float, delay_ms: float, jitter_ms: float) -> list[str]:
+    """The ``tc netem`` arguments of a packet fault (netem's reorder sends its share at once and delays the rest:
+    the held share is the complement)."""
+    percent = f"{probability * 100:g}%"
+    if kind == "delay":
+        return ["delay", f"{delay_ms:g}ms", f"{jitter_ms:g}ms"]
+    if kind == "reorder":
+        return ["delay", f"{delay_ms:g}ms", "reorder", f"{(1 - probability) * 100:g}%"]
+    return [kind, percent]
+
+
+def _read_line(process: subprocess.Popen[str], timeout: float) -> str:
+    """The first line ``process`` prints within ``timeout`` seconds ('' if none)."""
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    return process.stdout.readline().strip() if ready else ""
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
