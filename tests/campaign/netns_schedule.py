@@ -26,7 +26,10 @@ from tests.campaign.schedule import Stats
 from tests.harness.netns_cluster import NetnsCluster
 from tests.harness.python_bookie import PythonBookie
 
-__all__ = ["FAULT_KINDS", "NetnsPlan", "NetnsStats", "plan_netns_schedule", "run_netns_schedule"]
+__all__ = [
+    "BOOKIE_FAULT_KINDS", "FAULT_KINDS", "NETWORK_FAULT_KINDS", "PACKET_FAULT_KINDS", "NetnsPlan", "NetnsStats",
+    "plan_netns_schedule", "run_netns_schedule",
+]
 
 #: Kernel-level network faults a schedule draws from. ``loss`` is iptables' random drop (the kernel here may lack
 #: netem).
@@ -35,7 +38,10 @@ NETWORK_FAULT_KINDS = ("link_down", "drop_to_bookie", "drop_from_bookie", "zk_cu
 #: batch, then SIGKILL); a slow fsync (the kernel's block throttle on the journal's loop device); the journal's disk
 #: full (ENOSPC from the kernel; the heal frees it and restarts the bookie, whose failed journal refuses writes).
 BOOKIE_FAULT_KINDS = ("kill", "power_cut", "slow_fsync", "journal_full")
-FAULT_KINDS = NETWORK_FAULT_KINDS + BOOKIE_FAULT_KINDS
+#: Packet faults on what a bookie sends or receives (tests/harness/netns.py ``packet_fault``: netem where the kernel
+#: has it, else iptables ``TEE`` for duplicates and an NFQUEUE handler that holds or changes packets).
+PACKET_FAULT_KINDS = ("delay", "reorder", "duplicate", "corrupt")
+FAULT_KINDS = NETWORK_FAULT_KINDS + PACKET_FAULT_KINDS + BOOKIE_FAULT_KINDS
 #: A power cut fires at the bookie's 1st to 25th group commit after it was armed.
 POWER_CUT_BATCHES = (1, 25)
 #: Writes per second the throttled journal disk takes: 1 makes one fdatasync outlast ``addEntryTimeoutSec``.
@@ -75,12 +81,15 @@ class NetnsStats(Stats):
     #: What the disk faults did: journal syncs the throttle made slower than 1 s, bookies a full journal turned
     #: read-only.
     disk_effects: Counter[str] = field(default_factory=Counter)
+    #: What the packet faults did, as their heal counted it ("<kind>: <counter>", e.g. "corrupt: corrupted").
+    packet_effects: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
         totals = super().as_dict()
         shared = ("schedules", "faults", "power_cuts_fired", "entries_acknowledged", "entries_verified", "failures")
         return {key: totals[key] for key in shared} | {
             "disk_effects": dict(sorted(self.disk_effects.items())),
+            "packet_effects": dict(sorted(self.packet_effects.items())),
             "ensemble_changes": self.ensemble_changes,
         }
 
@@ -99,6 +108,17 @@ def plan_netns_schedule(seed: int, bookies: int, racks: int, long_faults: bool =
             params["rack"] = params["bookie"] + 1
         elif kind == "loss":
             params["probability"] = rng.choice((0.05, 0.2, 0.5))
+        elif kind in PACKET_FAULT_KINDS:
+            params["direction"] = rng.choice(("in", "out"))
+            params["seed"] = rng.randrange(1 << 31)  # the queue handler's own draws
+            if kind == "delay":
+                params["delay_ms"] = rng.choice((20.0, 100.0, 300.0))
+                params["jitter_ms"] = params["delay_ms"] / 2
+            elif kind == "reorder":
+                params["probability"] = rng.choice((0.25, 0.5))
+                params["delay_ms"] = rng.choice((20.0, 100.0))
+            else:
+                params["probability"] = rng.choice((0.05, 0.2, 0.5) if kind == "duplicate" else (0.05, 0.2))
         elif kind == "power_cut":
             params["at_batch"] = rng.randint(*POWER_CUT_BATCHES)
         elif kind == "slow_fsync":
@@ -119,6 +139,7 @@ class _Faults:
         self.lock = threading.Lock()
         self.killed: set[int] = set()
         self.throttled: set[int] = set()
+        self.packet_faulted: set[int] = set()
         self.filled: set[int] = set()
         #: Bookies armed with a power cut that has not fired (the final heal restarts them unarmed).
         self.armed: set[int] = set()
@@ -160,6 +181,8 @@ class _Faults:
         bed, i = self.cluster.bed, params["bookie"]
         host = self.cluster.hosts[i]
         with self.lock:
+            if kind in PACKET_FAULT_KINDS:
+                self.packet_faulted.add(i)
             if kind == "link_down":
                 bed.link_down(host)
             elif kind == "drop_to_bookie":
@@ -172,6 +195,14 @@ class _Faults:
                 bed.cut_rack(params["rack"])
             elif kind == "loss":
                 bed.loss(host, params["probability"])
+            elif kind == "delay":
+                bed.delay(host, params["delay_ms"], params["jitter_ms"], params["direction"], params["seed"])
+            elif kind == "reorder":
+                bed.reorder(host, params["probability"], params["delay_ms"], params["direction"], params["seed"])
+            elif kind == "duplicate":
+                bed.duplicate(host, params["probability"], params["direction"])
+            elif kind == "corrupt":
+                bed.corrupt(host, params["probability"], params["direction"], params["seed"])
             elif kind == "kill":
                 process = self.cluster.bookies[i].process
                 if process is not None and process.is_alive:
@@ -189,6 +220,12 @@ class _Faults:
         refuses writes until then), killed bookies started again."""
         with self.lock:
             self.cluster.bed.heal()
+            for i in sorted(self.packet_faulted):  # what the packet faults just lifted did (netns.py counts it)
+                for kind, counters in self.cluster.bed.packet_report(self.cluster.hosts[i]).items():
+                    for name, value in counters.items():
+                        if name != "median_hold_ms":
+                            self.stats.packet_effects[f"{kind}: {name}"] += int(value)
+            self.packet_faulted.clear()
             for i in sorted(self.throttled):
                 for bound_ms, label in SLOW_SYNC_BOUNDS_MS:
                     try:

@@ -22,6 +22,7 @@ from tests.campaign.netns_schedule import (
     CLIENT_CONF,
     FAULT_KINDS,
     LONG_FAULT_HOLD_S,
+    PACKET_FAULT_KINDS,
     POWER_CUT_BATCHES,
     SLOW_FSYNC_IOPS,
     NetnsStats,
@@ -29,7 +30,7 @@ from tests.campaign.netns_schedule import (
     run_netns_schedule,
 )
 from tests.harness import loop_disk
-from tests.harness.netns import unavailable_reason
+from tests.harness.netns import packet_faults_unavailable_reason, unavailable_reason
 from tests.harness.netns_cluster import NetnsCluster
 
 pytestmark = [pytest.mark.campaign, pytest.mark.integration, pytest.mark.fault, pytest.mark.netns]
@@ -63,7 +64,10 @@ def netns_stats() -> Iterator[NetnsStats]:
 
 @pytest.fixture(scope="module")
 def netns_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsCluster]:
-    reason = unavailable_reason() or loop_disk.unavailable_reason() or loop_disk.throttle_unavailable_reason()
+    reason = (
+        unavailable_reason() or packet_faults_unavailable_reason() or loop_disk.unavailable_reason()
+        or loop_disk.throttle_unavailable_reason()
+    )
     if reason:
         pytest.skip(reason)
     with NetnsCluster(
@@ -79,9 +83,9 @@ def test_a_seed_reproduces_its_schedule_and_the_kinds_are_all_drawn() -> None:
     assert plan_netns_schedule(17, RACKS, RACKS) != plan_netns_schedule(18, RACKS, RACKS)
     drawn = {kind for seed in range(200) for _, kind, _ in plan_netns_schedule(seed, RACKS, RACKS).faults}
     assert drawn == set(FAULT_KINDS)
-    # The bookie and disk faults too: each one's own parameters (the power cut's group commit, the throttled disk's
-    # writes a second) come from the seed alone, and stay in their ranges.
-    for kind in BOOKIE_FAULT_KINDS:
+    # The packet, bookie and disk faults too: each one's own parameters (a queue handler's seed, the power cut's
+    # group commit, the throttled disk's writes a second) come from the seed alone, and stay in their ranges.
+    for kind in PACKET_FAULT_KINDS + BOOKIE_FAULT_KINDS:
         seed = next(s for s in range(200) if kind in {k for _, k, _ in plan_netns_schedule(s, RACKS, RACKS).faults})
         assert plan_netns_schedule(seed, RACKS, RACKS) == plan_netns_schedule(seed, RACKS, RACKS)
     for seed in range(200):
@@ -91,6 +95,8 @@ def test_a_seed_reproduces_its_schedule_and_the_kinds_are_all_drawn() -> None:
                 assert POWER_CUT_BATCHES[0] <= params["at_batch"] <= POWER_CUT_BATCHES[1]
             elif kind == "slow_fsync":
                 assert params["iops"] in SLOW_FSYNC_IOPS
+            elif kind in PACKET_FAULT_KINDS:
+                assert params["direction"] in ("in", "out") and 0 <= params["seed"] < 1 << 31
     # The plan's own numbers (how long each drawn fault is to be held), nothing measured on this machine: a long
     # plan draws every hold from the long range, and every one outlasts the client's timeouts.
     long_plan = plan_netns_schedule(17, RACKS, RACKS, long_faults=True)
