@@ -23,6 +23,7 @@ from typing import Any
 
 from tests.campaign.history import History, check
 from tests.campaign.schedule import Stats
+from tests.harness.netns import wait_until
 from tests.harness.netns_cluster import NetnsCluster
 from tests.harness.python_bookie import PythonBookie
 
@@ -169,9 +170,17 @@ class _Faults:
                 self.stats.power_cuts_fired += 1
             time.sleep(params["duration"])
             with self.lock:
-                if not bookie.is_alive:
-                    bookie.launch()
-                    self.cluster.wait_registered(i)
+                if bookie.is_alive:
+                    return
+                bookie.launch()
+            # Another fault may still cut the bookie off ZooKeeper: then it gives up starting and exits (as Apache
+            # BookKeeper's does), and is left to the heal like a killed one.
+            wait_until(lambda: not bookie.is_alive or self.cluster.is_serving(i), ADD_HANG_SECONDS,
+                       f"bookie {i} to start again after its power cut or give up\n{bookie.log_tail(20)}")
+            with self.lock:
+                if not bookie.is_alive and i not in self.killed:
+                    self.stats.disk_effects["bookies that could not start during another fault"] += 1
+                    self.killed.add(i)
 
         watcher = threading.Thread(target=restart_after_the_cut, name=f"power-cut-{i}", daemon=True)
         watcher.start()
@@ -251,14 +260,15 @@ class _Faults:
             self.filled.clear()
 
     def disarm(self) -> None:
-        """After the writer: a bookie whose power cut never fired is restarted unarmed (a kill -9 loses nothing
-        synced); every watcher has finished."""
+        """After the writer and the last heal: every watcher has finished; a bookie whose power cut never fired is
+        restarted unarmed (a kill -9 loses nothing synced), one that could not start is started."""
         for watcher in self.watchers:
             watcher.join()
         with self.lock:
-            for i in sorted(self.armed):
+            for i in sorted(self.armed | self.killed):
                 self.cluster.restart(i)
             self.armed.clear()
+            self.killed.clear()
 
 
 def _drive(plan: NetnsPlan, faults: _Faults, stats: NetnsStats, t0: float, stop: threading.Event) -> None:
@@ -345,6 +355,10 @@ def run_netns_schedule(seed: int, cluster: NetnsCluster, stats: NetnsStats) -> t
             driver.join()
         faults.heal()
         faults.disarm()
+    # The bed is whole again for the next schedule: every bookie up and registered.
+    down = [cluster.bookies[i].bookie_id for i in range(len(cluster.bookies)) if not cluster.is_serving(i)]
+    if down:
+        return [f"seed {seed}: bookies not serving after every fault was lifted: {down}"], history, plan
     if lid is None:
         return [f"seed {seed}: the writer never created its ledger"], history, plan
     # Another client recovers (fences) the ledger the writer left open, and reads it all.

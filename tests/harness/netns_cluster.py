@@ -180,14 +180,20 @@ class NetnsCluster:
             c for c in self.call_in_router(lambda: self.control.get_children(f"{ROOT}/available")) if c != "readonly"
         )
 
+    def is_serving(self, i: int) -> bool:
+        """Whether bookie ``i`` listens on its address and is registered (writable), seen from the router."""
+        bookie = self.bookies[i]
+        return self.bed.reachable(self.bed.address_of(self.hosts[i]), BOOKIE_PORT) and self.call_in_router(
+            lambda: self.control.exists(f"{ROOT}/available/{bookie.bookie_id}")
+        ) is not None
+
     def wait_registered(self, i: int, timeout: float = 120.0) -> None:
         bookie = self.bookies[i]
-        address = self.bed.address_of(self.hosts[i])
         wait_until(
-            lambda: self.bed.reachable(address, BOOKIE_PORT)
-            and self.call_in_router(lambda: self.control.exists(f"{ROOT}/available/{bookie.bookie_id}")) is not None,
+            lambda: self.is_serving(i),
             timeout,
-            f"bookie {bookie.bookie_id} on {address} to listen and register\n{bookie.log_tail(30)}",
+            f"bookie {bookie.bookie_id} on {self.bed.address_of(self.hosts[i])} to listen and register\n"
+            f"{bookie.log_tail(30)}",
         )
 
     def _write_topology_script(self) -> Path:
