@@ -129,7 +129,7 @@ def plan_netns_schedule(seed: int, bookies: int, racks: int, long_faults: bool =
     return NetnsPlan(seed, write_quorum, ack_quorum, rng.randint(40, 120), faults)
 
 
-class _Faults:
+class BedFaults:
     """Applies a plan's faults on the bed; each standing fault is lifted after its duration (one fault at a time
     holds the bed: the heal of one lifts every grudge, as Jepsen's does). Power cuts are armed before the writer
     starts and restarted by a watcher of their own (:meth:`arm_power_cut`)."""
@@ -271,7 +271,7 @@ class _Faults:
             self.killed.clear()
 
 
-def _drive(plan: NetnsPlan, faults: _Faults, stats: NetnsStats, t0: float, stop: threading.Event) -> None:
+def _drive(plan: NetnsPlan, faults: BedFaults, stats: NetnsStats, t0: float, stop: threading.Event) -> None:
     """Apply each fault at its moment and heal the bed when its duration ends (a heal lifts every standing fault);
     runs on a thread of its own, so that faults come and go on time whatever the writer is waiting for."""
     events: list[tuple[float, int, str, dict[str, Any]]] = []
@@ -294,7 +294,7 @@ def run_netns_schedule(seed: int, cluster: NetnsCluster, stats: NetnsStats) -> t
     """Run schedule ``seed``; the checker's findings (empty when every promise held), the history and the plan."""
     plan = plan_netns_schedule(seed, len(cluster.bookies), len(cluster.bookies))
     history = History()
-    faults = _Faults(cluster, stats)
+    faults = BedFaults(cluster, stats)
     stats.schedules += 1
     lid: int | None = None
     stop = threading.Event()
