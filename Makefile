@@ -201,8 +201,16 @@ container-engine:
 # As root, the tests on the container backend (tests/containers) run on images `make containers` builds, and a
 # missing engine is an error; elsewhere they skip with the reason.
 IS_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo 1)
+# The older PySpark venvs (mostly downloading and unpacking PySpark, little CPU) are built in the background while
+# the main suite runs, and their log is shown only if a build fails; the matrix runs after the suite.
+SPARK_VENVS_LOG := .cache/spark-venvs.log
 test: setup $(if $(IS_ROOT),containers)
-	$(if $(IS_ROOT),BKSPARK_TESTCONTAINERS_REQUIRED=1) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	@mkdir -p .cache; $(MAKE) --no-print-directory spark-venvs > $(SPARK_VENVS_LOG) 2>&1 & venvs=$$!; \
+	  $(if $(IS_ROOT),BKSPARK_TESTCONTAINERS_REQUIRED=1) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile \
+	    --durations=25 $(PYTEST_ARGS); rc=$$?; \
+	  if ! wait $$venvs; then cat $(SPARK_VENVS_LOG); echo "bkspark: building the PySpark matrix venvs failed"; exit 1; fi; \
+	  grep '^bkspark:' $(SPARK_VENVS_LOG) || true; \
+	  [ $$rc -eq 0 ] || exit $$rc
 	@$(MAKE) --no-print-directory spark-matrix
 
 # The connector's fast subset (marker spark_matrix: a batch write and read, filter pushdown, a stream with

@@ -428,15 +428,21 @@ class Testbed:
 
     # -- packet faults ----------------------------------------------------------------------------------------------
 
-    def delay(self, host: str, delay_ms: float, jitter_ms: float = 0.0, direction: str = "out", seed: int | None = None) -> str:
+    def delay(
+        self, host: str, delay_ms: float, jitter_ms: float = 0.0, direction: str = "out", seed: int | None = None
+    ) -> str:
         """Hold each of ``host``'s packets ``delay_ms`` ± ``jitter_ms`` (uniform); jitter larger than the gap between
         packets reorders them. Netem's ``delay D J`` (:meth:`packet_fault`)."""
         return self.packet_fault(host, "delay", delay_ms=delay_ms, jitter_ms=jitter_ms, direction=direction, seed=seed)
 
-    def reorder(self, host: str, probability: float, delay_ms: float, direction: str = "out", seed: int | None = None) -> str:
+    def reorder(
+        self, host: str, probability: float, delay_ms: float, direction: str = "out", seed: int | None = None
+    ) -> str:
         """Hold a share ``probability`` of ``host``'s packets ``delay_ms`` and pass the others at once, so later
         packets overtake the held ones (:meth:`packet_fault`)."""
-        return self.packet_fault(host, "reorder", probability=probability, delay_ms=delay_ms, direction=direction, seed=seed)
+        return self.packet_fault(
+            host, "reorder", probability=probability, delay_ms=delay_ms, direction=direction, seed=seed
+        )
 
     def duplicate(self, host: str, probability: float, direction: str = "out") -> str:
         """Send a share ``probability`` of ``host``'s packets twice (:meth:`packet_fault`)."""
@@ -473,20 +479,23 @@ class Testbed:
         """
         h = self.hosts[host]
         self._check_packet_fault(kind, probability, delay_ms, jitter_ms, direction)
+        if not (h.packet_rules or h.packet_handlers or h.netem_kind):
+            h.packet_report = {}  # the first fault since the last heal: a new report
         if direction == "out" and netem_unavailable_reason() is None:
             self._ns(h.namespace, "tc", "qdisc", "replace", "dev", "eth0", "root", "netem",
                      *_netem_spec(kind, probability, delay_ms, jitter_ms))
             h.netem_kind = kind
             return "netem"
         directions = ("out", "in") if direction == "both" else (direction,)
+        share = ["-m", "statistic", "--mode", "random", "--probability", f"{probability:.4f}"]
         if kind == "loss":
-            target = ["-m", "statistic", "--mode", "random", "--probability", f"{probability:.4f}", "-j", "DROP"]
+            target = [*share, "-j", "DROP"]
         elif kind == "duplicate":
-            gateway = f"198.18.{h.rack}.1"
-            target = ["-m", "statistic", "--mode", "random", "--probability", f"{probability:.4f}", "-j", "TEE", "--gateway", gateway]
+            target = [*share, "-j", "TEE", "--gateway", f"198.18.{h.rack}.1"]
         else:
             queue = len(h.packet_handlers)
-            h.packet_handlers.append((kind, self._start_queue_handler(h, queue, kind, probability, delay_ms, jitter_ms, seed)))
+            handler = self._start_queue_handler(h, queue, kind, probability, delay_ms, jitter_ms, seed)
+            h.packet_handlers.append((kind, handler))
             target = ["-j", "NFQUEUE", "--queue-num", str(queue), "--queue-bypass"]
         for d in directions:
             self._packet_rule(h, d, kind, target)
@@ -500,7 +509,7 @@ class Testbed:
             raise ValueError(f"direction {direction!r} is not one of {DIRECTIONS}")
         if kind in ("reorder", "duplicate", "corrupt", "loss") and not 0 < probability < 1:
             raise ValueError(f"{kind}: probability must be in (0, 1)")
-        if kind in ("delay", "reorder") and not 0 <= jitter_ms <= delay_ms or kind in ("delay", "reorder") and delay_ms <= 0:
+        if kind in ("delay", "reorder") and not (delay_ms > 0 and 0 <= jitter_ms <= delay_ms):
             raise ValueError(f"{kind}: need delay_ms > 0 and 0 <= jitter_ms <= delay_ms")
 
     def _packet_rule(self, h: Host, direction: str, kind: str, target: list[str]) -> None:
@@ -520,7 +529,8 @@ class Testbed:
         argv = [
             "ip", "netns", "exec", h.namespace, sys.executable, "-m", "tests.harness.packet_queue",
             "--queue", str(queue), "--kind", kind, "--delay-ms", str(delay_ms), "--jitter-ms", str(jitter_ms),
-            "--share", str(probability), "--seed", str(seed if seed is not None else int.from_bytes(os.urandom(4), "big")),
+            "--share", str(probability),
+            "--seed", str(seed if seed is not None else int.from_bytes(os.urandom(4), "big")),
         ]  # fmt: skip
         handler = subprocess.Popen(
             argv, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -533,9 +543,9 @@ class Testbed:
         return handler
 
     def packet_report(self, host: str) -> dict[str, dict[str, float]]:
-        """What each packet fault of ``host`` lifted by the last :meth:`heal` did, by kind: ``lost``, ``duplicated``
-        (iptables' rule counters), the queue handler's ``queued``/``held``/``reordered``/``corrupted``/
-        ``median_hold_ms``, or netem's ``sent``/``dropped`` (``tc -s qdisc``)."""
+        """What each packet fault of ``host`` lifted by the last :meth:`heal` did (empty while one is on), by kind:
+        ``lost``, ``duplicated`` (iptables' rule counters), the queue handler's ``queued``/``held``/``reordered``/
+        ``corrupted``/``median_hold_ms``, or netem's ``sent``/``dropped`` (``tc -s qdisc``)."""
         return self.hosts[host].packet_report
 
     def tcp_counters(self, host: str) -> dict[str, int]:
@@ -579,7 +589,8 @@ class Testbed:
             if handler.returncode == 0 and last and last[0].startswith("{"):
                 add(kind, json.loads(last[0]))
             else:
-                problems.append(f"queue handler ({kind}) on {h.name} ended with {handler.returncode}: {err.strip()[-2000:]}")
+                ended = f"queue handler ({kind}) on {h.name} ended with {handler.returncode}"
+                problems.append(f"{ended}: {err.strip()[-2000:]}")
         h.packet_handlers.clear()
         if h.netem_kind is not None:
             stats = self._ns(h.namespace, "tc", "-s", "qdisc", "show", "dev", "eth0", check=False).stdout

@@ -89,7 +89,7 @@ def flow_of(packet: bytes) -> tuple[int, ...]:
     header = (packet[0] & 0x0F) * 4
     key: tuple[int, ...] = (protocol, *packet[12:20])
     if protocol in (6, 17) and len(packet) >= header + 4:
-        key += (int.from_bytes(packet[header : header + 2], "big"), int.from_bytes(packet[header + 2 : header + 4], "big"))
+        key += tuple(int.from_bytes(packet[at : at + 2], "big") for at in (header, header + 2))
     return key
 
 
@@ -223,7 +223,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     plan = FaultPlan(args.kind, args.delay_ms / 1000, args.jitter_ms / 1000, args.share)
-    print(json.dumps(serve(args.queue, plan, args.seed)), flush=True)
+    try:
+        report = serve(args.queue, plan, args.seed)
+    except OSError as exc:  # the queue cannot be bound (another socket holds it, no nfnetlink_queue): say so
+        print(f"packet_queue: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report), flush=True)
     return 0
 
 

@@ -129,10 +129,11 @@ def run_under_fault(
     before: int = 20,
     history: History | None = None,
     keep: Callable[[list[str]], bool] = lambda ensemble: True,
+    before_heal: Callable[[], None] = lambda: None,
 ) -> tuple[History, Writer, list[str]]:
     """Write ``before`` entries (on new ledgers until ``keep(ensemble)`` holds), apply ``fault(ensemble)`` and keep
-    writing for FAULT_SECONDS, heal, write 20 more, close, read back; the history, the writer (its ledger's metadata
-    tells the ensemble changes) and the ensemble the fault hit."""
+    writing for FAULT_SECONDS, ``before_heal()``, heal, write 20 more, close, read back; the history, the writer (its
+    ledger's metadata tells the ensemble changes) and the ensemble the fault hit."""
     history = history or History()
     with cluster.client(**CLIENT_CONF) as bk:
         while True:
@@ -151,7 +152,10 @@ def run_under_fault(
             writer.drain()
         finally:
             writer.fault_span = range(first, writer.count)
-            cluster.bed.heal()
+            try:
+                before_heal()
+            finally:
+                cluster.bed.heal()
         writer.write(20)
         writer.close()
     read_back(cluster, history, writer.ledger_id, "reader")
@@ -257,10 +261,14 @@ def test_packet_loss_at_a_bookie_slows_but_loses_nothing(cluster: NetnsCluster) 
     """20 % of the packets arriving at one bookie of the ensemble dropped by the kernel (TCP retransmits them): the
     adds complete or the bookie is replaced; nothing acknowledged is lost."""
 
+    struck: list[str] = []
+
     def fault(ensemble: list[str]) -> None:
-        cluster.bed.loss(cluster.host_of(ensemble[0]), 0.2)
+        struck.append(cluster.host_of(ensemble[0]))
+        cluster.bed.loss(struck[0], 0.2)
 
     history, writer, _ = run_under_fault(cluster, fault)
+    assert cluster.bed.packet_report(struck[0])["loss"]["lost"] > 0
     assert check(history) == []
     assert writer.acked == writer.count
 
@@ -310,13 +318,15 @@ def test_packet_faults_at_a_bookie_lose_nothing(packet_cluster: NetnsCluster, na
         cluster.bed.packet_fault(struck[0], **args, direction="both", seed=46)
 
     before: dict[str, int] = {}
-    history, writer, _ = run_under_fault(cluster, fault)
-    after = counters()
+    after: dict[str, int] = {}  # read before the heal: what the fault made TCP do
+    history, writer, _ = run_under_fault(cluster, fault, before_heal=lambda: after.update(counters()))
     report = cluster.bed.packet_report(struck[0])[args["kind"]]
-    grew = {k: after[k] - before[k] for k in ("Tcp.RetransSegs", "Tcp.InCsumErrors", "TcpExt.TCPOFOQueue", "TcpExt.TCPDSACKOldSent")}
+    shown = ("Tcp.RetransSegs", "Tcp.InCsumErrors", "TcpExt.TCPOFOQueue", "TcpExt.TCPDSACKOldSent")
+    grew = {k: after[k] - before[k] for k in shown}
     print(f"{name}: {report} tcp {grew} adds {len(writer.fault_span)} during the fault, median latency "
           f"{writer.median_latency_ms(writer.fault_span)} ms (after the heal "
-          f"{writer.median_latency_ms(range(writer.fault_span.stop, writer.count))} ms)")
+          f"{writer.median_latency_ms(range(writer.fault_span.stop, writer.count))} ms), "
+          f"{len(writer.lh.metadata.ensembles)} ensemble(s)")
     assert report[own] > 0, report
     assert after[tcp_counter] > before[tcp_counter], grew
     assert check(history) == []

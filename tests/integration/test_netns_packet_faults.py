@@ -1,7 +1,7 @@
 """Packet faults of the namespace test bed without netem (tests/harness/netns.py, tests/harness/packet_queue.py,
 docs/reliability.md "Packet faults without netem"): each kind acts on a TCP echo between two hosts, as its counters
 and the kernel's TCP counters show, and the echoed bytes are still exact; the queue handler is stopped by heal even
-when it died, and a dead one blackholes nothing."""
+when it died, a dead one blackholes nothing, and one that cannot start leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from tests.harness.deadline import GENEROUS
 from tests.harness.netns import NetnsError, Testbed, packet_faults_unavailable_reason, unavailable_reason
+from tests.harness.nfqueue import NETLINK_NETFILTER, NetlinkAck, decode, encode_bind
 
 pytestmark = [pytest.mark.integration, pytest.mark.netns]
 
@@ -92,7 +93,7 @@ def _acted(bed: Testbed, apply) -> tuple[dict[str, float], dict[str, int]]:  # t
     finally:
         bed.heal()
     after = _counters(bed)
-    assert mechanism == "iptables"  # this kernel has no netem; where it has, only direction "out" goes to netem
+    assert mechanism == "iptables"  # both directions: never netem, which acts on what a host sends only
     (report,) = bed.packet_report("b").values()
     return report, {name: after[name] - before[name] for name in after}
 
@@ -139,6 +140,30 @@ def test_a_dead_queue_handler_blackholes_nothing_and_heal_says_it_died(bed: Test
         bed.heal()
     assert bed.hosts["b"].packet_handlers == [] and bed.hosts["b"].packet_rules == {}
     _echo(bed, rounds=20)
+
+
+def test_a_handler_that_cannot_bind_its_queue_leaves_no_fault_behind(bed: Testbed) -> None:
+    """Queue 0 of host b already bound by another socket: the handler exits before it is ready, packet_fault raises,
+    and no rule nor process is left (traffic flows, heal has nothing to lift)."""
+
+    def bind_queue_0() -> socket.socket:
+        holder = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+        holder.bind((0, 0))
+        holder.send(encode_bind(0, sequence=1))
+        acks = [m for m in decode(holder.recv(1 << 16)) if isinstance(m, NetlinkAck)]
+        assert acks == [NetlinkAck(1, 0)]
+        return holder
+
+    holder = bed.call_in("b", bind_queue_0)
+    try:
+        busy = r"queue handler on b did not start \(''\): packet_queue: .*binding nfqueue 0: Operation not permitted"
+        with pytest.raises(NetnsError, match=busy):
+            bed.delay("b", 20, 0)
+        assert bed.hosts["b"].packet_handlers == [] and bed.hosts["b"].packet_rules == {}
+        _echo(bed, rounds=20)
+        bed.heal()
+    finally:
+        holder.close()
 
 
 def test_packet_faults_refuse_what_they_cannot_make(bed: Testbed) -> None:

@@ -185,8 +185,10 @@ def test_rule_counters_and_tcp_counters_parse_the_kernels_listings() -> None:
     listing = (
         "Chain BKSPARK-PACKET-OUT (1 references)\n"
         "    pkts      bytes target     prot opt in     out     source               destination\n"
-        "      12     1234 TEE        0    --  *      *       0.0.0.0/0            0.0.0.0/0            statistic mode random probability 0.10000000009 TEE gw:198.18.1.1\n"
-        "       3      180 DROP       0    --  *      *       0.0.0.0/0            0.0.0.0/0            statistic mode random probability 0.10000000009\n"
+        "      12     1234 TEE        0    --  *      *       0.0.0.0/0            0.0.0.0/0            "
+        "statistic mode random probability 0.10000000009 TEE gw:198.18.1.1\n"
+        "       3      180 DROP       0    --  *      *       0.0.0.0/0            0.0.0.0/0            "
+        "statistic mode random probability 0.10000000009\n"
     )
     assert parse_rule_counters(listing) == [12, 3]
     snmp = (
@@ -195,5 +197,9 @@ def test_rule_counters_and_tcp_counters_parse_the_kernels_listings() -> None:
         "TcpExt: SyncookiesSent TCPOFOQueue\nTcpExt: 0 9\n"
     )
     assert parse_tcp_counters(snmp) == {
-        "Tcp.RtoAlgorithm": 1, "Tcp.RetransSegs": 17, "Tcp.InCsumErrors": 4, "TcpExt.SyncookiesSent": 0, "TcpExt.TCPOFOQueue": 9,
-    }  # fmt: skip
+        "Tcp.RtoAlgorithm": 1,
+        "Tcp.RetransSegs": 17,
+        "Tcp.InCsumErrors": 4,
+        "TcpExt.SyncookiesSent": 0,
+        "TcpExt.TCPOFOQueue": 9,
+    }
