@@ -11,6 +11,10 @@
   device: btrfs' data checksum fails and the kernel answers the bookie's read with EIO (the device-mapper ``error``
   and ``flakey`` targets do the same where the kernel has device-mapper; this one does not). The bookie answers
   EIO, the client reads the entry from the other replica.
+* A bookie's journal on ext4 on a loop device whose writes the kernel throttles (cgroup v1's blkio throttle; no
+  device-mapper ``delay`` here): a slow fsync. Adds that need the bookie wait for it, nothing is acknowledged
+  before its sync (a copy of the device taken right after an acknowledgement holds it), a writer with a short
+  ``addEntryTimeoutSec`` moves to other bookies.
 """
 
 from __future__ import annotations
