@@ -156,8 +156,7 @@ class BedFaults:
             if bookie.process is not None and bookie.process.is_alive:
                 bookie.process.kill()
             with bookie.power_cut_armed(params["at_batch"]):
-                bookie.launch()
-            self.cluster.wait_registered(i)
+                self.cluster.start(i)
             self.armed.add(i)
 
         def restart_after_the_cut() -> None:
@@ -172,10 +171,11 @@ class BedFaults:
             with self.lock:
                 if bookie.is_alive:
                     return
+                stale = self.cluster.registration_owner(i)
                 bookie.launch()
             # Another fault may still cut the bookie off ZooKeeper: then it gives up starting and exits (as Apache
             # BookKeeper's does), and is left to the heal like a killed one.
-            wait_until(lambda: not bookie.is_alive or self.cluster.is_serving(i), ADD_HANG_SECONDS,
+            wait_until(lambda: not bookie.is_alive or self.cluster.is_serving(i, stale), ADD_HANG_SECONDS,
                        f"bookie {i} to start again after its power cut or give up\n{bookie.log_tail(20)}")
             with self.lock:
                 if not bookie.is_alive and i not in self.killed:
@@ -250,12 +250,7 @@ class BedFaults:
             restart = self.killed | self.filled
             self.armed -= restart  # restarted unarmed below
             for i in sorted(restart):
-                process = self.cluster.bookies[i].process
-                if process is not None and process.is_alive:
-                    process.kill()
-                self.cluster.bookies[i].launch()
-            for i in sorted(restart):
-                self.cluster.wait_registered(i)
+                self.cluster.restart(i)
             self.killed.clear()
             self.filled.clear()
 
@@ -358,6 +353,9 @@ def run_netns_schedule(seed: int, cluster: NetnsCluster, stats: NetnsStats) -> t
     # The bed is whole again for the next schedule: every bookie up and registered.
     down = [cluster.bookies[i].bookie_id for i in range(len(cluster.bookies)) if not cluster.is_serving(i)]
     if down:
+        for i in range(len(cluster.bookies)):  # whole for the schedules after, whatever this one found
+            if not cluster.bookies[i].is_alive:
+                cluster.start(i)
         return [f"seed {seed}: bookies not serving after every fault was lifted: {down}"], history, plan
     if lid is None:
         return [f"seed {seed}: the writer never created its ledger"], history, plan

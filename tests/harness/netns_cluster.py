@@ -13,6 +13,7 @@ tests/harness/loop_disk.py), so that the kernel can slow its ``fdatasync`` or fi
 from __future__ import annotations
 
 import shlex
+import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -180,21 +181,52 @@ class NetnsCluster:
             c for c in self.call_in_router(lambda: self.control.get_children(f"{ROOT}/available")) if c != "readonly"
         )
 
-    def is_serving(self, i: int) -> bool:
-        """Whether bookie ``i`` listens on its address and is registered (writable), seen from the router."""
-        bookie = self.bookies[i]
-        return self.bed.reachable(self.bed.address_of(self.hosts[i]), BOOKIE_PORT) and self.call_in_router(
-            lambda: self.control.exists(f"{ROOT}/available/{bookie.bookie_id}")
-        ) is not None
+    def registration_owner(self, i: int) -> int | None:
+        """The ZooKeeper session that holds bookie ``i``'s writable registration, or None when there is none."""
+        path = f"{ROOT}/available/{self.bookies[i].bookie_id}"
+        stat = self.call_in_router(lambda: self.control.exists(path))
+        return None if stat is None else stat.ephemeralOwner
 
-    def wait_registered(self, i: int, timeout: float = 120.0) -> None:
+    def is_serving(self, i: int, stale_owner: int | None = None) -> bool:
+        """Whether bookie ``i`` listens on its address and is registered (writable) by a session other than
+        ``stale_owner`` (the one a killed incarnation left, which lingers until that session expires), seen from the
+        router."""
+        owner = self.registration_owner(i)
+        return (
+            owner is not None
+            and owner != stale_owner
+            and self.bed.reachable(self.bed.address_of(self.hosts[i]), BOOKIE_PORT)
+        )
+
+    def wait_registered(self, i: int, timeout: float = 120.0, stale_owner: int | None = None) -> None:
         bookie = self.bookies[i]
         wait_until(
-            lambda: self.is_serving(i),
+            lambda: self.is_serving(i, stale_owner),
             timeout,
             f"bookie {bookie.bookie_id} on {self.bed.address_of(self.hosts[i])} to listen and register\n"
             f"{bookie.log_tail(30)}",
         )
+
+    def start(self, i: int, timeout: float = 120.0) -> int:
+        """Start bookie ``i`` (not running) and wait until it serves under a registration of its own; started again
+        whenever it exits first (a bookie gives up starting when it cannot reach ZooKeeper in time), as an
+        operator's supervisor would. How many starts it took."""
+        bookie = self.bookies[i]
+        stale = self.registration_owner(i)
+        bookie.launch()
+        starts = 1
+        deadline = time.monotonic() + timeout
+        while not self.is_serving(i, stale):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"bookie {bookie.bookie_id} to start and register: not within {timeout:g} s ({starts} starts)\n"
+                    f"{bookie.log_tail(30)}"
+                )
+            if not bookie.is_alive:
+                bookie.launch()
+                starts += 1
+            time.sleep(0.1)
+        return starts
 
     def _write_topology_script(self) -> Path:
         """The operator's DNS-to-switch script: a bookie's address (or BP-41 name) in, its rack out."""
@@ -254,13 +286,12 @@ class NetnsCluster:
         path = f"{ROOT}/available/readonly/{self.bookies[i].bookie_id}"
         return self.call_in_router(lambda: self.control.exists(path)) is not None
 
-    def restart(self, i: int) -> None:
-        """Kill bookie ``i`` with -9 (if it runs), start it again and wait until it is registered (writable)."""
+    def restart(self, i: int) -> int:
+        """Kill bookie ``i`` with -9 (if it runs) and :meth:`start` it again."""
         bookie = self.bookies[i]
         if bookie.process is not None and bookie.process.is_alive:
             bookie.process.kill()
-        bookie.launch()
-        self.wait_registered(i)
+        return self.start(i)
 
     def move_bookie(self, i: int, address: str) -> None:
         """Stop Python bookie ``i``, give its host ``address``, start it there under the same BookieId (BP-41)."""
