@@ -57,6 +57,8 @@ LONG_FAULTS = os.environ.get("CAMPAIGN_NETNS_LONG", "") not in ("", "0")
 #: The range a fault's hold time is drawn from (seconds), long and short: the plan's own numbers.
 LONG_FAULT_HOLD_S = (30.0, 45.0)
 SHORT_FAULT_HOLD_S = (0.5, 3.0)
+#: Seconds every bookie has, after the last heal, to be up and registered again.
+REREGISTER_SECONDS = 60.0
 #: Seconds after which an add that neither completed nor failed counts as hung (every fault is lifted by then).
 ADD_HANG_SECONDS = 120.0
 
@@ -350,8 +352,13 @@ def run_netns_schedule(seed: int, cluster: NetnsCluster, stats: NetnsStats) -> t
             driver.join()
         faults.heal()
         faults.disarm()
-    # The bed is whole again for the next schedule: every bookie up and registered.
-    down = [cluster.bookies[i].bookie_id for i in range(len(cluster.bookies)) if not cluster.is_serving(i)]
+    # The bed is whole again for the next schedule: every bookie up and registered (one whose ZooKeeper session
+    # expired during a long fault registers again once it reconnects, after the heal).
+    deadline = time.monotonic() + REREGISTER_SECONDS
+    while (down := [b.bookie_id for i, b in enumerate(cluster.bookies) if not cluster.is_serving(i)]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.5)
     if down:
         for i in range(len(cluster.bookies)):  # whole for the schedules after, whatever this one found
             if not cluster.bookies[i].is_alive:
