@@ -163,12 +163,14 @@ pulsar-proto: venv
 	$(PY) -m grpc_tools.protoc -Ibkspark/pulsar/proto --python_out=bkspark/pulsar/proto --pyi_out=bkspark/pulsar/proto bkspark/pulsar/proto/*.proto
 
 # The network-namespace test bed (tests/harness/netns.py) drives `ip` (iproute2) and `iptables`; the real-disk
-# tests (tests/integration/test_bookie_real_disks.py) make a btrfs (btrfs-progs). Only as root.
+# tests (tests/integration/test_bookie_real_disks.py, tests/harness/loop_disk.py) make a btrfs (btrfs-progs) and
+# ext4s (e2fsprogs) on loop devices (losetup: mount). Only as root.
 .PHONY: netns-tools
 netns-tools:
-	@if [ "$$(id -u)" = 0 ]; then command -v ip >/dev/null && command -v iptables >/dev/null && command -v mkfs.btrfs >/dev/null || { \
+	@if [ "$$(id -u)" = 0 ]; then command -v ip >/dev/null && command -v iptables >/dev/null && command -v mkfs.btrfs >/dev/null \
+	  && command -v mkfs.ext4 >/dev/null && command -v losetup >/dev/null || { \
 	  apt-get -o DPkg::Lock::Timeout=900 update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends iproute2 iptables btrfs-progs >/dev/null; }; fi
+	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends iproute2 iptables btrfs-progs e2fsprogs mount >/dev/null; }; fi
 setup: netns-tools
 
 # Regenerate the committed protobuf modules from bkspark/protocol/proto/*.proto.

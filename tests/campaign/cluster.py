@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bookie_server.journal import JournalFaults
 from tests.harness.java_bookkeeper import JavaBookieCluster, JavaClusterFactory
 from tests.harness.process import HarnessError
 from tests.harness.proxy import FaultProxy, proxied_bookie_id
@@ -141,13 +140,9 @@ class CampaignCluster:
         (``bookie_server.journal.JournalFaults``): its ``at_batch``-th group commit is written to memory only and
         the process SIGKILLs itself before the sync, so what it wrote after its last fsync is really lost."""
         assert ref.kind == "python", "only Python bookies have the journal's fault point"
-        bookie = self.python.bookies[ref.index]
         self.python.crash(ref.index)
-        bookie.fault_env = {JournalFaults.POWER_CUT_ENV: str(at_batch)}
-        try:
+        with self.python.bookies[ref.index].power_cut_armed(at_batch):
             self.python.start(ref.index, timeout=60)
-        finally:
-            bookie.fault_env = {}  # read at launch only: every later start is unarmed
         self.armed.add(ref.index)
 
     def heal(self) -> None:

@@ -5,11 +5,16 @@ of its own; the last ``java_bookies`` of them are Apache BookKeeper's bookies (a
 placement learns each bookie's rack from a topology script (``networkTopologyScriptFileName``), as an operator's
 client would. Clients are built inside the client's namespace (:meth:`NetnsCluster.client`); everything the
 harness itself checks (ZooKeeper, registrations) it checks from the router, which reaches every host.
+
+With ``journal_disks=True`` each Python bookie's journal lives on a disk of its own (ext4 on a loop device,
+tests/harness/loop_disk.py), so that the kernel can slow its ``fdatasync`` or fill it up for that bookie alone.
 """
 
 from __future__ import annotations
 
 import shlex
+import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,8 +25,9 @@ from bkspark.client import BookKeeper
 from bkspark.devcluster.zookeeper import ZooKeeperServer, four_letter_word
 from bkspark.shell.admin import init_new_cluster
 from tests.harness.java_bookkeeper import DEFAULT_BK_VERSION, JavaBookie, ensure_jars
+from tests.harness.loop_disk import LoopDisk
 from tests.harness.netns import Testbed, wait_until
-from tests.harness.python_bookie import REPO_ROOT, PythonBookie
+from tests.harness.python_bookie import REPO_ROOT, PythonBookie, histogram_count_above
 
 __all__ = ["BOOKIE_PORT", "ZK_PORT", "NetnsCluster"]
 
@@ -70,11 +76,14 @@ class NetnsCluster:
         conf_overrides: Mapping[str, object] | None = None,
         journal_sync_data: bool = False,
         java_bookies: int = 0,
+        journal_disks: bool = False,
     ) -> None:
         self.base_dir = Path(base_dir)
         self.bed = Testbed()
         self.bookies: list[PythonBookie | JavaBookie] = []
         self.hosts: list[str] = []
+        #: Python bookie index -> the disk its journal lives on (``journal_disks=True``).
+        self.journal_disks: dict[int, LoopDisk] = {}
         self._control: KazooClient | None = None
         try:
             self.bed.add_host("zk", 0)
@@ -111,6 +120,11 @@ class NetnsCluster:
                         journal_sync_data=journal_sync_data,
                         conf_overrides=overrides,
                     )
+                    if journal_disks:
+                        disk = LoopDisk(self.base_dir / f"{host}-journal.img", self.base_dir / f"{host}-journal")
+                        self.journal_disks[n] = disk
+                        bookie.values["journalDirectories"] = str(disk.mount_point / "journal")
+                        bookie.write_conf()
                     bookie.process = self.bed.process(
                         host, f"pybookie-{host}", [], cwd=REPO_ROOT, log_dir=bookie.dir / "logs"
                     )
@@ -167,15 +181,52 @@ class NetnsCluster:
             c for c in self.call_in_router(lambda: self.control.get_children(f"{ROOT}/available")) if c != "readonly"
         )
 
-    def wait_registered(self, i: int, timeout: float = 120.0) -> None:
-        bookie = self.bookies[i]
-        address = self.bed.address_of(self.hosts[i])
-        wait_until(
-            lambda: self.bed.reachable(address, BOOKIE_PORT)
-            and self.call_in_router(lambda: self.control.exists(f"{ROOT}/available/{bookie.bookie_id}")) is not None,
-            timeout,
-            f"bookie {bookie.bookie_id} on {address} to listen and register\n{bookie.log_tail(30)}",
+    def registration_owner(self, i: int) -> int | None:
+        """The ZooKeeper session that holds bookie ``i``'s writable registration, or None when there is none."""
+        path = f"{ROOT}/available/{self.bookies[i].bookie_id}"
+        stat = self.call_in_router(lambda: self.control.exists(path))
+        return None if stat is None else stat.ephemeralOwner
+
+    def is_serving(self, i: int, stale_owner: int | None = None) -> bool:
+        """Whether bookie ``i`` listens on its address and is registered (writable) by a session other than
+        ``stale_owner`` (the one a killed incarnation left, which lingers until that session expires), seen from the
+        router."""
+        owner = self.registration_owner(i)
+        return (
+            owner is not None
+            and owner != stale_owner
+            and self.bed.reachable(self.bed.address_of(self.hosts[i]), BOOKIE_PORT)
         )
+
+    def wait_registered(self, i: int, timeout: float = 120.0, stale_owner: int | None = None) -> None:
+        bookie = self.bookies[i]
+        wait_until(
+            lambda: self.is_serving(i, stale_owner),
+            timeout,
+            f"bookie {bookie.bookie_id} on {self.bed.address_of(self.hosts[i])} to listen and register\n"
+            f"{bookie.log_tail(30)}",
+        )
+
+    def start(self, i: int, timeout: float = 120.0) -> int:
+        """Start bookie ``i`` (not running) and wait until it serves under a registration of its own; started again
+        whenever it exits first (a bookie gives up starting when it cannot reach ZooKeeper in time), as an
+        operator's supervisor would. How many starts it took."""
+        bookie = self.bookies[i]
+        stale = self.registration_owner(i)
+        bookie.launch()
+        starts = 1
+        deadline = time.monotonic() + timeout
+        while not self.is_serving(i, stale):
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"bookie {bookie.bookie_id} to start and register: not within {timeout:g} s ({starts} starts)\n"
+                    f"{bookie.log_tail(30)}"
+                )
+            if not bookie.is_alive:
+                bookie.launch()
+                starts += 1
+            time.sleep(0.1)
+        return starts
 
     def _write_topology_script(self) -> Path:
         """The operator's DNS-to-switch script: a bookie's address (or BP-41 name) in, its rack out."""
@@ -223,6 +274,25 @@ class NetnsCluster:
             {racks[ensemble[(i + k) % len(ensemble)]] for k in range(write_quorum)} for i in range(len(ensemble))
         ]
 
+    def journal_syncs_slower_than(self, i: int, milliseconds: float) -> int:
+        """How many of Python bookie ``i``'s journal syncs since its start took longer than ``milliseconds`` (one of
+        its ``bookie_journal_JOURNAL_SYNC`` histogram's bucket bounds), read from its ``/metrics`` over HTTP."""
+        url = f"http://{self.bed.address_of(self.hosts[i])}:{self.bookies[i].values['httpServerPort']}/metrics"
+        text = self.call_in_router(lambda: urllib.request.urlopen(url, timeout=10).read().decode())
+        return histogram_count_above(text, "bookie_journal_JOURNAL_SYNC", milliseconds)
+
+    def is_read_only(self, i: int) -> bool:
+        """Whether bookie ``i`` is registered read-only (``available/readonly``)."""
+        path = f"{ROOT}/available/readonly/{self.bookies[i].bookie_id}"
+        return self.call_in_router(lambda: self.control.exists(path)) is not None
+
+    def restart(self, i: int) -> int:
+        """Kill bookie ``i`` with -9 (if it runs) and :meth:`start` it again."""
+        bookie = self.bookies[i]
+        if bookie.process is not None and bookie.process.is_alive:
+            bookie.process.kill()
+        return self.start(i)
+
     def move_bookie(self, i: int, address: str) -> None:
         """Stop Python bookie ``i``, give its host ``address``, start it there under the same BookieId (BP-41)."""
         bookie = self.bookies[i]
@@ -250,6 +320,8 @@ class NetnsCluster:
         if getattr(self, "zookeeper", None) is not None:
             self.zookeeper.kill()
         self.bed.close()
+        for disk in self.journal_disks.values():
+            disk.close()
 
     def __enter__(self) -> "NetnsCluster":
         return self

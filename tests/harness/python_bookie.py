@@ -24,7 +24,8 @@ import resource
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +33,14 @@ from kazoo.client import KazooClient
 
 from bkspark.protocol import v2
 from bkspark.protocol.digest import Digester, master_key
+from bookie_server.journal import JournalFaults
 from tests.harness.java_bookkeeper import parse_metadata_service_uri
 from tests.harness.ports import free_port, port_is_open
 from tests.harness.process import HarnessError, ManagedProcess, tail
 
-__all__ = ["LedgerEntries", "PythonBookie", "PythonBookieCluster", "RawBookieConnection", "REPO_ROOT"]
+__all__ = [
+    "LedgerEntries", "PythonBookie", "PythonBookieCluster", "RawBookieConnection", "REPO_ROOT", "histogram_count_above"
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,6 +119,17 @@ class PythonBookie:
         self.process.env = dict(os.environ, **self.fault_env) if self.fault_env else None
         self.process.start()
 
+    @contextmanager
+    def power_cut_armed(self, at_batch: int) -> Iterator[None]:
+        """Launches inside the block arm the journal's power-cut fault point (``bookie_server.journal.JournalFaults``):
+        the bookie's ``at_batch``-th group commit is written to memory only and the process SIGKILLs itself before
+        the sync, so what it wrote after its last fsync is really lost. Every launch after the block is unarmed."""
+        self.fault_env = {JournalFaults.POWER_CUT_ENV: str(at_batch)}
+        try:
+            yield
+        finally:
+            self.fault_env = {}  # read at launch only
+
     def wait_ready(self, zk: KazooClient, root: str, timeout: float = 60.0, readonly: bool = False) -> None:
         """Wait until the port answers and the registration znode exists."""
         assert self.process is not None
@@ -154,6 +169,26 @@ class PythonBookie:
         if self.process is None:
             return ""
         return tail(self.process.stderr_path, lines)
+
+
+def histogram_count_above(metrics_text: str, histogram: str, bound: float, **labels: str) -> int:
+    """How many observations of ``histogram`` (with ``labels``) in a bookie's ``/metrics`` text exceeded ``bound``,
+    one of its bucket bounds (e.g. the journal syncs slower than 1000 ms: ``bookie_journal_JOURNAL_SYNC``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = within = 0.0
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name != histogram:
+            continue
+        for sample in family.samples:
+            own = {k: v for k, v in sample.labels.items() if k != "le"}
+            if own != labels:
+                continue
+            if sample.name == f"{histogram}_count":
+                total = sample.value
+            elif sample.name == f"{histogram}_bucket" and float(sample.labels["le"]) == bound:
+                within = sample.value
+    return int(total - within)
 
 
 class PythonBookieCluster:

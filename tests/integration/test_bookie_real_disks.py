@@ -11,12 +11,15 @@
   device: btrfs' data checksum fails and the kernel answers the bookie's read with EIO (the device-mapper ``error``
   and ``flakey`` targets do the same where the kernel has device-mapper; this one does not). The bookie answers
   EIO, the client reads the entry from the other replica.
+* A bookie's journal on ext4 on a loop device whose writes the kernel throttles (cgroup v1's blkio throttle; no
+  device-mapper ``delay`` here): a slow fsync. Adds that need the bookie wait for it, nothing is acknowledged
+  before its sync (a copy of the device taken right after an acknowledgement holds it), a writer with a short
+  ``addEntryTimeoutSec`` moves to other bookies.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,11 +29,19 @@ from typing import Any
 import pytest
 
 from bkspark.client import BookKeeper
-from tests.campaign.history import History, check
-from tests.harness.deadline import GENEROUS
-from tests.harness.netns import wait_until
 from bkspark.protocol import v2
-from tests.harness.python_bookie import LedgerEntries, PythonBookieCluster, RawBookieConnection
+from bookie_server.journal import JournalFaults
+from tests.campaign.history import History, check
+from tests.harness import loop_disk
+from tests.harness.deadline import GENEROUS
+from tests.harness.loop_disk import LoopDisk
+from tests.harness.netns import wait_until
+from tests.harness.python_bookie import (
+    LedgerEntries,
+    PythonBookieCluster,
+    RawBookieConnection,
+    histogram_count_above,
+)
 from tests.harness.zookeeper import ZkRoot
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
@@ -186,24 +197,12 @@ def test_a_bookie_whose_journal_disk_fills_up_refuses_adds_turns_read_only_and_t
 
 @pytest.fixture
 def btrfs_disk(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    """A 128 MiB btrfs on a loop device over a sparse file: ``(mount point, backing file)``."""
-    if os.geteuid() != 0:
-        pytest.skip("a disk that returns EIO needs root (losetup, mount); this process is not root")
-    if shutil.which("mkfs.btrfs") is None:
-        pytest.skip("mkfs.btrfs is missing (make setup installs btrfs-progs)")
-    image = tmp_path / "disk.img"
-    with open(image, "wb") as f:
-        f.truncate(128 << 20)
-    device = subprocess.run(["losetup", "--find", "--show", str(image)], check=True, capture_output=True, text=True).stdout.strip()
-    mount_point = tmp_path / "btrfs"
-    mount_point.mkdir()
-    try:
-        subprocess.run(["mkfs.btrfs", "-q", "-f", "-m", "single", "-d", "single", device], check=True, capture_output=True)
-        subprocess.run(["mount", device, str(mount_point)], check=True, capture_output=True)  # data checksums on
-        yield mount_point, image
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False, capture_output=True)
-        subprocess.run(["losetup", "-d", device], check=False, capture_output=True)
+    """A 128 MiB btrfs on a loop device over a sparse file (data checksums on): ``(mount point, backing file)``."""
+    reason = loop_disk.unavailable_reason("btrfs")
+    if reason:
+        pytest.skip(reason)
+    with LoopDisk(tmp_path / "disk.img", tmp_path / "btrfs", size=128 << 20, fs_type="btrfs") as disk:
+        yield disk.mount_point, disk.image
 
 
 def _corrupt_on_the_device(image: Path, needle: bytes) -> int:
@@ -268,3 +267,134 @@ def test_a_read_the_kernel_fails_with_eio_is_healed_from_the_other_replica(
                    "the broken bookie to log the failed read")
         entries, last = _read_back(zk_root.metadata_service_uri, lid, history)
         assert entries[victim] == payloads[victim] and check(history) == []
+
+
+# -- a slow fsync, made by the kernel ----------------------------------------------------------------------------------
+
+#: The writer's per-request timeout while the slow bookie is to be waited for (far longer than any throttled sync).
+PATIENT_ADD_TIMEOUT_S = 120
+#: The writer's per-request timeout when it is to give up on the slow bookie (docs/client.md, ``addEntryTimeoutSec``).
+IMPATIENT_ADD_TIMEOUT_S = 2
+#: The throttled journal disk's budget that makes every sync of a ``ENTRY``-byte record outlast
+#: ``IMPATIENT_ADD_TIMEOUT_S``: 32 KiB of data and the file system's journal blocks at 8 KiB a second.
+OUTLASTING_BPS = 8 << 10
+SLOW_MS = 1000.0
+
+
+@pytest.fixture
+def journal_disk(tmp_path: Path) -> Iterator[LoopDisk]:
+    """An ext4 on a loop device of its own, for one bookie's journal."""
+    reason = loop_disk.unavailable_reason() or loop_disk.throttle_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with LoopDisk(tmp_path / "journal.img", tmp_path / "journal-disk") as disk:
+        yield disk
+
+
+def _ledger_needing(bk: BookKeeper, bookie_id: str) -> Any:
+    """A ledger (E=3, Qw=3, Qa=3) with ``bookie_id`` in its ensemble: no add is acknowledged without it."""
+    lh = bk.create_ledger(3, 3, 3)
+    while bookie_id not in lh.metadata.last_ensemble:
+        lh.close()
+        lh = bk.create_ledger(3, 3, 3)
+    return lh
+
+
+def _journal_bytes(mount_point: Path) -> bytes:
+    return b"".join(path.read_bytes() for path in sorted((mount_point / "journal" / "current").glob("*.txn")))
+
+
+def _sync_latency(cluster: PythonBookieCluster, i: int) -> tuple[float, float]:
+    """Bookie ``i``'s journal syncs so far: (count, total milliseconds), from its ``/metrics``."""
+    return (cluster.metric(i, "bookie_journal_JOURNAL_SYNC_count") or 0.0,
+            cluster.metric(i, "bookie_journal_JOURNAL_SYNC_sum") or 0.0)
+
+
+@pytest.mark.parametrize("ack_before_sync", [False, True], ids=["ack-after-sync", "ack-before-sync-bug"])
+def test_a_slow_journal_fsync_slows_adds_acknowledges_nothing_before_its_sync_and_loses_nothing(
+    zk_root: ZkRoot, tmp_path: Path, journal_disk: LoopDisk, ack_before_sync: bool
+) -> None:
+    """The kernel lets one write a second reach the slow bookie's journal disk. Adds that need it wait for its
+    syncs (its JOURNAL_SYNC and ADD_ENTRY latencies say so) and go on; a copy of the disk taken right after an
+    acknowledgement (a power cut) holds every entry acknowledged so far. The ``ack-before-sync-bug`` case swaps the
+    journal's ack and sync (its test-only fault point) and shows the copy then misses acknowledged entries: the
+    check can fail."""
+    cluster = PythonBookieCluster(
+        zk_root.metadata_service_uri, tmp_path / "bookies", bookies=3, journal_sync_data=True,
+    )
+    slow = cluster.bookies[0]
+    slow.values["journalDirectories"] = str(journal_disk.mount_point / "journal")
+    slow.write_conf()
+    if ack_before_sync:
+        slow.fault_env = {JournalFaults.ACK_BEFORE_SYNC_ENV: "1"}
+    history = History()
+    with cluster:
+        with BookKeeper(zk_root.metadata_service_uri, addEntryTimeoutSec=PATIENT_ADD_TIMEOUT_S) as bk:
+            lh = _ledger_needing(bk, slow.bookie_id)
+            lid = lh.ledger_id
+            payloads = [b"slow-sync-%04d:" % i + os.urandom(512) for i in range(48)]
+
+            def add(i: int) -> Any:
+                history.log(f"add-{i}", "invoke", "add", lid, (lid, payloads[i]))
+                return lh.append_async(payloads[i])
+
+            for i in range(16):  # unthrottled, for the figures
+                history.log(f"add-{i}", "ok", "add", lid, add(i).result(timeout=GENEROUS))
+            fast_syncs = _sync_latency(cluster, 0)
+            journal_disk.throttle_writes(iops=1)
+            futures = {i: add(i) for i in range(16, 48)}
+            futures[31].result(timeout=GENEROUS)
+            # A power cut now: what reached the disk, against every add acknowledged before it.
+            acked = [i for i in range(48) if i < 16 or (futures[i].done() and futures[i].exception() is None)]
+            image = journal_disk.power_cut_image(tmp_path / "after-the-cut.img")
+            for i, future in futures.items():
+                history.log(f"add-{i}", "ok", "add", lid, future.result(timeout=GENEROUS))
+            slow_syncs = _sync_latency(cluster, 0)
+            metrics = cluster.http_get(0, "/metrics")
+            journal_disk.throttle_writes(0)
+            lh.close()
+        with LoopDisk(image, tmp_path / "after-the-cut", existing=True) as after:
+            on_disk = _journal_bytes(after.mount_point)
+        missing = [i for i in acked if payloads[i] not in on_disk]
+        if ack_before_sync:
+            assert missing, "the swapped ack and sync went unseen: the check cannot fail"
+            return
+        assert missing == [], f"acknowledged before their sync: entries {missing}"
+        # The bookie's own latencies show the slow syncs and the adds that waited for them.
+        assert histogram_count_above(metrics, "bookie_journal_JOURNAL_SYNC", SLOW_MS) >= 1
+        assert histogram_count_above(metrics, "bookkeeper_server_ADD_ENTRY_REQUEST", SLOW_MS, success="true") >= 1
+        fast_ms = fast_syncs[1] / fast_syncs[0]
+        slow_ms = (slow_syncs[1] - fast_syncs[1]) / (slow_syncs[0] - fast_syncs[0])
+        print(f"\njournal sync (write + fdatasync), mean: {fast_ms:.1f} ms unthrottled, {slow_ms:.0f} ms at one write "
+              f"a second; {len(acked)} entries acknowledged before the cut, all on the disk")
+        entries, last = _read_back(zk_root.metadata_service_uri, lid, history)
+        assert check(history) == [] and len(entries) == last + 1 == 48
+
+
+def test_a_writer_moves_to_other_bookies_when_a_journal_sync_outlasts_add_entry_timeout(
+    zk_root: ZkRoot, tmp_path: Path, journal_disk: LoopDisk
+) -> None:
+    """The slow bookie's journal disk takes 8 KiB a second: each sync of a 32 KiB entry outlasts the writer's
+    ``addEntryTimeoutSec``. The writer gives up on it, changes ensemble and goes on; every acknowledged entry reads
+    back, and the slow bookie, alive all along, acknowledges nothing it did not sync."""
+    cluster, slow = _four_bookies_one_on(zk_root, tmp_path, "journalDirectories", journal_disk.mount_point / "journal", {})
+    history = History()
+    with cluster:
+        cluster.start_all()
+        with BookKeeper(zk_root.metadata_service_uri, addEntryTimeoutSec=IMPATIENT_ADD_TIMEOUT_S) as bk:
+            lh = _ledger_needing(bk, slow.bookie_id)
+            lid = lh.ledger_id
+            _append_more(lh, history, first=1000, count=5)  # unthrottled
+            journal_disk.throttle_writes(bps=OUTLASTING_BPS)
+            _append_until_replaced(lh, slow.bookie_id, history, count=40)
+            assert slow.bookie_id not in lh.metadata.last_ensemble, lh.metadata.ensembles
+            _append_more(lh, history)  # without it
+            journal_disk.throttle_writes(0)
+            lh.close()
+            md = bk.get_ledger_metadata(lid)
+        assert slow.is_alive and len(md.ensembles) >= 2 and slow.bookie_id in md.ensembles[0]
+        # The bookie's own sync latency shows the slow sync the writer gave up on (it ended when the throttle lifted).
+        assert histogram_count_above(cluster.http_get(0, "/metrics"), "bookie_journal_JOURNAL_SYNC", SLOW_MS) >= 1
+        entries, last = _read_back(zk_root.metadata_service_uri, lid, history)
+        assert check(history) == [] and len(entries) == last + 1
+        print(f"\nslow sync past addEntryTimeoutSec: ensembles {md.ensembles}")
