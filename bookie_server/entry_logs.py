@@ -172,6 +172,10 @@ class LedgerDirectory:
             )
         except lmdb.Error as exc:
             raise BookieIOError("cannot open the entry index", path=str(self.current / "index"), error=str(exc)) from exc
+        # Slots of LMDB's reader table that a process killed while reading left taken (see :meth:`begin_read`).
+        freed = self.env.reader_check()
+        if freed:
+            log.warning("the entry index of %s: freed %d reader slots left by dead processes", root, freed)
         self.index_db = self.env.open_db(b"index")
         self.ledgers_db = self.env.open_db(b"ledgers")
         self.meta_db = self.env.open_db(b"meta")
@@ -199,8 +203,24 @@ class LedgerDirectory:
         """
         txn = self._read_txn
         if txn is None:
-            txn = self._read_txn = self.env.begin(db=self.index_db, buffers=False)
+            txn = self._read_txn = self.begin_read()
         return txn.get(key)
+
+    def begin_read(self, db: object | None = None, *, buffers: bool = False) -> lmdb.Transaction:
+        """A read transaction on the index (``db``: the index's entry table unless named), any thread: the one home
+        of beginning one.  A read transaction takes a slot of LMDB's reader table; a process that dies holding
+        slots (kill -9, a power cut) leaves them taken while any other process has the environment open, until
+        ``mdb_reader_check`` frees them, as LMDB asks of an application after a crash.  So when the table is full,
+        the slots of dead processes are freed (with a warning naming how many) and the transaction begun again
+        once; a table full of live readers is the caller's ``lmdb.ReadersFullError``."""
+        db = self.index_db if db is None else db
+        try:
+            return self.env.begin(db=db, buffers=buffers)
+        except lmdb.ReadersFullError:
+            freed = self.env.reader_check()
+            log.warning("the entry index of %s had no free reader slot; freed %d left by dead processes",
+                        self.root, freed)
+            return self.env.begin(db=db, buffers=buffers)
 
     def refresh(self) -> None:
         """Drop the reused read transaction (the next lookup sees the latest commit)."""
@@ -314,7 +334,7 @@ class LedgerDirectory:
         # last append in a checkpoint whose rows this snapshot holds.
         current = self.first_open_log()
         referenced: set[int] = set()
-        with self.env.begin(db=self.index_db) as txn:
+        with self.begin_read() as txn:
             for value in txn.cursor().iternext(keys=False, values=True):
                 if len(value) == LOCATION.size:
                     referenced.add(LOCATION.unpack(value)[0])
@@ -333,7 +353,7 @@ class LedgerDirectory:
         ``EntryLogMetadata.getUsage`` (docs/bookie.md, "Compaction").  Any thread: its own read transaction."""
         first_open = self.first_open_log()
         live: dict[int, int] = {}
-        with self.env.begin(db=self.index_db) as txn:
+        with self.begin_read() as txn:
             for value in txn.cursor().iternext(keys=False, values=True):
                 if len(value) == LOCATION.size:
                     log_id, _, length = LOCATION.unpack(value)
@@ -352,7 +372,7 @@ class LedgerDirectory:
     def rows_in_log(self, log_id: int) -> list[IndexRow]:
         """The index rows that point into one entry log, in the order of their records in it (any thread)."""
         rows = []
-        with self.env.begin(db=self.index_db) as txn:
+        with self.begin_read() as txn:
             for key, value in txn.cursor().iternext(keys=True, values=True):
                 if len(value) == LOCATION.size and LOCATION.unpack(value)[0] == log_id:
                     rows.append((key, value))

@@ -430,7 +430,7 @@ class LedgerStorage(StorageReads):
         ids: set[int] = set()
         directory = self._dir_for(scope_id, ledger_id)
         prefix = LEDGER_KEY.pack(scope_id, ledger_id)
-        with directory.env.begin(db=directory.index_db) as txn:
+        with directory.begin_read() as txn:
             cursor = txn.cursor()
             if cursor.set_range(prefix):
                 for key in cursor.iternext(keys=True, values=False):

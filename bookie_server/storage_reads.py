@@ -177,7 +177,7 @@ class StorageReads:
         packed = key.to_bytes(INDEX_KEY.size, "big")
         try:
             if own_transaction:
-                with directory.env.begin(db=directory.index_db, buffers=False) as txn:
+                with directory.begin_read() as txn:
                     location = txn.get(packed)
             else:
                 location = directory.index_get(packed)
@@ -263,7 +263,7 @@ class StorageReads:
         after = [-1]
         out = list(have)
         try:
-            with directory.env.begin(db=directory.index_db, buffers=False) as txn:
+            with directory.begin_read() as txn:
 
                 def fetch(key: CacheKey) -> bytes:
                     data = chunk[2]
@@ -345,7 +345,7 @@ class StorageReads:
         try:
             held = state.get(id(directory))
             if held is None:
-                txn = directory.env.begin(db=directory.index_db, buffers=False)
+                txn = directory.begin_read()
                 held = state[id(directory)] = (txn, [None, 0, b""], [-1])
             txn, chunk, after = held
             location = txn.get(key.to_bytes(INDEX_KEY.size, "big"))
