@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from bench.soak import grows_without_bound, judge
+from bench.soak import grows_without_bound, judge, pool_changes, thread_pools
 
 TIMES = [float(t) for t in range(0, 600, 5)]
 
@@ -37,3 +37,39 @@ def test_judge_names_each_role_and_metric() -> None:
     verdicts = judge(samples)
     assert verdicts["bookie-0/rss_mib"]["grows"] and not verdicts["bookie-0/fds"]["grows"]
     assert not verdicts["stream/lag_entries"]["grows"]
+
+
+DUMP = '''2026-11-29 08:54:24
+Full thread dump OpenJDK 64-Bit Server VM (17.0.15+6-Debian-1deb12u1 mixed mode, sharing):
+
+"main" #1 prio=5 os_prio=0 cpu=2779.33ms elapsed=153.03s tid=0x00007f17f8020480 nid=0x6fd0 runnable  [0x00007f17fe5fe000]
+   java.lang.Thread.State: RUNNABLE
+
+"Executor task launch worker for task 3.0 in stage 7.0 (TID 21)" #77 daemon prio=5 os_prio=0 cpu=5.1ms elapsed=9.0s tid=0x1 nid=0x2 waiting
+"Executor task launch worker for task 0.0 in stage 9.0 (TID 30)" #78 daemon prio=5 os_prio=0 cpu=5.1ms elapsed=2.0s tid=0x1 nid=0x3 waiting
+"stream execution thread for [id = 49139ce9-63eb-45ca-85c9-2c981fad1591, runId = 482d261e-9c0e-4658-9b2f-bbb594ef26f5]" #90 daemon prio=5 os_prio=0 cpu=1524.24ms elapsed=81.83s tid=0x2 nid=0x7b8e waiting on condition  [0x00007f177d5fb000]
+"GC Thread#0" os_prio=0 cpu=203.15ms elapsed=153.08s tid=0x00007f17f805d270 nid=0x6fd1 runnable
+"GC Thread#1" os_prio=0 cpu=152.68ms elapsed=152.25s tid=0x00007f17c8004990 nid=0x6fea runnable
+'''
+
+
+def test_a_thread_dump_is_counted_by_pool_without_numbers_or_query_ids() -> None:
+    assert thread_pools(DUMP) == {
+        "main": 1,
+        "Executor task launch worker for task #.# in stage #.# (TID #)": 2,
+        "stream execution thread for [id = <id>, runId = <id>]": 1,
+        "GC Thread##": 2,
+    }
+
+
+def test_pool_changes_names_the_pools_that_moved_and_when_they_peaked() -> None:
+    samples = [
+        {"t": 0.0, "jvm_pools": {"main": 1, "shuffle": 2}},
+        {"t": 30.0, "jvm_pools": None},  # a sample without a dump
+        {"t": 60.0, "jvm_pools": {"main": 1, "shuffle": 8}},
+        {"t": 120.0, "jvm_pools": {"main": 1, "shuffle": 8, "leak": 3}},
+    ]
+    assert pool_changes(samples) == {
+        "leak": {"first": 0, "peak": 3, "peak_at_min": 2.0, "last": 3},
+        "shuffle": {"first": 2, "peak": 8, "peak_at_min": 1.0, "last": 8},
+    }
