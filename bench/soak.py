@@ -600,6 +600,7 @@ def run(args: argparse.Namespace) -> int:
                     pools = jvm_thread_pools(jvms[0].pid) if jvms else None
                     next_dump += args.dump_every
                 samples.append({"t": round(now, 1), "roles": roles, "lag": stream_lag(query), "jvm_pools": pools,
+                                "load": os.getloadavg()[0],
                                 "behind": rows_behind(query, writer), "acked": len(writer.acked),
                                 "batch": progress["batchId"] if progress else None, "workers": detail})
                 if now >= next_batch:
