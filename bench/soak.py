@@ -16,8 +16,9 @@ bookie; and the stream's lag (entries confirmed in the source but not yet in a m
 progress report). At the end it stops the writer, waits for the stream to catch up, and reads the dataset: every
 acknowledged row must be there exactly once, and no row the writer never tried.
 
-**Growth rule** (``grows_without_bound``): the first ``WARM_UP`` of the run is left out (JVM warm-up, first
-caches); the rest is cut in two halves; a series grows without bound when the second half's peak exceeds the
+**Growth rule** (``grows_without_bound``): the warm-up is left out: the first ``WARM_UP`` of the run, and at least
+``WARM_UP_PERIODS`` batch-job periods (JVM warm-up, caches that fill as each kind of work first reaches a
+process); the rest is cut in two halves; a series grows without bound when the second half's peak exceeds the
 first half's by more than ``GROWTH_TOLERANCE`` of it and more than the series' floor (``FLOORS``: a few MiB,
 fds, threads or connections, a few thousand entries of lag). A leak raises every later peak; a flat series
 with noise, or one that restarts (a killed bookie), does not.
@@ -55,6 +56,11 @@ ENTRIES_PER_LEDGER = 1500
 DATASET = "soak"
 #: Share of the run left out of the growth rule (warm-up).
 WARM_UP = 0.2
+#: ... and at least this many periods of the slowest periodic work, the batch job: what fills up as each kind of
+#: work first reaches a process (a Python worker's one client per set of client settings, Spark's pools sized by
+#: the work of their last minute) has then reached every process that serves it.
+WARM_UP_PERIODS = 2
+DEFAULT_BATCH_EVERY = 180.0
 GROWTH_TOLERANCE = 0.10
 #: The least rise that counts as growth, per metric.
 FLOORS = {"rss_mib": 24.0, "fds": 16.0, "threads": 8.0, "connections": 8.0, "lag_entries": 3000.0,
@@ -426,12 +432,13 @@ def jvm_thread_pools(pid: int) -> dict[str, int] | None:
 # -- the rule --------------------------------------------------------------------------------------------------------
 
 
-def grows_without_bound(times: list[float], values: list[float], floor: float) -> tuple[bool, str]:
-    """The growth rule of the module docstring: (verdict, the figures it rests on)."""
+def grows_without_bound(times: list[float], values: list[float], floor: float, warm_up_s: float = 0.0) -> tuple[bool, str]:
+    """The growth rule of the module docstring: (verdict, the figures it rests on). The warm-up is the longer of
+    ``WARM_UP`` of the run and ``warm_up_s`` (two periods of the slowest periodic work)."""
     if not times:
         return False, "no samples"
     start, end = times[0], times[-1]
-    cut = start + WARM_UP * (end - start)
+    cut = start + max(WARM_UP * (end - start), warm_up_s)
     kept = [(t, v) for t, v in zip(times, values) if t >= cut]
     if len(kept) < 4:
         return False, "too few samples after the warm-up"
@@ -462,7 +469,7 @@ def pool_changes(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def judge(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def judge(samples: list[dict[str, Any]], warm_up_s: float = 0.0) -> dict[str, dict[str, Any]]:
     series: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
     for s in samples:
         for role, metrics in s["roles"].items():
@@ -477,7 +484,7 @@ def judge(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 vs.append(s[name])
     verdicts = {}
     for (role, key), (ts, vs) in sorted(series.items()):
-        grows, why = grows_without_bound(ts, vs, FLOORS[key])
+        grows, why = grows_without_bound(ts, vs, FLOORS[key], warm_up_s)
         verdicts[f"{role}/{key}"] = {"grows": grows, "why": why, "first": vs[0], "last": vs[-1], "max": max(vs)}
     return verdicts
 
@@ -645,6 +652,7 @@ def run(args: argparse.Namespace) -> int:
         phantom = sorted(counts.keys() - writer.acked - writer.unknown)
         result = {
             "minutes": args.minutes,
+            "batch_every": args.batch_every,
             "command": " ".join(["python -m bench.soak", *sys.argv[1:]]),
             "rows_acknowledged": len(writer.acked),
             "rows_unknown": len(writer.unknown),
@@ -687,11 +695,14 @@ def worker_clients(samples: list[dict[str, Any]]) -> dict[str, Any]:
 def conclude(result: dict[str, Any], out: Path) -> int:
     """Judge ``result``'s samples by the growth rule, write it to ``out``, print the figures; 1 on a failure."""
     samples = result["samples"]
-    verdicts = judge(samples)
+    verdicts = judge(samples, warm_up_s=WARM_UP_PERIODS * result.get("batch_every", DEFAULT_BATCH_EVERY))
     result["verdicts"] = verdicts
     result["growing"] = sorted(k for k, v in verdicts.items() if v["grows"])
     result["jvm_pools_changed"] = pool_changes(samples)
     result["worker_clients"] = worker_clients(samples)
+    loads = sorted(s["load"] for s in samples if s.get("load") is not None)
+    if loads:
+        result["load_average_1min"] = {"min": loads[0], "median": loads[len(loads) // 2], "max": loads[-1]}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     summary = {k: v for k, v in result.items() if k not in ("samples", "verdicts", "fault_log")}
@@ -708,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--rate", type=float, default=50.0, help="rows a second the writer appends")
     p.add_argument("--fault-every", type=float, default=40.0)
-    p.add_argument("--batch-every", type=float, default=180.0)
+    p.add_argument("--batch-every", type=float, default=DEFAULT_BATCH_EVERY)
     p.add_argument("--sample-every", type=float, default=5.0)
     p.add_argument("--dump-every", type=float, default=60.0, help="seconds between thread dumps of Spark's JVM")
     p.add_argument("--seed", type=int, default=1)

@@ -73,3 +73,34 @@ def test_pool_changes_names_the_pools_that_moved_and_when_they_peaked() -> None:
         "leak": {"first": 0, "peak": 3, "peak_at_min": 2.0, "last": 3},
         "shuffle": {"first": 2, "peak": 8, "peak_at_min": 1.0, "last": 8},
     }
+
+
+THIRTY_MINUTES = [float(t) for t in range(0, 1800, 5)]
+
+
+def _spark_jvm_threads(t: float) -> float:
+    """Like Spark's JVM in the soak: 90 threads of its own, and two cached pools (at most 100 threads each, idle
+    ones gone after 60 s) sized by the block removals of the last minute: rising for six minutes, then anywhere
+    between their low and their cap."""
+    ramp = min(t / 360, 1.0)
+    return 90 + ramp * (60 + 60 * math.sin(t / 47.0) ** 2 + 80 * (math.sin(t / 13.0) > 0.9))
+
+
+def test_spark_pools_sized_by_their_last_minute_are_flat_and_a_thread_per_micro_batch_is_not() -> None:
+    pools = [_spark_jvm_threads(t) for t in THIRTY_MINUTES]
+    assert max(pools) <= 90 + 200  # never above the two pools' caps
+    assert not grows_without_bound(THIRTY_MINUTES, pools, floor=8, warm_up_s=360)[0]
+    one_per_batch = [v + t / 2 for t, v in zip(THIRTY_MINUTES, pools)]  # a trigger every 2 s, one thread each
+    assert grows_without_bound(THIRTY_MINUTES, one_per_batch, floor=8, warm_up_s=360)[0]
+    one_per_minute = [v + t / 60 for t, v in zip(THIRTY_MINUTES, [90.0] * len(THIRTY_MINUTES))]
+    assert grows_without_bound(THIRTY_MINUTES, one_per_minute, floor=8, warm_up_s=360)[0]
+
+
+def test_the_warm_up_lasts_two_periods_of_the_slowest_work_and_a_later_step_still_counts() -> None:
+    # A Python worker's threads: 7 more for each client it caches; its third client comes with the second batch
+    # job (every 180 s), at 6 minutes of a 10-minute run.
+    third_client = [16 + (7 if t >= 360 else 0) for t in TIMES]
+    assert grows_without_bound(TIMES, third_client, floor=6)[0]  # a warm-up of 20 % alone calls it growth
+    assert not grows_without_bound(TIMES, third_client, floor=6, warm_up_s=360)[0]
+    later = [16 + (7 if t >= 480 else 0) for t in TIMES]  # after two periods: not warm-up any more
+    assert grows_without_bound(TIMES, later, floor=6, warm_up_s=360)[0]
