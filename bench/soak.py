@@ -7,13 +7,17 @@ For N minutes, on one ZooKeeper and four Python bookies (fsync'd journals) on lo
 * a **streaming query** follows those ledgers (``spark.readStream`` with a ledger range listed again at every
   trigger) into the **exactly-once sink** (``writeStream``, dataset ``soak``);
 * a **batch job** every ``--batch-every`` seconds reads the sink's dataset (``spark.read``) and counts it;
-* a **fault schedule**: every ``--fault-every`` seconds one bookie is killed -9 and started again after 5 to 15 s,
-  or stopped (SIGSTOP, a hung process) for 5 to 15 s; never more than one bookie at a time.
+* a **fault schedule** (``Faults``, seeded by ``--seed``): every ``--fault-every`` seconds one fault of
+  ``FAULT_KINDS`` (a bookie killed, paused, or power-cut at its journal's fault point; the link to one bookie
+  delayed or black-holed in one direction; the writer's ZooKeeper session expired; every ZooKeeper connection
+  dropped), lifted within ``HOLD_S``; never more than one at a time. Every client reaches ZooKeeper and the
+  bookies through the harness's fault proxies (tests/harness/proxy.py).
 
 Every ``--sample-every`` seconds it records RSS, open file descriptors, threads and TCP connections of every
-bkspark process: this one (the client: writer, Spark driver), Spark's JVM, Spark's Python workers, and each
-bookie; and the stream's lag (entries confirmed in the source but not yet in a micro-batch, from the source's
-progress report). At the end it stops the writer, waits for the stream to catch up, and reads the dataset: every
+process it started: this one (the client: writer, Spark driver; the fault proxies apart), Spark's JVM, Spark's
+Python workers, the stream's runners, ZooKeeper and each bookie; the stream's lag; the load average. Every
+``--dump-every`` seconds it counts Spark's JVM's threads by pool (``jcmd Thread.print``), and each Spark Python
+process's ZooKeeper sessions (one per bkspark client it holds). At the end it stops the writer, waits for the stream to catch up, and reads the dataset: every
 acknowledged row must be there exactly once, and no row the writer never tried.
 
 **Growth rule** (``grows_without_bound``): the warm-up is left out: the first ``WARM_UP`` of the run, and at least
@@ -176,6 +180,9 @@ class Writer:
 
 #: The fault kinds of the schedule, each drawn as often (docs/reliability.md, "The soak").
 FAULT_KINDS = ("kill", "pause", "power-cut", "delay", "blackhole", "zk-expire", "zk-drop")
+#: Faults that are made at once and need no lifting (what they start, a new session or a reconnection, is the
+#: client's to do).
+INSTANT_FAULTS = ("zk-expire", "zk-drop")
 #: How long a bookie stays down, paused or cut off (s): each fault is lifted within it, so the stream's lag stays
 #: bounded; a hold longer than the client's timeouts (5 s) makes the client replace the bookie, a shorter one not.
 HOLD_S = (5.0, 15.0)
@@ -220,8 +227,9 @@ class Faults:
             i = self.rng.randrange(len(self.bookies.bookies))
             hold = self.rng.uniform(*HOLD_S)
             target = None if kind.startswith("zk") else i
-            _log(f"fault: {kind}{'' if target is None else f' bookie {i}'} for {hold:.0f} s")
-            self.log.append((round(time.monotonic() - self.t0, 1), kind, target, round(hold, 1)))
+            lasting = kind not in INSTANT_FAULTS
+            _log(f"fault: {kind}{'' if target is None else f' bookie {i}'}{f' for {hold:.0f} s' if lasting else ''}")
+            self.log.append((round(time.monotonic() - self.t0, 1), kind, target, round(hold, 1) if lasting else 0.0))
             try:
                 getattr(self, "_" + kind.replace("-", "_"))(i, hold)
             except Exception as exc:  # noqa: BLE001 - a fault that could not be made is logged, not fatal
@@ -294,6 +302,27 @@ def _measure(proc: psutil.Process) -> dict[str, float]:
             "threads": float(proc.num_threads()),
             "connections": float(len(proc.net_connections(kind="tcp"))),
         }
+
+
+_HEAP_LINE = re.compile(r"(?:heap|generation)\s+total (\d+)K, used (\d+)K")
+
+
+def heap_sizes(heap_info: str) -> dict[str, float] | None:
+    """The Java heap's committed and used MiB from ``jcmd <pid> GC.heap_info`` (G1's one line, or the Serial
+    collector's generations summed); None when it says neither."""
+    found = [(int(total), int(used)) for total, used in _HEAP_LINE.findall(heap_info)]
+    if not found:
+        return None
+    return {"committed_mib": sum(t for t, _ in found) / 1024, "used_mib": sum(u for _, u in found) / 1024}
+
+
+def jvm_heap(pid: int) -> dict[str, float] | None:
+    """Spark's JVM's heap now (its RSS rises as the heap is committed, up to spark.driver.memory)."""
+    try:
+        info = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return heap_sizes(info)
 
 
 def zookeeper_sessions(proc: psutil.Process, zk_port: int) -> int:
@@ -601,13 +630,14 @@ def run(args: argparse.Namespace) -> int:
                 progress = query.lastProgress
                 detail: dict[str, list[float]] = {}
                 roles = sample(bookies, detail, proxies)
-                pools = None
+                pools = heap = None
                 if now >= next_dump:
                     jvms = _roles(bookies)["spark-jvm"]
                     pools = jvm_thread_pools(jvms[0].pid) if jvms else None
+                    heap = jvm_heap(jvms[0].pid) if jvms else None
                     next_dump += args.dump_every
                 samples.append({"t": round(now, 1), "roles": roles, "lag": stream_lag(query), "jvm_pools": pools,
-                                "load": os.getloadavg()[0],
+                                "load": os.getloadavg()[0], "jvm_heap": heap,
                                 "behind": rows_behind(query, writer), "acked": len(writer.acked),
                                 "batch": progress["batchId"] if progress else None, "workers": detail})
                 if now >= next_batch:
@@ -700,6 +730,10 @@ def conclude(result: dict[str, Any], out: Path) -> int:
     result["growing"] = sorted(k for k, v in verdicts.items() if v["grows"])
     result["jvm_pools_changed"] = pool_changes(samples)
     result["worker_clients"] = worker_clients(samples)
+    heaps = [(s["t"], s["jvm_heap"]) for s in samples if s.get("jvm_heap")]
+    if heaps:
+        result["jvm_heap_mib"] = {"first": heaps[0][1], "peak_committed": max(h["committed_mib"] for _, h in heaps),
+                                  "last": heaps[-1][1]}
     loads = sorted(s["load"] for s in samples if s.get("load") is not None)
     if loads:
         result["load_average_1min"] = {"min": loads[0], "median": loads[len(loads) // 2], "max": loads[-1]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from bench.soak import grows_without_bound, judge, pool_changes, thread_pools
+from bench.soak import grows_without_bound, heap_sizes, judge, pool_changes, thread_pools
 
 TIMES = [float(t) for t in range(0, 600, 5)]
 
@@ -104,3 +104,19 @@ def test_the_warm_up_lasts_two_periods_of_the_slowest_work_and_a_later_step_stil
     assert not grows_without_bound(TIMES, third_client, floor=6, warm_up_s=360)[0]
     later = [16 + (7 if t >= 480 else 0) for t in TIMES]  # after two periods: not warm-up any more
     assert grows_without_bound(TIMES, later, floor=6, warm_up_s=360)[0]
+
+
+def test_heap_sizes_are_read_from_g1_and_from_the_serial_collector() -> None:
+    g1 = """12345:
+ garbage-first heap   total 524288K, used 204800K [0x00000000c0000000, 0x0000000100000000)
+  region size 1024K, 57 young (58368K), 5 survivors (5120K)
+ Metaspace       used 120000K, committed 121000K, reserved 1179648K
+"""
+    serial = """8940:
+ def new generation   total 9792K, used 764K [0x00000000f8000000, 0x00000000f8aa0000, 0x00000000faaa0000)
+  eden space 8704K,   6% used [0x00000000f8000000, 0x00000000f80901a8, 0x00000000f8880000)
+ tenured generation   total 21888K, used 10240K [0x00000000faaa0000, 0x00000000fc000000, 0x0000000100000000)
+"""
+    assert heap_sizes(g1) == {"committed_mib": 512.0, "used_mib": 200.0}
+    assert heap_sizes(serial) == {"committed_mib": (9792 + 21888) / 1024, "used_mib": (764 + 10240) / 1024}
+    assert heap_sizes("12345:\nAttachNotSupportedException") is None
