@@ -41,6 +41,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections import Counter
@@ -552,8 +553,9 @@ def draw(samples: list[dict[str, Any]], faults: list[tuple[float, str]], png: Pa
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, ncol=4, loc="upper left")
     axes[-1].set_xlabel("minutes (faults: grey a bookie killed, paused or power-cut; blue its link delayed or "
-                        "black-holed; red the writer's ZooKeeper session expired or every ZooKeeper connection dropped)")
-    fig.suptitle(title, fontsize=10)
+                        "black-holed;\nred the writer's ZooKeeper session expired or every ZooKeeper connection dropped)",
+                        fontsize=8)
+    fig.suptitle(textwrap.fill(title, 120), fontsize=9)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=80)
