@@ -260,8 +260,11 @@ bench: setup kafka-jars
 	$(PY) -m bench.run_all --update-md BENCHMARKS.md $(BENCH_ARGS)
 
 # The soak (bench/soak.py, docs/reliability.md "The soak"): a writer, a stream into the exactly-once sink and a
-# batch job every few minutes under bookie kills and pauses for MINUTES minutes; fails when a resource grows without
-# bound or an acknowledged row is missing or duplicated. Figures in bench/results/soak.json, picture soak.png.
+# batch job every few minutes for MINUTES minutes under a seeded schedule of faults (bookie kills, pauses and journal
+# power cuts; delays and black holes between the clients and a bookie; ZooKeeper session expiry and dropped
+# connections); fails when a resource grows without bound or an acknowledged row is missing or duplicated. Spark's
+# JVM's threads are counted by pool with the JDK's jcmd. Figures in bench/results/soak.json, picture soak.png;
+# `$(PY) -m bench.soak --judge bench/results/soak.json` judges a finished run again.
 MINUTES ?= 30
 .PHONY: soak
 soak: setup

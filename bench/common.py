@@ -509,8 +509,9 @@ class Cluster(contextlib.ExitStack):
             self.python_bookies(uri, 1, "python")
         return uri
 
-    def python_bookies(self, uri: str, n: int, name: str) -> Any:
-        """n Python bookies (bookie_server, fsync journal) registered under `uri`, started."""
+    def python_bookies(self, uri: str, n: int, name: str, bookie_ids: Sequence[str | None] | None = None) -> Any:
+        """n Python bookies (bookie_server, fsync journal) registered under `uri` (with BookieIds ``bookie_ids``
+        when given, e.g. their fault proxies' addresses), started."""
         try:
             from tests.harness.python_bookie import PythonBookieCluster
         except ImportError as exc:
@@ -519,7 +520,8 @@ class Cluster(contextlib.ExitStack):
             import bookie_server.__main__  # noqa: F401
         except Exception as exc:  # noqa: BLE001 - any import failure means the bookie is not ready
             raise Unavailable(f"bookie_server does not import: {exc!r}") from exc
-        cluster = PythonBookieCluster(uri, self.base / f"python-{name}", bookies=n, journal_sync_data=True)
+        cluster = PythonBookieCluster(uri, self.base / f"python-{name}", bookies=n, bookie_ids=bookie_ids,
+                                      journal_sync_data=True)
         try:
             cluster.start_all()
         except HarnessError as exc:

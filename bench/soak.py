@@ -7,17 +7,22 @@ For N minutes, on one ZooKeeper and four Python bookies (fsync'd journals) on lo
 * a **streaming query** follows those ledgers (``spark.readStream`` with a ledger range listed again at every
   trigger) into the **exactly-once sink** (``writeStream``, dataset ``soak``);
 * a **batch job** every ``--batch-every`` seconds reads the sink's dataset (``spark.read``) and counts it;
-* a **fault schedule**: every ``--fault-every`` seconds one bookie is killed -9 and started again after 5 to 15 s,
-  or stopped (SIGSTOP, a hung process) for 5 to 15 s; never more than one bookie at a time.
+* a **fault schedule** (``Faults``, seeded by ``--seed``): every ``--fault-every`` seconds one fault of
+  ``FAULT_KINDS`` (a bookie killed, paused, or power-cut at its journal's fault point; the link to one bookie
+  delayed or black-holed in one direction; the writer's ZooKeeper session expired; every ZooKeeper connection
+  dropped), lifted within ``HOLD_S``; never more than one at a time. Every client reaches ZooKeeper and the
+  bookies through the harness's fault proxies (tests/harness/proxy.py).
 
 Every ``--sample-every`` seconds it records RSS, open file descriptors, threads and TCP connections of every
-bkspark process: this one (the client: writer, Spark driver), Spark's JVM, Spark's Python workers, and each
-bookie; and the stream's lag (entries confirmed in the source but not yet in a micro-batch, from the source's
-progress report). At the end it stops the writer, waits for the stream to catch up, and reads the dataset: every
+process it started: this one (the client: writer, Spark driver; the fault proxies apart), Spark's JVM, Spark's
+Python workers, the stream's runners, ZooKeeper and each bookie; the stream's lag; the load average. Every
+``--dump-every`` seconds it counts Spark's JVM's threads by pool (``jcmd Thread.print``), and each Spark Python
+process's ZooKeeper sessions (one per bkspark client it holds). At the end it stops the writer, waits for the stream to catch up, and reads the dataset: every
 acknowledged row must be there exactly once, and no row the writer never tried.
 
-**Growth rule** (``grows_without_bound``): the first ``WARM_UP`` of the run is left out (JVM warm-up, first
-caches); the rest is cut in two halves; a series grows without bound when the second half's peak exceeds the
+**Growth rule** (``grows_without_bound``): the warm-up is left out: the first ``WARM_UP`` of the run, and at least
+``WARM_UP_PERIODS`` batch-job periods (JVM warm-up, caches that fill as each kind of work first reaches a
+process); the rest is cut in two halves; a series grows without bound when the second half's peak exceeds the
 first half's by more than ``GROWTH_TOLERANCE`` of it and more than the series' floor (``FLOORS``: a few MiB,
 fds, threads or connections, a few thousand entries of lag). A leak raises every later peak; a flat series
 with noise, or one that restarts (a killed bookie), does not.
@@ -32,8 +37,11 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections import Counter
@@ -44,6 +52,8 @@ import psutil
 
 from bench.common import Cluster, spark_session
 from bkspark.client import BookKeeper
+from bkspark.errors import invalidates_client
+from tests.harness.proxy import FaultProxy, proxied_bookie_id
 
 #: The writer's ledger ids start here: far above the ids ZooKeeper hands out (the sink's ledgers).
 SOURCE_BASE = 1_000_000_000
@@ -51,12 +61,23 @@ ENTRIES_PER_LEDGER = 1500
 DATASET = "soak"
 #: Share of the run left out of the growth rule (warm-up).
 WARM_UP = 0.2
+#: ... and at least this many periods of the slowest periodic work, the batch job: what fills up as each kind of
+#: work first reaches a process (a Python worker's one client per set of client settings, Spark's pools sized by
+#: the work of their last minute) has then reached every process that serves it.
+WARM_UP_PERIODS = 2
+DEFAULT_BATCH_EVERY = 180.0
 GROWTH_TOLERANCE = 0.10
 #: The least rise that counts as growth, per metric.
 FLOORS = {"rss_mib": 24.0, "fds": 16.0, "threads": 8.0, "connections": 8.0, "lag_entries": 3000.0,
           "behind_entries": 3000.0}
-CLIENT_CONF = {"addEntryTimeoutSec": 5, "readEntryTimeoutSec": 5, "explicitLacInterval": 500}
+#: Every client (the writer's, Spark's) dials a BookieId as the host:port it spells: the bookie's fault proxy.
+CLIENT_CONF = {"addEntryTimeoutSec": 5, "readEntryTimeoutSec": 5, "explicitLacInterval": 500,
+               "bookieAddressResolverEnabled": False}
 METRICS = ("rss_mib", "fds", "threads", "connections")
+#: Restarts of the streaming query after which the soak gives up. Spark waits a fixed 10 s for a new Python
+#: worker to connect back, which a loaded machine's interpreter start-up can miss ("Python worker failed to
+#: connect back"): each such failure is recorded and the query restarted, as an operator would.
+MAX_QUERY_RESTARTS = 40
 
 
 def _log(message: str) -> None:
@@ -79,79 +100,196 @@ class Writer:
         #: Ledger id -> rows acknowledged in it.
         self.acked_in: Counter[int] = Counter()
         self.failures = 0
+        #: The writer's client once open (the ZooKeeper session-expiry fault expires its session).
+        self.client: BookKeeper | None = None
+        self.clients_reopened = 0
+        #: Ledgers left open by a failure, to be closed by recovery (else the stream would wait on them).
+        self.to_recover: list[int] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="soak-writer", daemon=True)
 
     def _run(self) -> None:
-        with BookKeeper(self.uri, conf=CLIENT_CONF) as bk:
-            k = 0
-            while not self.stop.is_set():
-                lid = SOURCE_BASE + k
-                k += 1
+        k = 0
+        while not self.stop.is_set():
+            # As the connector does (bkspark/datasource/clients.py): a client an error invalidates (a ZooKeeper
+            # session expired, a reconnection given up after zkTimeout) is closed and a new one opened.
+            with BookKeeper(self.uri, conf=CLIENT_CONF) as bk:
+                self.client = bk
+                k = self._write(bk, k)
+            if not self.stop.is_set():
+                self.clients_reopened += 1
+                _log("writer: its client was invalidated; opening a new one")
+
+    def _write(self, bk: BookKeeper, k: int) -> int:
+        """Write ledgers from id ``SOURCE_BASE + k`` on until stopped or ``bk`` is invalidated; the next k."""
+        while not self.stop.is_set():
+            lid = SOURCE_BASE + k
+            k += 1
+            try:
+                lh = bk.create_ledger_adv(lid, ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
+            except Exception as exc:  # noqa: BLE001 - a fault: try the next id
+                _log(f"writer: create {lid} failed: {exc!r}")
+                self.failures += 1
+                if invalidates_client(exc):
+                    return k
+                time.sleep(1)
+                continue
+            self.ledgers += 1
+            error: Exception | None = None
+            for i in range(ENTRIES_PER_LEDGER):
+                if self.stop.is_set():
+                    break
+                row = f"{lid}-{i}"
                 try:
-                    lh = bk.create_ledger_adv(lid, ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
-                except Exception as exc:  # noqa: BLE001 - a fault: try the next id
-                    _log(f"writer: create {lid} failed: {exc!r}")
+                    lh.append(row.encode())
+                except Exception as exc:  # noqa: BLE001 - outcome unknown; this ledger is done
+                    _log(f"writer: add {row} failed: {exc!r}")
+                    self.unknown.add(row)
                     self.failures += 1
-                    time.sleep(1)
-                    continue
-                self.ledgers += 1
-                broken = False
-                for i in range(ENTRIES_PER_LEDGER):
-                    if self.stop.is_set():
-                        break
-                    row = f"{lid}-{i}"
-                    try:
-                        lh.append(row.encode())
-                    except Exception as exc:  # noqa: BLE001 - outcome unknown; this ledger is done
-                        _log(f"writer: add {row} failed: {exc!r}")
-                        self.unknown.add(row)
-                        self.failures += 1
-                        broken = True
-                        break
-                    self.acked.add(row)
-                    self.acked_in[lid] += 1
-                    time.sleep(self.pause)
+                    error = exc
+                    break
+                self.acked.add(row)
+                self.acked_in[lid] += 1
+                time.sleep(self.pause)
+            try:
+                if error is not None and invalidates_client(error):
+                    self.to_recover.append(lid)  # recovered by the next client
+                    return k
+                if error is not None:
+                    bk.open_ledger(lid, recovery=True).close()  # recovery closes it for the stream
+                else:
+                    lh.close()
+            except Exception as exc:  # noqa: BLE001 - recovered by the next client
+                _log(f"writer: closing {lid} failed: {exc!r}")
+                self.to_recover.append(lid)
+                if invalidates_client(exc):
+                    return k
+            while self.to_recover and not self.stop.is_set():
                 try:
-                    if broken:
-                        bk.open_ledger(lid, recovery=True).close()  # recovery closes it for the stream
-                    else:
-                        lh.close()
-                except Exception as exc:  # noqa: BLE001 - retried by the stream's own reads; logged
-                    _log(f"writer: closing {lid} failed: {exc!r}")
+                    bk.open_ledger(self.to_recover[0], recovery=True).close()
+                    self.to_recover.pop(0)
+                except Exception as exc:  # noqa: BLE001 - tried again after the next ledger
+                    _log(f"writer: recovering {self.to_recover[0]} failed: {exc!r}")
+                    if invalidates_client(exc):
+                        return k
+                    break
+        return k
 
 
 # -- faults ----------------------------------------------------------------------------------------------------------
 
 
-class Faults:
-    """One fault at a time on one bookie: kill -9 then start, or SIGSTOP then SIGCONT."""
+#: The fault kinds of the schedule, each drawn as often (docs/reliability.md, "The soak").
+FAULT_KINDS = ("kill", "pause", "power-cut", "delay", "blackhole", "zk-expire", "zk-drop")
+#: Faults that are made at once and need no lifting (what they start, a new session or a reconnection, is the
+#: client's to do).
+INSTANT_FAULTS = ("zk-expire", "zk-drop")
+#: How long a bookie stays down, paused or cut off (s): each fault is lifted within it, so the stream's lag stays
+#: bounded; a hold longer than the client's timeouts (5 s) makes the client replace the bookie, a shorter one not.
+HOLD_S = (5.0, 15.0)
+#: The group commit at which a power-cut bookie dies, counted from its restart (a few seconds of adds).
+POWER_CUT_BATCH = (20, 200)
 
-    def __init__(self, bookies: Any, every: float, seed: int) -> None:
+
+class Faults:
+    """One fault at a time, drawn from ``FAULT_KINDS`` every ``every`` seconds and lifted within ``HOLD_S``:
+
+    * ``kill``: kill -9 one bookie, start it again;
+    * ``pause``: SIGSTOP one bookie (a hung process), SIGCONT;
+    * ``power-cut``: restart one bookie with the journal's power-cut fault point armed
+      (``bookie_server.journal.JournalFaults``): at its N-th group commit it SIGKILLs itself before the fsync,
+      so what it wrote since its last fsync is really lost; then it is started again unarmed;
+    * ``delay``: every byte between the clients and one bookie held 0.2 to 1 s (its fault proxy);
+    * ``blackhole``: one direction between the clients and one bookie swallowed (connections stay open);
+    * ``zk-expire``: the writer's ZooKeeper session expired (its client must open a new one and go on);
+    * ``zk-drop``: every client's ZooKeeper connection closed (a ZooKeeper server restart): they reconnect and
+      keep their sessions.
+    """
+
+    def __init__(self, bookies: Any, bookie_proxies: list[Any], zk_proxy: Any, writer: "Writer", zk_connect: str,
+                 every: float, seed: int) -> None:
         self.bookies = bookies
+        self.bookie_proxies = bookie_proxies
+        self.zk_proxy = zk_proxy
+        self.writer = writer
+        self.zk_connect = zk_connect
         self.every = every
         self.rng = random.Random(seed)
         self.done: Counter[str] = Counter()
+        #: (seconds since the start, kind, bookie or None, hold in seconds), in order.
+        self.log: list[tuple[float, str, int | None, float]] = []
+        self.t0 = time.monotonic()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="soak-faults", daemon=True)
 
     def _run(self) -> None:
         while not self.stop.wait(self.every):
+            kind = self.rng.choice(FAULT_KINDS)
             i = self.rng.randrange(len(self.bookies.bookies))
-            kind = self.rng.choice(("kill", "pause"))
-            down = self.rng.uniform(5, 15)
-            bookie = self.bookies.bookies[i]
-            _log(f"fault: {kind} bookie {i} for {down:.0f} s")
-            if kind == "kill":
-                self.bookies.kill(i)
-                time.sleep(down)
-                self.bookies.start(i, timeout=120)
-            else:
-                pid = bookie.process.pid
-                os.kill(pid, signal.SIGSTOP)
-                time.sleep(down)
-                os.kill(pid, signal.SIGCONT)
+            hold = self.rng.uniform(*HOLD_S)
+            target = None if kind.startswith("zk") else i
+            lasting = kind not in INSTANT_FAULTS
+            _log(f"fault: {kind}{'' if target is None else f' bookie {i}'}{f' for {hold:.0f} s' if lasting else ''}")
+            self.log.append((round(time.monotonic() - self.t0, 1), kind, target, round(hold, 1) if lasting else 0.0))
+            try:
+                getattr(self, "_" + kind.replace("-", "_"))(i, hold)
+            except Exception as exc:  # noqa: BLE001 - a fault that could not be made is logged, not fatal
+                _log(f"fault: {kind} failed: {exc!r}")
+                continue
             self.done[kind] += 1
+
+    def _kill(self, i: int, hold: float) -> None:
+        self.bookies.kill(i)
+        time.sleep(hold)
+        self.bookies.start(i, timeout=120)
+
+    def _pause(self, i: int, hold: float) -> None:
+        pid = self.bookies.bookies[i].process.pid
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(hold)
+        os.kill(pid, signal.SIGCONT)
+
+    def _power_cut(self, i: int, hold: float) -> None:
+        from bookie_server.journal import JournalFaults
+
+        bookie = self.bookies.bookies[i]
+        self.bookies.crash(i)
+        bookie.fault_env = {JournalFaults.POWER_CUT_ENV: str(self.rng.randint(*POWER_CUT_BATCH))}
+        try:
+            self.bookies.start(i, timeout=120)
+        finally:
+            bookie.fault_env = {}  # read at launch only: the next start is unarmed
+        try:
+            bookie.process.wait_exit(60)
+        except Exception:  # noqa: BLE001 - too few adds reached it in a minute: cut it the plain way
+            pass
+        self.bookies.crash(i)  # dead (or killed now): its registration goes at once
+        time.sleep(hold)
+        self.bookies.start(i, timeout=120)
+
+    def _delay(self, i: int, hold: float) -> None:
+        self.bookie_proxies[i].delay(self.rng.uniform(0.2, 1.0))
+        time.sleep(hold)
+        self.bookie_proxies[i].restore()
+
+    def _blackhole(self, i: int, hold: float) -> None:
+        from tests.harness.proxy import Direction
+
+        self.bookie_proxies[i].blackhole(self.rng.choice((Direction.UP, Direction.DOWN)))
+        time.sleep(hold)
+        self.bookie_proxies[i].restore()
+
+    def _zk_expire(self, i: int, hold: float) -> None:
+        from bkspark.datasource.clients import client_zk
+        from tests.harness.zookeeper import expire_session
+
+        bk = self.writer.client
+        if bk is None:
+            raise RuntimeError("the writer has no client yet")
+        expire_session(self.zk_connect, client_zk(bk).client_id)
+
+    def _zk_drop(self, i: int, hold: float) -> None:
+        self.zk_proxy.drop()
 
 
 # -- sampling --------------------------------------------------------------------------------------------------------
@@ -167,17 +305,49 @@ def _measure(proc: psutil.Process) -> dict[str, float]:
         }
 
 
+_HEAP_LINE = re.compile(r"(?:heap|generation)\s+total (\d+)K, used (\d+)K")
+
+
+def heap_sizes(heap_info: str) -> dict[str, float] | None:
+    """The Java heap's committed and used MiB from ``jcmd <pid> GC.heap_info`` (G1's one line, or the Serial
+    collector's generations summed); None when it says neither."""
+    found = [(int(total), int(used)) for total, used in _HEAP_LINE.findall(heap_info)]
+    if not found:
+        return None
+    return {"committed_mib": sum(t for t, _ in found) / 1024, "used_mib": sum(u for _, u in found) / 1024}
+
+
+def jvm_heap(pid: int) -> dict[str, float] | None:
+    """Spark's JVM's heap now (its RSS rises as the heap is committed, up to spark.driver.memory)."""
+    try:
+        info = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return heap_sizes(info)
+
+
+def zookeeper_sessions(proc: psutil.Process, zk_port: int) -> int:
+    """The process's TCP connections to ZooKeeper: one per bkspark client it holds (each client has one
+    ZooKeeper session), so a Spark Python worker's count is the number of clients it has cached
+    (bkspark/datasource/clients.py)."""
+    return sum(1 for c in proc.net_connections(kind="tcp") if c.raddr and c.raddr.port == zk_port)
+
+
 def _roles(bookies: Any) -> dict[str, list[psutil.Process]]:
     """Every bkspark process now, by role."""
     me = psutil.Process()
-    roles: dict[str, list[psutil.Process]] = {"client": [me], "spark-jvm": [], "python-workers": [], "stream-runners": []}
+    roles: dict[str, list[psutil.Process]] = {"client": [me], "spark-jvm": [], "python-workers": [], "stream-runners": [],
+                                              "zookeeper": []}
     for child in me.children(recursive=True):
         try:
             cmd = " ".join(child.cmdline())
         except psutil.Error:
             continue
-        if child.name() == "java" and "spark" in cmd.lower():
-            roles["spark-jvm"].append(child)
+        if child.name() == "java":  # by main class: the run's temporary directory's name says "bkspark"
+            if "org.apache.spark.deploy.SparkSubmit" in cmd:
+                roles["spark-jvm"].append(child)
+            elif "org.apache.zookeeper" in cmd:
+                roles["zookeeper"].append(child)
         elif "pyspark.sql.streaming" in cmd:  # the stream's planner (its source's reader) and the sink's committer
             roles["stream-runners"].append(child)
         elif "pyspark" in cmd:  # daemons and the workers they fork: tasks, data source lookups and writes
@@ -188,9 +358,31 @@ def _roles(bookies: Any) -> dict[str, list[psutil.Process]]:
     return roles
 
 
-def sample(bookies: Any, detail: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+def _split_proxies(proc: psutil.Process, measured: dict[str, float], proxies: "Proxies") -> dict[str, float]:
+    """Take the fault proxies' share out of this process's figures (they run in it as one thread each): their
+    sockets, accepted on a proxy's port or dialled to a bookie's or ZooKeeper's own port (the harness's own
+    ZooKeeper client's one connection counts with them). Returns the proxies' figures."""
+    ours = [c for c in proc.net_connections(kind="tcp")
+            if c.laddr.port in proxies.ports or (c.raddr and c.raddr.port in proxies.targets)]
+    share = {"rss_mib": 0.0, "fds": float(len(ours)), "threads": float(len(proxies.ports)), "connections": float(len(ours))}
+    for key in ("fds", "threads", "connections"):
+        measured[key] -= share[key]
+    return share
+
+
+class Proxies:
+    """The soak's fault proxies: their listening ports and the ports they forward to."""
+
+    def __init__(self, zk: FaultProxy, bookies: list[FaultProxy], zk_port: int, bookie_ports: list[int]) -> None:
+        self.zk, self.bookies = zk, bookies
+        self.ports = {zk.port, *(p.port for p in bookies)}
+        self.targets = {zk_port, *bookie_ports}
+
+
+def sample(bookies: Any, detail: dict[str, list[float]], proxies: Proxies) -> dict[str, dict[str, float]]:
     """Each role's metrics summed over its processes (a role with no live process is left out); ``detail`` gets
-    each Spark Python process's own [threads, fds, connections] by "<module> <pid>" (to tell which one grows)."""
+    each Spark Python process's own [threads, fds, connections, ZooKeeper sessions] by "<module> <pid>" (to tell
+    which one grows, and whether by cached clients: each client holds one ZooKeeper session)."""
     out: dict[str, dict[str, float]] = {}
     for role, procs in _roles(bookies).items():
         total = dict.fromkeys(METRICS, 0.0)
@@ -198,8 +390,13 @@ def sample(bookies: Any, detail: dict[str, list[float]]) -> dict[str, dict[str, 
         for proc in procs:
             try:
                 measured = _measure(proc)
+                if role == "client":
+                    out["fault-proxies"] = _split_proxies(proc, measured, proxies) | {"processes": 1.0}
                 if role in ("python-workers", "stream-runners"):
-                    detail[f"{proc.cmdline()[-1]} {proc.pid}"] = [measured[k] for k in ("threads", "fds", "connections")]
+                    detail[f"{proc.cmdline()[-1]} {proc.pid}"] = [
+                        *(measured[k] for k in ("threads", "fds", "connections")),
+                        float(zookeeper_sessions(proc, proxies.zk.port)),
+                    ]
             except psutil.Error:
                 continue
             for key, value in measured.items():
@@ -239,15 +436,39 @@ def rows_behind(query: Any, writer: "Writer") -> float | None:
     return float(len(writer.acked) - read)
 
 
+#: A thread's name with its numbers taken out: the pool it belongs to ("Executor task launch worker for task 12.0 in
+#: stage 3.0 (TID 40)" -> "Executor task launch worker for task #.# in stage #.# (TID #)").
+_NUMBERS = re.compile(r"\d+")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_THREAD_LINE = re.compile(r'^"(?P<name>.*?)" (?:#\d+ )?(?:daemon )?(?:prio=\d+ )?os_prio=', re.MULTILINE)
+
+
+def thread_pools(dump: str) -> dict[str, int]:
+    """A JVM thread dump's (``jcmd <pid> Thread.print``) threads counted by pool: name without its numbers and
+    UUIDs (a streaming query's ids)."""
+    return dict(Counter(_NUMBERS.sub("#", _UUID.sub("<id>", m["name"])) for m in _THREAD_LINE.finditer(dump)))
+
+
+def jvm_thread_pools(pid: int) -> dict[str, int] | None:
+    """Threads of the JVM ``pid`` by pool, from ``jcmd <pid> Thread.print`` (the JDK on PATH, the one Spark runs
+    on); None when the dump fails (the JVM is busy or gone)."""
+    try:
+        dump = subprocess.run(["jcmd", str(pid), "Thread.print"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return thread_pools(dump) or None
+
+
 # -- the rule --------------------------------------------------------------------------------------------------------
 
 
-def grows_without_bound(times: list[float], values: list[float], floor: float) -> tuple[bool, str]:
-    """The growth rule of the module docstring: (verdict, the figures it rests on)."""
+def grows_without_bound(times: list[float], values: list[float], floor: float, warm_up_s: float = 0.0) -> tuple[bool, str]:
+    """The growth rule of the module docstring: (verdict, the figures it rests on). The warm-up is the longer of
+    ``WARM_UP`` of the run and ``warm_up_s`` (two periods of the slowest periodic work)."""
     if not times:
         return False, "no samples"
     start, end = times[0], times[-1]
-    cut = start + WARM_UP * (end - start)
+    cut = start + max(WARM_UP * (end - start), warm_up_s)
     kept = [(t, v) for t, v in zip(times, values) if t >= cut]
     if len(kept) < 4:
         return False, "too few samples after the warm-up"
@@ -259,7 +480,26 @@ def grows_without_bound(times: list[float], values: list[float], floor: float) -
     return verdict, f"peak {first:.1f} then {second:.1f}"
 
 
-def judge(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def pool_changes(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Spark's JVM threads by pool over the run, for each pool whose count changed: the count in the first dump,
+    its peak, when the peak was first reached (minutes) and the count in the last dump."""
+    dumps = [(s["t"], s["jvm_pools"]) for s in samples if s.get("jvm_pools")]
+    if not dumps:
+        return {}
+    names = sorted({name for _, pools in dumps for name in pools})
+    out = {}
+    for name in names:
+        counts = [(t, pools.get(name, 0)) for t, pools in dumps]
+        values = [c for _, c in counts]
+        if min(values) == max(values):
+            continue
+        peak = max(values)
+        out[name] = {"first": values[0], "peak": peak, "peak_at_min": round(next(t for t, c in counts if c == peak) / 60, 1),
+                     "last": values[-1]}
+    return out
+
+
+def judge(samples: list[dict[str, Any]], warm_up_s: float = 0.0) -> dict[str, dict[str, Any]]:
     series: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
     for s in samples:
         for role, metrics in s["roles"].items():
@@ -274,12 +514,15 @@ def judge(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 vs.append(s[name])
     verdicts = {}
     for (role, key), (ts, vs) in sorted(series.items()):
-        grows, why = grows_without_bound(ts, vs, FLOORS[key])
+        grows, why = grows_without_bound(ts, vs, FLOORS[key], warm_up_s)
         verdicts[f"{role}/{key}"] = {"grows": grows, "why": why, "first": vs[0], "last": vs[-1], "max": max(vs)}
     return verdicts
 
 
 # -- the picture -----------------------------------------------------------------------------------------------------
+
+
+_FAULT_COLOURS = {"delay": "tab:blue", "blackhole": "tab:blue", "zk-expire": "tab:red", "zk-drop": "tab:red"}
 
 
 def draw(samples: list[dict[str, Any]], faults: list[tuple[float, str]], png: Path, title: str) -> None:
@@ -304,13 +547,15 @@ def draw(samples: list[dict[str, Any]], faults: list[tuple[float, str]], png: Pa
             for role in roles:
                 pts = [(s["t"] / 60, s["roles"][role][key]) for s in samples if role in s["roles"]]
                 ax.plot(*zip(*pts), label=role, linewidth=1)
-        for t, _kind in faults:
-            ax.axvline(t / 60, color="grey", alpha=0.25, linewidth=0.8)
+        for t, kind in faults:
+            ax.axvline(t / 60, color=_FAULT_COLOURS.get(kind, "grey"), alpha=0.3, linewidth=0.8)
         ax.set_ylabel(labels[key])
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, ncol=4, loc="upper left")
-    axes[-1].set_xlabel("minutes (grey lines: faults)")
-    fig.suptitle(title, fontsize=10)
+    axes[-1].set_xlabel("minutes (faults: grey a bookie killed, paused or power-cut; blue its link delayed or "
+                        "black-holed;\nred the writer's ZooKeeper session expired or every ZooKeeper connection dropped)",
+                        fontsize=8)
+    fig.suptitle(textwrap.fill(title, 120), fontsize=9)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=80)
@@ -332,10 +577,23 @@ def read_dataset(spark: Any, uri: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     seconds = args.minutes * 60
     with Cluster() as cluster:
-        uri = cluster.new_root("soak")
-        bookies = cluster.python_bookies(uri, 4, "soak")
+        direct_uri = cluster.new_root("soak")
+        zk_connect = cluster.zk.connect_string
+        zk_port = int(zk_connect.rsplit(":", 1)[1])
+        # Every client reaches ZooKeeper and each bookie through a fault proxy (tests/harness/proxy.py); the
+        # bookies register the proxies' addresses as their BookieIds and reach ZooKeeper directly.
+        zk_proxy = FaultProxy(("127.0.0.1", zk_port), name="zookeeper")
+        cluster.callback(zk_proxy.close)
+        uri = direct_uri.replace(zk_connect, f"127.0.0.1:{zk_proxy.port}", 1)
+        bookie_proxies = [FaultProxy(name=f"bookie{i}") for i in range(4)]
+        for proxy in bookie_proxies:
+            cluster.callback(proxy.close)
+        bookies = cluster.python_bookies(direct_uri, 4, "soak", [proxied_bookie_id(p) for p in bookie_proxies])
+        for proxy, address in zip(bookie_proxies, bookies.addresses):
+            proxy.target = address
+        proxies = Proxies(zk_proxy, bookie_proxies, zk_port, [port for _, port in bookies.addresses])
         spark = spark_session(2, "bkspark-soak")
-        client_opts = {f"bookkeeper.{k}": str(v) for k, v in CLIENT_CONF.items()}
+        client_opts = {f"bookkeeper.{k}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in CLIENT_CONF.items()}
         source = spark.readStream.format("bookkeeper").option("metadataServiceUri", uri)
         source = source.option("ledgers", f"{SOURCE_BASE}-{SOURCE_BASE + 10**6}").option("maxEntriesPerTrigger", "5000")
         for key, value in client_opts.items():
@@ -346,14 +604,13 @@ def run(args: argparse.Namespace) -> int:
         for key, value in client_opts.items():
             sink = sink.option(key, value)
         writer = Writer(uri, args.rate)
-        faults = Faults(bookies, args.fault_every, args.seed)
-        fault_times: list[tuple[float, str]] = []
+        faults = Faults(bookies, bookie_proxies, zk_proxy, writer, zk_connect, args.fault_every, args.seed)
         samples: list[dict[str, Any]] = []
         batch_counts: list[tuple[float, int | str]] = []
         query_failures: list[tuple[float, str]] = []
         writer.thread.start()
         query = sink.trigger(processingTime="2 seconds").start()
-        t0 = time.monotonic()
+        t0 = faults.t0 = time.monotonic()
 
         def keep_running(query: Any) -> Any:
             """As an operator would: a failed query starts again from its checkpoint (exactly once across it)."""
@@ -362,23 +619,27 @@ def run(args: argparse.Namespace) -> int:
             error = str(query.exception()).splitlines()[0][:300]
             _log(f"the streaming query failed ({error}); starting it again from its checkpoint")
             query_failures.append((round(time.monotonic() - t0, 1), error))
-            if len(query_failures) > 5:
+            if len(query_failures) > MAX_QUERY_RESTARTS:
                 raise RuntimeError(f"the streaming query failed {len(query_failures)} times: {query_failures}")
             return sink.trigger(processingTime="2 seconds").start()
 
         faults.thread.start()
         next_batch = args.batch_every
-        seen_faults = 0
+        next_dump = 0.0
         try:
             while (now := time.monotonic() - t0) < seconds:
                 query = keep_running(query)
-                total = sum(faults.done.values())
-                if total > seen_faults:
-                    fault_times.append((now, "fault"))
-                    seen_faults = total
                 progress = query.lastProgress
                 detail: dict[str, list[float]] = {}
-                samples.append({"t": round(now, 1), "roles": sample(bookies, detail), "lag": stream_lag(query),
+                roles = sample(bookies, detail, proxies)
+                pools = heap = None
+                if now >= next_dump:
+                    jvms = _roles(bookies)["spark-jvm"]
+                    pools = jvm_thread_pools(jvms[0].pid) if jvms else None
+                    heap = jvm_heap(jvms[0].pid) if jvms else None
+                    next_dump += args.dump_every
+                samples.append({"t": round(now, 1), "roles": roles, "lag": stream_lag(query), "jvm_pools": pools,
+                                "load": os.getloadavg()[0], "jvm_heap": heap,
                                 "behind": rows_behind(query, writer), "acked": len(writer.acked),
                                 "batch": progress["batchId"] if progress else None, "workers": detail})
                 if now >= next_batch:
@@ -396,6 +657,13 @@ def run(args: argparse.Namespace) -> int:
             faults.thread.join(60)
             writer.thread.join(120)
         _log(f"writer stopped: {len(writer.acked)} rows acknowledged in {writer.ledgers} ledgers; catching up")
+        if writer.to_recover:  # ledgers a failure left open: closed by recovery, so the stream can finish them
+            with BookKeeper(uri, conf=CLIENT_CONF) as bk:
+                for lid in writer.to_recover:
+                    bk.open_ledger(lid, recovery=True).close()
+        zk_proxy.restore()
+        for proxy in bookie_proxies:
+            proxy.restore()
         for i in range(len(bookies.bookies)):
             if not bookies.bookies[i].is_alive:
                 bookies.start(i, timeout=120)
@@ -414,40 +682,70 @@ def run(args: argparse.Namespace) -> int:
         missing = sorted(writer.acked - counts.keys())
         duplicated = sorted(r for r, c in counts.items() if c > 1)
         phantom = sorted(counts.keys() - writer.acked - writer.unknown)
-        verdicts = judge(samples)
-        growing = sorted(k for k, v in verdicts.items() if v["grows"])
         result = {
             "minutes": args.minutes,
+            "batch_every": args.batch_every,
             "command": " ".join(["python -m bench.soak", *sys.argv[1:]]),
             "rows_acknowledged": len(writer.acked),
             "rows_unknown": len(writer.unknown),
             "rows_in_dataset": len(rows),
             "ledgers_written": writer.ledgers,
             "writer_failures": writer.failures,
+            "writer_clients_reopened": writer.clients_reopened,
             "faults": dict(faults.done),
+            "fault_log": faults.log,
             "batch_jobs": batch_counts,
             "query_restarts": query_failures,
             "missing": len(missing),
             "duplicated": len(duplicated),
             "phantom": len(phantom),
             "examples": {"missing": missing[:5], "duplicated": duplicated[:5], "phantom": phantom[:5]},
-            "growing": growing,
-            "verdicts": verdicts,
             "max_lag_entries": max((s["lag"] for s in samples if s.get("lag") is not None), default=None),
             "max_rows_behind": max((s["behind"] for s in samples if s.get("behind") is not None), default=None),
             "samples": samples,
         }
         title = (f"bkspark soak, {args.minutes} min: {len(writer.acked)} rows acknowledged, {len(missing)} missing, "
                  f"{len(duplicated)} duplicated; faults {dict(faults.done)}")
-        draw(samples, fault_times, Path(args.png), title)
+        draw(samples, [(t, kind) for t, kind, _, _ in faults.log], Path(args.png), title)
         spark.stop()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    summary = {k: v for k, v in result.items() if k not in ("samples", "verdicts")}
+    return conclude(result, Path(args.out))
+
+
+def worker_clients(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Spark's Python processes' threads against the bkspark clients they hold (their ZooKeeper sessions): for
+    each number of clients, the thread counts seen in a process holding that many. Threads that follow the
+    clients, and clients no more than the sets of client settings, make a bounded series."""
+    threads_by_clients: dict[int, set[int]] = {}
+    for s in samples:
+        for threads, _fds, _connections, *sessions in s.get("workers", {}).values():
+            if sessions:
+                threads_by_clients.setdefault(int(sessions[0]), set()).add(int(threads))
+    return {"max_clients_in_one_process": max(threads_by_clients, default=0),
+            "threads_by_clients": {str(k): sorted(v) for k, v in sorted(threads_by_clients.items())}}
+
+
+def conclude(result: dict[str, Any], out: Path) -> int:
+    """Judge ``result``'s samples by the growth rule, write it to ``out``, print the figures; 1 on a failure."""
+    samples = result["samples"]
+    verdicts = judge(samples, warm_up_s=WARM_UP_PERIODS * result.get("batch_every", DEFAULT_BATCH_EVERY))
+    result["verdicts"] = verdicts
+    result["growing"] = sorted(k for k, v in verdicts.items() if v["grows"])
+    result["jvm_pools_changed"] = pool_changes(samples)
+    result["worker_clients"] = worker_clients(samples)
+    heaps = [(s["t"], s["jvm_heap"]) for s in samples if s.get("jvm_heap")]
+    if heaps:
+        result["jvm_heap_mib"] = {"first": heaps[0][1], "peak_committed": max(h["committed_mib"] for _, h in heaps),
+                                  "last": heaps[-1][1]}
+    loads = sorted(s["load"] for s in samples if s.get("load") is not None)
+    if loads:
+        result["load_average_1min"] = {"min": loads[0], "median": loads[len(loads) // 2], "max": loads[-1]}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    summary = {k: v for k, v in result.items() if k not in ("samples", "verdicts", "fault_log")}
     print(json.dumps(summary, indent=1))
     for key, v in verdicts.items():
         print(f"  {key:32} {'GROWS' if v['grows'] else 'flat '}  {v['why']}  (first {v['first']:.1f}, last {v['last']:.1f})")
-    ok = not (missing or duplicated or phantom or growing)
+    ok = not (result["missing"] or result["duplicated"] or result["phantom"] or result["growing"])
     print("soak: PASS" if ok else "soak: FAIL", flush=True)
     return 0 if ok else 1
 
@@ -457,12 +755,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--rate", type=float, default=50.0, help="rows a second the writer appends")
     p.add_argument("--fault-every", type=float, default=40.0)
-    p.add_argument("--batch-every", type=float, default=180.0)
+    p.add_argument("--batch-every", type=float, default=DEFAULT_BATCH_EVERY)
     p.add_argument("--sample-every", type=float, default=5.0)
+    p.add_argument("--dump-every", type=float, default=60.0, help="seconds between thread dumps of Spark's JVM")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="bench/results/soak.json")
     p.add_argument("--png", default="bench/results/soak.png")
-    return run(p.parse_args(argv))
+    p.add_argument("--judge", metavar="JSON", help="judge a finished run's samples again (written back to the file)")
+    args = p.parse_args(argv)
+    if args.judge:
+        return conclude(json.loads(Path(args.judge).read_text()), Path(args.judge))
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,15 @@ Timings are only checked from below (a delay holds at least that long).
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from tests.harness.deadline import GENEROUS
 from tests.harness.proxy import Direction, FaultProxy
 from tests.harness.zookeeper import ZooKeeperServer
 
@@ -115,3 +118,69 @@ def test_refuse_resets_new_connections_until_restored(proxy: FaultProxy) -> None
             raise ConnectionResetError
     proxy.restore()
     assert _ruok(proxy) == b"imok"
+
+
+@pytest.fixture
+def echo_proxy() -> Iterator[FaultProxy]:
+    """A proxy in front of an echo server that keeps its connections open (ZooKeeper closes after a word) and
+    closes its side when the client's close reaches it."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):  # the proxy's reset at the end
+            while data := conn.recv(100):
+                conn.sendall(data)
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        with FaultProxy(server.getsockname(), name="echo") as p:
+            yield p
+    finally:
+        server.close()
+
+
+def _echo(sock: socket.socket, data: bytes) -> bytes:
+    sock.sendall(data)
+    return sock.recv(100)
+
+
+@pytest.mark.parametrize("fault", ["blackhole", "delay"])
+def test_restore_heals_connections_opened_before_it(echo_proxy: FaultProxy, fault: str) -> None:
+    """A connection open across a fault carries traffic again once it is lifted (the soak's clients kept theirs,
+    and stayed black-holed or delayed for ever, while each connection's pumps held the faults of before)."""
+    with socket.create_connection(echo_proxy.address, timeout=GENEROUS) as sock:
+        assert _echo(sock, b"a") == b"a"
+        if fault == "blackhole":
+            echo_proxy.blackhole()
+            sock.settimeout(0.5)
+            with pytest.raises(socket.timeout):
+                _echo(sock, b"lost")
+            sock.settimeout(GENEROUS)
+        else:
+            echo_proxy.delay(600)  # far beyond the deadline: a connection still delayed fails the test
+        echo_proxy.restore()
+        assert _echo(sock, b"b") == b"b"
+
+
+def test_a_close_a_black_hole_swallowed_is_delivered_when_it_is_lifted(echo_proxy: FaultProxy) -> None:
+    """A client that closes inside a black hole: the server hears nothing until the black hole is lifted, then
+    the close (TCP sends a FIN again until it is acknowledged); the server's side is not left open for ever."""
+    sock = socket.create_connection(echo_proxy.address, timeout=GENEROUS)
+    assert _echo(sock, b"a") == b"a"
+    echo_proxy.blackhole(Direction.UP)
+    sock.close()
+    time.sleep(0.5)
+    assert echo_proxy.open_connections == 1  # the server still holds its side
+    echo_proxy.restore()
+    deadline = time.monotonic() + GENEROUS
+    while echo_proxy.open_connections:
+        assert time.monotonic() < deadline, "the swallowed close never reached the server"
+        time.sleep(0.05)

@@ -33,7 +33,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 __all__ = ["Direction", "FaultProxy", "proxied_bookie_id"]
@@ -81,6 +81,16 @@ class _Link:
     server_writer: asyncio.StreamWriter | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     half_open: bool = False
+    #: Sides whose peer closed while a black hole swallowed the close: closed when the black hole is lifted, as
+    #: TCP sends a FIN again until it is acknowledged (a lifted black hole delivers it).
+    swallowed_closes: list[asyncio.StreamWriter] = field(default_factory=list)
+
+
+def _close_quietly(writer: asyncio.StreamWriter) -> None:
+    try:
+        writer.close()
+    except (ConnectionError, OSError, RuntimeError):
+        pass
 
 
 def _rst(writer: asyncio.StreamWriter) -> None:
@@ -205,12 +215,12 @@ class FaultProxy:
             pass
         finally:
             writer_task.cancel()
-            # A black hole or a half-open cut swallows the close too: the peer hears nothing at all.
-            if not link.half_open and not faults.blackhole:
-                try:
-                    dst.close()
-                except (ConnectionError, OSError, RuntimeError):
-                    pass
+            # A black hole or a half-open cut swallows the close too: the peer hears nothing at all (until the
+            # black hole is lifted; a half-open cut stays cut).
+            if faults.blackhole and not link.half_open:
+                link.swallowed_closes.append(dst)
+            elif not link.half_open:
+                _close_quietly(dst)
 
     def _kill(self, link: _Link, rst: bool) -> None:
         for task in link.tasks:
@@ -300,12 +310,18 @@ class FaultProxy:
 
     def restore(self) -> None:
         """Lift every standing fault: delay, rate, fragmenting, black hole, refusal (open connections live on; half-open ones
-        stay cut, as a real half-open connection does)."""
+        stay cut, as a real half-open connection does). Open connections are healed too: their directions' faults
+        are reset in place (each connection's pumps hold them), and a close a black hole swallowed is delivered."""
 
         def apply() -> None:
             self._refusing = False
             for d in (Direction.UP, Direction.DOWN):
-                self._faults[d] = _Faults()
+                healed = _Faults()
+                for f in fields(_Faults):
+                    setattr(self._faults[d], f.name, getattr(healed, f.name))
+            for link in self._links:
+                while link.swallowed_closes:
+                    _close_quietly(link.swallowed_closes.pop())
 
         self._call(apply)
 
