@@ -206,21 +206,21 @@ class LedgerDirectory:
             txn = self._read_txn = self.begin_read()
         return txn.get(key)
 
-    def begin_read(self, db: object | None = None, *, buffers: bool = False) -> lmdb.Transaction:
-        """A read transaction on the index (``db``: the index's entry table unless named), any thread: the one home
-        of beginning one.  A read transaction takes a slot of LMDB's reader table; a process that dies holding
-        slots (kill -9, a power cut) leaves them taken while any other process has the environment open, until
-        ``mdb_reader_check`` frees them, as LMDB asks of an application after a crash.  So when the table is full,
-        the slots of dead processes are freed (with a warning naming how many) and the transaction begun again
-        once; a table full of live readers is the caller's ``lmdb.ReadersFullError``."""
-        db = self.index_db if db is None else db
+    def begin_read(self) -> lmdb.Transaction:
+        """A read transaction on the index's entry table, any thread: the one home of beginning one.
+
+        A read transaction takes a slot of LMDB's reader table; a process that dies holding slots (kill -9, a power
+        cut) leaves them taken while any other process has the environment open, until ``mdb_reader_check`` frees
+        them, as LMDB asks of an application after a crash.  So when the table is full, the slots of dead processes
+        are freed (with a warning naming how many) and the transaction begun again once; a table full of live
+        readers is the caller's ``lmdb.ReadersFullError``."""
         try:
-            return self.env.begin(db=db, buffers=buffers)
+            return self.env.begin(db=self.index_db)
         except lmdb.ReadersFullError:
             freed = self.env.reader_check()
             log.warning("the entry index of %s had no free reader slot; freed %d left by dead processes",
                         self.root, freed)
-            return self.env.begin(db=db, buffers=buffers)
+            return self.env.begin(db=self.index_db)
 
     def refresh(self) -> None:
         """Drop the reused read transaction (the next lookup sees the latest commit)."""

@@ -21,10 +21,11 @@ import io
 import json
 import posixpath
 import struct
-from dataclasses import dataclass, replace
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from bkspark.errors import BKError
 from bkspark.pulsar.errors import PulsarSchemaError
 from bkspark.pulsar.managed_ledger import parse_metadata_proto
 from bkspark.pulsar.proto.SchemaStorage_pb2 import SchemaEntry, SchemaInfo, SchemaLocator
@@ -89,6 +90,11 @@ class TopicSchema:
     latest: SchemaVersion
     #: By ``version_bytes``: every version whose ledger could be read.
     versions: tuple[tuple[bytes, SchemaVersion], ...]
+
+    @functools.cached_property
+    def by_version(self) -> dict[bytes, SchemaVersion]:
+        """:attr:`versions` as a lookup table (built once: decoders look a version up per message)."""
+        return dict(self.versions)
 
     def same_type(self, other: "TopicSchema") -> bool:
         return (self.latest.type, self.latest.definition) == (other.latest.type, other.latest.definition)
@@ -328,7 +334,7 @@ class ValueDecoder:
         if schema_version is None:
             return self.schema.latest
         table = self.registries.get(registry)
-        found = dict(table.versions).get(bytes(schema_version)) if table is not None else None
+        found = table.by_version.get(bytes(schema_version)) if table is not None else None
         if found is None:
             found = self._look_up(bytes(schema_version), registry)
         if found is None:
@@ -346,12 +352,12 @@ class ValueDecoder:
         looked_up: set[tuple[str, bytes]] = self.__dict__.setdefault("_looked_up", set())
         if self.refresh is None or (registry, schema_version) in looked_up:
             return None
+        now = self.refresh(registry)  # a metadata error propagates as itself, and the version is asked again later
         looked_up.add((registry, schema_version))
-        now = self.refresh(registry)
         if now is None:
             return None
         table = self.registries.get(registry, now)
-        known = dict(table.versions)
+        known = dict(table.by_version)
         for key, version in now.versions:
             known.setdefault(key, version)
         table = replace(table, versions=tuple(sorted(known.items())))
@@ -381,7 +387,7 @@ class ValueDecoder:
             for index, avro in self._walked:
                 values[index] = _arrow_value(avro, values[index], from_json=self.kind == "JSON")
             return tuple(values)
-        except PulsarSchemaError:
+        except BKError:  # a schema error said already, or the registry's metadata or bookies failing (retriable)
             raise
         except Exception as exc:  # noqa: BLE001 - any decoder's error, said with the message's place
             raise PulsarSchemaError(

@@ -133,6 +133,27 @@ def test_a_version_registered_after_planning_is_looked_up_once_and_resolved_into
     assert json_decoder.decode(payload, version_bytes(1), "m")[:2] == ("j", 3)
 
 
+def test_a_registry_that_cannot_be_read_is_its_own_error_and_asked_again() -> None:
+    """A failing registry read (ZooKeeper or the bookies down) is raised as itself, not as a value that does not
+    decode, and the version is looked up again at the next message."""
+    from bkspark.errors import MetadataError
+
+    answers: list[Any] = [MetadataError("ZooKeeper unreachable"), _topic("AVRO", V1, V2)]
+
+    def refresh(name: str) -> TopicSchema:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    decoder = ValueDecoder(_topic("AVRO", V1))
+    decoder.refresh = refresh
+    new = _avro(V2, {"name": "n", "count": 7, "at": 2_000, "attrs": {}, "inner": None, "unit": "C"})
+    with pytest.raises(MetadataError, match="ZooKeeper unreachable"):
+        decoder.decode(new, version_bytes(1), "m")
+    assert decoder.decode(new, version_bytes(1), "m")[1] == 7 and answers == []
+
+
 def test_each_topic_s_versions_are_its_own_registry_s() -> None:
     """Two topics whose latest schema is the same but whose registries number it differently (x: V1 then V2; y:
     V2 only, as version 0): a message of y at version 0 is decoded by V2, one of x at version 0 by V1, and a
