@@ -460,10 +460,11 @@ def test_the_readmes_pulsar_example_reads_a_topic(spark: Any, pulsar: PulsarStan
     code = block.replace('"zk:127.0.0.1:2181"', repr(pulsar.metadata_service_uri))
     code = code.replace('"persistent://public/default/events"', repr(topic))
     assert pulsar.metadata_service_uri in code and topic in code, "the README's URI or topic changed: update this test"
+    oracle = reader_messages(pulsar.service_url, topic)  # first: it waits for the LAC the scan needs
     namespace: dict[str, Any] = {"spark": spark}
     exec(compile(code, "README.md Pulsar example", "exec"), namespace)  # noqa: S102 - the README's own example
     df = namespace["df"].selectExpr("*", "unix_millis(__publishTime) AS pt", "unix_millis(__eventTime) AS et")
-    assert_rows_equal_reader([row.asDict() for row in df.collect()], reader_messages(pulsar.service_url, topic))
+    assert_rows_equal_reader([row.asDict() for row in df.collect()], oracle)
 
 
 def _schema_reader_values(pulsar: PulsarStandalone, topic: str, schema: Any) -> list[tuple[Any, tuple[int, int, int]]]:
@@ -674,7 +675,8 @@ def test_a_scan_on_this_spark_release_and_the_stream_where_spark_has_admission_c
     topic = f"{NS}/matrix-parted"
     pulsar.admin("PUT", "/admin/v2/persistent/public/default/matrix-parted/partitions", 2)
     produce(pulsar, topic, 40, batching=True, codec="LZ4")
-    assert_rows_equal_reader(read(spark, pulsar, topic=topic), reader_messages(pulsar.service_url, topic))
+    oracle = reader_messages(pulsar.service_url, topic)  # first: it waits for the LAC the scan needs
+    assert_rows_equal_reader(read(spark, pulsar, topic=topic), oracle)
 
     class Reading(Record):
         name = String()
