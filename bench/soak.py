@@ -69,7 +69,7 @@ DEFAULT_BATCH_EVERY = 180.0
 GROWTH_TOLERANCE = 0.10
 #: The least rise that counts as growth, per metric.
 FLOORS = {"rss_mib": 24.0, "fds": 16.0, "threads": 8.0, "connections": 8.0, "lag_entries": 3000.0,
-          "behind_entries": 3000.0}
+          "behind_entries": 3000.0, "index_reader_slots": 8.0}
 #: Every client (the writer's, Spark's) dials a BookieId as the host:port it spells: the bookie's fault proxy.
 CLIENT_CONF = {"addEntryTimeoutSec": 5, "readEntryTimeoutSec": 5, "explicitLacInterval": 500,
                "bookieAddressResolverEnabled": False}
@@ -404,7 +404,19 @@ def sample(bookies: Any, detail: dict[str, list[float]], proxies: Proxies) -> di
             seen += 1
         if seen:
             out[role] = total | {"processes": float(seen)}
+            if role.startswith("bookie-") and (slots := index_reader_slots(bookies, int(role[7:]))) is not None:
+                out[role]["index_reader_slots"] = slots
     return out
+
+
+def index_reader_slots(bookies: Any, i: int) -> float | None:
+    """Slots of bookie i's entry-index reader table its process holds (the gauge ``bookie_index_reader_slots``,
+    active and idle: docs/bookie.md, "The entry index's reader slots"); None when its HTTP endpoint does not answer
+    (a bookie killed or paused by a fault)."""
+    try:
+        return sum(bookies.metric(i, "bookie_index_reader_slots", http_timeout=2.0, state=state) or 0.0 for state in ("active", "idle"))
+    except OSError:
+        return None
 
 
 def stream_lag(query: Any) -> float | None:
@@ -503,7 +515,9 @@ def judge(samples: list[dict[str, Any]], warm_up_s: float = 0.0) -> dict[str, di
     series: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
     for s in samples:
         for role, metrics in s["roles"].items():
-            for key in METRICS:
+            for key in (*METRICS, "index_reader_slots"):
+                if key not in metrics:
+                    continue
                 ts, vs = series.setdefault((role, key), ([], []))
                 ts.append(s["t"])
                 vs.append(metrics[key])
@@ -669,15 +683,34 @@ def run(args: argparse.Namespace) -> int:
                 bookies.start(i, timeout=120)
         deadline = time.monotonic() + 600
         rows: list[str] = []
+        #: Errors of the reads after the run (the figures are written whatever they are: a read that fails is
+        #: a finding, and the run's samples are what finds its cause).
+        read_errors: list[tuple[float, str]] = []
+
+        def read_rows() -> list[str] | None:
+            try:
+                return read_dataset(spark, uri)
+            except Exception as exc:  # noqa: BLE001 - recorded and tried again; the verdict counts it
+                read_errors.append((round(time.monotonic() - t0, 1), str(exc).splitlines()[0][:300]))
+                _log(f"reading the dataset failed: {read_errors[-1][1]}")
+                return None
+
         while time.monotonic() < deadline:
             query = keep_running(query)
-            rows = read_dataset(spark, uri)
-            if writer.acked <= set(rows) and (stream_lag(query) or 0) == 0:
-                break
+            got = read_rows()
+            if got is not None:
+                rows = got
+                if writer.acked <= set(rows) and (stream_lag(query) or 0) == 0:
+                    break
             time.sleep(5)
         time.sleep(10)  # one more trigger: nothing should change
         query.stop()
-        rows = read_dataset(spark, uri)
+        final: list[str] | None = None
+        for _attempt in range(5):
+            if (final := read_rows()) is not None:
+                break
+            time.sleep(10)
+        rows = final if final is not None else []
         counts = Counter(rows)
         missing = sorted(writer.acked - counts.keys())
         duplicated = sorted(r for r, c in counts.items() if c > 1)
@@ -696,6 +729,8 @@ def run(args: argparse.Namespace) -> int:
             "fault_log": faults.log,
             "batch_jobs": batch_counts,
             "query_restarts": query_failures,
+            "read_errors_after_the_run": read_errors,
+            "final_read_failed": final is None,
             "missing": len(missing),
             "duplicated": len(duplicated),
             "phantom": len(phantom),
@@ -745,7 +780,8 @@ def conclude(result: dict[str, Any], out: Path) -> int:
     print(json.dumps(summary, indent=1))
     for key, v in verdicts.items():
         print(f"  {key:32} {'GROWS' if v['grows'] else 'flat '}  {v['why']}  (first {v['first']:.1f}, last {v['last']:.1f})")
-    ok = not (result["missing"] or result["duplicated"] or result["phantom"] or result["growing"])
+    ok = not (result["missing"] or result["duplicated"] or result["phantom"] or result["growing"]
+              or result.get("final_read_failed"))
     print("soak: PASS" if ok else "soak: FAIL", flush=True)
     return 0 if ok else 1
 

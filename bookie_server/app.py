@@ -164,6 +164,9 @@ class BookieApp:
             self.metrics.write_cache_bytes.set(self.bookie.storage.write_cache_bytes)
             self.metrics.read_cache_bytes.set(self.bookie.storage.read_cache_bytes)
             self.metrics.ledgers.set(len(self.bookie.storage.ledgers()))
+            active, idle = self.bookie.storage.reader_slots()
+            self.metrics.index_reader_slots.labels("active").set(active)
+            self.metrics.index_reader_slots.labels("idle").set(idle)
             await asyncio.sleep(5)
 
     # -- HTTP ---------------------------------------------------------------------------

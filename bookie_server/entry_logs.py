@@ -38,6 +38,7 @@ __all__ = [
     "READ_AHEAD",
     "CacheKey",
     "EntryKey",
+    "IndexReadTransaction",
     "IndexRow",
     "LedgerDirectory",
     "LedgerKey",
@@ -74,6 +75,51 @@ LOG_NAME = re.compile(r"^([0-9a-f]{16})\.log$")
 _speedups = load_compiled("bookie_server._speedups")
 #: Bytes read from an entry log at once during batch reads (the next entries usually follow).
 READ_AHEAD = 256 * 1024
+
+
+class IndexReadTransaction:
+    """A read transaction on a ledger directory's entry index that gives its LMDB reader slot back when it ends.
+
+    py-lmdb ends a read transaction (``abort``, ``commit``, the end of a ``with``) by resetting it, which keeps its
+    slot of the reader table until the Python object itself is freed (docs/bookie.md, "The entry index's reader
+    slots").  Any reference left to it, above all a frame in the traceback of an exception raised while it was
+    open (an ENOENTRY read, kept by the future that carries it), kept the slot taken, and a bookie's 126 slots ran
+    out.  This holder is the only owner of the transaction and drops it when it ends, so the slot is freed then
+    (or kept as py-lmdb's one reusable spare) whoever still references the holder.  Cursors are invalidated with the
+    transaction and let go of it too.  One thread at a time, as LMDB asks."""
+
+    __slots__ = ("_txn",)
+
+    def __init__(self, txn: lmdb.Transaction) -> None:
+        self._txn: lmdb.Transaction | None = txn
+
+    def _open(self) -> lmdb.Transaction:
+        txn = self._txn
+        if txn is None:
+            raise lmdb.Error("the entry index read transaction has ended")
+        return txn
+
+    def get(self, key: bytes) -> bytes | None:
+        """The value of ``key`` in the entry table, or None."""
+        return self._open().get(key)
+
+    def cursor(self) -> lmdb.Cursor:
+        """A cursor on the entry table, valid until the transaction ends."""
+        return self._open().cursor()
+
+    def end(self) -> None:
+        """End the transaction and free its reader slot; again: nothing."""
+        txn, self._txn = self._txn, None
+        if txn is not None:
+            txn.abort()
+
+    abort = end
+
+    def __enter__(self) -> "IndexReadTransaction":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.end()
 
 
 def cache_key(scope_id: int, ledger_id: int, entry_id: int) -> CacheKey:
@@ -181,7 +227,7 @@ class LedgerDirectory:
         self.meta_db = self.env.open_db(b"meta")
         self._read_fds: dict[int, int] = {}
         self._fd_lock = threading.Lock()
-        self._read_txn: lmdb.Transaction | None = None
+        self._read_txn: IndexReadTransaction | None = None
         logs = self.log_ids()
         self.log_id = (logs[-1] + 1) if logs else 1
         self._write_fd = -1
@@ -206,7 +252,7 @@ class LedgerDirectory:
             txn = self._read_txn = self.begin_read()
         return txn.get(key)
 
-    def begin_read(self) -> lmdb.Transaction:
+    def begin_read(self) -> IndexReadTransaction:
         """A read transaction on the index's entry table, any thread: the one home of beginning one.
 
         A read transaction takes a slot of LMDB's reader table; a process that dies holding slots (kill -9, a power
@@ -215,18 +261,48 @@ class LedgerDirectory:
         are freed (with a warning naming how many) and the transaction begun again once; a table full of live
         readers is the caller's ``lmdb.ReadersFullError``."""
         try:
-            return self.env.begin(db=self.index_db)
+            return IndexReadTransaction(self.env.begin(db=self.index_db))
         except lmdb.ReadersFullError:
             freed = self.env.reader_check()
             log.warning("the entry index of %s had no free reader slot; freed %d left by dead processes",
                         self.root, freed)
-            return self.env.begin(db=self.index_db)
+            try:
+                return IndexReadTransaction(self.env.begin(db=self.index_db))
+            except lmdb.ReadersFullError:
+                log.error("the entry index of %s has no free reader slot: its reader table, by thread:\n%s",
+                          self.root, self.reader_table())
+                raise
+
+    def reader_slots(self) -> tuple[int, int]:
+        """This process's slots of the index's reader table: ``(in a read transaction, idle)``; an idle one is a
+        transaction py-lmdb keeps reset for reuse (the gauge ``bookie_index_reader_slots``, docs/bookie.md)."""
+        active = idle = 0
+        pid = str(os.getpid())
+        for row in self.env.readers().splitlines()[1:]:
+            fields = row.split()
+            if len(fields) == 3 and fields[0] == pid:
+                if fields[2] == "-":
+                    idle += 1
+                else:
+                    active += 1
+        return active, idle
+
+    def reader_table(self) -> str:
+        """LMDB's reader table with each of this process's threads named (a slot records the thread that began its
+        transaction as ``pthread_self``, which is Python's ``threading.get_ident``)."""
+        names = {f"{thread.ident:x}": thread.name for thread in threading.enumerate() if thread.ident is not None}
+        out = []
+        for row in self.env.readers().splitlines():
+            fields = row.split()
+            name = names.get(fields[1], "") if len(fields) == 3 else ""
+            out.append(f"{row} {name}".rstrip())
+        return "\n".join(out)
 
     def refresh(self) -> None:
         """Drop the reused read transaction (the next lookup sees the latest commit)."""
-        if self._read_txn is not None:
-            self._read_txn.abort()
-            self._read_txn = None
+        txn, self._read_txn = self._read_txn, None
+        if txn is not None:
+            txn.end()
 
     def log_ids(self) -> list[int]:
         ids = []

@@ -195,6 +195,12 @@ class BookieMetrics:
             "bookie_read_cache_size", "Bytes in the read cache (entries and batch-read ranges)", registry=self.registry
         )
         self.ledgers = Gauge("bookie_ledgers_count", "Ledgers stored on this bookie", registry=self.registry)
+        self.index_reader_slots = Gauge(
+            "bookie_index_reader_slots",
+            "Slots of the entry index's LMDB reader table this bookie holds (label: active or idle)",
+            ["state"],
+            registry=self.registry,
+        )
         # Back-pressure (docs/bookie.md, "Limits"); BookKeeper's names for the first two.
         self.adds_in_progress = Gauge(
             "bookkeeper_server_ADD_ENTRY_IN_PROGRESS", "Adds accepted and not yet acknowledged", registry=self.registry

@@ -25,6 +25,7 @@ from bookie_server.entry_logs import (
     U64,
     CacheKey,
     EntryKey,
+    IndexReadTransaction,
     LedgerDirectory,
     cache_key,
     key_address,
@@ -34,7 +35,15 @@ from bookie_server.entry_logs import (
 
 log = logging.getLogger("bookie_server.storage")
 
-__all__ = ["RANGE_BIT", "RUN_WALK_RECORDS", "CachedRange", "StorageReads", "cached_size"]
+__all__ = ["RANGE_BIT", "RUN_WALK_RECORDS", "CachedRange", "StorageReads", "cached_size", "index_read_failed"]
+
+
+def index_read_failed(exc: lmdb.Error) -> BookieIOError:
+    """The EIO a failed entry-index read is answered with, logged: the client sees only EIO (and reads another
+    replica), so the operator's one sign of a failing index (a full reader table, a damaged file) is this line."""
+    log.error("entry index read failed: %s", exc)
+    return BookieIOError("entry index read failed", error=str(exc))
+
 
 #: Set in the read-cache key of a range a cold batch read brought (``CachedRange``; its first entry's key
 #: otherwise), never in an entry's.
@@ -182,7 +191,7 @@ class StorageReads:
             else:
                 location = directory.index_get(packed)
         except lmdb.Error as exc:
-            raise BookieIOError("entry index read failed", error=str(exc)) from exc
+            raise index_read_failed(exc) from exc
         if location is None:
             raise NoSuchEntryError(ledger_id=ledger_id, entry_id=entry_id)
         return directory, location
@@ -284,7 +293,7 @@ class StorageReads:
                 self._collect(scope_id, ledger_id, start, stop, budget, out, used, fetch)
         except lmdb.Error as exc:
             if not out:
-                raise BookieIOError("entry index read failed", error=str(exc)) from exc
+                raise index_read_failed(exc) from exc
         return out
 
     def read_run_cold(
@@ -300,7 +309,7 @@ class StorageReads:
         used = 0
         #: Per directory: its index read transaction, its chunk ``[log id, start, bytes]`` (log ids are a
         #: directory's own) and where the last record read ends in that chunk.
-        state: dict[int, tuple[lmdb.Transaction, list[object], list[int]]] = {}
+        state: dict[int, tuple[IndexReadTransaction, list[object], list[int]]] = {}
         try:
             for ledger_id, entry_id in reads:
                 if out and used >= budget:
@@ -338,7 +347,7 @@ class StorageReads:
         ledger_id: int,
         entry_id: int,
         key: CacheKey,
-        state: dict[int, tuple[lmdb.Transaction, list[object], list[int]]],
+        state: dict[int, tuple[IndexReadTransaction, list[object], list[int]]],
     ) -> bytes | BookieError:
         """:meth:`read_run_cold`'s read of one entry (``key`` its cache key) through the index: its bytes, or its
         error."""
@@ -350,7 +359,7 @@ class StorageReads:
             txn, chunk, after = held
             location = txn.get(key.to_bytes(INDEX_KEY.size, "big"))
         except lmdb.Error as exc:
-            return BookieIOError("entry index read failed", error=str(exc))
+            return index_read_failed(exc)
         if location is None:
             return NoSuchEntryError(ledger_id=ledger_id, entry_id=entry_id)
         try:
@@ -384,7 +393,7 @@ class StorageReads:
                 data = fetch(key_of_entry_0 | (entry_id & U64))
             except lmdb.Error as exc:
                 if not out:
-                    raise BookieIOError("entry index read failed", error=str(exc)) from exc
+                    raise index_read_failed(exc) from exc
                 return stop, used
             except (NoSuchEntryError, BookieIOError, OSError):
                 if not out:

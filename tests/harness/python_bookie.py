@@ -321,12 +321,12 @@ class PythonBookieCluster:
         """``GET`` on bookie i's HTTP endpoint."""
         return self.http(i, "GET", path)
 
-    def metric(self, i: int, name: str, **labels: str) -> float | None:
+    def metric(self, i: int, name: str, *, http_timeout: float = 10.0, **labels: str) -> float | None:
         """The value of sample ``name`` (e.g. ``bookie_flush_count``) with exactly these labels in bookie i's
         ``/metrics``, parsed by prometheus_client; None when it has no such sample."""
         from prometheus_client.parser import text_string_to_metric_families
 
-        for family in text_string_to_metric_families(self.http_get(i, "/metrics")):
+        for family in text_string_to_metric_families(self.http(i, "GET", "/metrics", timeout=http_timeout)):
             for sample in family.samples:
                 if sample.name == name and sample.labels == labels:
                     return float(sample.value)

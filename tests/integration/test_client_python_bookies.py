@@ -193,6 +193,10 @@ def test_batch_reads_of_entries_on_disk_are_read_again_from_the_read_cache(zk_ro
                 assert got == data
             stored = sum(map(len, data))  # the entries as stored carry a digest header on top
             assert _read_cache_size(cluster, stored) >= stored
+        # Every index read transaction those disk reads began has ended: the process holds at most the loop
+        # thread's reused one and one py-lmdb keeps for reuse (docs/bookie.md, "The entry index's reader slots").
+        slots = [cluster.metric(0, "bookie_index_reader_slots", state=state) for state in ("active", "idle")]
+        assert None not in slots and sum(slots) <= 2, slots  # type: ignore[arg-type]
 
 
 def test_ledgers_opened_from_metadata_read_many_at_once(cluster, zk_root, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
-from bench.soak import grows_without_bound, heap_sizes, judge, pool_changes, thread_pools
+from bench.soak import conclude, grows_without_bound, heap_sizes, judge, pool_changes, thread_pools
 
 TIMES = [float(t) for t in range(0, 600, 5)]
 
@@ -37,6 +39,29 @@ def test_judge_names_each_role_and_metric() -> None:
     verdicts = judge(samples)
     assert verdicts["bookie-0/rss_mib"]["grows"] and not verdicts["bookie-0/fds"]["grows"]
     assert not verdicts["stream/lag_entries"]["grows"]
+
+
+def test_a_bookies_index_reader_slots_are_judged_where_sampled() -> None:
+    """The entry index's reader slots (docs/bookie.md) are a series of their own: four slots a minute is the leak that
+    filled a 126-slot table in a 30-minute soak; a sample without them (the bookie's endpoint did not answer) is
+    left out of that series, not counted as zero."""
+    base = {"rss_mib": 100.0, "fds": 30.0, "threads": 20.0, "connections": 4.0}
+    samples = [{"t": t, "lag": 0.0, "roles": {
+        "bookie-0": base | {"index_reader_slots": 1 + t / 15},
+        "bookie-1": base | ({} if int(t) % 50 == 0 else {"index_reader_slots": 2.0}),
+    }} for t in TIMES]
+    verdicts = judge(samples)
+    assert verdicts["bookie-0/index_reader_slots"]["grows"]
+    assert not verdicts["bookie-1/index_reader_slots"]["grows"] and verdicts["bookie-1/index_reader_slots"]["first"] == 2.0
+
+
+def test_a_soak_whose_final_read_failed_fails_with_its_figures_written(tmp_path: Path) -> None:
+    result = {"samples": [{"t": t, "lag": 0.0, "roles": {}} for t in TIMES], "missing": 0, "duplicated": 0,
+              "phantom": 0, "final_read_failed": True}
+    out = tmp_path / "soak.json"
+    assert conclude(result, out) == 1
+    assert json.loads(out.read_text())["final_read_failed"] is True
+    assert conclude(result | {"final_read_failed": False}, out) == 0
 
 
 DUMP = '''2026-11-29 08:54:24
