@@ -99,13 +99,13 @@ class IndexReadTransaction:
             raise lmdb.Error("the entry index read transaction has ended")
         return txn
 
-    def get(self, key: bytes) -> bytes | None:
-        """The value of ``key`` in the entry table, or None."""
-        return self._open().get(key)
+    def get(self, key: bytes, db: lmdb._Database | None = None) -> bytes | None:
+        """The value of ``key`` in the entry table (or ``db``), or None."""
+        return self._open().get(key) if db is None else self._open().get(key, db=db)
 
-    def cursor(self) -> lmdb.Cursor:
-        """A cursor on the entry table, valid until the transaction ends."""
-        return self._open().cursor()
+    def cursor(self, db: lmdb._Database | None = None) -> lmdb.Cursor:
+        """A cursor on the entry table (or ``db``), valid until the transaction ends."""
+        return self._open().cursor() if db is None else self._open().cursor(db=db)
 
     def end(self) -> None:
         """End the transaction and free its reader slot; again: nothing."""

@@ -202,7 +202,7 @@ class LedgerStorage(StorageReads):
             directory = LedgerDirectory(root, map_size=self._map_size, entry_log_size_limit=self._entry_log_size_limit)
             self._dirs.append(directory)
             try:
-                with directory.env.begin() as txn:
+                with directory.begin_read() as txn:
                     for key, value in txn.cursor(db=directory.ledgers_db):
                         if len(key) != LEDGER_KEY.size:
                             raise BookieIOError("ledger state key is corrupt", directory=str(root))
