@@ -612,9 +612,11 @@ def timed(label: str) -> Iterator[None]:
     print(f"   ({time.monotonic() - t0:.1f}s)", flush=True)
 
 
-def spark_session(cores: int, app: str, jars: Sequence[str] = (), driver_memory: str = "1g") -> Any:
+def spark_session(cores: int, app: str, jars: Sequence[str] = (), driver_memory: str = "1g",
+                  java_options: str = "") -> Any:
     """A ``local[cores]`` SparkSession on loopback whose Python workers run this interpreter, with the
-    ``bookkeeper`` data source registered and ``jars`` (e.g. Spark's Kafka connector) on its classpath."""
+    ``bookkeeper`` data source registered, ``jars`` (e.g. Spark's Kafka connector) on its classpath and
+    ``java_options`` added to its JVM's command line."""
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:
@@ -634,6 +636,8 @@ def spark_session(cores: int, app: str, jars: Sequence[str] = (), driver_memory:
     )
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     from bkspark.datasource.source import BookKeeperDataSource

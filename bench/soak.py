@@ -74,6 +74,12 @@ FLOORS = {"rss_mib": 24.0, "fds": 16.0, "threads": 8.0, "connections": 8.0, "lag
 CLIENT_CONF = {"addEntryTimeoutSec": 5, "readEntryTimeoutSec": 5, "explicitLacInterval": 500,
                "bookieAddressResolverEnabled": False}
 METRICS = ("rss_mib", "fds", "threads", "connections")
+#: Spark's JVM starts with its whole heap committed and touched, so that its RSS moves only with memory outside the
+#: heap (metaspace, code cache, threads, direct buffers: where a leak would be) and not as G1 takes in more of the
+#: heap over the run, which the second 30-minute soak read as growth (docs/reliability.md, "The soak"); the heap's
+#: own use is sampled apart (``jcmd GC.heap_info``).
+JVM_HEAP = "1g"
+JVM_OPTIONS = f"-Xms{JVM_HEAP} -XX:+AlwaysPreTouch"
 #: Restarts of the streaming query after which the soak gives up. Spark waits a fixed 10 s for a new Python
 #: worker to connect back, which a loaded machine's interpreter start-up can miss ("Python worker failed to
 #: connect back"): each such failure is recorded and the query restarted, as an operator would.
@@ -324,6 +330,17 @@ def jvm_heap(pid: int) -> dict[str, float] | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return heap_sizes(info)
+
+
+def spark_jvm_flags(bookies: Any) -> list[str]:
+    """The heap flags Spark's JVM runs with (from its command line): :data:`JVM_OPTIONS` must be among them, or the
+    JVM's RSS would measure its heap's growth (raises when they are not)."""
+    jvms = _roles(bookies)["spark-jvm"]
+    flags = [arg for arg in (jvms[0].cmdline() if jvms else []) if arg.startswith(("-Xm", "-XX:+AlwaysPreTouch"))]
+    missing = [flag for flag in JVM_OPTIONS.split() if flag not in flags]
+    if missing:
+        raise RuntimeError(f"Spark's JVM does not run with {missing} (its heap flags: {flags})")
+    return flags
 
 
 def zookeeper_sessions(proc: psutil.Process, zk_port: int) -> int:
@@ -606,7 +623,7 @@ def run(args: argparse.Namespace) -> int:
         for proxy, address in zip(bookie_proxies, bookies.addresses):
             proxy.target = address
         proxies = Proxies(zk_proxy, bookie_proxies, zk_port, [port for _, port in bookies.addresses])
-        spark = spark_session(2, "bkspark-soak")
+        spark = spark_session(2, "bkspark-soak", driver_memory=JVM_HEAP, java_options=JVM_OPTIONS)
         client_opts = {f"bookkeeper.{k}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in CLIENT_CONF.items()}
         source = spark.readStream.format("bookkeeper").option("metadataServiceUri", uri)
         source = source.option("ledgers", f"{SOURCE_BASE}-{SOURCE_BASE + 10**6}").option("maxEntriesPerTrigger", "5000")
@@ -625,6 +642,7 @@ def run(args: argparse.Namespace) -> int:
         writer.thread.start()
         query = sink.trigger(processingTime="2 seconds").start()
         t0 = faults.t0 = time.monotonic()
+        jvm_flags = spark_jvm_flags(bookies)
 
         def keep_running(query: Any) -> Any:
             """As an operator would: a failed query starts again from its checkpoint (exactly once across it)."""
@@ -730,6 +748,7 @@ def run(args: argparse.Namespace) -> int:
             "batch_jobs": batch_counts,
             "query_restarts": query_failures,
             "read_errors_after_the_run": read_errors,
+            "spark_jvm_flags": jvm_flags,
             "final_read_failed": final is None,
             "missing": len(missing),
             "duplicated": len(duplicated),
