@@ -84,7 +84,7 @@ def test_stream_follows_a_java_clients_open_ledger_on_java_bookies(
         acked_at_start = len(writer.acked)
         # Entries written after the query started reach it while the ledger is still open.
         wait_until(lambda: any(e >= acked_at_start + 20 for _, e, _ in collector.rows()), 240,
-                   "entries written after the query started")
+                   "entries written after the query started", query=query)
         assert writer.proc.poll() is None  # still writing: the ledger is open
     finally:
         writer.kill()
@@ -95,7 +95,7 @@ def test_stream_follows_a_java_clients_open_ledger_on_java_bookies(
         last = recovered["last_entry_id"]
         assert recovered["closed"] and last >= acked[-1]  # recovery keeps every acknowledged entry
         # The stream sees the close (by its metadata) and reads to the recovered last entry.
-        wait_until(lambda: len(collector.rows()) >= last + 1, 120, "the closed ledger's last entries")
+        wait_until(lambda: len(collector.rows()) >= last + 1, 120, "the closed ledger's last entries", query=query)
         time.sleep(1.5)  # one more long-poll period: nothing beyond the last entry, nothing twice
     finally:
         assert query is not None
