@@ -21,6 +21,7 @@ import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import lmdb
 
@@ -99,11 +100,11 @@ class IndexReadTransaction:
             raise lmdb.Error("the entry index read transaction has ended")
         return txn
 
-    def get(self, key: bytes, db: lmdb._Database | None = None) -> bytes | None:
-        """The value of ``key`` in the entry table (or ``db``), or None."""
+    def get(self, key: bytes, db: Any = None) -> bytes | None:
+        """The value of ``key`` in the entry table (or in ``db``, a table of the same environment), or None."""
         return self._open().get(key) if db is None else self._open().get(key, db=db)
 
-    def cursor(self, db: lmdb._Database | None = None) -> lmdb.Cursor:
+    def cursor(self, db: Any = None) -> lmdb.Cursor:
         """A cursor on the entry table (or ``db``), valid until the transaction ends."""
         return self._open().cursor() if db is None else self._open().cursor(db=db)
 
