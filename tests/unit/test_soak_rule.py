@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from bench.soak import conclude, grows_without_bound, heap_sizes, judge, pool_changes, thread_pools
 
@@ -145,3 +146,38 @@ def test_heap_sizes_are_read_from_g1_and_from_the_serial_collector() -> None:
     assert heap_sizes(g1) == {"committed_mib": 512.0, "used_mib": 200.0}
     assert heap_sizes(serial) == {"committed_mib": (9792 + 21888) / 1024, "used_mib": (764 + 10240) / 1024}
     assert heap_sizes("12345:\nAttachNotSupportedException") is None
+
+
+def _client_samples(per_client: Any, proxies: Any, clients: int = 11) -> list[dict[str, Any]]:
+    """Samples of 12 Python workers holding ``clients`` clients in all, ``per_client(t)`` connections each (and one
+    to the JVM per worker), behind fault proxies holding ``proxies(t)`` sockets."""
+    out = []
+    for t in TIMES:
+        held = [1] * clients + [0] * (12 - clients)
+        workers = {f"pyspark.worker {i}": [8.0, 30.0, 1.0 + n * per_client(t), float(n)] for i, n in enumerate(held)}
+        connections = sum(w[2] for w in workers.values())
+        base = {"rss_mib": 100.0, "fds": 30.0, "threads": 20.0}
+        out.append({"t": t, "lag": 0.0, "workers": workers, "roles": {
+            "python-workers": base | {"connections": connections},
+            "client": base | {"connections": 13.0},
+            "fault-proxies": {"rss_mib": 0.0, "fds": proxies(t), "threads": 5.0, "connections": proxies(t)}}})
+    return out
+
+
+def test_connections_that_follow_flat_clients_are_bounded_and_a_leak_per_client_or_in_the_proxies_is_not() -> None:
+    """docs/reliability.md, "The soak": a Python worker's clients open connections to more bookies as the run goes
+    on (at most 1 + 2 per bookie each), so the workers' connections rise toward a bound while their clients and the
+    connections per client stay flat; the proxies' sockets follow them.  A client that keeps opening connections, or
+    proxies holding sockets no client holds, still grow without bound."""
+    rising = _client_samples(lambda t: 4 + t / 300, lambda t: 100 + t / 10)  # 4 to 6 a client; proxies follow
+    verdicts = judge(rising)
+    assert not verdicts["python-workers/connections"]["grows"]
+    assert verdicts["python-workers/connections"]["bounded_by"] == "clients"
+    assert not verdicts["fault-proxies/connections"]["grows"] and not verdicts["fault-proxies/fds"]["grows"]
+
+    leaking = judge(_client_samples(lambda t: 4 + t / 60, lambda t: 100 + t / 10))  # 4 to 14 a client: past 9
+    assert leaking["python-workers/connections"]["grows"] and leaking["fault-proxies/connections"]["grows"]
+
+    proxies_only = judge(_client_samples(lambda t: 5.0, lambda t: 100 + t / 5))  # the restore() bug's picture
+    assert not proxies_only["python-workers/connections"]["grows"]
+    assert proxies_only["fault-proxies/connections"]["grows"]
