@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from bkspark.protocol.speedups import load_compiled
 from bkspark.protocol.values import encode_varint
-from bkspark.pulsar.entry import PulsarEntry, PulsarMessage, batch_payload
+from bkspark.pulsar.entry import (
+    PulsarEntry, PulsarMessage, batch_payload, message_key, message_properties, single_value,
+)
 from bkspark.pulsar.proto.PulsarApi_pb2 import MessageIdData
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from bkspark.pulsar.schemas import ValueDecoder
 
 __all__ = [
-    "PULSAR_SCHEMA_DDL", "PULSAR_COLUMNS", "message_id_bytes", "batch_message_ids", "MessageColumns", "arrow_schema",
+    "PULSAR_SCHEMA_DDL", "PULSAR_COLUMNS", "message_id_bytes", "entry_message_id", "batch_message_ids", "MessageColumns", "arrow_schema",
     "spark_schema",
 ]
 
@@ -75,6 +77,22 @@ def message_id_bytes(
     return data.SerializeToString()
 
 
+@lru_cache(maxsize=256)
+def _ledger_field(ledger_id: int) -> bytes:
+    return b"\x08" + encode_varint(ledger_id)  # field 1 ledgerId, a varint
+
+
+@lru_cache(maxsize=256)
+def _partition_field(partition: int) -> bytes:
+    return b"\x18" + encode_varint(partition) if partition >= 0 else b""  # field 3 partition
+
+
+def entry_message_id(ledger_id: int, entry_id: int, partition: int) -> bytes:
+    """:func:`message_id_bytes` of a message outside a batch (``ledger_id``, ``entry_id``, ``partition``), at a byte
+    concatenation instead of a protobuf message: the fields in field-number order, as protobuf serializes them."""
+    return _ledger_field(ledger_id) + b"\x10" + encode_varint(entry_id) + _partition_field(partition)
+
+
 @lru_cache(maxsize=64)
 def _batch_suffixes(batch_size: int) -> tuple[bytes, ...]:
     """The batch index and size fields of each message of a batch of ``batch_size`` (field 4 ``batch_index``, then
@@ -88,7 +106,7 @@ def batch_message_ids(ledger_id: int, entry_id: int, partition: int, indexes: "l
     """:func:`message_id_bytes` of the messages ``indexes`` of one batch entry, at a byte concatenation each:
     the fields are written in field-number order (protobuf's serialization order), so the ledger, entry and
     partition make a prefix every message of the entry shares."""
-    prefix = message_id_bytes(ledger_id, entry_id, partition)
+    prefix = entry_message_id(ledger_id, entry_id, partition)
     suffixes = _batch_suffixes(batch_size)
     if isinstance(indexes, range) and indexes == range(batch_size):
         return [prefix + suffix for suffix in suffixes]
@@ -338,6 +356,38 @@ class MessageColumns:
         self.batch_index.append(message.batch_index)
         self.partition.append(partition)
         self.encrypted.append(message.encrypted)
+
+    def add_single(self, entry: PulsarEntry, topic: str, partition: int, ledger_id: int, entry_id: int) -> bool:
+        """The one message of an entry that is not a batch, chunk, marker or encrypted entry (a producer's entry
+        with batching off), added straight from the entry's metadata: the rows of :meth:`add` of
+        :func:`~bkspark.pulsar.entry.entry_messages`, without a message object, a protobuf message id or a range
+        check per message when every field is in range.  False, with nothing added, for any other entry or with a
+        schema's decoder (the caller then adds the reference's messages)."""
+        md = entry.metadata
+        if (self.decoder is not None or md.HasField("num_messages_in_batch") or md.HasField("marker_type")
+                or len(md.encryption_keys) > 0 or entry.is_chunk):
+            return False
+        value = single_value(entry)
+        publish_time, event_time, sequence_id = md.publish_time, md.event_time, md.sequence_id
+        if publish_time > MAX_TIME_MS or event_time > MAX_TIME_MS or sequence_id > MAX_SEQUENCE_ID:
+            _check_ranges(ledger_id, entry_id, [publish_time, event_time], sequence_id)
+        self._close_run()
+        self.value.append(None if value is None else bytes(value))
+        self.value_bytes += 0 if value is None else len(value)
+        self.key.append(message_key(md))
+        self.topic.append(topic)
+        self.message_id.append(entry_message_id(ledger_id, entry_id, partition))
+        self.publish_time.append(publish_time * 1000)
+        self.event_time.append(event_time * 1000 if event_time > 0 else None)
+        self.properties.append(list(message_properties(md)))
+        self.producer.append(md.producer_name)
+        self.sequence_id.append(sequence_id)
+        self.ledger_id.append(ledger_id)
+        self.entry_id.append(entry_id)
+        self.batch_index.append(-1)
+        self.partition.append(partition)
+        self.encrypted.append(False)
+        return True
 
     def add_batch(self, entry: PulsarEntry, topic: str, partition: int, ledger_id: int, entry_id: int) -> bool:
         """Every message of the batch entry ``entry`` (not a marker, chunk or encrypted entry), if the compiled
