@@ -21,7 +21,6 @@ import argparse
 import collections
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -43,16 +42,17 @@ PYTHON_AREAS = (
     ("the client's event loop (bookie reads, responses)", ("bkspark/client/", "bkspark/protocol/", "asyncio")),
 )
 
-#: The JVM areas: a sample is counted in the first whose text is in any of its frames (top first).
+#: The JVM areas: walking a sample's stack from its top frame down, the first frame holding one of an area's texts
+#: names it.  A Python data source's rows reach Spark through two projections: the Arrow batch's rows copied into
+#: UnsafeRows (the MapInBatch evaluator under ``PythonPartitionReaderFactory``), then the scan's ``Project``, which
+#: Spark keeps above a row-based DataSource V2 scan and which copies every row again (``BufferedRowIterator``).
 JVM_AREAS = (
-    ("socket read (Python -> JVM)", ("SocketInputStream", "NioSocketImpl", "sun.nio.ch", "java.io.DataInputStream",
-                                     "BufferedInputStream")),
-    ("Arrow IPC read", ("org.apache.arrow.vector.ipc", "MessageSerializer", "VectorLoader",
-                        "org.apache.arrow.memory")),
-    ("Arrow -> rows", ("ArrowColumnVector", "ColumnarBatch", "ColumnarRow", "UnsafeProjection",
-                       "GeneratedClass", "UnsafeRow", "ColumnarToRow")),
-    ("noop write", ("NoopWriter", "noop", "WritingSparkTask", "DataWritingSparkTask")),
-    ("Python runner plumbing", ("org.apache.spark.api.python", "org.apache.spark.sql.execution.python")),
+    ("Arrow IPC read (Python -> JVM: socket, Arrow buffers)", ("org.apache.arrow.vector.ipc", "ReadChannel",
+                                                              "MessageSerializer", "VectorLoader",
+                                                              "ArrowStreamReader")),
+    ("Arrow batch -> UnsafeRow (MapInBatch projection)", ("PythonPartitionReaderFactory",)),
+    ("the scan's Project (UnsafeRow -> UnsafeRow copy)", ("BufferedRowIterator",)),
+    ("noop write loop", ("DataWriter.writeAll", "NoopWriter", "WritingSparkTask")),
 )
 
 
@@ -153,6 +153,14 @@ def _area(stack: str, areas: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
     return "other"
 
 
+def _jvm_area(frames: list[str]) -> str:
+    for frame in frames:  # top first
+        for name, marks in JVM_AREAS:
+            if any(mark in frame for mark in marks):
+                return name
+    return "other (scheduler, metrics, JFR)"
+
+
 #: Leaf frames of a thread that waits (py-spy's ``--idle`` samples): on a lock, a selector or a socket.
 IDLE_LEAVES = ("Condition.wait", "EpollSelector.select", "Queue.get", "read_int", "manager (daemon.py",
                "_worker (concurrent/futures/thread.py", "SocketIO.readinto", "_PollLikeSelector.select")
@@ -222,11 +230,11 @@ def jvm_report(recording: Path) -> list[str]:
         frames = [line.strip() for line in stack.splitlines() if "line:" in line]
         threads[thread.rstrip("0123456789 ")] += 1
         tops[frames[0].split("  ")[0] if frames else "?"] += 1
-        areas[_area("\n".join(frames), JVM_AREAS)] += 1
+        areas[_jvm_area(frames)] += 1
     total = len(events) or 1
     out = [f"jvm: {len(events)} execution samples (JFR, 20 ms per thread in Java code)", "", "by thread:"]
     out += [f"  {100 * c / total:5.1f}%  {name}" for name, c in threads.most_common(12)]
-    out += ["", "by area (first match, top frame first):"]
+    out += ["", "by area (the first frame from the top that names one):"]
     out += [f"  {100 * c / total:5.1f}%  {name}" for name, c in areas.most_common()]
     out += ["", "top frames:"]
     out += [f"  {100 * c / total:5.1f}%  {name}" for name, c in tops.most_common(40)]
@@ -242,8 +250,7 @@ def main() -> None:
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--jfr", help="record Spark's JVM over the timed scans into this file (or, with --report, read it)")
     p.add_argument("--report", help="aggregate this py-spy raw profile (and --jfr) instead of running the scans")
-    p.add_argument("--out", help="with --report: write the aggregates here as pulsar-scan-profile.txt, raw stacks "
-                                 "beside them")
+    p.add_argument("--out", help="with --report: also write the aggregates to this file")
     args = p.parse_args()
     if not args.report:
         run(args)
@@ -253,9 +260,7 @@ def main() -> None:
         lines += ["", *jvm_report(Path(args.jfr))]
     print("\n".join(lines))
     if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "pulsar-scan-profile.txt").write_text("\n".join(lines) + "\n")
-        shutil.copy(args.report, Path(args.out) / "pulsar-scan-pyspy-raw.txt")
+        Path(args.out).write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
