@@ -41,14 +41,16 @@ def test_the_switch_turns_it_off_in_a_new_process() -> None:
         assert (out == "None") is off
 
 
-def _both_ways(data: bytes, partition: int = -1, ledger: int = 7, entry: int = 3) -> tuple[Any, Any, bool]:
-    """(the reference's batch, the split's batch or None, whether the split took the entry)."""
+def _both_ways(data: bytes, partition: int = -1, ledger: int = 7, entry: int = 3,
+               fast_path: str = "add_batch") -> tuple[Any, Any, bool]:
+    """(the reference's batch, the fast path's batch or None, whether the fast path took the entry): the split
+    (``add_batch``), or ``add_single`` for an entry of one plain message."""
     parsed = parse_entry(data)
     reference = MessageColumns()
     for message in entry_messages(parsed):
         reference.add(message, TOPIC, partition, ledger, entry)
     fast = MessageColumns()
-    taken = fast.add_batch(parsed, TOPIC, partition, ledger, entry)
+    taken = getattr(fast, fast_path)(parsed, TOPIC, partition, ledger, entry)
     return reference.batch(), fast.batch() if taken else None, taken
 
 
@@ -245,17 +247,6 @@ def test_a_time_or_sequence_id_past_the_columns_range_is_a_typed_error_both_ways
 # -- entries of one plain message (batching off): MessageColumns.add_single against the reference -------------------
 
 
-def _single_both_ways(data: bytes, partition: int = -1, ledger: int = 7, entry: int = 3) -> tuple[Any, Any, bool]:
-    """(the reference's batch, add_single's batch or None, whether add_single took the entry)."""
-    parsed = parse_entry(data)
-    reference = MessageColumns()
-    for message in entry_messages(parsed):
-        reference.add(message, TOPIC, partition, ledger, entry)
-    fast = MessageColumns()
-    taken = fast.add_single(parsed, TOPIC, partition, ledger, entry)
-    return reference.batch(), fast.batch() if taken else None, taken
-
-
 def test_single_message_entries_pulsar_wrote_equal_the_reference() -> None:
     """Every entry of the vector topics that is one plain message (batching off, keys, properties, compression)
     takes add_single, with the reference's row; batches, chunks and markers do not."""
@@ -266,7 +257,8 @@ def test_single_message_entries_pulsar_wrote_equal_the_reference() -> None:
             if parsed.is_chunk:
                 assert not MessageColumns().add_single(parsed, TOPIC, 1, e["ledger"], e["entry"])
                 continue
-            reference, fast, taken = _single_both_ways(e["data"], partition=1, ledger=e["ledger"], entry=e["entry"])
+            reference, fast, taken = _both_ways(e["data"], partition=1, ledger=e["ledger"], entry=e["entry"],
+                                                fast_path="add_single")
             plain = not (parsed.is_batch or parsed.is_marker or parsed.is_encrypted)
             assert taken == plain, (topic, e["entry"])
             if taken:
