@@ -1,6 +1,8 @@
 """The Pulsar decoder alone, no broker and no Spark: batch entries of --batch messages of --size bytes (LZ4, each
 message with its own sequence id, as Pulsar's producers write them) turned into the reader's Arrow batches, by the
-compiled split (bkspark/pulsar/_batch.c) and by the pure-Python reference, in turns, same run.
+compiled split (bkspark/pulsar/_batch.c) and by the pure-Python reference, in turns, same run.  ``--batch 0``:
+entries of one message each (a producer with batching off), taken by ``MessageColumns.add_single`` on the fast
+path.
 
     python -m bench.pulsar_decode [--messages 200000] [--batch 1000] [--size 100] [--rounds 3] [--profile FILE]
                                   [--spark CORES]
@@ -36,6 +38,14 @@ def make_entries(messages: int, batch: int, size: int) -> list[bytes]:
 
     entries = []
     value = (b"0123456789abcdef" * (size // 16 + 1))[:size]
+    if batch == 0:  # batching off: one LZ4 message per entry
+        for sequence in range(messages):
+            md = MessageMetadata(producer_name="bench", sequence_id=sequence, publish_time=1_700_000_000_000,
+                                 compression=LZ4, uncompressed_size=size)
+            header = md.SerializeToString()
+            rest = struct.pack(">i", len(header)) + header + bytes(cramjam.lz4.compress_block(value, store_size=False))
+            entries.append(struct.pack(">HI", MAGIC_CRC32C, crc32c.crc32c(rest)) + rest)
+        return entries
     for first in range(0, messages, batch):
         count = min(batch, messages - first)
         records = bytearray()
@@ -108,7 +118,8 @@ def spark_ceiling(messages: int, batch: int, size: int, cores: int, rounds: int)
 
 def decoded_batches(entries: list[bytes], compiled: bool = True):  # type: ignore[no-untyped-def]
     """The Arrow batches the reader's loop (bkspark/datasource/pulsar_reader.py) yields for ``entries``: by the
-    compiled split, or with ``compiled`` False by the pure-Python reference message by message."""
+    compiled split (and ``add_single`` for entries of one message), or with ``compiled`` False by the pure-Python
+    reference message by message."""
     from bkspark.datasource.pulsar_reader import ROWS_PER_BATCH
     from bkspark.pulsar.columns import MessageColumns
     from bkspark.pulsar.entry import entry_messages, parse_entry
@@ -116,7 +127,8 @@ def decoded_batches(entries: list[bytes], compiled: bool = True):  # type: ignor
     columns = MessageColumns()
     for entry_id, data in enumerate(entries):
         entry = parse_entry(data)
-        if not (compiled and columns.add_batch(entry, TOPIC, -1, 1, entry_id)):
+        if not (compiled and (entry.is_batch and columns.add_batch(entry, TOPIC, -1, 1, entry_id)
+                              or columns.add_single(entry, TOPIC, -1, 1, entry_id))):
             if compiled:
                 raise RuntimeError("the compiled split handed a bench entry back")
             for message in entry_messages(entry):

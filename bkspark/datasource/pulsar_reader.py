@@ -311,7 +311,9 @@ class PulsarReader(DataSourceReader):
                             message, first = done
                             columns.add(message, part.topic, part.partition, part.ledger_id, entry_id, first)
                     elif self._in_time_range(entry.metadata.publish_time) and not _added_whole_batch(
-                            entry, part, entry_id, columns):  # a batch's messages share its publish time
+                            entry, part, entry_id, columns) and not (  # a batch's messages share its publish time
+                            part.keeps(entry_id, -1) and columns.add_single(
+                                entry, part.topic, part.partition, part.ledger_id, entry_id)):
                         for message in entry_messages(entry):
                             if part.keeps(entry_id, message.batch_index):
                                 columns.add(message, part.topic, part.partition, part.ledger_id, entry_id)

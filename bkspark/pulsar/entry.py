@@ -38,6 +38,9 @@ __all__ = [
     "parse_entry",
     "entry_messages",
     "batch_payload",
+    "single_value",
+    "message_key",
+    "message_properties",
     "ChunkAssembler",
 ]
 
@@ -139,7 +142,7 @@ def _parse(cls: type, data: memoryview, what: str):  # type: ignore[no-untyped-d
     return message
 
 
-def _key(holder: MessageMetadata | SingleMessageMetadata) -> bytes | None:
+def message_key(holder: MessageMetadata | SingleMessageMetadata) -> bytes | None:
     """The message key as bytes (``getKeyBytes``): base64-decoded when the producer set a byte key."""
     if not holder.HasField("partition_key") or holder.null_partition_key:
         return None
@@ -151,8 +154,11 @@ def _key(holder: MessageMetadata | SingleMessageMetadata) -> bytes | None:
     return holder.partition_key.encode("utf-8")
 
 
-def _properties(holder: MessageMetadata | SingleMessageMetadata) -> tuple[tuple[str, str], ...]:
-    return tuple((kv.key, kv.value) for kv in holder.properties)
+def message_properties(holder: MessageMetadata | SingleMessageMetadata) -> tuple[tuple[str, str], ...]:
+    properties = holder.properties
+    if not properties:  # most messages have none: no generator for them
+        return ()
+    return tuple((kv.key, kv.value) for kv in properties)
 
 
 def _schema_version(md: MessageMetadata) -> bytes | None:
@@ -163,8 +169,8 @@ def _single(entry: PulsarEntry, value: bytes | memoryview | None, encrypted: boo
     md = entry.metadata
     return PulsarMessage(
         value=None if md.null_value else value,
-        key=_key(md),
-        properties=_properties(md),
+        key=message_key(md),
+        properties=message_properties(md),
         publish_time=md.publish_time,
         event_time=md.event_time,
         producer_name=md.producer_name,
@@ -180,6 +186,14 @@ def _uncompressed(entry: PulsarEntry, payload: bytes | memoryview | None = None)
     if md.compression == NONE:
         return data
     return decompress(md.compression, data, md.uncompressed_size)
+
+
+def single_value(entry: PulsarEntry) -> bytes | memoryview | None:
+    """The value of an entry that holds one plain message (not a batch, chunk, marker or encrypted entry): its
+    payload decompressed, None for a null value; what :func:`entry_messages` gives as that message's value, taken
+    without the message (``MessageColumns.add_single``, docs/pulsar.md, "Speed")."""
+    payload = _uncompressed(entry)  # first, as entry_messages does: a payload that does not decompress is an error
+    return None if entry.metadata.null_value else payload
 
 
 def batch_payload(entry: PulsarEntry) -> bytes | memoryview:
@@ -219,8 +233,8 @@ def _batch(entry: PulsarEntry, payload: memoryview) -> Iterator[PulsarMessage]:
             continue
         yield PulsarMessage(
             value=None if smm.null_value else value,
-            key=_key(smm),
-            properties=_properties(smm),
+            key=message_key(smm),
+            properties=message_properties(smm),
             publish_time=md.publish_time,
             event_time=smm.event_time if smm.HasField("event_time") else md.event_time,
             producer_name=md.producer_name,

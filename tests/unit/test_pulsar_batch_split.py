@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bkspark.pulsar import columns as columns_module
-from bkspark.pulsar.columns import MessageColumns, batch_message_ids, message_id_bytes
+from bkspark.pulsar.columns import MessageColumns, batch_message_ids, entry_message_id, message_id_bytes
 from bkspark.pulsar.entry import entry_messages, parse_entry
 from bkspark.pulsar.errors import PulsarEntryError
 from bkspark.protocol.speedups import DISABLE_ENV
@@ -41,14 +41,16 @@ def test_the_switch_turns_it_off_in_a_new_process() -> None:
         assert (out == "None") is off
 
 
-def _both_ways(data: bytes, partition: int = -1, ledger: int = 7, entry: int = 3) -> tuple[Any, Any, bool]:
-    """(the reference's batch, the split's batch or None, whether the split took the entry)."""
+def _both_ways(data: bytes, partition: int = -1, ledger: int = 7, entry: int = 3,
+               fast_path: str = "add_batch") -> tuple[Any, Any, bool]:
+    """(the reference's batch, the fast path's batch or None, whether the fast path took the entry): the split
+    (``add_batch``), or ``add_single`` for an entry of one plain message."""
     parsed = parse_entry(data)
     reference = MessageColumns()
     for message in entry_messages(parsed):
         reference.add(message, TOPIC, partition, ledger, entry)
     fast = MessageColumns()
-    taken = fast.add_batch(parsed, TOPIC, partition, ledger, entry)
+    taken = getattr(fast, fast_path)(parsed, TOPIC, partition, ledger, entry)
     return reference.batch(), fast.batch() if taken else None, taken
 
 
@@ -240,3 +242,130 @@ def test_a_time_or_sequence_id_past_the_columns_range_is_a_typed_error_both_ways
         MessageColumns().add_batch(parsed, TOPIC, -1, 7, 3)
     with pytest.raises(PulsarEntryError, match="ledger 7 entry 3"):
         MessageColumns().add(entry_messages(parsed)[0], TOPIC, -1, 7, 3)
+
+
+# -- entries of one plain message (batching off): MessageColumns.add_single against the reference -------------------
+
+
+def test_single_message_entries_pulsar_wrote_equal_the_reference() -> None:
+    """Every entry of the vector topics that is one plain message (batching off, keys, properties, compression)
+    takes add_single, with the reference's row; batches, chunks and markers do not."""
+    singles = 0
+    for topic in sorted(ALL):
+        for e in ALL[topic]["entries"]:
+            parsed = parse_entry(e["data"])
+            if parsed.is_chunk:
+                assert not MessageColumns().add_single(parsed, TOPIC, 1, e["ledger"], e["entry"])
+                continue
+            reference, fast, taken = _both_ways(e["data"], partition=1, ledger=e["ledger"], entry=e["entry"],
+                                                fast_path="add_single")
+            plain = not (parsed.is_batch or parsed.is_marker or parsed.is_encrypted)
+            assert taken == plain, (topic, e["entry"])
+            if taken:
+                assert fast.equals(reference), (fast.to_pydict(), reference.to_pydict())
+                singles += 1
+    assert singles > 0
+
+
+def _plain_entry(value: bytes, **metadata: Any) -> bytes:
+    md = MessageMetadata(**{"producer_name": "producer-1", "sequence_id": 100, "publish_time": 1_700_000_000_123,
+                            **metadata})
+    header = md.SerializeToString()
+    rest = struct.pack(">i", len(header)) + header + value
+    return struct.pack(">HI", 0x0E01, crc32c.crc32c(rest)) + rest
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=40), st.one_of(st.none(), _text), st.booleans(), st.lists(st.tuples(_text, _text), max_size=3),
+       st.booleans(), st.integers(0, 2**62 // 1000), st.integers(0, 2**63 - 1), st.integers(-1, 3),
+       st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1))
+def test_generated_single_message_entries_equal_the_reference(
+        value: bytes, key: str | None, null_key: bool, properties: list[tuple[str, str]], null_value: bool,
+        event_time: int, sequence_id: int, partition: int, ledger: int, entry: int) -> None:
+    md: dict[str, Any] = {"event_time": event_time, "sequence_id": sequence_id}
+    if key is not None:
+        md["partition_key"] = key
+    if null_key:
+        md["null_partition_key"] = True
+    if null_value:
+        md["null_value"] = True
+    data = _plain_entry(b"" if null_value else value, **md)
+    parsed = parse_entry(data)
+    for k, v in properties:
+        parsed.metadata.properties.add(key=k, value=v)
+    reference = MessageColumns()
+    for message in entry_messages(parsed):
+        reference.add(message, TOPIC, partition, ledger, entry)
+    fast = MessageColumns()
+    assert fast.add_single(parsed, TOPIC, partition, ledger, entry)
+    assert fast.batch().equals(reference.batch()), (fast.batch().to_pydict(), reference.batch().to_pydict())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(-1, 2**31 - 1))
+def test_entry_message_ids_equal_protobufs(ledger: int, entry: int, partition: int) -> None:
+    assert entry_message_id(ledger, entry, partition) == message_id_bytes(ledger, entry, partition)
+
+
+def test_entries_add_single_leaves_to_the_reference() -> None:
+    """A batch, a marker, an encrypted entry, a chunk and any entry of a typed read (a schema's decoder) are not
+    taken, with nothing added: the reader then goes through entry_messages."""
+    batch = _entry([_record(SingleMessageMetadata(payload_size=1), b"x")])
+    marker = _plain_entry(b"", marker_type=1)
+    encrypted = _plain_entry(b"secret", encryption_keys=[{"key": "k", "value": b"v"}])
+    chunk = _plain_entry(b"part", uuid="u-1", num_chunks_from_msg=2, chunk_id=0, total_chunk_msg_size=8)
+    for data in (batch, marker, encrypted, chunk):
+        columns = MessageColumns()
+        assert not columns.add_single(parse_entry(data), TOPIC, -1, 1, 1)
+        assert len(columns) == 0
+    typed = MessageColumns()
+    typed.decoder = object()  # type: ignore[assignment]
+    assert not typed.add_single(parse_entry(_plain_entry(b"v")), TOPIC, -1, 1, 1)
+
+
+@pytest.mark.parametrize("field", ["event_time", "sequence_id", "publish_time"])
+def test_a_single_message_past_the_columns_range_is_the_references_typed_error(field: str) -> None:
+    big = {"event_time": 2**62, "sequence_id": 2**63 + 5, "publish_time": 2**62}[field]
+    parsed = parse_entry(_plain_entry(b"x", **{field: big}))
+    with pytest.raises(PulsarEntryError, match="ledger 7 entry 3"):
+        MessageColumns().add_single(parsed, TOPIC, -1, 7, 3)
+    with pytest.raises(PulsarEntryError, match="ledger 7 entry 3"):
+        MessageColumns().add(entry_messages(parsed)[0], TOPIC, -1, 7, 3)
+
+
+def test_single_messages_batches_and_references_keep_their_order() -> None:
+    batch = _entry([_record(SingleMessageMetadata(payload_size=1, sequence_id=i), bytes([65 + i])) for i in range(2)])
+    columns = MessageColumns()
+    assert columns.add_single(parse_entry(_plain_entry(b"s")), TOPIC, -1, 1, 0)
+    assert columns.add_batch(parse_entry(batch), TOPIC, -1, 1, 1)
+    columns.add(entry_messages(parse_entry(_plain_entry(b"r")))[0], TOPIC, -1, 1, 2)
+    assert columns.add_single(parse_entry(_plain_entry(b"t")), TOPIC, -1, 1, 3)
+    out = columns.batch()
+    assert out.column("value").to_pylist() == [b"s", b"A", b"B", b"r", b"t"]
+    assert out.column("__entryId").to_pylist() == [0, 1, 1, 2, 3]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(-1, 2**31 - 1),
+                          st.integers(1, 2**31 - 1)).flatmap(
+    lambda t: st.tuples(st.just(t), st.integers(0, t[3] - 1))), min_size=1, max_size=20))
+def test_the_vectorized_message_ids_equal_protobufs(messages: list[tuple[tuple[int, int, int, int], int]]) -> None:
+    """The run's ``__messageId`` column, built for all its messages at once by numpy, is each message's
+    ``MessageId.toByteArray()`` (the protobuf serialization), for any ledger, entry, partition, index and size."""
+    import numpy as np
+    import pyarrow as pa
+
+    from bkspark.pulsar.columns import batch_message_id_array
+
+    from bkspark.pulsar.columns import _batch_size_field
+
+    entries = [m[0] for m in messages]  # one message per entry here, and a run of one entry's messages below
+    column = batch_message_id_array(pa.binary(), [entry_message_id(l, e, p) for l, e, p, _ in entries],
+                                    [_batch_size_field(n) for *_, n in entries], np.ones(len(messages), np.int64),
+                                    np.array([m[1] for m in messages], np.int64))
+    (l0, e0, p0, n0), _ = messages[0]
+    indexes = sorted({i % n0 for _, i in messages})
+    whole = batch_message_id_array(pa.binary(), [entry_message_id(l0, e0, p0)], [_batch_size_field(n0)],
+                                   np.array([len(indexes)]), np.array(indexes, np.int64))
+    assert whole.to_pylist() == [message_id_bytes(l0, e0, p0, i, n0) for i in indexes]
+    assert column.to_pylist() == [message_id_bytes(l, e, p, i, n) for (l, e, p, n), i in messages]
