@@ -28,8 +28,8 @@ from tests.harness.netns_cluster import NetnsCluster
 from tests.harness.python_bookie import PythonBookie
 
 __all__ = [
-    "BOOKIE_FAULT_KINDS", "FAULT_KINDS", "NETWORK_FAULT_KINDS", "PACKET_FAULT_KINDS", "NetnsPlan", "NetnsStats",
-    "plan_netns_schedule", "run_netns_schedule",
+    "BOOKIE_FAULT_KINDS", "FAULT_KINDS", "NETWORK_FAULT_KINDS", "PACKET_FAULT_KINDS", "BedFaults", "NetnsPlan",
+    "NetnsStats", "fault_params", "plan_netns_schedule", "run_netns_schedule",
 ]
 
 #: Kernel-level network faults a schedule draws from. ``loss`` is iptables' random drop (the kernel here may lack
@@ -106,29 +106,38 @@ def plan_netns_schedule(seed: int, bookies: int, racks: int, long_faults: bool =
     for _ in range(rng.randint(1, 3)):
         kind = rng.choice(FAULT_KINDS)
         duration = rng.uniform(*(LONG_FAULT_HOLD_S if long_faults else SHORT_FAULT_HOLD_S))
-        params: dict[str, Any] = {"duration": duration, "bookie": rng.randrange(bookies)}
-        if kind == "rack_cut":
-            params["rack"] = params["bookie"] + 1
-        elif kind == "loss":
-            params["probability"] = rng.choice((0.05, 0.2, 0.5))
-        elif kind in PACKET_FAULT_KINDS:
-            params["direction"] = rng.choice(("in", "out"))
-            params["seed"] = rng.randrange(1 << 31)  # the queue handler's own draws
-            if kind == "delay":
-                params["delay_ms"] = rng.choice((20.0, 100.0, 300.0))
-                params["jitter_ms"] = params["delay_ms"] / 2
-            elif kind == "reorder":
-                params["probability"] = rng.choice((0.25, 0.5))
-                params["delay_ms"] = rng.choice((20.0, 100.0))
-            else:
-                params["probability"] = rng.choice((0.05, 0.2, 0.5) if kind == "duplicate" else (0.05, 0.2))
-        elif kind == "power_cut":
-            params["at_batch"] = rng.randint(*POWER_CUT_BATCHES)
-        elif kind == "slow_fsync":
-            params["iops"] = rng.choice(SLOW_FSYNC_IOPS)
+        bookie = rng.randrange(bookies)
+        params = {"duration": duration, "bookie": bookie, **fault_params(rng, kind, rack=bookie + 1)}
         faults.append((rng.uniform(0.0, 1.5), kind, params))
     faults.sort(key=lambda f: f[0])
     return NetnsPlan(seed, write_quorum, ack_quorum, rng.randint(40, 120), faults)
+
+
+def fault_params(rng: random.Random, kind: str, rack: int) -> dict[str, Any]:
+    """What one fault of ``kind`` (:data:`FAULT_KINDS`) on a bookie of ``rack`` needs beside its bookie and duration,
+    drawn from ``rng`` (:meth:`BedFaults.apply` reads them); the soak on namespaces (bench/soak_netns.py) draws its
+    faults' parameters here too."""
+    params: dict[str, Any] = {}
+    if kind == "rack_cut":
+        params["rack"] = rack
+    elif kind == "loss":
+        params["probability"] = rng.choice((0.05, 0.2, 0.5))
+    elif kind in PACKET_FAULT_KINDS:
+        params["direction"] = rng.choice(("in", "out"))
+        params["seed"] = rng.randrange(1 << 31)  # the queue handler's own draws
+        if kind == "delay":
+            params["delay_ms"] = rng.choice((20.0, 100.0, 300.0))
+            params["jitter_ms"] = params["delay_ms"] / 2
+        elif kind == "reorder":
+            params["probability"] = rng.choice((0.25, 0.5))
+            params["delay_ms"] = rng.choice((20.0, 100.0))
+        else:
+            params["probability"] = rng.choice((0.05, 0.2, 0.5) if kind == "duplicate" else (0.05, 0.2))
+    elif kind == "power_cut":
+        params["at_batch"] = rng.randint(*POWER_CUT_BATCHES)
+    elif kind == "slow_fsync":
+        params["iops"] = rng.choice(SLOW_FSYNC_IOPS)
+    return params
 
 
 class BedFaults:

@@ -27,7 +27,7 @@ from bkspark.shell.admin import init_new_cluster
 from tests.harness.java_bookkeeper import DEFAULT_BK_VERSION, JavaBookie, ensure_jars
 from tests.harness.loop_disk import LoopDisk
 from tests.harness.netns import Testbed, wait_until
-from tests.harness.python_bookie import REPO_ROOT, PythonBookie, histogram_count_above
+from tests.harness.python_bookie import REPO_ROOT, PythonBookie, histogram_count_above, sample_value
 
 __all__ = ["BOOKIE_PORT", "ZK_PORT", "NetnsCluster"]
 
@@ -274,12 +274,20 @@ class NetnsCluster:
             {racks[ensemble[(i + k) % len(ensemble)]] for k in range(write_quorum)} for i in range(len(ensemble))
         ]
 
+    def metrics_text(self, i: int, http_timeout: float = 10.0) -> str:
+        """Python bookie ``i``'s ``/metrics`` over HTTP, fetched from the router (which reaches every host)."""
+        url = f"http://{self.bed.address_of(self.hosts[i])}:{self.bookies[i].values['httpServerPort']}/metrics"
+        return self.call_in_router(lambda: urllib.request.urlopen(url, timeout=http_timeout).read().decode())
+
+    def metric(self, i: int, name: str, *, http_timeout: float = 10.0, **labels: str) -> float | None:
+        """The value of sample ``name`` with exactly these labels in Python bookie ``i``'s ``/metrics`` (as
+        :meth:`PythonBookieCluster.metric`); None when it has no such sample."""
+        return sample_value(self.metrics_text(i, http_timeout), name, **labels)
+
     def journal_syncs_slower_than(self, i: int, milliseconds: float) -> int:
         """How many of Python bookie ``i``'s journal syncs since its start took longer than ``milliseconds`` (one of
         its ``bookie_journal_JOURNAL_SYNC`` histogram's bucket bounds), read from its ``/metrics`` over HTTP."""
-        url = f"http://{self.bed.address_of(self.hosts[i])}:{self.bookies[i].values['httpServerPort']}/metrics"
-        text = self.call_in_router(lambda: urllib.request.urlopen(url, timeout=10).read().decode())
-        return histogram_count_above(text, "bookie_journal_JOURNAL_SYNC", milliseconds)
+        return histogram_count_above(self.metrics_text(i), "bookie_journal_JOURNAL_SYNC", milliseconds)
 
     def is_read_only(self, i: int) -> bool:
         """Whether bookie ``i`` is registered read-only (``available/readonly``)."""
