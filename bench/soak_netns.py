@@ -4,7 +4,8 @@ or ``make soak-netns MINUTES=N`` (root).
 The same writer, stream, batch jobs, sampling, growth rule, picture and exactly-once check as the loopback soak
 (bench/soak.py, :func:`bench.soak.soak`), on hosts in network namespaces instead of loopback and fault proxies
 (tests/harness/netns_cluster.py): ZooKeeper and the client on rack 0, four Python bookies in two racks (two each),
-each bookie's journal on a disk of its own (a loop device) and synced before every acknowledgement. Placement is
+each bookie's journal and ledger directory on disks of their own (loop devices), the journal synced before every
+acknowledgement. Placement is
 rack-aware (the operator's topology script), so a ledger of ensemble 3 spans both racks.
 
 This process builds the bed from the machine's own namespace, then moves its main thread into the client host's
@@ -40,11 +41,11 @@ __all__ = ["LONG_HOLD_KINDS", "NETNS_FAULT_KINDS", "NetnsFault", "NetnsFaults", 
 #: and a bookie dropped (client -> bookie, bookie -> client); the client cut off ZooKeeper (both ways); a whole rack
 #: of bookies cut off; packet faults on one bookie's packets (delay with jitter, loss, reordering, duplication,
 #: corruption); a bookie killed with -9; a power cut (the journal's fault point drops the unsynced batch); a slow
-#: fsync (the kernel's block throttle on its journal's loop device); its journal's disk full.
+#: fsync (the kernel's block throttle on its journal's loop device); its journal's disk full; its ledger disk full.
 NETNS_FAULT_KINDS = (
     "link-down", "drop-to-bookie", "drop-from-bookie", "zk-cut", "rack-cut",
     "delay", "loss", "reorder", "duplicate", "corrupt",
-    "kill", "power-cut", "slow-fsync", "journal-full",
+    "kill", "power-cut", "slow-fsync", "journal-full", "ledger-full",
 )  # fmt: skip
 #: Network faults of which a share (:data:`LONG_HOLD_SHARE`) lasts :data:`LONG_HOLD_S`: outages longer than the
 #: client's timeouts, not only a few seconds.
@@ -62,10 +63,10 @@ _COLOURS = {
     **dict.fromkeys(("link-down", "drop-to-bookie", "drop-from-bookie", "rack-cut"), "tab:blue"),
     **dict.fromkeys(("delay", "loss", "reorder", "duplicate", "corrupt"), "tab:purple"),
     "zk-cut": "tab:red",
-    **dict.fromkeys(("slow-fsync", "journal-full"), "tab:green"),
+    **dict.fromkeys(("slow-fsync", "journal-full", "ledger-full"), "tab:green"),
 }
 _CAPTION = ("faults: blue a link down, one-way drop or rack cut; purple packet faults at one bookie;\n"
-            "red the client cut off ZooKeeper; green a slow or full journal disk; grey a bookie killed or power-cut")
+            "red the client cut off ZooKeeper; green a slow or full journal disk, a full ledger disk; grey a bookie killed or power-cut")
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ def run_netns(args: argparse.Namespace) -> int:
     base = Path(tempfile.mkdtemp(prefix="bkspark-soak-netns-"))
     try:
         with NetnsCluster(base, racks=RACKS, bookies_per_rack=BOOKIES_PER_RACK, journal_sync_data=True,
-                          journal_disks=True) as cluster:
+                          journal_disks=True, ledger_disks=True) as cluster:
             made: list[NetnsFaults] = []
 
             def make_faults(writer: Writer) -> NetnsFaults:
