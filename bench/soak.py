@@ -29,6 +29,9 @@ with noise, or one that restarts (a killed bookie), does not.
 
 Writes ``--out`` (JSON: samples, verdicts, figures) and ``--png`` (the picture); exits 1 when a series grows
 without bound or a row is missing or duplicated.
+
+``--netns`` runs the same soak (:func:`soak`, on a :class:`Bed`) on the namespace test bed under faults made by the
+kernel and the disks (bench/soak_netns.py; docs/reliability.md, "The soak on namespaces").
 """
 
 from __future__ import annotations
@@ -355,13 +358,14 @@ def tcp_connections(pid: int) -> int:
         except FileNotFoundError:
             continue
     count = 0
-    for fd in os.scandir(f"/proc/{pid}/fd"):
-        try:
-            link = os.readlink(fd.path)
-        except OSError:  # closed meanwhile
-            continue
-        if link.startswith("socket:[") and int(link[8:-1]) in inodes:
-            count += 1
+    with os.scandir(f"/proc/{pid}/fd") as fds:
+        for fd in fds:
+            try:
+                link = os.readlink(fd.path)
+            except OSError:  # closed meanwhile
+                continue
+            if link.startswith("socket:[") and int(link[8:-1]) in inodes:
+                count += 1
     return count
 
 
