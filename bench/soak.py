@@ -671,6 +671,20 @@ def draw(samples: list[dict[str, Any]], faults: list[tuple[float, str]], png: Pa
 # -- the run ---------------------------------------------------------------------------------------------------------
 
 
+_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception)\b.*")
+
+
+def query_error(text: str) -> str:
+    """A failed query's error in one line: its first line, or, when that only says a Python worker raised ("...
+    Traceback (most recent call last):"), the Python exception's own line (the traceback's last ``...Error: ...``)."""
+    lines = text.splitlines() or [""]
+    if "Traceback" in lines[0]:
+        raised = [line for line in lines[1:] if _ERROR_LINE.match(line)]
+        if raised:
+            return raised[-1][:300]
+    return lines[0][:300]
+
+
 def read_dataset(spark: Any, uri: str) -> list[str]:
     try:
         df = spark.read.format("bookkeeper").option("metadataServiceUri", uri).option("dataset", DATASET).load()
@@ -774,7 +788,7 @@ def soak(args: argparse.Namespace, bed: Bed) -> dict[str, Any]:
         """As an operator would: a failed query starts again from its checkpoint (exactly once across it)."""
         if query.exception() is None:
             return query
-        error = str(query.exception()).splitlines()[0][:300]
+        error = query_error(str(query.exception()))
         _log(f"the streaming query failed ({error}); starting it again from its checkpoint")
         query_failures.append((round(time.monotonic() - t0, 1), error))
         if len(query_failures) > MAX_QUERY_RESTARTS:

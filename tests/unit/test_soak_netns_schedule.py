@@ -10,7 +10,7 @@ from typing import Any
 
 import psutil
 
-from bench.soak import HOLD_S, FaultSchedule, tcp_connections, tcp_socket_inodes
+from bench.soak import HOLD_S, FaultSchedule, query_error, tcp_connections, tcp_socket_inodes
 from bench.soak_netns import LONG_HOLD_KINDS, LONG_HOLD_S, NETNS_FAULT_KINDS, draw_netns_fault
 from tests.campaign.netns_schedule import FAULT_KINDS, LEDGER_DISK_FAULT_KINDS
 from tests.harness.netns import PACKET_FAULT_KINDS, Testbed
@@ -97,3 +97,15 @@ def test_tcp_sockets_are_read_from_the_process_table_and_counted_as_psutil_does(
         with socket.create_connection(server.getsockname()):
             ours = tcp_connections(os.getpid())
             assert ours == len(psutil.Process().net_connections(kind="tcp")) and ours >= 2
+
+
+def test_a_query_error_names_the_python_exception_a_worker_raised() -> None:
+    worker = (
+        "[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most recent call last):\n"
+        '  File "bkspark/client/ops.py", line 108, in _request\n'
+        "    return await fut\n"
+        "bkspark.errors.BookieUnavailableError: connection to bookie closed by this client (bookie_id='198.18.1.10:3181')\n"
+        " SQLSTATE: 38000\n"
+    )
+    assert query_error(worker).startswith("bkspark.errors.BookieUnavailableError: connection to bookie closed")
+    assert query_error("Python worker failed to connect back.\nat ...") == "Python worker failed to connect back."
