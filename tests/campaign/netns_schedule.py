@@ -207,7 +207,7 @@ class BedFaults:
         bed, i = self.cluster.bed, params["bookie"]
         host = self.cluster.hosts[i]
         with self.lock:
-            if kind in PACKET_FAULT_KINDS:
+            if kind in PACKET_FAULT_KINDS or kind == "loss":  # a packet fault of the test bed's: its heal counts it
                 self.packet_faulted.add(i)
             if kind == "link_down":
                 bed.link_down(host)
