@@ -415,6 +415,13 @@ def spark_jvm_flags(bookies: Any) -> list[str]:
     return flags
 
 
+def connections_by_peer(proc: psutil.Process) -> dict[str, int]:
+    """The process's connected TCP sockets by remote ``address:port`` (ZooKeeper, each bookie, Spark's JVM): which
+    peer a growing connection count is to (a Spark Python process runs in this process's network namespace, where
+    psutil sees its sockets)."""
+    return dict(Counter(f"{c.raddr.ip}:{c.raddr.port}" for c in proc.net_connections(kind="tcp") if c.raddr))
+
+
 def zookeeper_sessions(proc: psutil.Process, zk_port: int) -> int:
     """The process's TCP connections to ZooKeeper: one per bkspark client it holds (each client has one
     ZooKeeper session), so a Spark Python worker's count is the number of clients it has cached
@@ -468,11 +475,13 @@ class Proxies:
         self.targets = {zk_port, *bookie_ports}
 
 
-def sample(bookies: Any, detail: dict[str, list[float]], proxies: Proxies | None, zk_port: int) -> dict[str, dict[str, float]]:
+def sample(bookies: Any, detail: dict[str, list[float]], proxies: Proxies | None, zk_port: int,
+           peers: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, float]]:
     """Each role's metrics summed over its processes (a role with no live process is left out); ``detail`` gets
     each Spark Python process's own [threads, fds, connections, ZooKeeper sessions] by "<module> <pid>" (to tell
     which one grows, and whether by cached clients: each client holds one ZooKeeper session, dialled to
-    ``zk_port``). The fault proxies' share (when there are proxies) is taken out of the client's."""
+    ``zk_port``), and ``peers`` (when given) each one's TCP connections by remote address (:func:`connections_by_peer`).
+    The fault proxies' share (when there are proxies) is taken out of the client's."""
     out: dict[str, dict[str, float]] = {}
     for role, procs in _roles(bookies).items():
         total = dict.fromkeys(METRICS, 0.0)
@@ -483,10 +492,13 @@ def sample(bookies: Any, detail: dict[str, list[float]], proxies: Proxies | None
                 if role == "client" and proxies is not None:
                     out["fault-proxies"] = _split_proxies(proc, measured, proxies) | {"processes": 1.0}
                 if role in ("python-workers", "stream-runners"):
-                    detail[f"{proc.cmdline()[-1]} {proc.pid}"] = [
+                    name = f"{proc.cmdline()[-1]} {proc.pid}"
+                    detail[name] = [
                         *(measured[k] for k in ("threads", "fds", "connections")),
                         float(zookeeper_sessions(proc, zk_port)),
                     ]
+                    if peers is not None:
+                        peers[name] = connections_by_peer(proc)
             except psutil.Error:
                 continue
             for key, value in measured.items():
@@ -803,7 +815,8 @@ def soak(args: argparse.Namespace, bed: Bed) -> dict[str, Any]:
             query = keep_running(query)
             progress = query.lastProgress
             detail: dict[str, list[float]] = {}
-            roles = sample(bookies, detail, bed.proxies, bed.zk_port)
+            peers: dict[str, dict[str, int]] = {}
+            roles = sample(bookies, detail, bed.proxies, bed.zk_port, peers)
             pools = heap = None
             if now >= next_dump:
                 jvms = _roles(bookies)["spark-jvm"]
@@ -813,7 +826,8 @@ def soak(args: argparse.Namespace, bed: Bed) -> dict[str, Any]:
             samples.append({"t": round(now, 1), "roles": roles, "lag": stream_lag(query), "jvm_pools": pools,
                             "load": os.getloadavg()[0], "jvm_heap": heap,
                             "behind": rows_behind(query, writer), "acked": len(writer.acked),
-                            "batch": progress["batchId"] if progress else None, "workers": detail})
+                            "batch": progress["batchId"] if progress else None, "workers": detail,
+                            "worker_peers": peers})
             if now >= next_batch:
                 try:
                     count: int | str = len(read_dataset(spark, uri))

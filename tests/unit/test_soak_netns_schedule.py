@@ -10,7 +10,7 @@ from typing import Any
 
 import psutil
 
-from bench.soak import HOLD_S, FaultSchedule, query_error, tcp_connections, tcp_socket_inodes
+from bench.soak import HOLD_S, FaultSchedule, connections_by_peer, query_error, tcp_connections, tcp_socket_inodes
 from bench.soak_netns import LONG_HOLD_KINDS, LONG_HOLD_S, NETNS_FAULT_KINDS, draw_netns_fault
 from tests.campaign.netns_schedule import FAULT_KINDS, LEDGER_DISK_FAULT_KINDS
 from tests.harness.netns import PACKET_FAULT_KINDS, Testbed
@@ -97,6 +97,8 @@ def test_tcp_sockets_are_read_from_the_process_table_and_counted_as_psutil_does(
         with socket.create_connection(server.getsockname()):
             ours = tcp_connections(os.getpid())
             assert ours == len(psutil.Process().net_connections(kind="tcp")) and ours >= 2
+            host, port = server.getsockname()
+            assert connections_by_peer(psutil.Process()).get(f"{host}:{port}") == 1  # the client's; the listener has none
 
 
 def test_a_query_error_names_the_python_exception_a_worker_raised() -> None:
