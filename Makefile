@@ -270,6 +270,12 @@ MINUTES ?= 30
 soak: setup
 	$(PY) -m bench.soak --minutes $(MINUTES) $(SOAK_ARGS)
 
+# The soak on the namespace test bed under kernel-level network and disk faults (root; bench/soak_netns.py,
+# docs/reliability.md "The soak on namespaces"); figures in bench/results/soak-netns.json and .png.
+.PHONY: soak-netns
+soak-netns: setup
+	$(PY) -m bench.soak --netns --minutes $(MINUTES) $(SOAK_ARGS)
+
 # An sdist and a wheel in dist/ (PEP 517, `python -m build`: the wheel is built from the sdist, so the sdist is
 # known to be complete); the wheel carries the compiled fast paths of the machine that builds it (setup.py).
 .PHONY: dist

@@ -29,6 +29,9 @@ with noise, or one that restarts (a killed bookie), does not.
 
 Writes ``--out`` (JSON: samples, verdicts, figures) and ``--png`` (the picture); exits 1 when a series grows
 without bound or a row is missing or duplicated.
+
+``--netns`` runs the same soak (:func:`soak`, on a :class:`Bed`) on the namespace test bed under faults made by the
+kernel and the disks (bench/soak_netns.py; docs/reliability.md, "The soak on namespaces").
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ import textwrap
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +108,9 @@ def _log(message: str) -> None:
 class Writer:
     """Appends rows to ledgers ``SOURCE_BASE, SOURCE_BASE + 1, ...``; remembers what was acknowledged."""
 
-    def __init__(self, uri: str, rate: float) -> None:
+    def __init__(self, uri: str, rate: float, conf: dict[str, Any] | None = None) -> None:
         self.uri = uri
+        self.conf = CLIENT_CONF if conf is None else conf
         self.pause = 1.0 / rate
         self.acked: set[str] = set()
         #: Rows whose add failed or was never answered: they may be in the sink (once) or not.
@@ -126,7 +132,7 @@ class Writer:
         while not self.stop.is_set():
             # As the connector does (bkspark/datasource/clients.py): a client an error invalidates (a ZooKeeper
             # session expired, a reconnection given up after zkTimeout) is closed and a new one opened.
-            with BookKeeper(self.uri, conf=CLIENT_CONF) as bk:
+            with BookKeeper(self.uri, conf=self.conf) as bk:
                 self.client = bk
                 k = self._write(bk, k)
             if not self.stop.is_set():
@@ -204,7 +210,48 @@ HOLD_S = (5.0, 15.0)
 POWER_CUT_BATCH = (20, 200)
 
 
-class Faults:
+class FaultSchedule:
+    """One fault at a time, every ``every`` seconds (after the last one was lifted), drawn by :meth:`draw` from a
+    seeded generator and made by :meth:`make`; counted by kind (``done``) and logged in order (``log``: seconds since
+    the start, kind, bookie or None, hold in seconds, and what :meth:`make` returned about it)."""
+
+    #: Faults that are made at once and need no lifting.
+    instant: tuple[str, ...] = ()
+
+    def __init__(self, every: float, seed: int) -> None:
+        self.every = every
+        self.rng = random.Random(seed)
+        self.done: Counter[str] = Counter()
+        self.log: list[tuple[Any, ...]] = []
+        self.t0 = time.monotonic()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="soak-faults", daemon=True)
+
+    def draw(self) -> tuple[str, int | None, float]:
+        """The next fault: (kind, bookie or None, hold in seconds)."""
+        raise NotImplementedError
+
+    def make(self, kind: str, target: int | None, hold: float) -> Any:
+        """Make the fault and lift it (within ``hold``); what it did, for the log (None: nothing to say)."""
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every):
+            kind, target, hold = self.draw()
+            lasting = kind not in self.instant
+            _log(f"fault: {kind}{'' if target is None else f' bookie {target}'}{f' for {hold:.0f} s' if lasting else ''}")
+            entry = (round(time.monotonic() - self.t0, 1), kind, target, round(hold, 1) if lasting else 0.0)
+            try:
+                outcome = self.make(kind, target, hold)
+            except Exception as exc:  # noqa: BLE001 - a fault that could not be made is logged, not fatal
+                _log(f"fault: {kind} failed: {exc!r}")
+                self.log.append((*entry, {"failed": repr(exc)[:300]}))
+                continue
+            self.log.append(entry if outcome is None else (*entry, outcome))
+            self.done[kind] += 1
+
+
+class Faults(FaultSchedule):
     """One fault at a time, drawn from ``FAULT_KINDS`` every ``every`` seconds and lifted within ``HOLD_S``:
 
     * ``kill``: kill -9 one bookie, start it again;
@@ -219,37 +266,25 @@ class Faults:
       keep their sessions.
     """
 
+    instant = INSTANT_FAULTS
+
     def __init__(self, bookies: Any, bookie_proxies: list[Any], zk_proxy: Any, writer: "Writer", zk_connect: str,
                  every: float, seed: int) -> None:
+        super().__init__(every, seed)
         self.bookies = bookies
         self.bookie_proxies = bookie_proxies
         self.zk_proxy = zk_proxy
         self.writer = writer
         self.zk_connect = zk_connect
-        self.every = every
-        self.rng = random.Random(seed)
-        self.done: Counter[str] = Counter()
-        #: (seconds since the start, kind, bookie or None, hold in seconds), in order.
-        self.log: list[tuple[float, str, int | None, float]] = []
-        self.t0 = time.monotonic()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="soak-faults", daemon=True)
 
-    def _run(self) -> None:
-        while not self.stop.wait(self.every):
-            kind = self.rng.choice(FAULT_KINDS)
-            i = self.rng.randrange(len(self.bookies.bookies))
-            hold = self.rng.uniform(*HOLD_S)
-            target = None if kind.startswith("zk") else i
-            lasting = kind not in INSTANT_FAULTS
-            _log(f"fault: {kind}{'' if target is None else f' bookie {i}'}{f' for {hold:.0f} s' if lasting else ''}")
-            self.log.append((round(time.monotonic() - self.t0, 1), kind, target, round(hold, 1) if lasting else 0.0))
-            try:
-                getattr(self, "_" + kind.replace("-", "_"))(i, hold)
-            except Exception as exc:  # noqa: BLE001 - a fault that could not be made is logged, not fatal
-                _log(f"fault: {kind} failed: {exc!r}")
-                continue
-            self.done[kind] += 1
+    def draw(self) -> tuple[str, int | None, float]:
+        kind = self.rng.choice(FAULT_KINDS)
+        i = self.rng.randrange(len(self.bookies.bookies))
+        hold = self.rng.uniform(*HOLD_S)
+        return kind, None if kind.startswith("zk") else i, hold
+
+    def make(self, kind: str, target: int | None, hold: float) -> None:
+        getattr(self, "_" + kind.replace("-", "_"))(target, hold)
 
     def _kill(self, i: int, hold: float) -> None:
         self.bookies.kill(i)
@@ -308,14 +343,51 @@ class Faults:
 # -- sampling --------------------------------------------------------------------------------------------------------
 
 
+def tcp_socket_inodes(table: str) -> set[int]:
+    """The socket inodes of a /proc/<pid>/net/tcp or tcp6 table (a header line, then one socket a line, its inode
+    the tenth field)."""
+    inodes = set()
+    for line in table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 9 and fields[9].isdigit():
+            inodes.add(int(fields[9]))
+    return inodes
+
+
+def tcp_connections(pid: int) -> int:
+    """The process's TCP sockets (listening ones too, as psutil's ``net_connections(kind="tcp")`` counts them), read
+    in the process's own network namespace: psutil reads this process's /proc/net, which on the namespace test bed
+    does not list a bookie's or ZooKeeper's sockets (each host is a namespace of its own)."""
+    inodes: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            inodes |= tcp_socket_inodes(Path(f"/proc/{pid}/net/{table}").read_text())
+        except FileNotFoundError:
+            continue
+    count = 0
+    with os.scandir(f"/proc/{pid}/fd") as fds:
+        for fd in fds:
+            try:
+                link = os.readlink(fd.path)
+            except OSError:  # closed meanwhile
+                continue
+            if link.startswith("socket:[") and int(link[8:-1]) in inodes:
+                count += 1
+    return count
+
+
 def _measure(proc: psutil.Process) -> dict[str, float]:
     with proc.oneshot():
-        return {
+        measured = {
             "rss_mib": proc.memory_info().rss / 2**20,
             "fds": float(proc.num_fds()),
             "threads": float(proc.num_threads()),
-            "connections": float(len(proc.net_connections(kind="tcp"))),
         }
+    try:
+        measured["connections"] = float(tcp_connections(proc.pid))
+    except FileNotFoundError as exc:  # the process is gone
+        raise psutil.NoSuchProcess(proc.pid) from exc
+    return measured
 
 
 _HEAP_LINE = re.compile(r"(?:heap|generation)\s+total (\d+)K, used (\d+)K")
@@ -348,6 +420,13 @@ def spark_jvm_flags(bookies: Any) -> list[str]:
     if missing:
         raise RuntimeError(f"Spark's JVM does not run with {missing} (its heap flags: {flags})")
     return flags
+
+
+def connections_by_peer(proc: psutil.Process) -> dict[str, int]:
+    """The process's connected TCP sockets by remote ``address:port`` (ZooKeeper, each bookie, Spark's JVM): which
+    peer a growing connection count is to (a Spark Python process runs in this process's network namespace, where
+    psutil sees its sockets)."""
+    return dict(Counter(f"{c.raddr.ip}:{c.raddr.port}" for c in proc.net_connections(kind="tcp") if c.raddr))
 
 
 def zookeeper_sessions(proc: psutil.Process, zk_port: int) -> int:
@@ -403,10 +482,13 @@ class Proxies:
         self.targets = {zk_port, *bookie_ports}
 
 
-def sample(bookies: Any, detail: dict[str, list[float]], proxies: Proxies) -> dict[str, dict[str, float]]:
+def sample(bookies: Any, detail: dict[str, list[float]], proxies: Proxies | None, zk_port: int,
+           peers: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, float]]:
     """Each role's metrics summed over its processes (a role with no live process is left out); ``detail`` gets
     each Spark Python process's own [threads, fds, connections, ZooKeeper sessions] by "<module> <pid>" (to tell
-    which one grows, and whether by cached clients: each client holds one ZooKeeper session)."""
+    which one grows, and whether by cached clients: each client holds one ZooKeeper session, dialled to
+    ``zk_port``), and ``peers`` (when given) each one's TCP connections by remote address (:func:`connections_by_peer`).
+    The fault proxies' share (when there are proxies) is taken out of the client's."""
     out: dict[str, dict[str, float]] = {}
     for role, procs in _roles(bookies).items():
         total = dict.fromkeys(METRICS, 0.0)
@@ -414,13 +496,16 @@ def sample(bookies: Any, detail: dict[str, list[float]], proxies: Proxies) -> di
         for proc in procs:
             try:
                 measured = _measure(proc)
-                if role == "client":
+                if role == "client" and proxies is not None:
                     out["fault-proxies"] = _split_proxies(proc, measured, proxies) | {"processes": 1.0}
                 if role in ("python-workers", "stream-runners"):
-                    detail[f"{proc.cmdline()[-1]} {proc.pid}"] = [
+                    name = f"{proc.cmdline()[-1]} {proc.pid}"
+                    detail[name] = [
                         *(measured[k] for k in ("threads", "fds", "connections")),
-                        float(zookeeper_sessions(proc, proxies.zk.port)),
+                        float(zookeeper_sessions(proc, zk_port)),
                     ]
+                    if peers is not None:
+                        peers[name] = connections_by_peer(proc)
             except psutil.Error:
                 continue
             for key, value in measured.items():
@@ -607,9 +692,14 @@ def bounded_by_clients(verdicts: dict[str, dict[str, Any]],
 
 
 _FAULT_COLOURS = {"delay": "tab:blue", "blackhole": "tab:blue", "zk-expire": "tab:red", "zk-drop": "tab:red"}
+_FAULT_CAPTION = ("faults: grey a bookie killed, paused or power-cut; blue its link delayed or black-holed;\n"
+                  "red the writer's ZooKeeper session expired or every ZooKeeper connection dropped")
 
 
-def draw(samples: list[dict[str, Any]], faults: list[tuple[float, str]], png: Path, title: str) -> None:
+def draw(samples: list[dict[str, Any]], faults: list[tuple[float, str]], png: Path, title: str,
+         caption: str = _FAULT_CAPTION, colours: dict[str, str] | None = None) -> None:
+    """The picture: one panel per metric (a line per role) and the stream's lag, a vertical line at each fault
+    (coloured by ``colours``, grey for a kind not in it; ``caption`` says what the colours mean)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -632,13 +722,11 @@ def draw(samples: list[dict[str, Any]], faults: list[tuple[float, str]], png: Pa
                 pts = [(s["t"] / 60, s["roles"][role][key]) for s in samples if role in s["roles"]]
                 ax.plot(*zip(*pts), label=role, linewidth=1)
         for t, kind in faults:
-            ax.axvline(t / 60, color=_FAULT_COLOURS.get(kind, "grey"), alpha=0.3, linewidth=0.8)
+            ax.axvline(t / 60, color=(colours or {}).get(kind, "grey"), alpha=0.3, linewidth=0.8)
         ax.set_ylabel(labels[key])
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, ncol=4, loc="upper left")
-    axes[-1].set_xlabel("minutes (faults: grey a bookie killed, paused or power-cut; blue its link delayed or "
-                        "black-holed;\nred the writer's ZooKeeper session expired or every ZooKeeper connection dropped)",
-                        fontsize=8)
+    axes[-1].set_xlabel(f"minutes ({caption})", fontsize=8)
     fig.suptitle(textwrap.fill(title, 120), fontsize=9)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
@@ -646,6 +734,20 @@ def draw(samples: list[dict[str, Any]], faults: list[tuple[float, str]], png: Pa
 
 
 # -- the run ---------------------------------------------------------------------------------------------------------
+
+
+_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception)\b.*")
+
+
+def query_error(text: str) -> str:
+    """A failed query's error in one line: its first line, or, when that only says a Python worker raised ("...
+    Traceback (most recent call last):"), the Python exception's own line (the traceback's last ``...Error: ...``)."""
+    lines = text.splitlines() or [""]
+    if "Traceback" in lines[0]:
+        raised = [line for line in lines[1:] if _ERROR_LINE.match(line)]
+        if raised:
+            return raised[-1][:300]
+    return lines[0][:300]
 
 
 def read_dataset(spark: Any, uri: str) -> list[str]:
@@ -658,8 +760,36 @@ def read_dataset(spark: Any, uri: str) -> list[str]:
         raise
 
 
+@dataclass
+class Bed:
+    """What the soak runs on, as its set-up built it (loopback: ``run``; namespaces: bench/soak_netns.py)."""
+
+    #: The metadata service URI every client (the writer's, Spark's) uses.
+    uri: str
+    #: Client settings of every client (the writer's conf, Spark's ``bookkeeper.*`` options).
+    client_conf: dict[str, Any]
+    #: The bookies: ``bookies[i].process``, ``start(i, timeout)``, ``metric(i, name, ...)``.
+    bookies: Any
+    #: The port a client's ZooKeeper connection dials (a Spark Python process's sessions are counted by it).
+    zk_port: int
+    #: A directory of the run's (the stream's checkpoint).
+    workdir: Path
+    #: The fault schedule, given the writer (not started).
+    make_faults: Callable[[Writer], FaultSchedule]
+    #: After the run: every fault lifted, every bookie running.
+    lift_all: Callable[[], None]
+    #: The fault proxies, whose share is taken out of the client's figures; None without proxies.
+    proxies: Proxies | None = None
+    #: What the run's JSON says beside the common figures (e.g. what the faults did), asked at the end.
+    extra: Callable[[], dict[str, Any]] = dict
+    #: The picture's caption of the fault lines' colours.
+    fault_caption: str = ""
+    #: The picture's fault-line colour by kind (grey for a kind not in it).
+    fault_colours: dict[str, str] = field(default_factory=dict)
+
+
 def run(args: argparse.Namespace) -> int:
-    seconds = args.minutes * 60
+    """The loopback soak: one ZooKeeper, four Python bookies, every client behind the fault proxies."""
     with Cluster() as cluster:
         direct_uri = cluster.new_root("soak")
         zk_connect = cluster.zk.connect_string
@@ -676,146 +806,166 @@ def run(args: argparse.Namespace) -> int:
         for proxy, address in zip(bookie_proxies, bookies.addresses):
             proxy.target = address
         proxies = Proxies(zk_proxy, bookie_proxies, zk_port, [port for _, port in bookies.addresses])
-        spark = spark_session(2, "bkspark-soak", driver_memory=JVM_HEAP, java_options=JVM_OPTIONS)
-        client_opts = {f"bookkeeper.{k}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in CLIENT_CONF.items()}
-        source = spark.readStream.format("bookkeeper").option("metadataServiceUri", uri)
-        source = source.option("ledgers", f"{SOURCE_BASE}-{SOURCE_BASE + 10**6}").option("maxEntriesPerTrigger", "5000")
-        for key, value in client_opts.items():
-            source = source.option(key, value)
-        sink = source.load().select("payload").writeStream.format("bookkeeper")
-        sink = sink.option("metadataServiceUri", uri).option("dataset", DATASET)
-        sink = sink.option("checkpointLocation", str(cluster.base / "checkpoint"))
-        for key, value in client_opts.items():
-            sink = sink.option(key, value)
-        writer = Writer(uri, args.rate)
-        faults = Faults(bookies, bookie_proxies, zk_proxy, writer, zk_connect, args.fault_every, args.seed)
-        samples: list[dict[str, Any]] = []
-        batch_counts: list[tuple[float, int | str]] = []
-        query_failures: list[tuple[float, str]] = []
-        writer.thread.start()
-        query = sink.trigger(processingTime="2 seconds").start()
-        t0 = faults.t0 = time.monotonic()
-        jvm_flags = spark_jvm_flags(bookies)
 
-        def keep_running(query: Any) -> Any:
-            """As an operator would: a failed query starts again from its checkpoint (exactly once across it)."""
-            if query.exception() is None:
-                return query
-            error = str(query.exception()).splitlines()[0][:300]
-            _log(f"the streaming query failed ({error}); starting it again from its checkpoint")
-            query_failures.append((round(time.monotonic() - t0, 1), error))
-            if len(query_failures) > MAX_QUERY_RESTARTS:
-                raise RuntimeError(f"the streaming query failed {len(query_failures)} times: {query_failures}")
-            return sink.trigger(processingTime="2 seconds").start()
+        def lift_all() -> None:
+            zk_proxy.restore()
+            for proxy in bookie_proxies:
+                proxy.restore()
+            for i in range(len(bookies.bookies)):
+                if not bookies.bookies[i].is_alive:
+                    bookies.start(i, timeout=120)
 
-        faults.thread.start()
-        next_batch = args.batch_every
-        next_dump = 0.0
-        try:
-            while (now := time.monotonic() - t0) < seconds:
-                query = keep_running(query)
-                progress = query.lastProgress
-                detail: dict[str, list[float]] = {}
-                roles = sample(bookies, detail, proxies)
-                pools = heap = None
-                if now >= next_dump:
-                    jvms = _roles(bookies)["spark-jvm"]
-                    pools = jvm_thread_pools(jvms[0].pid) if jvms else None
-                    heap = jvm_heap(jvms[0].pid) if jvms else None
-                    next_dump += args.dump_every
-                samples.append({"t": round(now, 1), "roles": roles, "lag": stream_lag(query), "jvm_pools": pools,
-                                "load": os.getloadavg()[0], "jvm_heap": heap,
-                                "behind": rows_behind(query, writer), "acked": len(writer.acked),
-                                "batch": progress["batchId"] if progress else None, "workers": detail})
-                if now >= next_batch:
-                    try:
-                        count: int | str = len(read_dataset(spark, uri))
-                    except Exception as exc:  # noqa: BLE001 - recorded: a batch job may fail under faults
-                        count = f"failed: {str(exc).splitlines()[0][:200]}"
-                    batch_counts.append((round(now, 1), count))
-                    _log(f"batch job: the dataset holds {count} rows; {len(writer.acked)} acknowledged")
-                    next_batch += args.batch_every
-                time.sleep(args.sample_every)
-        finally:
-            faults.stop.set()
-            writer.stop.set()
-            faults.thread.join(60)
-            writer.thread.join(120)
-        _log(f"writer stopped: {len(writer.acked)} rows acknowledged in {writer.ledgers} ledgers; catching up")
-        if writer.to_recover:  # ledgers a failure left open: closed by recovery, so the stream can finish them
-            with BookKeeper(uri, conf=CLIENT_CONF) as bk:
-                for lid in writer.to_recover:
-                    bk.open_ledger(lid, recovery=True).close()
-        zk_proxy.restore()
-        for proxy in bookie_proxies:
-            proxy.restore()
-        for i in range(len(bookies.bookies)):
-            if not bookies.bookies[i].is_alive:
-                bookies.start(i, timeout=120)
-        deadline = time.monotonic() + 600
-        rows: list[str] = []
-        #: Errors of the reads after the run (the figures are written whatever they are: a read that fails is
-        #: a finding, and the run's samples are what finds its cause).
-        read_errors: list[tuple[float, str]] = []
-
-        def read_rows() -> list[str] | None:
-            try:
-                return read_dataset(spark, uri)
-            except Exception as exc:  # noqa: BLE001 - recorded and tried again; the verdict counts it
-                read_errors.append((round(time.monotonic() - t0, 1), str(exc).splitlines()[0][:300]))
-                _log(f"reading the dataset failed: {read_errors[-1][1]}")
-                return None
-
-        while time.monotonic() < deadline:
-            query = keep_running(query)
-            got = read_rows()
-            if got is not None:
-                rows = got
-                if writer.acked <= set(rows) and (stream_lag(query) or 0) == 0:
-                    break
-            time.sleep(5)
-        time.sleep(10)  # one more trigger: nothing should change
-        query.stop()
-        final: list[str] | None = None
-        for _attempt in range(5):
-            if (final := read_rows()) is not None:
-                break
-            time.sleep(10)
-        rows = final if final is not None else []
-        counts = Counter(rows)
-        missing = sorted(writer.acked - counts.keys())
-        duplicated = sorted(r for r, c in counts.items() if c > 1)
-        phantom = sorted(counts.keys() - writer.acked - writer.unknown)
-        result = {
-            "minutes": args.minutes,
-            "batch_every": args.batch_every,
-            "command": " ".join(["python -m bench.soak", *sys.argv[1:]]),
-            "rows_acknowledged": len(writer.acked),
-            "rows_unknown": len(writer.unknown),
-            "rows_in_dataset": len(rows),
-            "ledgers_written": writer.ledgers,
-            "writer_failures": writer.failures,
-            "writer_clients_reopened": writer.clients_reopened,
-            "faults": dict(faults.done),
-            "fault_log": faults.log,
-            "batch_jobs": batch_counts,
-            "query_restarts": query_failures,
-            "read_errors_after_the_run": read_errors,
-            "spark_jvm_flags": jvm_flags,
-            "final_read_failed": final is None,
-            "missing": len(missing),
-            "duplicated": len(duplicated),
-            "phantom": len(phantom),
-            "examples": {"missing": missing[:5], "duplicated": duplicated[:5], "phantom": phantom[:5]},
-            "max_lag_entries": max((s["lag"] for s in samples if s.get("lag") is not None), default=None),
-            "max_rows_behind": max((s["behind"] for s in samples if s.get("behind") is not None), default=None),
-            "samples": samples,
-        }
-        title = (f"bkspark soak, {args.minutes} min: {len(writer.acked)} rows acknowledged, {len(missing)} missing, "
-                 f"{len(duplicated)} duplicated; faults {dict(faults.done)}")
-        draw(samples, [(t, kind) for t, kind, _, _ in faults.log], Path(args.png), title)
-        spark.stop()
+        bed = Bed(uri, CLIENT_CONF, bookies, zk_proxy.port, cluster.base,
+                  lambda writer: Faults(bookies, bookie_proxies, zk_proxy, writer, zk_connect, args.fault_every, args.seed),
+                  lift_all, proxies=proxies, fault_caption=_FAULT_CAPTION, fault_colours=_FAULT_COLOURS)
+        result = soak(args, bed)
     return conclude(result, Path(args.out))
+
+
+def soak(args: argparse.Namespace, bed: Bed) -> dict[str, Any]:
+    """Run the writer, the stream, the batch jobs and the faults on ``bed`` for ``args.minutes``; the result (not yet
+    judged: :func:`conclude`). Spark's JVM is started on the calling thread (in its network namespace) and stopped
+    before this returns; the PNG is drawn."""
+    seconds = args.minutes * 60
+    uri, bookies = bed.uri, bed.bookies
+    spark = spark_session(2, "bkspark-soak", driver_memory=JVM_HEAP, java_options=JVM_OPTIONS)
+    client_opts = {f"bookkeeper.{k}": str(v).lower() if isinstance(v, bool) else str(v) for k, v in bed.client_conf.items()}
+    source = spark.readStream.format("bookkeeper").option("metadataServiceUri", uri)
+    source = source.option("ledgers", f"{SOURCE_BASE}-{SOURCE_BASE + 10**6}").option("maxEntriesPerTrigger", "5000")
+    for key, value in client_opts.items():
+        source = source.option(key, value)
+    sink = source.load().select("payload").writeStream.format("bookkeeper")
+    sink = sink.option("metadataServiceUri", uri).option("dataset", DATASET)
+    sink = sink.option("checkpointLocation", str(bed.workdir / "checkpoint"))
+    for key, value in client_opts.items():
+        sink = sink.option(key, value)
+    writer = Writer(uri, args.rate, bed.client_conf)
+    faults = bed.make_faults(writer)
+    samples: list[dict[str, Any]] = []
+    batch_counts: list[tuple[float, int | str]] = []
+    query_failures: list[tuple[float, str]] = []
+    writer.thread.start()
+    query = sink.trigger(processingTime="2 seconds").start()
+    t0 = faults.t0 = time.monotonic()
+    jvm_flags = spark_jvm_flags(bookies)
+
+    def keep_running(query: Any) -> Any:
+        """As an operator would: a failed query starts again from its checkpoint (exactly once across it)."""
+        if query.exception() is None:
+            return query
+        error = query_error(str(query.exception()))
+        _log(f"the streaming query failed ({error}); starting it again from its checkpoint")
+        query_failures.append((round(time.monotonic() - t0, 1), error))
+        if len(query_failures) > MAX_QUERY_RESTARTS:
+            raise RuntimeError(f"the streaming query failed {len(query_failures)} times: {query_failures}")
+        return sink.trigger(processingTime="2 seconds").start()
+
+    faults.thread.start()
+    next_batch = args.batch_every
+    next_dump = 0.0
+    try:
+        while (now := time.monotonic() - t0) < seconds:
+            query = keep_running(query)
+            progress = query.lastProgress
+            detail: dict[str, list[float]] = {}
+            peers: dict[str, dict[str, int]] = {}
+            roles = sample(bookies, detail, bed.proxies, bed.zk_port, peers)
+            pools = heap = None
+            if now >= next_dump:
+                jvms = _roles(bookies)["spark-jvm"]
+                pools = jvm_thread_pools(jvms[0].pid) if jvms else None
+                heap = jvm_heap(jvms[0].pid) if jvms else None
+                next_dump += args.dump_every
+            samples.append({"t": round(now, 1), "roles": roles, "lag": stream_lag(query), "jvm_pools": pools,
+                            "load": os.getloadavg()[0], "jvm_heap": heap,
+                            "behind": rows_behind(query, writer), "acked": len(writer.acked),
+                            "batch": progress["batchId"] if progress else None, "workers": detail,
+                            "worker_peers": peers})
+            if now >= next_batch:
+                try:
+                    count: int | str = len(read_dataset(spark, uri))
+                except Exception as exc:  # noqa: BLE001 - recorded: a batch job may fail under faults
+                    count = f"failed: {str(exc).splitlines()[0][:200]}"
+                batch_counts.append((round(now, 1), count))
+                _log(f"batch job: the dataset holds {count} rows; {len(writer.acked)} acknowledged")
+                next_batch += args.batch_every
+            time.sleep(args.sample_every)
+    finally:
+        faults.stop.set()
+        writer.stop.set()
+        faults.thread.join(300)
+        writer.thread.join(120)
+    _log(f"writer stopped: {len(writer.acked)} rows acknowledged in {writer.ledgers} ledgers; catching up")
+    if writer.to_recover:  # ledgers a failure left open: closed by recovery, so the stream can finish them
+        with BookKeeper(uri, conf=bed.client_conf) as bk:
+            for lid in writer.to_recover:
+                bk.open_ledger(lid, recovery=True).close()
+    bed.lift_all()
+    deadline = time.monotonic() + 600
+    rows: list[str] = []
+    #: Errors of the reads after the run (the figures are written whatever they are: a read that fails is
+    #: a finding, and the run's samples are what finds its cause).
+    read_errors: list[tuple[float, str]] = []
+
+    def read_rows() -> list[str] | None:
+        try:
+            return read_dataset(spark, uri)
+        except Exception as exc:  # noqa: BLE001 - recorded and tried again; the verdict counts it
+            read_errors.append((round(time.monotonic() - t0, 1), str(exc).splitlines()[0][:300]))
+            _log(f"reading the dataset failed: {read_errors[-1][1]}")
+            return None
+
+    while time.monotonic() < deadline:
+        query = keep_running(query)
+        got = read_rows()
+        if got is not None:
+            rows = got
+            if writer.acked <= set(rows) and (stream_lag(query) or 0) == 0:
+                break
+        time.sleep(5)
+    time.sleep(10)  # one more trigger: nothing should change
+    query.stop()
+    final: list[str] | None = None
+    for _attempt in range(5):
+        if (final := read_rows()) is not None:
+            break
+        time.sleep(10)
+    rows = final if final is not None else []
+    counts = Counter(rows)
+    missing = sorted(writer.acked - counts.keys())
+    duplicated = sorted(r for r, c in counts.items() if c > 1)
+    phantom = sorted(counts.keys() - writer.acked - writer.unknown)
+    result = {
+        "minutes": args.minutes,
+        "batch_every": args.batch_every,
+        "command": " ".join(["python -m bench.soak", *sys.argv[1:]]),
+        "rows_acknowledged": len(writer.acked),
+        "rows_unknown": len(writer.unknown),
+        "rows_in_dataset": len(rows),
+        "ledgers_written": writer.ledgers,
+        "writer_failures": writer.failures,
+        "writer_clients_reopened": writer.clients_reopened,
+        "faults": dict(faults.done),
+        "fault_log": faults.log,
+        "batch_jobs": batch_counts,
+        "query_restarts": query_failures,
+        "read_errors_after_the_run": read_errors,
+        "spark_jvm_flags": jvm_flags,
+        "final_read_failed": final is None,
+        "missing": len(missing),
+        "duplicated": len(duplicated),
+        "phantom": len(phantom),
+        "examples": {"missing": missing[:5], "duplicated": duplicated[:5], "phantom": phantom[:5]},
+        "max_lag_entries": max((s["lag"] for s in samples if s.get("lag") is not None), default=None),
+        "max_rows_behind": max((s["behind"] for s in samples if s.get("behind") is not None), default=None),
+        **bed.extra(),
+        "samples": samples,
+    }
+    title = (f"bkspark soak, {args.minutes} min: {len(writer.acked)} rows acknowledged, {len(missing)} missing, "
+             f"{len(duplicated)} duplicated; faults {dict(faults.done)}")
+    spark.stop()
+    draw(samples, [(t, kind) for t, kind, *_ in faults.log], Path(args.png), title, bed.fault_caption, bed.fault_colours)
+    return result
 
 
 def worker_clients(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -867,12 +1017,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-every", type=float, default=5.0)
     p.add_argument("--dump-every", type=float, default=60.0, help="seconds between thread dumps of Spark's JVM")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--out", default="bench/results/soak.json")
-    p.add_argument("--png", default="bench/results/soak.png")
+    p.add_argument("--netns", action="store_true",
+                   help="on the namespace test bed, under kernel-level network and disk faults (bench/soak_netns.py; root)")
+    p.add_argument("--out", help="default bench/results/soak.json, with --netns soak-netns.json")
+    p.add_argument("--png", help="default bench/results/soak.png, with --netns soak-netns.png")
     p.add_argument("--judge", metavar="JSON", help="judge a finished run's samples again (written back to the file)")
     args = p.parse_args(argv)
     if args.judge:
         return conclude(json.loads(Path(args.judge).read_text()), Path(args.judge))
+    name = "soak-netns" if args.netns else "soak"
+    args.out = args.out or f"bench/results/{name}.json"
+    args.png = args.png or f"bench/results/{name}.png"
+    if args.netns:
+        from bench.soak_netns import run_netns
+
+        return run_netns(args)
     return run(args)
 
 

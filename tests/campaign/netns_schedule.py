@@ -24,12 +24,13 @@ from typing import Any
 from tests.campaign.history import History, check
 from tests.campaign.schedule import Stats
 from tests.harness.netns import wait_until
+from tests.harness.loop_disk import LoopDisk
 from tests.harness.netns_cluster import NetnsCluster
 from tests.harness.python_bookie import PythonBookie
 
 __all__ = [
-    "BOOKIE_FAULT_KINDS", "FAULT_KINDS", "NETWORK_FAULT_KINDS", "PACKET_FAULT_KINDS", "NetnsPlan", "NetnsStats",
-    "plan_netns_schedule", "run_netns_schedule",
+    "BOOKIE_FAULT_KINDS", "FAULT_KINDS", "LEDGER_DISK_FAULT_KINDS", "NETWORK_FAULT_KINDS", "PACKET_FAULT_KINDS", "BedFaults", "NetnsPlan",
+    "NetnsStats", "fault_params", "plan_netns_schedule", "run_netns_schedule",
 ]
 
 #: Kernel-level network faults a schedule draws from. ``loss`` is iptables' random drop (the kernel here may lack
@@ -43,6 +44,10 @@ BOOKIE_FAULT_KINDS = ("kill", "power_cut", "slow_fsync", "journal_full")
 #: has it, else iptables ``TEE`` for duplicates and an NFQUEUE handler that holds or changes packets).
 PACKET_FAULT_KINDS = ("delay", "reorder", "duplicate", "corrupt")
 FAULT_KINDS = NETWORK_FAULT_KINDS + PACKET_FAULT_KINDS + BOOKIE_FAULT_KINDS
+#: Faults :class:`BedFaults` makes that the campaign does not draw (its bookies have no ledger disks of their own):
+#: a bookie's ledger disk full (ENOSPC from the kernel; the heal frees it and restarts the bookie). The soak on
+#: namespaces draws it (bench/soak_netns.py).
+LEDGER_DISK_FAULT_KINDS = ("ledger_full",)
 #: A power cut fires at the bookie's 1st to 25th group commit after it was armed.
 POWER_CUT_BATCHES = (1, 25)
 #: Writes per second the throttled journal disk takes: 1 makes one fdatasync outlast ``addEntryTimeoutSec``.
@@ -106,29 +111,38 @@ def plan_netns_schedule(seed: int, bookies: int, racks: int, long_faults: bool =
     for _ in range(rng.randint(1, 3)):
         kind = rng.choice(FAULT_KINDS)
         duration = rng.uniform(*(LONG_FAULT_HOLD_S if long_faults else SHORT_FAULT_HOLD_S))
-        params: dict[str, Any] = {"duration": duration, "bookie": rng.randrange(bookies)}
-        if kind == "rack_cut":
-            params["rack"] = params["bookie"] + 1
-        elif kind == "loss":
-            params["probability"] = rng.choice((0.05, 0.2, 0.5))
-        elif kind in PACKET_FAULT_KINDS:
-            params["direction"] = rng.choice(("in", "out"))
-            params["seed"] = rng.randrange(1 << 31)  # the queue handler's own draws
-            if kind == "delay":
-                params["delay_ms"] = rng.choice((20.0, 100.0, 300.0))
-                params["jitter_ms"] = params["delay_ms"] / 2
-            elif kind == "reorder":
-                params["probability"] = rng.choice((0.25, 0.5))
-                params["delay_ms"] = rng.choice((20.0, 100.0))
-            else:
-                params["probability"] = rng.choice((0.05, 0.2, 0.5) if kind == "duplicate" else (0.05, 0.2))
-        elif kind == "power_cut":
-            params["at_batch"] = rng.randint(*POWER_CUT_BATCHES)
-        elif kind == "slow_fsync":
-            params["iops"] = rng.choice(SLOW_FSYNC_IOPS)
+        bookie = rng.randrange(bookies)
+        params = {"duration": duration, "bookie": bookie, **fault_params(rng, kind, rack=bookie + 1)}
         faults.append((rng.uniform(0.0, 1.5), kind, params))
     faults.sort(key=lambda f: f[0])
     return NetnsPlan(seed, write_quorum, ack_quorum, rng.randint(40, 120), faults)
+
+
+def fault_params(rng: random.Random, kind: str, rack: int) -> dict[str, Any]:
+    """What one fault of ``kind`` (:data:`FAULT_KINDS`) on a bookie of ``rack`` needs beside its bookie and duration,
+    drawn from ``rng`` (:meth:`BedFaults.apply` reads them); the soak on namespaces (bench/soak_netns.py) draws its
+    faults' parameters here too."""
+    params: dict[str, Any] = {}
+    if kind == "rack_cut":
+        params["rack"] = rack
+    elif kind == "loss":
+        params["probability"] = rng.choice((0.05, 0.2, 0.5))
+    elif kind in PACKET_FAULT_KINDS:
+        params["direction"] = rng.choice(("in", "out"))
+        params["seed"] = rng.randrange(1 << 31)  # the queue handler's own draws
+        if kind == "delay":
+            params["delay_ms"] = rng.choice((20.0, 100.0, 300.0))
+            params["jitter_ms"] = params["delay_ms"] / 2
+        elif kind == "reorder":
+            params["probability"] = rng.choice((0.25, 0.5))
+            params["delay_ms"] = rng.choice((20.0, 100.0))
+        else:
+            params["probability"] = rng.choice((0.05, 0.2, 0.5) if kind == "duplicate" else (0.05, 0.2))
+    elif kind == "power_cut":
+        params["at_batch"] = rng.randint(*POWER_CUT_BATCHES)
+    elif kind == "slow_fsync":
+        params["iops"] = rng.choice(SLOW_FSYNC_IOPS)
+    return params
 
 
 class BedFaults:
@@ -143,7 +157,8 @@ class BedFaults:
         self.killed: set[int] = set()
         self.throttled: set[int] = set()
         self.packet_faulted: set[int] = set()
-        self.filled: set[int] = set()
+        #: Bookie -> its disk a fault filled (its journal's or its ledgers').
+        self.filled: dict[int, LoopDisk] = {}
         #: Bookies armed with a power cut that has not fired (the final heal restarts them unarmed).
         self.armed: set[int] = set()
         self.watchers: list[threading.Thread] = []
@@ -192,7 +207,7 @@ class BedFaults:
         bed, i = self.cluster.bed, params["bookie"]
         host = self.cluster.hosts[i]
         with self.lock:
-            if kind in PACKET_FAULT_KINDS:
+            if kind in PACKET_FAULT_KINDS or kind == "loss":  # a packet fault of the test bed's: its heal counts it
                 self.packet_faulted.add(i)
             if kind == "link_down":
                 bed.link_down(host)
@@ -222,9 +237,10 @@ class BedFaults:
             elif kind == "slow_fsync":
                 self.cluster.journal_disks[i].throttle_writes(params["iops"])
                 self.throttled.add(i)
-            elif kind == "journal_full":
-                self.cluster.journal_disks[i].fill()
-                self.filled.add(i)
+            elif kind in ("journal_full", "ledger_full"):
+                disk = (self.cluster.journal_disks if kind == "journal_full" else self.cluster.ledger_disks)[i]
+                disk.fill()
+                self.filled[i] = disk
 
     def heal(self) -> None:
         """Lift every standing fault: grudges, throttles, full disks (their bookies restarted: a failed journal
@@ -245,11 +261,12 @@ class BedFaults:
                         break
                 self.cluster.journal_disks[i].throttle_writes(0)
             self.throttled.clear()
-            for i in sorted(self.filled):
+            for i, disk in sorted(self.filled.items()):
                 if self.cluster.bookies[i].is_alive and self.cluster.is_read_only(i):
-                    self.stats.disk_effects["bookies read-only from a full journal"] += 1
-                self.cluster.journal_disks[i].unfill()
-            restart = self.killed | self.filled
+                    which = "journal" if disk is self.cluster.journal_disks.get(i) else "ledger disk"
+                    self.stats.disk_effects[f"bookies read-only from a full {which}"] += 1
+                disk.unfill()
+            restart = self.killed | set(self.filled)
             self.armed -= restart  # restarted unarmed below
             for i in sorted(restart):
                 self.cluster.restart(i)

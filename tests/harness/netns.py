@@ -25,6 +25,7 @@ root, no ``ip``/``iptables``), for ``pytest.skip``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import json
@@ -38,7 +39,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -374,6 +375,23 @@ class Testbed:
         """``fn()`` on a thread inside ``host``'s namespace (None: the router, which reaches every host). Sockets,
         threads and processes it creates stay there: a client built here talks from that host."""
         return _call_in_namespace(self.router if host is None else self.hosts[host].namespace, fn, timeout)
+
+    @contextlib.contextmanager
+    def entered(self, host: str) -> Iterator[None]:
+        """Move the calling thread into ``host``'s namespace for the block, then back to the one it was in. Threads
+        and processes the thread starts meanwhile are born on ``host`` and stay there (a long-running program, the
+        soak, runs its client and Spark so). The thread must leave before :meth:`close`: the namespace's processes
+        are killed then, and a process counts as in the namespace its main thread is in."""
+        with open("/proc/thread-self/ns/net", "rb") as home:
+            fd = os.open(f"/run/netns/{self.hosts[host].namespace}", os.O_RDONLY)
+            try:
+                _setns(fd)
+            finally:
+                os.close(fd)
+            try:
+                yield
+            finally:
+                _setns(home.fileno())
 
     def reachable(self, address: str, port: int, timeout: float = 1.0) -> bool:
         """Whether ``address:port`` accepts a TCP connection, seen from the router."""

@@ -7,7 +7,8 @@ client would. Clients are built inside the client's namespace (:meth:`NetnsClust
 harness itself checks (ZooKeeper, registrations) it checks from the router, which reaches every host.
 
 With ``journal_disks=True`` each Python bookie's journal lives on a disk of its own (ext4 on a loop device,
-tests/harness/loop_disk.py), so that the kernel can slow its ``fdatasync`` or fill it up for that bookie alone.
+tests/harness/loop_disk.py), so that the kernel can slow its ``fdatasync`` or fill it up for that bookie alone; with
+``ledger_disks=True`` its ledger directory too (a full ledger disk).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from bkspark.shell.admin import init_new_cluster
 from tests.harness.java_bookkeeper import DEFAULT_BK_VERSION, JavaBookie, ensure_jars
 from tests.harness.loop_disk import LoopDisk
 from tests.harness.netns import Testbed, wait_until
-from tests.harness.python_bookie import REPO_ROOT, PythonBookie, histogram_count_above
+from tests.harness.python_bookie import REPO_ROOT, PythonBookie, histogram_count_above, sample_value
 
 __all__ = ["BOOKIE_PORT", "ZK_PORT", "NetnsCluster"]
 
@@ -36,6 +37,8 @@ T = TypeVar("T")
 BOOKIE_PORT = 3181
 ZK_PORT = 2181
 ROOT = "/ledgers"
+#: A ledger disk's size (``ledger_disks=True``): room for a 30-minute soak's entry logs and index (a sparse file).
+LEDGER_DISK_SIZE = 256 << 20
 
 
 class _NamespacedZooKeeper(ZooKeeperServer):
@@ -77,6 +80,7 @@ class NetnsCluster:
         journal_sync_data: bool = False,
         java_bookies: int = 0,
         journal_disks: bool = False,
+        ledger_disks: bool = False,
     ) -> None:
         self.base_dir = Path(base_dir)
         self.bed = Testbed()
@@ -84,6 +88,8 @@ class NetnsCluster:
         self.hosts: list[str] = []
         #: Python bookie index -> the disk its journal lives on (``journal_disks=True``).
         self.journal_disks: dict[int, LoopDisk] = {}
+        #: Python bookie index -> the disk its ledger directory (entry logs and index) lives on (``ledger_disks=True``).
+        self.ledger_disks: dict[int, LoopDisk] = {}
         self._control: KazooClient | None = None
         try:
             self.bed.add_host("zk", 0)
@@ -120,11 +126,16 @@ class NetnsCluster:
                         journal_sync_data=journal_sync_data,
                         conf_overrides=overrides,
                     )
-                    if journal_disks:
-                        disk = LoopDisk(self.base_dir / f"{host}-journal.img", self.base_dir / f"{host}-journal")
-                        self.journal_disks[n] = disk
-                        bookie.values["journalDirectories"] = str(disk.mount_point / "journal")
-                        bookie.write_conf()
+                    for wanted, kind, disks, key in (
+                        (journal_disks, "journal", self.journal_disks, "journalDirectories"),
+                        (ledger_disks, "ledgers", self.ledger_disks, "ledgerDirectories"),
+                    ):
+                        if wanted:
+                            disk = LoopDisk(self.base_dir / f"{host}-{kind}.img", self.base_dir / f"{host}-{kind}",
+                                            size=LEDGER_DISK_SIZE if kind == "ledgers" else 64 << 20)
+                            disks[n] = disk
+                            bookie.values[key] = str(disk.mount_point / kind)
+                            bookie.write_conf()
                     bookie.process = self.bed.process(
                         host, f"pybookie-{host}", [], cwd=REPO_ROOT, log_dir=bookie.dir / "logs"
                     )
@@ -274,12 +285,20 @@ class NetnsCluster:
             {racks[ensemble[(i + k) % len(ensemble)]] for k in range(write_quorum)} for i in range(len(ensemble))
         ]
 
+    def metrics_text(self, i: int, http_timeout: float = 10.0) -> str:
+        """Python bookie ``i``'s ``/metrics`` over HTTP, fetched from the router (which reaches every host)."""
+        url = f"http://{self.bed.address_of(self.hosts[i])}:{self.bookies[i].values['httpServerPort']}/metrics"
+        return self.call_in_router(lambda: urllib.request.urlopen(url, timeout=http_timeout).read().decode())
+
+    def metric(self, i: int, name: str, *, http_timeout: float = 10.0, **labels: str) -> float | None:
+        """The value of sample ``name`` with exactly these labels in Python bookie ``i``'s ``/metrics`` (as
+        :meth:`PythonBookieCluster.metric`); None when it has no such sample."""
+        return sample_value(self.metrics_text(i, http_timeout), name, **labels)
+
     def journal_syncs_slower_than(self, i: int, milliseconds: float) -> int:
         """How many of Python bookie ``i``'s journal syncs since its start took longer than ``milliseconds`` (one of
         its ``bookie_journal_JOURNAL_SYNC`` histogram's bucket bounds), read from its ``/metrics`` over HTTP."""
-        url = f"http://{self.bed.address_of(self.hosts[i])}:{self.bookies[i].values['httpServerPort']}/metrics"
-        text = self.call_in_router(lambda: urllib.request.urlopen(url, timeout=10).read().decode())
-        return histogram_count_above(text, "bookie_journal_JOURNAL_SYNC", milliseconds)
+        return histogram_count_above(self.metrics_text(i), "bookie_journal_JOURNAL_SYNC", milliseconds)
 
     def is_read_only(self, i: int) -> bool:
         """Whether bookie ``i`` is registered read-only (``available/readonly``)."""
@@ -320,7 +339,7 @@ class NetnsCluster:
         if getattr(self, "zookeeper", None) is not None:
             self.zookeeper.kill()
         self.bed.close()
-        for disk in self.journal_disks.values():
+        for disk in [*self.journal_disks.values(), *self.ledger_disks.values()]:
             disk.close()
 
     def __enter__(self) -> "NetnsCluster":

@@ -171,6 +171,18 @@ class PythonBookie:
         return tail(self.process.stderr_path, lines)
 
 
+def sample_value(metrics_text: str, name: str, **labels: str) -> float | None:
+    """The value of sample ``name`` with exactly these labels in a bookie's ``/metrics`` text (parsed by
+    prometheus_client); None when it has no such sample."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return None
+
+
 def histogram_count_above(metrics_text: str, histogram: str, bound: float, **labels: str) -> int:
     """How many observations of ``histogram`` (with ``labels``) in a bookie's ``/metrics`` text exceeded ``bound``,
     one of its bucket bounds (e.g. the journal syncs slower than 1000 ms: ``bookie_journal_JOURNAL_SYNC``)."""
@@ -324,13 +336,7 @@ class PythonBookieCluster:
     def metric(self, i: int, name: str, *, http_timeout: float = 10.0, **labels: str) -> float | None:
         """The value of sample ``name`` (e.g. ``bookie_flush_count``) with exactly these labels in bookie i's
         ``/metrics``, parsed by prometheus_client; None when it has no such sample."""
-        from prometheus_client.parser import text_string_to_metric_families
-
-        for family in text_string_to_metric_families(self.http(i, "GET", "/metrics", timeout=http_timeout)):
-            for sample in family.samples:
-                if sample.name == name and sample.labels == labels:
-                    return float(sample.value)
-        return None
+        return sample_value(self.http(i, "GET", "/metrics", timeout=http_timeout), name, **labels)
 
     def log_tail(self, i: int, lines: int = 80) -> str:
         """Last lines of bookie i's log."""
