@@ -583,14 +583,21 @@ def jvm_thread_pools(pid: int) -> dict[str, int] | None:
 # -- the rule --------------------------------------------------------------------------------------------------------
 
 
+def after_warm_up(times: list[float], values: list[float], warm_up_s: float = 0.0) -> list[tuple[float, float]]:
+    """The ``(time, value)`` samples the growth rule judges: those after the warm-up, the longer of ``WARM_UP`` of the
+    run and ``warm_up_s``."""
+    if not times:
+        return []
+    cut = times[0] + max(WARM_UP * (times[-1] - times[0]), warm_up_s)
+    return [(t, v) for t, v in zip(times, values) if t >= cut]
+
+
 def grows_without_bound(times: list[float], values: list[float], floor: float, warm_up_s: float = 0.0) -> tuple[bool, str]:
     """The growth rule of the module docstring: (verdict, the figures it rests on). The warm-up is the longer of
     ``WARM_UP`` of the run and ``warm_up_s`` (two periods of the slowest periodic work)."""
     if not times:
         return False, "no samples"
-    start, end = times[0], times[-1]
-    cut = start + max(WARM_UP * (end - start), warm_up_s)
-    kept = [(t, v) for t, v in zip(times, values) if t >= cut]
+    kept = after_warm_up(times, values, warm_up_s)
     if len(kept) < 4:
         return False, "too few samples after the warm-up"
     middle = kept[0][0] + (kept[-1][0] - kept[0][0]) / 2
@@ -635,18 +642,20 @@ def judge(samples: list[dict[str, Any]], warm_up_s: float = 0.0) -> dict[str, di
                 ts, vs = series.setdefault(("stream", f"{name}_entries"), ([], []))
                 ts.append(s["t"])
                 vs.append(s[name])
-        workers = [w for w in s.get("workers", {}).values() if len(w) > 3]
-        clients = sum(w[3] for w in workers)
-        if clients:  # the Python workers' clients, and the connections each holds (less each worker's to the JVM)
+        holding = [w for w in s.get("workers", {}).values() if len(w) > 3 and w[3] > 0]
+        clients = sum(w[3] for w in holding)
+        if clients:  # the Python workers' clients, and the connections each holds (less its worker's to the JVM)
             for key, value in (("clients", clients),
-                               ("connections_per_client", (sum(w[2] for w in workers) - len(workers)) / clients)):
+                               ("connections_per_client", (sum(w[2] for w in holding) - len(holding)) / clients)):
                 ts, vs = series.setdefault(("python-workers", key), ([], []))
                 ts.append(s["t"])
                 vs.append(value)
     verdicts = {}
     for (role, key), (ts, vs) in sorted(series.items()):
         grows, why = grows_without_bound(ts, vs, FLOORS[key], warm_up_s)
-        verdicts[f"{role}/{key}"] = {"grows": grows, "why": why, "first": vs[0], "last": vs[-1], "max": max(vs)}
+        judged = after_warm_up(ts, vs, warm_up_s)
+        verdicts[f"{role}/{key}"] = {"grows": grows, "why": why, "first": vs[0], "last": vs[-1], "max": max(vs),
+                                     "max_after_warm_up": max((v for _, v in judged), default=None)}
     bounded_by_clients(verdicts, series)
     return verdicts
 
@@ -667,7 +676,8 @@ def bounded_by_clients(verdicts: dict[str, dict[str, Any]],
     workers = verdicts.get("python-workers/connections")
     per_client = verdicts.get("python-workers/connections_per_client")
     if (workers is not None and workers["grows"] and per_client is not None and not per_client["grows"]
-            and per_client["max"] <= CLIENT_CONNECTIONS_BOUND and "python-workers/clients" in verdicts
+            and per_client["max_after_warm_up"] is not None
+            and per_client["max_after_warm_up"] <= CLIENT_CONNECTIONS_BOUND and "python-workers/clients" in verdicts
             and not grows("python-workers/clients")):
         workers.update(grows=False, bounded_by="clients",
                        why=f"{workers['why']}; per client {per_client['why']} (at most {CLIENT_CONNECTIONS_BOUND}), "
