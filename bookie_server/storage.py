@@ -348,15 +348,6 @@ class LedgerStorage(StorageReads):
         """Bytes the read cache holds: entries single reads brought and ranges batch reads brought."""
         return self._read_cache_bytes
 
-    def reader_slots(self) -> tuple[int, int]:
-        """The entry indexes' reader slots this process holds, over every ledger directory: ``(active, idle)``
-        (:meth:`LedgerDirectory.reader_slots`)."""
-        active = idle = 0
-        for directory in self._dirs:
-            a, i = directory.reader_slots()
-            active, idle = active + a, idle + i
-        return active, idle
-
     @property
     def needs_flush(self) -> bool:
         """True when the write cache has outgrown its budget."""

@@ -81,6 +81,15 @@ class StorageReads:
     """The read cache and the disk reads of :class:`~bookie_server.storage.LedgerStorage`, whose state they share
     (``_ledgers``, ``_read_cache``, ``_read_cache_bytes``, ``read_cache_max_bytes``, ``_dirs``)."""
 
+    def reader_slots(self) -> tuple[int, int]:
+        """The entry indexes' reader slots this process holds, over every ledger directory: ``(active, idle)``
+        (:meth:`LedgerDirectory.reader_slots`)."""
+        active = idle = 0
+        for directory in self._dirs:
+            a, i = directory.reader_slots()
+            active, idle = active + a, idle + i
+        return active, idle
+
     def read_cold(self, address: EntryKey, max_entries: int = 1) -> list[tuple[CacheKey, bytes]]:
         """Read thread: ``[(cache key, data)]`` for the entry at ``address`` (what :meth:`locate` gave) when only
         the disk holds it (docs/bookie.md, "Reads"): its own
