@@ -665,16 +665,22 @@ def bounded_by_clients(verdicts: dict[str, dict[str, Any]],
     """Connections that follow bkspark's clients are bounded when the clients are: a Python worker holds at most one
     client per set of client settings (bkspark/datasource/clients.py), each client at most
     ``CLIENT_CONNECTIONS_BOUND`` connections, opened as it first needs each bookie.  So the Python workers'
-    connections may rise while their clients reach more bookies: they grow without bound only if their clients or
-    the connections per client do.  The fault proxies hold two sockets for each connection a client holds through
+    connections may rise while their clients reach more bookies: they grow without bound only if their clients grow
+    or a client holds more than that bound (the per-client series is judged by the bound, not by its halves).  The fault proxies hold two sockets for each connection a client holds through
     them: theirs grow without bound only if the clients' do, or if they hold sockets no client holds any more (the
     bug the proxies' series found once, docs/reliability.md: then they hold more than two for each client
     connection in some sample).  Verdicts so explained are marked ``bounded_by``."""
     def grows(name: str) -> bool:
         return bool(verdicts.get(name, {}).get("grows"))
 
-    workers = verdicts.get("python-workers/connections")
     per_client = verdicts.get("python-workers/connections_per_client")
+    if per_client is not None and per_client["max_after_warm_up"] is not None:
+        # Bounded by the pool's make-up, not by its halves: a client's count rises toward the bound as it first
+        # needs each bookie, and only a count past the bound is a client that keeps connections it should not.
+        peak = per_client["max_after_warm_up"]
+        per_client.update(grows=peak > CLIENT_CONNECTIONS_BOUND,
+                          why=f"{per_client['why']}; at most {CLIENT_CONNECTIONS_BOUND} a client, {peak:.1f} at most seen")
+    workers = verdicts.get("python-workers/connections")
     if (workers is not None and workers["grows"] and per_client is not None and not per_client["grows"]
             and per_client["max_after_warm_up"] is not None
             and per_client["max_after_warm_up"] <= CLIENT_CONNECTIONS_BOUND and "python-workers/clients" in verdicts

@@ -178,6 +178,10 @@ def test_connections_that_follow_flat_clients_are_bounded_and_a_leak_per_client_
     leaking = judge(_client_samples(lambda t: 4 + t / 60, lambda t: 100 + t / 10))  # 4 to 14 a client: past 9
     assert leaking["python-workers/connections"]["grows"] and leaking["fault-proxies/connections"]["grows"]
 
+    toward_the_bound = judge(_client_samples(lambda t: 5 + t / 160, lambda t: 100 + t / 10))  # 5 to 8.7 a client
+    assert not toward_the_bound["python-workers/connections_per_client"]["grows"]
+    assert leaking["python-workers/connections_per_client"]["grows"]  # past 9 a client
+
     proxies_only = judge(_client_samples(lambda t: 5.0, lambda t: 100 + t / 5))  # the restore() bug's picture
     assert not proxies_only["python-workers/connections"]["grows"]
     assert proxies_only["fault-proxies/connections"]["grows"]
