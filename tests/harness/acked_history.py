@@ -6,6 +6,9 @@ sync, proven" and "Failures between the steps")."""
 from __future__ import annotations
 
 import threading
+import time
+import urllib.error
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bkspark.protocol import v2
@@ -90,6 +93,23 @@ def run_writers_until_the_crash(port: int, entries: LedgerEntries, writers: int)
     for t in threads:
         t.join(120)
     return history
+
+
+def a_request_it_dies_in(request: Callable[[], object], attempts: int = 10) -> None:
+    """Send ``request`` (an admin call that makes a bookie reach its armed fault point) until its answer never comes
+    (an OSError that is not an HTTP answer: the connection died with the bookie). An HTTP answer, an error one
+    included (a round that failed on a loaded machine, e.g. on a ZooKeeper call right after the start), means the
+    bookie is alive and did not reach the point: the request is sent again, ``attempts`` times at most."""
+    answer: object = None
+    for _ in range(attempts):
+        try:
+            answer = request()
+        except urllib.error.HTTPError as exc:  # an answer: the bookie is alive
+            answer = f"HTTP {exc.code}: {exc.read()[:200]!r}"
+        except OSError:
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"the bookie answered {attempts} times and never reached its fault point: {answer}")
 
 
 def restart_after_its_own_crash(cluster: PythonBookieCluster, i: int, last_words: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from bkspark.protocol import v2, zk_paths
 from bookie_server.journal import CRASH_AT_ENV, CrashPoint, crash_words
-from tests.harness.acked_history import restart_after_its_own_crash, run_writers_until_the_crash, violations
+from tests.harness.acked_history import a_request_it_dies_in, restart_after_its_own_crash, run_writers_until_the_crash, violations
 from tests.harness.python_bookie import LedgerEntries, PythonBookieCluster, RawBookieConnection
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
@@ -102,8 +102,7 @@ def test_a_crash_between_a_gc_rounds_checkpoint_and_its_log_removal_is_finished_
         with RawBookieConnection(bookie.port) as conn:
             for ledger, eid in acked:
                 assert conn.call_v2(ENTRIES.add_request(ledger, eid)).rc == v2.EOK
-        with pytest.raises(OSError):  # the round's answer never comes: the bookie dies before it
-            gc_round(cluster)
+        a_request_it_dies_in(lambda: gc_round(cluster))  # the bookie dies before the round's answer
         restart_after_its_own_crash(cluster, 0, crash_words(CrashPoint.GC_CHECKPOINTED))
         assert entry_logs(cluster) >= doomed_logs  # the crash came before their removal
         gc_round(cluster)  # finds nothing more to delete, and removes the logs the last round emptied
