@@ -666,10 +666,11 @@ def bounded_by_clients(verdicts: dict[str, dict[str, Any]],
     client per set of client settings (bkspark/datasource/clients.py), each client at most
     ``CLIENT_CONNECTIONS_BOUND`` connections, opened as it first needs each bookie.  So the Python workers'
     connections may rise while their clients reach more bookies: they grow without bound only if their clients grow
-    or a client holds more than that bound (the per-client series is judged by the bound, not by its halves).  The fault proxies hold two sockets for each connection a client holds through
-    them: theirs grow without bound only if the clients' do, or if they hold sockets no client holds any more (the
-    bug the proxies' series found once, docs/reliability.md: then they hold more than two for each client
-    connection in some sample).  Verdicts so explained are marked ``bounded_by``."""
+    or a client holds more than that bound (the per-client series is judged by the bound, not by its halves).  The
+    fault proxies hold two sockets for each connection a client holds through them: theirs grow without bound only
+    if the clients' do, or if they hold sockets no client holds any more (the bug the proxies' series found once,
+    docs/reliability.md: then they hold more than two for each client connection in some sample).  Verdicts so
+    explained are marked ``bounded_by``."""
     def grows(name: str) -> bool:
         return bool(verdicts.get(name, {}).get("grows"))
 
@@ -679,14 +680,15 @@ def bounded_by_clients(verdicts: dict[str, dict[str, Any]],
         # needs each bookie, and only a count past the bound is a client that keeps connections it should not.
         peak = per_client["max_after_warm_up"]
         per_client.update(grows=peak > CLIENT_CONNECTIONS_BOUND,
-                          why=f"{per_client['why']}; at most {CLIENT_CONNECTIONS_BOUND} a client, {peak:.1f} at most seen")
+                          why=f"{per_client['why']}; at most {CLIENT_CONNECTIONS_BOUND} a client, "
+                              f"{peak:.1f} at most seen")
     workers = verdicts.get("python-workers/connections")
     if (workers is not None and workers["grows"] and per_client is not None and not per_client["grows"]
             and per_client["max_after_warm_up"] is not None
             and per_client["max_after_warm_up"] <= CLIENT_CONNECTIONS_BOUND and "python-workers/clients" in verdicts
             and not grows("python-workers/clients")):
         workers.update(grows=False, bounded_by="clients",
-                       why=f"{workers['why']}; per client {per_client['why']} (at most {CLIENT_CONNECTIONS_BOUND}), "
+                       why=f"{workers['why']}; per client {per_client['why']}; "
                            f"clients {verdicts['python-workers/clients']['why']}")
     if any(grows(f"{role}/connections") for role in CLIENT_ROLES):
         return
