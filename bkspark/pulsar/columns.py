@@ -93,16 +93,11 @@ def entry_message_id(ledger_id: int, entry_id: int, partition: int) -> bytes:
     return _ledger_field(ledger_id) + b"\x10" + encode_varint(entry_id) + _partition_field(partition)
 
 
-@lru_cache(maxsize=1024)
-def _batch_size_field(batch_size: int) -> bytes:
-    return b"\x30" + encode_varint(batch_size)  # field 6 batch_size
-
-
 @lru_cache(maxsize=64)
 def _batch_suffixes(batch_size: int) -> tuple[bytes, ...]:
     """The batch index and size fields of each message of a batch of ``batch_size`` (field 4 ``batch_index``, then
     field 6 ``batch_size``), the same for every entry of that size: producers send batches of a few sizes."""
-    size_field = _batch_size_field(batch_size)
+    size_field = b"\x30" + encode_varint(batch_size)
     return tuple(b"\x20" + encode_varint(index) + size_field for index in range(batch_size))
 
 
@@ -116,48 +111,6 @@ def batch_message_ids(ledger_id: int, entry_id: int, partition: int, indexes: "l
     if isinstance(indexes, range) and indexes == range(batch_size):
         return [prefix + suffix for suffix in suffixes]
     return [prefix + suffixes[index] for index in indexes]
-
-
-def _padded(parts: list[bytes]) -> tuple[Any, Any]:
-    """Byte strings as the rows of a zero-padded uint8 matrix, with their lengths."""
-    import numpy as np
-
-    lengths = np.fromiter((len(p) for p in parts), np.int64, len(parts))
-    width = int(lengths.max()) if len(parts) else 0
-    joined = b"".join(p.ljust(width, b"\0") for p in parts)
-    return np.frombuffer(joined, np.uint8).reshape(len(parts), width), lengths
-
-
-def batch_message_id_array(arrow_type: "pa.DataType", heads: list[bytes], tails: list[bytes], counts: Any,
-                           batch_indexes: Any) -> "pa.Array":
-    """:func:`message_id_bytes` of the messages of a run of batch entries as one Arrow binary array, built by numpy
-    (no bytes object per message): entry ``i`` has ``counts[i]`` messages, each ``heads[i]`` (its ledger, entry and
-    partition: :func:`entry_message_id`), then the message's own ``batch_index`` (field 4, from ``batch_indexes``,
-    one per message), then ``tails[i]`` (field 6, ``batch_size``).  Each id is a row of a byte matrix with padding
-    after each part; the bytes that are not padding, read row by row, are the ids end to end."""
-    import numpy as np
-    import pyarrow as pa
-
-    rows = len(batch_indexes)
-    head, head_lengths = _padded(heads)
-    tail, tail_lengths = _padded(tails)
-    head_lengths, tail_lengths = np.repeat(head_lengths, counts), np.repeat(tail_lengths, counts)
-    index = np.asarray(batch_indexes, np.int64)
-    middle = [np.full(rows, 0x20, np.uint8)]  # field 4, a varint: at most 5 bytes for an int32
-    middle_lengths = np.ones(rows, np.int64)
-    for place in range(5):
-        rest = index >> (7 * (place + 1))
-        middle.append(((index >> (7 * place)) & 0x7F | (rest > 0) * 0x80).astype(np.uint8))
-        middle_lengths += 1 if place == 0 else (index >> (7 * place)) > 0
-    matrix = np.concatenate([np.repeat(head, counts, axis=0), np.stack(middle, axis=1),
-                             np.repeat(tail, counts, axis=0)], axis=1)
-    places = np.arange(matrix.shape[1])
-    keep = np.concatenate([places[: head.shape[1]] < head_lengths[:, None],
-                           places[: 6] < middle_lengths[:, None],
-                           places[: tail.shape[1]] < tail_lengths[:, None]], axis=1)
-    offsets = np.zeros(rows + 1, np.int32)
-    np.cumsum(head_lengths + middle_lengths + tail_lengths, out=offsets[1:])
-    return pa.Array.from_buffers(arrow_type, rows, [None, pa.py_buffer(offsets), pa.py_buffer(matrix[keep])])
 
 
 def spark_schema(decoder: "ValueDecoder | None" = None) -> Any:
@@ -268,10 +221,6 @@ class _SplitRun:
 
         splits, rows = self.splits, self.rows
         counts = np.fromiter((s.kept for s in splits), np.int64, len(splits))
-
-        def repeated(values: list[Any], kind: Any) -> Any:
-            return np.repeat(np.asarray(values, kind), counts)
-
         offsets = [np.frombuffer(s.offsets, np.int32)[1:] for s in splits]
         sizes = np.fromiter((len(s.data) for s in splits), np.int64, len(splits))
         bases = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int32)
@@ -290,23 +239,17 @@ class _SplitRun:
             for s in splits:
                 key_list.extend(s.keys if s.keys is not None else [None] * s.kept)
             keys = pa.array(key_list, types[1])
-        positions = [np.arange(s.count, dtype=np.int64) if s.indexes is None else np.asarray(s.indexes, np.int64)
-                     for s in splits]
-        batch_indexes = np.concatenate(positions)
-        ids = batch_message_id_array(types[3], [entry_message_id(s.ledger_id, s.entry_id, s.partition) for s in splits],
-                                     [_batch_size_field(s.count) for s in splits], counts, batch_indexes)
-        if all(s.event_times is None for s in splits):  # the entries' own event times (most often none)
-            event_ms = repeated([s.event_time for s in splits], np.int64)
-            events = pa.array(event_ms * 1000, pa.int64(), mask=event_ms <= 0).cast(types[5])
-        else:
-            event_list: list[int | None] = []
-            for s in splits:
-                default = s.event_time * 1000 if s.event_time > 0 else None
-                if s.event_times is None:
-                    event_list.extend([default] * s.kept)
-                else:
-                    event_list.extend(default if e is None else (e * 1000 if e > 0 else None) for e in s.event_times)
-            events = pa.array(event_list, pa.int64()).cast(types[5])
+        ids: list[bytes] = []
+        for s in splits:
+            ids.extend(batch_message_ids(s.ledger_id, s.entry_id, s.partition,
+                                         range(s.count) if s.indexes is None else s.indexes, s.count))
+        events: list[int | None] = []
+        for s in splits:
+            default = s.event_time * 1000 if s.event_time > 0 else None
+            if s.event_times is None:
+                events.extend([default] * s.kept)
+            else:
+                events.extend(default if e is None else (e * 1000 if e > 0 else None) for e in s.event_times)
         if all(s.properties is None for s in splits):
             properties = _empty_maps(rows, types[6])
         else:
@@ -314,7 +257,12 @@ class _SplitRun:
             for s in splits:
                 property_list.extend(s.properties if s.properties is not None else [[]] * s.kept)
             properties = pa.array(property_list, types[6])
+        positions = [np.arange(s.count, dtype=np.int64) if s.indexes is None else np.asarray(s.indexes, np.int64)
+                     for s in splits]
         sequences = np.concatenate([_sequence_ids(s, p) for s, p in zip(splits, positions)])
+
+        def repeated(values: list[Any], kind: Any) -> Any:
+            return np.repeat(np.asarray(values, kind), counts)
 
         def strings(values: list[str], arrow_type: "pa.DataType") -> "pa.Array":
             distinct = sorted(set(values))
@@ -325,15 +273,15 @@ class _SplitRun:
             values,
             keys,
             strings([s.topic for s in splits], types[2]),
-            ids,
+            pa.array(ids, types[3]),
             pa.array(repeated([s.publish_time * 1000 for s in splits], np.int64)).cast(types[4]),
-            events,
+            pa.array(events, pa.int64()).cast(types[5]),
             properties,
             strings([s.producer for s in splits], types[7]),
             pa.array(sequences, types[8]),
             pa.array(repeated([s.ledger_id for s in splits], np.int64), types[9]),
             pa.array(repeated([s.entry_id for s in splits], np.int64), types[10]),
-            pa.array(batch_indexes.astype(np.int32), types[11]),
+            pa.array(np.concatenate(positions).astype(np.int32), types[11]),
             pa.array(repeated([s.partition for s in splits], np.int32), types[12]),
             pa.array(np.zeros(rows, np.bool_), types[13]),
         ]

@@ -343,29 +343,3 @@ def test_single_messages_batches_and_references_keep_their_order() -> None:
     out = columns.batch()
     assert out.column("value").to_pylist() == [b"s", b"A", b"B", b"r", b"t"]
     assert out.column("__entryId").to_pylist() == [0, 1, 1, 2, 3]
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(-1, 2**31 - 1),
-                          st.integers(1, 2**31 - 1)).flatmap(
-    lambda t: st.tuples(st.just(t), st.integers(0, t[3] - 1))), min_size=1, max_size=20))
-def test_the_vectorized_message_ids_equal_protobufs(messages: list[tuple[tuple[int, int, int, int], int]]) -> None:
-    """The run's ``__messageId`` column, built for all its messages at once by numpy, is each message's
-    ``MessageId.toByteArray()`` (the protobuf serialization), for any ledger, entry, partition, index and size."""
-    import numpy as np
-    import pyarrow as pa
-
-    from bkspark.pulsar.columns import batch_message_id_array
-
-    from bkspark.pulsar.columns import _batch_size_field
-
-    entries = [m[0] for m in messages]  # one message per entry here, and a run of one entry's messages below
-    column = batch_message_id_array(pa.binary(), [entry_message_id(l, e, p) for l, e, p, _ in entries],
-                                    [_batch_size_field(n) for *_, n in entries], np.ones(len(messages), np.int64),
-                                    np.array([m[1] for m in messages], np.int64))
-    (l0, e0, p0, n0), _ = messages[0]
-    indexes = sorted({i % n0 for _, i in messages})
-    whole = batch_message_id_array(pa.binary(), [entry_message_id(l0, e0, p0)], [_batch_size_field(n0)],
-                                   np.array([len(indexes)]), np.array(indexes, np.int64))
-    assert whole.to_pylist() == [message_id_bytes(l0, e0, p0, i, n0) for i in indexes]
-    assert column.to_pylist() == [message_id_bytes(l, e, p, i, n) for (l, e, p, n), i in messages]
