@@ -274,30 +274,25 @@ class LedgerDirectory:
                           self.root, self.reader_table())
                 raise
 
+    def _reader_rows(self) -> list[tuple[str, str, str]]:
+        """LMDB's reader table (``mdb_reader_list``) as ``(pid, thread, txnid)`` rows; txnid ``-`` is a reset slot."""
+        rows = [tuple(row.split()) for row in self.env.readers().splitlines()[1:]]
+        return [row for row in rows if len(row) == 3]  # type: ignore[misc]
+
     def reader_slots(self) -> tuple[int, int]:
         """This process's slots of the index's reader table: ``(in a read transaction, idle)``; an idle one is a
         transaction py-lmdb keeps reset for reuse (the gauge ``bookie_index_reader_slots``, docs/bookie.md)."""
-        active = idle = 0
         pid = str(os.getpid())
-        for row in self.env.readers().splitlines()[1:]:
-            fields = row.split()
-            if len(fields) == 3 and fields[0] == pid:
-                if fields[2] == "-":
-                    idle += 1
-                else:
-                    active += 1
-        return active, idle
+        mine = [txnid for row_pid, _thread, txnid in self._reader_rows() if row_pid == pid]
+        idle = mine.count("-")
+        return len(mine) - idle, idle
 
     def reader_table(self) -> str:
-        """LMDB's reader table with each of this process's threads named (a slot records the thread that began its
-        transaction as ``pthread_self``, which is Python's ``threading.get_ident``)."""
+        """LMDB's reader table, ``pid thread txnid`` a line, each of this process's threads named (a slot records the
+        thread that began its transaction as ``pthread_self``, which is Python's ``threading.get_ident``)."""
         names = {f"{thread.ident:x}": thread.name for thread in threading.enumerate() if thread.ident is not None}
-        out = []
-        for row in self.env.readers().splitlines():
-            fields = row.split()
-            name = names.get(fields[1], "") if len(fields) == 3 else ""
-            out.append(f"{row} {name}".rstrip())
-        return "\n".join(out)
+        return "\n".join(["pid thread txnid", *(f"{pid} {thread} {txnid} {names.get(thread, '')}".rstrip()
+                                                 for pid, thread, txnid in self._reader_rows())])
 
     def refresh(self) -> None:
         """Drop the reused read transaction (the next lookup sees the latest commit)."""

@@ -35,7 +35,7 @@ from bookie_server.entry_logs import (
 
 log = logging.getLogger("bookie_server.storage")
 
-__all__ = ["RANGE_BIT", "RUN_WALK_RECORDS", "CachedRange", "StorageReads", "cached_size", "index_read_failed"]
+__all__ = ["RANGE_BIT", "RUN_WALK_RECORDS", "CachedRange", "StorageReads", "cached_size"]
 
 
 def index_read_failed(exc: lmdb.Error) -> BookieIOError:
